@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package store
+
+import (
+	"context"
+	"errors"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+)
+
+// Sentinel errors of every backend.
+var (
+	// ErrNotFound: no object of that kind and name.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: Create of an object that already exists.
+	ErrExists = errors.New("already exists")
+	// ErrConflict: the expected resourceVersion is not the stored one.
+	ErrConflict = errors.New("resourceVersion conflict: the object was modified; re-read and retry")
+	// ErrCompacted: Watch from a revision older than the history kept.
+	ErrCompacted = errors.New("requested revision has been compacted")
+)
+
+// Store is the manifest store, shaped after etcd: one global revision that
+// every committed transaction advances, objects keyed by (kind, name) whose
+// resourceVersion is the revision that last wrote them, serializable
+// read-modify-write transactions, and a watch from a revision.
+//
+// The bbolt backend implements it for one node; an etcd backend implements
+// Update with etcd's software transactional memory (concurrency.NewSTM).
+type Store interface {
+	// Get returns one object, or ErrNotFound.
+	Get(ctx context.Context, kind, name string) (*pivirtv1.Object, error)
+	// List returns the objects of kind (all kinds when kind is "") that
+	// match sel (nil matches all), sorted by name, and the store revision
+	// they were read at.
+	List(ctx context.Context, kind string, sel Selector) ([]*pivirtv1.Object, int64, error)
+	// Update runs fn in a serializable read-write transaction and commits
+	// it durably (fsync) before returning. If fn returns an error nothing
+	// is written. Concurrent Updates may be committed together (group
+	// commit); each still sees the effects of those before it.
+	Update(ctx context.Context, fn func(Tx) error) (rev int64, err error)
+	// Watch streams every change after fromRev (0: from now) until ctx is
+	// done. It fails with ErrCompacted when fromRev is older than the
+	// history kept; the caller re-lists then.
+	Watch(ctx context.Context, fromRev int64) (<-chan Event, error)
+	// Revision returns the current store revision.
+	Revision(ctx context.Context) (int64, error)
+	Close() error
+}
+
+// Tx is the view of a Store inside Update.
+type Tx interface {
+	Get(kind, name string) (*pivirtv1.Object, error)
+	List(kind string, sel Selector) ([]*pivirtv1.Object, error)
+	// Create stores a new object, or returns ErrExists. It sets
+	// metadata.resourceVersion to this transaction's revision.
+	Create(obj *pivirtv1.Object) error
+	// Put replaces an object whose stored resourceVersion equals
+	// obj.Metadata.ResourceVersion, or returns ErrConflict (ErrNotFound if
+	// it is gone). It sets metadata.resourceVersion to this revision.
+	Put(obj *pivirtv1.Object) error
+	// Delete removes an object; a non-empty resourceVersion must match.
+	Delete(kind, name, resourceVersion string) error
+	// Revision is the revision this transaction will commit as.
+	Revision() int64
+}
+
+// Selector filters objects by labels (see api/labels).
+type Selector interface {
+	Matches(labels map[string]string) bool
+}
+
+// EventType says what happened to an object.
+type EventType int
+
+// Event types.
+const (
+	Added EventType = iota + 1
+	Modified
+	Deleted
+)
+
+func (t EventType) String() string {
+	switch t {
+	case Added:
+		return "ADDED"
+	case Modified:
+		return "MODIFIED"
+	case Deleted:
+		return "DELETED"
+	}
+	return "UNKNOWN"
+}
+
+// Event is one change seen by Watch. For Deleted, Object is the last stored
+// state with ResourceVersion set to the deleting revision.
+type Event struct {
+	Type     EventType
+	Object   *pivirtv1.Object
+	Revision int64
+}

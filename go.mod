@@ -1,0 +1,3 @@
+module pivirt.hu/dataplane
+
+go 1.26.8
