@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command pivirtd is the pivirt dataplane daemon: it stores manifests,
+// compiles them into eBPF maps and serves DHCP from the same maps.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+
+	"pivirt.hu/dataplane/control/daemon"
+)
+
+// version is set with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "pivirtd:", err)
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	cfg := daemon.Defaults()
+	var configFile, logLevel string
+	cmd := &cobra.Command{
+		Use:   "pivirtd",
+		Short: "pivirt dataplane daemon: manifests in, eBPF maps and DHCP out",
+		Long: `pivirtd stores pivirt.hu/v1 manifests (NetworkSegment, DHCPLease,
+PortSecurity, ExternalIP, VPCRouter), validates them, compiles them into
+pinned eBPF maps read by the XDP/TC guard and NAT programs, and answers DHCP
+from the same maps. Manage it with pivirtctl.
+
+Every flag may also be set in a YAML --config file whose keys are the flag
+names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
+					return err
+				}
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: %w", logLevel, err)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			// Maps and programs are charged to memlock on older kernels.
+			if err := rlimit.RemoveMemlock(); err != nil {
+				return fmt.Errorf("removing memlock rlimit: %w", err)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return daemon.Run(ctx, cfg, log)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "YAML file of flag values (keys are flag names)")
+	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory; the embedded store is DIR/state.db")
+	f.StringVar(&cfg.Socket, "socket", cfg.Socket, "serve the API on this unix socket (mode 0600); empty disables it")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "also serve the API on this TCP address (requires --token-file)")
+	f.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, `bearer tokens, one per line as "[operator|cluster] TOKEN"`)
+	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "TLS certificate for --listen")
+	f.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "TLS key for --listen")
+	f.StringVar(&cfg.BPFFS, "bpffs", cfg.BPFFS, "where maps and links are pinned (bpffs is mounted there if needed)")
+	f.StringVar(&cfg.Node, "node", cfg.Node, "this node's name")
+	f.StringVar(&cfg.Store, "store", cfg.Store, "store backend: bbolt or etcd")
+	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", cfg.EtcdEndpoints, "etcd URLs for --store etcd")
+	f.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "serve Prometheus /metrics on this address")
+	f.StringVar(&cfg.Attach, "attach", cfg.Attach, "guard attach mode: auto (tcx on veth, XDP driver mode elsewhere), xdp or tc")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// applyConfigFile sets every flag named in the file that was not given on
+// the command line.
+func applyConfigFile(fs *pflag.FlagSet, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading config: %w", err)
+	}
+	var values map[string]any
+	if err := yaml.UnmarshalStrict(b, &values); err != nil {
+		return fmt.Errorf("parsing config %s: %w", path, err)
+	}
+	for name, v := range values {
+		fl := fs.Lookup(name)
+		if fl == nil || name == "config" {
+			return fmt.Errorf("config %s: unknown key %q", path, name)
+		}
+		if fl.Changed {
+			continue
+		}
+		var s string
+		switch v := v.(type) {
+		case []any:
+			for i, e := range v {
+				if i > 0 {
+					s += ","
+				}
+				s += fmt.Sprint(e)
+			}
+		default:
+			s = fmt.Sprint(v)
+		}
+		if err := fs.Set(name, s); err != nil {
+			return fmt.Errorf("config %s: %s: %w", path, name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Config is pivirtd's configuration; every field is a flag of the same name.
+type Config struct {
+	StateDir      string   // --state-dir: bbolt at StateDir/state.db
+	Socket        string   // --socket: the API on a unix socket, mode 0600
+	Listen        string   // --listen: the API on TCP (needs tokens or client TLS)
+	TokenFile     string   // --token-file: bearer tokens with roles
+	TLSCert       string   // --tls-cert
+	TLSKey        string   // --tls-key
+	BPFFS         string   // --bpffs: pin base for maps and links
+	Node          string   // --node
+	Store         string   // --store: bbolt | etcd
+	EtcdEndpoints []string // --etcd-endpoints
+	Metrics       string   // --metrics: Prometheus /metrics address
+	Attach        string   // --attach: auto | xdp | tc
+}
+
+// Defaults returns the documented defaults.
+func Defaults() Config {
+	host, _ := os.Hostname()
+	return Config{
+		StateDir: "/var/lib/pivirt",
+		Socket:   "/run/pivirt/pivirtd.sock",
+		BPFFS:    "/sys/fs/bpf/pivirt",
+		Node:     host,
+		Store:    "bbolt",
+		Attach:   "auto",
+	}
+}
+
+// Validate checks the combination of flags before anything starts.
+func (c *Config) Validate() error {
+	var errs []error
+	switch c.Store {
+	case "bbolt":
+	case "etcd":
+		if len(c.EtcdEndpoints) == 0 {
+			errs = append(errs, errors.New("--store etcd needs --etcd-endpoints"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--store %q: want bbolt or etcd", c.Store))
+	}
+	switch c.Attach {
+	case "auto", "xdp", "tc":
+	default:
+		errs = append(errs, fmt.Errorf("--attach %q: want auto, xdp or tc", c.Attach))
+	}
+	if c.Listen != "" && c.TokenFile == "" {
+		errs = append(errs, fmt.Errorf("--listen %s needs --token-file: the TCP API never accepts unauthenticated calls", c.Listen))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
+	}
+	if c.Socket == "" && c.Listen == "" {
+		errs = append(errs, errors.New("neither --socket nor --listen: the API would be unreachable"))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("--state-dir is empty"))
+	}
+	return errors.Join(errs...)
+}
+
+// StatePath is the bbolt file.
+func (c *Config) StatePath() string { return filepath.Join(c.StateDir, "state.db") }

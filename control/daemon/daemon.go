@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
+
+	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/server"
+	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/control/store/bolt"
+)
+
+// Controller is a long-running part of the daemon (a reconciler, a DHCP
+// responder manager). Run returns when ctx is done.
+type Controller interface {
+	Name() string
+	Run(ctx context.Context) error
+}
+
+// Daemon is a running pivirtd.
+type Daemon struct {
+	cfg    Config
+	log    *slog.Logger
+	store  store.Store
+	events *events.Recorder
+	reg    *prometheus.Registry
+}
+
+// Run starts pivirtd and blocks until ctx is done, then shuts the API down.
+// It never detaches programs or unpins maps on exit: the fast path
+// outlives the daemon.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), reg: prometheus.NewRegistry()}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	st, err := d.openStore()
+	if err != nil {
+		return err
+	}
+	d.store = st
+	defer st.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	for _, c := range d.controllers() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Run(ctx); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("controller %s: %w", c.Name(), err)
+			}
+		}()
+	}
+
+	servers, err := d.serveAPI(ctx, errc)
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
+	log.Info("pivirtd ready", "socket", cfg.Socket, "listen", cfg.Listen, "state", cfg.StatePath(), "bpffs", cfg.BPFFS, "node", cfg.Node)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		log.Error("stopping", "err", runErr)
+	}
+	cancel()
+	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	for _, s := range servers {
+		_ = s.Shutdown(shutdownCtx)
+	}
+	wg.Wait()
+	return runErr
+}
+
+func (d *Daemon) openStore() (store.Store, error) {
+	switch d.cfg.Store {
+	case "bbolt":
+		if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating state dir: %w", err)
+		}
+		st, err := bolt.Open(d.cfg.StatePath(), bolt.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("opening store %s: %w", d.cfg.StatePath(), err)
+		}
+		return st, nil
+	}
+	return nil, fmt.Errorf("--store %s: this build has no %s backend yet", d.cfg.Store, d.cfg.Store)
+}
+
+// controllers lists what runs beside the API.
+func (d *Daemon) controllers() []Controller {
+	return nil
+}
+
+// serveAPI starts the unix socket, TCP and metrics listeners.
+func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Server, error) {
+	rs := &server.ResourceServer{Store: d.store, Events: d.events, Log: d.log}
+	mux := http.NewServeMux()
+	path, h := resourcev1connect.NewResourceServiceHandler(rs, connect.WithInterceptors(logErrors(d.log)))
+	mux.Handle(path, h)
+
+	var tokens server.Tokens
+	if d.cfg.TokenFile != "" {
+		var err error
+		if tokens, err = server.LoadTokens(d.cfg.TokenFile); err != nil {
+			return nil, err
+		}
+	}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // gRPC clients without TLS
+
+	var servers []*http.Server
+	serve := func(s *http.Server, l net.Listener, what string) {
+		servers = append(servers, s)
+		go func() {
+			var err error
+			if s.TLSConfig != nil {
+				err = s.ServeTLS(l, "", "")
+			} else {
+				err = s.Serve(l)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serving %s: %w", what, err)
+			}
+		}()
+	}
+
+	if d.cfg.Socket != "" {
+		l, err := listenUnix(d.cfg.Socket)
+		if err != nil {
+			return nil, err
+		}
+		// The socket is root-only (0600): its callers are operators.
+		serve(&http.Server{Handler: server.Authenticate(mux, tokens, server.RoleOperator), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Socket)
+	}
+	if d.cfg.Listen != "" {
+		l, err := net.Listen("tcp", d.cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
+		}
+		s := &http.Server{Handler: server.Authenticate(mux, tokens, server.RoleNone), ReadHeaderTimeout: 10 * time.Second}
+		if d.cfg.TLSCert != "" {
+			cert, err := tls.LoadX509KeyPair(d.cfg.TLSCert, d.cfg.TLSKey)
+			if err != nil {
+				return nil, fmt.Errorf("loading TLS key pair: %w", err)
+			}
+			s.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		} else {
+			s.Protocols = protocols
+		}
+		serve(s, l, d.cfg.Listen)
+	}
+	if d.cfg.Metrics != "" {
+		l, err := net.Listen("tcp", d.cfg.Metrics)
+		if err != nil {
+			return nil, fmt.Errorf("listening for metrics on %s: %w", d.cfg.Metrics, err)
+		}
+		m := http.NewServeMux()
+		m.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
+		serve(&http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Metrics)
+	}
+	_ = ctx
+	return servers, nil
+}
+
+// listenUnix replaces a stale socket file and restricts the new one to root.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("creating socket dir: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+	}
+	// Create the socket 0600 from the start: chmod after listen would leave a
+	// window in which anyone could connect.
+	old := unix.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// logErrors logs server-side failures once, at the RPC boundary.
+func logErrors(log *slog.Logger) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			resp, err := next(ctx, req)
+			if err != nil && connect.CodeOf(err) == connect.CodeInternal {
+				log.Error("rpc failed", "procedure", req.Spec().Procedure, "err", err)
+			}
+			return resp, err
+		}
+	}
+}

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"pivirt.hu/dataplane/api/labels"
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
+	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/store"
+)
+
+// ResourceServer serves resourcev1connect.ResourceServiceHandler.
+type ResourceServer struct {
+	Store  store.Store
+	Events *events.Recorder
+	Log    *slog.Logger
+	Now    func() time.Time
+}
+
+var _ resourcev1connect.ResourceServiceHandler = (*ResourceServer)(nil)
+
+func (s *ResourceServer) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// Apply admits and stores every object of the request in one transaction
+// (one fsync), each on its own: a refused object gets its error in its
+// result and the others still apply.
+func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourcev1.ApplyRequest]) (*connect.Response[resourcev1.ApplyResponse], error) {
+	objs := make([]*pivirtv1.Object, len(req.Msg.Objects))
+	results := make([]*resourcev1.ApplyResult, len(req.Msg.Objects))
+	for i, raw := range req.Msg.Objects {
+		results[i] = &resourcev1.ApplyResult{}
+		var o pivirtv1.Object
+		if err := json.Unmarshal(raw, &o); err != nil {
+			results[i].Error = fmt.Sprintf("decoding object %d: %v", i, err)
+			continue
+		}
+		results[i].Kind, results[i].Name = o.Kind, o.Metadata.Name
+		if k, err := pivirtv1.LookupKind(o.Kind); err == nil {
+			results[i].Kind = k.Kind
+		}
+		objs[i] = &o
+	}
+	opts := admission.Options{
+		Privileged: RoleFrom(ctx) == RoleCluster,
+		DryRun:     req.Msg.DryRun,
+		Now:        s.now(),
+	}
+	var anyStored bool
+	rev, err := s.Store.Update(ctx, func(tx store.Tx) error {
+		anyStored = false
+		for i, o := range objs {
+			if o == nil {
+				continue
+			}
+			stored, action, err := admission.Apply(tx, o.DeepCopy(), opts)
+			res := results[i]
+			res.Action, res.Error, res.Object = "", "", nil
+			if err != nil {
+				res.Error = err.Error()
+				continue
+			}
+			res.Action = action
+			if res.Object, err = json.Marshal(stored); err != nil {
+				return fmt.Errorf("encoding %s %q: %w", stored.Kind, stored.Metadata.Name, err)
+			}
+			anyStored = anyStored || action != "unchanged"
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, connectError(fmt.Errorf("applying: %w", err))
+	}
+	if !req.Msg.DryRun && anyStored {
+		for _, res := range results {
+			switch res.Action {
+			case "created":
+				s.Events.Record(res.Kind, res.Name, events.Normal, "Created", "stored by apply")
+			case "configured":
+				s.Events.Record(res.Kind, res.Name, events.Normal, "Configured", "updated by apply")
+			}
+		}
+	}
+	return connect.NewResponse(&resourcev1.ApplyResponse{Results: results, Revision: rev}), nil
+}
+
+// Get returns one object.
+func (s *ResourceServer) Get(ctx context.Context, req *connect.Request[resourcev1.GetRequest]) (*connect.Response[resourcev1.GetResponse], error) {
+	k, err := lookupKind(req.Msg.Kind)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	o, err := s.Store.Get(ctx, k.Kind, req.Msg.Name)
+	if err != nil {
+		return nil, connectError(fmt.Errorf("%s %q: %w", lower(k.Kind), req.Msg.Name, err))
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&resourcev1.GetResponse{Object: b}), nil
+}
+
+// List returns the objects of a kind (every kind when empty) matching the
+// label selector.
+func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resourcev1.ListRequest]) (*connect.Response[resourcev1.ListResponse], error) {
+	kind := ""
+	if req.Msg.Kind != "" {
+		k, err := lookupKind(req.Msg.Kind)
+		if err != nil {
+			return nil, connectError(err)
+		}
+		kind = k.Kind
+	}
+	sel, err := labels.Parse(req.Msg.LabelSelector)
+	if err != nil {
+		return nil, connectError(fmt.Errorf("%w: %w", errInvalid, err))
+	}
+	objs, rev, err := s.Store.List(ctx, kind, sel)
+	if err != nil {
+		return nil, connectError(fmt.Errorf("listing %s: %w", kind, err))
+	}
+	out := &resourcev1.ListResponse{Revision: rev, Objects: make([][]byte, 0, len(objs))}
+	for _, o := range objs {
+		b, err := json.Marshal(o)
+		if err != nil {
+			return nil, connectError(err)
+		}
+		out.Objects = append(out.Objects, b)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// Delete removes an object and its dependents.
+func (s *ResourceServer) Delete(ctx context.Context, req *connect.Request[resourcev1.DeleteRequest]) (*connect.Response[resourcev1.DeleteResponse], error) {
+	k, err := lookupKind(req.Msg.Kind)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	opts := admission.Options{Privileged: RoleFrom(ctx) == RoleCluster, DryRun: req.Msg.DryRun, Now: s.now()}
+	var deleted []string
+	_, err = s.Store.Update(ctx, func(tx store.Tx) error {
+		var err error
+		deleted, err = admission.Delete(tx, k.Kind, req.Msg.Name, req.Msg.ResourceVersion, opts)
+		return err
+	})
+	if err != nil {
+		return nil, connectError(fmt.Errorf("deleting %s %q: %w", lower(k.Kind), req.Msg.Name, err))
+	}
+	if !req.Msg.DryRun {
+		for _, d := range deleted {
+			if kind, name, ok := cutKindName(d); ok {
+				s.Events.Forget(kind, name)
+			}
+		}
+	}
+	return connect.NewResponse(&resourcev1.DeleteResponse{Deleted: deleted}), nil
+}
+
+// Watch streams store changes of a kind after a revision.
+func (s *ResourceServer) Watch(ctx context.Context, req *connect.Request[resourcev1.WatchRequest], stream *connect.ServerStream[resourcev1.WatchResponse]) error {
+	kind := ""
+	if req.Msg.Kind != "" {
+		k, err := lookupKind(req.Msg.Kind)
+		if err != nil {
+			return connectError(err)
+		}
+		kind = k.Kind
+	}
+	ch, err := s.Store.Watch(ctx, req.Msg.FromRevision)
+	if err != nil {
+		if errors.Is(err, store.ErrCompacted) {
+			return connect.NewError(connect.CodeOutOfRange, err)
+		}
+		return connectError(err)
+	}
+	for ev := range ch {
+		if kind != "" && ev.Object.Kind != kind {
+			continue
+		}
+		b, err := json.Marshal(ev.Object)
+		if err != nil {
+			return connectError(err)
+		}
+		if err := stream.Send(&resourcev1.WatchResponse{Type: ev.Type.String(), Object: b, Revision: ev.Revision}); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return connect.NewError(connect.CodeCanceled, err)
+	}
+	return connect.NewError(connect.CodeUnavailable, errors.New("watch ended: the store closed it (too slow a reader, or shutting down)"))
+}
+
+// Events returns the recent events of one object.
+func (s *ResourceServer) Events(ctx context.Context, req *connect.Request[resourcev1.EventsRequest]) (*connect.Response[resourcev1.EventsResponse], error) {
+	k, err := lookupKind(req.Msg.Kind)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	out := &resourcev1.EventsResponse{}
+	for _, e := range s.Events.Events(k.Kind, req.Msg.Name) {
+		out.Events = append(out.Events, &resourcev1.Event{
+			Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count,
+			FirstTimestampUnix: e.First.Unix(), LastTimestampUnix: e.Last.Unix(),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func lookupKind(name string) (pivirtv1.KindInfo, error) {
+	k, err := pivirtv1.LookupKind(name)
+	if err != nil {
+		return k, fmt.Errorf("%w: %w", errInvalid, err)
+	}
+	return k, nil
+}
