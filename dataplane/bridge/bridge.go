@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// aliasPrefix marks bridges pivirtd created.
+const aliasPrefix = "pivirt:"
+
+// State is what Ensure found or made.
+type State struct {
+	Index   int
+	Created bool // pivirtd owns the bridge (it made it)
+}
+
+// Ensure makes bridge exist, be up and hold hostIP (an address with its
+// prefix). It adopts an existing bridge without touching its other
+// addresses, and refuses a non-bridge device of that name. oldHostIP, when
+// set and different, is removed first (the segment's address changed).
+func Ensure(segment, name string, hostIP, oldHostIP netip.Prefix) (State, error) {
+	link, err := netlink.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	created := false
+	switch {
+	case errors.As(err, &notFound):
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}
+		if err := netlink.LinkAdd(br); err != nil {
+			return State{}, fmt.Errorf("creating bridge %s: %w", name, err)
+		}
+		if link, err = netlink.LinkByName(name); err != nil {
+			return State{}, fmt.Errorf("finding new bridge %s: %w", name, err)
+		}
+		if err := netlink.LinkSetAlias(link, aliasPrefix+segment); err != nil {
+			return State{}, fmt.Errorf("marking bridge %s: %w", name, err)
+		}
+		created = true
+	case err != nil:
+		return State{}, fmt.Errorf("finding bridge %s: %w", name, err)
+	case link.Type() != "bridge":
+		return State{}, fmt.Errorf("device %s is a %s, not a bridge", name, link.Type())
+	default:
+		created = strings.HasPrefix(link.Attrs().Alias, aliasPrefix)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return State{}, fmt.Errorf("setting bridge %s up: %w", name, err)
+	}
+	if oldHostIP.IsValid() && oldHostIP != hostIP {
+		if err := netlink.AddrDel(link, addr(oldHostIP)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return State{}, fmt.Errorf("removing old address %s from %s: %w", oldHostIP, name, err)
+		}
+	}
+	if err := netlink.AddrReplace(link, addr(hostIP)); err != nil {
+		return State{}, fmt.Errorf("adding %s to %s: %w", hostIP, name, err)
+	}
+	return State{Index: link.Attrs().Index, Created: created}, nil
+}
+
+// Remove undoes Ensure: it deletes the bridge if pivirtd created it,
+// else it only removes hostIP from the adopted bridge. A missing bridge is
+// not an error.
+func Remove(name string, hostIP netip.Prefix) error {
+	link, err := netlink.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("finding bridge %s: %w", name, err)
+	}
+	if strings.HasPrefix(link.Attrs().Alias, aliasPrefix) {
+		if err := netlink.LinkDel(link); err != nil {
+			return fmt.Errorf("deleting bridge %s: %w", name, err)
+		}
+		return nil
+	}
+	if hostIP.IsValid() {
+		if err := netlink.AddrDel(link, addr(hostIP)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("removing %s from %s: %w", hostIP, name, err)
+		}
+	}
+	return nil
+}
+
+func addr(p netip.Prefix) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+}
