@@ -93,3 +93,19 @@ func Remove(name string, hostIP netip.Prefix) error {
 func addr(p netip.Prefix) *netlink.Addr {
 	return &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
 }
+
+// Owned returns the bridges pivirtd created, by the segment named in their
+// alias, so a restarted daemon can remove those whose segment is gone.
+func Owned() (map[string]string, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("listing links: %w", err)
+	}
+	owned := make(map[string]string)
+	for _, l := range links {
+		if seg, ok := strings.CutPrefix(l.Attrs().Alias, aliasPrefix); ok && l.Type() == "bridge" {
+			owned[seg] = l.Attrs().Name
+		}
+	}
+	return owned, nil
+}

@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: Apache-2.0
+#
+# pivirt dataplane. `make` lists the targets. `make demo` and `make test`
+# install what they need (Debian packages, pinned Go tools) on their own.
+
+SHELL        := /bin/bash
+GO           ?= go
+BIN          := $(CURDIR)/bin
+TOOLS        := $(BIN)/tools
+VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS      := -X main.version=$(VERSION) -X pivirt.hu/dataplane/control/cli.Version=$(VERSION)
+TEST_TIMEOUT ?= 40m
+
+# Pinned code generators (the generated code is committed; a build needs none).
+BUF_VERSION          := v1.75.0
+PROTOC_GEN_GO        := v1.36.12
+PROTOC_GEN_CONNECT   := v1.21.1
+CLANG                ?= clang
+BPF2GO_CFLAGS        := -O2 -g -Wall -Werror
+
+# Debian packages: what builds and tests need, and what the demo needs.
+TEST_DEBS := clang llvm libbpf-dev bpftool iproute2 isc-dhcp-client udhcpc busybox dhcpcd-base tcpdump \
+             kea-admin kea-dhcp4-server dnsmasq-base nftables iptables ebtables iperf3 bc etcd-server gcc
+DEMO_DEBS := iproute2 isc-dhcp-client bpftool
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+.PHONY: deps
+deps: ## install the Debian packages tests need (idempotent; apt only when something is missing)
+	@./tools/install-debs.sh $(TEST_DEBS)
+
+.PHONY: demo-deps
+demo-deps:
+	@./tools/install-debs.sh $(DEMO_DEBS)
+
+.PHONY: tools
+tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-connect-go ## install the pinned code generators into bin/tools
+
+$(TOOLS)/buf:
+	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+$(TOOLS)/protoc-gen-go:
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO)
+$(TOOLS)/protoc-gen-connect-go:
+	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT)
+
+.PHONY: build
+build: ## build bin/pivirtd and bin/pivirtctl
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/pivirtd ./cmd/pivirtd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/pivirtctl ./cmd/pivirtctl
+
+.PHONY: generate
+generate: tools ## regenerate the bpf2go bindings/objects (clang) and the API code (buf)
+	@./tools/install-debs.sh clang llvm libbpf-dev
+	BPF2GO_CC=$(CLANG) BPF2GO_CFLAGS='$(BPF2GO_CFLAGS)' $(GO) generate ./...
+	cd api && PATH=$(TOOLS):$$PATH buf generate
+
+.PHONY: check-generated
+check-generated: generate ## fail when committed generated code is stale
+	@git diff --exit-code --stat -- '*.go' '*.o' || { echo "generated code is stale: run make generate and commit"; exit 1; }
+
+.PHONY: test
+test: deps ## run every tier: unit, kernel (BPF_PROG_TEST_RUN) and end to end (root); PIVIRT_E2E=1 makes missing privileges fail
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test-unit
+test-unit: ## unit tier only (no privileges)
+	$(GO) test -race -count=1 -short ./...
+
+.PHONY: bench
+bench: deps build ## run the benchmarks and print figures for BENCHMARKS.md
+	./tools/bench/run.sh
+
+.PHONY: lint
+lint: tools ## go vet, gofmt, buf lint, clang-format
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$'); exit 1; }
+	cd api && $(TOOLS)/buf lint
+
+.PHONY: format
+format: ## gofmt the Go sources
+	gofmt -w $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$')
+
+.PHONY: demo
+demo: demo-deps build ## netns topology + pivirtd + manifests + a real DHCP client through the guard + inspect
+	./tools/demo.sh
+
+.PHONY: clean
+clean: ## remove build output
+	rm -rf $(BIN)

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/reconcile"
+	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/dataplane/bridge"
+)
+
+// Status is a NetworkSegment's status.
+type Status struct {
+	pivirtv1.Status
+	Bridge        string `json:"bridge,omitempty"`
+	BridgeIndex   int    `json:"bridgeIndex,omitempty"`
+	BridgeCreated bool   `json:"bridgeCreated,omitempty"`
+	DHCP          string `json:"dhcp,omitempty"` // running | disabled
+	RangeSize     int    `json:"rangeSize,omitempty"`
+	Reserved      int    `json:"reserved"`
+	LeasesInUse   int    `json:"leasesInUse"`
+	Free          int    `json:"free"`
+}
+
+// Segment is a decoded, defaulted NetworkSegment.
+type Segment struct {
+	Name       string
+	Generation int64
+	Spec       pivirtv1.NetworkSegmentSpec
+	HostIP     netip.Prefix
+	RangeStart netip.Addr
+	RangeEnd   netip.Addr
+}
+
+// DHCP starts, reconfigures and stops the responders. Sync is handed every
+// segment whose DHCP is enabled and whose bridge is up, and stops the rest.
+type DHCP interface {
+	Sync(ctx context.Context, segments []Segment, snap reconcile.Snapshot) error
+}
+
+// Controller realizes segments.
+type Controller struct {
+	Store  store.Store
+	Events *events.Recorder
+	Log    *slog.Logger
+	DHCP   DHCP // nil: no DHCP on this node
+	Now    func() time.Time
+
+	realized     map[string]Segment // by segment name, what is on the host
+	sweptOrphans bool
+}
+
+// Reconcile is a reconcile.Func over NetworkSegment and DHCPLease.
+func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) error {
+	if c.realized == nil {
+		c.realized = make(map[string]Segment)
+	}
+	now := time.Now()
+	if c.Now != nil {
+		now = c.Now()
+	}
+	var errs []error
+	desired := make(map[string]bool)
+	var running []Segment
+	for _, o := range snap.Of(pivirtv1.KindNetworkSegment) {
+		seg, err := Decode(o)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		desired[seg.Name] = true
+		st := Status{Status: pivirtv1.Status{ObservedGeneration: o.Metadata.Generation}, Bridge: seg.Spec.Bridge}
+		old, had := c.realized[seg.Name]
+		var oldIP netip.Prefix
+		if had {
+			oldIP = old.HostIP
+		}
+		bs, err := bridge.Ensure(seg.Name, seg.Spec.Bridge, seg.HostIP, oldIP)
+		if err != nil {
+			st.Phase, st.Message = pivirtv1.PhaseFailed, err.Error()
+			c.Events.Record(o.Kind, seg.Name, events.Warning, "BridgeFailed", err.Error())
+			errs = append(errs, err)
+		} else {
+			if !had || old.Spec.Bridge != seg.Spec.Bridge || old.HostIP != seg.HostIP {
+				c.Events.Record(o.Kind, seg.Name, events.Normal, "Realized", fmt.Sprintf("bridge %s (ifindex %d) holds %s", seg.Spec.Bridge, bs.Index, seg.HostIP))
+			}
+			if had && old.Spec.Bridge != seg.Spec.Bridge {
+				if err := bridge.Remove(old.Spec.Bridge, old.HostIP); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			c.realized[seg.Name] = seg
+			st.Phase, st.BridgeIndex, st.BridgeCreated = pivirtv1.PhaseReady, bs.Index, bs.Created
+			st.DHCP = "disabled"
+			if seg.Spec.DHCP.IsEnabled() {
+				st.DHCP = "running"
+				running = append(running, seg)
+			}
+		}
+		st.RangeSize, st.Reserved, st.LeasesInUse = usage(seg, snap.Of(pivirtv1.KindDHCPLease), now)
+		st.Free = max(st.RangeSize-st.Reserved-st.LeasesInUse, 0)
+		if err := reconcile.SetStatus(ctx, c.Store, o, st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !c.sweptOrphans {
+		// A segment deleted while pivirtd was down left its bridge behind.
+		owned, err := bridge.Owned()
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			c.sweptOrphans = true
+			for seg, br := range owned {
+				if _, ok := c.realized[seg]; !ok && !desired[seg] {
+					c.realized[seg] = Segment{Name: seg, Spec: pivirtv1.NetworkSegmentSpec{Bridge: br}}
+				}
+			}
+		}
+	}
+	for name, seg := range c.realized {
+		if desired[name] {
+			continue
+		}
+		if err := bridge.Remove(seg.Spec.Bridge, seg.HostIP); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.Log.Info("segment removed", "segment", name, "bridge", seg.Spec.Bridge)
+		delete(c.realized, name)
+	}
+	if c.DHCP != nil {
+		if err := c.DHCP.Sync(ctx, running, snap); err != nil {
+			errs = append(errs, fmt.Errorf("syncing DHCP responders: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Decode turns a stored NetworkSegment into a Segment.
+func Decode(o *pivirtv1.Object) (Segment, error) {
+	s, err := o.DecodeSpec()
+	if err != nil {
+		return Segment{}, err
+	}
+	s.Default()
+	spec := s.(*pivirtv1.NetworkSegmentSpec)
+	seg := Segment{Name: o.Metadata.Name, Generation: o.Metadata.Generation, Spec: *spec}
+	if seg.HostIP, err = netip.ParsePrefix(spec.HostIP); err != nil {
+		return Segment{}, fmt.Errorf("segment %s: spec.hostIP: %w", o.Metadata.Name, err)
+	}
+	if spec.DHCP.DelegatedRangeStart != "" {
+		if seg.RangeStart, err = netip.ParseAddr(spec.DHCP.DelegatedRangeStart); err != nil {
+			return Segment{}, fmt.Errorf("segment %s: spec.dhcp.delegatedRangeStart: %w", o.Metadata.Name, err)
+		}
+		if seg.RangeEnd, err = netip.ParseAddr(spec.DHCP.DelegatedRangeEnd); err != nil {
+			return Segment{}, fmt.Errorf("segment %s: spec.dhcp.delegatedRangeEnd: %w", o.Metadata.Name, err)
+		}
+	}
+	return seg, nil
+}
+
+// InRange reports whether ip lies in the delegated range.
+func (s Segment) InRange(ip netip.Addr) bool {
+	return s.RangeStart.IsValid() && s.RangeStart.Compare(ip) <= 0 && ip.Compare(s.RangeEnd) <= 0
+}
+
+// Names reports whether a lease's spec.network names this segment.
+func (s Segment) Names(network string) bool {
+	return network == s.Spec.Bridge || (s.Spec.NetworkRef != "" && network == s.Spec.NetworkRef)
+}
+
+// usage counts the range, static reservations in it, and unexpired
+// dynamic leases in it.
+func usage(seg Segment, leases []*pivirtv1.Object, now time.Time) (size, reserved, inUse int) {
+	if !seg.RangeStart.IsValid() {
+		return 0, 0, 0
+	}
+	a, b := seg.RangeStart.As4(), seg.RangeEnd.As4()
+	size = int(be32(b)-be32(a)) + 1
+	for _, o := range leases {
+		s, err := o.DecodeSpec()
+		if err != nil {
+			continue
+		}
+		l := s.(*pivirtv1.DHCPLeaseSpec)
+		ip, err := netip.ParseAddr(l.IPAddress)
+		if err != nil || !seg.Names(l.Network) || !seg.InRange(ip) {
+			continue
+		}
+		switch {
+		case l.Type == pivirtv1.LeaseDynamic:
+			if l.ExpiresAt != nil && l.ExpiresAt.After(now) {
+				inUse++
+			}
+		default:
+			reserved++
+		}
+	}
+	return size, reserved, inUse
+}
+
+func be32(a [4]byte) uint32 {
+	return uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+}
