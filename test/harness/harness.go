@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Binaries are the built commands.
+type Binaries struct {
+	Pivirtd, Pivirtctl string
+}
+
+var (
+	buildOnce sync.Once
+	built     Binaries
+	buildErr  error
+)
+
+// Build compiles cmd/pivirtd and cmd/pivirtctl once per test binary.
+func Build(tb testing.TB) Binaries {
+	tb.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pivirt-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		root := moduleRoot()
+		for _, name := range []string{"pivirtd", "pivirtctl"} {
+			out := filepath.Join(dir, name)
+			cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
+			cmd.Dir = root
+			if b, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("building %s: %w\n%s", name, err, b)
+				return
+			}
+		}
+		built = Binaries{Pivirtd: filepath.Join(dir, "pivirtd"), Pivirtctl: filepath.Join(dir, "pivirtctl")}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return built
+}
+
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Options choose where the daemon runs.
+type Options struct {
+	// NetNS, when set, is the path of the network namespace pivirtd runs in
+	// (entered with nsenter, so mounts stay the host's).
+	NetNS string
+	// BPFFS is the pin base; empty uses a dir under the state dir (pivirtd
+	// mounts bpffs there).
+	BPFFS string
+	// Args are extra pivirtd flags.
+	Args []string
+}
+
+// Daemon is a pivirtd the test started.
+type Daemon struct {
+	tb       testing.TB
+	bins     Binaries
+	opts     Options
+	StateDir string
+	Socket   string
+	BPFFS    string
+
+	cmd    *exec.Cmd
+	logBuf *syncBuffer
+	exited chan struct{}
+}
+
+// StartDaemon starts pivirtd and waits until its API answers. It is
+// stopped (SIGTERM, then SIGKILL) in Cleanup and its log is printed when
+// the test failed.
+func StartDaemon(tb testing.TB, bins Binaries, opts Options) *Daemon {
+	tb.Helper()
+	dir := tb.TempDir()
+	d := &Daemon{tb: tb, bins: bins, opts: opts, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "pivirtd.sock"), BPFFS: opts.BPFFS, logBuf: &syncBuffer{}}
+	if d.BPFFS == "" {
+		d.BPFFS = filepath.Join(dir, "bpffs")
+	}
+	tb.Cleanup(func() {
+		d.Stop()
+		if tb.Failed() {
+			tb.Logf("pivirtd log:\n%s", d.Log())
+		}
+	})
+	d.Start()
+	return d
+}
+
+// Start (re)starts the daemon on the same state.
+func (d *Daemon) Start() {
+	d.tb.Helper()
+	args := []string{"--state-dir", d.StateDir, "--socket", d.Socket, "--bpffs", d.BPFFS, "--log-level", "debug"}
+	args = append(args, d.opts.Args...)
+	var cmd *exec.Cmd
+	if d.opts.NetNS != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=" + d.opts.NetNS, "--", d.bins.Pivirtd}, args...)...)
+	} else {
+		cmd = exec.Command(d.bins.Pivirtd, args...)
+	}
+	fmt.Fprintf(d.logBuf, "=== start %s\n", strings.Join(cmd.Args, " "))
+	cmd.Stdout, cmd.Stderr = d.logBuf, d.logBuf
+	if err := cmd.Start(); err != nil {
+		d.tb.Fatalf("starting pivirtd: %v", err)
+	}
+	d.cmd = cmd
+	d.exited = make(chan struct{})
+	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(cmd, d.exited)
+	d.WaitReady(15 * time.Second)
+}
+
+// WaitReady polls the API until it answers, the daemon exits, or timeout.
+func (d *Daemon) WaitReady(timeout time.Duration) {
+	d.tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		r := d.Ctl("get", "segments")
+		if r.Code == 0 {
+			return
+		}
+		select {
+		case <-d.exited:
+			d.tb.Fatalf("pivirtd exited before it was ready:\n%s", d.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.tb.Fatalf("pivirtd not ready after %s: %s\n%s", timeout, r.Stderr, d.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop sends SIGTERM and waits (SIGKILL after 10 s). Idempotent.
+func (d *Daemon) Stop() {
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+	}
+	d.cmd = nil
+}
+
+// Kill9 SIGKILLs the daemon, as a crash would.
+func (d *Daemon) Kill9() {
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Kill()
+	<-d.exited
+	d.cmd = nil
+}
+
+// Restart stops and starts the daemon on the same state.
+func (d *Daemon) Restart() {
+	d.tb.Helper()
+	d.Stop()
+	d.Start()
+}
+
+// PID is the daemon's process id (0 when stopped).
+func (d *Daemon) PID() int {
+	if d.cmd == nil {
+		return 0
+	}
+	return d.cmd.Process.Pid
+}
+
+// Log returns everything the daemon printed.
+func (d *Daemon) Log() string { return d.logBuf.String() }
+
+// Result is one pivirtctl run.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+}
+
+// Ctl runs pivirtctl against the daemon (60 s at most).
+func (d *Daemon) Ctl(args ...string) Result {
+	return d.CtlStdin(nil, args...)
+}
+
+// CtlStdin runs pivirtctl with stdin.
+func (d *Daemon) CtlStdin(stdin []byte, args ...string) Result {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.bins.Pivirtctl, append([]string{"--socket", d.Socket}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		code = -1
+		errb.WriteString(err.Error())
+	}
+	return Result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+}
+
+// MustCtl runs pivirtctl and fails the test on a non-zero exit.
+func (d *Daemon) MustCtl(args ...string) string {
+	d.tb.Helper()
+	r := d.Ctl(args...)
+	if r.Code != 0 {
+		d.tb.Fatalf("pivirtctl %s: %s", strings.Join(args, " "), r)
+	}
+	return r.Stdout
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
