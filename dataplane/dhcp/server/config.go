@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// ErrBadSegment is returned by New and SetSegment for a configuration that
+// cannot be served.
+var ErrBadSegment = errors.New("bad segment config")
+
+// Route is one classless static route (option 121).
+type Route struct {
+	Dst     netip.Prefix
+	Gateway netip.Addr
+}
+
+// Segment is what the server needs of a NetworkSegment. The caller (the
+// reconciler) fills it from the stored spec; zero durations take defaults.
+type Segment struct {
+	Name   string       // object name, for logs and status
+	ID     uint32       // segment id, as in the eBPF lease map key
+	Bridge string       // Linux bridge the responder listens on
+	HostIP netip.Prefix // host address on the bridge and the subnet, e.g. 192.168.100.1/24; router and server id
+
+	RangeStart, RangeEnd netip.Addr // delegated range; never allocate outside it
+
+	LeaseTime        time.Duration // default 12h
+	DeclineProbation time.Duration // quarantine after DECLINE; default 10m
+	OfferHold        time.Duration // how long an OFFER holds its address; default 30s
+
+	DNS    []netip.Addr
+	Domain string   // option 15
+	Search []string // option 119
+	MTU    uint16   // option 26, 0 = not sent
+	Routes []Route  // option 121
+}
+
+// Defaults of Segment durations.
+const (
+	DefaultLeaseTime        = 12 * time.Hour
+	DefaultDeclineProbation = 10 * time.Minute
+	DefaultOfferHold        = 30 * time.Second
+)
+
+func (s *Segment) withDefaults() Segment {
+	c := *s
+	if c.LeaseTime <= 0 {
+		c.LeaseTime = DefaultLeaseTime
+	}
+	if c.DeclineProbation <= 0 {
+		c.DeclineProbation = DefaultDeclineProbation
+	}
+	if c.OfferHold <= 0 {
+		c.OfferHold = DefaultOfferHold
+	}
+	return c
+}
+
+// Validate checks what the state machine relies on: an IPv4 host prefix
+// whose subnet holds the range, and a range without the host, network or
+// broadcast address.
+func (s *Segment) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("segment %q: %s: %w", s.Name, fmt.Sprintf(format, args...), ErrBadSegment)
+	}
+	if !s.HostIP.IsValid() || !s.HostIP.Addr().Is4() || s.HostIP.Bits() < 1 || s.HostIP.Bits() > 30 {
+		return bad("hostIP %v is not an IPv4 prefix of length 1..30", s.HostIP)
+	}
+	sub := s.HostIP.Masked()
+	if !s.RangeStart.Is4() || !s.RangeEnd.Is4() || s.RangeEnd.Less(s.RangeStart) {
+		return bad("range %v-%v is not an IPv4 range", s.RangeStart, s.RangeEnd)
+	}
+	if !sub.Contains(s.RangeStart) || !sub.Contains(s.RangeEnd) {
+		return bad("range %v-%v is outside hostIP subnet %v", s.RangeStart, s.RangeEnd, sub)
+	}
+	in := func(a netip.Addr) bool { return !a.Less(s.RangeStart) && !s.RangeEnd.Less(a) }
+	if in(s.HostIP.Addr()) || in(sub.Addr()) || in(broadcast(sub)) {
+		return bad("range %v-%v contains the host, network or broadcast address", s.RangeStart, s.RangeEnd)
+	}
+	for _, r := range s.Routes {
+		if !r.Dst.IsValid() || !r.Dst.Addr().Is4() || !r.Gateway.Is4() {
+			return bad("route %v via %v is not IPv4", r.Dst, r.Gateway)
+		}
+	}
+	return nil
+}
+
+func broadcast(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As4()
+	m := net.CIDRMask(p.Bits(), 32)
+	for i := range a {
+		a[i] |= ^m[i]
+	}
+	return netip.AddrFrom4(a)
+}
+
+// Reservation is a static DHCPLease: a MAC that always gets IP.
+type Reservation struct {
+	MAC      net.HardwareAddr
+	IP       netip.Addr
+	Hostname string
+}
+
+// Lease is a dynamic lease as persisted, and as loaded back at start.
+type Lease struct {
+	IP       netip.Addr
+	MAC      net.HardwareAddr
+	ClientID []byte // option 61, nil if the client sent none
+	Hostname string
+	Expires  time.Time
+}

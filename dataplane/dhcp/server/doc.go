@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package server is the DHCPv4 state machine of RFC 2131 as a pure
+// function: (*Server).Handle takes the time, a decoded request and its
+// ingress facts, updates the in-memory lease table the server owns and
+// returns the reply to send plus the lease changes the caller must persist
+// (and program into the eBPF lease map) before the reply leaves. No I/O
+// happens here; time only comes in through arguments.
+package server

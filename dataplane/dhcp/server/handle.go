@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package server
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/rfc1035label"
+)
+
+// Handle runs one request through the state machine at time now. It
+// returns the reply (Msg nil: send nothing) and the lease changes it made;
+// a reply with Durable set must only leave after those changes are stored.
+func (s *Server) Handle(now time.Time, in Request) (Reply, []LeaseChange) {
+	m := in.Msg
+	if m == nil || m.OpCode != dhcpv4.OpcodeBootRequest || len(m.ClientHWAddr) == 0 {
+		return Reply{Ignored: IgnoreNotRequest}, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	segID := in.Segment
+	if gi := addr4(m.GatewayIPAddr); gi.IsValid() && !gi.IsUnspecified() {
+		// A relay's giaddr names the client's subnet (RFC 2131 4.3.1).
+		found := false
+		for id, st := range s.segs {
+			if st.subnet.Contains(gi) {
+				segID, found = id, true
+				break
+			}
+		}
+		if !found {
+			return Reply{Ignored: IgnoreNoSegment}, nil
+		}
+	}
+	st := s.segs[segID]
+	if st == nil {
+		return Reply{Ignored: IgnoreNoSegment}, nil
+	}
+	h := handler{st: st, seg: segID, now: now, in: in, m: m,
+		id: identity(m.Options.Get(dhcpv4.OptionClientIdentifier), m.ClientHWAddr)}
+	switch m.MessageType() {
+	case dhcpv4.MessageTypeDiscover:
+		return h.discover()
+	case dhcpv4.MessageTypeRequest:
+		return h.request()
+	case dhcpv4.MessageTypeDecline:
+		return h.decline()
+	case dhcpv4.MessageTypeRelease:
+		return h.release()
+	case dhcpv4.MessageTypeInform:
+		return h.inform()
+	}
+	return Reply{Ignored: IgnoreNoType}, nil
+}
+
+type handler struct {
+	st  *segState
+	seg uint32
+	now time.Time
+	in  Request
+	m   *dhcpv4.DHCPv4
+	id  string
+}
+
+func addr4(ip net.IP) netip.Addr {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return netip.Addr{}
+	}
+	return a.Unmap()
+}
+
+func (h *handler) mac() net.HardwareAddr { return h.m.ClientHWAddr }
+
+func (h *handler) hostname(prev string) string {
+	if v := h.m.Options.Get(dhcpv4.OptionHostName); len(v) > 0 {
+		return string(v)
+	}
+	if r, ok := h.st.resByMAC[string(h.mac())]; ok && r.Hostname != "" {
+		return r.Hostname
+	}
+	return prev
+}
+
+func (h *handler) newLease(ip netip.Addr, prevHost string, ttl time.Duration) Lease {
+	return Lease{
+		IP:       ip,
+		MAC:      append(net.HardwareAddr(nil), h.mac()...),
+		ClientID: append([]byte(nil), h.m.Options.Get(dhcpv4.OptionClientIdentifier)...),
+		Hostname: h.hostname(prevHost),
+		Expires:  h.now.Add(ttl),
+	}
+}
+
+func (h *handler) discover() (Reply, []LeaseChange) {
+	ip, ok := h.st.choose(h.id, h.mac(), addr4(h.m.RequestedIPAddress()), h.now)
+	if !ok {
+		return Reply{Ignored: IgnoreExhausted}, nil
+	}
+	if h.m.Options.Has(dhcpv4.OptionRapidCommit) {
+		rep, ch := h.ack(ip)
+		rep.Msg.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionRapidCommit, nil))
+		return rep, ch
+	}
+	prev := ""
+	if cur := h.st.byID[h.id]; cur != nil {
+		prev = cur.Hostname
+		if !cur.offered {
+			// A bound client re-discovering keeps its binding; only offer.
+			return Reply{Msg: h.reply(dhcpv4.MessageTypeOffer, ip, cur.Hostname, true)}, nil
+		}
+	}
+	l := h.st.bind(h.id, h.newLease(ip, prev, h.st.cfg.OfferHold), true)
+	return Reply{Msg: h.reply(dhcpv4.MessageTypeOffer, ip, l.Hostname, true)}, nil
+}
+
+func (h *handler) request() (Reply, []LeaseChange) {
+	sid := addr4(h.m.ServerIdentifier())
+	req := addr4(h.m.RequestedIPAddress())
+	ci := addr4(h.m.ClientIPAddr)
+	if ci.IsUnspecified() {
+		ci = netip.Addr{}
+	}
+	switch {
+	case sid.IsValid():
+		if sid != h.st.cfg.HostIP.Addr() {
+			// The client chose another server: its offer here is void.
+			if l := h.st.byID[h.id]; l != nil && l.offered {
+				h.st.drop(l)
+			}
+			return Reply{State: Selecting, Ignored: IgnoreOtherServer}, nil
+		}
+		if !req.IsValid() {
+			req = ci
+		}
+		return h.confirm(Selecting, req)
+	case req.IsValid() && !ci.IsValid():
+		return h.confirm(InitReboot, req)
+	case ci.IsValid():
+		state := Renewing
+		if h.in.Broadcast {
+			state = Rebinding
+		}
+		return h.confirm(state, ci)
+	}
+	return Reply{Ignored: IgnoreBadRequest}, nil
+}
+
+// confirm ACKs ip if the client may hold it, else NAKs (we are
+// authoritative for the segment, so a wrong address is refused, not ignored).
+func (h *handler) confirm(state State, ip netip.Addr) (Reply, []LeaseChange) {
+	if !ip.IsValid() || !h.st.subnet.Contains(ip) || !h.st.assignable(h.id, h.mac(), ip, h.now) {
+		return Reply{Msg: h.nak(), State: state}, nil
+	}
+	rep, ch := h.ack(ip)
+	rep.State = state
+	return rep, ch
+}
+
+func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
+	kind, prev := Bound, ""
+	if cur := h.st.byID[h.id]; cur != nil {
+		prev = cur.Hostname
+		if !cur.offered && cur.IP == ip {
+			kind = Renewed
+		}
+	}
+	l := h.st.bind(h.id, h.newLease(ip, prev, h.st.cfg.LeaseTime), false)
+	msg := h.reply(dhcpv4.MessageTypeAck, ip, l.Hostname, true)
+	return Reply{Msg: msg, Durable: true}, []LeaseChange{{Kind: kind, Segment: h.seg, Lease: l.Lease, At: h.now}}
+}
+
+func (h *handler) decline() (Reply, []LeaseChange) {
+	if sid := addr4(h.m.ServerIdentifier()); sid.IsValid() && sid != h.st.cfg.HostIP.Addr() {
+		return Reply{Ignored: IgnoreOtherServer}, nil
+	}
+	ip := addr4(h.m.RequestedIPAddress())
+	l := h.st.byIP[ip]
+	if l == nil || l.id != h.id {
+		return Reply{Ignored: IgnoreNotOurs}, nil
+	}
+	// Quarantine first so drop keeps the bit set.
+	if _, static := h.st.resByIP[ip]; !static {
+		h.st.quar[ip] = h.now.Add(h.st.cfg.DeclineProbation)
+	}
+	h.st.drop(l)
+	delete(h.st.last, h.id) // do not hand the declined address back
+	return Reply{}, []LeaseChange{{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now}}
+}
+
+func (h *handler) release() (Reply, []LeaseChange) {
+	if sid := addr4(h.m.ServerIdentifier()); sid.IsValid() && sid != h.st.cfg.HostIP.Addr() {
+		return Reply{Ignored: IgnoreOtherServer}, nil
+	}
+	l := h.st.byIP[addr4(h.m.ClientIPAddr)]
+	if l == nil || l.id != h.id || l.offered {
+		return Reply{Ignored: IgnoreNotOurs}, nil
+	}
+	h.st.drop(l)
+	return Reply{}, []LeaseChange{{Kind: Released, Segment: h.seg, Lease: l.Lease, At: h.now}}
+}
+
+func (h *handler) inform() (Reply, []LeaseChange) {
+	msg := h.reply(dhcpv4.MessageTypeAck, netip.Addr{}, "", false)
+	return Reply{Msg: msg}, nil
+}
+
+// reply builds the common part of a server message (RFC 2131 table 3).
+func (h *handler) reply(t dhcpv4.MessageType, yi netip.Addr, hostname string, leaseOpts bool) *dhcpv4.DHCPv4 {
+	m := h.m
+	r := &dhcpv4.DHCPv4{
+		OpCode:        dhcpv4.OpcodeBootReply,
+		HWType:        m.HWType,
+		TransactionID: m.TransactionID,
+		Flags:         m.Flags,
+		ClientIPAddr:  net.IPv4zero,
+		YourIPAddr:    net.IPv4zero,
+		ServerIPAddr:  net.IPv4zero,
+		GatewayIPAddr: m.GatewayIPAddr,
+		ClientHWAddr:  m.ClientHWAddr,
+		Options:       make(dhcpv4.Options, len(h.st.static)+10),
+	}
+	if t == dhcpv4.MessageTypeAck {
+		r.ClientIPAddr = m.ClientIPAddr
+	}
+	if yi.IsValid() {
+		r.YourIPAddr = net.IP(yi.AsSlice())
+	}
+	for k, v := range h.st.static {
+		r.Options[k] = v
+	}
+	r.Options[dhcpv4.OptionDHCPMessageType.Code()] = []byte{byte(t)}
+	if hostname != "" {
+		r.Options[dhcpv4.OptionHostName.Code()] = []byte(hostname)
+	}
+	if leaseOpts {
+		secs := uint32(h.st.cfg.LeaseTime / time.Second)
+		r.Options[dhcpv4.OptionIPAddressLeaseTime.Code()] = be32(secs)
+		r.Options[dhcpv4.OptionRenewTimeValue.Code()] = be32(secs / 2)
+		r.Options[dhcpv4.OptionRebindingTimeValue.Code()] = be32(uint32(uint64(secs) * 7 / 8))
+	}
+	copyOpt(r, m, dhcpv4.OptionClientIdentifier) // RFC 6842
+	copyOpt(r, m, dhcpv4.OptionRelayAgentInformation)
+	return r
+}
+
+func (h *handler) nak() *dhcpv4.DHCPv4 {
+	m := h.m
+	r := &dhcpv4.DHCPv4{
+		OpCode: dhcpv4.OpcodeBootReply, HWType: m.HWType, TransactionID: m.TransactionID,
+		Flags: m.Flags, ClientIPAddr: net.IPv4zero, YourIPAddr: net.IPv4zero, ServerIPAddr: net.IPv4zero,
+		GatewayIPAddr: m.GatewayIPAddr, ClientHWAddr: m.ClientHWAddr,
+		Options: dhcpv4.Options{
+			dhcpv4.OptionDHCPMessageType.Code():  []byte{byte(dhcpv4.MessageTypeNak)},
+			dhcpv4.OptionServerIdentifier.Code(): h.st.serverID.To4(),
+		},
+	}
+	if !addr4(m.GatewayIPAddr).IsUnspecified() && len(m.GatewayIPAddr) > 0 {
+		r.SetBroadcast() // RFC 2131 4.3.2: a relay must broadcast the NAK
+	}
+	copyOpt(r, m, dhcpv4.OptionClientIdentifier)
+	copyOpt(r, m, dhcpv4.OptionRelayAgentInformation)
+	return r
+}
+
+func copyOpt(dst, src *dhcpv4.DHCPv4, c dhcpv4.OptionCode) {
+	if v := src.Options.Get(c); v != nil {
+		dst.Options[c.Code()] = v
+	}
+}
+
+func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+
+// staticOptions encodes once the options that are the same in every reply
+// of a segment.
+func staticOptions(c *Segment, bcast netip.Addr) dhcpv4.Options {
+	o := dhcpv4.Options{}
+	host := c.HostIP.Addr().AsSlice()
+	o[dhcpv4.OptionServerIdentifier.Code()] = host
+	o[dhcpv4.OptionSubnetMask.Code()] = net.CIDRMask(c.HostIP.Bits(), 32)
+	o[dhcpv4.OptionRouter.Code()] = host
+	o[dhcpv4.OptionBroadcastAddress.Code()] = bcast.AsSlice()
+	if len(c.DNS) > 0 {
+		var b []byte
+		for _, d := range c.DNS {
+			b = append(b, d.AsSlice()...)
+		}
+		o[dhcpv4.OptionDomainNameServer.Code()] = b
+	}
+	if c.Domain != "" {
+		o[dhcpv4.OptionDomainName.Code()] = []byte(c.Domain)
+	}
+	if c.MTU > 0 {
+		o[dhcpv4.OptionInterfaceMTU.Code()] = binary.BigEndian.AppendUint16(nil, c.MTU)
+	}
+	if len(c.Search) > 0 {
+		o[dhcpv4.OptionDNSDomainSearchList.Code()] = (&rfc1035label.Labels{Labels: c.Search}).ToBytes()
+	}
+	if len(c.Routes) > 0 {
+		// RFC 3442: a client that gets option 121 ignores option 3, so the
+		// default route must be in 121 too.
+		var rs dhcpv4.Routes
+		hasDefault := false
+		for _, r := range c.Routes {
+			if r.Dst.Bits() == 0 {
+				hasDefault = true
+			}
+			rs = append(rs, &dhcpv4.Route{
+				Dest:   &net.IPNet{IP: r.Dst.Masked().Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), 32)},
+				Router: r.Gateway.AsSlice(),
+			})
+		}
+		if !hasDefault {
+			rs = append(rs, &dhcpv4.Route{Dest: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, Router: host})
+		}
+		o[dhcpv4.OptionClasslessStaticRoute.Code()] = rs.ToBytes()
+	}
+	return o
+}

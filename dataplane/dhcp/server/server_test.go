@@ -1,0 +1,556 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package server
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+)
+
+var (
+	t0    = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ip    = netip.MustParseAddr
+	macA  = net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0xa}
+	macB  = net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0xb}
+	macR  = net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0xe}
+	sid1  = ip("192.168.100.1")
+	other = ip("192.168.100.254")
+)
+
+func seg1() Segment {
+	return Segment{
+		Name: "seg1", ID: 1, Bridge: "br1", HostIP: netip.MustParsePrefix("192.168.100.1/24"),
+		RangeStart: ip("192.168.100.10"), RangeEnd: ip("192.168.100.13"),
+		LeaseTime: time.Hour, DeclineProbation: time.Minute, OfferHold: 30 * time.Second,
+		DNS: []netip.Addr{ip("192.168.100.1"), ip("9.9.9.9")}, Domain: "lab.example", Search: []string{"lab.example"},
+		MTU: 1450, Routes: []Route{{Dst: netip.MustParsePrefix("10.0.0.0/8"), Gateway: ip("192.168.100.2")}},
+	}
+}
+
+func seg2() Segment {
+	return Segment{Name: "seg2", ID: 2, Bridge: "br2", HostIP: netip.MustParsePrefix("10.7.0.1/24"),
+		RangeStart: ip("10.7.0.100"), RangeEnd: ip("10.7.0.110")}
+}
+
+func newServer(t *testing.T) *Server {
+	t.Helper()
+	s, err := New(seg1(), seg2())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetReservations(1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+type mod = dhcpv4.Modifier
+
+func msg(t *testing.T, typ dhcpv4.MessageType, mac net.HardwareAddr, mods ...mod) *dhcpv4.DHCPv4 {
+	t.Helper()
+	m, err := dhcpv4.New(append([]mod{dhcpv4.WithMessageType(typ), dhcpv4.WithHwAddr(mac)}, mods...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func opt(c dhcpv4.OptionCode, v []byte) mod { return dhcpv4.WithGeneric(c, v) }
+func reqIP(a string) mod                    { return opt(dhcpv4.OptionRequestedIPAddress, ip(a).AsSlice()) }
+func srvID(a netip.Addr) mod                { return opt(dhcpv4.OptionServerIdentifier, a.AsSlice()) }
+func ciaddr(a string) mod                   { return dhcpv4.WithClientIP(net.IP(ip(a).AsSlice())) }
+
+// bindA gives macA 192.168.100.10 through a full DORA.
+func bindA(t *testing.T, s *Server) {
+	t.Helper()
+	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
+	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(sid1), reqIP("192.168.100.10"))})
+	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeAck {
+		t.Fatalf("setup DORA: %+v", r)
+	}
+}
+
+func TestHandle(t *testing.T) {
+	cases := []struct {
+		name     string
+		setup    func(*testing.T, *Server)
+		at       time.Duration // after t0
+		req      func(*testing.T) Request
+		wantType dhcpv4.MessageType // 0: no reply
+		wantYI   string
+		wantSt   State
+		wantIgn  Ignore
+		wantCh   []ChangeKind
+		check    func(*testing.T, *Server, Reply)
+	}{
+		{
+			name:     "discover offers next free with all options",
+			req:      func(t *testing.T) Request { return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)} },
+			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.10",
+			check: func(t *testing.T, s *Server, r Reply) {
+				o := r.Msg.Options
+				want := map[uint8][]byte{
+					1: {255, 255, 255, 0}, 3: sid1.AsSlice(), 6: {192, 168, 100, 1, 9, 9, 9, 9},
+					15: []byte("lab.example"), 26: {0x05, 0xaa}, 28: {192, 168, 100, 255},
+					51: {0, 0, 0x0e, 0x10}, 54: sid1.AsSlice(), 58: {0, 0, 0x07, 0x08}, 59: {0, 0, 0x0c, 0x4e},
+					119: {3, 'l', 'a', 'b', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 0},
+					121: {8, 10, 192, 168, 100, 2, 0, 192, 168, 100, 1},
+				}
+				for c, v := range want {
+					if !bytes.Equal(o[c], v) {
+						t.Errorf("option %d = %v, want %v", c, o[c], v)
+					}
+				}
+				if st, _ := s.Stats(1); st.Offered != 1 || st.Bound != 0 {
+					t.Errorf("stats %+v, want one offer", st)
+				}
+			},
+		},
+		{
+			name:     "discover of a reserved MAC gets its reservation and hostname",
+			req:      func(t *testing.T) Request { return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macR)} },
+			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.12",
+			check: func(t *testing.T, _ *Server, r Reply) {
+				if h := string(r.Msg.Options.Get(dhcpv4.OptionHostName)); h != "web-01" {
+					t.Errorf("hostname %q", h)
+				}
+			},
+		},
+		{
+			name: "discover prefers the previous address after a release",
+			setup: func(t *testing.T, s *Server) {
+				bindA(t, s)
+				s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macB)}) // takes .11
+				s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRelease, macA, ciaddr("192.168.100.10"), srvID(sid1))})
+			},
+			req:      func(t *testing.T) Request { return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)} },
+			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.10",
+		},
+		{
+			name: "discover honours a free requested address",
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, reqIP("192.168.100.13"))}
+			},
+			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.13",
+		},
+		{
+			name: "discover ignores a requested address outside the range",
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, reqIP("192.168.100.50"))}
+			},
+			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.10",
+		},
+		{
+			name: "discover ignores a requested address reserved for another MAC",
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, reqIP("192.168.100.12"))}
+			},
+			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.10",
+		},
+		{
+			name: "discover skips in-use, reserved and quarantined addresses",
+			setup: func(t *testing.T, s *Server) {
+				bindA(t, s) // .10
+				s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macB)})
+				s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macB, srvID(sid1), reqIP("192.168.100.11"))})
+				s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDecline, macB, srvID(sid1), reqIP("192.168.100.11"))})
+			},
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, net.HardwareAddr{2, 0, 0, 0, 0, 9})}
+			},
+			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.13",
+		},
+		{
+			name: "discover with an exhausted range is ignored",
+			setup: func(t *testing.T, s *Server) {
+				for i := byte(0); i < 3; i++ {
+					s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, net.HardwareAddr{2, 0, 0, 0, 1, i})})
+				}
+			},
+			req:     func(t *testing.T) Request { return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)} },
+			wantIgn: IgnoreExhausted,
+		},
+		{
+			name: "an offer expires after its hold and the address is reused",
+			setup: func(t *testing.T, s *Server) {
+				for i := byte(0); i < 3; i++ {
+					s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, net.HardwareAddr{2, 0, 0, 0, 1, i})})
+				}
+			},
+			at:       31 * time.Second,
+			req:      func(t *testing.T) Request { return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)} },
+			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.10",
+		},
+		{
+			name: "rapid commit discover is acknowledged at once",
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, opt(dhcpv4.OptionRapidCommit, nil))}
+			},
+			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.10", wantCh: []ChangeKind{Bound},
+			check: func(t *testing.T, _ *Server, r Reply) {
+				if !r.Msg.Options.Has(dhcpv4.OptionRapidCommit) || !r.Durable {
+					t.Errorf("no option 80 or not durable: %v", r.Msg.Options)
+				}
+			},
+		},
+		{
+			name: "selecting request for our offer is acknowledged",
+			setup: func(t *testing.T, s *Server) {
+				s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
+			},
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(sid1), reqIP("192.168.100.10"), opt(dhcpv4.OptionHostName, []byte("vm-a")))}
+			},
+			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.10", wantSt: Selecting, wantCh: []ChangeKind{Bound},
+			check: func(t *testing.T, s *Server, r Reply) {
+				if h := string(r.Msg.Options.Get(dhcpv4.OptionHostName)); h != "vm-a" {
+					t.Errorf("hostname not echoed: %q", h)
+				}
+				ls := s.Leases(1)
+				if len(ls) != 1 || ls[0].Hostname != "vm-a" || !ls[0].Expires.Equal(t0.Add(time.Hour)) {
+					t.Errorf("leases %+v", ls)
+				}
+			},
+		},
+		{
+			name: "selecting another server releases our offer",
+			setup: func(t *testing.T, s *Server) {
+				s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
+			},
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(other), reqIP("192.168.100.77"))}
+			},
+			wantSt: Selecting, wantIgn: IgnoreOtherServer,
+			check: func(t *testing.T, s *Server, _ Reply) {
+				if st, _ := s.Stats(1); st.Offered != 0 || st.Free != 3 {
+					t.Errorf("offer not released: %+v", st)
+				}
+			},
+		},
+		{
+			name:  "selecting an address held by another client is refused",
+			setup: bindA,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macB, srvID(sid1), reqIP("192.168.100.10"))}
+			},
+			wantType: dhcpv4.MessageTypeNak, wantYI: "0.0.0.0", wantSt: Selecting,
+		},
+		{
+			name:  "init-reboot with its own address is acknowledged",
+			setup: bindA,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.10"))}
+			},
+			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.10", wantSt: InitReboot, wantCh: []ChangeKind{Renewed},
+		},
+		{
+			name: "init-reboot on the wrong subnet is refused",
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("172.16.0.5"))}
+			},
+			wantType: dhcpv4.MessageTypeNak, wantSt: InitReboot,
+			check: func(t *testing.T, _ *Server, r Reply) {
+				if !bytes.Equal(r.Msg.Options.Get(dhcpv4.OptionServerIdentifier), sid1.AsSlice()) || r.Msg.Options.Has(dhcpv4.OptionIPAddressLeaseTime) {
+					t.Errorf("NAK options %v", r.Msg.Options)
+				}
+			},
+		},
+		{
+			name:  "init-reboot with a foreign address is refused",
+			setup: bindA,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macB, reqIP("192.168.100.10"))}
+			},
+			wantType: dhcpv4.MessageTypeNak, wantSt: InitReboot,
+		},
+		{
+			name:  "init-reboot with an address other than its lease is refused",
+			setup: bindA,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.12"))}
+			},
+			wantType: dhcpv4.MessageTypeNak, wantSt: InitReboot,
+		},
+		{
+			name:  "renewing extends the lease",
+			setup: bindA,
+			at:    30 * time.Minute,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.10"))}
+			},
+			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.10", wantSt: Renewing, wantCh: []ChangeKind{Renewed},
+			check: func(t *testing.T, s *Server, r Reply) {
+				if !r.Msg.ClientIPAddr.Equal(net.IP(ip("192.168.100.10").AsSlice())) {
+					t.Errorf("ciaddr %v not copied", r.Msg.ClientIPAddr)
+				}
+				if ls := s.Leases(1); len(ls) != 1 || !ls[0].Expires.Equal(t0.Add(90*time.Minute)) {
+					t.Errorf("lease not extended: %+v", ls)
+				}
+			},
+		},
+		{
+			name:  "rebinding (broadcast) is acknowledged",
+			setup: bindA,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Broadcast: true, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.10"))}
+			},
+			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.10", wantSt: Rebinding, wantCh: []ChangeKind{Renewed},
+		},
+		{
+			name:  "renewing an address held by another client is refused",
+			setup: bindA,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macB, ciaddr("192.168.100.10"))}
+			},
+			wantType: dhcpv4.MessageTypeNak, wantSt: Renewing,
+		},
+		{
+			name: "request without server id, option 50 or ciaddr is ignored",
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA)}
+			},
+			wantIgn: IgnoreBadRequest,
+		},
+		{
+			name:  "release frees the address",
+			setup: bindA,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRelease, macA, ciaddr("192.168.100.10"), srvID(sid1))}
+			},
+			wantCh: []ChangeKind{Released},
+			check: func(t *testing.T, s *Server, _ Reply) {
+				if st, _ := s.Stats(1); st.Bound != 0 || st.Free != 3 {
+					t.Errorf("stats after release %+v", st)
+				}
+			},
+		},
+		{
+			name:  "release of an address the client does not hold is ignored",
+			setup: bindA,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRelease, macB, ciaddr("192.168.100.10"), srvID(sid1))}
+			},
+			wantIgn: IgnoreNotOurs,
+		},
+		{
+			name:  "decline quarantines the address for the probation",
+			setup: bindA,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDecline, macA, reqIP("192.168.100.10"), srvID(sid1))}
+			},
+			wantCh: []ChangeKind{Declined},
+			check: func(t *testing.T, s *Server, _ Reply) {
+				if st, _ := s.Stats(1); st.Quarantined != 1 || st.Free != 2 {
+					t.Errorf("stats after decline %+v", st)
+				}
+				r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, reqIP("192.168.100.10"))})
+				if r.Msg.YourIPAddr.Equal(net.IP(ip("192.168.100.10").AsSlice())) {
+					t.Error("declined address offered again during probation")
+				}
+				s.Expire(t0.Add(2 * time.Minute))
+				if st, _ := s.Stats(1); st.Quarantined != 0 {
+					t.Errorf("quarantine not lifted: %+v", st)
+				}
+			},
+		},
+		{
+			name:  "inform gets an ACK without lease options",
+			setup: bindA,
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeInform, macA, ciaddr("192.168.100.10"))}
+			},
+			wantType: dhcpv4.MessageTypeAck, wantYI: "0.0.0.0",
+			check: func(t *testing.T, _ *Server, r Reply) {
+				o := r.Msg.Options
+				if o.Has(dhcpv4.OptionIPAddressLeaseTime) || o.Has(dhcpv4.OptionRenewTimeValue) || !o.Has(dhcpv4.OptionRouter) || r.Durable {
+					t.Errorf("inform options %v", o)
+				}
+			},
+		},
+		{
+			name: "client-id is the identity across hardware addresses",
+			setup: func(t *testing.T, s *Server) {
+				s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, opt(dhcpv4.OptionClientIdentifier, []byte("\x00vm-a")))})
+			},
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macB, opt(dhcpv4.OptionClientIdentifier, []byte("\x00vm-a")), srvID(sid1), reqIP("192.168.100.10"))}
+			},
+			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.10", wantSt: Selecting, wantCh: []ChangeKind{Bound},
+			check: func(t *testing.T, _ *Server, r Reply) {
+				if string(r.Msg.Options.Get(dhcpv4.OptionClientIdentifier)) != "\x00vm-a" {
+					t.Error("client-id not echoed")
+				}
+			},
+		},
+		{
+			name: "relayed discover is served from the giaddr's segment with option 82 echoed",
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA,
+					dhcpv4.WithGatewayIP(net.IP{10, 7, 0, 2}), opt(dhcpv4.OptionRelayAgentInformation, []byte{1, 2, 0, 7}))}
+			},
+			wantType: dhcpv4.MessageTypeOffer, wantYI: "10.7.0.100",
+			check: func(t *testing.T, _ *Server, r Reply) {
+				if !bytes.Equal(r.Msg.Options.Get(dhcpv4.OptionRelayAgentInformation), []byte{1, 2, 0, 7}) || !r.Msg.GatewayIPAddr.Equal(net.IP{10, 7, 0, 2}) {
+					t.Errorf("relay fields %v %v", r.Msg.GatewayIPAddr, r.Msg.Options)
+				}
+				if !bytes.Equal(r.Msg.Options.Get(dhcpv4.OptionServerIdentifier), []byte{10, 7, 0, 1}) {
+					t.Error("server id not of segment 2")
+				}
+			},
+		},
+		{
+			name: "relayed request from an unknown subnet is ignored",
+			req: func(t *testing.T) Request {
+				return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, dhcpv4.WithGatewayIP(net.IP{172, 16, 0, 1}))}
+			},
+			wantIgn: IgnoreNoSegment,
+		},
+		{
+			name: "a BOOTREPLY is ignored",
+			req: func(t *testing.T) Request {
+				m := msg(t, dhcpv4.MessageTypeOffer, macA)
+				m.OpCode = dhcpv4.OpcodeBootReply
+				return Request{Segment: 1, Msg: m}
+			},
+			wantIgn: IgnoreNotRequest,
+		},
+		{
+			name:    "a server message type from a client is ignored",
+			req:     func(t *testing.T) Request { return Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeAck, macA)} },
+			wantIgn: IgnoreNoType,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t)
+			if tc.setup != nil {
+				tc.setup(t, s)
+			}
+			r, ch := s.Handle(t0.Add(tc.at), tc.req(t))
+			if tc.wantType == 0 {
+				if r.Msg != nil {
+					t.Fatalf("got %v, want no reply", r.Msg.MessageType())
+				}
+			} else {
+				if r.Msg == nil {
+					t.Fatalf("no reply (ignored: %v), want %v", r.Ignored, tc.wantType)
+				}
+				if got := r.Msg.MessageType(); got != tc.wantType {
+					t.Fatalf("type %v, want %v", got, tc.wantType)
+				}
+				if r.Msg.OpCode != dhcpv4.OpcodeBootReply {
+					t.Errorf("op %v", r.Msg.OpCode)
+				}
+			}
+			if tc.wantYI != "" && !r.Msg.YourIPAddr.Equal(net.IP(ip(tc.wantYI).AsSlice())) {
+				t.Errorf("yiaddr %v, want %v", r.Msg.YourIPAddr, tc.wantYI)
+			}
+			if r.State != tc.wantSt || r.Ignored != tc.wantIgn {
+				t.Errorf("state/ignored %v/%v, want %v/%v", r.State, r.Ignored, tc.wantSt, tc.wantIgn)
+			}
+			var kinds []ChangeKind
+			for _, c := range ch {
+				kinds = append(kinds, c.Kind)
+			}
+			if !slices.Equal(kinds, tc.wantCh) {
+				t.Errorf("changes %v, want %v", kinds, tc.wantCh)
+			}
+			if tc.check != nil {
+				tc.check(t, s, r)
+			}
+		})
+	}
+}
+
+func TestExpireReclaimsLeases(t *testing.T) {
+	s := newServer(t)
+	bindA(t, s)
+	if ch := s.Expire(t0.Add(59 * time.Minute)); len(ch) != 0 {
+		t.Fatalf("expired early: %v", ch)
+	}
+	ch := s.Expire(t0.Add(time.Hour))
+	if len(ch) != 1 || ch[0].Kind != Expired || ch[0].Lease.IP != ip("192.168.100.10") {
+		t.Fatalf("changes %+v", ch)
+	}
+	if st, _ := s.Stats(1); st.Bound != 0 || st.Free != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestLoadLeasesKeepsAddressesAcrossRestart(t *testing.T) {
+	s := newServer(t)
+	err := s.LoadLeases(t0, 1, []Lease{
+		{IP: ip("192.168.100.11"), MAC: macA, Expires: t0.Add(time.Hour)},
+		{IP: ip("192.168.100.13"), MAC: macB, Expires: t0.Add(-time.Second)},                            // expired: skipped
+		{IP: ip("192.168.100.12"), MAC: macB, Expires: t0.Add(time.Hour)},                               // reserved for macR
+		{IP: ip("192.168.100.99"), MAC: net.HardwareAddr{2, 1, 1, 1, 1, 1}, Expires: t0.Add(time.Hour)}, // outside
+	})
+	if err == nil {
+		t.Fatal("conflicting leases loaded without error")
+	}
+	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.11"))})
+	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeAck {
+		t.Fatalf("renew after restart: %+v", r)
+	}
+	if ls := s.Leases(1); len(ls) != 1 || ls[0].IP != ip("192.168.100.11") {
+		t.Fatalf("leases %+v", ls)
+	}
+}
+
+func TestReservationsRejectOutOfRangeAndDuplicates(t *testing.T) {
+	s := newServer(t)
+	err := s.SetReservations(1, []Reservation{
+		{MAC: macA, IP: ip("192.168.100.11")},
+		{MAC: macB, IP: ip("192.168.100.11")},
+		{MAC: macR, IP: ip("192.168.100.200")},
+	})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
+	if !r.Msg.YourIPAddr.Equal(net.IP{192, 168, 100, 11}) {
+		t.Fatalf("reserved MAC got %v", r.Msg.YourIPAddr)
+	}
+	// The old reservation of macR (.12) is gone, so .12 is free again.
+	if st, _ := s.Stats(1); st.Reserved != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestReleaseByOperator(t *testing.T) {
+	s := newServer(t)
+	bindA(t, s)
+	ch, err := s.Release(t0, 1, ip("192.168.100.10"))
+	if err != nil || ch.Kind != Released || !bytes.Equal(ch.Lease.MAC, macA) {
+		t.Fatalf("%+v %v", ch, err)
+	}
+	if _, err := s.Release(t0, 1, ip("192.168.100.10")); err == nil {
+		t.Fatal("second release succeeded")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Segment)
+	}{
+		{"range outside subnet", func(s *Segment) { s.RangeEnd = ip("192.168.101.5") }},
+		{"range holds host ip", func(s *Segment) { s.RangeStart = ip("192.168.100.1") }},
+		{"reversed range", func(s *Segment) { s.RangeStart, s.RangeEnd = s.RangeEnd, s.RangeStart }},
+		{"ipv6 host", func(s *Segment) { s.HostIP = netip.MustParsePrefix("fd00::1/64") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := seg1()
+			tc.mod(&c)
+			if _, err := New(c); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+}
