@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+
+/* Constants shared by the guard programs and Go: map sizes, port and lease
+ * flags, and the verdict reasons counted per port. bpf2go does not export
+ * macros, so Go mirrors these in dataplane/guard/consts.go, and a test there
+ * checks them against the enums below (which do reach BTF).
+ */
+#ifndef PIVIRT_CONSTS_H
+#define PIVIRT_CONSTS_H
+
+/* Map capacities. 64k ports and 128k leases cover a large hypervisor; the
+ * hash maps are preallocated, the LPM tries are not (the kernel requires
+ * BPF_F_NO_PREALLOC for them).
+ */
+#define PV_MAX_PORTS	65536
+#define PV_MAX_LEASES	131072
+#define PV_MAX_ALLOW	131072
+
+/* Bytes the tc program pulls into the linear area before parsing. */
+#define PV_PULL_LEN	256
+/* IPv6 extension headers walked before the guard gives up (RFC 7112:
+ * a chain too long to find the upper layer is dropped as malformed).
+ */
+#define PV_IPV6_MAX_EXT	4
+
+/* enum pv_port_flags: struct pv_port.flags, the switchable guards. */
+enum pv_port_flags {
+	PV_PORT_DHCP_GUARD = 1 << 0, /* no DHCP(v6) server messages from the VM */
+	PV_PORT_ARP_GUARD  = 1 << 1, /* ARP sha/spa must match the pins */
+	PV_PORT_RA_GUARD   = 1 << 2, /* no ICMPv6 router advertisements */
+	PV_PORT_LEARN_DHCP = 1 << 3, /* the IP leased to the MAC is allowed */
+};
+
+/* enum pv_lease_flags: struct pv_lease.flags. */
+enum pv_lease_flags {
+	PV_LEASE_STATIC = 1 << 0, /* a reservation from a static DHCPLease */
+	PV_LEASE_BOUND  = 1 << 1, /* acknowledged; expires_tai_ns is valid */
+};
+
+/* enum pv_allow_flags: struct pv_allow.flags, where an allowed prefix
+ * came from (for inspect; the guard only tests presence).
+ */
+enum pv_allow_flags {
+	PV_ALLOW_ADDRESS = 1 << 0, /* spec.ipAddresses / spec.ipv6Addresses */
+	PV_ALLOW_PAIR    = 1 << 1, /* spec.allowedAddressPairs */
+};
+
+/* enum pv_reason: why a frame passed or was dropped. Values below
+ * PV_R_DROP_MIN pass. Each one is an index into struct pv_counts.pkts.
+ */
+enum pv_reason {
+	PV_R_PASS          = 0,  /* source pinned by the spec */
+	PV_R_PASS_LEASE    = 1,  /* IPv4 source leased to the MAC */
+	PV_R_PASS_DHCP     = 2,  /* DHCP client exception from 0.0.0.0 */
+	PV_R_PASS_UNSPEC6  = 3,  /* ICMPv6 RS/NS/MLD from :: (DAD) */
+	PV_R_NOT_GUARDED   = 4,  /* ifindex not in pv_ports (never counted) */
+	PV_R_DROP_MIN      = 8,
+	PV_R_MALFORMED     = 8,  /* truncated or malformed headers */
+	PV_R_VLAN          = 9,  /* VLAN-tagged frame */
+	PV_R_ETHERTYPE     = 10, /* neither IPv4, ARP nor IPv6 */
+	PV_R_SRC_MAC       = 11, /* source MAC is not the pinned one */
+	PV_R_IP4_SRC       = 12, /* IPv4 source not allowed */
+	PV_R_LEASE_EXPIRED = 13, /* IPv4 source was leased, lease expired */
+	PV_R_DHCP_SERVER   = 14, /* DHCP(v6) server message from the VM */
+	PV_R_ARP_SHA       = 15, /* ARP sender MAC is not the pinned one */
+	PV_R_ARP_SPA       = 16, /* ARP sender IP not allowed */
+	PV_R_ARP_OP        = 17, /* ARP neither request nor reply */
+	PV_R_IP6_SRC       = 18, /* IPv6 source not allowed */
+	PV_R_RA            = 19, /* ICMPv6 router advertisement */
+	PV_R_MAX           = 24, /* room for new reasons without a _v2 */
+};
+
+#endif /* PIVIRT_CONSTS_H */

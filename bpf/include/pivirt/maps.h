@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+
+/* The guard maps, declared once with BTF key/value types so bpftool
+ * prints field names. LIBBPF_PIN_BY_NAME: the loader pins each one at
+ * <bpffs>/maps/<name> and reuses a compatible pin on the next load.
+ */
+#ifndef PIVIRT_MAPS_H
+#define PIVIRT_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "pivirt/consts.h"
+#include "pivirt/types.h"
+
+/* pv_ports: guarded ports by ifindex. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PV_MAX_PORTS);
+	__type(key, struct pv_port_key);
+	__type(value, struct pv_port);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pv_ports SEC(".maps");
+
+/* pv_allow4: allowed IPv4 source prefixes per port. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, PV_MAX_ALLOW);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct pv_allow4_key);
+	__type(value, struct pv_allow);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pv_allow4 SEC(".maps");
+
+/* pv_allow6: allowed IPv6 source prefixes per port (besides the EUI-64
+ * link-local, which the guard derives from the pinned MAC).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, PV_MAX_ALLOW);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct pv_allow6_key);
+	__type(value, struct pv_allow);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pv_allow6 SEC(".maps");
+
+/* pv_leases: IPv4 leases by (segment, MAC); shared with the DHCP server. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PV_MAX_LEASES);
+	__type(key, struct pv_lease_key);
+	__type(value, struct pv_lease);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pv_leases SEC(".maps");
+
+/* pv_counters: per-port, per-reason packets. Entries are created by the
+ * guard on a port's first frame; not preallocated, since a per-CPU value
+ * of every possible port would cost PV_MAX_PORTS * 192 B * CPUs.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, PV_MAX_PORTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct pv_counter_key);
+	__type(value, struct pv_counts);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pv_counters SEC(".maps");
+
+#endif /* PIVIRT_MAPS_H */

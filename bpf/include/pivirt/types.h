@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+
+/* Every key and value struct of the guard maps, declared once. Go gets
+ * them through bpf2go -type (dataplane/guard); fields are fixed-width and
+ * padding is written out so both sides agree byte for byte.
+ */
+#ifndef PIVIRT_TYPES_H
+#define PIVIRT_TYPES_H
+
+#include <linux/types.h>
+
+#include "pivirt/consts.h"
+
+/* struct pv_port_key: pv_ports key, the host-side device of a VM port. */
+struct pv_port_key {
+	__u32 ifindex;
+};
+
+/* struct pv_port: what a guarded port may send (from PortSecurity). */
+struct pv_port {
+	__u8 mac[6];          /* the only source MAC allowed */
+	__u16 flags;          /* enum pv_port_flags */
+	__u32 seg_id;         /* NetworkSegment id (FNV-1a of its name), 0 = none */
+	__be32 dhcp_server;   /* segment host IP: DHCP client exception target */
+};
+
+/* struct pv_allow4_key: pv_allow4 LPM key. prefixlen counts the 32 bits
+ * of ifindex plus the prefix length of addr.
+ */
+struct pv_allow4_key {
+	__u32 prefixlen;
+	__u32 ifindex;
+	__be32 addr;
+};
+
+/* struct pv_allow6_key: pv_allow6 LPM key, as pv_allow4_key. */
+struct pv_allow6_key {
+	__u32 prefixlen;
+	__u32 ifindex;
+	__u8 addr[16];
+};
+
+/* struct pv_allow: value of pv_allow4 and pv_allow6. */
+struct pv_allow {
+	__u32 flags; /* enum pv_allow_flags */
+};
+
+/* struct pv_lease_key: pv_leases key, a MAC on a segment. */
+struct pv_lease_key {
+	__u32 seg_id;
+	__u8 mac[6];
+	__u8 pad[2];
+};
+
+/* struct pv_lease: the IPv4 address leased to a MAC. Written by compile
+ * (DHCPLease objects) and by the DHCP server when it acknowledges.
+ */
+struct pv_lease {
+	__be32 ip;
+	__u32 flags;          /* enum pv_lease_flags */
+	__u64 expires_tai_ns; /* CLOCK_TAI; 0 = not bound */
+	__u32 lease_time;     /* seconds, as granted */
+	__u32 pad;
+};
+
+/* struct pv_counter_key: pv_counters key. */
+struct pv_counter_key {
+	__u32 ifindex;
+};
+
+/* struct pv_counts: per-CPU packets per enum pv_reason. */
+struct pv_counts {
+	__u64 pkts[PV_R_MAX];
+};
+
+#endif /* PIVIRT_TYPES_H */

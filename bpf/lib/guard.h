@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+
+/* The port guard: decides, for a frame sent by a VM, whether its source
+ * MAC, IPv4/IPv6 source and ARP/DHCP/RA content match the port's pins.
+ * Written once over lib/ctx.h; xdp_guard.c, tcx_guard.c and tc_sim.c wrap
+ * it. pv_guard returns an enum pv_reason; below PV_R_DROP_MIN passes.
+ */
+#ifndef PIVIRT_LIB_GUARD_H
+#define PIVIRT_LIB_GUARD_H
+
+#include <linux/icmpv6.h>
+#include <linux/udp.h>
+
+#include "lib/ctx.h"
+#include "lib/parse.h"
+#include "pivirt/maps.h"
+
+#define DHCP_SERVER_PORT	bpf_htons(67)
+#define DHCP_CLIENT_PORT	bpf_htons(68)
+#define DHCP6_SERVER_PORT	bpf_htons(547)
+#define BOOTREPLY		2
+#define ICMPV6_RS		133
+#define ICMPV6_RA		134
+#define ICMPV6_NS		135
+#define ICMPV6_MLD2_REPORT	143
+
+/* pv_ip4_allowed checks an IPv4 source (or ARP sender) against the lease
+ * of the port's MAC and the port's allowed prefixes.
+ */
+static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port *port,
+					     __be32 addr)
+{
+	int expired = 0;
+
+	if (port->flags & PV_PORT_LEARN_DHCP) {
+		struct pv_lease_key lk = { .seg_id = port->seg_id };
+		struct pv_lease *l;
+
+		__builtin_memcpy(lk.mac, port->mac, sizeof(lk.mac));
+		l = bpf_map_lookup_elem(&pv_leases, &lk);
+		if (l && l->ip == addr && (l->flags & PV_LEASE_BOUND)) {
+			/* CLOCK_TAI, like expires_tai_ns: unaffected by
+			 * NTP steps, and userspace derives it from wall time.
+			 */
+			if (bpf_ktime_get_tai_ns() < l->expires_tai_ns)
+				return PV_R_PASS_LEASE;
+			expired = 1;
+		}
+	}
+
+	struct pv_allow4_key ak = {
+		.prefixlen = 32 + 32,
+		.ifindex = ifindex,
+		.addr = addr,
+	};
+	if (bpf_map_lookup_elem(&pv_allow4, &ak))
+		return PV_R_PASS;
+	return expired ? PV_R_LEASE_EXPIRED : PV_R_IP4_SRC;
+}
+
+static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex,
+					    const struct pv_port *port)
+{
+	struct iphdr *ip = cur->pos;
+	__u32 hlen;
+
+	if ((void *)(ip + 1) > cur->end)
+		return PV_R_MALFORMED;
+	if (ip->version != 4 || ip->ihl < 5)
+		return PV_R_MALFORMED;
+	hlen = ip->ihl * 4;
+	if (!cur_pull(cur, hlen) || bpf_ntohs(ip->tot_len) < hlen)
+		return PV_R_MALFORMED;
+
+	/* Only a first fragment carries the UDP header. */
+	if (ip->protocol == IPPROTO_UDP && !(ip->frag_off & bpf_htons(0x1fff))) {
+		struct udphdr *udp = cur_pull(cur, sizeof(*udp));
+
+		if (!udp)
+			return PV_R_MALFORMED;
+		if (port->flags & PV_PORT_DHCP_GUARD) {
+			if (udp->source == DHCP_SERVER_PORT)
+				return PV_R_DHCP_SERVER;
+			if (udp->dest == DHCP_CLIENT_PORT || udp->dest == DHCP_SERVER_PORT) {
+				__u8 *op = cur_pull(cur, 1);
+
+				if (!op)
+					return PV_R_MALFORMED;
+				if (*op == BOOTREPLY)
+					return PV_R_DHCP_SERVER;
+			}
+		}
+		/* A client without an address yet: DISCOVER/REQUEST from
+		 * 0.0.0.0 to broadcast or to the segment's server.
+		 */
+		if (ip->saddr == 0 && udp->source == DHCP_CLIENT_PORT &&
+		    udp->dest == DHCP_SERVER_PORT &&
+		    (ip->daddr == 0xffffffff ||
+		     (port->dhcp_server && ip->daddr == port->dhcp_server)))
+			return PV_R_PASS_DHCP;
+	}
+	if (ip->saddr == 0)
+		return PV_R_IP4_SRC;
+	return pv_ip4_allowed(ifindex, port, ip->saddr);
+}
+
+static __always_inline __u32 pv_guard_arp(struct hdr_cursor *cur, __u32 ifindex,
+					   const struct pv_port *port)
+{
+	struct arp_eth *arp = cur_pull(cur, sizeof(*arp));
+	__be32 spa;
+	__u32 r;
+
+	if (!arp)
+		return PV_R_MALFORMED;
+	if (!(port->flags & PV_PORT_ARP_GUARD))
+		return PV_R_PASS;
+	if (arp->htype != bpf_htons(ARPHRD_ETHER) || arp->ptype != bpf_htons(ETH_P_IP) ||
+	    arp->hlen != 6 || arp->plen != 4)
+		return PV_R_MALFORMED;
+	if (arp->op != bpf_htons(ARPOP_REQUEST) && arp->op != bpf_htons(ARPOP_REPLY))
+		return PV_R_ARP_OP;
+	if (!mac_eq(arp->sha, port->mac))
+		return PV_R_ARP_SHA;
+	__builtin_memcpy(&spa, arp->spa, sizeof(spa));
+	/* Address conflict probes (RFC 5227) come from 0.0.0.0. */
+	if (spa == 0)
+		return PV_R_PASS;
+	r = pv_ip4_allowed(ifindex, port, spa);
+	return r < PV_R_DROP_MIN ? r : PV_R_ARP_SPA;
+}
+
+static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex,
+					    const struct pv_port *port)
+{
+	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
+	int l4, icmp_type = -1;
+
+	if (!ip6 || ip6->version != 6)
+		return PV_R_MALFORMED;
+	l4 = ipv6_skip_ext(cur, ip6->nexthdr);
+	if (l4 < 0)
+		return PV_R_MALFORMED;
+	if (l4 == IPPROTO_ICMPV6) {
+		__u8 *t = cur_pull(cur, 1);
+
+		if (!t)
+			return PV_R_MALFORMED;
+		icmp_type = *t;
+		if (icmp_type == ICMPV6_RA && (port->flags & PV_PORT_RA_GUARD))
+			return PV_R_RA;
+	} else if (l4 == IPPROTO_UDP && (port->flags & PV_PORT_DHCP_GUARD)) {
+		struct udphdr *udp = cur_pull(cur, sizeof(*udp));
+
+		if (!udp)
+			return PV_R_MALFORMED;
+		if (udp->source == DHCP6_SERVER_PORT)
+			return PV_R_DHCP_SERVER;
+	}
+
+	if (ipv6_is_unspec(&ip6->saddr)) {
+		/* Before it has an address a host sends RS, DAD NS and MLD
+		 * reports from :: (RFC 4861, 4862, 3810).
+		 */
+		if (icmp_type == ICMPV6_RS || icmp_type == ICMPV6_NS ||
+		    icmp_type == ICMPV6_MLD2_REPORT)
+			return PV_R_PASS_UNSPEC6;
+		return PV_R_IP6_SRC;
+	}
+	if (ipv6_is_eui64_ll(&ip6->saddr, port->mac))
+		return PV_R_PASS;
+
+	struct pv_allow6_key ak = {
+		.prefixlen = 32 + 128,
+		.ifindex = ifindex,
+	};
+	__builtin_memcpy(ak.addr, &ip6->saddr, sizeof(ak.addr));
+	if (bpf_map_lookup_elem(&pv_allow6, &ak))
+		return PV_R_PASS;
+	return PV_R_IP6_SRC;
+}
+
+/* pv_guard returns the enum pv_reason for a frame from a guarded port. */
+static __always_inline __u32 pv_guard(struct __ctx_buff *ctx, __u32 ifindex,
+				      const struct pv_port *port)
+{
+	struct hdr_cursor cur = { .pos = ctx_data(ctx), .end = ctx_data_end(ctx) };
+	struct ethhdr *eth = cur_pull(&cur, sizeof(*eth));
+
+	if (!eth)
+		return PV_R_MALFORMED;
+	if (ctx_vlan_offloaded(ctx))
+		return PV_R_VLAN;
+	if (!mac_eq(eth->h_source, port->mac))
+		return PV_R_SRC_MAC;
+
+	switch (eth->h_proto) {
+	case bpf_htons(ETH_P_IP):
+		return pv_guard_ipv4(&cur, ifindex, port);
+	case bpf_htons(ETH_P_ARP):
+		return pv_guard_arp(&cur, ifindex, port);
+	case bpf_htons(ETH_P_IPV6):
+		return pv_guard_ipv6(&cur, ifindex, port);
+	case bpf_htons(ETH_P_8021Q):
+	case bpf_htons(ETH_P_8021AD):
+		return PV_R_VLAN;
+	default:
+		return PV_R_ETHERTYPE;
+	}
+}
+
+/* pv_count adds one frame to the port's counter of reason. The entry is
+ * created on the port's first frame; per-CPU, so no atomics.
+ */
+static __always_inline void pv_count(__u32 ifindex, __u32 reason)
+{
+	struct pv_counter_key k = { .ifindex = ifindex };
+	struct pv_counts *c = bpf_map_lookup_elem(&pv_counters, &k);
+
+	if (!c) {
+		struct pv_counts zero = {};
+
+		/* A racing CPU may have created it: NOEXIST keeps its counts. */
+		bpf_map_update_elem(&pv_counters, &k, &zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&pv_counters, &k);
+		if (!c)
+			return;
+	}
+	if (reason < PV_R_MAX)
+		c->pkts[reason]++;
+}
+
+/* pv_guard_port runs the guard for a frame on the ctx's device: frames of
+ * devices not in pv_ports pass untouched; others are counted and get the
+ * verdict of their reason.
+ */
+static __always_inline int pv_guard_port(struct __ctx_buff *ctx)
+{
+	__u32 ifindex = ctx_ifindex(ctx);
+	struct pv_port_key pk = { .ifindex = ifindex };
+	struct pv_port *port = bpf_map_lookup_elem(&pv_ports, &pk);
+	__u32 reason;
+
+	if (!port)
+		return CTX_ACT_OK;
+	ctx_pull(ctx);
+	reason = pv_guard(ctx, ifindex, port);
+	pv_count(ifindex, reason);
+	return reason < PV_R_DROP_MIN ? CTX_ACT_OK : CTX_ACT_DROP;
+}
+
+#endif /* PIVIRT_LIB_GUARD_H */

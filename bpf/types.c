@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
+/* Never loaded: this object only exists so that every struct and enum of
+ * pivirt/{consts,types,maps}.h reaches BTF, where bpf2go -type turns them
+ * into the Go types of dataplane/guard (enums are not referenced by any
+ * map, so the programs' own BTF lacks them).
+ */
+
+#include "pivirt/maps.h"
+
+enum pv_reason pv_reason_btf __attribute__((unused));
+enum pv_port_flags pv_port_flags_btf __attribute__((unused));
+enum pv_lease_flags pv_lease_flags_btf __attribute__((unused));
+enum pv_allow_flags pv_allow_flags_btf __attribute__((unused));
+
+char __license[] SEC("license") = "Dual BSD/GPL";

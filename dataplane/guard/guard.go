@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package guard
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cilium/ebpf"
+)
+
+// Map names, as pinned under <bpffs>/maps.
+const (
+	MapPorts    = "pv_ports"
+	MapAllow4   = "pv_allow4"
+	MapAllow6   = "pv_allow6"
+	MapLeases   = "pv_leases"
+	MapCounters = "pv_counters"
+)
+
+// MapNames lists every guard map.
+var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters}
+
+// Program names, as in the C sources (and truncated by nothing: ≤15 bytes).
+const (
+	ProgXDP = "pv_xdp_guard"
+	ProgTCX = "pv_tcx_guard"
+	ProgSim = "pv_tc_sim"
+)
+
+// Go mirrors of the C structs of bpf/include/pivirt/types.h.
+type (
+	// PortKey mirrors struct pv_port_key.
+	PortKey = typesPvPortKey
+	// Port mirrors struct pv_port.
+	Port = typesPvPort
+	// Allow4Key mirrors struct pv_allow4_key.
+	Allow4Key = typesPvAllow4Key
+	// Allow6Key mirrors struct pv_allow6_key.
+	Allow6Key = typesPvAllow6Key
+	// Allow mirrors struct pv_allow.
+	Allow = typesPvAllow
+	// LeaseKey mirrors struct pv_lease_key.
+	LeaseKey = typesPvLeaseKey
+	// Lease mirrors struct pv_lease.
+	Lease = typesPvLease
+	// CounterKey mirrors struct pv_counter_key.
+	CounterKey = typesPvCounterKey
+	// Counts mirrors struct pv_counts (one CPU's share).
+	Counts = typesPvCounts
+	// Reason mirrors enum pv_reason.
+	Reason = typesPvReason
+	// PortFlags mirrors enum pv_port_flags.
+	PortFlags = typesPvPortFlags
+	// LeaseFlags mirrors enum pv_lease_flags.
+	LeaseFlags = typesPvLeaseFlags
+	// AllowFlags mirrors enum pv_allow_flags.
+	AllowFlags = typesPvAllowFlags
+)
+
+// Port flags (enum pv_port_flags).
+const (
+	PortDHCPGuard PortFlags = typesPvPortFlagsPV_PORT_DHCP_GUARD
+	PortARPGuard  PortFlags = typesPvPortFlagsPV_PORT_ARP_GUARD
+	PortRAGuard   PortFlags = typesPvPortFlagsPV_PORT_RA_GUARD
+	PortLearnDHCP PortFlags = typesPvPortFlagsPV_PORT_LEARN_DHCP
+)
+
+// Lease flags (enum pv_lease_flags).
+const (
+	LeaseStatic LeaseFlags = typesPvLeaseFlagsPV_LEASE_STATIC
+	LeaseBound  LeaseFlags = typesPvLeaseFlagsPV_LEASE_BOUND
+)
+
+// Allow flags (enum pv_allow_flags).
+const (
+	AllowAddress AllowFlags = typesPvAllowFlagsPV_ALLOW_ADDRESS
+	AllowPair    AllowFlags = typesPvAllowFlagsPV_ALLOW_PAIR
+)
+
+// Reasons (enum pv_reason). Those below ReasonDropMin pass.
+const (
+	ReasonPass         Reason = typesPvReasonPV_R_PASS
+	ReasonPassLease    Reason = typesPvReasonPV_R_PASS_LEASE
+	ReasonPassDHCP     Reason = typesPvReasonPV_R_PASS_DHCP
+	ReasonPassUnspec6  Reason = typesPvReasonPV_R_PASS_UNSPEC6
+	ReasonNotGuarded   Reason = typesPvReasonPV_R_NOT_GUARDED
+	ReasonDropMin      Reason = typesPvReasonPV_R_DROP_MIN
+	ReasonMalformed    Reason = typesPvReasonPV_R_MALFORMED
+	ReasonVLAN         Reason = typesPvReasonPV_R_VLAN
+	ReasonEthertype    Reason = typesPvReasonPV_R_ETHERTYPE
+	ReasonSrcMAC       Reason = typesPvReasonPV_R_SRC_MAC
+	ReasonIP4Src       Reason = typesPvReasonPV_R_IP4SRC
+	ReasonLeaseExpired Reason = typesPvReasonPV_R_LEASE_EXPIRED
+	ReasonDHCPServer   Reason = typesPvReasonPV_R_DHCP_SERVER
+	ReasonARPSHA       Reason = typesPvReasonPV_R_ARP_SHA
+	ReasonARPSPA       Reason = typesPvReasonPV_R_ARP_SPA
+	ReasonARPOp        Reason = typesPvReasonPV_R_ARP_OP
+	ReasonIP6Src       Reason = typesPvReasonPV_R_IP6SRC
+	ReasonRA           Reason = typesPvReasonPV_R_RA
+	ReasonMax          Reason = typesPvReasonPV_R_MAX
+)
+
+var reasonNames = map[Reason]string{
+	ReasonPass:         "pass",
+	ReasonPassLease:    "pass-lease",
+	ReasonPassDHCP:     "pass-dhcp-client",
+	ReasonPassUnspec6:  "pass-ipv6-unspecified",
+	ReasonNotGuarded:   "not-guarded",
+	ReasonMalformed:    "malformed",
+	ReasonVLAN:         "vlan",
+	ReasonEthertype:    "ethertype",
+	ReasonSrcMAC:       "src-mac",
+	ReasonIP4Src:       "ipv4-src",
+	ReasonLeaseExpired: "lease-expired",
+	ReasonDHCPServer:   "dhcp-server",
+	ReasonARPSHA:       "arp-sha",
+	ReasonARPSPA:       "arp-spa",
+	ReasonARPOp:        "arp-op",
+	ReasonIP6Src:       "ipv6-src",
+	ReasonRA:           "router-advertisement",
+}
+
+// String is the reason's stable kebab-case name, as in counters and
+// `pivirtctl simulate`; unknown values print as reason-N.
+func (r typesPvReason) String() string {
+	if n, ok := reasonNames[r]; ok {
+		return n
+	}
+	return fmt.Sprintf("reason-%d", uint32(r))
+}
+
+// Drop reports whether frames with this reason are dropped.
+func (r typesPvReason) Drop() bool { return r >= ReasonDropMin }
+
+// Reasons lists every named reason in value order.
+func Reasons() []Reason {
+	var rs []Reason
+	for r := Reason(0); r < ReasonMax; r++ {
+		if _, ok := reasonNames[r]; ok {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// ParseReason is the inverse of Reason.String.
+func ParseReason(s string) (Reason, error) {
+	for r, n := range reasonNames {
+		if n == s {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown reason %q", s)
+}
+
+// String lists the set flags by their spec names, or "none".
+func (f typesPvPortFlags) String() string {
+	return flagString(uint32(f), []string{"dhcpGuard", "arpGuard", "raGuard", "learnFromDHCP"})
+}
+
+// String lists the set flags, or "none".
+func (f typesPvLeaseFlags) String() string {
+	return flagString(uint32(f), []string{"static", "bound"})
+}
+
+// String lists the set flags, or "none".
+func (f typesPvAllowFlags) String() string {
+	return flagString(uint32(f), []string{"address", "pair"})
+}
+
+func flagString(v uint32, names []string) string {
+	var s []string
+	for i, n := range names {
+		if v&(1<<i) != 0 {
+			s = append(s, n)
+			v &^= 1 << i
+		}
+	}
+	if v != 0 {
+		s = append(s, fmt.Sprintf("0x%x", v))
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, "|")
+}
+
+// XDPSpec returns the CollectionSpec of the XDP guard (pv_xdp_guard).
+func XDPSpec() (*ebpf.CollectionSpec, error) { return loadXdp_guard() }
+
+// TCXSpec returns the CollectionSpec of the tcx ingress guard (pv_tcx_guard).
+func TCXSpec() (*ebpf.CollectionSpec, error) { return loadTcx_guard() }
+
+// SimSpec returns the CollectionSpec of the simulation twin (pv_tc_sim).
+func SimSpec() (*ebpf.CollectionSpec, error) { return loadTc_sim() }
+
+// TypesSpec returns the CollectionSpec of bpf/types.c: every map, never
+// loaded, used to check layouts.
+func TypesSpec() (*ebpf.CollectionSpec, error) { return loadTypes() }

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package guard
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// TestLayout checks, without privileges, that the Go mirror of every map's
+// key and value has the size the ELF declares, in every object.
+func TestLayout(t *testing.T) {
+	want := map[string]struct{ key, value any }{
+		MapPorts:    {PortKey{}, Port{}},
+		MapAllow4:   {Allow4Key{}, Allow{}},
+		MapAllow6:   {Allow6Key{}, Allow{}},
+		MapLeases:   {LeaseKey{}, Lease{}},
+		MapCounters: {CounterKey{}, Counts{}},
+	}
+	specs := []struct {
+		name string
+		load func() (*ebpf.CollectionSpec, error)
+	}{
+		{"types", TypesSpec},
+		{"xdp_guard", XDPSpec},
+		{"tcx_guard", TCXSpec},
+		{"tc_sim", SimSpec},
+	}
+	for _, s := range specs {
+		t.Run(s.name, func(t *testing.T) {
+			spec, err := s.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, kv := range want {
+				ms, ok := spec.Maps[name]
+				if !ok {
+					t.Errorf("map %s missing", name)
+					continue
+				}
+				if got := binary.Size(kv.key); got != int(ms.KeySize) {
+					t.Errorf("%s: Go key %d bytes, ELF %d", name, got, ms.KeySize)
+				}
+				if got := binary.Size(kv.value); got != int(ms.ValueSize) {
+					t.Errorf("%s: Go value %d bytes, ELF %d", name, got, ms.ValueSize)
+				}
+				if ms.Pinning != ebpf.PinByName {
+					t.Errorf("%s: pinning %v, want by name", name, ms.Pinning)
+				}
+				if len(name) > 15 {
+					t.Errorf("%s: name longer than 15 bytes", name)
+				}
+			}
+			for name := range spec.Maps {
+				if _, ok := want[name]; !ok && s.name != "types" {
+					t.Errorf("unexpected map %s (globals would need a .bss/.rodata)", name)
+				}
+			}
+		})
+	}
+}
+
+func TestReasonNames(t *testing.T) {
+	seen := map[string]bool{}
+	for _, r := range Reasons() {
+		n := r.String()
+		if seen[n] {
+			t.Errorf("duplicate reason name %s", n)
+		}
+		seen[n] = true
+		got, err := ParseReason(n)
+		if err != nil || got != r {
+			t.Errorf("ParseReason(%q) = %v, %v; want %v", n, got, err, r)
+		}
+		if want := r >= ReasonDropMin; r.Drop() != want {
+			t.Errorf("%s.Drop() = %v", n, r.Drop())
+		}
+	}
+	if got := (PortDHCPGuard | PortLearnDHCP).String(); got != "dhcpGuard|learnFromDHCP" {
+		t.Errorf("flags = %q", got)
+	}
+	if got := LeaseFlags(0).String(); got != "none" {
+		t.Errorf("no flags = %q", got)
+	}
+}
