@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package pivirtv1
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// del removes a key in with().
+var del = &struct{}{}
+
+// with returns a deep copy of base with each "a.b.c" path set to its value
+// (or removed when the value is del).
+func with(base map[string]any, kv ...any) map[string]any {
+	b, _ := json.Marshal(base)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		panic(err)
+	}
+	for i := 0; i < len(kv); i += 2 {
+		parts := strings.Split(kv[i].(string), ".")
+		cur := m
+		for _, p := range parts[:len(parts)-1] {
+			next, ok := cur[p].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				cur[p] = next
+			}
+			cur = next
+		}
+		if kv[i+1] == del {
+			delete(cur, parts[len(parts)-1])
+		} else {
+			cur[parts[len(parts)-1]] = kv[i+1]
+		}
+	}
+	return m
+}
+
+func obj(kind string, spec map[string]any) map[string]any {
+	return map[string]any{
+		"apiVersion": APIVersion,
+		"kind":       kind,
+		"metadata":   map[string]any{"name": "x"},
+		"spec":       spec,
+	}
+}
+
+var (
+	goodSegment = obj(KindNetworkSegment, map[string]any{
+		"bridge": "br-vm", "hostIP": "192.168.100.1/24",
+		"dhcp": map[string]any{"delegatedRangeStart": "192.168.100.100", "delegatedRangeEnd": "192.168.100.199"},
+	})
+	goodLease = obj(KindDHCPLease, map[string]any{
+		"network": "br-vm", "macAddress": "52:54:00:12:34:56", "ipAddress": "192.168.100.150", "hostname": "web-01",
+	})
+	goodPortSec = obj(KindPortSecurity, map[string]any{
+		"interface": "tap-web01-0", "macAddress": "52:54:00:12:34:56", "ipAddresses": []any{"192.168.100.10"},
+		"acl": map[string]any{"ingress": []any{map[string]any{"action": "allow", "protocol": "tcp", "ports": []any{"22", "8000-8080"}, "cidrs": []any{"10.0.0.0/8"}}}},
+	})
+	goodExtIP = obj(KindExternalIP, map[string]any{
+		"address": "203.0.113.10", "interface": "uplink0", "target": "192.168.100.10",
+	})
+	goodRouter = obj(KindVPCRouter, map[string]any{
+		"inside": map[string]any{"bridge": "vpcbr-a", "ip": "10.10.0.1/24"},
+		"uplink": map[string]any{"bridge": "br-ext", "ip": "198.51.100.2/24", "gateway": "198.51.100.1"},
+	})
+	rule = func(kv ...any) []any {
+		return []any{with(map[string]any{"action": "allow", "protocol": "tcp"}, kv...)}
+	}
+	fwd = func(kv ...any) []any {
+		return []any{with(map[string]any{"protocol": "tcp", "port": 443}, kv...)}
+	}
+)
+
+func toObject(t *testing.T, m map[string]any) *Object {
+	t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := DecodeObject(b)
+	if err != nil {
+		t.Fatalf("DecodeObject: %v", err)
+	}
+	return o
+}
+
+func TestValidateObjectGood(t *testing.T) {
+	for _, m := range []map[string]any{goodSegment, goodLease, goodPortSec, goodExtIP, goodRouter,
+		with(goodLease, "kind", "leases", "metadata.labels", map[string]any{"app": "web", "example.com/tier": ""}),
+		with(goodExtIP, "spec.mode", "portForward", "spec.ports", fwd()),
+		with(goodSegment, "spec.hostIP", "10.0.0.1/31", "spec.dhcp", map[string]any{"enabled": false}),
+	} {
+		if err := ValidateObject(toObject(t, m)); err != nil {
+			t.Errorf("%v: %v", m["kind"], err)
+		}
+	}
+}
+
+// TestValidateObjectBad has one bad input per rule, each with the exact
+// error it must produce (and no other).
+func TestValidateObjectBad(t *testing.T) {
+	long := strings.Repeat("a", 254)
+	tests := []struct {
+		name string
+		obj  map[string]any
+		want string
+	}{
+		// envelope and metadata
+		{"apiVersion wrong", with(goodSegment, "apiVersion", "pivirt.hu/v2"), "apiVersion: pivirt.hu/v2 is not supported (want pivirt.hu/v1)"},
+		{"apiVersion missing", with(goodSegment, "apiVersion", del), "apiVersion: required (want pivirt.hu/v1)"},
+		{"kind unknown", with(goodSegment, "kind", "Bridge"), "kind: Bridge is not a known kind (one of NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter)"},
+		{"kind missing", with(goodSegment, "kind", del), "kind: required (one of NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter)"},
+		{"name missing", with(goodSegment, "metadata.name", del), "metadata.name: required"},
+		{"name upper", with(goodSegment, "metadata.name", "Web_01"), "metadata.name: Web_01 is not a DNS-1123 subdomain (at most 253 lowercase alphanumerics, '-' or '.', starting and ending alphanumeric)"},
+		{"name too long", with(goodSegment, "metadata.name", long), "metadata.name: " + long + " is not a DNS-1123 subdomain (at most 253 lowercase alphanumerics, '-' or '.', starting and ending alphanumeric)"},
+		{"name trailing dash", with(goodSegment, "metadata.name", "vm-net-"), "metadata.name: vm-net- is not a DNS-1123 subdomain (at most 253 lowercase alphanumerics, '-' or '.', starting and ending alphanumeric)"},
+		{"label key space", with(goodSegment, "metadata.labels", map[string]any{"bad key": "v"}), `metadata.labels: "bad key" is not a valid key: the name must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric`},
+		{"label key prefix", with(goodSegment, "metadata.labels", map[string]any{"Example.com/app": "v"}), "metadata.labels: Example.com/app is not a valid key: the prefix must be a DNS-1123 subdomain"},
+		{"label key two slashes", with(goodSegment, "metadata.labels", map[string]any{"a.b/c/d": "v"}), "metadata.labels: a.b/c/d is not a valid key: at most one '/'"},
+		{"label value", with(goodSegment, "metadata.labels", map[string]any{"app": "-web"}), "metadata.labels[app]: -web is not a valid label value: at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"},
+		{"label value long", with(goodSegment, "metadata.labels", map[string]any{"app": strings.Repeat("w", 64)}), "metadata.labels[app]: " + strings.Repeat("w", 64) + " is not a valid label value: at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"},
+		{"annotation key", with(goodSegment, "metadata.annotations", map[string]any{"_x": "anything at all"}), "metadata.annotations: _x is not a valid key: the name must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"},
+		{"annotations too big", with(goodSegment, "metadata.annotations", map[string]any{"big": strings.Repeat("x", 256*1024)}), "metadata.annotations: are 262147 bytes, more than the 262144 allowed"},
+		{"owner without name", with(goodLease, "metadata.ownerReferences", []any{map[string]any{"apiVersion": "pivirt.hu/v1", "kind": "NetworkSegment"}}), "metadata.ownerReferences[0].name: required"},
+		{"owner bad kind", with(goodLease, "metadata.ownerReferences", []any{map[string]any{"apiVersion": "pivirt.hu/v1", "kind": "net-seg", "name": "a"}}), "metadata.ownerReferences[0].kind: net-seg is not a kind name"},
+		{"spec missing", with(goodSegment, "spec", del), "spec: required"},
+		{"unknown field", with(goodSegment, "spec.foo", 1), "spec.foo: unknown field"},
+		{"unknown nested field", with(goodSegment, "spec.dhcp.rangeStart", "192.168.100.10"), "spec.dhcp.rangeStart: unknown field"},
+		{"unknown field in list", with(goodPortSec, "spec.acl.ingress", rule("port", 22)), "spec.acl.ingress[0].port: unknown field"},
+		{"field case", with(goodLease, "spec.macaddress", "52:54:00:12:34:57"), "spec.macaddress: unknown field (did you mean macAddress?)"},
+		{"wrong type", with(goodSegment, "spec.dhcp.mtu", "1500"), `spec.dhcp.mtu: "1500" must be an integer`},
+		{"wrong type bool", with(goodSegment, "spec.dhcp.enabled", "yes"), `spec.dhcp.enabled: "yes" must be true or false`},
+		{"wrong type list", with(goodSegment, "spec.dhcp.dnsServers", "1.1.1.1"), `spec.dhcp.dnsServers: "1.1.1.1" must be a list`},
+		{"bad time", with(goodLease, "spec.type", "dynamic", "spec.expiresAt", "tomorrow"), "spec.expiresAt: tomorrow is not an RFC 3339 time (want e.g. 2026-12-02T17:00:00Z)"},
+
+		// NetworkSegment
+		{"bridge missing", with(goodSegment, "spec.bridge", del), "spec.bridge: required"},
+		{"bridge too long", with(goodSegment, "spec.bridge", "br-0123456789abc"), "spec.bridge: br-0123456789abc is longer than 15 characters (IFNAMSIZ)"},
+		{"bridge slash", with(goodSegment, "spec.bridge", "br/vm"), "spec.bridge: br/vm is not a valid interface name (no '/', ':' or whitespace)"},
+		{"bridge space", with(goodSegment, "spec.bridge", "br vm"), `spec.bridge: "br vm" is not a valid interface name (no '/', ':' or whitespace)`},
+		{"bridge dot", with(goodSegment, "spec.bridge", ".."), "spec.bridge: .. is not a valid interface name"},
+		{"networkRef", with(goodSegment, "spec.networkRef", "Net_A"), "spec.networkRef: Net_A is not a DNS-1123 subdomain"},
+		{"overlay", with(goodSegment, "spec.overlay", map[string]any{"type": "vxlan", "vni": 10}), "spec.overlay: overlay networks (OVS) are not available on this node yet"},
+		{"hostIP missing", with(goodSegment, "spec.hostIP", del), "spec.hostIP: required"},
+		{"hostIP no prefix", with(goodSegment, "spec.hostIP", "192.168.100.1"), "spec.hostIP: 192.168.100.1 is not an IPv4 address with prefix length (want e.g. 192.168.100.1/24)"},
+		{"hostIP v6", with(goodSegment, "spec.hostIP", "fd00::1/64"), "spec.hostIP: fd00::1/64 is not an IPv4 address with prefix length (want e.g. 192.168.100.1/24)"},
+		{"hostIP network", with(goodSegment, "spec.hostIP", "192.168.100.0/24"), "spec.hostIP: 192.168.100.0/24 is the network address of 192.168.100.0/24, not a host address"},
+		{"hostIP broadcast", with(goodSegment, "spec.hostIP", "192.168.100.255/24"), "spec.hostIP: 192.168.100.255/24 is the broadcast address of 192.168.100.0/24, not a host address"},
+		{"hostIP loopback", with(goodSegment, "spec.hostIP", "127.0.0.1/8"), "spec.hostIP: 127.0.0.1/8 is a loopback address"},
+		{"range start bad", with(goodSegment, "spec.dhcp.delegatedRangeStart", "192.168.100"), "spec.dhcp.delegatedRangeStart: 192.168.100 is not an IPv4 address"},
+		{"range end missing", with(goodSegment, "spec.dhcp.delegatedRangeEnd", del), "spec.dhcp.delegatedRangeEnd: required when delegatedRangeStart is set"},
+		{"range start missing", with(goodSegment, "spec.dhcp.delegatedRangeStart", del), "spec.dhcp.delegatedRangeStart: required when delegatedRangeEnd is set"},
+		{"range reversed", with(goodSegment, "spec.dhcp.delegatedRangeStart", "192.168.100.200"), "spec.dhcp.delegatedRangeStart: 192.168.100.200 is after delegatedRangeEnd 192.168.100.199"},
+		{"range end outside", with(goodSegment, "spec.dhcp.delegatedRangeEnd", "192.168.101.5"), "spec.dhcp.delegatedRangeEnd: 192.168.101.5 is outside hostIP subnet 192.168.100.0/24"},
+		{"range start outside", with(goodSegment, "spec.dhcp.delegatedRangeStart", "192.168.99.5"), "spec.dhcp.delegatedRangeStart: 192.168.99.5 is outside hostIP subnet 192.168.100.0/24"},
+		{"range holds host", with(goodSegment, "spec.hostIP", "192.168.100.150/24"), "spec.dhcp: 192.168.100.100-192.168.100.199 contains the host IP 192.168.100.150"},
+		{"range holds network", with(goodSegment, "spec.hostIP", "192.168.100.254/24", "spec.dhcp.delegatedRangeStart", "192.168.100.0"), "spec.dhcp: 192.168.100.0-192.168.100.199 contains the network address 192.168.100.0"},
+		{"range holds broadcast", with(goodSegment, "spec.dhcp.delegatedRangeEnd", "192.168.100.255"), "spec.dhcp: 192.168.100.100-192.168.100.255 contains the broadcast address 192.168.100.255"},
+		{"lease time negative", with(goodSegment, "spec.dhcp.defaultLeaseTime", -1), "spec.dhcp.defaultLeaseTime: -1 must be positive (seconds)"},
+		{"decline negative", with(goodSegment, "spec.dhcp.declineProbation", -5), "spec.dhcp.declineProbation: -5 must not be negative (seconds)"},
+		{"dns bad", with(goodSegment, "spec.dhcp.dnsServers", []any{"1.1.1.1", "dns.example"}), "spec.dhcp.dnsServers[1]: dns.example is not an IPv4 address"},
+		{"dns multicast", with(goodSegment, "spec.dhcp.dnsServers", []any{"224.0.0.1"}), "spec.dhcp.dnsServers[0]: 224.0.0.1 is a multicast address"},
+		{"domain", with(goodSegment, "spec.dhcp.domainName", "lab_example"), "spec.dhcp.domainName: lab_example is not a valid domain name"},
+		{"domain search", with(goodSegment, "spec.dhcp.domainSearch", []any{"a..b"}), "spec.dhcp.domainSearch[0]: a..b is not a valid domain name"},
+		{"mtu low", with(goodSegment, "spec.dhcp.mtu", 67), "spec.dhcp.mtu: 67 is outside 68-65535"},
+		{"mtu high", with(goodSegment, "spec.dhcp.mtu", 65536), "spec.dhcp.mtu: 65536 is outside 68-65535"},
+		{"route host bits", with(goodSegment, "spec.dhcp.routes", []any{map[string]any{"destination": "10.0.0.1/8", "gateway": "192.168.100.1"}}), "spec.dhcp.routes[0].destination: 10.0.0.1/8 has host bits set (did you mean 10.0.0.0/8?)"},
+		{"route no gateway", with(goodSegment, "spec.dhcp.routes", []any{map[string]any{"destination": "10.0.0.0/8"}}), "spec.dhcp.routes[0].gateway: required"},
+		{"route gateway outside", with(goodSegment, "spec.dhcp.routes", []any{map[string]any{"destination": "10.0.0.0/8", "gateway": "192.168.1.1"}}), "spec.dhcp.routes[0].gateway: 192.168.1.1 is outside hostIP subnet 192.168.100.0/24"},
+
+		// DHCPLease
+		{"network missing", with(goodLease, "spec.network", del), "spec.network: required"},
+		{"network bad", with(goodLease, "spec.network", "br vm"), `spec.network: "br vm" is neither a bridge name nor a networkRef (DNS-1123 subdomain)`},
+		{"mac missing", with(goodLease, "spec.macAddress", del), "spec.macAddress: required"},
+		{"mac garbage", with(goodLease, "spec.macAddress", "52:54:00:12:34"), "spec.macAddress: 52:54:00:12:34 is not a MAC address (want e.g. 52:54:00:12:34:56)"},
+		{"mac eui64", with(goodLease, "spec.macAddress", "52:54:00:12:34:56:78:9a"), "spec.macAddress: 52:54:00:12:34:56:78:9a is not a 48-bit MAC address"},
+		{"mac zero", with(goodLease, "spec.macAddress", "00:00:00:00:00:00"), "spec.macAddress: 00:00:00:00:00:00 is the all-zero MAC address"},
+		{"mac multicast", with(goodLease, "spec.macAddress", "01:00:5e:00:00:01"), "spec.macAddress: 01:00:5e:00:00:01 is a multicast MAC address, not unicast"},
+		{"mac broadcast", with(goodLease, "spec.macAddress", "ff:ff:ff:ff:ff:ff"), "spec.macAddress: ff:ff:ff:ff:ff:ff is a multicast MAC address, not unicast"},
+		{"ip missing", with(goodLease, "spec.ipAddress", del), "spec.ipAddress: required"},
+		{"ip bad", with(goodLease, "spec.ipAddress", "192.168.100.256"), "spec.ipAddress: 192.168.100.256 is not an IPv4 address"},
+		{"ip leading zero", with(goodLease, "spec.ipAddress", "192.168.100.050"), "spec.ipAddress: 192.168.100.050 is not an IPv4 address"},
+		{"ip v6", with(goodLease, "spec.ipAddress", "fd00::5"), "spec.ipAddress: fd00::5 is not an IPv4 address"},
+		{"ip zero", with(goodLease, "spec.ipAddress", "0.0.0.0"), "spec.ipAddress: 0.0.0.0 is the unspecified address"},
+		{"ip broadcast", with(goodLease, "spec.ipAddress", "255.255.255.255"), "spec.ipAddress: 255.255.255.255 is a reserved (class E or broadcast) address"},
+		{"hostname", with(goodLease, "spec.hostname", "web_01"), "spec.hostname: web_01 is not an RFC 1123 host name label (at most 63 letters, digits or '-', starting and ending with a letter or digit)"},
+		{"hostname dotted", with(goodLease, "spec.hostname", "web-01.lab"), "spec.hostname: web-01.lab is not an RFC 1123 host name label (at most 63 letters, digits or '-', starting and ending with a letter or digit)"},
+		{"type", with(goodLease, "spec.type", "reserved"), "spec.type: reserved is not one of static, dynamic"},
+		{"dynamic without expiry", with(goodLease, "spec.type", "dynamic"), "spec.expiresAt: required for a dynamic lease"},
+		{"static with expiry", with(goodLease, "spec.expiresAt", "2026-12-03T10:00:00Z"), "spec.expiresAt: 2026-12-03T10:00:00Z is set but only dynamic leases expire"},
+		{"lease time", with(goodLease, "spec.leaseTime", -3600), "spec.leaseTime: -3600 must not be negative (seconds)"},
+		{"client id", with(goodLease, "spec.clientID", "zz:01"), "spec.clientID: zz:01 is not hex (want e.g. 01:52:54:00:12:34:56)"},
+		{"client id short", with(goodLease, "spec.clientID", "01"), "spec.clientID: 01 must be 2 to 255 bytes (DHCP option 61)"},
+
+		// PortSecurity
+		{"no port", with(goodPortSec, "spec.interface", del), "spec.interface: required (or spec.vmRef)"},
+		{"both ports", with(goodPortSec, "spec.vmRef", map[string]any{"name": "web-01", "nic": 0}), "spec.vmRef: must not be set together with spec.interface"},
+		{"interface long", with(goodPortSec, "spec.interface", "tap-web01-nic0-x"), "spec.interface: tap-web01-nic0-x is longer than 15 characters (IFNAMSIZ)"},
+		{"vmRef name", with(goodPortSec, "spec.interface", del, "spec.vmRef", map[string]any{"name": "Web 01"}), `spec.vmRef.name: "Web 01" is not a DNS-1123 subdomain`},
+		{"vmRef nic", with(goodPortSec, "spec.interface", del, "spec.vmRef", map[string]any{"name": "web-01", "nic": -1}), "spec.vmRef.nic: -1 must not be negative"},
+		{"ps mac", with(goodPortSec, "spec.macAddress", "03:00:00:00:00:01"), "spec.macAddress: 03:00:00:00:00:01 is a multicast MAC address, not unicast"},
+		{"ps mac missing", with(goodPortSec, "spec.macAddress", del), "spec.macAddress: required"},
+		{"ps ip", with(goodPortSec, "spec.ipAddresses", []any{"192.168.100.10/24"}), "spec.ipAddresses[0]: 192.168.100.10/24 is not an IPv4 address"},
+		{"ps ip twice", with(goodPortSec, "spec.ipAddresses", []any{"192.168.100.10", "192.168.100.10"}), "spec.ipAddresses[1]: 192.168.100.10 is listed twice"},
+		{"ps ipv6", with(goodPortSec, "spec.ipv6Addresses", []any{"192.168.1.1"}), "spec.ipv6Addresses[0]: 192.168.1.1 is not an IPv6 address"},
+		{"pair cidr", with(goodPortSec, "spec.allowedAddressPairs", []any{map[string]any{"ipAddress": "192.168.100.200/33"}}), "spec.allowedAddressPairs[0].ipAddress: 192.168.100.200/33 is not an IPv4 CIDR (want e.g. 10.0.0.0/8)"},
+		{"pair host bits", with(goodPortSec, "spec.allowedAddressPairs", []any{map[string]any{"ipAddress": "192.168.100.200/24"}}), "spec.allowedAddressPairs[0].ipAddress: 192.168.100.200/24 has host bits set (did you mean 192.168.100.0/24?)"},
+		{"pair mac", with(goodPortSec, "spec.allowedAddressPairs", []any{map[string]any{"ipAddress": "192.168.100.200", "macAddress": "nope"}}), "spec.allowedAddressPairs[0].macAddress: nope is not a MAC address (want e.g. 52:54:00:12:34:56)"},
+		{"acl action", with(goodPortSec, "spec.acl.ingress", rule("action", "accept")), "spec.acl.ingress[0].action: accept is not one of allow, deny"},
+		{"acl action missing", with(goodPortSec, "spec.acl.egress", rule("action", del)), "spec.acl.egress[0].action: required (one of allow, deny)"},
+		{"acl protocol", with(goodPortSec, "spec.acl.ingress", rule("protocol", "sctp")), "spec.acl.ingress[0].protocol: sctp is not one of tcp, udp, icmp, any"},
+		{"acl port zero", with(goodPortSec, "spec.acl.ingress", rule("ports", []any{"0"})), "spec.acl.ingress[0].ports[0]: 0 is out of range 1-65535"},
+		{"acl port high", with(goodPortSec, "spec.acl.ingress", rule("ports", []any{"8000-65536"})), "spec.acl.ingress[0].ports[0]: 8000-65536 is out of range 1-65535"},
+		{"acl port reversed", with(goodPortSec, "spec.acl.ingress", rule("ports", []any{"8080-8000"})), "spec.acl.ingress[0].ports[0]: 8080-8000 starts after it ends"},
+		{"acl port syntax", with(goodPortSec, "spec.acl.ingress", rule("ports", []any{"ssh"})), "spec.acl.ingress[0].ports[0]: ssh is not a port or port range (want e.g. 22 or 8000-8080)"},
+		{"acl ports icmp", with(goodPortSec, "spec.acl.ingress", rule("protocol", "icmp", "ports", []any{"22"})), "spec.acl.ingress[0].ports: apply only to protocol tcp or udp, not icmp"},
+		{"acl ports any", with(goodPortSec, "spec.acl.egress", rule("protocol", del, "ports", []any{"53"})), "spec.acl.egress[0].ports: apply only to protocol tcp or udp, not any"},
+		{"acl cidr", with(goodPortSec, "spec.acl.ingress", rule("cidrs", []any{"10.0.0.0"})), "spec.acl.ingress[0].cidrs[0]: 10.0.0.0 is not an IPv4 CIDR (want e.g. 10.0.0.0/8)"},
+		{"acl default", with(goodPortSec, "spec.acl.defaultIngress", "drop"), "spec.acl.defaultIngress: drop is not one of allow, deny"},
+		{"acl default egress", with(goodPortSec, "spec.acl.defaultEgress", "reject"), "spec.acl.defaultEgress: reject is not one of allow, deny"},
+
+		// ExternalIP
+		{"address missing", with(goodExtIP, "spec.address", del), "spec.address: required"},
+		{"address bad", with(goodExtIP, "spec.address", "203.0.113.300"), "spec.address: 203.0.113.300 is not an IPv4 address"},
+		{"target bad", with(goodExtIP, "spec.target", "web-01"), "spec.target: web-01 is not an IPv4 address"},
+		{"target self", with(goodExtIP, "spec.target", "203.0.113.10"), "spec.target: 203.0.113.10 is the external address itself"},
+		{"neither interface nor router", with(goodExtIP, "spec.interface", del), "spec.interface: required (or spec.router)"},
+		{"interface and router", with(goodExtIP, "spec.router", "vpc-a"), "spec.router: must not be set together with spec.interface"},
+		{"router name", with(goodExtIP, "spec.interface", del, "spec.router", "VPC_A"), "spec.router: VPC_A is not a VPCRouter name (DNS-1123 subdomain)"},
+		{"mode", with(goodExtIP, "spec.mode", "nat"), "spec.mode: nat is not one of oneToOne, portForward"},
+		{"oneToOne with ports", with(goodExtIP, "spec.ports", fwd()), "spec.ports: must be empty in mode oneToOne (only a portForward lists ports)"},
+		{"portForward without ports", with(goodExtIP, "spec.mode", "portForward"), "spec.ports: required: a portForward needs at least one port"},
+		{"port zero", with(goodExtIP, "spec.mode", "portForward", "spec.ports", fwd("port", 0, "targetPort", 80)), "spec.ports[0].port: 0 is out of range 1-65535"},
+		{"port high", with(goodExtIP, "spec.mode", "portForward", "spec.ports", fwd("port", 65536, "targetPort", 80)), "spec.ports[0].port: 65536 is out of range 1-65535"},
+		{"target port high", with(goodExtIP, "spec.mode", "portForward", "spec.ports", fwd("targetPort", 70000)), "spec.ports[0].targetPort: 70000 is out of range 1-65535"},
+		{"forward protocol", with(goodExtIP, "spec.mode", "portForward", "spec.ports", fwd("protocol", "icmp")), "spec.ports[0].protocol: icmp is not one of tcp, udp"},
+		{"forward twice", with(goodExtIP, "spec.mode", "portForward", "spec.ports", append(fwd(), fwd("targetPort", 8443)...)), "spec.ports[1]: tcp/443 is listed twice"},
+
+		// VPCRouter
+		{"inside bridge", with(goodRouter, "spec.inside.bridge", "vpc:br"), "spec.inside.bridge: vpc:br is not a valid interface name (no '/', ':' or whitespace)"},
+		{"uplink bridge missing", with(goodRouter, "spec.uplink.bridge", del), "spec.uplink.bridge: required"},
+		{"same bridge", with(goodRouter, "spec.uplink.bridge", "vpcbr-a"), "spec.uplink.bridge: vpcbr-a is also the inside bridge"},
+		{"inside ip no host", with(goodRouter, "spec.inside.ip", "10.10.0.0/24"), "spec.inside.ip: 10.10.0.0/24 is the network address of 10.10.0.0/24, not a host address"},
+		{"uplink ip bare", with(goodRouter, "spec.uplink.ip", "198.51.100.2"), "spec.uplink.ip: 198.51.100.2 is not an IPv4 address with prefix length (want e.g. 192.168.100.1/24)"},
+		{"inside gateway", with(goodRouter, "spec.inside.gateway", "10.10.0.254"), "spec.inside.gateway: 10.10.0.254 is not allowed: only the uplink has a gateway"},
+		{"gateway outside", with(goodRouter, "spec.uplink.gateway", "198.51.101.1"), "spec.uplink.gateway: 198.51.101.1 is outside uplink subnet 198.51.100.0/24"},
+		{"gateway self", with(goodRouter, "spec.uplink.gateway", "198.51.100.2"), "spec.uplink.gateway: 198.51.100.2 is the uplink's own address"},
+		{"subnets overlap", with(goodRouter, "spec.uplink", map[string]any{"bridge": "br-ext", "ip": "10.10.0.2/16", "gateway": "10.10.255.254"}), "spec.uplink.ip: 10.10.0.2/16 overlaps inside subnet 10.10.0.0/24"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := toObject(t, tc.obj)
+			before, _ := json.Marshal(o)
+			err := ValidateObject(o)
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("ValidateObject = %v, want a *ValidationError", err)
+			}
+			var got []string
+			for _, fe := range ve.Errors {
+				got = append(got, fe.Error())
+			}
+			if diff := cmp.Diff([]string{tc.want}, got); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+			if after, _ := json.Marshal(o); string(after) != string(before) {
+				t.Errorf("ValidateObject changed its argument")
+			}
+		})
+	}
+}
+
+func TestPrepareObjectDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		obj  map[string]any
+		want string // the defaulted spec as JSON
+	}{
+		{"segment", goodSegment, `{"bridge":"br-vm","hostIP":"192.168.100.1/24","dhcp":{"enabled":true,"delegatedRangeStart":"192.168.100.100","delegatedRangeEnd":"192.168.100.199","defaultLeaseTime":86400,"dnsServers":[],"declineProbation":86400}}`},
+		{"segment dhcp off", with(goodSegment, "spec.dhcp.enabled", false, "spec.dhcp.defaultLeaseTime", 600), `{"bridge":"br-vm","hostIP":"192.168.100.1/24","dhcp":{"enabled":false,"delegatedRangeStart":"192.168.100.100","delegatedRangeEnd":"192.168.100.199","defaultLeaseTime":600,"dnsServers":[],"declineProbation":86400}}`},
+		{"lease", goodLease, `{"network":"br-vm","macAddress":"52:54:00:12:34:56","ipAddress":"192.168.100.150","hostname":"web-01","type":"static"}`},
+		{"portsecurity ingress rules", goodPortSec, `{"interface":"tap-web01-0","macAddress":"52:54:00:12:34:56","ipAddresses":["192.168.100.10"],"learnFromDHCP":true,"dhcpGuard":true,"arpGuard":true,"raGuard":true,"acl":{"stateful":true,"ingress":[{"action":"allow","protocol":"tcp","ports":["22","8000-8080"],"cidrs":["10.0.0.0/8"]}],"defaultIngress":"deny","defaultEgress":"allow"}}`},
+		{"portsecurity egress only", with(goodPortSec, "spec.acl", map[string]any{"egress": []any{map[string]any{"action": "deny", "cidrs": []any{"10.0.0.0/8"}}}}, "spec.dhcpGuard", false), `{"interface":"tap-web01-0","macAddress":"52:54:00:12:34:56","ipAddresses":["192.168.100.10"],"learnFromDHCP":true,"dhcpGuard":false,"arpGuard":true,"raGuard":true,"acl":{"stateful":true,"egress":[{"action":"deny","protocol":"any","cidrs":["10.0.0.0/8"]}],"defaultIngress":"allow","defaultEgress":"allow"}}`},
+		{"portsecurity no acl", with(goodPortSec, "spec.acl", del), `{"interface":"tap-web01-0","macAddress":"52:54:00:12:34:56","ipAddresses":["192.168.100.10"],"learnFromDHCP":true,"dhcpGuard":true,"arpGuard":true,"raGuard":true}`},
+		{"externalip", goodExtIP, `{"address":"203.0.113.10","interface":"uplink0","target":"192.168.100.10","mode":"oneToOne"}`},
+		{"externalip forward", with(goodExtIP, "spec.mode", "portForward", "spec.ports", append(fwd(), fwd("protocol", "udp", "port", 53, "targetPort", 5353)...)), `{"address":"203.0.113.10","interface":"uplink0","target":"192.168.100.10","mode":"portForward","ports":[{"protocol":"tcp","port":443,"targetPort":443},{"protocol":"udp","port":53,"targetPort":5353}]}`},
+		{"vpcrouter", goodRouter, `{"inside":{"bridge":"vpcbr-a","ip":"10.10.0.1/24"},"uplink":{"bridge":"br-ext","ip":"198.51.100.2/24","gateway":"198.51.100.1"}}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := toObject(t, tc.obj)
+			if _, _, err := PrepareObject(o); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, string(o.Spec)); diff != "" {
+				t.Errorf("spec (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPrepareObjectCanonicalKind(t *testing.T) {
+	for _, alias := range []string{"DHCPLease", "dhcplease", "Leases", "LEASE"} {
+		o := toObject(t, with(goodLease, "kind", alias))
+		k, spec, err := PrepareObject(o)
+		if err != nil {
+			t.Fatalf("%s: %v", alias, err)
+		}
+		if o.Kind != KindDHCPLease || k.Kind != KindDHCPLease {
+			t.Errorf("%s: kind = %q/%q, want %s", alias, o.Kind, k.Kind, KindDHCPLease)
+		}
+		if s, ok := spec.(*DHCPLeaseSpec); !ok || s.Type != LeaseStatic {
+			t.Errorf("%s: spec = %#v, want a defaulted *DHCPLeaseSpec", alias, spec)
+		}
+	}
+}
+
+func TestDecodeObject(t *testing.T) {
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"unknown metadata field", "apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata:\n  name: a\n  lables: {app: web}\nspec: {}\n",
+			`DHCPLease "a" is invalid: metadata.lables: unknown field`},
+		{"unknown top field", "apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: a}\nspecs: {}\n",
+			`DHCPLease "a" is invalid: specs: unknown field`},
+		{"not an object", "- a\n- b\n", `manifest: ["a","b"] must be an object`},
+		{"bad yaml", "a: [b\n", "parsing manifest: "},
+		{"labels not strings", "apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata:\n  name: a\n  labels: {num: 1}\n",
+			`DHCPLease "a" is invalid: metadata.labels[num]: 1 must be a string`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeObject([]byte(tc.doc))
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("DecodeObject = %v, want prefix %q", err, tc.want)
+			}
+		})
+	}
+	// An unquoted MAC in YAML stays a string.
+	o, err := DecodeObject([]byte("apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: a}\nspec: {network: br-vm, macAddress: 52:54:00:12:34:56, ipAddress: 192.168.100.150}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidateObject(o); err != nil {
+		t.Errorf("unquoted MAC: %v", err)
+	}
+}
+
+func TestAddrHelpers(t *testing.T) {
+	seg := &NetworkSegmentSpec{HostIP: "192.168.100.1/24", DHCP: DHCPSpec{DelegatedRangeStart: "192.168.100.100", DelegatedRangeEnd: "192.168.100.199"}}
+	r, ok := seg.DelegatedRange()
+	if !ok || r.String() != "192.168.100.100-192.168.100.199" {
+		t.Fatalf("DelegatedRange = %v, %v", r, ok)
+	}
+	p, _ := seg.HostPrefix()
+	if got := Broadcast(p).String(); got != "192.168.100.255" {
+		t.Errorf("Broadcast = %s", got)
+	}
+	other := AddrRange{r.End, r.End.Next()}
+	if !r.Overlaps(other) || r.Overlaps(AddrRange{other.End, other.End}) {
+		t.Errorf("Overlaps wrong at the edges")
+	}
+	if got := CanonicalMAC("52-54-00-AB-CD-EF"); got != "52:54:00:ab:cd:ef" {
+		t.Errorf("CanonicalMAC = %q", got)
+	}
+	if !IsReservedLabel("pivirt.hu/zone") || !IsReservedLabel("node.pivirt.hu/x") || IsReservedLabel("notpivirt.hu/x") || IsReservedLabel("app") {
+		t.Errorf("IsReservedLabel wrong")
+	}
+}
