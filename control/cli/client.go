@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+)
+
+// socketBaseURL is the base URL of calls over the unix socket; the host is
+// only a label, the transport always dials the socket.
+const socketBaseURL = "http://pivirtd"
+
+// Dial returns an HTTP client and base URL that reach pivirtd as the global
+// flags say, for building a connect client of any pivirtd service.
+func (r *Root) Dial() (connect.HTTPClient, string, error) {
+	return r.conn.dial()
+}
+
+// Client returns a ResourceService client as the global flags say.
+func (r *Root) Client() (resourcev1connect.ResourceServiceClient, error) {
+	hc, base, err := r.conn.dial()
+	if err != nil {
+		return nil, err
+	}
+	return resourcev1connect.NewResourceServiceClient(hc, base), nil
+}
+
+// Target names where the daemon is expected, for error messages.
+func (c ConnFlags) Target() string {
+	if c.Server != "" {
+		return c.Server
+	}
+	return c.Socket
+}
+
+func (c ConnFlags) dial() (*http.Client, string, error) {
+	if c.Server == "" {
+		if c.TokenFile != "" || c.CAFile != "" || c.InsecureSkipTLSVerify {
+			return nil, "", fmt.Errorf("--token-file, --ca-file and --insecure-skip-tls-verify need --server")
+		}
+		socket := c.Socket
+		tr := &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", socket)
+			},
+			MaxIdleConnsPerHost: 4,
+		}
+		return &http.Client{Transport: tr}, socketBaseURL, nil
+	}
+
+	u, err := url.Parse(c.Server)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, "", fmt.Errorf("parsing --server %q: want http://host:port or https://host:port", c.Server)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if u.Scheme == "https" {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipTLSVerify} //nolint:gosec // the user asked for it
+		if c.CAFile != "" {
+			pem, err := os.ReadFile(c.CAFile)
+			if err != nil {
+				return nil, "", fmt.Errorf("reading --ca-file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, "", fmt.Errorf("reading --ca-file %s: no PEM certificate in it", c.CAFile)
+			}
+			cfg.RootCAs = pool
+		}
+		tr.TLSClientConfig = cfg
+	} else if c.CAFile != "" || c.InsecureSkipTLSVerify {
+		return nil, "", fmt.Errorf("--ca-file and --insecure-skip-tls-verify need an https --server")
+	}
+	var rt http.RoundTripper = tr
+	if c.TokenFile != "" {
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("reading --token-file: %w", err)
+		}
+		token := strings.TrimSpace(string(b))
+		if token == "" {
+			return nil, "", fmt.Errorf("reading --token-file %s: it is empty", c.TokenFile)
+		}
+		rt = bearer{token: token, next: tr}
+	}
+	return &http.Client{Transport: rt}, strings.TrimRight(u.String(), "/"), nil
+}
+
+// bearer adds an Authorization header to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(req)
+}

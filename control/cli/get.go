@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
+	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+)
+
+// now is the clock of AGE columns; tests replace it.
+var now = time.Now
+
+// kindArg resolves a KIND argument; "all" (for get) yields the empty kind.
+func kindArg(arg string, allowAll bool) (string, error) {
+	if allowAll && strings.EqualFold(arg, "all") {
+		return "", nil
+	}
+	k, err := pivirtv1.LookupKind(arg)
+	if err != nil {
+		return "", err
+	}
+	return k.Kind, nil
+}
+
+type getOptions struct {
+	selector   string
+	output     string
+	noHeaders  bool
+	showLabels bool
+	watch      bool
+}
+
+func (r *Root) newGetCommand() *cobra.Command {
+	var o getOptions
+	cmd := &cobra.Command{
+		Use:   "get KIND [NAME...]",
+		Short: "List objects of a kind, or show some by name",
+		Long: `List the objects of a kind as a table, or print them as yaml, json or names.
+
+KIND is a kind or any of its aliases, case-insensitive (segment, lease,
+portsec, extip, router, ...), or "all" for every kind. With names, only those
+objects are shown; a missing one is an error. An empty list prints
+"No resources found." on standard error and succeeds.`,
+		Example: `  # List every lease, with hostnames
+  pivirtctl get leases -o wide
+
+  # Leases of one app, by label selector
+  pivirtctl get lease -l 'app=web,tier in (fe,be)'
+
+  # One segment as YAML
+  pivirtctl get segment lan -o yaml
+
+  # Follow changes to port security objects
+  pivirtctl get portsec --watch`,
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: r.completeKindNames(true),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !ValidOutput(o.output) {
+				return usageErrorf(cmd, "unknown output format %q: want yaml, json, wide or name", o.output)
+			}
+			if o.selector != "" && len(args) > 1 {
+				return usageErrorf(cmd, "names cannot be given together with a selector (-l)")
+			}
+			kind, err := kindArg(args[0], true)
+			if err != nil {
+				return err
+			}
+			return r.get(cmd.Context(), kind, args[1:], o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.selector, "selector", "l", "", "label selector: k=v, k!=v, 'k in (a,b)', 'k notin (a,b)', k, !k; comma-separated terms must all match")
+	f.StringVarP(&o.output, "output", "o", "", "output format: yaml, json, wide or name")
+	f.BoolVar(&o.noHeaders, "no-headers", false, "omit the header row of tables")
+	f.BoolVar(&o.showLabels, "show-labels", false, "add a LABELS column to tables")
+	f.BoolVarP(&o.watch, "watch", "w", false, "after listing, print every change until interrupted")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
+		[]string{OutputYAML, OutputJSON, OutputWide, OutputName}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func (r *Root) get(ctx context.Context, kind string, names []string, o getOptions) error {
+	client, err := r.Client()
+	if err != nil {
+		return err
+	}
+	po := PrintOptions{Output: o.output, NoHeaders: o.noHeaders, ShowLabels: o.showLabels, WithKind: kind == "", Now: now()}
+	out := r.streams.Out
+
+	var (
+		items    []Item
+		revision int64
+		missing  int
+	)
+	if len(names) > 0 {
+		if kind == "" {
+			return errors.New(`get all takes no names; name a kind instead`)
+		}
+		for _, n := range names {
+			it, err := getObject(ctx, client, kind, n)
+			if isNotFound(err) {
+				missing++
+				fmt.Fprintln(r.streams.ErrOut, r.message(err))
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			items = append(items, it)
+		}
+	} else {
+		resp, err := client.List(ctx, connect.NewRequest(&resourcev1.ListRequest{Kind: kind, LabelSelector: o.selector}))
+		if err != nil {
+			return err
+		}
+		revision = resp.Msg.GetRevision()
+		for _, raw := range resp.Msg.GetObjects() {
+			it, err := decodeItem(raw)
+			if err != nil {
+				return err
+			}
+			items = append(items, it)
+		}
+	}
+
+	switch {
+	case len(names) == 1 && len(items) == 1:
+		err = PrintObject(out, items[0], po)
+	case len(items) == 0 && len(names) == 0 && (o.output == OutputYAML || o.output == OutputJSON) && !o.watch:
+		err = PrintList(out, nil, po)
+	case len(items) == 0 && len(names) == 0:
+		if !o.watch {
+			fmt.Fprintln(r.streams.ErrOut, "No resources found.")
+		}
+	case len(items) > 0:
+		if o.watch && (o.output == OutputYAML || o.output == OutputJSON) {
+			// Watch prints a stream of objects, not a List.
+			for _, it := range items {
+				if err = printWatched(out, it, po); err != nil {
+					break
+				}
+			}
+		} else {
+			err = PrintList(out, items, po)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if o.watch {
+		return r.watch(ctx, client, kind, names, revision, len(items) > 0, po)
+	}
+	if missing > 0 {
+		return errReported
+	}
+	return nil
+}
+
+// getObject fetches one object, turning NotFound into kubectl's message.
+func getObject(ctx context.Context, c resourcev1connect.ResourceServiceClient, kind, name string) (Item, error) {
+	resp, err := c.Get(ctx, connect.NewRequest(&resourcev1.GetRequest{Kind: kind, Name: name}))
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return Item{}, notFound(kind, name)
+	}
+	if err != nil {
+		return Item{}, err
+	}
+	return decodeItem(resp.Msg.GetObject())
+}
+
+// watch prints every change after revision until ctx ends. Rows are
+// flushed one at a time, so columns may shift as in kubectl.
+func (r *Root) watch(ctx context.Context, c resourcev1connect.ResourceServiceClient, kind string, names []string,
+	revision int64, headerDone bool, po PrintOptions) error {
+	stream, err := c.Watch(ctx, connect.NewRequest(&resourcev1.WatchRequest{Kind: kind, FromRevision: revision}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	tw := newTabWriter(r.streams.Out)
+	for stream.Receive() {
+		it, err := decodeItem(stream.Msg().GetObject())
+		if err != nil {
+			return err
+		}
+		if len(want) > 0 && !want[it.Obj.Metadata.Name] {
+			continue
+		}
+		po.Now = now()
+		switch po.Output {
+		case OutputYAML, OutputJSON, OutputName:
+			err = printWatched(r.streams.Out, it, po)
+		default:
+			PrintTable(tw, []Item{it}, po, !headerDone && !po.NoHeaders)
+			headerDone = true
+			err = tw.Flush()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := stream.Err(); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// printWatched prints one object of a stream; YAML documents are separated
+// by "---" so the output stays a valid multi-document stream.
+func printWatched(w io.Writer, it Item, po PrintOptions) error {
+	if po.Output == OutputYAML {
+		if _, err := io.WriteString(w, "---\n"); err != nil {
+			return err
+		}
+	}
+	return PrintObject(w, it, po)
+}

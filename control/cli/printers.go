@@ -1,0 +1,490 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+)
+
+// Output formats of -o.
+const (
+	OutputTable = ""
+	OutputWide  = "wide"
+	OutputName  = "name"
+	OutputYAML  = "yaml"
+	OutputJSON  = "json"
+)
+
+// none is what kubectl prints for an empty cell.
+const none = "<none>"
+
+// PrintOptions say how objects are printed.
+type PrintOptions struct {
+	// Output is one of the Output* formats.
+	Output string
+	// NoHeaders drops the header row of tables.
+	NoHeaders bool
+	// ShowLabels adds a LABELS column.
+	ShowLabels bool
+	// WithKind prefixes names with "kind/" (objects of several kinds).
+	WithKind bool
+	// Now is the reference time of AGE and EXPIRES.
+	Now time.Time
+}
+
+// Item is one object to print: its decoded envelope and the JSON the server
+// sent, which yaml and json output reproduce field for field.
+type Item struct {
+	Obj *pivirtv1.Object
+	Raw []byte
+}
+
+// decodeItem decodes an object the server sent.
+func decodeItem(raw []byte) (Item, error) {
+	var o pivirtv1.Object
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return Item{}, fmt.Errorf("decoding object from server: %w", err)
+	}
+	return Item{Obj: &o, Raw: raw}, nil
+}
+
+// kindLower is the lower-case kind name used in "kind/name" and messages.
+func kindLower(kind string) string {
+	if k, err := pivirtv1.LookupKind(kind); err == nil {
+		return strings.ToLower(k.Kind)
+	}
+	return strings.ToLower(kind)
+}
+
+// ValidOutput reports whether format is a known -o value.
+func ValidOutput(format string) bool {
+	switch format {
+	case OutputTable, OutputWide, OutputName, OutputYAML, OutputJSON:
+		return true
+	}
+	return false
+}
+
+// PrintList prints items as a list: tables (one per kind), names, or a
+// kind: List document for yaml and json.
+func PrintList(w io.Writer, items []Item, o PrintOptions) error {
+	switch o.Output {
+	case OutputYAML, OutputJSON:
+		raws := make([]json.RawMessage, len(items))
+		for i, it := range items {
+			raws[i] = it.Raw
+		}
+		list := struct {
+			APIVersion string            `json:"apiVersion"`
+			Kind       string            `json:"kind"`
+			Items      []json.RawMessage `json:"items"`
+		}{pivirtv1.APIVersion, "List", raws}
+		b, err := json.Marshal(list)
+		if err != nil {
+			return fmt.Errorf("encoding list: %w", err)
+		}
+		return printRaw(w, b, o.Output)
+	case OutputName:
+		for _, it := range items {
+			fmt.Fprintf(w, "%s/%s\n", kindLower(it.Obj.Kind), it.Obj.Metadata.Name)
+		}
+		return nil
+	}
+	// One table per kind, in the registry's order, separated by a blank line.
+	groups := map[string][]Item{}
+	var order []string
+	for _, it := range items {
+		k := kindLower(it.Obj.Kind)
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], it)
+	}
+	sort.SliceStable(order, func(i, j int) bool { return kindRank(order[i]) < kindRank(order[j]) })
+	for i, k := range order {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		tw := newTabWriter(w)
+		PrintTable(tw, groups[k], o, !o.NoHeaders)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func kindRank(lower string) int {
+	for i, k := range pivirtv1.Kinds {
+		if strings.ToLower(k.Kind) == lower {
+			return i
+		}
+	}
+	return len(pivirtv1.Kinds)
+}
+
+// PrintObject prints one object: its YAML or JSON, its name, or a table row.
+func PrintObject(w io.Writer, it Item, o PrintOptions) error {
+	switch o.Output {
+	case OutputYAML, OutputJSON:
+		return printRaw(w, it.Raw, o.Output)
+	}
+	return PrintList(w, []Item{it}, o)
+}
+
+// printRaw prints a JSON document as YAML or as kubectl's 4-space JSON.
+func printRaw(w io.Writer, raw []byte, format string) error {
+	if format == OutputYAML {
+		y, err := yaml.JSONToYAML(raw)
+		if err != nil {
+			return fmt.Errorf("encoding yaml: %w", err)
+		}
+		_, err = w.Write(y)
+		return err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "    "); err != nil {
+		return fmt.Errorf("encoding json: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// newTabWriter aligns columns the way kubectl's printers do.
+func newTabWriter(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 10, 4, 3, ' ', 0)
+}
+
+// column is one table column; wide columns appear only with -o wide.
+type column struct {
+	name  string
+	wide  bool
+	value func(r row) string
+}
+
+// row is what a column reads: the object, its typed spec and its status.
+type row struct {
+	obj    *pivirtv1.Object
+	spec   any
+	status map[string]any
+	now    time.Time
+}
+
+// phase is the PHASE cell.
+func (r row) phase() string {
+	if p, ok := r.status["phase"].(string); ok && p != "" {
+		return p
+	}
+	return none
+}
+
+// PrintTable writes the rows of items (all of one kind) to tw, with a
+// header row when header is true. The caller flushes tw; watch keeps one
+// writer across calls.
+func PrintTable(tw io.Writer, items []Item, o PrintOptions, header bool) {
+	if len(items) == 0 {
+		return
+	}
+	cols := columnsOf(items[0].Obj.Kind)
+	var shown []column
+	for _, c := range cols {
+		if c.wide && o.Output != OutputWide {
+			continue
+		}
+		shown = append(shown, c)
+	}
+	if header {
+		names := make([]string, 0, len(shown)+1)
+		for _, c := range shown {
+			names = append(names, c.name)
+		}
+		if o.ShowLabels {
+			names = append(names, "LABELS")
+		}
+		fmt.Fprintln(tw, strings.Join(names, "\t"))
+	}
+	for _, it := range items {
+		r := newRow(it.Obj, o.Now)
+		cells := make([]string, 0, len(shown)+1)
+		for i, c := range shown {
+			v := c.value(r)
+			if i == 0 && o.WithKind {
+				v = kindLower(it.Obj.Kind) + "/" + v
+			}
+			if v == "" {
+				v = none
+			}
+			cells = append(cells, v)
+		}
+		if o.ShowLabels {
+			cells = append(cells, labelString(it.Obj.Metadata.Labels))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+}
+
+func newRow(o *pivirtv1.Object, now time.Time) row {
+	r := row{obj: o, now: now}
+	if k, err := pivirtv1.LookupKind(o.Kind); err == nil && len(o.Spec) > 0 {
+		// Lenient on purpose: a newer server may know fields this client
+		// does not, and printing must not fail over them.
+		spec := k.NewSpec()
+		if json.Unmarshal(o.Spec, spec) == nil {
+			r.spec = spec
+		}
+	}
+	if len(o.Status) > 0 {
+		_ = json.Unmarshal(o.Status, &r.status)
+	}
+	return r
+}
+
+// labelString renders labels as k=v,k=v sorted, or <none>.
+func labelString(labels map[string]string) string {
+	if len(labels) == 0 {
+		return none
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + labels[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func joinOrNone(s []string) string {
+	if len(s) == 0 {
+		return none
+	}
+	return strings.Join(s, ",")
+}
+
+func boolDefault(b *bool, def bool) bool {
+	if b == nil {
+		return def
+	}
+	return *b
+}
+
+var (
+	colName  = column{name: "NAME", value: func(r row) string { return r.obj.Metadata.Name }}
+	colPhase = column{name: "PHASE", value: row.phase}
+	colAge   = column{name: "AGE", value: func(r row) string { return age(r.obj.Metadata.CreationTimestamp, r.now) }}
+)
+
+// columnsOf returns the table columns of a kind; unknown kinds get NAME,
+// PHASE and AGE.
+func columnsOf(kind string) []column {
+	switch kindLower(kind) {
+	case "networksegment":
+		return segmentColumns
+	case "dhcplease":
+		return leaseColumns
+	case "portsecurity":
+		return portSecurityColumns
+	case "externalip":
+		return externalIPColumns
+	case "vpcrouter":
+		return routerColumns
+	}
+	return []column{colName, colPhase, colAge}
+}
+
+func segmentSpec(r row) *pivirtv1.NetworkSegmentSpec {
+	if s, ok := r.spec.(*pivirtv1.NetworkSegmentSpec); ok {
+		return s
+	}
+	return &pivirtv1.NetworkSegmentSpec{}
+}
+
+var segmentColumns = []column{
+	colName,
+	{name: "BRIDGE", value: func(r row) string { return segmentSpec(r).Bridge }},
+	{name: "HOSTIP", value: func(r row) string { return segmentSpec(r).HostIP }},
+	{name: "RANGE", value: func(r row) string {
+		d := segmentSpec(r).DHCP
+		if d.DelegatedRangeStart == "" && d.DelegatedRangeEnd == "" {
+			return none
+		}
+		return d.DelegatedRangeStart + "-" + d.DelegatedRangeEnd
+	}},
+	{name: "DHCP", value: func(r row) string { return strconv.FormatBool(segmentSpec(r).DHCP.IsEnabled()) }},
+	colPhase,
+	colAge,
+	{name: "LEASE-TIME", wide: true, value: func(r row) string {
+		if t := segmentSpec(r).DHCP.DefaultLeaseTime; t > 0 {
+			return strconv.FormatInt(t, 10) + "s"
+		}
+		return none
+	}},
+	{name: "DNS", wide: true, value: func(r row) string { return joinOrNone(segmentSpec(r).DHCP.DNSServers) }},
+}
+
+func leaseSpec(r row) *pivirtv1.DHCPLeaseSpec {
+	if s, ok := r.spec.(*pivirtv1.DHCPLeaseSpec); ok {
+		return s
+	}
+	return &pivirtv1.DHCPLeaseSpec{}
+}
+
+var leaseColumns = []column{
+	colName,
+	{name: "NETWORK", value: func(r row) string { return leaseSpec(r).Network }},
+	{name: "MAC", value: func(r row) string { return leaseSpec(r).MACAddress }},
+	{name: "IP", value: func(r row) string { return leaseSpec(r).IPAddress }},
+	{name: "TYPE", value: func(r row) string {
+		if t := leaseSpec(r).Type; t != "" {
+			return t
+		}
+		return pivirtv1.LeaseStatic
+	}},
+	{name: "EXPIRES", value: func(r row) string {
+		e := leaseSpec(r).ExpiresAt
+		switch {
+		case e == nil:
+			return none
+		case !e.After(r.now):
+			return "expired"
+		}
+		return "in " + HumanDuration(e.Sub(r.now))
+	}},
+	colPhase,
+	colAge,
+	{name: "HOSTNAME", wide: true, value: func(r row) string { return leaseSpec(r).Hostname }},
+}
+
+func portSecuritySpec(r row) *pivirtv1.PortSecuritySpec {
+	if s, ok := r.spec.(*pivirtv1.PortSecuritySpec); ok {
+		return s
+	}
+	return &pivirtv1.PortSecuritySpec{}
+}
+
+var portSecurityColumns = []column{
+	colName,
+	{name: "INTERFACE", value: func(r row) string {
+		s := portSecuritySpec(r)
+		if s.Interface == "" && s.VMRef != nil {
+			return fmt.Sprintf("vm:%s/nic%d", s.VMRef.Name, s.VMRef.NIC)
+		}
+		return s.Interface
+	}},
+	{name: "MAC", value: func(r row) string { return portSecuritySpec(r).MACAddress }},
+	{name: "IPS", value: func(r row) string {
+		s := portSecuritySpec(r)
+		return joinOrNone(append(append([]string{}, s.IPAddresses...), s.IPv6Addresses...))
+	}},
+	colPhase,
+	colAge,
+	{name: "GUARDS", wide: true, value: func(r row) string {
+		s := portSecuritySpec(r)
+		var g []string
+		if boolDefault(s.DHCPGuard, true) {
+			g = append(g, "dhcp")
+		}
+		if boolDefault(s.ARPGuard, true) {
+			g = append(g, "arp")
+		}
+		if boolDefault(s.RAGuard, true) {
+			g = append(g, "ra")
+		}
+		if s.ACL != nil {
+			g = append(g, "acl")
+		}
+		return joinOrNone(g)
+	}},
+	{name: "ATTACH", wide: true, value: func(r row) string {
+		// Reported by the daemon in status.attach (e.g. "xdp/driver", "tcx").
+		if a, ok := r.status["attach"].(string); ok {
+			return a
+		}
+		return none
+	}},
+}
+
+func externalIPSpec(r row) *pivirtv1.ExternalIPSpec {
+	if s, ok := r.spec.(*pivirtv1.ExternalIPSpec); ok {
+		return s
+	}
+	return &pivirtv1.ExternalIPSpec{}
+}
+
+var externalIPColumns = []column{
+	colName,
+	{name: "ADDRESS", value: func(r row) string { return externalIPSpec(r).Address }},
+	{name: "TARGET", value: func(r row) string {
+		s := externalIPSpec(r)
+		if s.Mode != pivirtv1.ModePortForward || len(s.Ports) == 0 {
+			return s.Target
+		}
+		ports := make([]string, len(s.Ports))
+		for i, p := range s.Ports {
+			tp := p.TargetPort
+			if tp == 0 {
+				tp = p.Port
+			}
+			ports[i] = fmt.Sprintf("%d->%d/%s", p.Port, tp, p.Protocol)
+		}
+		return s.Target + ":" + strings.Join(ports, ",")
+	}},
+	{name: "MODE", value: func(r row) string {
+		if m := externalIPSpec(r).Mode; m != "" {
+			return m
+		}
+		return pivirtv1.ModeOneToOne
+	}},
+	{name: "VIA", value: func(r row) string {
+		s := externalIPSpec(r)
+		if s.Router != "" {
+			return "router/" + s.Router
+		}
+		return s.Interface
+	}},
+	colPhase,
+	colAge,
+}
+
+func routerSpec(r row) *pivirtv1.VPCRouterSpec {
+	if s, ok := r.spec.(*pivirtv1.VPCRouterSpec); ok {
+		return s
+	}
+	return &pivirtv1.VPCRouterSpec{}
+}
+
+func routerSide(s pivirtv1.RouterSide) string {
+	switch {
+	case s.Bridge == "" && s.IP == "":
+		return none
+	case s.Bridge == "":
+		return s.IP
+	case s.IP == "":
+		return s.Bridge
+	}
+	return s.Bridge + ":" + s.IP
+}
+
+var routerColumns = []column{
+	colName,
+	{name: "INSIDE", value: func(r row) string { return routerSide(routerSpec(r).Inside) }},
+	{name: "UPLINK", value: func(r row) string { return routerSide(routerSpec(r).Uplink) }},
+	{name: "MASQ", value: func(r row) string { return strconv.FormatBool(routerSpec(r).Masquerade) }},
+	colPhase,
+	colAge,
+}
