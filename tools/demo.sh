@@ -76,7 +76,7 @@ for _ in $(seq 50); do ip -n "$HOSTNS" link show br-vm >/dev/null 2>&1 && break;
 ip -n "$HOSTNS" link set vm1-port master br-vm up
 
 step "a real DHCP client in the VM, through the guard"
-ip netns exec "$VMNS" dhclient -4 -1 -v -timeout 20 -pf "$WORK/dhclient.pid" -lf "$WORK/dhclient.leases" eth0 2>&1 | grep -E "DHCP(DISCOVER|OFFER|REQUEST|ACK)|bound" || true
+ip netns exec "$VMNS" dhclient -4 -1 -v -timeout 20 -sf "$PWD/test/scripts/dhclient-script" -pf "$WORK/dhclient.pid" -lf "$WORK/dhclient.leases" eth0 2>&1 | grep -E "DHCP(DISCOVER|OFFER|REQUEST|ACK)|bound" || true
 ip -n "$VMNS" -4 addr show eth0 | grep inet
 
 step "what pivirtd stored and observed"
