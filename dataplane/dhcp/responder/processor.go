@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package responder
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/dataplane/dhcp/wire"
+)
+
+// MaxFrame is the largest frame read or written (no jumbo DHCP).
+const MaxFrame = 2048
+
+// Outbound is one reply frame of a batch.
+type Outbound struct {
+	Frame   []byte // aliases the Processor's buffers until the next Process
+	Type    dhcpv4.MessageType
+	Durable bool // an ACK: send only after the batch's changes are persisted
+}
+
+// portKey identifies a "port": the Ethernet source of a direct request
+// (the port guard pins one MAC per VM port) or the relay of a relayed one.
+type portKey struct {
+	mac   [6]byte
+	relay [4]byte
+}
+
+// Processor turns a batch of inbound frames into reply frames and lease
+// changes. It owns its buffers and reuses them from batch to batch; it is
+// not safe for concurrent use.
+type Processor struct {
+	srv     *server.Server
+	seg     uint32
+	mac     [6]byte
+	c       *Counters
+	macLim  *limiter[[6]byte]
+	portLim *limiter[portKey]
+	bufs    [][]byte
+	in      wire.Inbound
+
+	Out     []Outbound           // replies of the last Process call
+	Changes []server.LeaseChange // lease changes of the last Process call
+}
+
+// ProcessorConfig configures a Processor.
+type ProcessorConfig struct {
+	Server   *server.Server
+	Segment  uint32  // segment of requests that arrive without giaddr
+	MAC      [6]byte // source MAC of replies (the bridge's)
+	Batch    int     // most frames per Process call
+	PerMAC   Limit   // per client hardware address (chaddr)
+	PerPort  Limit   // per Ethernet source (or relay)
+	Counters *Counters
+}
+
+// NewProcessor returns a Processor with buffers for cfg.Batch frames.
+func NewProcessor(cfg ProcessorConfig) *Processor {
+	if cfg.Batch <= 0 {
+		cfg.Batch = 64
+	}
+	if cfg.Counters == nil {
+		cfg.Counters = new(Counters)
+	}
+	p := &Processor{
+		srv: cfg.Server, seg: cfg.Segment, mac: cfg.MAC, c: cfg.Counters,
+		macLim: newLimiter[[6]byte](cfg.PerMAC, 1<<16), portLim: newLimiter[portKey](cfg.PerPort, 1<<14),
+		bufs: make([][]byte, cfg.Batch), Out: make([]Outbound, 0, cfg.Batch),
+	}
+	for i := range p.bufs {
+		p.bufs[i] = make([]byte, MaxFrame)
+	}
+	return p
+}
+
+// Counters returns the counters the Processor updates.
+func (p *Processor) Counters() *Counters { return p.c }
+
+// Process handles frames (at most the configured batch) at time now.
+func (p *Processor) Process(now time.Time, frames [][]byte) {
+	p.Out = p.Out[:0]
+	p.Changes = p.Changes[:0]
+	for i, f := range frames {
+		if i >= len(p.bufs) {
+			break
+		}
+		p.one(now, f, p.bufs[i])
+	}
+}
+
+func (p *Processor) one(now time.Time, f, buf []byte) {
+	p.c.Received.Add(1)
+	in := &p.in
+	if r := wire.Parse(f, in); r != wire.OK {
+		p.c.Dropped[r].Add(1)
+		return
+	}
+	var pk portKey
+	if gi := in.Payload[24:28]; gi[0]|gi[1]|gi[2]|gi[3] != 0 {
+		copy(pk.relay[:], gi)
+	} else {
+		pk.mac = in.SrcMAC
+	}
+	if !p.portLim.allow(pk, now) {
+		p.c.RateLimitPort.Add(1)
+		return
+	}
+	if !p.macLim.allow([6]byte(in.Payload[28:34]), now) {
+		p.c.RateLimitMAC.Add(1)
+		return
+	}
+	msg, err := dhcpv4.FromBytes(in.Payload)
+	if err != nil {
+		p.c.DecodeErrors.Add(1)
+		return
+	}
+	p.c.ReceivedType[in.Type].Add(1)
+	rep, ch := p.srv.Handle(now, server.Request{Segment: p.seg, SrcMAC: in.SrcMAC[:], Broadcast: in.Broadcast, Msg: msg})
+	p.Changes = append(p.Changes, ch...)
+	if rep.Msg == nil {
+		p.c.Ignored[rep.Ignored].Add(1)
+		return
+	}
+	src := wire.Source{MAC: p.mac}
+	src.IP, _ = netip.AddrFromSlice(rep.Msg.Options.Get(dhcpv4.OptionServerIdentifier))
+	frame, err := wire.Frame(buf, src, wire.Destination(in, rep.Msg), rep.Msg.ToBytes())
+	if err != nil {
+		p.c.SendErrors.Add(1)
+		return
+	}
+	p.Out = append(p.Out, Outbound{Frame: frame, Type: rep.Msg.MessageType(), Durable: rep.Durable})
+}

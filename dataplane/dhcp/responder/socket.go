@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package responder
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/mdlayher/packet"
+	"golang.org/x/sys/unix"
+)
+
+// mmsghdr mirrors struct mmsghdr of <sys/socket.h>.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+// batchConn does recvmmsg/sendmmsg on the fd of a packet.Conn, through
+// its RawConn so the Go poller does the waiting. All buffers and headers
+// are allocated once.
+type batchConn struct {
+	c  *packet.Conn
+	rc syscall.RawConn
+
+	rmsgs  []mmsghdr
+	riovs  []unix.Iovec
+	rnames []unix.RawSockaddrLinklayer
+	rbufs  [][]byte
+	frames [][]byte // rbufs trimmed to what arrived
+
+	smsgs []mmsghdr
+	siovs []unix.Iovec
+}
+
+func listen(ifi *net.Interface, batch int) (*batchConn, error) {
+	filter, err := Filter()
+	if err != nil {
+		return nil, err
+	}
+	c, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_IP, &packet.Config{Filter: filter})
+	if err != nil {
+		return nil, fmt.Errorf("opening packet socket on %s: %w", ifi.Name, err)
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("getting raw conn: %w", err)
+	}
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		// Our own replies (a relay reply goes to port 67) must not loop back.
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
+		if serr == nil {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("setting socket options: %w", err)
+	}
+	b := &batchConn{c: c, rc: rc,
+		rmsgs: make([]mmsghdr, batch), riovs: make([]unix.Iovec, batch), rnames: make([]unix.RawSockaddrLinklayer, batch),
+		rbufs: make([][]byte, batch), frames: make([][]byte, batch),
+		smsgs: make([]mmsghdr, batch), siovs: make([]unix.Iovec, batch)}
+	for i := range b.rbufs {
+		b.rbufs[i] = make([]byte, MaxFrame)
+		b.riovs[i].Base = &b.rbufs[i][0]
+		b.riovs[i].SetLen(MaxFrame)
+		b.rmsgs[i].hdr.Iov = &b.riovs[i]
+		b.rmsgs[i].hdr.Iovlen = 1
+		b.rmsgs[i].hdr.Name = (*byte)(unsafe.Pointer(&b.rnames[i]))
+		b.smsgs[i].hdr.Iov = &b.siovs[i]
+		b.smsgs[i].hdr.Iovlen = 1
+	}
+	return b, nil
+}
+
+func (b *batchConn) Close() error { return b.c.Close() }
+
+func (b *batchConn) SetReadDeadline(t time.Time) error { return b.c.SetReadDeadline(t) }
+
+// recv waits for at least one frame and returns up to the batch size.
+// Frames alias the receive buffers until the next call.
+func (b *batchConn) recv() ([][]byte, error) {
+	var n int
+	var serr error
+	err := b.rc.Read(func(fd uintptr) bool {
+		for i := range b.rmsgs {
+			b.rmsgs[i].hdr.Namelen = unix.SizeofSockaddrLinklayer
+			b.rmsgs[i].hdr.Flags = 0
+		}
+		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.rmsgs[0])), uintptr(len(b.rmsgs)),
+			unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EAGAIN || e == unix.EINTR {
+			return false
+		}
+		if e != 0 {
+			serr = os.NewSyscallError("recvmmsg", e)
+		}
+		n = int(r)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if serr != nil {
+		return nil, serr
+	}
+	out := b.frames[:0]
+	for i := 0; i < n; i++ {
+		l := int(b.rmsgs[i].n)
+		if b.rnames[i].Pkttype == unix.PACKET_OUTGOING || b.rmsgs[i].hdr.Flags&unix.MSG_TRUNC != 0 {
+			continue
+		}
+		out = append(out, b.rbufs[i][:l])
+	}
+	return out, nil
+}
+
+// send writes frames with as few sendmmsg calls as the kernel allows. A
+// frame the kernel refuses is skipped and counted in failed.
+func (b *batchConn) send(frames [][]byte) (failed int, err error) {
+	sent := 0
+	for sent < len(frames) {
+		k := min(len(frames)-sent, len(b.smsgs))
+		for i := 0; i < k; i++ {
+			f := frames[sent+i]
+			b.siovs[i].Base = &f[0]
+			b.siovs[i].SetLen(len(f))
+		}
+		var n int
+		var serr error
+		werr := b.rc.Write(func(fd uintptr) bool {
+			r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.smsgs[0])), uintptr(k), unix.MSG_DONTWAIT, 0, 0)
+			if e == unix.EAGAIN || e == unix.EINTR {
+				return false
+			}
+			if e != 0 {
+				serr = os.NewSyscallError("sendmmsg", e)
+			}
+			n = int(r)
+			return true
+		})
+		if werr != nil {
+			return failed + len(frames) - sent, werr // closed or deadline: give up
+		}
+		if serr != nil {
+			failed++
+			err = serr
+			sent++ // skip the frame the kernel refused
+			continue
+		}
+		sent += n
+	}
+	return failed, err
+}
