@@ -163,9 +163,10 @@ func printRaw(w io.Writer, raw []byte, format string) error {
 	return err
 }
 
-// newTabWriter aligns columns the way kubectl's printers do.
+// newTabWriter aligns columns the way kubectl's printers do (cli-runtime
+// printers.GetNewTabWriter: minwidth 6, tabwidth 4, padding 3).
 func newTabWriter(w io.Writer) *tabwriter.Writer {
-	return tabwriter.NewWriter(w, 10, 4, 3, ' ', 0)
+	return tabwriter.NewWriter(w, 6, 4, 3, ' ', 0)
 }
 
 // column is one table column; wide columns appear only with -o wide.
