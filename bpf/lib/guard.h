@@ -84,7 +84,10 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 			if (udp->dest == DHCP_CLIENT_PORT || udp->dest == DHCP_SERVER_PORT) {
 				__u8 *op = cur_pull(cur, 1);
 
-				if (!op)
+				/* The UDP length, not the frame, says whether a
+				 * BOOTP op is there: short frames are padded.
+				 */
+				if (!op || bpf_ntohs(udp->len) < sizeof(*udp) + 1)
 					return PV_R_MALFORMED;
 				if (*op == BOOTREPLY)
 					return PV_R_DHCP_SERVER;

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package portmap
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/typed"
+)
+
+// Name is the map's name and pin file.
+const Name = guard.MapPorts
+
+// Key mirrors struct pv_port_key.
+type Key guard.PortKey
+
+// Value mirrors struct pv_port.
+type Value guard.Port
+
+// NewKey returns the key of a port's device.
+func NewKey(ifindex uint32) Key { return Key{Ifindex: ifindex} }
+
+// NewValue returns a port's pins.
+func NewValue(mac [6]uint8, segID uint32, dhcpServer netip.Addr, flags guard.PortFlags) Value {
+	return Value{Mac: mac, Flags: uint16(flags), SegId: segID, DhcpServer: typed.BE32(dhcpServer)}
+}
+
+// String is "ifindex=N".
+func (k Key) String() string { return k.Format(nil) }
+
+// Format is String with the interface name resolved through names.
+func (k Key) Format(names typed.IfName) string { return "ifindex=" + names.Format(k.Ifindex) }
+
+// PortFlags returns the guard flags.
+func (v Value) PortFlags() guard.PortFlags { return guard.PortFlags(v.Flags) }
+
+// DHCPServer returns the segment's DHCP server address (invalid if none).
+func (v Value) DHCPServer() netip.Addr {
+	if v.DhcpServer == 0 {
+		return netip.Addr{}
+	}
+	return typed.Addr4(v.DhcpServer)
+}
+
+// String is "mac=.. seg=0x.. dhcp-server=.. flags=a|b".
+func (v Value) String() string {
+	srv := "none"
+	if a := v.DHCPServer(); a.IsValid() {
+		srv = a.String()
+	}
+	return fmt.Sprintf("mac=%s seg=%#08x dhcp-server=%s flags=%s",
+		typed.MAC(v.Mac), v.SegId, srv, v.PortFlags())
+}
+
+// Entry is the decoded, JSON-friendly form of one entry.
+type Entry struct {
+	Interface  string `json:"interface,omitempty"`
+	Ifindex    uint32 `json:"ifindex"`
+	MAC        string `json:"mac"`
+	SegID      uint32 `json:"segID"`
+	DHCPServer string `json:"dhcpServer,omitempty"`
+	Flags      string `json:"flags"`
+}
+
+// Decode returns the JSON-friendly form of an entry.
+func Decode(k Key, v Value, names typed.IfName) Entry {
+	e := Entry{
+		Interface: names.Name(k.Ifindex),
+		Ifindex:   k.Ifindex,
+		MAC:       typed.MAC(v.Mac),
+		SegID:     v.SegId,
+		Flags:     v.PortFlags().String(),
+	}
+	if a := v.DHCPServer(); a.IsValid() {
+		e.DHCPServer = a.String()
+	}
+	return e
+}
+
+// Map is pv_ports.
+type Map struct {
+	typed.Map[Key, Value]
+	// Names, if set, resolves ifindexes in Dump and Decoded.
+	Names typed.IfName
+}
+
+// New wraps the pv_ports map m.
+func New(m *ebpf.Map) *Map { return &Map{Map: typed.New[Key, Value](m)} }
+
+// Decoded returns every entry, sorted by ifindex.
+func (m *Map) Decoded() ([]Entry, error) {
+	var (
+		err error
+		out []Entry
+	)
+	for k, v := range m.All(&err) {
+		out = append(out, Decode(k, v, m.Names))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("walking %s: %w", Name, err)
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return cmp.Compare(a.Ifindex, b.Ifindex) })
+	return out, nil
+}
+
+// Dump writes one line per entry, sorted by ifindex.
+func (m *Map) Dump(w io.Writer) error {
+	var (
+		err  error
+		keys []Key
+		vals = map[Key]Value{}
+	)
+	for k, v := range m.All(&err) {
+		keys = append(keys, k)
+		vals[k] = v
+	}
+	if err != nil {
+		return fmt.Errorf("walking %s: %w", Name, err)
+	}
+	slices.SortFunc(keys, func(a, b Key) int { return cmp.Compare(a.Ifindex, b.Ifindex) })
+	for _, k := range keys {
+		if _, err := fmt.Fprintf(w, "%s %s\n", k.Format(m.Names), vals[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package typed
+
+import (
+	"encoding/binary"
+	"fmt"
+	"iter"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/cilium/ebpf"
+)
+
+// Map is an *ebpf.Map whose keys are K and values V. For per-CPU maps V is
+// a slice with one element per possible CPU.
+type Map[K comparable, V any] struct {
+	m *ebpf.Map
+}
+
+// New wraps m; it does not check sizes (the layout tests in
+// dataplane/guard do).
+func New[K comparable, V any](m *ebpf.Map) Map[K, V] { return Map[K, V]{m: m} }
+
+// Raw returns the underlying map.
+func (m Map[K, V]) Raw() *ebpf.Map { return m.m }
+
+// Put creates or replaces the value of k.
+func (m Map[K, V]) Put(k K, v V) error { return m.m.Update(&k, v, ebpf.UpdateAny) }
+
+// Lookup returns the value of k, or an error wrapping ebpf.ErrKeyNotExist.
+func (m Map[K, V]) Lookup(k K) (V, error) {
+	var v V
+	err := m.m.Lookup(&k, &v)
+	return v, err
+}
+
+// Delete removes k; an absent key gives ebpf.ErrKeyNotExist.
+func (m Map[K, V]) Delete(k K) error { return m.m.Delete(&k) }
+
+// All walks the map. A walk that stops early because of an error (not
+// because the loop broke) stores the error in *err, which must not be nil.
+//
+//	var err error
+//	for k, v := range m.All(&err) { ... }
+//	if err != nil { ... }
+func (m Map[K, V]) All(err *error) iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
+		var (
+			k K
+			v V
+		)
+		it := m.m.Iterate()
+		for it.Next(&k, &v) {
+			if !yield(k, v) {
+				return
+			}
+		}
+		*err = it.Err()
+	}
+}
+
+// Entries collects the whole map.
+func (m Map[K, V]) Entries() (map[K]V, error) {
+	var err error
+	out := map[K]V{}
+	for k, v := range m.All(&err) {
+		out[k] = v
+	}
+	return out, err
+}
+
+// IfName resolves an ifindex to an interface name for display; nil or an
+// empty result falls back to the number.
+type IfName func(ifindex uint32) string
+
+// Format renders an ifindex as "name(N)" through names, or "N".
+func (f IfName) Format(ifindex uint32) string {
+	if f != nil {
+		if n := f(ifindex); n != "" {
+			return fmt.Sprintf("%s(%d)", n, ifindex)
+		}
+	}
+	return strconv.FormatUint(uint64(ifindex), 10)
+}
+
+// Name is the interface name through names, or "".
+func (f IfName) Name(ifindex uint32) string {
+	if f == nil {
+		return ""
+	}
+	return f(ifindex)
+}
+
+// BE32 returns the in-memory form of a __be32 field holding addr, as the
+// generated uint32 fields store it (network byte order in memory).
+func BE32(addr netip.Addr) uint32 {
+	if !addr.Is4() {
+		return 0
+	}
+	b := addr.As4()
+	return binary.NativeEndian.Uint32(b[:])
+}
+
+// Addr4 is the inverse of BE32.
+func Addr4(be uint32) netip.Addr {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], be)
+	return netip.AddrFrom4(b)
+}
+
+// MAC formats a 6-byte MAC field.
+func MAC(m [6]uint8) string { return net.HardwareAddr(m[:]).String() }
+
+// ParseMAC parses a 6-byte (EUI-48) MAC.
+func ParseMAC(s string) ([6]uint8, error) {
+	var out [6]uint8
+	hw, err := net.ParseMAC(s)
+	if err != nil {
+		return out, err
+	}
+	if len(hw) != 6 {
+		return out, fmt.Errorf("parsing MAC %q: %d bytes, want 6", s, len(hw))
+	}
+	copy(out[:], hw)
+	return out, nil
+}
