@@ -119,7 +119,7 @@ func Describe(w io.Writer, o *pivirtv1.Object, events []*resourcev1.Event, evErr
 	m := o.Metadata
 	fmt.Fprintf(tw, "Name:\t%s\n", m.Name)
 	fmt.Fprintf(tw, "Kind:\t%s\n", o.Kind)
-	fmt.Fprintf(tw, "API Version:\t%s\n", o.APIVersion)
+	fmt.Fprintf(tw, "API Version:\t%s\n", orNone(o.APIVersion))
 	writeMap(tw, "Labels", m.Labels)
 	writeMap(tw, "Annotations", m.Annotations)
 	if len(m.OwnerReferences) == 0 {

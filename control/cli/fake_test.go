@@ -303,7 +303,7 @@ func (f *fakeServer) watching() bool {
 	return len(f.watchers) > 0
 }
 
-// put stores an object directly, bypassing Apply.
+// put stores an object directly, status included, as Apply would have.
 func (f *fakeServer) put(t *testing.T, doc string) {
 	t.Helper()
 	ms, err := ParseManifests("put", []byte(doc))
@@ -312,6 +312,9 @@ func (f *fakeServer) put(t *testing.T, doc string) {
 	}
 	var o pivirtv1.Object
 	if err := json.Unmarshal(ms[0].JSON, &o); err != nil {
+		t.Fatal(err)
+	}
+	if err := admit(&o); err != nil {
 		t.Fatal(err)
 	}
 	created := testNow.Add(-5 * time.Minute)
