@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package admission
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store"
+)
+
+// Apply admits obj and writes it through the batch's transaction unless
+// DryRun; see the package Apply. obj is not modified. Nothing is written
+// when an error is returned.
+//
+// Rules: obj is decoded strictly, defaulted and validated
+// (*pivirtv1.ValidationError); server-set metadata and status in obj are
+// ignored; a non-empty metadata.resourceVersion must be the stored one
+// (store.ErrConflict); pivirt.hu/* labels need opts.Privileged
+// (ErrForbidden); identical spec, labels, annotations and ownerReferences
+// are "unchanged" and not written; generation starts at 1 and grows only
+// when the spec changes; then the cross-object rules and the provisioning
+// interlock (ErrBlocked) apply.
+func (b *Batch) Apply(obj *pivirtv1.Object) (stored *pivirtv1.Object, action string, err error) {
+	if obj == nil {
+		return nil, "", errors.New("applying: no object")
+	}
+	in := *obj
+	kind, spec, err := pivirtv1.PrepareObject(&in)
+	if err != nil {
+		return nil, "", err
+	}
+	name := in.Metadata.Name
+	what := lref(kind.Kind, name)
+	c, err := b.kind(kind.Kind)
+	if err != nil {
+		return nil, "", fmt.Errorf("applying %s: %w", what, err)
+	}
+	old := c.get(name)
+
+	if rv := obj.Metadata.ResourceVersion; rv != "" {
+		switch {
+		case old == nil:
+			return nil, "", fmt.Errorf("applying %s at resourceVersion %s: the object no longer exists: %w", what, rv, store.ErrConflict)
+		case old.obj.Metadata.ResourceVersion != rv:
+			return nil, "", fmt.Errorf("applying %s at resourceVersion %s (stored %s): %w", what, rv, old.obj.Metadata.ResourceVersion, store.ErrConflict)
+		}
+	}
+	labels, err := b.admitLabels(what, in.Metadata.Labels, old)
+	if err != nil {
+		return nil, "", err
+	}
+
+	next := &pivirtv1.Object{
+		APIVersion: pivirtv1.APIVersion,
+		Kind:       kind.Kind,
+		Metadata: pivirtv1.ObjectMeta{
+			Name:            name,
+			Labels:          labels,
+			Annotations:     maps.Clone(in.Metadata.Annotations),
+			OwnerReferences: slices.Clone(in.Metadata.OwnerReferences),
+		},
+		Spec: in.Spec,
+	}
+	if old == nil {
+		ts := b.opts.now()
+		next.Metadata.UID = b.opts.newUID()
+		next.Metadata.CreationTimestamp = &ts
+		next.Metadata.Generation = 1
+		action = ActionCreated
+	} else {
+		m := old.obj.Metadata
+		next.Metadata.UID = m.UID
+		next.Metadata.CreationTimestamp = m.CreationTimestamp
+		next.Metadata.ResourceVersion = m.ResourceVersion
+		next.Metadata.Generation = m.Generation
+		next.Status = old.obj.Status
+		specChanged := !sameSpec(old, next.Spec)
+		if specChanged {
+			next.Metadata.Generation++
+		}
+		if !specChanged && sameMeta(m, next.Metadata) {
+			return old.obj, ActionUnchanged, nil
+		}
+		action = ActionConfigured
+	}
+
+	if old != nil && kind.Kind == pivirtv1.KindDHCPLease {
+		if err := b.checkLeaseMove(old, next, spec.(*pivirtv1.DHCPLeaseSpec)); err != nil {
+			return nil, "", fmt.Errorf("applying %s: %w", what, err)
+		}
+	}
+	errs, err := b.crossCheck(next, spec, old)
+	if err != nil {
+		return nil, "", fmt.Errorf("applying %s: %w", what, err)
+	}
+	if len(errs) > 0 {
+		return nil, "", &pivirtv1.ValidationError{Kind: kind.Kind, Name: name, Errors: errs}
+	}
+	if err := b.write(c, next, spec, old == nil); err != nil {
+		return nil, "", fmt.Errorf("applying %s: %w", what, err)
+	}
+	return next, action, nil
+}
+
+// admitLabels refuses pivirt.hu/* labels that an unprivileged caller adds
+// or changes, and carries over those it leaves out, so an operator
+// re-applying their own manifest neither needs nor drops the cluster
+// tier's labels. A privileged caller's labels replace the stored ones.
+func (b *Batch) admitLabels(what string, in map[string]string, old *entry) (map[string]string, error) {
+	out := maps.Clone(in)
+	if b.opts.Privileged {
+		return out, nil
+	}
+	var stored map[string]string
+	if old != nil {
+		stored = old.obj.Metadata.Labels
+	}
+	keys := slices.Sorted(maps.Keys(in))
+	for _, k := range keys {
+		if !pivirtv1.IsReservedLabel(k) {
+			continue
+		}
+		if sv, ok := stored[k]; !ok || sv != in[k] {
+			return nil, fmt.Errorf("applying %s: metadata.labels: %s is reserved for the cluster tier (pivirt.hu/*): %w", what, k, ErrForbidden)
+		}
+	}
+	for k, v := range stored {
+		if _, ok := in[k]; !ok && pivirtv1.IsReservedLabel(k) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// sameSpec compares the defaulted incoming spec with the stored one in the
+// same canonical encoding.
+func sameSpec(old *entry, spec json.RawMessage) bool {
+	if old.spec != nil {
+		if b, err := json.Marshal(old.spec); err == nil {
+			return bytes.Equal(b, spec)
+		}
+	}
+	return bytes.Equal(old.obj.Spec, spec)
+}
+
+// sameMeta compares the user-set metadata; nil and empty are the same.
+func sameMeta(a, b pivirtv1.ObjectMeta) bool {
+	return maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) &&
+		slices.Equal(a.OwnerReferences, b.OwnerReferences)
+}
+
+// UpdateStatus replaces the status of kind/name; see the package
+// UpdateStatus. status may be json.RawMessage, []byte of JSON, or any
+// value encoding/json marshals; nil clears it.
+func (b *Batch) UpdateStatus(kind, name string, status any) error {
+	info, err := pivirtv1.LookupKind(kind)
+	if err != nil {
+		return fmt.Errorf("updating status of %s/%s: %w", kind, name, err)
+	}
+	what := lref(info.Kind, name)
+	c, err := b.kind(info.Kind)
+	if err != nil {
+		return fmt.Errorf("updating status of %s: %w", what, err)
+	}
+	e := c.get(name)
+	if e == nil {
+		return fmt.Errorf("updating status of %s: %w", what, store.ErrNotFound)
+	}
+	var raw json.RawMessage
+	switch s := status.(type) {
+	case nil:
+	case json.RawMessage:
+		raw = s
+	case []byte:
+		raw = s
+	default:
+		if raw, err = json.Marshal(s); err != nil {
+			return fmt.Errorf("encoding status of %s: %w", what, err)
+		}
+	}
+	if len(raw) > 0 && !json.Valid(raw) {
+		return fmt.Errorf("updating status of %s: status is not valid JSON", what)
+	}
+	if string(raw) == "null" {
+		raw = nil
+	}
+	if jsonEqual(e.obj.Status, raw) {
+		return nil
+	}
+	next := *e.obj
+	next.Status = raw
+	return b.write(c, &next, e.spec, false)
+}
+
+// jsonEqual compares two JSON documents ignoring formatting.
+func jsonEqual(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	var x, y bytes.Buffer
+	if json.Compact(&x, a) != nil || json.Compact(&y, b) != nil {
+		return bytes.Equal(a, b)
+	}
+	return bytes.Equal(x.Bytes(), y.Bytes())
+}

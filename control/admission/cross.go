@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package admission
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+)
+
+// crossCheck applies the rules that need other objects of the transaction.
+// old is the stored entry being replaced, or nil.
+func (b *Batch) crossCheck(o *pivirtv1.Object, spec pivirtv1.Spec, old *entry) (pivirtv1.ErrorList, error) {
+	switch s := spec.(type) {
+	case *pivirtv1.NetworkSegmentSpec:
+		return b.checkSegment(o.Metadata.Name, s, old)
+	case *pivirtv1.DHCPLeaseSpec:
+		return b.checkLease(o.Metadata.Name, s)
+	case *pivirtv1.ExternalIPSpec:
+		return b.checkExternalIP(o.Metadata.Name, s)
+	case *pivirtv1.PortSecuritySpec:
+		return b.checkPortSecurity(o.Metadata.Name, s)
+	case *pivirtv1.VPCRouterSpec:
+		return b.checkVPCRouter(o.Metadata.Name, s)
+	}
+	return nil, nil
+}
+
+func segSpec(e *entry) *pivirtv1.NetworkSegmentSpec {
+	s, _ := e.spec.(*pivirtv1.NetworkSegmentSpec)
+	return s
+}
+
+func leaseSpec(e *entry) *pivirtv1.DHCPLeaseSpec {
+	s, _ := e.spec.(*pivirtv1.DHCPLeaseSpec)
+	return s
+}
+
+// checkSegment: ranges on one bridge are disjoint, a networkRef names one
+// segment and is no other segment's bridge, and an update leaves no
+// served static lease outside every range.
+func (b *Batch) checkSegment(name string, s *pivirtv1.NetworkSegmentSpec, old *entry) (pivirtv1.ErrorList, error) {
+	segs, err := b.kind(pivirtv1.KindNetworkSegment)
+	if err != nil {
+		return nil, err
+	}
+	var errs pivirtv1.ErrorList
+	if r, ok := s.DelegatedRange(); ok {
+		for _, e := range segs.lookup(keyBridge+s.Bridge, name) {
+			if or, ok := segSpec(e).DelegatedRange(); ok && r.Overlaps(or) {
+				errs.Add("spec.dhcp", r, "overlaps the delegated range %s of segment %s on bridge %s", or, e.obj.Metadata.Name, s.Bridge)
+				break
+			}
+		}
+	}
+	if s.NetworkRef != "" {
+		if es := segs.lookup(keyRef+s.NetworkRef, name); len(es) > 0 {
+			errs.Add("spec.networkRef", s.NetworkRef, "is already the networkRef of segment %s", es[0].obj.Metadata.Name)
+		} else if es := segs.lookup(keyBridge+s.NetworkRef, name); len(es) > 0 && s.NetworkRef != s.Bridge {
+			errs.Add("spec.networkRef", s.NetworkRef, "is the bridge of segment %s, so leases naming it would be ambiguous", es[0].obj.Metadata.Name)
+		}
+	}
+	if es := segs.lookup(keyRef+s.Bridge, name); len(es) > 0 && segSpec(es[0]).Bridge != s.Bridge {
+		errs.Add("spec.bridge", s.Bridge, "is the networkRef of segment %s, so leases naming it would be ambiguous", es[0].obj.Metadata.Name)
+	}
+	if old != nil && len(errs) == 0 {
+		fe, err := b.checkSegmentShrink(name, s, segSpec(old))
+		if err != nil {
+			return nil, err
+		}
+		if fe != nil {
+			errs = append(errs, fe)
+		}
+	}
+	return errs, nil
+}
+
+// checkSegmentShrink refuses an update that leaves a static lease, served
+// before, outside the delegated ranges of the segments it names.
+func (b *Batch) checkSegmentShrink(name string, s, prev *pivirtv1.NetworkSegmentSpec) (*pivirtv1.FieldError, error) {
+	if prev == nil {
+		return nil, nil
+	}
+	leases, err := b.kind(pivirtv1.KindDHCPLease)
+	if err != nil {
+		return nil, err
+	}
+	nets := []string{prev.Bridge}
+	if prev.NetworkRef != "" {
+		nets = append(nets, prev.NetworkRef)
+	}
+	for _, n := range nets {
+		for _, e := range leases.lookup(keyNet+n, "") {
+			l := leaseSpec(e)
+			if l == nil || l.Type != pivirtv1.LeaseStatic {
+				continue
+			}
+			ip, err := netip.ParseAddr(l.IPAddress)
+			if err != nil {
+				continue
+			}
+			before, err := b.segmentsFor(l.Network, "", nil)
+			if err != nil {
+				return nil, err
+			}
+			after, err := b.segmentsFor(l.Network, name, s)
+			if err != nil {
+				return nil, err
+			}
+			if !covers(before, ip) || covers(after, ip) {
+				continue
+			}
+			lease := fmt.Sprintf("static lease %s (%s)", e.obj.Metadata.Name, l.IPAddress)
+			if len(after) == 0 {
+				if s.Bridge != prev.Bridge {
+					return &pivirtv1.FieldError{Path: "spec.bridge", Value: s.Bridge, Detail: fmt.Sprintf("would leave %s on network %s without a segment", lease, l.Network)}, nil
+				}
+				return &pivirtv1.FieldError{Path: "spec.networkRef", Value: s.NetworkRef, Detail: fmt.Sprintf("would leave %s on network %s without a segment", lease, l.Network)}, nil
+			}
+			var r any = "(no range)"
+			if rr, ok := s.DelegatedRange(); ok {
+				r = rr
+			}
+			return &pivirtv1.FieldError{Path: "spec.dhcp", Value: r, Detail: fmt.Sprintf("would leave %s outside the delegated range", lease)}, nil
+		}
+	}
+	return nil, nil
+}
+
+// namedSeg is a segment that a lease's network names.
+type namedSeg struct {
+	name string
+	spec *pivirtv1.NetworkSegmentSpec
+}
+
+// segmentsFor returns the segments whose bridge or networkRef is network,
+// with segment subst (when subst is non-nil) replaced by its new spec.
+func (b *Batch) segmentsFor(network, subst string, substSpec *pivirtv1.NetworkSegmentSpec) ([]namedSeg, error) {
+	segs, err := b.kind(pivirtv1.KindNetworkSegment)
+	if err != nil {
+		return nil, err
+	}
+	var out []namedSeg
+	seen := map[string]bool{}
+	for _, key := range []string{keyBridge + network, keyRef + network} {
+		for _, e := range segs.lookup(key, "") {
+			n := e.obj.Metadata.Name
+			if seen[n] || segSpec(e) == nil {
+				continue
+			}
+			seen[n] = true
+			if substSpec == nil || n != subst {
+				out = append(out, namedSeg{n, segSpec(e)})
+			}
+		}
+	}
+	if substSpec != nil && (substSpec.Bridge == network || substSpec.NetworkRef == network) {
+		out = append(out, namedSeg{subst, substSpec})
+	}
+	return out, nil
+}
+
+func covers(segs []namedSeg, ip netip.Addr) bool {
+	for _, s := range segs {
+		if r, ok := s.spec.DelegatedRange(); ok && r.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkLease: when a segment the lease names exists, the IP lies in its
+// delegated range; a MAC and an IP are held by one lease per network (the
+// network being every name of the segments on the bridge).
+func (b *Batch) checkLease(name string, l *pivirtv1.DHCPLeaseSpec) (pivirtv1.ErrorList, error) {
+	segs, err := b.segmentsFor(l.Network, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	var errs pivirtv1.ErrorList
+	ip := netip.MustParseAddr(pivirtv1.CanonicalIPv4(l.IPAddress))
+	if len(segs) > 0 && !covers(segs, ip) {
+		var where []string
+		for _, s := range segs {
+			if r, ok := s.spec.DelegatedRange(); ok {
+				where = append(where, fmt.Sprintf("the delegated range %s of segment %s", r, s.name))
+			} else {
+				where = append(where, fmt.Sprintf("segment %s, which has no delegated range", s.name))
+			}
+		}
+		errs.Add("spec.ipAddress", ip, "is outside %s", strings.Join(where, " and "))
+	}
+	leases, err := b.kind(pivirtv1.KindDHCPLease)
+	if err != nil {
+		return nil, err
+	}
+	mac := pivirtv1.CanonicalMAC(l.MACAddress)
+	var macBy, ipBy string
+	for _, n := range b.networkNames(l.Network, segs) {
+		if es := leases.lookup(keyMAC+n+"\x00"+mac, name); macBy == "" && len(es) > 0 {
+			macBy = es[0].obj.Metadata.Name
+		}
+		if es := leases.lookup(keyIP+n+"\x00"+ip.String(), name); ipBy == "" && len(es) > 0 {
+			ipBy = es[0].obj.Metadata.Name
+		}
+	}
+	if macBy != "" {
+		errs.Add("spec.macAddress", l.MACAddress, "is already reserved in network %s by lease %s", l.Network, macBy)
+	}
+	if ipBy != "" {
+		errs.Add("spec.ipAddress", ip, "is already reserved in network %s by lease %s", l.Network, ipBy)
+	}
+	return errs, nil
+}
+
+// networkNames returns every name that leads to the same layer-2 network
+// as network: itself, and the bridge and networkRefs of every segment on
+// the bridges of segs.
+func (b *Batch) networkNames(network string, segs []namedSeg) []string {
+	names := []string{network}
+	seen := map[string]bool{network: true}
+	add := func(n string) {
+		if n != "" && !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	all := b.kinds[pivirtv1.KindNetworkSegment] // loaded by segmentsFor
+	for _, s := range segs {
+		add(s.spec.Bridge)
+		for _, e := range all.lookup(keyBridge+s.spec.Bridge, "") {
+			if ss := segSpec(e); ss != nil {
+				add(ss.NetworkRef)
+			}
+		}
+	}
+	return names
+}
+
+// checkExternalIP: an address is mapped one-to-one at most once, never
+// beside a port forward, and a protocol/port on it is forwarded once.
+func (b *Batch) checkExternalIP(name string, s *pivirtv1.ExternalIPSpec) (pivirtv1.ErrorList, error) {
+	eips, err := b.kind(pivirtv1.KindExternalIP)
+	if err != nil {
+		return nil, err
+	}
+	var errs pivirtv1.ErrorList
+	addr := pivirtv1.CanonicalIPv4(s.Address)
+	reported := map[int]bool{}
+	for _, e := range eips.lookup(keyAddr+addr, name) {
+		o, _ := e.spec.(*pivirtv1.ExternalIPSpec)
+		if o == nil {
+			continue
+		}
+		other := e.obj.Metadata.Name
+		switch {
+		case o.Mode == pivirtv1.ModeOneToOne:
+			errs.Add("spec.address", addr, "is already mapped one-to-one by externalip %s", other)
+			return errs, nil
+		case s.Mode == pivirtv1.ModeOneToOne:
+			errs.Add("spec.address", addr, "already has port forwards (externalip %s); a oneToOne mapping needs the address alone", other)
+			return errs, nil
+		}
+		for i, p := range s.Ports {
+			for _, op := range o.Ports {
+				if !reported[i] && p.Protocol == op.Protocol && p.Port == op.Port {
+					reported[i] = true
+					errs.Add("spec.ports["+strconv.Itoa(i)+"]", fmt.Sprintf("%s/%d", p.Protocol, p.Port), "on %s is already forwarded by externalip %s", addr, other)
+				}
+			}
+		}
+	}
+	return errs, nil
+}
+
+// checkPortSecurity: one PortSecurity per port.
+func (b *Batch) checkPortSecurity(name string, s *pivirtv1.PortSecuritySpec) (pivirtv1.ErrorList, error) {
+	ps, err := b.kind(pivirtv1.KindPortSecurity)
+	if err != nil {
+		return nil, err
+	}
+	var errs pivirtv1.ErrorList
+	if s.Interface != "" {
+		if es := ps.lookup(keyIf+s.Interface, name); len(es) > 0 {
+			errs.Add("spec.interface", s.Interface, "is already secured by portsecurity %s", es[0].obj.Metadata.Name)
+		}
+	}
+	if s.VMRef != nil {
+		if es := ps.lookup(keyVM+s.VMRef.Name+"/"+strconv.Itoa(s.VMRef.NIC), name); len(es) > 0 {
+			errs.Add("spec.vmRef", fmt.Sprintf("%s nic %d", s.VMRef.Name, s.VMRef.NIC), "is already secured by portsecurity %s", es[0].obj.Metadata.Name)
+		}
+	}
+	return errs, nil
+}
+
+// checkVPCRouter: a VPC bridge belongs to one router.
+func (b *Batch) checkVPCRouter(name string, s *pivirtv1.VPCRouterSpec) (pivirtv1.ErrorList, error) {
+	rs, err := b.kind(pivirtv1.KindVPCRouter)
+	if err != nil {
+		return nil, err
+	}
+	var errs pivirtv1.ErrorList
+	if es := rs.lookup(keyInside+s.Inside.Bridge, name); len(es) > 0 {
+		errs.Add("spec.inside.bridge", s.Inside.Bridge, "is already the inside bridge of vpcrouter %s", es[0].obj.Metadata.Name)
+	}
+	return errs, nil
+}

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package admission
+
+import (
+	"fmt"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+)
+
+// provisioning reports whether o carries the provisioning annotation.
+func provisioning(o *pivirtv1.Object) bool {
+	return o.Metadata.Annotations[pivirtv1.AnnotationProvisioning] == "true"
+}
+
+// provisioningLock explains why a lease is frozen by the provisioning
+// interlock ("" when it is not): the stored lease, or an owner it names
+// (now or in the incoming extra references), carries the annotation.
+func (b *Batch) provisioningLock(lease *entry, extra []pivirtv1.OwnerReference) (string, error) {
+	if provisioning(lease.obj) {
+		return fmt.Sprintf("annotation %s is \"true\" on it", pivirtv1.AnnotationProvisioning), nil
+	}
+	for _, refs := range [][]pivirtv1.OwnerReference{lease.obj.Metadata.OwnerReferences, extra} {
+		for _, r := range refs {
+			o, err := b.owner(r)
+			if err != nil {
+				return "", err
+			}
+			if o != nil && provisioning(o.obj) {
+				return fmt.Sprintf("annotation %s is \"true\" on its owner %s", pivirtv1.AnnotationProvisioning, lref(o.obj.Kind, o.obj.Metadata.Name)), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// checkLeaseMove refuses to change the IP or network of a frozen lease.
+// The stored lease decides, so one apply cannot both drop the annotation
+// and move the lease.
+func (b *Batch) checkLeaseMove(old *entry, next *pivirtv1.Object, s *pivirtv1.DHCPLeaseSpec) error {
+	prev := leaseSpec(old)
+	if prev == nil {
+		return nil
+	}
+	if prev.Network == s.Network && pivirtv1.CanonicalIPv4(prev.IPAddress) == pivirtv1.CanonicalIPv4(s.IPAddress) {
+		return nil
+	}
+	lock, err := b.provisioningLock(old, next.Metadata.OwnerReferences)
+	if err != nil || lock == "" {
+		return err
+	}
+	return fmt.Errorf("moving the lease from %s %s to %s %s is refused while %s: %w",
+		prev.Network, prev.IPAddress, s.Network, s.IPAddress, lock, ErrBlocked)
+}
