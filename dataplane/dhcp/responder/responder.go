@@ -9,7 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
 
 	"pivirt.hu/dataplane/dataplane/dhcp/server"
 )
@@ -63,6 +66,29 @@ type Responder struct {
 	proc *Processor
 	c    Counters
 	out  [][]byte
+
+	// Group commit: the receive loop appends the durable part of each
+	// batch to cur; the committer takes all of it, persists it in one
+	// call, sends its ACKs, and hands the group back as spare. So while one
+	// fsync runs, the next group fills, and a group's size follows load.
+	mu     sync.Mutex
+	cur    *group
+	spare  *group
+	kick   chan struct{}
+	sendMu sync.Mutex // the socket's send headers are shared
+}
+
+// group is the lease changes and ACK frames waiting for one Persist.
+type group struct {
+	changes []server.LeaseChange
+	arena   []byte // ACK frames back to back
+	ends    []int  // end offset of each frame in arena
+	types   []dhcpv4.MessageType
+	frames  [][]byte
+}
+
+func (g *group) reset() {
+	g.changes, g.arena, g.ends, g.types, g.frames = g.changes[:0], g.arena[:0], g.ends[:0], g.types[:0], g.frames[:0]
 }
 
 // New opens the packet socket on cfg.Interface. Zero limits take the
@@ -103,7 +129,8 @@ func New(cfg Config) (*Responder, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Responder{cfg: cfg, conn: conn, out: make([][]byte, 0, cfg.Batch)}
+	r := &Responder{cfg: cfg, conn: conn, out: make([][]byte, 0, cfg.Batch),
+		cur: new(group), spare: new(group), kick: make(chan struct{}, 1)}
 	r.proc = NewProcessor(ProcessorConfig{Server: cfg.Server, Segment: cfg.Segment, MAC: [6]byte(ifi.HardwareAddr),
 		Batch: cfg.Batch, PerMAC: cfg.PerMAC, PerPort: cfg.PerPort, Counters: &r.c})
 	return r, nil
@@ -112,12 +139,24 @@ func New(cfg Config) (*Responder, error) {
 // Counters returns the live counters.
 func (r *Responder) Counters() *Counters { return &r.c }
 
-// Run serves until ctx is cancelled, then closes the socket. The batch in
-// flight is finished (its Persist bounded by ShutdownTimeout).
+// Run serves until ctx is cancelled, then closes the socket. Changes
+// already handed over are still persisted and their ACKs sent, within
+// ShutdownTimeout.
 func (r *Responder) Run(ctx context.Context) error {
 	defer r.conn.Close()
 	stop := context.AfterFunc(ctx, func() { _ = r.conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
+	done := make(chan struct{})
+	quit := make(chan struct{})
+	go r.commitLoop(ctx, quit, done)
+	defer func() {
+		close(quit)
+		select {
+		case <-done:
+		case <-time.After(r.cfg.ShutdownTimeout):
+			r.cfg.Log.Warn("lease commit did not finish before the shutdown timeout")
+		}
+	}()
 	nextExpire := r.cfg.Now().Add(r.cfg.ExpireEvery)
 	for {
 		if ctx.Err() != nil {
@@ -135,69 +174,121 @@ func (r *Responder) Run(ctx context.Context) error {
 			return fmt.Errorf("receiving on %s: %w", r.cfg.Interface, err)
 		}
 		if len(frames) > 0 {
-			r.serve(ctx, now, frames)
+			r.serve(now, frames)
 		}
 		if !now.Before(nextExpire) {
 			if ch := r.cfg.Server.Expire(now); len(ch) > 0 {
-				if err := r.persist(ctx, ch); err != nil {
-					r.cfg.Log.Warn("persisting expired leases", "err", err)
-				}
+				r.mu.Lock()
+				r.cur.changes = append(r.cur.changes, ch...)
+				r.mu.Unlock()
+				r.kickCommitter()
 			}
 			nextExpire = now.Add(r.cfg.ExpireEvery)
 		}
 	}
 }
 
-// serve processes one batch: non-durable replies (OFFER, NAK, INFORM ACK)
-// leave at once, ACKs only after Persist returned.
-func (r *Responder) serve(ctx context.Context, now time.Time, frames [][]byte) {
+// serve processes one batch: replies that need no durability (OFFER, NAK,
+// INFORM ACK) leave at once; lease changes and ACKs go to the committer.
+func (r *Responder) serve(now time.Time, frames [][]byte) {
 	p := r.proc
 	p.Process(now, frames)
-	r.sendWhere(false)
-	if len(p.Changes) > 0 {
-		if err := r.persist(ctx, p.Changes); err != nil {
-			r.cfg.Log.Warn("persisting leases; dropping the batch's ACKs", "changes", len(p.Changes), "err", err)
+	r.out = r.out[:0]
+	durable := 0
+	for _, o := range p.Out {
+		if o.Durable {
+			durable++
+		} else {
+			r.out = append(r.out, o.Frame)
+			r.c.Replied[o.Type].Add(1)
+		}
+	}
+	r.send(r.out)
+	if len(p.Changes) == 0 && durable == 0 {
+		return
+	}
+	r.mu.Lock()
+	g := r.cur
+	g.changes = append(g.changes, p.Changes...)
+	for _, o := range p.Out {
+		if o.Durable {
+			g.arena = append(g.arena, o.Frame...)
+			g.ends = append(g.ends, len(g.arena))
+			g.types = append(g.types, o.Type)
+		}
+	}
+	r.mu.Unlock()
+	r.kickCommitter()
+}
+
+func (r *Responder) kickCommitter() {
+	select {
+	case r.kick <- struct{}{}:
+	default: // already kicked; it will take everything pending
+	}
+}
+
+// commitLoop persists each group and then sends its ACKs. After quit it
+// drains what is pending once and closes done.
+func (r *Responder) commitLoop(ctx context.Context, quit, done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-r.kick:
+		case <-quit:
+			r.commit(context.WithoutCancel(ctx))
+			return
+		}
+		r.commit(ctx)
+	}
+}
+
+func (r *Responder) commit(ctx context.Context) {
+	r.mu.Lock()
+	g := r.cur
+	r.cur, r.spare = r.spare, nil
+	r.mu.Unlock()
+	defer func() {
+		g.reset()
+		r.mu.Lock()
+		r.spare = g
+		r.mu.Unlock()
+	}()
+	if len(g.changes) == 0 && len(g.ends) == 0 {
+		return
+	}
+	if len(g.changes) > 0 {
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
+			defer cancel()
+		}
+		r.c.Batches.Add(1)
+		r.c.LeaseChanges.Add(uint64(len(g.changes)))
+		if err := r.cfg.Persister.Persist(ctx, g.changes); err != nil {
+			r.c.PersistErrors.Add(1)
+			r.cfg.Log.Warn("persisting leases; dropping their ACKs", "changes", len(g.changes), "err", err)
 			return
 		}
 	}
-	r.sendWhere(true)
+	start := 0
+	for i, end := range g.ends {
+		g.frames = append(g.frames, g.arena[start:end])
+		start = end
+		r.c.Replied[g.types[i]].Add(1)
+	}
+	r.send(g.frames)
 }
 
-func (r *Responder) persist(ctx context.Context, ch []server.LeaseChange) error {
-	if ctx.Err() != nil {
-		// Shutting down: still make the batch durable, within a bound.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
-		defer cancel()
-	}
-	r.c.Batches.Add(1)
-	r.c.LeaseChanges.Add(uint64(len(ch)))
-	if err := r.cfg.Persister.Persist(ctx, ch); err != nil {
-		r.c.PersistErrors.Add(1)
-		return err
-	}
-	return nil
-}
-
-func (r *Responder) sendWhere(durable bool) {
-	r.out = r.out[:0]
-	for _, o := range r.proc.Out {
-		if o.Durable == durable {
-			r.out = append(r.out, o.Frame)
-		}
-	}
-	if len(r.out) == 0 {
+func (r *Responder) send(frames [][]byte) {
+	if len(frames) == 0 {
 		return
 	}
-	failed, err := r.conn.send(r.out)
+	r.sendMu.Lock()
+	failed, err := r.conn.send(frames)
+	r.sendMu.Unlock()
 	if failed > 0 {
 		r.c.SendErrors.Add(uint64(failed))
 		r.cfg.Log.Debug("sending replies", "failed", failed, "err", err)
-	}
-	// Count by type what went out (failures are rare; counted above).
-	for _, o := range r.proc.Out {
-		if o.Durable == durable {
-			r.c.Replied[o.Type].Add(1)
-		}
 	}
 }

@@ -66,6 +66,9 @@ type Source struct {
 // Frame writes the Ethernet/IPv4/UDP frame carrying payload to dst into
 // buf and returns the used part. It does not allocate.
 func Frame(buf []byte, src Source, dst Dest, payload []byte) ([]byte, error) {
+	if !src.IP.Is4() || !dst.IP.Is4() {
+		return nil, ErrNotIPv4
+	}
 	n := HeadersLen + len(payload)
 	if len(buf) < n || len(payload) > 0xffff-IPv4Len-UDPLen {
 		return nil, ErrShortBuffer
@@ -90,7 +93,9 @@ func Frame(buf []byte, src Source, dst Dest, payload []byte) ([]byte, error) {
 	binary.BigEndian.PutUint16(udp[2:4], dst.Port)
 	binary.BigEndian.PutUint16(udp[4:6], uint16(ulen))
 	udp[6], udp[7] = 0, 0
-	copy(udp[UDPLen:], payload)
+	if len(payload) > 0 && &udp[UDPLen] != &payload[0] {
+		copy(udp[UDPLen:], payload) // FrameMessage encodes in place
+	}
 	// Pseudo header: src, dst, proto, UDP length.
 	sum := uint32(s4[0])<<8 | uint32(s4[1])
 	sum += uint32(s4[2])<<8 | uint32(s4[3])

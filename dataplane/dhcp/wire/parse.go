@@ -50,6 +50,10 @@ func (r Reason) Error() string { return "dropping frame: " + r.String() }
 // ErrShortBuffer is returned by Frame when buf cannot hold the reply.
 var ErrShortBuffer = errors.New("frame buffer too short")
 
+// ErrNotIPv4 is returned by Frame for a source or destination that is not
+// an IPv4 address.
+var ErrNotIPv4 = errors.New("reply address is not IPv4")
+
 // Header sizes and limits.
 const (
 	EthLen     = 14

@@ -195,3 +195,48 @@ func TestFrameMatchesGopacket(t *testing.T) {
 		t.Fatalf("Parse allocates %v times", n)
 	}
 }
+
+func TestAppendMessageMatchesToBytes(t *testing.T) {
+	long := bytes.Repeat([]byte{'x'}, 300)
+	for _, tc := range []struct {
+		name string
+		m    *dhcpv4.DHCPv4
+	}{
+		{"offer", reply(t, dhcpv4.MessageTypeOffer, dhcpv4.WithGatewayIP(net.IP{10, 0, 0, 2}),
+			dhcpv4.WithGeneric(dhcpv4.OptionRelayAgentInformation, []byte{1, 2, 3, 4}),
+			dhcpv4.WithGeneric(dhcpv4.OptionRouter, []byte{10, 0, 0, 1}), dhcpv4.WithLeaseTime(3600),
+			dhcpv4.WithGeneric(dhcpv4.OptionRapidCommit, nil), dhcpv4.WithGeneric(dhcpv4.OptionClasslessStaticRoute, []byte{0, 10, 0, 0, 1}))},
+		{"long option and names", func() *dhcpv4.DHCPv4 {
+			m := reply(t, dhcpv4.MessageTypeAck, dhcpv4.WithGeneric(dhcpv4.OptionHostName, long))
+			m.ServerHostName, m.BootFileName = string(long[:80]), string(long[:200])
+			return m
+		}()},
+		{"nak", reply(t, dhcpv4.MessageTypeNak)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.m.ToBytes()
+			buf := make([]byte, 0, 1500)
+			got := AppendMessage(buf, tc.m)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("encoding differs from dhcpv4:\n got %x\nwant %x", got, want)
+			}
+			if n := testing.AllocsPerRun(50, func() { AppendMessage(buf, tc.m) }); n != 0 {
+				t.Fatalf("AppendMessage allocates %v times", n)
+			}
+			fb := make([]byte, 1500)
+			f, err := FrameMessage(fb, Source{IP: netip.MustParseAddr("10.0.0.1")}, Dest{IP: netip.MustParseAddr("10.0.0.50"), Port: 68}, tc.m)
+			if err != nil || !bytes.Equal(f[HeadersLen:], want) {
+				t.Fatalf("FrameMessage payload differs (%v)", err)
+			}
+			if _, err := FrameMessage(make([]byte, 350), Source{IP: netip.MustParseAddr("10.0.0.1")}, Dest{IP: netip.MustParseAddr("10.0.0.9")}, tc.m); tc.name == "long option and names" && err == nil {
+				t.Fatal("overflow not detected")
+			}
+		})
+	}
+}
+
+func TestFrameRefusesNonIPv4(t *testing.T) {
+	if _, err := Frame(make([]byte, 1500), Source{}, Dest{IP: netip.MustParseAddr("10.0.0.9")}, []byte{1}); err != ErrNotIPv4 {
+		t.Fatalf("err = %v", err)
+	}
+}

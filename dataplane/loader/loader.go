@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/allowmap"
+	"pivirt.hu/dataplane/dataplane/maps/countermap"
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/dataplane/maps/portmap"
+)
+
+// Sentinel errors.
+var (
+	// ErrNoNativeXDP: the device has no driver-mode XDP; pivirt never
+	// falls back to generic XDP (use --attach tc or auto).
+	ErrNoNativeXDP = errors.New("device does not support XDP in driver mode")
+	// ErrInterfaceNotFound: no such interface in this network namespace.
+	ErrInterfaceNotFound = errors.New("interface not found")
+)
+
+// Maps are the typed guard maps.
+type Maps struct {
+	Ports    *portmap.Map
+	Allow4   *allowmap.Map4
+	Allow6   *allowmap.Map6
+	Leases   *leasemap.Map
+	Counters *countermap.Map
+}
+
+// Loader holds the loaded guard programs and the pinned maps under one
+// bpffs base. It is not safe for concurrent use.
+type Loader struct {
+	base string
+	xdp  *ebpf.Collection
+	tcx  *ebpf.Collection
+	sim  *ebpf.Collection // loaded on first Simulate
+	maps Maps
+}
+
+// Open mounts bpffs at base if needed, opens the pinned maps under
+// <base>/maps (creating those missing; an incompatible pin is an error
+// wrapping ebpf.ErrMapIncompatible: change the layout only with a new
+// _vN name) and loads the programs. The caller removes the memlock rlimit
+// first (cmd/pivirtd does).
+func Open(base string) (*Loader, error) {
+	if err := ensureBPFFS(base); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{MapsDir(base), LinksDir(base)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	xs, err := guard.XDPSpec()
+	if err != nil {
+		return nil, err
+	}
+	xc, err := ebpf.NewCollectionWithOptions(xs, ebpf.CollectionOptions{
+		Maps: ebpf.MapOptions{PinPath: MapsDir(base)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading %s with maps pinned in %s: %w", guard.ProgXDP, MapsDir(base), err)
+	}
+	ts, err := guard.TCXSpec()
+	if err != nil {
+		xc.Close()
+		return nil, err
+	}
+	tc, err := ebpf.NewCollectionWithOptions(ts, ebpf.CollectionOptions{MapReplacements: xc.Maps})
+	if err != nil {
+		xc.Close()
+		return nil, fmt.Errorf("loading %s: %w", guard.ProgTCX, err)
+	}
+	return &Loader{base: base, xdp: xc, tcx: tc, maps: Maps{
+		Ports:    portmap.New(xc.Maps[guard.MapPorts]),
+		Allow4:   allowmap.New4(xc.Maps[guard.MapAllow4]),
+		Allow6:   allowmap.New6(xc.Maps[guard.MapAllow6]),
+		Leases:   leasemap.New(xc.Maps[guard.MapLeases]),
+		Counters: countermap.New(xc.Maps[guard.MapCounters]),
+	}}, nil
+}
+
+// Close releases the Go handles. Pinned maps and links stay, and so does
+// enforcement.
+func (l *Loader) Close() error {
+	l.xdp.Close()
+	l.tcx.Close()
+	if l.sim != nil {
+		l.sim.Close()
+	}
+	return nil
+}
+
+// Base is the bpffs base directory.
+func (l *Loader) Base() string { return l.base }
+
+// Maps returns the typed pinned maps.
+func (l *Loader) Maps() Maps { return l.maps }
+
+// Map returns a pinned map by name, or nil.
+func (l *Loader) Map(name string) *ebpf.Map { return l.xdp.Maps[name] }
+
+// Program returns the loaded guard program of a hook.
+func (l *Loader) Program(h Hook) *ebpf.Program {
+	if h == HookXDP {
+		return l.xdp.Programs[guard.ProgXDP]
+	}
+	return l.tcx.Programs[guard.ProgTCX]
+}
+
+func progName(h Hook) string {
+	if h == HookXDP {
+		return guard.ProgXDP
+	}
+	return guard.ProgTCX
+}
+
+// Attach attaches the guard to ifname (in the caller's network namespace)
+// on the hook mode selects, or swaps the program of an existing pinned
+// link in place. If the port was attached on the other hook, that link is
+// removed once the new one is in place.
+func (l *Loader) Attach(ifname string, mode Mode) (Attachment, error) {
+	nl, err := netlink.LinkByName(ifname)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return Attachment{}, fmt.Errorf("attaching to %s: %w", ifname, ErrInterfaceNotFound)
+		}
+		return Attachment{}, fmt.Errorf("looking up %s: %w", ifname, err)
+	}
+	hook := mode.resolve(nl.Type())
+	ifindex := nl.Attrs().Index
+	prog := l.Program(hook)
+	pin := LinkPath(l.base, ifname, progName(hook))
+
+	lk, err := l.updatePinned(pin, prog, uint32(ifindex))
+	if errors.Is(err, os.ErrNotExist) {
+		lk, err = l.create(pin, prog, hook, ifindex, ifname)
+	}
+	if err != nil {
+		return Attachment{}, err
+	}
+	defer lk.Close()
+
+	other := HookTCX
+	if hook == HookTCX {
+		other = HookXDP
+	}
+	if err := unpin(LinkPath(l.base, ifname, progName(other))); err != nil {
+		return Attachment{}, fmt.Errorf("removing %s link of %s: %w", other, ifname, err)
+	}
+	return describe(ifname, hook, pin, lk)
+}
+
+// updatePinned swaps prog into the link pinned at pin. A missing pin, a
+// defunct link (its device is gone: ENOLINK) or a link now on another
+// device (the name was reused) give os.ErrNotExist, after removing the
+// stale pin, so the caller creates a new link.
+func (l *Loader) updatePinned(pin string, prog *ebpf.Program, ifindex uint32) (link.Link, error) {
+	lk, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, os.ErrNotExist
+		}
+		return nil, fmt.Errorf("opening pinned link %s: %w", pin, err)
+	}
+	if info, err := lk.Info(); err == nil && linkIfindex(info) != ifindex {
+		// Defunct (ifindex 0) or the interface was re-created.
+		lk.Close()
+		if err := os.Remove(pin); err != nil {
+			return nil, fmt.Errorf("removing stale link pin %s: %w", pin, err)
+		}
+		return nil, os.ErrNotExist
+	}
+	if err := lk.Update(prog); err != nil {
+		lk.Close()
+		if errors.Is(err, unix.ENOLINK) {
+			if err := os.Remove(pin); err != nil {
+				return nil, fmt.Errorf("removing defunct link pin %s: %w", pin, err)
+			}
+			return nil, os.ErrNotExist
+		}
+		return nil, fmt.Errorf("updating program of link %s: %w", pin, err)
+	}
+	return lk, nil
+}
+
+func (l *Loader) create(pin string, prog *ebpf.Program, hook Hook, ifindex int, ifname string) (link.Link, error) {
+	var (
+		lk  link.Link
+		err error
+	)
+	switch hook {
+	case HookXDP:
+		lk, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: link.XDPDriverMode})
+		// Without native XDP the kernel refuses driver mode with
+		// EOPNOTSUPP; report it instead of silently using generic XDP.
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, ebpf.ErrNotSupported) {
+			return nil, fmt.Errorf("attaching %s to %s: %w: %v", prog, ifname, ErrNoNativeXDP, err)
+		}
+	default:
+		lk, err = link.AttachTCX(link.TCXOptions{Program: prog, Attach: ebpf.AttachTCXIngress,
+			Interface: ifindex, Anchor: link.Head()})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("attaching %s to %s: %w", prog, ifname, err)
+	}
+	if err := os.MkdirAll(IfaceLinksDir(l.base, ifname), 0o700); err != nil {
+		lk.Close()
+		return nil, fmt.Errorf("creating %s: %w", IfaceLinksDir(l.base, ifname), err)
+	}
+	if err := lk.Pin(pin); err != nil {
+		lk.Close()
+		return nil, fmt.Errorf("pinning link at %s for program %s: %w", pin, prog, err)
+	}
+	return lk, nil
+}
+
+// Detach removes the guard from ifname by unpinning its links (the last
+// reference, so the kernel detaches). Only an explicit request does this;
+// a daemon exit never does.
+func (l *Loader) Detach(ifname string) error {
+	var errs []error
+	for _, p := range []string{guard.ProgXDP, guard.ProgTCX} {
+		if err := unpin(LinkPath(l.base, ifname, p)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(IfaceLinksDir(l.base, ifname)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("detaching from %s: %w", ifname, err)
+	}
+	return nil
+}
+
+// unpin removes a pinned link if present.
+func unpin(pin string) error {
+	if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func linkIfindex(info *link.Info) uint32 {
+	if x := info.XDP(); x != nil {
+		return x.Ifindex
+	}
+	if t := info.TCX(); t != nil {
+		return t.Ifindex
+	}
+	return 0
+}
