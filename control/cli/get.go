@@ -134,7 +134,16 @@ func (r *Root) get(ctx context.Context, kind string, names []string, o getOption
 		}
 	}
 
+	// Watched tables go through one writer that keeps column widths, so
+	// later rows line up under the first listing.
+	var tw *widthWriter
+	if o.watch && (o.output == OutputTable || o.output == OutputWide) {
+		tw = newWidthWriter(out)
+	}
 	switch {
+	case tw != nil:
+		PrintTable(tw, items, po, !o.noHeaders)
+		err = tw.Flush()
 	case len(names) == 1 && len(items) == 1:
 		err = PrintObject(out, items[0], po)
 	case len(items) == 0 && len(names) == 0 && (o.output == OutputYAML || o.output == OutputJSON) && !o.watch:
@@ -159,7 +168,7 @@ func (r *Root) get(ctx context.Context, kind string, names []string, o getOption
 		return err
 	}
 	if o.watch {
-		return r.watch(ctx, client, kind, names, revision, len(items) > 0, po)
+		return r.watch(ctx, client, kind, names, revision, tw, len(items) > 0, po)
 	}
 	if missing > 0 {
 		return errReported
@@ -179,10 +188,10 @@ func getObject(ctx context.Context, c resourcev1connect.ResourceServiceClient, k
 	return decodeItem(resp.Msg.GetObject())
 }
 
-// watch prints every change after revision until ctx ends. Rows are
-// flushed one at a time, so columns may shift as in kubectl.
+// watch prints every change after revision until ctx ends; tables go to
+// tw, which is nil for the other formats.
 func (r *Root) watch(ctx context.Context, c resourcev1connect.ResourceServiceClient, kind string, names []string,
-	revision int64, headerDone bool, po PrintOptions) error {
+	revision int64, tw *widthWriter, headerDone bool, po PrintOptions) error {
 	stream, err := c.Watch(ctx, connect.NewRequest(&resourcev1.WatchRequest{Kind: kind, FromRevision: revision}))
 	if err != nil {
 		return err
@@ -192,7 +201,6 @@ func (r *Root) watch(ctx context.Context, c resourcev1connect.ResourceServiceCli
 	for _, n := range names {
 		want[n] = true
 	}
-	tw := newTabWriter(r.streams.Out)
 	for stream.Receive() {
 		it, err := decodeItem(stream.Msg().GetObject())
 		if err != nil {

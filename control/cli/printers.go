@@ -192,22 +192,16 @@ func (r row) phase() string {
 	return none
 }
 
-// PrintTable writes the rows of items (all of one kind) to tw, with a
-// header row when header is true. The caller flushes tw; watch keeps one
-// writer across calls.
+// PrintTable writes the rows of items to tw, with a header row (of the
+// first item's kind) when header is true. Items are expected to be of one
+// kind; each row still uses its own kind's columns. The caller flushes tw;
+// watch keeps one writer across calls.
 func PrintTable(tw io.Writer, items []Item, o PrintOptions, header bool) {
 	if len(items) == 0 {
 		return
 	}
-	cols := columnsOf(items[0].Obj.Kind)
-	var shown []column
-	for _, c := range cols {
-		if c.wide && o.Output != OutputWide {
-			continue
-		}
-		shown = append(shown, c)
-	}
 	if header {
+		shown := shownColumns(items[0].Obj.Kind, o)
 		names := make([]string, 0, len(shown)+1)
 		for _, c := range shown {
 			names = append(names, c.name)
@@ -218,6 +212,7 @@ func PrintTable(tw io.Writer, items []Item, o PrintOptions, header bool) {
 		fmt.Fprintln(tw, strings.Join(names, "\t"))
 	}
 	for _, it := range items {
+		shown := shownColumns(it.Obj.Kind, o)
 		r := newRow(it.Obj, o.Now)
 		cells := make([]string, 0, len(shown)+1)
 		for i, c := range shown {
@@ -235,6 +230,17 @@ func PrintTable(tw io.Writer, items []Item, o PrintOptions, header bool) {
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
+}
+
+// shownColumns are the columns of kind that the output format shows.
+func shownColumns(kind string, o PrintOptions) []column {
+	var shown []column
+	for _, c := range columnsOf(kind) {
+		if !c.wide || o.Output == OutputWide {
+			shown = append(shown, c)
+		}
+	}
+	return shown
 }
 
 func newRow(o *pivirtv1.Object, now time.Time) row {

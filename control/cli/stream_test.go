@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+)
+
+// leases returns n DHCPLease documents as one multi-document YAML file.
+func leases(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `---
+apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata:
+  name: vm-%05d
+spec:
+  network: br0
+  macAddress: "52:54:00:%02x:%02x:%02x"
+  ipAddress: 10.%d.%d.%d
+`, i, i>>16&0xff, i>>8&0xff, i&0xff, i>>16&0xff, i>>8&0xff, i&0xff)
+	}
+	return b.String()
+}
+
+func TestApplyChunks(t *testing.T) {
+	f := newFakeServer()
+	sock := startFake(t, f)
+	out, errOut, code := run(t, sock, leases(2500), "apply", "-f", "-")
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 2500 || lines[0] != "dhcplease/vm-00000 created" || lines[2499] != "dhcplease/vm-02499 created" {
+		t.Errorf("got %d lines, first %q, last %q", len(lines), lines[0], lines[len(lines)-1])
+	}
+	if got := fmt.Sprint(f.applySizes); got != "[1000 1000 500]" {
+		t.Errorf("requests carried %s objects, want [1000 1000 500]", got)
+	}
+	if len(f.objs) != 2500 {
+		t.Errorf("stored %d objects, want 2500", len(f.objs))
+	}
+}
+
+func TestGetWatch(t *testing.T) {
+	f := newFakeServer()
+	f.put(t, leaseDoc)
+	sock := startFake(t, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	type result struct {
+		errOut string
+		code   int
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, errOut, code := runCtx(ctx, t, sock, "", out, "get", "leases", "--watch")
+		done <- result{errOut, code}
+	}()
+	waitFor(t, "the watch to start", func() bool { return f.watching() })
+	f.put(t, dbLease)
+	waitFor(t, "the new lease to be printed", func() bool { return strings.Contains(out.String(), "db-01") })
+	cancel()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("get --watch did not stop when its context ended")
+	}
+	want := `NAME     NETWORK   MAC                 IP               TYPE     EXPIRES   PHASE    AGE
+web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   5m
+db-01    br0       52:54:00:12:34:57   192.168.100.11   static   <none>    <none>   5m
+`
+	if out.String() != want || r.code != 0 || r.errOut != "" {
+		t.Errorf("stdout:\n%s\nwant:\n%s\nstderr %q, exit %d", out.String(), want, r.errOut, r.code)
+	}
+}
+
+// waitFor polls cond for up to ten seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "absent.sock")
+	for _, args := range [][]string{
+		{"get", "leases"}, {"apply", "-f", "-"}, {"delete", "lease", "x"}, {"describe", "lease", "x"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			out, errOut, code := run(t, sock, leaseDoc, args...)
+			want := "error: cannot reach pivirtd at " + sock + ": is it running?\n"
+			if out != "" || errOut != want || code != 1 {
+				t.Errorf("stdout %q, stderr %q, exit %d; want stderr %q, exit 1", out, errOut, code, want)
+			}
+		})
+	}
+	t.Run("diff", func(t *testing.T) {
+		_, errOut, code := run(t, sock, leaseDoc, "diff", "-f", "-")
+		if code != DiffError || !strings.Contains(errOut, "is it running?") {
+			t.Errorf("stderr %q, exit %d; want exit %d", errOut, code, DiffError)
+		}
+	})
+}
+
+// TestServerTCP reaches the daemon over https with a CA file and a bearer
+// token, as --server does.
+func TestServerTCP(t *testing.T) {
+	f := newFakeServer()
+	f.put(t, leaseDoc)
+	mux := http.NewServeMux()
+	mux.Handle(resourcev1connect.NewResourceServiceHandler(f))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"code":"unauthenticated","message":"a bearer token is required on TCP"}`)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	// The unknown-CA case makes the server log a handshake error; keep it quiet.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	defer srv.Close()
+
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	cert := srv.TLS.Certificates[0].Certificate[0]
+	if _, err := x509.ParseCertificate(cert); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wrong := filepath.Join(dir, "wrong")
+	if err := os.WriteFile(wrong, []byte("nope"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantOut  string
+		wantErr  string
+		wantCode int
+	}{
+		{"token and ca", []string{"--server", srv.URL, "--ca-file", ca, "--token-file", token, "get", "lease", "-o", "name"},
+			"dhcplease/web-01\n", "", 0},
+		{"insecure skip verify", []string{"--server", srv.URL, "--insecure-skip-tls-verify", "--token-file", token, "get", "lease", "-o", "name"},
+			"dhcplease/web-01\n", "", 0},
+		{"wrong token", []string{"--server", srv.URL, "--ca-file", ca, "--token-file", wrong, "get", "lease"},
+			"", "Error from server (Unauthorized): a bearer token is required on TCP\n", 1},
+		{"unknown CA", []string{"--server", srv.URL, "--token-file", token, "get", "lease"},
+			"", "certificate", 1},
+		{"token without server", []string{"--token-file", token, "get", "lease"},
+			"", "error: --token-file, --ca-file and --insecure-skip-tls-verify need --server\n", 1},
+		{"bad url", []string{"--server", "tcp://x:1", "get", "lease"},
+			"", "error: parsing --server \"tcp://x:1\": want http://host:port or https://host:port\n", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut syncBuffer
+			code := New(IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}).Execute(context.Background(), tc.args)
+			if out.String() != tc.wantOut || code != tc.wantCode {
+				t.Errorf("stdout %q, exit %d; want %q, %d (stderr %q)", out.String(), code, tc.wantOut, tc.wantCode, errOut.String())
+			}
+			if tc.name == "unknown CA" {
+				if !strings.Contains(errOut.String(), tc.wantErr) {
+					t.Errorf("stderr %q, want it to mention %q", errOut.String(), tc.wantErr)
+				}
+			} else if errOut.String() != tc.wantErr {
+				t.Errorf("stderr %q, want %q", errOut.String(), tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestExtraCommand(t *testing.T) {
+	f := newFakeServer()
+	f.put(t, leaseDoc)
+	sock := startFake(t, f)
+	var out, errOut syncBuffer
+	root := New(IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	root.AddCommand(&cobraCmd{Use: "inspect", Args: cobraExactArgs(0), RunE: func(c *cobraCmd, _ []string) error {
+		if root.Conn().Socket != sock {
+			return fmt.Errorf("socket flag not seen: %q", root.Conn().Socket)
+		}
+		client, err := root.Client()
+		if err != nil {
+			return err
+		}
+		_, err = getObject(c.Context(), client, "lease", "missing")
+		return err
+	}})
+	code := root.Execute(context.Background(), []string{"--socket", sock, "inspect"})
+	if want := "Error from server (NotFound): dhcplease \"missing\" not found\n"; errOut.String() != want || code != 1 {
+		t.Errorf("stderr %q, exit %d; want %q, 1", errOut.String(), code, want)
+	}
+	code = root.Execute(context.Background(), []string{"--socket", sock, "inspect", "extra"})
+	if !strings.Contains(errOut.String(), "See 'pivirtctl inspect --help' for usage.") || code != 1 {
+		t.Errorf("stderr %q, exit %d; want a usage error", errOut.String(), code)
+	}
+}
+
+func BenchmarkParseManifests10k(b *testing.B) {
+	data := []byte(leases(10000))
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		ms, err := ParseManifests("bench.yaml", data)
+		if err != nil || len(ms) != 10000 {
+			b.Fatalf("%d objects, %v", len(ms), err)
+		}
+	}
+}
+
+func BenchmarkApply10k(b *testing.B) {
+	data := leases(10000)
+	for b.Loop() {
+		f := newFakeServer()
+		sock := startFake(&testing.T{}, f)
+		_, errOut, code := run(&testing.T{}, sock, data, "apply", "-f", "-")
+		if code != 0 {
+			b.Fatalf("exit %d: %s", code, errOut)
+		}
+	}
+}
+
+type cobraCmd = cobra.Command
+
+func cobraExactArgs(n int) cobra.PositionalArgs { return cobra.ExactArgs(n) }
