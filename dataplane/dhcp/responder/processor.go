@@ -126,7 +126,7 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 	}
 	src := wire.Source{MAC: p.mac}
 	src.IP, _ = netip.AddrFromSlice(rep.Msg.Options.Get(dhcpv4.OptionServerIdentifier))
-	frame, err := wire.Frame(buf, src, wire.Destination(in, rep.Msg), rep.Msg.ToBytes())
+	frame, err := wire.FrameMessage(buf, src, wire.Destination(in, rep.Msg), rep.Msg)
 	if err != nil {
 		p.c.SendErrors.Add(1)
 		return
