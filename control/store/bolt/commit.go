@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -59,6 +60,9 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (int64, err
 func (s *Store) committer(rev int64) {
 	defer close(s.commitDone)
 	batch := make([]*request, 0, s.opts.MaxBatch)
+	linger := time.NewTimer(0)
+	<-linger.C
+	expect := 1 // size of the last batch: how many writers are busy
 	for {
 		select {
 		case r := <-s.reqs:
@@ -75,10 +79,36 @@ func (s *Store) committer(rev int64) {
 				break drain
 			}
 		}
+		// The writers of the last batch are probably preparing their
+		// next request right now: wait a moment for them rather than
+		// pay an fsync for each. A lone writer never waits.
+		if len(batch) < min(expect, s.opts.MaxBatch) {
+			linger.Reset(maxLinger)
+		wait:
+			for len(batch) < min(expect, s.opts.MaxBatch) {
+				select {
+				case r := <-s.reqs:
+					batch = append(batch, r)
+				case <-linger.C:
+					break wait
+				}
+			}
+			if !linger.Stop() {
+				select {
+				case <-linger.C:
+				default:
+				}
+			}
+		}
+		expect = len(batch)
 		rev = s.commit(batch, rev)
 		clear(batch)
 	}
 }
+
+// maxLinger bounds how long a commit waits for the writers of the last
+// batch; small next to an fsync.
+const maxLinger = 200 * time.Microsecond
 
 // commit runs batch on top of revision rev and returns the new revision.
 func (s *Store) commit(batch []*request, rev int64) int64 {
@@ -121,6 +151,7 @@ func (s *Store) commit(batch []*request, rev int64) int64 {
 		}
 		next = rev
 	} else if next != rev {
+		s.commits.Add(1)
 		s.hist.append(events, next)
 	}
 	for i, r := range batch {

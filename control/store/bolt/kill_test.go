@@ -53,8 +53,8 @@ func runWriter(path string) {
 	ctx, cancel := context.WithTimeout(context.Background(), writerTimeout)
 	defer cancel()
 	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
+		mu  sync.Mutex
+		wg  sync.WaitGroup
 		out = bufio.NewWriter(os.Stdout)
 	)
 	for w := range writerWorkers {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -65,6 +66,7 @@ type Store struct {
 	commitDone chan struct{}
 	closeOnce  sync.Once
 	watchers   sync.WaitGroup
+	commits    atomic.Int64 // bbolt commits (each fsyncs), for benchmarks
 }
 
 var _ store.Store = (*Store)(nil)
