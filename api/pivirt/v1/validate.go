@@ -3,6 +3,7 @@
 package pivirtv1
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -82,9 +83,13 @@ func kindNames() string {
 // (`metadata.lables: unknown field`). The spec is left raw; PrepareObject
 // checks it.
 func DecodeObject(doc []byte) (*Object, error) {
-	data, err := yaml.YAMLToJSON(doc)
-	if err != nil {
-		return nil, fmt.Errorf("parsing manifest: %w", err)
+	data := bytes.TrimSpace(doc)
+	if len(data) == 0 || data[0] != '{' {
+		// JSON is YAML too, but converting it is slow; only YAML needs it.
+		var err error
+		if data, err = yaml.YAMLToJSON(doc); err != nil {
+			return nil, fmt.Errorf("parsing manifest: %w", err)
+		}
 	}
 	var o Object
 	if errs := decodeStrict(data, &o, ""); len(errs) > 0 {

@@ -374,3 +374,17 @@ func TestAddrHelpers(t *testing.T) {
 		t.Errorf("IsReservedLabel wrong")
 	}
 }
+
+func TestDecodeObjectJSON(t *testing.T) {
+	o, err := DecodeObject([]byte(` {"apiVersion":"pivirt.hu/v1","kind":"DHCPLease","metadata":{"name":"a"},"spec":{"network":"br-vm","macAddress":"52:54:00:12:34:56","ipAddress":"192.168.100.150"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidateObject(o); err != nil {
+		t.Fatal(err)
+	}
+	_, err = DecodeObject([]byte(`{"apiVersion":"pivirt.hu/v1","kind":"DHCPLease","metadata":{"name":"a","uid":7}}`))
+	if err == nil || !strings.Contains(err.Error(), "metadata.uid: 7 must be a string") {
+		t.Errorf("DecodeObject = %v", err)
+	}
+}
