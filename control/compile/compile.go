@@ -1,0 +1,393 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package compile
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/allowmap"
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/dataplane/maps/portmap"
+	"pivirt.hu/dataplane/dataplane/maps/typed"
+)
+
+// Link is what the host knows about one interface.
+type Link struct {
+	Index uint32
+	// Master is the bridge the interface is enslaved to, or "".
+	Master string
+}
+
+// Host are the facts compile needs from the node, gathered by the caller.
+type Host struct {
+	// Links by interface name; a name missing here does not exist (yet).
+	Links map[string]Link
+	// VMInterfaces resolves a PortSecurity vmRef to its tap (through
+	// QMP, by the caller); unresolved refs leave the port Pending.
+	VMInterfaces map[pivirtv1.VMRef]string
+	// TAIOffset is CLOCK_TAI - CLOCK_REALTIME (leasemap.TAIOffset), to
+	// turn lease expiry times into the guard's clock.
+	TAIOffset time.Duration
+}
+
+// Desired is the content every guard map should have.
+type Desired struct {
+	Ports  map[portmap.Key]portmap.Value
+	Allow4 map[allowmap.Key4]allowmap.Value
+	Allow6 map[allowmap.Key6]allowmap.Value
+	Leases map[leasemap.Key]leasemap.Value
+	// Status of each PortSecurity and DHCPLease.
+	Status map[Ref]Status
+}
+
+// Ref names an object.
+type Ref struct {
+	Kind string
+	Name string
+}
+
+// Status is the compile-time status of one object.
+type Status struct {
+	// Phase is pivirtv1.PhaseReady, PhasePending or PhaseFailed.
+	Phase   string
+	Message string
+	// Ports only.
+	Interface string
+	Ifindex   uint32
+	Segment   string
+	SegID     uint32
+}
+
+type segment struct {
+	name    string
+	id      uint32
+	spec    *pivirtv1.NetworkSegmentSpec
+	host    netip.Prefix
+	first   netip.Addr // allowed lease range, inclusive
+	last    netip.Addr
+	leaseTm time.Duration
+}
+
+// Compile computes the desired guard maps from objects (other kinds are
+// ignored) and host facts. Objects that cannot be compiled do not stop
+// the others; their status says why.
+func Compile(objs []*pivirtv1.Object, host Host) Desired {
+	d := Desired{
+		Ports:  map[portmap.Key]portmap.Value{},
+		Allow4: map[allowmap.Key4]allowmap.Value{},
+		Allow6: map[allowmap.Key6]allowmap.Value{},
+		Leases: map[leasemap.Key]leasemap.Value{},
+		Status: map[Ref]Status{},
+	}
+	objs = slices.Clone(objs)
+	slices.SortFunc(objs, func(a, b *pivirtv1.Object) int {
+		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Metadata.Name, b.Metadata.Name))
+	})
+
+	segs := map[string]*segment{} // by bridge and by networkRef
+	byBridge := map[string]*segment{}
+	for _, o := range objs {
+		if o.Kind != pivirtv1.KindNetworkSegment {
+			continue
+		}
+		s, err := decodeSegment(o)
+		if err != nil {
+			continue // the segment controller reports it
+		}
+		byBridge[s.spec.Bridge] = s
+		segs[s.spec.Bridge] = s
+		if s.spec.NetworkRef != "" {
+			segs[s.spec.NetworkRef] = s
+		}
+	}
+
+	compileLeases(&d, objs, segs, host)
+	compilePorts(&d, objs, byBridge, host)
+	return d
+}
+
+func decodeSegment(o *pivirtv1.Object) (*segment, error) {
+	sp, err := o.DecodeSpec()
+	if err != nil {
+		return nil, err
+	}
+	sp.Default()
+	spec := sp.(*pivirtv1.NetworkSegmentSpec)
+	host, err := netip.ParsePrefix(spec.HostIP)
+	if err != nil || !host.Addr().Is4() {
+		return nil, fmt.Errorf("parsing hostIP %q: %v", spec.HostIP, err)
+	}
+	s := &segment{name: o.Metadata.Name, id: SegmentID(o.Metadata.Name), spec: spec, host: host,
+		leaseTm: time.Duration(spec.DHCP.DefaultLeaseTime) * time.Second}
+	first, err1 := netip.ParseAddr(spec.DHCP.DelegatedRangeStart)
+	last, err2 := netip.ParseAddr(spec.DHCP.DelegatedRangeEnd)
+	if err1 == nil && err2 == nil {
+		s.first, s.last = first, last
+	} else {
+		// No delegated range: the host subnet without network and broadcast.
+		s.first = host.Masked().Addr().Next()
+		s.last = lastAddr(host).Prev()
+	}
+	return s, nil
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	for i := p.Bits(); i < 32; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	return netip.AddrFrom4(b)
+}
+
+func (s *segment) inRange(a netip.Addr) bool {
+	return a.Is4() && s.first.Compare(a) <= 0 && a.Compare(s.last) <= 0 && a != s.host.Addr()
+}
+
+func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment, host Host) {
+	type cand struct {
+		name string
+		key  leasemap.Key
+		val  leasemap.Value
+		stat bool
+	}
+	var cands []cand
+	for _, o := range objs {
+		if o.Kind != pivirtv1.KindDHCPLease {
+			continue
+		}
+		ref := Ref{pivirtv1.KindDHCPLease, o.Metadata.Name}
+		sp, err := o.DecodeSpec()
+		if err != nil {
+			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: err.Error()}
+			continue
+		}
+		sp.Default()
+		spec := sp.(*pivirtv1.DHCPLeaseSpec)
+		seg, ok := segs[spec.Network]
+		if !ok {
+			d.Status[ref] = Status{Phase: pivirtv1.PhasePending,
+				Message: fmt.Sprintf("network %q: no NetworkSegment with that bridge or networkRef", spec.Network)}
+			continue
+		}
+		mac, err := typed.ParseMAC(spec.MACAddress)
+		if err != nil {
+			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf("spec.macAddress: %v", err)}
+			continue
+		}
+		ip, err := netip.ParseAddr(spec.IPAddress)
+		if err != nil || !ip.Is4() {
+			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf("spec.ipAddress: %q is not an IPv4 address", spec.IPAddress)}
+			continue
+		}
+		if !seg.inRange(ip) {
+			d.Status[ref] = Status{Phase: pivirtv1.PhasePending, Segment: seg.name, SegID: seg.id,
+				Message: fmt.Sprintf("spec.ipAddress: %s is outside the range %s-%s of segment %s", ip, seg.first, seg.last, seg.name)}
+			continue
+		}
+		lt := seg.leaseTm
+		if spec.LeaseTime > 0 {
+			lt = time.Duration(spec.LeaseTime) * time.Second
+		}
+		var (
+			flags   guard.LeaseFlags
+			expires time.Time
+		)
+		switch spec.Type {
+		case pivirtv1.LeaseStatic:
+			flags = guard.LeaseStatic
+		case pivirtv1.LeaseDynamic:
+			if spec.ExpiresAt == nil {
+				d.Status[ref] = Status{Phase: pivirtv1.PhasePending, Segment: seg.name, SegID: seg.id,
+					Message: "dynamic lease without expiresAt"}
+				continue
+			}
+			expires = *spec.ExpiresAt
+		default:
+			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf("spec.type: unknown %q", spec.Type)}
+			continue
+		}
+		cands = append(cands, cand{name: o.Metadata.Name, key: leasemap.NewKey(seg.id, mac),
+			val: leasemap.NewValue(ip, flags, expires, lt, host.TAIOffset), stat: flags == guard.LeaseStatic})
+		d.Status[ref] = Status{Phase: pivirtv1.PhaseReady, Segment: seg.name, SegID: seg.id}
+	}
+	// One lease per MAC and segment: a static reservation beats a dynamic
+	// lease, then the first name wins; admission should prevent this.
+	slices.SortStableFunc(cands, func(a, b cand) int {
+		if a.stat != b.stat {
+			if a.stat {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	owner := map[leasemap.Key]string{}
+	for _, c := range cands {
+		if o, dup := owner[c.key]; dup {
+			ref := Ref{pivirtv1.KindDHCPLease, c.name}
+			st := d.Status[ref]
+			st.Phase, st.Message = pivirtv1.PhaseFailed, fmt.Sprintf("MAC already leased on this segment by %s", o)
+			d.Status[ref] = st
+			continue
+		}
+		owner[c.key] = c.name
+		d.Leases[c.key] = c.val
+	}
+}
+
+func isTrue(b *bool) bool { return b == nil || *b }
+
+func compilePorts(d *Desired, objs []*pivirtv1.Object, byBridge map[string]*segment, host Host) {
+	owner := map[uint32]string{}
+	for _, o := range objs {
+		if o.Kind != pivirtv1.KindPortSecurity {
+			continue
+		}
+		ref := Ref{pivirtv1.KindPortSecurity, o.Metadata.Name}
+		st, ok := compilePort(d, o, byBridge, host, owner)
+		d.Status[ref] = st
+		if ok {
+			owner[st.Ifindex] = o.Metadata.Name
+		}
+	}
+}
+
+// compilePort adds one port's entries and returns its status; ok reports
+// whether entries were added.
+func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, host Host, owner map[uint32]string) (Status, bool) {
+	fail := func(format string, a ...any) (Status, bool) {
+		return Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf(format, a...)}, false
+	}
+	sp, err := o.DecodeSpec()
+	if err != nil {
+		return fail("%v", err)
+	}
+	sp.Default()
+	spec := sp.(*pivirtv1.PortSecuritySpec)
+
+	ifname := spec.Interface
+	if ifname == "" && spec.VMRef != nil {
+		n, ok := host.VMInterfaces[*spec.VMRef]
+		if !ok {
+			return Status{Phase: pivirtv1.PhasePending,
+				Message: fmt.Sprintf("vmRef %s nic %d is not resolved to an interface yet", spec.VMRef.Name, spec.VMRef.NIC)}, false
+		}
+		ifname = n
+	}
+	if ifname == "" {
+		return fail("spec: neither interface nor vmRef is set")
+	}
+	mac, err := typed.ParseMAC(spec.MACAddress)
+	if err != nil {
+		return fail("spec.macAddress: %v", err)
+	}
+	ln, ok := host.Links[ifname]
+	if !ok {
+		return Status{Phase: pivirtv1.PhasePending, Interface: ifname,
+			Message: fmt.Sprintf("interface %s does not exist", ifname)}, false
+	}
+	st := Status{Phase: pivirtv1.PhaseReady, Interface: ifname, Ifindex: ln.Index}
+	if o, dup := owner[ln.Index]; dup {
+		st.Phase, st.Message = pivirtv1.PhaseFailed, fmt.Sprintf("interface %s is already guarded by %s", ifname, o)
+		return st, false
+	}
+
+	// Collect the allowed prefixes first, so a bad one leaves nothing
+	// half-programmed.
+	a4 := map[allowmap.Key4]allowmap.Value{}
+	a6 := map[allowmap.Key6]allowmap.Value{}
+	add := func(field, s string, f guard.AllowFlags, only6 bool) error {
+		p, err := parsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		if p.Addr().Is4() && !only6 {
+			k, _ := allowmap.NewKey4(ln.Index, p)
+			a4[k] = allowmap.Value{Flags: a4[k].Flags | uint32(f)}
+			return nil
+		}
+		if p.Addr().Is6() {
+			k, _ := allowmap.NewKey6(ln.Index, p)
+			a6[k] = allowmap.Value{Flags: a6[k].Flags | uint32(f)}
+			return nil
+		}
+		return fmt.Errorf("%s: %s is not an IPv6 address", field, s)
+	}
+	for i, s := range spec.IPAddresses {
+		if err := add(fmt.Sprintf("spec.ipAddresses[%d]", i), s, guard.AllowAddress, false); err != nil {
+			return fail("%v", err)
+		}
+	}
+	for i, s := range spec.IPv6Addresses {
+		if err := add(fmt.Sprintf("spec.ipv6Addresses[%d]", i), s, guard.AllowAddress, true); err != nil {
+			return fail("%v", err)
+		}
+	}
+	var notes []string
+	for i, p := range spec.AllowedAddressPairs {
+		if err := add(fmt.Sprintf("spec.allowedAddressPairs[%d].ipAddress", i), p.IPAddress, guard.AllowPair, false); err != nil {
+			return fail("%v", err)
+		}
+		if p.MACAddress != "" && !strings.EqualFold(p.MACAddress, spec.MACAddress) {
+			notes = append(notes, fmt.Sprintf("allowedAddressPairs[%d].macAddress is not enforced: only macAddress may send", i))
+		}
+	}
+
+	var flags guard.PortFlags
+	if isTrue(spec.DHCPGuard) {
+		flags |= guard.PortDHCPGuard
+	}
+	if isTrue(spec.ARPGuard) {
+		flags |= guard.PortARPGuard
+	}
+	if isTrue(spec.RAGuard) {
+		flags |= guard.PortRAGuard
+	}
+	var segID uint32
+	var server netip.Addr
+	if seg, ok := byBridge[ln.Master]; ok && ln.Master != "" {
+		segID, st.Segment, st.SegID = seg.id, seg.name, seg.id
+		if seg.spec.DHCP.IsEnabled() {
+			server = seg.host.Addr()
+		}
+		if isTrue(spec.LearnFromDHCP) {
+			flags |= guard.PortLearnDHCP
+		}
+	} else if isTrue(spec.LearnFromDHCP) {
+		notes = append(notes, fmt.Sprintf("learnFromDHCP has no effect: %s is not on a NetworkSegment bridge", ifname))
+	}
+
+	d.Ports[portmap.NewKey(ln.Index)] = portmap.NewValue(mac, segID, server, flags)
+	for k, v := range a4 {
+		d.Allow4[k] = v
+	}
+	for k, v := range a6 {
+		d.Allow6[k] = v
+	}
+	st.Message = strings.Join(notes, "; ")
+	return st, true
+}
+
+// parsePrefix accepts an address (a host prefix) or a CIDR.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return p, err
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}

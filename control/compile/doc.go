@@ -1,0 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package compile turns stored objects (NetworkSegment, DHCPLease,
+// PortSecurity) and a few host facts (interface indexes and bridges) into
+// the desired content of every port guard map, plus per-object status
+// facts. It is a pure function: no kernel, no clock, no store, so it runs
+// in unit tests, in `pivirtctl inspect desired`, and before every sync.
+package compile

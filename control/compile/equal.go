@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package compile
+
+import (
+	"time"
+
+	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+)
+
+// LeaseEqual reports whether a live pv_leases value already satisfies the
+// desired one, for mapsync. The DHCP server binds static reservations in
+// place (it adds LEASE_BOUND, expiry and lease time when it acknowledges),
+// so for an unbound static reservation only the IP and the static flag
+// must match; a sync must not undo a binding. Expiry times compare within
+// a second, since the store keeps expiresAt at second precision.
+func LeaseEqual(desired, live leasemap.Value) bool {
+	if desired.Ip != live.Ip {
+		return false
+	}
+	static := uint32(guard.LeaseStatic)
+	if desired.Flags == static && desired.ExpiresTaiNs == 0 {
+		return live.Flags&static != 0
+	}
+	if desired.Flags != live.Flags || desired.LeaseTime != live.LeaseTime {
+		return false
+	}
+	diff := int64(desired.ExpiresTaiNs) - int64(live.ExpiresTaiNs)
+	return diff < int64(time.Second) && diff > -int64(time.Second)
+}
