@@ -330,7 +330,7 @@ func (f *fakeServer) put(t *testing.T, doc string) {
 }
 
 // startFake serves f on a unix socket and returns its path.
-func startFake(t *testing.T, f *fakeServer) string {
+func startFake(t testing.TB, f *fakeServer) string {
 	t.Helper()
 	// Unix socket paths are limited to 108 bytes, which t.TempDir can exceed.
 	dir, err := os.MkdirTemp("", "pvctl")
@@ -373,12 +373,12 @@ func (b *syncBuffer) String() string {
 
 // run executes pivirtctl against sock and returns stdout, stderr and the
 // exit status.
-func run(t *testing.T, sock, stdin string, args ...string) (string, string, int) {
+func run(t testing.TB, sock, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	return runCtx(context.Background(), t, sock, stdin, &syncBuffer{}, args...)
 }
 
-func runCtx(ctx context.Context, t *testing.T, sock, stdin string, out *syncBuffer, args ...string) (string, string, int) {
+func runCtx(ctx context.Context, t testing.TB, sock, stdin string, out *syncBuffer, args ...string) (string, string, int) {
 	t.Helper()
 	var errOut syncBuffer
 	root := New(IOStreams{In: strings.NewReader(stdin), Out: out, ErrOut: &errOut})

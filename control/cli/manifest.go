@@ -12,8 +12,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"sigs.k8s.io/yaml"
 )
@@ -117,27 +120,63 @@ func ParseManifests(source string, data []byte) ([]Manifest, error) {
 	if len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[') {
 		return parseJSONStream(source, trimmed)
 	}
-	var out []Manifest
-	n := 0
+	var docs []yamlDoc
 	for _, d := range splitYAML(data) {
 		if isBlankYAML(d.text) {
 			continue
 		}
 		// Count only documents a reader sees, so a leading "---" does not
 		// shift the numbers.
-		n++
-		d.index = n
+		d.index = len(docs) + 1
+		docs = append(docs, d)
+	}
+	// YAML decoding dominates a large apply (10,000 leases), and documents
+	// are independent: convert them on every CPU, keeping their order.
+	parsed := make([][]Manifest, len(docs))
+	errs := make([]error, len(docs))
+	parallel(len(docs), func(i int) {
+		d := docs[i]
 		j, err := yaml.YAMLToJSON(d.text)
 		if err != nil {
-			return nil, fmt.Errorf("parsing %s: document %d (line %d): %w", source, d.index, d.line, err)
+			errs[i] = fmt.Errorf("parsing %s: document %d (line %d): %w", source, d.index, d.line, err)
+			return
 		}
-		ms, err := objects(source, d.index, j)
-		if err != nil {
-			return nil, err
+		parsed[i], errs[i] = objects(source, d.index, j)
+	})
+	var out []Manifest
+	for i := range docs {
+		if errs[i] != nil {
+			return nil, errs[i]
 		}
-		out = append(out, ms...)
+		out = append(out, parsed[i]...)
 	}
 	return out, nil
+}
+
+// parallel calls f(0..n-1) on up to GOMAXPROCS goroutines; small inputs
+// stay on the caller's goroutine.
+func parallel(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/64)
+	if workers < 2 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func parseJSONStream(source string, data []byte) ([]Manifest, error) {
