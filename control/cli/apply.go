@@ -159,13 +159,14 @@ func (r *Root) apply(cmd *cobra.Command, ms []Manifest, dryRun bool, output stri
 	return nil
 }
 
-// trimObjectPrefix drops a leading `Kind "name" is invalid: ` or
-// `kind "name": ` from a server message, since the CLI names the object
-// itself.
+// trimObjectPrefix drops a leading `Kind "name" is invalid: `,
+// `applying kind "name": ` or `kind "name": ` from a server message, since
+// the CLI names the object itself.
 func trimObjectPrefix(msg, kind, name string) string {
 	for _, k := range []string{kind, kindLower(kind)} {
 		for _, p := range []string{
 			fmt.Sprintf("%s %q is invalid: ", k, name),
+			fmt.Sprintf("applying %s %q: ", k, name),
 			fmt.Sprintf("%s %q: ", k, name),
 		} {
 			if rest, ok := strings.CutPrefix(msg, p); ok {

@@ -119,7 +119,7 @@ func applyErrorReason(msg string) string {
 	switch {
 	case strings.Contains(m, "conflict"), strings.Contains(m, "resourceversion"):
 		return "Conflict"
-	case strings.Contains(m, "forbidden"), strings.Contains(m, "provisioning"):
+	case strings.Contains(m, "forbidden"), strings.Contains(m, "provisioning"), strings.HasSuffix(m, ": blocked"):
 		return "Forbidden"
 	default:
 		return "Invalid"

@@ -109,6 +109,8 @@ func TestApplyErrorText(t *testing.T) {
 		{`resourceVersion 3 is stale`, "DHCPLease", "x", "Conflict", "resourceVersion 3 is stale"},
 		{`label pivirt.hu/node is forbidden to ordinary clients`, "NetworkSegment", "y", "Forbidden", "label pivirt.hu/node is forbidden to ordinary clients"},
 		{`lease is-provisioning: cannot move`, "DHCPLease", "x", "Forbidden", "lease is-provisioning: cannot move"},
+		{`applying dhcplease "x": moving the lease is refused while frozen: blocked`, "DHCPLease", "x", "Forbidden", "moving the lease is refused while frozen: blocked"},
+		{`applying dhcplease "x" at resourceVersion 3 (stored 4): conflict`, "DHCPLease", "x", "Conflict", `applying dhcplease "x" at resourceVersion 3 (stored 4): conflict`},
 	} {
 		t.Run(tc.msg, func(t *testing.T) {
 			if got := applyErrorReason(tc.msg); got != tc.reason {
