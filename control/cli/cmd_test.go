@@ -401,4 +401,3 @@ func sorted(s []string) []string {
 	}
 	return out
 }
-

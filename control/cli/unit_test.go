@@ -101,7 +101,7 @@ func TestMessage(t *testing.T) {
 
 func TestApplyErrorText(t *testing.T) {
 	for _, tc := range []struct {
-		msg, kind, name  string
+		msg, kind, name string
 		reason, trimmed string
 	}{
 		{`DHCPLease "x" is invalid: spec.ipAddress: 1.2.3 is bad`, "DHCPLease", "x", "Invalid", "spec.ipAddress: 1.2.3 is bad"},
