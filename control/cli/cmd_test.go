@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -391,13 +392,7 @@ func stored(want ...string) func(*fakeServer) error {
 }
 
 func sorted(s []string) []string {
-	out := append([]string{}, s...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
+	out := slices.Clone(s)
+	slices.Sort(out)
 	return out
 }
