@@ -1,0 +1,548 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
+/* Stateless NAT of ExternalIPs on an uplink, at tcx: ingress rewrites a
+ * public destination to its target (and answers ARP for the public
+ * address), egress rewrites a target source to its public address. 1:1
+ * mappings translate every packet of the address; port forwards only the
+ * listed (protocol, port), with port translation both ways. ICMP errors
+ * have their inner headers rewritten too. No connection state: 1:1 flows
+ * never reach conntrack. Traffic that matches no mapping is left alone.
+ *
+ * tc rather than XDP: at tc the csum helpers keep CHECKSUM_PARTIAL and
+ * CHECKSUM_COMPLETE skbs right, and XDP on a veth copies every frame.
+ * One instance is loaded per uplink with its own pv_nat_scope and
+ * pv_nat_mac; the maps are shared (pinned by name).
+ */
+
+#define PV_CTX_SKB
+#include <stddef.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+
+#include "lib/ctx.h"
+#include "lib/parse.h"
+#include "pivirt/nat.h"
+
+/* From <linux/icmp.h>, which drags in libc headers. */
+#define ICMP_DEST_UNREACH	3
+#define ICMP_SOURCE_QUENCH	4
+#define ICMP_REDIRECT		5
+#define ICMP_TIME_EXCEEDED	11
+#define ICMP_PARAMETERPROB	12
+
+/* struct icmphdr: the fixed 8 bytes of an ICMP message (RFC 792). */
+struct icmphdr {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be32 rest;
+};
+
+/* Set per uplink by the loader (CollectionSpec.Variables). */
+volatile const __u32 pv_nat_scope = 0;
+volatile const __u8 pv_nat_mac[6] = {};
+
+/* Never read: they bring the enums into BTF, so bpf2go -type gives Go
+ * their values.
+ */
+volatile const enum pv_nat_flags pv_nat_flags_btf = 0;
+volatile const enum pv_nat_reason pv_nat_reason_btf = 0;
+
+/* Linear bytes the fast path parses: Ethernet, IPv4 with options, TCP up
+ * to its checksum. An ICMP error needs its inner IPv4 and ports as well.
+ */
+#define NAT_PULL	(ETH_HLEN + 60 + 20)
+#define NAT_PULL_ICMP	(ETH_HLEN + 60 + 8 + 60 + 20)
+
+#define IP_MF		0x2000
+#define IP_OFFSET	0x1fff
+#define IP_CSUM_OFF	(ETH_HLEN + offsetof(struct iphdr, check))
+#define IP_SRC_OFF	(ETH_HLEN + offsetof(struct iphdr, saddr))
+#define IP_DST_OFF	(ETH_HLEN + offsetof(struct iphdr, daddr))
+
+/* nat_map is the translation map of a direction. */
+#define nat_map(in)	((in) ? (void *)&pv_nat_dnat : (void *)&pv_nat_snat)
+
+enum { NAT_DONE = 0, NAT_NOMATCH = 1, NAT_BAD = -1 };
+
+static __always_inline void nat_pull(struct __sk_buff *skb, __u32 want)
+{
+	__u32 lin = skb->data_end - skb->data;
+
+	if (lin < want && skb->len > lin)
+		bpf_skb_pull_data(skb, skb->len < want ? skb->len : want);
+}
+
+/* nat_count adds one to the uplink's counter of reason. */
+static __always_inline void nat_count(__u32 reason)
+{
+	struct pv_nat_counts_key k = { .scope = pv_nat_scope };
+	struct pv_nat_counts *c = bpf_map_lookup_elem(&pv_nat_counters, &k);
+
+	if (!c) {
+		struct pv_nat_counts zero = {};
+
+		/* A racing CPU may have created it: NOEXIST keeps its counts. */
+		bpf_map_update_elem(&pv_nat_counters, &k, &zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&pv_nat_counters, &k);
+		if (!c)
+			return;
+	}
+	if (reason < PV_NAT_R_MAX)
+		c->pkts[reason]++;
+}
+
+/* nat_account adds a packet to a mapping's stats (keyed by its public
+ * side). The entry is created with the mapping, never here.
+ */
+static __always_inline void nat_account(const struct pv_nat_key *pub, __u32 len,
+					const int in)
+{
+	struct pv_nat_traffic *s = bpf_map_lookup_elem(&pv_nat_stats, pub);
+
+	if (!s)
+		return;
+	if (in) {
+		s->pkts_in++;
+		s->bytes_in += len;
+	} else {
+		s->pkts_out++;
+		s->bytes_out += len;
+	}
+}
+
+/* RFC 1624 incremental updates (HC' = ~(~HC + ~m + m')), for the ICMP
+ * error path, which edits payload bytes the csum helpers must not see.
+ * One's complement sums are byte-order independent, so words stay in
+ * network order.
+ */
+static __always_inline __u16 csum_fold32(__u32 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)s;
+}
+
+static __always_inline __u16 csum_upd16(__u16 hc, __u16 from, __u16 to)
+{
+	return ~csum_fold32((__u32)(__u16)~hc + (__u16)~from + to);
+}
+
+static __always_inline __u16 csum_upd32(__u16 hc, __u32 from, __u32 to)
+{
+	__u32 s = (__u32)(__u16)~hc;
+
+	s += (__u16)~(from & 0xffff);
+	s += (__u16)~(from >> 16);
+	s += to & 0xffff;
+	s += to >> 16;
+	return ~csum_fold32(s);
+}
+
+/* nat_rewrite replaces the destination (in) or source address of the
+ * outer IPv4 header and, when l4 is set, the matching TCP/UDP port, with
+ * the helpers keeping L3 and L4 checksums right. Packet pointers are
+ * invalid afterwards.
+ */
+static __always_inline int nat_rewrite(struct __sk_buff *skb, const int in, __u32 l4off,
+				       __u8 proto, int l4, __be32 from, __be32 to,
+				       __be16 pfrom, __be16 pto)
+{
+	__u64 mangled = 0;
+	int csum_off = -1;
+
+	if (l4 && proto == IPPROTO_TCP) {
+		csum_off = l4off + offsetof(struct tcphdr, check);
+	} else if (l4 && proto == IPPROTO_UDP) {
+		csum_off = l4off + offsetof(struct udphdr, check);
+		/* A zero UDP checksum means none: leave it, and never
+		 * produce a zero by accident.
+		 */
+		mangled = BPF_F_MARK_MANGLED_0;
+	}
+	if (csum_off >= 0) {
+		if (bpf_l4_csum_replace(skb, csum_off, from, to,
+					BPF_F_PSEUDO_HDR | mangled | sizeof(to)))
+			return NAT_BAD;
+		if (pfrom != pto) {
+			if (bpf_l4_csum_replace(skb, csum_off, pfrom, pto, mangled | sizeof(pto)))
+				return NAT_BAD;
+			if (bpf_skb_store_bytes(skb, l4off + (in ? 2 : 0), &pto, sizeof(pto), 0))
+				return NAT_BAD;
+		}
+	}
+	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, from, to, sizeof(to)))
+		return NAT_BAD;
+	if (bpf_skb_store_bytes(skb, in ? IP_DST_OFF : IP_SRC_OFF, &to, sizeof(to), 0))
+		return NAT_BAD;
+	return NAT_DONE;
+}
+
+static __always_inline int icmp_is_error(__u8 type)
+{
+	return type == ICMP_DEST_UNREACH || type == ICMP_SOURCE_QUENCH ||
+	       type == ICMP_REDIRECT || type == ICMP_TIME_EXCEEDED ||
+	       type == ICMP_PARAMETERPROB;
+}
+
+/* nat_icmp_error translates an ICMP error by its inner packet: at ingress
+ * the inner packet is one the target sent (inner source = public side),
+ * at egress one the target received (inner destination = private side).
+ * The outer address is rewritten only when it is that same address (an
+ * error from a router on the way keeps its own source).
+ */
+static __always_inline int nat_icmp_error(struct __sk_buff *skb, const int in)
+{
+	void *data, *end;
+	struct ethhdr *eth;
+	struct iphdr *ip, *iip;
+	struct icmphdr *icmp;
+	struct pv_nat_val *m, *pm = NULL;
+	__be16 pfrom = 0, pto = 0, *ports = NULL;
+	__u16 ic, lc = 0, *lcp = NULL;
+	__u32 hlen, ihlen;
+	__be32 from, to;
+	int ported = 0;
+
+	nat_pull(skb, NAT_PULL_ICMP);
+	data = ctx_data(skb);
+	end = ctx_data_end(skb);
+	eth = data;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > end)
+		return NAT_BAD;
+	hlen = ip->ihl * 4;
+	if (hlen < sizeof(*ip))
+		return NAT_BAD;
+	icmp = (void *)ip + hlen;
+	if ((void *)(icmp + 1) > end)
+		return NAT_BAD;
+	iip = (void *)(icmp + 1);
+	if ((void *)(iip + 1) > end)
+		return NAT_BAD;
+	ihlen = iip->ihl * 4;
+	if (ihlen < sizeof(*iip))
+		return NAT_BAD;
+
+	struct pv_nat_key k = { .scope = pv_nat_scope, .addr = in ? iip->saddr : iip->daddr };
+
+	m = bpf_map_lookup_elem(nat_map(in), &k);
+	if (!m)
+		return NAT_NOMATCH;
+	if ((iip->protocol == IPPROTO_TCP || iip->protocol == IPPROTO_UDP) &&
+	    !(iip->frag_off & bpf_htons(IP_OFFSET))) {
+		ports = (void *)iip + ihlen;
+		if ((void *)(ports + 2) > end)
+			return NAT_BAD;
+		if (m->flags & PV_NAT_PORTS) {
+			k.port = in ? ports[0] : ports[1];
+			k.proto = iip->protocol;
+			pm = bpf_map_lookup_elem(nat_map(in), &k);
+			if (pm) {
+				ported = 1;
+				pfrom = k.port;
+				pto = pm->port;
+			}
+		}
+		/* The quoted L4 header carries its checksum only if long
+		 * enough (RFC 792 quotes 8 bytes: UDP's, not TCP's).
+		 */
+		lcp = (void *)ports + (iip->protocol == IPPROTO_TCP ?
+				       offsetof(struct tcphdr, check) :
+				       offsetof(struct udphdr, check));
+		if ((void *)(lcp + 1) > end ||
+		    (iip->protocol == IPPROTO_UDP && *lcp == 0))
+			lcp = NULL;
+	}
+	if (!pm) {
+		if (!(m->flags & PV_NAT_ONE_TO_ONE))
+			return NAT_NOMATCH;
+		pm = m;
+		k.port = 0;
+		k.proto = 0;
+	}
+	from = k.addr;
+	to = pm->addr;
+
+	/* Inner IPv4 address and header checksum; the ICMP checksum covers
+	 * both words, so it follows each change.
+	 */
+	ic = icmp->checksum;
+	__u16 old_ihc = iip->check;
+	__u16 new_ihc = csum_upd32(old_ihc, from, to);
+
+	ic = csum_upd32(ic, from, to);
+	ic = csum_upd16(ic, old_ihc, new_ihc);
+	if (in)
+		iip->saddr = to;
+	else
+		iip->daddr = to;
+	iip->check = new_ihc;
+
+	if (lcp) {
+		lc = *lcp;
+		__u16 nlc = csum_upd32(lc, from, to);
+
+		if (ported)
+			nlc = csum_upd16(nlc, pfrom, pto);
+		if (iip->protocol == IPPROTO_UDP && nlc == 0)
+			nlc = 0xffff;
+		ic = csum_upd16(ic, lc, nlc);
+		*lcp = nlc;
+	}
+	if (ported) {
+		ic = csum_upd16(ic, pfrom, pto);
+		if (in)
+			ports[0] = pto;
+		else
+			ports[1] = pto;
+	}
+	icmp->checksum = ic;
+
+	/* The outer address is not covered by the ICMP checksum. */
+	if (in && ip->daddr == from) {
+		ip->check = csum_upd32(ip->check, from, to);
+		ip->daddr = to;
+	} else if (!in && ip->saddr == from) {
+		ip->check = csum_upd32(ip->check, from, to);
+		ip->saddr = to;
+	}
+
+	nat_count(PV_NAT_R_ICMP_ERROR);
+	if (in) {
+		nat_account(&k, skb->len, in);
+	} else {
+		struct pv_nat_key pub = {
+			.scope = k.scope, .addr = to, .port = ported ? pto : 0, .proto = k.proto,
+		};
+
+		nat_account(&pub, skb->len, in);
+	}
+	return NAT_DONE;
+}
+
+/* nat_arp answers an ARP request for a public address of this uplink with
+ * the uplink's MAC, turning the request around in place.
+ */
+static __always_inline int nat_arp(struct __sk_buff *skb)
+{
+	void *data = ctx_data(skb), *end = ctx_data_end(skb);
+	struct ethhdr *eth = data;
+	struct arp_eth *arp = (void *)(eth + 1);
+	struct pv_nat_val *v;
+	__u8 mac[6];
+	__be32 spa, tpa;
+	int i;
+
+	if ((void *)(arp + 1) > end)
+		return CTX_ACT_OK;
+	if (arp->htype != bpf_htons(ARPHRD_ETHER) || arp->ptype != bpf_htons(ETH_P_IP) ||
+	    arp->hlen != 6 || arp->plen != 4 || arp->op != bpf_htons(ARPOP_REQUEST))
+		return CTX_ACT_OK;
+	__builtin_memcpy(&spa, arp->spa, 4);
+	__builtin_memcpy(&tpa, arp->tpa, 4);
+	if (spa == tpa) /* gratuitous: an announcement, not a question */
+		return CTX_ACT_OK;
+
+	struct pv_nat_key k = { .scope = pv_nat_scope, .addr = tpa };
+
+	v = bpf_map_lookup_elem(&pv_nat_dnat, &k);
+	if (!v || !(v->flags & PV_NAT_ARP))
+		return CTX_ACT_OK;
+#pragma unroll
+	for (i = 0; i < 6; i++)
+		mac[i] = pv_nat_mac[i];
+	if (!(mac[0] | mac[1] | mac[2] | mac[3] | mac[4] | mac[5]))
+		return CTX_ACT_OK;
+
+	__builtin_memcpy(eth->h_dest, arp->sha, 6);
+	__builtin_memcpy(eth->h_source, mac, 6);
+	arp->op = bpf_htons(ARPOP_REPLY);
+	__builtin_memcpy(arp->tha, arp->sha, 6);
+	__builtin_memcpy(arp->tpa, &spa, 4);
+	__builtin_memcpy(arp->sha, mac, 6);
+	__builtin_memcpy(arp->spa, &tpa, 4);
+	nat_count(PV_NAT_R_ARP_REPLY);
+	/* Out of the device it came in on. */
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+/* nat_handle is the whole program; in selects the direction at compile
+ * time (ingress: DNAT through pv_nat_dnat; egress: SNAT through
+ * pv_nat_snat).
+ */
+static __always_inline int nat_handle(struct __sk_buff *skb, const int in)
+{
+	void *data, *end;
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	struct pv_nat_val *m, *pm;
+	__u32 hlen, l4off, len = skb->len;
+	__u16 frag, flags;
+	__u8 proto;
+	int first, more, r;
+	__be32 to;
+
+	nat_pull(skb, NAT_PULL);
+	data = ctx_data(skb);
+	end = ctx_data_end(skb);
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return CTX_ACT_OK;
+	if (eth->h_proto == bpf_htons(ETH_P_ARP))
+		return in ? nat_arp(skb) : CTX_ACT_OK;
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
+		return CTX_ACT_OK;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > end)
+		return CTX_ACT_OK;
+
+	struct pv_nat_key k = { .scope = pv_nat_scope, .addr = in ? ip->daddr : ip->saddr };
+
+	m = bpf_map_lookup_elem(nat_map(in), &k);
+	if (!m) {
+		/* An ICMP error leaving from a router on the way (this very
+		 * router, when a translated packet's TTL runs out) quotes
+		 * the private address: translate its inner packet.
+		 */
+		if (!in && ip->protocol == IPPROTO_ICMP && ip->ihl == 5 &&
+		    !(ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))) {
+			struct icmphdr *icmp = (void *)(ip + 1);
+
+			/* Not our packet: what does not parse passes. */
+			if ((void *)(icmp + 1) <= end && icmp_is_error(icmp->type))
+				nat_icmp_error(skb, in);
+		}
+		return CTX_ACT_OK;
+	}
+
+	/* From here the packet is ours: what cannot be translated right
+	 * is dropped and counted, never passed half-translated.
+	 */
+	hlen = ip->ihl * 4;
+	if (ip->version != 4 || hlen < sizeof(*ip))
+		goto malformed;
+	l4off = ETH_HLEN + hlen;
+	frag = bpf_ntohs(ip->frag_off);
+	first = !(frag & IP_OFFSET);
+	more = frag & IP_MF;
+	proto = ip->protocol;
+	flags = m->flags;
+
+	void *l4 = (void *)ip + hlen;
+
+	if ((flags & PV_NAT_PORTS) && first &&
+	    (proto == IPPROTO_TCP || proto == IPPROTO_UDP)) {
+		__be16 *ports = l4;
+
+		if ((void *)(ports + 2) > end)
+			goto malformed;
+		struct pv_nat_key pk = {
+			.scope = k.scope, .addr = k.addr,
+			.port = in ? ports[1] : ports[0], .proto = proto,
+		};
+
+		pm = bpf_map_lookup_elem(nat_map(in), &pk);
+		if (pm) {
+			/* Later fragments carry no port to match. */
+			if (more) {
+				nat_count(PV_NAT_R_FRAG_PORTS);
+				return CTX_ACT_DROP;
+			}
+			if (l4 + (proto == IPPROTO_TCP ? sizeof(struct tcphdr) :
+				  sizeof(struct udphdr)) > end)
+				goto malformed;
+			__be16 pto = pm->port;
+
+			to = pm->addr;
+			if (nat_rewrite(skb, in, l4off, proto, 1, k.addr, to, pk.port, pto))
+				goto malformed;
+			if (!in) {
+				pk.addr = to;
+				pk.port = pto;
+			}
+			nat_account(&pk, len, in);
+			return CTX_ACT_OK;
+		}
+	}
+
+	if (proto == IPPROTO_ICMP && first) {
+		struct icmphdr *icmp = l4;
+
+		if ((void *)(icmp + 1) > end) {
+			if (flags & PV_NAT_ONE_TO_ONE)
+				goto malformed;
+			return CTX_ACT_OK;
+		}
+		if (icmp_is_error(icmp->type)) {
+			if (more) {
+				if (!(flags & PV_NAT_ONE_TO_ONE))
+					return CTX_ACT_OK;
+				nat_count(PV_NAT_R_ICMP_INNER);
+				return CTX_ACT_DROP;
+			}
+			r = nat_icmp_error(skb, in);
+			if (r == NAT_DONE)
+				return CTX_ACT_OK;
+			if (r == NAT_BAD) {
+				if (!(flags & PV_NAT_ONE_TO_ONE))
+					return CTX_ACT_OK;
+				nat_count(PV_NAT_R_ICMP_INNER);
+				return CTX_ACT_DROP;
+			}
+			/* No mapping for the inner packet: a 1:1 address
+			 * still owns the error, as any other packet.
+			 */
+			if (!(flags & PV_NAT_ONE_TO_ONE))
+				return CTX_ACT_OK;
+			to = m->addr;
+			if (nat_rewrite(skb, in, 0, proto, 0, k.addr, to, 0, 0))
+				goto malformed;
+			if (!in)
+				k.addr = to;
+			nat_account(&k, len, in);
+			return CTX_ACT_OK;
+		}
+	}
+
+	if (!(flags & PV_NAT_ONE_TO_ONE))
+		return CTX_ACT_OK;
+
+	if (!first || more) {
+		/* 1:1 changes only the address: a later fragment needs just
+		 * the IPv4 header, the first one its L4 checksum as well
+		 * (it sums the whole datagram), so fragments translate.
+		 */
+		nat_count(PV_NAT_R_FRAGMENT);
+	}
+	if (first && proto == IPPROTO_TCP && l4 + sizeof(struct tcphdr) > end)
+		goto malformed;
+	if (first && proto == IPPROTO_UDP && l4 + sizeof(struct udphdr) > end)
+		goto malformed;
+	to = m->addr;
+	if (nat_rewrite(skb, in, l4off, proto, first, k.addr, to, 0, 0))
+		goto malformed;
+	if (!in)
+		k.addr = to;
+	nat_account(&k, len, in);
+	return CTX_ACT_OK;
+
+malformed:
+	nat_count(PV_NAT_R_MALFORMED);
+	return CTX_ACT_DROP;
+}
+
+SEC("tcx/ingress")
+int pv_tc_nat_in(struct __sk_buff *skb)
+{
+	return nat_handle(skb, 1);
+}
+
+SEC("tcx/egress")
+int pv_tc_nat_out(struct __sk_buff *skb)
+{
+	return nat_handle(skb, 0);
+}
+
+char __license[] SEC("license") = "Dual BSD/GPL";
