@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package mapsync
+
+import (
+	"errors"
+	"fmt"
+
+	"pivirt.hu/dataplane/control/compile"
+	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/allowmap"
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/dataplane/maps/portmap"
+)
+
+// GuardMaps are the live guard maps sync writes; loader.Maps provides
+// them (pv_counters is not synced: the guard owns its entries).
+type GuardMaps struct {
+	Ports  Map[portmap.Key, portmap.Value]
+	Allow4 Map[allowmap.Key4, allowmap.Value]
+	Allow6 Map[allowmap.Key6, allowmap.Value]
+	Leases Map[leasemap.Key, leasemap.Value]
+}
+
+// SyncGuard converges every guard map to d and returns the result per
+// map name. Allowed sources and leases go first and ports last, so a new
+// port is never pinned before its addresses are allowed (a port missing
+// from pv_ports is not filtered at all, so the other order would drop its
+// good traffic for a moment).
+func SyncGuard(ms GuardMaps, d compile.Desired) (map[string]Result, error) {
+	res := map[string]Result{}
+	var errs []error
+	run := func(name string, f func() (Result, error)) {
+		r, err := f()
+		res[name] = r
+		if err != nil {
+			errs = append(errs, fmt.Errorf("syncing %s: %w", name, err))
+		}
+	}
+	run(guard.MapAllow4, func() (Result, error) { return Sync(ms.Allow4, d.Allow4, nil) })
+	run(guard.MapAllow6, func() (Result, error) { return Sync(ms.Allow6, d.Allow6, nil) })
+	run(guard.MapLeases, func() (Result, error) { return Sync(ms.Leases, d.Leases, compile.LeaseEqual) })
+	run(guard.MapPorts, func() (Result, error) { return Sync(ms.Ports, d.Ports, nil) })
+	return res, errors.Join(errs...)
+}

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package mapsync
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+)
+
+// Map is what sync needs of a live map. The typed map packages
+// (dataplane/maps/...) satisfy it.
+type Map[K comparable, V any] interface {
+	All(err *error) iter.Seq2[K, V]
+	Put(K, V) error
+	Delete(K) error
+}
+
+// Result counts what a sync did (successful operations only).
+type Result struct {
+	Added, Updated, Deleted, Unchanged int
+}
+
+// String is "added=N updated=N deleted=N unchanged=N".
+func (r Result) String() string {
+	return fmt.Sprintf("added=%d updated=%d deleted=%d unchanged=%d", r.Added, r.Updated, r.Deleted, r.Unchanged)
+}
+
+// Changed reports whether anything was written.
+func (r Result) Changed() bool { return r.Added+r.Updated+r.Deleted > 0 }
+
+// Drift is the difference between desired and live content.
+type Drift[K comparable, V any] struct {
+	Add    map[K]V // desired keys missing from the map
+	Update map[K]V // keys whose live value differs; the desired value
+	Delete []K     // live keys not desired
+	Same   int
+}
+
+// Empty reports whether live already matches desired.
+func (d Drift[K, V]) Empty() bool { return len(d.Add)+len(d.Update)+len(d.Delete) == 0 }
+
+// Equal compares a desired value with a live one; nil means ==.
+type Equal[V any] func(desired, live V) bool
+
+// Diff compares desired with live content.
+func Diff[K, V comparable](desired, live map[K]V, eq Equal[V]) Drift[K, V] {
+	if eq == nil {
+		eq = func(a, b V) bool { return a == b }
+	}
+	d := Drift[K, V]{Add: map[K]V{}, Update: map[K]V{}}
+	for k, want := range desired {
+		got, ok := live[k]
+		switch {
+		case !ok:
+			d.Add[k] = want
+		case !eq(want, got):
+			d.Update[k] = want
+		default:
+			d.Same++
+		}
+	}
+	for k := range live {
+		if _, ok := desired[k]; !ok {
+			d.Delete = append(d.Delete, k)
+		}
+	}
+	return d
+}
+
+// Read collects the live content of m.
+func Read[K comparable, V any](m Map[K, V]) (map[K]V, error) {
+	var err error
+	live := map[K]V{}
+	for k, v := range m.All(&err) {
+		live[k] = v
+	}
+	return live, err
+}
+
+// Sync makes m hold exactly desired, writing only the difference: adds
+// and updates first, then deletes. It keeps going past failed operations
+// and returns them joined.
+func Sync[K, V comparable](m Map[K, V], desired map[K]V, eq Equal[V]) (Result, error) {
+	live, err := Read(m)
+	if err != nil {
+		return Result{}, fmt.Errorf("reading live entries: %w", err)
+	}
+	d := Diff(desired, live, eq)
+	r := Result{Unchanged: d.Same}
+	var errs []error
+	for k, v := range d.Add {
+		if err := m.Put(k, v); err != nil {
+			errs = append(errs, fmt.Errorf("adding %v: %w", k, err))
+			continue
+		}
+		r.Added++
+	}
+	for k, v := range d.Update {
+		if err := m.Put(k, v); err != nil {
+			errs = append(errs, fmt.Errorf("updating %v: %w", k, err))
+			continue
+		}
+		r.Updated++
+	}
+	for _, k := range d.Delete {
+		if err := m.Delete(k); err != nil {
+			errs = append(errs, fmt.Errorf("deleting %v: %w", k, err))
+			continue
+		}
+		r.Deleted++
+	}
+	return r, errors.Join(errs...)
+}

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package mapsync_test
+
+import (
+	"errors"
+	"iter"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/go-cmp/cmp"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/compile"
+	"pivirt.hu/dataplane/control/mapsync"
+	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/allowmap"
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/dataplane/maps/portmap"
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+// fakeMap is an in-memory Map that records writes and can fail chosen keys.
+type fakeMap struct {
+	m       map[string]int
+	writes  []string
+	failPut map[string]bool
+	failDel map[string]bool
+	iterErr error
+}
+
+func (f *fakeMap) All(err *error) iter.Seq2[string, int] {
+	return func(yield func(string, int) bool) {
+		for k, v := range f.m {
+			if !yield(k, v) {
+				return
+			}
+		}
+		*err = f.iterErr
+	}
+}
+
+func (f *fakeMap) Put(k string, v int) error {
+	if f.failPut[k] {
+		return errors.New("put refused")
+	}
+	f.writes = append(f.writes, "put "+k)
+	f.m[k] = v
+	return nil
+}
+
+func (f *fakeMap) Delete(k string) error {
+	if f.failDel[k] {
+		return ebpf.ErrKeyNotExist
+	}
+	f.writes = append(f.writes, "del "+k)
+	delete(f.m, k)
+	return nil
+}
+
+func TestSync(t *testing.T) {
+	tests := []struct {
+		name      string
+		live      map[string]int
+		desired   map[string]int
+		failPut   map[string]bool
+		failDel   map[string]bool
+		want      mapsync.Result
+		wantLive  map[string]int
+		wantErr   bool
+		wantWrite int
+	}{
+		{
+			name:      "converged map is not written",
+			live:      map[string]int{"a": 1, "b": 2},
+			desired:   map[string]int{"a": 1, "b": 2},
+			want:      mapsync.Result{Unchanged: 2},
+			wantLive:  map[string]int{"a": 1, "b": 2},
+			wantWrite: 0,
+		},
+		{
+			name:      "add update delete only the difference",
+			live:      map[string]int{"keep": 1, "change": 2, "stale": 3},
+			desired:   map[string]int{"keep": 1, "change": 20, "new": 4},
+			want:      mapsync.Result{Added: 1, Updated: 1, Deleted: 1, Unchanged: 1},
+			wantLive:  map[string]int{"keep": 1, "change": 20, "new": 4},
+			wantWrite: 3,
+		},
+		{
+			name:      "empty desired deletes everything",
+			live:      map[string]int{"a": 1},
+			desired:   map[string]int{},
+			want:      mapsync.Result{Deleted: 1},
+			wantLive:  map[string]int{},
+			wantWrite: 1,
+		},
+		{
+			name:      "partial failures are joined, the rest applied",
+			live:      map[string]int{"stale": 3, "gone": 4},
+			desired:   map[string]int{"bad": 1, "good": 2},
+			failPut:   map[string]bool{"bad": true},
+			failDel:   map[string]bool{"gone": true},
+			want:      mapsync.Result{Added: 1, Deleted: 1},
+			wantLive:  map[string]int{"good": 2, "gone": 4},
+			wantErr:   true,
+			wantWrite: 2,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeMap{m: tc.live, failPut: tc.failPut, failDel: tc.failDel}
+			got, err := mapsync.Sync[string, int](f, tc.desired, nil)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if tc.wantErr && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				t.Errorf("joined error lost the sentinel: %v", err)
+			}
+			if got != tc.want {
+				t.Errorf("result %s, want %s", got, tc.want)
+			}
+			if diff := cmp.Diff(tc.wantLive, f.m); diff != "" {
+				t.Errorf("live (-want +got):\n%s", diff)
+			}
+			if len(f.writes) != tc.wantWrite {
+				t.Errorf("writes %v, want %d", f.writes, tc.wantWrite)
+			}
+		})
+	}
+}
+
+func TestSyncReadError(t *testing.T) {
+	f := &fakeMap{m: map[string]int{"a": 1}, iterErr: errors.New("iteration aborted")}
+	if _, err := mapsync.Sync[string, int](f, map[string]int{}, nil); err == nil {
+		t.Fatal("no error from a failed walk")
+	}
+	if len(f.writes) != 0 {
+		t.Errorf("wrote after a failed walk: %v", f.writes)
+	}
+}
+
+func TestSyncCustomEqual(t *testing.T) {
+	f := &fakeMap{m: map[string]int{"a": 11}}
+	sameTens := func(d, l int) bool { return d/10 == l/10 }
+	r, err := mapsync.Sync[string, int](f, map[string]int{"a": 10}, sameTens)
+	if err != nil || r.Changed() {
+		t.Errorf("result %s, %v; want unchanged", r, err)
+	}
+}
+
+// TestPrivilegedSyncGuard syncs compiled objects into real guard maps,
+// then a changed object set, and checks the live maps match exactly and
+// that a DHCP-server binding of a static reservation survives a sync.
+func TestPrivilegedSyncGuard(t *testing.T) {
+	testutil.RequireBPF(t)
+	spec, err := guard.TypesSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := map[string]*ebpf.Map{}
+	for _, name := range guard.MapNames {
+		ms := spec.Maps[name].Copy()
+		ms.Pinning = ebpf.PinNone
+		m, err := ebpf.NewMap(ms)
+		testutil.SkipIfNotSupported(t, err)
+		t.Cleanup(func() { m.Close() })
+		raw[name] = m
+	}
+	ports, leases := portmap.New(raw[guard.MapPorts]), leasemap.New(raw[guard.MapLeases])
+	ms := mapsync.GuardMaps{Ports: ports, Allow4: allowmap.New4(raw[guard.MapAllow4]),
+		Allow6: allowmap.New6(raw[guard.MapAllow6]), Leases: leases}
+
+	host := compile.Host{Links: map[string]compile.Link{"tap0": {Index: 7, Master: "br0"}, "tap1": {Index: 8, Master: "br0"}}}
+	seg := obj(t, pivirtv1.KindNetworkSegment, "seg", pivirtv1.NetworkSegmentSpec{Bridge: "br0", HostIP: "192.168.100.1/24"})
+	lease := obj(t, pivirtv1.KindDHCPLease, "l", pivirtv1.DHCPLeaseSpec{Network: "br0", MACAddress: "52:54:00:00:00:01", IPAddress: "192.168.100.20"})
+	p0 := obj(t, pivirtv1.KindPortSecurity, "p0", pivirtv1.PortSecuritySpec{Interface: "tap0", MACAddress: "52:54:00:00:00:01",
+		IPAddresses: []string{"192.168.100.10"}, IPv6Addresses: []string{"2001:db8::1"}})
+	p1 := obj(t, pivirtv1.KindPortSecurity, "p1", pivirtv1.PortSecuritySpec{Interface: "tap1", MACAddress: "52:54:00:00:00:02",
+		IPAddresses: []string{"192.168.100.11"}})
+
+	check := func(d compile.Desired) {
+		t.Helper()
+		for name, eq := range map[string]func() (bool, error){
+			guard.MapPorts:  func() (bool, error) { l, err := mapsync.Read(ms.Ports); return cmp.Equal(l, d.Ports), err },
+			guard.MapAllow4: func() (bool, error) { l, err := mapsync.Read(ms.Allow4); return cmp.Equal(l, d.Allow4), err },
+			guard.MapAllow6: func() (bool, error) { l, err := mapsync.Read(ms.Allow6); return cmp.Equal(l, d.Allow6), err },
+		} {
+			ok, err := eq()
+			if err != nil || !ok {
+				t.Errorf("%s does not match desired (err %v)", name, err)
+			}
+		}
+	}
+
+	d1 := compile.Compile([]*pivirtv1.Object{seg, lease, p0, p1}, host)
+	res, err := mapsync.SyncGuard(ms, d1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[guard.MapPorts]; r.Added != 2 {
+		t.Errorf("ports: %s, want 2 added", r)
+	}
+	check(d1)
+
+	// The DHCP server acknowledges the reservation: bound in place.
+	lk := leasemap.NewKey(compile.SegmentID("seg"), [6]uint8{0x52, 0x54, 0, 0, 0, 1})
+	bound := leasemap.NewValue(netip.MustParseAddr("192.168.100.20"), guard.LeaseStatic, time.Now().Add(time.Hour), time.Hour, 0)
+	if err := leases.Put(lk, bound); err != nil {
+		t.Fatal(err)
+	}
+
+	// p1 goes away, p0 changes its address.
+	p0.Spec = []byte(`{"interface":"tap0","macAddress":"52:54:00:00:00:01","ipAddresses":["192.168.100.12"]}`)
+	d2 := compile.Compile([]*pivirtv1.Object{seg, lease, p0}, host)
+	res, err = mapsync.SyncGuard(ms, d2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[guard.MapPorts]; r.Deleted != 1 || r.Unchanged != 1 {
+		t.Errorf("ports: %s, want 1 deleted, 1 unchanged", r)
+	}
+	if r := res[guard.MapAllow4]; r.Added != 1 || r.Deleted != 2 {
+		t.Errorf("allow4: %s, want 1 added 2 deleted", r)
+	}
+	if r := res[guard.MapLeases]; r.Changed() {
+		t.Errorf("leases: %s, want the binding kept", r)
+	}
+	if got, err := leases.Lookup(lk); err != nil || got != bound {
+		t.Errorf("lease after sync: %s, %v; want %s", got, err, bound)
+	}
+	check(d2)
+
+	// A second sync of the same state writes nothing.
+	res, err = mapsync.SyncGuard(ms, d2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range res {
+		if r.Changed() {
+			t.Errorf("%s changed on an idempotent sync: %s", name, r)
+		}
+	}
+}
