@@ -167,7 +167,7 @@ func Spec() (*ebpf.CollectionSpec, error) { return loadTc_nat() }
 
 // Objects is one loaded instance of the NAT programs, for one uplink.
 type Objects struct {
-	In, Out                      *ebpf.Program
+	In, Out                     *ebpf.Program
 	DNAT, SNAT, Stats, Counters *ebpf.Map
 }
 

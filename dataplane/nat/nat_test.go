@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"strconv"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -41,9 +42,9 @@ const scope = 0x1234
 
 // mapping is one ExternalIP as the control plane writes it.
 type mapping struct {
-	pub, target  netip.Addr
-	proto        uint8 // 0: oneToOne
-	port, tport  uint16
+	pub, target netip.Addr
+	proto       uint8 // 0: oneToOne
+	port, tport uint16
 }
 
 func key(a netip.Addr, proto uint8, port uint16) nat.Key {
@@ -379,4 +380,134 @@ func TestPrivilegedNATTranslation(t *testing.T) {
 
 func decode(b []byte) string {
 	return gopacket.NewPacket(b, layers.LayerTypeEthernet, gopacket.Default).String()
+}
+
+func sumTraffic(t testing.TB, o *nat.Objects, k nat.Key) nat.Traffic {
+	t.Helper()
+	var per []nat.Traffic
+	if err := o.Stats.Lookup(&k, &per); err != nil {
+		t.Fatalf("stats of %+v: %v", k, err)
+	}
+	var s nat.Traffic
+	for _, c := range per {
+		s.PktsIn += c.PktsIn
+		s.BytesIn += c.BytesIn
+		s.PktsOut += c.PktsOut
+		s.BytesOut += c.BytesOut
+	}
+	return s
+}
+
+func sumReasons(t testing.TB, o *nat.Objects) [nat.ReasonMax]uint64 {
+	t.Helper()
+	var per []nat.Counts
+	var out [nat.ReasonMax]uint64
+	k := nat.CountsKey{Scope: scope}
+	if err := o.Counters.Lookup(&k, &per); err != nil {
+		return out
+	}
+	for _, c := range per {
+		for i := range out {
+			out[i] += c.Pkts[i]
+		}
+	}
+	return out
+}
+
+func TestPrivilegedNATCounters(t *testing.T) {
+	o := load(t)
+	program(t, o,
+		mapping{pub: pub, target: target},
+		mapping{pub: pubFwd, target: targetPF, proto: 17, port: 53, tport: 5353},
+	)
+	in := frame(t, true, remote, pub, udp(5000, 53))
+	out := frame(t, false, target, remote, udp(53, 5000))
+	fwdIn := frame(t, true, remote, pubFwd, udp(5000, 53))
+	for range 3 {
+		run(t, o.In, in)
+	}
+	run(t, o.Out, out)
+	run(t, o.In, fwdIn)
+	run(t, o.In, frame(t, true, remote, pubFwd, udp(5000, 54))) // not forwarded: not counted
+	run(t, o.In, frame(t, true, remote, pub, tcp(5000, 80))[:14+20+10])
+	run(t, o.In, arp(1, peerMAC, remote, net.HardwareAddr{0, 0, 0, 0, 0, 0}, pub, bcast))
+
+	if got, want := sumTraffic(t, o, key(pub, 0, 0)), (nat.Traffic{PktsIn: 3, BytesIn: 3 * uint64(len(in)), PktsOut: 1, BytesOut: uint64(len(out))}); got != want {
+		t.Errorf("1:1 traffic %+v, want %+v", got, want)
+	}
+	if got, want := sumTraffic(t, o, key(pubFwd, 17, 53)), (nat.Traffic{PktsIn: 1, BytesIn: uint64(len(fwdIn))}); got != want {
+		t.Errorf("forward traffic %+v, want %+v", got, want)
+	}
+	r := sumReasons(t, o)
+	if r[nat.ReasonMalformed] != 1 || r[nat.ReasonARPReply] != 1 {
+		t.Errorf("reasons malformed=%d arp-reply=%d, want 1 and 1", r[nat.ReasonMalformed], r[nat.ReasonARPReply])
+	}
+}
+
+// TestNATLayout checks that the generated Go types match the maps' BTF
+// sizes (parsing the ELF needs no privileges).
+func TestNATLayout(t *testing.T) {
+	spec, err := nat.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		key, val any
+	}{
+		{nat.MapDNAT, nat.Key{}, nat.Val{}},
+		{nat.MapSNAT, nat.Key{}, nat.Val{}},
+		{nat.MapStats, nat.Key{}, nat.Traffic{}},
+		{nat.MapCounters, nat.CountsKey{}, nat.Counts{}},
+	} {
+		ms := spec.Maps[tc.name]
+		if ms == nil {
+			t.Fatalf("map %s missing", tc.name)
+		}
+		if k, v := binary.Size(tc.key), binary.Size(tc.val); uint32(k) != ms.KeySize || uint32(v) != ms.ValueSize {
+			t.Errorf("%s: Go key/value %d/%d bytes, BTF %d/%d", tc.name, k, v, ms.KeySize, ms.ValueSize)
+		}
+		if len(tc.name) > 15 {
+			t.Errorf("map name %s longer than 15 bytes", tc.name)
+		}
+	}
+	for _, p := range []string{nat.ProgIn, nat.ProgOut} {
+		if spec.Programs[p] == nil {
+			t.Errorf("program %s missing", p)
+		}
+	}
+}
+
+// BenchmarkNAT is ns/packet of the ingress program for a 1:1 UDP packet
+// with 1 and 10,000 ExternalIPs in the maps (it must stay flat).
+func BenchmarkNAT(b *testing.B) {
+	for _, n := range []int{1, 10000} {
+		b.Run(strconv.Itoa(n)+"-externalips", func(b *testing.B) {
+			o := load(b)
+			ms := make([]mapping, 0, n)
+			for i := range n {
+				p := netip.AddrFrom4([4]byte{100, 64, byte(i >> 8), byte(i)})
+				tg := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
+				ms = append(ms, mapping{pub: p, target: tg})
+			}
+			ms[n-1] = mapping{pub: pub, target: target}
+			program(b, o, ms...)
+			for _, dir := range []struct {
+				name string
+				p    *ebpf.Program
+				in   []byte
+			}{
+				{"in", o.In, frame(b, true, remote, pub, udp(5000, 9000))},
+				{"out", o.Out, frame(b, false, target, remote, udp(9000, 5000))},
+				{"miss", o.In, frame(b, true, remote, other, udp(5000, 9000))},
+			} {
+				b.Run(dir.name, func(b *testing.B) {
+					_, d, err := dir.p.Benchmark(dir.in, b.N, b.ResetTimer)
+					testutil.SkipIfNotSupported(b, err)
+					b.ReportMetric(float64(d.Nanoseconds()), "ns/packet")
+					b.ReportMetric(0, "ns/op")
+				})
+			}
+		})
+	}
 }
