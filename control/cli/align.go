@@ -24,6 +24,14 @@ func (ww *widthWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// reserve makes column col at least wide enough for a cell of n bytes.
+func (ww *widthWriter) reserve(col, n int) {
+	for len(ww.widths) <= col {
+		ww.widths = append(ww.widths, 0)
+	}
+	ww.widths[col] = max(ww.widths[col], n+3)
+}
+
 // Flush writes the complete lines buffered so far.
 func (ww *widthWriter) Flush() error {
 	end := bytes.LastIndexByte(ww.buf, '\n')

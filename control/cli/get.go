@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,7 +39,8 @@ type getOptions struct {
 	output     string
 	noHeaders  bool
 	showLabels bool
-	watch      bool
+	watch       bool
+	watchEvents bool
 }
 
 func (r *Root) newGetCommand() *cobra.Command {
@@ -85,6 +87,7 @@ objects are shown; a missing one is an error. An empty list prints
 	f.BoolVar(&o.noHeaders, "no-headers", false, "omit the header row of tables")
 	f.BoolVar(&o.showLabels, "show-labels", false, "add a LABELS column to tables")
 	f.BoolVarP(&o.watch, "watch", "w", false, "after listing, print every change until interrupted")
+	f.BoolVar(&o.watchEvents, "output-watch-events", false, "with --watch, show the event type (ADDED, MODIFIED, DELETED) of every change")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
 		[]string{OutputYAML, OutputJSON, OutputWide, OutputName}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -134,41 +137,24 @@ func (r *Root) get(ctx context.Context, kind string, names []string, o getOption
 		}
 	}
 
-	// Watched tables go through one writer that keeps column widths, so
-	// later rows line up under the first listing.
-	var tw *widthWriter
-	if o.watch && (o.output == OutputTable || o.output == OutputWide) {
-		tw = newWidthWriter(out)
+	if o.watch {
+		if missing > 0 {
+			return errReported
+		}
+		return r.watch(ctx, client, kind, names, revision, items, o, po)
 	}
 	switch {
-	case tw != nil:
-		PrintTable(tw, items, po, !o.noHeaders)
-		err = tw.Flush()
 	case len(names) == 1 && len(items) == 1:
 		err = PrintObject(out, items[0], po)
-	case len(items) == 0 && len(names) == 0 && (o.output == OutputYAML || o.output == OutputJSON) && !o.watch:
+	case len(items) == 0 && len(names) == 0 && (o.output == OutputYAML || o.output == OutputJSON):
 		err = PrintList(out, nil, po)
 	case len(items) == 0 && len(names) == 0:
-		if !o.watch {
-			fmt.Fprintln(r.streams.ErrOut, "No resources found.")
-		}
+		fmt.Fprintln(r.streams.ErrOut, "No resources found.")
 	case len(items) > 0:
-		if o.watch && (o.output == OutputYAML || o.output == OutputJSON) {
-			// Watch prints a stream of objects, not a List.
-			for _, it := range items {
-				if err = printWatched(out, it, po); err != nil {
-					break
-				}
-			}
-		} else {
-			err = PrintList(out, items, po)
-		}
+		err = PrintList(out, items, po)
 	}
 	if err != nil {
 		return err
-	}
-	if o.watch {
-		return r.watch(ctx, client, kind, names, revision, tw, len(items) > 0, po)
 	}
 	if missing > 0 {
 		return errReported
@@ -188,10 +174,63 @@ func getObject(ctx context.Context, c resourcev1connect.ResourceServiceClient, k
 	return decodeItem(resp.Msg.GetObject())
 }
 
-// watch prints every change after revision until ctx ends; tables go to
-// tw, which is nil for the other formats.
+// watch prints the listed items, then every change after revision until
+// ctx ends. Tables go through one writer that keeps column widths, so later
+// rows line up under the first ones.
 func (r *Root) watch(ctx context.Context, c resourcev1connect.ResourceServiceClient, kind string, names []string,
-	revision int64, tw *widthWriter, headerDone bool, po PrintOptions) error {
+	revision int64, items []Item, o getOptions, po PrintOptions) error {
+	out := r.streams.Out
+	tw := newWidthWriter(out)
+	if o.watchEvents {
+		tw.reserve(0, len("MODIFIED"))
+	}
+	header := !o.noHeaders
+	// emit prints one object; table rows wait in tw until flushed.
+	emit := func(typ string, it Item) error {
+		switch po.Output {
+		case OutputYAML, OutputJSON:
+			if o.watchEvents {
+				raw, err := json.Marshal(struct {
+					Type   string          `json:"type"`
+					Object json.RawMessage `json:"object"`
+				}{typ, it.Raw})
+				if err != nil {
+					return fmt.Errorf("encoding event: %w", err)
+				}
+				it = Item{Obj: it.Obj, Raw: raw}
+			}
+			return printWatched(out, it, po)
+		case OutputName:
+			if o.watchEvents {
+				_, err := fmt.Fprintf(out, "%s\t", typ)
+				if err != nil {
+					return err
+				}
+			}
+			return PrintObject(out, it, po)
+		}
+		p := po
+		if o.watchEvents {
+			p.Event = typ
+		}
+		p.Now = now()
+		PrintTable(tw, []Item{it}, p, header)
+		header = false
+		return nil
+	}
+	// The listing is flushed at once so its widths come from every row.
+	for _, it := range items {
+		if err := emit("ADDED", it); err != nil {
+			return err
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(items) == 0 && len(names) == 0 {
+		fmt.Fprintln(r.streams.ErrOut, "No resources found.")
+	}
+
 	stream, err := c.Watch(ctx, connect.NewRequest(&resourcev1.WatchRequest{Kind: kind, FromRevision: revision}))
 	if err != nil {
 		return err
@@ -209,16 +248,10 @@ func (r *Root) watch(ctx context.Context, c resourcev1connect.ResourceServiceCli
 		if len(want) > 0 && !want[it.Obj.Metadata.Name] {
 			continue
 		}
-		po.Now = now()
-		switch po.Output {
-		case OutputYAML, OutputJSON, OutputName:
-			err = printWatched(r.streams.Out, it, po)
-		default:
-			PrintTable(tw, []Item{it}, po, !headerDone && !po.NoHeaders)
-			headerDone = true
-			err = tw.Flush()
+		if err := emit(stream.Msg().GetType(), it); err != nil {
+			return err
 		}
-		if err != nil {
+		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}

@@ -42,6 +42,8 @@ type PrintOptions struct {
 	WithKind bool
 	// Now is the reference time of AGE and EXPIRES.
 	Now time.Time
+	// Event, when set, adds a leading EVENT column holding it (watch).
+	Event string
 }
 
 // Item is one object to print: its decoded envelope and the JSON the server
@@ -202,7 +204,10 @@ func PrintTable(tw io.Writer, items []Item, o PrintOptions, header bool) {
 	}
 	if header {
 		shown := shownColumns(items[0].Obj.Kind, o)
-		names := make([]string, 0, len(shown)+1)
+		names := make([]string, 0, len(shown)+2)
+		if o.Event != "" {
+			names = append(names, "EVENT")
+		}
 		for _, c := range shown {
 			names = append(names, c.name)
 		}
@@ -214,7 +219,10 @@ func PrintTable(tw io.Writer, items []Item, o PrintOptions, header bool) {
 	for _, it := range items {
 		shown := shownColumns(it.Obj.Kind, o)
 		r := newRow(it.Obj, o.Now)
-		cells := make([]string, 0, len(shown)+1)
+		cells := make([]string, 0, len(shown)+2)
+		if o.Event != "" {
+			cells = append(cells, o.Event)
+		}
 		for i, c := range shown {
 			v := c.value(r)
 			if i == 0 && o.WithKind {

@@ -17,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
 )
 
@@ -60,37 +62,75 @@ func TestApplyChunks(t *testing.T) {
 }
 
 func TestGetWatch(t *testing.T) {
-	f := newFakeServer()
-	f.put(t, leaseDoc)
-	sock := startFake(t, f)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := &syncBuffer{}
-	type result struct {
-		errOut string
-		code   int
+	change := func(t *testing.T, f *fakeServer) {
+		f.put(t, dbLease)
+		if _, err := f.Delete(context.Background(), connect.NewRequest(&resourcev1.DeleteRequest{Kind: "lease", Name: "web-01"})); err != nil {
+			t.Fatal(err)
+		}
 	}
-	done := make(chan result, 1)
-	go func() {
-		_, errOut, code := runCtx(ctx, t, sock, "", out, "get", "leases", "--watch")
-		done <- result{errOut, code}
-	}()
-	waitFor(t, "the watch to start", func() bool { return f.watching() })
-	f.put(t, dbLease)
-	waitFor(t, "the new lease to be printed", func() bool { return strings.Contains(out.String(), "db-01") })
-	cancel()
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("get --watch did not stop when its context ended")
-	}
-	want := `NAME     NETWORK   MAC                 IP               TYPE     EXPIRES   PHASE    AGE
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"table keeps widths", []string{"get", "leases", "--watch"}, `NAME     NETWORK   MAC                 IP               TYPE     EXPIRES   PHASE    AGE
 web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   5m
 db-01    br0       52:54:00:12:34:57   192.168.100.11   static   <none>    <none>   5m
-`
-	if out.String() != want || r.code != 0 || r.errOut != "" {
-		t.Errorf("stdout:\n%s\nwant:\n%s\nstderr %q, exit %d", out.String(), want, r.errOut, r.code)
+web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   5m
+`},
+		{"events", []string{"get", "leases", "-w", "--output-watch-events"}, `EVENT      NAME     NETWORK   MAC                 IP               TYPE     EXPIRES   PHASE    AGE
+ADDED      web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   5m
+ADDED      db-01    br0       52:54:00:12:34:57   192.168.100.11   static   <none>    <none>   5m
+DELETED    web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   5m
+`},
+		{"one name", []string{"get", "lease", "web-01", "-w", "-o", "name", "--output-watch-events"}, "ADDED\tdhcplease/web-01\nDELETED\tdhcplease/web-01\n"},
+		{"json events", []string{"get", "lease", "-w", "-o", "json", "--output-watch-events"}, "DELETED"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeServer()
+			f.put(t, leaseDoc)
+			sock := startFake(t, f)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := &syncBuffer{}
+			type result struct {
+				errOut string
+				code   int
+			}
+			done := make(chan result, 1)
+			go func() {
+				_, errOut, code := runCtx(ctx, t, sock, "", out, tc.args...)
+				done <- result{errOut, code}
+			}()
+			waitFor(t, "the watch to start", f.watching)
+			change(t, f)
+			// The last event is web-01's deletion.
+			waitFor(t, "the deletion to be printed", func() bool {
+				if tc.name == "json events" {
+					return strings.Contains(out.String(), `"type": "DELETED"`)
+				}
+				return strings.Count(out.String(), "\n") >= strings.Count(tc.want, "\n")
+			})
+			cancel()
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("get --watch did not stop when its context ended")
+			}
+			if r.code != 0 || r.errOut != "" {
+				t.Errorf("stderr %q, exit %d", r.errOut, r.code)
+			}
+			if tc.name == "json events" {
+				if !strings.Contains(out.String(), `"type": "DELETED"`) || !strings.Contains(out.String(), `"name": "web-01"`) {
+					t.Errorf("stdout:\n%s\nwant a DELETED event of web-01", out.String())
+				}
+				return
+			}
+			if out.String() != tc.want {
+				t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), tc.want)
+			}
+		})
 	}
 }
 
