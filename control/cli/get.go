@@ -35,10 +35,10 @@ func kindArg(arg string, allowAll bool) (string, error) {
 }
 
 type getOptions struct {
-	selector   string
-	output     string
-	noHeaders  bool
-	showLabels bool
+	selector    string
+	output      string
+	noHeaders   bool
+	showLabels  bool
 	watch       bool
 	watchEvents bool
 }
