@@ -81,7 +81,7 @@ func (v Value) IP() netip.Addr { return typed.Addr4(v.Ip) }
 func (v Value) LeaseFlags() guard.LeaseFlags { return guard.LeaseFlags(v.Flags) }
 
 // String is "seg=0x.. mac=..".
-func (k Key) String() string { return fmt.Sprintf("seg=%#08x mac=%s", k.SegId, typed.MAC(k.Mac)) }
+func (k Key) String() string { return fmt.Sprintf("seg=0x%08x mac=%s", k.SegId, typed.MAC(k.Mac)) }
 
 // String is "ip=.. flags=.. expires=RFC3339|never-bound lease-time=Ns",
 // with expiry shown in wall-clock time at the current TAI offset.
@@ -159,7 +159,7 @@ func (m *Map) Dump(w io.Writer) error {
 		if e.ExpiresAt != nil {
 			exp = e.ExpiresAt.Format(time.RFC3339)
 		}
-		if _, err := fmt.Fprintf(w, "seg=%#08x mac=%s ip=%s flags=%s expires=%s lease-time=%ds\n",
+		if _, err := fmt.Fprintf(w, "seg=0x%08x mac=%s ip=%s flags=%s expires=%s lease-time=%ds\n",
 			e.SegID, e.MAC, e.IP, e.Flags, exp, e.LeaseTime); err != nil {
 			return err
 		}

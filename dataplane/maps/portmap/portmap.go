@@ -55,7 +55,7 @@ func (v Value) String() string {
 	if a := v.DHCPServer(); a.IsValid() {
 		srv = a.String()
 	}
-	return fmt.Sprintf("mac=%s seg=%#08x dhcp-server=%s flags=%s",
+	return fmt.Sprintf("mac=%s seg=0x%08x dhcp-server=%s flags=%s",
 		typed.MAC(v.Mac), v.SegId, srv, v.PortFlags())
 }
 
