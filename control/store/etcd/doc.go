@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package etcd is the cluster manifest store: store.Store on etcd v3.
+//
+// Keys: <prefix>o/<kind>/<name> holds the object JSON; resourceVersion is
+// the key's ModRevision and the store revision is etcd's. <prefix>d/<kind>
+// is rewritten by every delete in a kind so that a List inside an Update
+// notices deletions.
+//
+// Update is optimistic and serializable like concurrency.NewSTM, but with
+// range reads, which STM lacks: fn reads at one revision R, every key it
+// read (present or absent) and every kind it listed become compares of one
+// etcd Txn (ModRevision unchanged; for a listed kind, no key in its range
+// newer than R and no delete since), and the Txn applies fn's writes only
+// if they hold; otherwise fn runs again on a fresh snapshot. So fn may run
+// more than once. Tx.Revision is R+1, exact unless another writer commits
+// in between; objects passed to Create/Put get the real revision after the
+// commit.
+//
+// Watch uses etcd's watch. etcd's client buffers events of a slow consumer
+// in memory; a watch whose history was compacted ends with its channel
+// closed (ctx still live), and the caller re-lists.
+package etcd

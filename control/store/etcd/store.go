@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store"
+)
+
+// ErrClosed is returned by every call on a closed Store.
+var ErrClosed = errors.New("store is closed")
+
+// Defaults of Options.
+const (
+	DefaultPrefix      = "/pivirt/"
+	DefaultDialTimeout = 5 * time.Second
+	// maxAttempts bounds how often Update re-runs fn on conflicts.
+	maxAttempts = 1000
+)
+
+// Options tune a Store; the zero value is fine.
+type Options struct {
+	// Prefix of every key (default "/pivirt/"); must end in "/".
+	Prefix string
+	// DialTimeout bounds connecting in Open (default 5s).
+	DialTimeout time.Duration
+}
+
+// Store is the etcd backend of store.Store.
+type Store struct {
+	cli    *clientv3.Client
+	owned  bool // Close closes cli
+	prefix string
+	ctx    context.Context // ends watches on Close
+	cancel context.CancelFunc
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the etcd endpoints; Close closes the connection.
+func Open(endpoints []string, opts Options) (*Store, error) {
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = DefaultDialTimeout
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: opts.DialTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
+	}
+	s, err := New(cli, opts)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// New uses an existing client, which Close leaves open.
+func New(cli *clientv3.Client, opts Options) (*Store, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(opts.Prefix, "/") {
+		return nil, fmt.Errorf("etcd key prefix %q must end in \"/\"", opts.Prefix)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Store{cli: cli, prefix: opts.Prefix, ctx: ctx, cancel: cancel}, nil
+}
+
+// Close ends every Watch and, for a Store made by Open, the connection.
+func (s *Store) Close() error {
+	if s.ctx.Err() != nil {
+		return ErrClosed
+	}
+	s.cancel()
+	if s.owned {
+		if err := s.cli.Close(); err != nil {
+			return fmt.Errorf("closing etcd client: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) check(ctx context.Context) error {
+	if s.ctx.Err() != nil {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+func (s *Store) objectKey(kind, name string) string { return s.prefix + "o/" + kind + "/" + name }
+
+func (s *Store) kindPrefix(kind string) string {
+	if kind == "" {
+		return s.prefix + "o/"
+	}
+	return s.prefix + "o/" + kind + "/"
+}
+
+func (s *Store) deleteKey(kind string) string { return s.prefix + "d/" + kind }
+
+// decode turns a stored key-value into an object whose resourceVersion
+// is the key's ModRevision.
+func decode(data []byte, modRev int64) (*pivirtv1.Object, error) {
+	var obj pivirtv1.Object
+	if err := json.Unmarshal(data, &obj); err != nil {
+		return nil, fmt.Errorf("decoding stored object: %w", err)
+	}
+	obj.Metadata.ResourceVersion = strconv.FormatInt(modRev, 10)
+	return &obj, nil
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, kind, name string) (*pivirtv1.Object, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := s.cli.Get(ctx, s.objectKey(kind, name))
+	if err != nil {
+		return nil, fmt.Errorf("getting %s/%s: %w", kind, name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("getting %s/%s: %w", kind, name, store.ErrNotFound)
+	}
+	return decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+}
+
+// List implements store.Store.
+func (s *Store) List(ctx context.Context, kind string, sel store.Selector) ([]*pivirtv1.Object, int64, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, 0, err
+	}
+	resp, err := s.cli.Get(ctx, s.kindPrefix(kind), clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("listing %s: %w", kind, err)
+	}
+	out, err := filterSort(resp.Kvs, sel, nil)
+	return out, resp.Header.Revision, err
+}
+
+// Revision implements store.Store.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	resp, err := s.cli.Get(ctx, s.prefix, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("reading etcd revision: %w", err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Compact discards etcd's history before rev (storetest.Compactor).
+func (s *Store) Compact(ctx context.Context, rev int64) error {
+	if _, err := s.cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		return fmt.Errorf("compacting etcd at %d: %w", rev, err)
+	}
+	return nil
+}
+
+// filterSort decodes kvs, adds extra, keeps what sel matches and sorts
+// by name, then kind.
+func filterSort(kvs []*mvccpb.KeyValue, sel store.Selector, extra []*pivirtv1.Object) ([]*pivirtv1.Object, error) {
+	var out []*pivirtv1.Object
+	for _, kv := range kvs {
+		obj, err := decode(kv.Value, kv.ModRevision)
+		if err != nil {
+			return nil, err
+		}
+		if sel == nil || sel.Matches(obj.Metadata.Labels) {
+			out = append(out, obj)
+		}
+	}
+	for _, obj := range extra {
+		if sel == nil || sel.Matches(obj.Metadata.Labels) {
+			out = append(out, obj)
+		}
+	}
+	slices.SortFunc(out, func(a, b *pivirtv1.Object) int {
+		if c := strings.Compare(a.Metadata.Name, b.Metadata.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Kind, b.Kind)
+	})
+	return out, nil
+}
+
+func isCompacted(err error) bool {
+	return errors.Is(err, rpctypes.ErrCompacted) || err != nil && strings.Contains(err.Error(), rpctypes.ErrCompacted.Error())
+}

@@ -1,0 +1,267 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store"
+)
+
+// Update implements store.Store; see the package doc. fn may run more
+// than once, so it must not have side effects outside the Tx.
+func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (int64, error) {
+	for range maxAttempts {
+		if err := s.check(ctx); err != nil {
+			return 0, err
+		}
+		rev, err := s.Revision(ctx)
+		if err != nil {
+			return 0, err
+		}
+		t := &tx{s: s, ctx: ctx, rev: rev, reads: map[string]int64{}, listed: map[string]bool{}, writes: map[string]*write{}}
+		err = fn(t)
+		t.done = true
+		if err != nil {
+			return 0, err
+		}
+		if len(t.writes) == 0 {
+			return rev, nil
+		}
+		resp, err := s.cli.Txn(ctx).If(t.compares()...).Then(t.ops()...).Commit()
+		if err != nil {
+			return 0, fmt.Errorf("committing: %w", err)
+		}
+		if resp.Succeeded {
+			t.stamp(resp.Header.Revision)
+			return resp.Header.Revision, nil
+		}
+	}
+	return 0, fmt.Errorf("committing: still conflicting after %d attempts", maxAttempts)
+}
+
+type write struct {
+	kind string
+	obj  *pivirtv1.Object // the caller's object, stamped after commit; nil: delete
+	data []byte
+}
+
+// tx reads at revision rev and buffers writes until the commit.
+type tx struct {
+	s      *Store
+	ctx    context.Context
+	rev    int64
+	reads  map[string]int64 // key → ModRevision at rev (0: absent)
+	listed map[string]bool  // kinds listed ("" = all)
+	writes map[string]*write
+	done   bool
+	err    error // a read failure, reported again by every later call
+}
+
+var _ store.Tx = (*tx)(nil)
+
+var errTxDone = errors.New("transaction used after its Update function returned")
+
+// Revision is rev+1: what the commit gets unless someone else commits first.
+func (t *tx) Revision() int64 { return t.rev + 1 }
+
+func (t *tx) usable() error {
+	if t.done {
+		return errTxDone
+	}
+	return t.err
+}
+
+// read returns the current JSON and ModRevision of key (pending writes
+// first) and records the read for the commit's compares.
+func (t *tx) read(key string) ([]byte, int64, error) {
+	if w, ok := t.writes[key]; ok {
+		return w.data, t.Revision(), nil
+	}
+	resp, err := t.s.cli.Get(t.ctx, key, clientv3.WithRev(t.rev))
+	if err != nil {
+		t.err = fmt.Errorf("reading %s at revision %d: %w", key, t.rev, err)
+		return nil, 0, t.err
+	}
+	var mod int64
+	var data []byte
+	if len(resp.Kvs) > 0 {
+		data, mod = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
+	}
+	if _, seen := t.reads[key]; !seen {
+		t.reads[key] = mod
+	}
+	return data, mod, nil
+}
+
+func (t *tx) Get(kind, name string) (*pivirtv1.Object, error) {
+	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	data, mod, err := t.read(t.s.objectKey(kind, name))
+	if err != nil {
+		return nil, err
+	}
+	if data == nil {
+		return nil, fmt.Errorf("getting %s/%s: %w", kind, name, store.ErrNotFound)
+	}
+	return decode(data, mod)
+}
+
+func (t *tx) List(kind string, sel store.Selector) ([]*pivirtv1.Object, error) {
+	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	prefix := t.s.kindPrefix(kind)
+	resp, err := t.s.cli.Get(t.ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(t.rev))
+	if err != nil {
+		t.err = fmt.Errorf("listing %s at revision %d: %w", kind, t.rev, err)
+		return nil, t.err
+	}
+	t.listed[kind] = true
+	kvs := resp.Kvs[:0:0]
+	for _, kv := range resp.Kvs {
+		if _, pending := t.writes[string(kv.Key)]; !pending {
+			kvs = append(kvs, kv)
+		}
+	}
+	var extra []*pivirtv1.Object
+	for key, w := range t.writes {
+		if w.data != nil && strings.HasPrefix(key, prefix) {
+			obj, err := decode(w.data, t.Revision())
+			if err != nil {
+				return nil, err
+			}
+			extra = append(extra, obj)
+		}
+	}
+	return filterSort(kvs, sel, extra)
+}
+
+func (t *tx) Create(obj *pivirtv1.Object) error {
+	key, err := t.key(obj)
+	if err != nil {
+		return err
+	}
+	data, _, err := t.read(key)
+	if err != nil {
+		return err
+	}
+	if data != nil {
+		return fmt.Errorf("creating %s/%s: %w", obj.Kind, obj.Metadata.Name, store.ErrExists)
+	}
+	return t.write(key, obj)
+}
+
+func (t *tx) Put(obj *pivirtv1.Object) error {
+	key, err := t.key(obj)
+	if err != nil {
+		return err
+	}
+	data, mod, err := t.read(key)
+	if err != nil {
+		return err
+	}
+	if data == nil {
+		return fmt.Errorf("updating %s/%s: %w", obj.Kind, obj.Metadata.Name, store.ErrNotFound)
+	}
+	if have := strconv.FormatInt(mod, 10); have != obj.Metadata.ResourceVersion {
+		return fmt.Errorf("updating %s/%s: have %q, stored %q: %w", obj.Kind, obj.Metadata.Name, obj.Metadata.ResourceVersion, have, store.ErrConflict)
+	}
+	return t.write(key, obj)
+}
+
+func (t *tx) Delete(kind, name, resourceVersion string) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	key := t.s.objectKey(kind, name)
+	data, mod, err := t.read(key)
+	if err != nil {
+		return err
+	}
+	if data == nil {
+		return fmt.Errorf("deleting %s/%s: %w", kind, name, store.ErrNotFound)
+	}
+	if have := strconv.FormatInt(mod, 10); resourceVersion != "" && have != resourceVersion {
+		return fmt.Errorf("deleting %s/%s: have %q, stored %q: %w", kind, name, resourceVersion, have, store.ErrConflict)
+	}
+	t.writes[key] = &write{kind: kind}
+	return nil
+}
+
+func (t *tx) key(obj *pivirtv1.Object) (string, error) {
+	if err := t.usable(); err != nil {
+		return "", err
+	}
+	if obj == nil || obj.Kind == "" || obj.Metadata.Name == "" {
+		return "", errors.New("writing object: kind and metadata.name are required")
+	}
+	if strings.Contains(obj.Kind, "/") {
+		return "", fmt.Errorf("writing object: kind %q must not contain \"/\"", obj.Kind)
+	}
+	return t.s.objectKey(obj.Kind, obj.Metadata.Name), nil
+}
+
+func (t *tx) write(key string, obj *pivirtv1.Object) error {
+	obj.Metadata.ResourceVersion = strconv.FormatInt(t.Revision(), 10)
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return fmt.Errorf("encoding %s/%s: %w", obj.Kind, obj.Metadata.Name, err)
+	}
+	t.writes[key] = &write{kind: obj.Kind, obj: obj, data: data}
+	return nil
+}
+
+// compares: everything read is unchanged since rev.
+func (t *tx) compares() []clientv3.Cmp {
+	var cmps []clientv3.Cmp
+	for key, mod := range t.reads {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
+	}
+	for kind := range t.listed {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(t.s.kindPrefix(kind)), "<", t.rev+1).WithPrefix())
+		if kind == "" {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(t.s.prefix+"d/"), "<", t.rev+1).WithPrefix())
+		} else {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(t.s.deleteKey(kind)), "<", t.rev+1))
+		}
+	}
+	return cmps
+}
+
+// ops: the buffered writes, and a bump of the delete key of every kind
+// that loses an object.
+func (t *tx) ops() []clientv3.Op {
+	var ops []clientv3.Op
+	deleted := map[string]bool{}
+	for key, w := range t.writes {
+		if w.data == nil {
+			ops = append(ops, clientv3.OpDelete(key))
+			deleted[w.kind] = true
+			continue
+		}
+		ops = append(ops, clientv3.OpPut(key, string(w.data)))
+	}
+	for kind := range deleted {
+		ops = append(ops, clientv3.OpPut(t.s.deleteKey(kind), ""))
+	}
+	return ops
+}
+
+// stamp gives the caller's objects the revision they were committed at.
+func (t *tx) stamp(rev int64) {
+	for _, w := range t.writes {
+		if w.obj != nil {
+			w.obj.Metadata.ResourceVersion = strconv.FormatInt(rev, 10)
+		}
+	}
+}
