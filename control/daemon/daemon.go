@@ -122,7 +122,7 @@ func (d *Daemon) controllers() []Controller {
 
 // serveAPI starts the unix socket, TCP and metrics listeners.
 func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Server, error) {
-	rs := &server.ResourceServer{Store: d.store, Events: d.events, Log: d.log}
+	rs := &server.ResourceServer{Store: d.store, Recorder: d.events, Log: d.log}
 	mux := http.NewServeMux()
 	path, h := resourcev1connect.NewResourceServiceHandler(rs, connect.WithInterceptors(logErrors(d.log)))
 	mux.Handle(path, h)

@@ -24,7 +24,7 @@ import (
 // ResourceServer serves resourcev1connect.ResourceServiceHandler.
 type ResourceServer struct {
 	Store  store.Store
-	Events *events.Recorder
+	Recorder *events.Recorder
 	Log    *slog.Logger
 	Now    func() time.Time
 }
@@ -91,9 +91,9 @@ func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourc
 		for _, res := range results {
 			switch res.Action {
 			case "created":
-				s.Events.Record(res.Kind, res.Name, events.Normal, "Created", "stored by apply")
+				s.Recorder.Record(res.Kind, res.Name, events.Normal, "Created", "stored by apply")
 			case "configured":
-				s.Events.Record(res.Kind, res.Name, events.Normal, "Configured", "updated by apply")
+				s.Recorder.Record(res.Kind, res.Name, events.Normal, "Configured", "updated by apply")
 			}
 		}
 	}
@@ -166,7 +166,7 @@ func (s *ResourceServer) Delete(ctx context.Context, req *connect.Request[resour
 	if !req.Msg.DryRun {
 		for _, d := range deleted {
 			if kind, name, ok := cutKindName(d); ok {
-				s.Events.Forget(kind, name)
+				s.Recorder.Forget(kind, name)
 			}
 		}
 	}
@@ -215,7 +215,7 @@ func (s *ResourceServer) Events(ctx context.Context, req *connect.Request[resour
 		return nil, connectError(err)
 	}
 	out := &resourcev1.EventsResponse{}
-	for _, e := range s.Events.Events(k.Kind, req.Msg.Name) {
+	for _, e := range s.Recorder.Events(k.Kind, req.Msg.Name) {
 		out.Events = append(out.Events, &resourcev1.Event{
 			Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count,
 			FirstTimestampUnix: e.First.Unix(), LastTimestampUnix: e.Last.Unix(),
