@@ -69,6 +69,7 @@ type Batch struct {
 	tx    store.Tx
 	opts  Options
 	kinds map[string]*kindCache
+	undo  map[undoKey]*entry // nil unless the batch runs on an Index
 }
 
 // NewBatch starts admitting writes through tx.

@@ -190,6 +190,7 @@ func (b *Batch) write(c *kindCache, o *pivirtv1.Object, spec pivirtv1.Spec, crea
 			return fmt.Errorf("writing %s: %w", lref(o.Kind, o.Metadata.Name), err)
 		}
 	}
+	b.record(c, o.Metadata.Name)
 	c.put(o, spec)
 	return nil
 }
@@ -202,6 +203,35 @@ func (b *Batch) del(c *kindCache, e *entry) error {
 			return fmt.Errorf("deleting %s: %w", lref(c.kind, e.obj.Metadata.Name), err)
 		}
 	}
+	b.record(c, e.obj.Metadata.Name)
 	c.remove(e.obj.Metadata.Name)
 	return nil
+}
+
+// undoKey names one object in the undo log.
+type undoKey struct{ kind, name string }
+
+// record remembers, once per batch, the entry a write replaces, so a batch
+// whose transaction fails can be taken back out of a shared Index.
+func (b *Batch) record(c *kindCache, name string) {
+	if b.undo == nil {
+		return
+	}
+	k := undoKey{c.kind, name}
+	if _, ok := b.undo[k]; !ok {
+		b.undo[k] = c.byName[name]
+	}
+}
+
+// rollback restores every entry the batch wrote.
+func (b *Batch) rollback() {
+	for k, prev := range b.undo {
+		c := b.kinds[k.kind]
+		if prev == nil {
+			c.remove(k.name)
+		} else {
+			c.put(prev.obj, prev.spec)
+		}
+	}
+	clear(b.undo)
 }

@@ -3,7 +3,10 @@
 package admission
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"maps"
 	"fmt"
 	"sort"
 	"strconv"
@@ -21,13 +24,20 @@ type fakeTx struct {
 	rev    int64
 	objs   map[string]map[string][]byte
 	writes int
+	lists  int   // List calls
+	fixed  int64 // inside fakeStore.Update: the transaction's revision
 }
 
 var _ store.Tx = (*fakeTx)(nil)
 
 func newFakeTx() *fakeTx { return &fakeTx{rev: 1, objs: map[string]map[string][]byte{}} }
 
-func (f *fakeTx) Revision() int64 { return f.rev + 1 }
+func (f *fakeTx) Revision() int64 {
+	if f.fixed != 0 {
+		return f.fixed
+	}
+	return f.rev + 1
+}
 
 func (f *fakeTx) Get(kind, name string) (*pivirtv1.Object, error) {
 	b, ok := f.objs[kind][name]
@@ -42,6 +52,7 @@ func (f *fakeTx) Get(kind, name string) (*pivirtv1.Object, error) {
 }
 
 func (f *fakeTx) List(kind string, sel store.Selector) ([]*pivirtv1.Object, error) {
+	f.lists++
 	var kinds []string
 	for k := range f.objs {
 		if kind == "" || k == kind {
@@ -70,9 +81,13 @@ func (f *fakeTx) List(kind string, sel store.Selector) ([]*pivirtv1.Object, erro
 }
 
 func (f *fakeTx) write(o *pivirtv1.Object) error {
-	f.rev++
 	f.writes++
-	o.Metadata.ResourceVersion = strconv.FormatInt(f.rev, 10)
+	rv := f.fixed
+	if rv == 0 {
+		f.rev++
+		rv = f.rev
+	}
+	o.Metadata.ResourceVersion = strconv.FormatInt(rv, 10)
 	b, err := json.Marshal(o)
 	if err != nil {
 		return err
@@ -110,7 +125,9 @@ func (f *fakeTx) Delete(kind, name, rv string) error {
 	if rv != "" && cur.Metadata.ResourceVersion != rv {
 		return fmt.Errorf("deleting %s/%s: %w", kind, name, store.ErrConflict)
 	}
-	f.rev++
+	if f.fixed == 0 {
+		f.rev++
+	}
 	f.writes++
 	delete(f.objs[kind], name)
 	return nil
@@ -122,4 +139,44 @@ func (f *fakeTx) seed(o *pivirtv1.Object) {
 	if err := f.write(o); err != nil {
 		panic(err)
 	}
+}
+
+// fakeStore runs Updates over one fakeTx the way control/store/bolt does:
+// one revision per successful Update (writes or not), nothing kept from
+// an Update whose fn fails or whose commit fails (failNext).
+type fakeStore struct {
+	store.Store // only Update is used
+	tx          *fakeTx
+	rev         int64
+	failNext    bool
+	noSnapshot  bool // benchmarks: skip the copy that rollback needs
+}
+
+var errCommit = errors.New("disk on fire")
+
+func newFakeStore() *fakeStore { return &fakeStore{tx: newFakeTx()} }
+
+func (s *fakeStore) Update(_ context.Context, fn func(store.Tx) error) (int64, error) {
+	var snapshot map[string]map[string][]byte
+	if !s.noSnapshot {
+		snapshot = map[string]map[string][]byte{}
+		for k, m := range s.tx.objs {
+			snapshot[k] = maps.Clone(m)
+		}
+	}
+	s.tx.fixed = s.rev + 1
+	defer func() { s.tx.fixed = 0 }()
+	err := fn(s.tx)
+	if err == nil && s.failNext {
+		s.failNext, err = false, errCommit
+	}
+	if err != nil {
+		if snapshot == nil {
+			panic("fakeStore: rollback without a snapshot")
+		}
+		s.tx.objs = snapshot
+		return 0, err
+	}
+	s.rev++
+	return s.rev, nil
 }
