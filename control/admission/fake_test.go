@@ -6,8 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 
