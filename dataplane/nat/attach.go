@@ -13,15 +13,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// LinkDir is where the links of an uplink are pinned:
-// <bpffs>/links/<ifname> for a device of the daemon's namespace, and
-// <bpffs>/links/<netns>/<ifname> for one inside a router namespace (the
-// same ifname can exist in several namespaces).
+// LinkDir is where the links of an uplink are pinned, beside the guard's
+// (dataplane/loader): <bpffs>/links/<ifname> for a device of the daemon's
+// namespace, and <bpffs>/links/<netns>@<ifname> for one inside a router
+// namespace (the same ifname can exist in several namespaces; one flat
+// level, so the loader's listing of links reads it too).
 func LinkDir(bpffs, netns, ifname string) string {
 	if netns == "" {
 		return filepath.Join(bpffs, "links", ifname)
 	}
-	return filepath.Join(bpffs, "links", netns, ifname)
+	return filepath.Join(bpffs, "links", netns+"@"+ifname)
 }
 
 // Attach puts o's programs at tcx ingress and egress of ifindex, which

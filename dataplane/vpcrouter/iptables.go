@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package vpcrouter
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/coreos/go-iptables/iptables"
+)
+
+// Chains the router owns inside its namespace. Each is jumped to once
+// from a built-in chain and rewritten whole when it differs, so re-applies
+// never duplicate rules and stale rules of an older spec disappear.
+const (
+	chainMasq   = "PIVIRT-MASQ"   // nat POSTROUTING
+	chainBypass = "PIVIRT-BYPASS" // raw PREROUTING
+)
+
+// Bypass exempts an ExternalIP's traffic from conntrack inside the router:
+// the eBPF fast path translates it statelessly, and an untracked packet
+// also skips masquerade, so an ExternalIP wins over masquerade for its
+// target. Proto "" means every packet of Target.
+type Bypass struct {
+	Target netip.Addr
+	Proto  string // "", "tcp" or "udp"
+	Port   uint16 // target port, with Proto
+}
+
+// newIPT must run inside the router's namespace: iptables is exec'd from
+// the calling (locked) thread and inherits its namespace.
+func newIPT() (*iptables.IPTables, error) {
+	ipt, err := iptables.New(iptables.Timeout(5))
+	if err != nil {
+		return nil, fmt.Errorf("initializing iptables: %w", err)
+	}
+	return ipt, nil
+}
+
+func ensureMasquerade(cfg Config) error {
+	ipt, err := newIPT()
+	if err != nil {
+		return err
+	}
+	var rules [][]string
+	if cfg.Masquerade {
+		rules = append(rules, []string{"-s", cfg.InsideIP.Masked().String(), "-o", UplinkIf, "-j", "MASQUERADE"})
+	}
+	return syncChain(ipt, "nat", "POSTROUTING", chainMasq, rules)
+}
+
+// SetBypass makes the router's conntrack bypass exactly bs.
+func SetBypass(name string, bs []Bypass) error {
+	return Do(name, func() error {
+		ipt, err := newIPT()
+		if err != nil {
+			return err
+		}
+		var rules [][]string
+		for _, b := range bs {
+			for _, dir := range []struct{ iface, addr, port string }{
+				{InsideIf, "-s", "--sport"}, // the target's traffic out
+				{UplinkIf, "-d", "--dport"}, // already DNATed at tc ingress
+			} {
+				r := []string{"-i", dir.iface, dir.addr, b.Target.String() + "/32"}
+				if b.Proto != "" {
+					r = append(r, "-p", b.Proto, "-m", b.Proto, dir.port, strconv.Itoa(int(b.Port)))
+				}
+				rules = append(rules, append(r, "-j", "CT", "--notrack"))
+			}
+		}
+		return syncChain(ipt, "raw", "PREROUTING", chainBypass, rules)
+	})
+}
+
+// syncChain makes chain hold exactly rules (in order) and be jumped to
+// from parent, touching nothing when it already does.
+func syncChain(ipt *iptables.IPTables, table, parent, chain string, rules [][]string) error {
+	ok, err := ipt.ChainExists(table, chain)
+	if err != nil {
+		return fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
+	}
+	if !ok {
+		if err := ipt.NewChain(table, chain); err != nil {
+			return fmt.Errorf("creating chain %s/%s: %w", table, chain, err)
+		}
+	}
+	if err := ipt.AppendUnique(table, parent, "-j", chain); err != nil {
+		return fmt.Errorf("jumping from %s/%s to %s: %w", table, parent, chain, err)
+	}
+	have, err := ipt.List(table, chain)
+	if err != nil {
+		return fmt.Errorf("listing chain %s/%s: %w", table, chain, err)
+	}
+	// List prints "-N CHAIN" then one "-A CHAIN ..." per rule.
+	have = slices.DeleteFunc(have, func(s string) bool { return !strings.HasPrefix(s, "-A ") })
+	same := len(have) == len(rules)
+	for i := 0; same && i < len(rules); i++ {
+		ok, err := ipt.Exists(table, chain, rules[i]...)
+		same = err == nil && ok
+	}
+	if same {
+		return nil
+	}
+	if err := ipt.ClearChain(table, chain); err != nil {
+		return fmt.Errorf("clearing chain %s/%s: %w", table, chain, err)
+	}
+	for _, r := range rules {
+		if err := ipt.Append(table, chain, r...); err != nil {
+			return fmt.Errorf("adding rule %q to %s/%s: %w", strings.Join(r, " "), table, chain, err)
+		}
+	}
+	return nil
+}
+
+// Rules lists the router's own rules as iptables -S prints them, for
+// status and tests: the masquerade and bypass chains.
+func Rules(name string) ([]string, error) {
+	var out []string
+	err := Do(name, func() error {
+		ipt, err := newIPT()
+		if err != nil {
+			return err
+		}
+		for _, tc := range [][2]string{{"nat", chainMasq}, {"raw", chainBypass}} {
+			rs, err := ipt.List(tc[0], tc[1])
+			if err != nil {
+				continue // chain not made yet
+			}
+			for _, r := range rs {
+				if strings.HasPrefix(r, "-A ") {
+					out = append(out, tc[0]+" "+r)
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}
