@@ -6,4 +6,9 @@
 // duplicate reservations, ExternalIP conflicts), reserved labels, the
 // provisioning interlock, and cascades deletion along ownerReferences.
 // It is pure logic over a store.Tx: no network, no daemon.
+//
+// Apply, Delete and UpdateStatus admit one write. A Batch admits many in
+// one transaction, reading each kind once. An Index keeps those reads
+// between transactions, so pivirtd should run every write through one
+// Index.Update.
 package admission

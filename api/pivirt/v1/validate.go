@@ -46,6 +46,12 @@ func PrepareObject(o *Object) (KindInfo, Spec, error) {
 		kindName = kind.Kind
 	}
 	errs = append(errs, validateMeta(&o.Metadata)...)
+	for i, r := range o.Metadata.OwnerReferences {
+		// An object owning itself could never be deleted past its own block.
+		if k, err := LookupKind(r.Kind); err == nil && kindErr == nil && k.Kind == kind.Kind && r.Name == o.Metadata.Name {
+			errs.Add("metadata.ownerReferences["+itoa(i)+"]", r.Kind+"/"+r.Name, "is the object itself")
+		}
+	}
 	var spec Spec
 	if kindErr == nil {
 		spec = kind.NewSpec()

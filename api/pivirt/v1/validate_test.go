@@ -130,6 +130,7 @@ func TestValidateObjectBad(t *testing.T) {
 		{"annotations too big", with(goodSegment, "metadata.annotations", map[string]any{"big": strings.Repeat("x", 256*1024)}), "metadata.annotations: are 262147 bytes, more than the 262144 allowed"},
 		{"owner without name", with(goodLease, "metadata.ownerReferences", []any{map[string]any{"apiVersion": "pivirt.hu/v1", "kind": "NetworkSegment"}}), "metadata.ownerReferences[0].name: required"},
 		{"owner bad kind", with(goodLease, "metadata.ownerReferences", []any{map[string]any{"apiVersion": "pivirt.hu/v1", "kind": "net-seg", "name": "a"}}), "metadata.ownerReferences[0].kind: net-seg is not a kind name"},
+		{"owner is itself", with(goodLease, "metadata.ownerReferences", []any{map[string]any{"apiVersion": "pivirt.hu/v1", "kind": "lease", "name": "x"}}), "metadata.ownerReferences[0]: lease/x is the object itself"},
 		{"spec missing", with(goodSegment, "spec", del), "spec: required"},
 		{"unknown field", with(goodSegment, "spec.foo", 1), "spec.foo: unknown field"},
 		{"unknown nested field", with(goodSegment, "spec.dhcp.rangeStart", "192.168.100.10"), "spec.dhcp.rangeStart: unknown field"},
