@@ -21,8 +21,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
 	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/reconcile"
+	"pivirt.hu/dataplane/control/segment"
 	"pivirt.hu/dataplane/control/server"
 	"pivirt.hu/dataplane/control/store"
 	"pivirt.hu/dataplane/control/store/bolt"
@@ -117,7 +120,14 @@ func (d *Daemon) openStore() (store.Store, error) {
 
 // controllers lists what runs beside the API.
 func (d *Daemon) controllers() []Controller {
-	return nil
+	segments := &segment.Controller{Store: d.store, Events: d.events, Log: d.log}
+	return []Controller{
+		&reconcile.Loop{
+			ID: "segments", Store: d.store, Log: d.log,
+			Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease},
+			Func:  segments.Reconcile,
+		},
+	}
 }
 
 // serveAPI starts the unix socket, TCP and metrics listeners.

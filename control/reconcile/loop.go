@@ -27,7 +27,7 @@ type Func func(ctx context.Context, snap Snapshot) error
 
 // Loop drives one reconciler.
 type Loop struct {
-	Name  string
+	ID    string // names the reconciler in logs
 	Store store.Store
 	Kinds []string
 	Func  Func
@@ -40,6 +40,9 @@ type Loop struct {
 
 	kick chan struct{}
 }
+
+// Name is the reconciler's ID (daemon.Controller).
+func (l *Loop) Name() string { return l.ID }
 
 // Trigger asks for a pass soon (e.g. on a netlink link event).
 func (l *Loop) Trigger() {
@@ -81,7 +84,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			l.Log.Warn("reconcile failed; retrying", "reconciler", l.Name, "rev", snap.Revision, "err", err, "retry_in", backoff)
+			l.Log.Warn("reconcile failed; retrying", "reconciler", l.ID, "rev", snap.Revision, "err", err, "retry_in", backoff)
 			if !sleep(ctx, backoff) {
 				return nil
 			}
