@@ -41,6 +41,8 @@ type Processor struct {
 	portLim *limiter[portKey]
 	bufs    [][]byte
 	in      wire.Inbound
+	req     dhcpv4.DHCPv4 // decoded in place, aliases the frame
+	rep     dhcpv4.DHCPv4 // reply scratch, encoded before the next frame
 
 	Out     []Outbound           // replies of the last Process call
 	Changes []server.LeaseChange // lease changes of the last Process call
@@ -112,13 +114,16 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 		p.c.RateLimitMAC.Add(1)
 		return
 	}
-	msg, err := dhcpv4.FromBytes(in.Payload)
-	if err != nil {
-		p.c.DecodeErrors.Add(1)
-		return
+	msg := &p.req
+	if err := wire.DecodeInto(msg, in.Payload); err != nil {
+		// A repeated option needs RFC 3396 concatenation: the library copies.
+		if msg, err = dhcpv4.FromBytes(in.Payload); err != nil {
+			p.c.DecodeErrors.Add(1)
+			return
+		}
 	}
 	p.c.ReceivedType[in.Type].Add(1)
-	rep, ch := p.srv.Handle(now, server.Request{Segment: p.seg, SrcMAC: in.SrcMAC[:], Broadcast: in.Broadcast, Msg: msg})
+	rep, ch := p.srv.Handle(now, server.Request{Segment: p.seg, SrcMAC: in.SrcMAC[:], Broadcast: in.Broadcast, Msg: msg, Reply: &p.rep})
 	p.Changes = append(p.Changes, ch...)
 	if rep.Msg == nil {
 		p.c.Ignored[rep.Ignored].Add(1)

@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"net/netip"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/rfc1035label"
+
+	"pivirt.hu/dataplane/dataplane/dhcp/pool"
 )
 
 // Handle runs one request through the state machine at time now. It
@@ -40,8 +43,8 @@ func (s *Server) Handle(now time.Time, in Request) (Reply, []LeaseChange) {
 	if st == nil {
 		return Reply{Ignored: IgnoreNoSegment}, nil
 	}
-	h := handler{st: st, seg: segID, now: now, in: in, m: m,
-		id: identity(m.Options.Get(dhcpv4.OptionClientIdentifier), m.ClientHWAddr)}
+	h := handler{st: st, seg: segID, now: now, in: in, m: m}
+	h.id = appendIdentity(h.idBuf[:0], m.Options.Get(dhcpv4.OptionClientIdentifier), m.ClientHWAddr)
 	switch m.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
 		return h.discover()
@@ -58,12 +61,13 @@ func (s *Server) Handle(now time.Time, in Request) (Reply, []LeaseChange) {
 }
 
 type handler struct {
-	st  *segState
-	seg uint32
-	now time.Time
-	in  Request
-	m   *dhcpv4.DHCPv4
-	id  string
+	st    *segState
+	seg   uint32
+	now   time.Time
+	in    Request
+	m     *dhcpv4.DHCPv4
+	id    []byte
+	idBuf [1 + 255]byte
 }
 
 func addr4(ip net.IP) netip.Addr {
@@ -76,24 +80,28 @@ func addr4(ip net.IP) netip.Addr {
 
 func (h *handler) mac() net.HardwareAddr { return h.m.ClientHWAddr }
 
-func (h *handler) hostname(prev string) string {
-	if v := h.m.Options.Get(dhcpv4.OptionHostName); len(v) > 0 {
-		return string(v)
-	}
-	if r, ok := h.st.resByMAC[string(h.mac())]; ok && r.Hostname != "" {
-		return r.Hostname
-	}
-	return prev
-}
 
+// newLease builds the lease record; it copies what aliases the request,
+// unless the current record already holds equal bytes.
 func (h *handler) newLease(ip netip.Addr, prevHost string, ttl time.Duration) Lease {
-	return Lease{
-		IP:       ip,
-		MAC:      append(net.HardwareAddr(nil), h.mac()...),
-		ClientID: append([]byte(nil), h.m.Options.Get(dhcpv4.OptionClientIdentifier)...),
-		Hostname: h.hostname(prevHost),
-		Expires:  h.now.Add(ttl),
+	l := Lease{IP: ip, Hostname: prevHost, Expires: h.now.Add(ttl)}
+	cid := h.m.Options.Get(dhcpv4.OptionClientIdentifier)
+	if cur := h.st.byID[string(h.id)]; cur != nil && bytes.Equal(cur.MAC, h.mac()) && bytes.Equal(cur.ClientID, cid) {
+		l.MAC, l.ClientID = cur.MAC, cur.ClientID
+	} else {
+		l.MAC = append(net.HardwareAddr(nil), h.mac()...)
+		if len(cid) > 0 {
+			l.ClientID = append([]byte(nil), cid...)
+		}
 	}
+	if v := h.m.Options.Get(dhcpv4.OptionHostName); len(v) > 0 {
+		if string(v) != prevHost {
+			l.Hostname = string(v)
+		}
+	} else if r, ok := h.st.resByMAC[string(h.mac())]; ok && r.Hostname != "" {
+		l.Hostname = r.Hostname
+	}
+	return l
 }
 
 func (h *handler) discover() (Reply, []LeaseChange) {
@@ -107,7 +115,7 @@ func (h *handler) discover() (Reply, []LeaseChange) {
 		return rep, ch
 	}
 	prev := ""
-	if cur := h.st.byID[h.id]; cur != nil {
+	if cur := h.st.byID[string(h.id)]; cur != nil {
 		prev = cur.Hostname
 		if !cur.offered {
 			// A bound client re-discovering keeps its binding; only offer.
@@ -129,7 +137,7 @@ func (h *handler) request() (Reply, []LeaseChange) {
 	case sid.IsValid():
 		if sid != h.st.cfg.HostIP.Addr() {
 			// The client chose another server: its offer here is void.
-			if l := h.st.byID[h.id]; l != nil && l.offered {
+			if l := h.st.byID[string(h.id)]; l != nil && l.offered {
 				h.st.drop(l)
 			}
 			return Reply{State: Selecting, Ignored: IgnoreOtherServer}, nil
@@ -163,7 +171,7 @@ func (h *handler) confirm(state State, ip netip.Addr) (Reply, []LeaseChange) {
 
 func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
 	kind, prev := Bound, ""
-	if cur := h.st.byID[h.id]; cur != nil {
+	if cur := h.st.byID[string(h.id)]; cur != nil {
 		prev = cur.Hostname
 		if !cur.offered && cur.IP == ip {
 			kind = Renewed
@@ -180,7 +188,7 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 	}
 	ip := addr4(h.m.RequestedIPAddress())
 	l := h.st.byIP[ip]
-	if l == nil || l.id != h.id {
+	if l == nil || l.id != string(h.id) {
 		return Reply{Ignored: IgnoreNotOurs}, nil
 	}
 	// Quarantine first so drop keeps the bit set.
@@ -188,7 +196,7 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 		h.st.quar[ip] = h.now.Add(h.st.cfg.DeclineProbation)
 	}
 	h.st.drop(l)
-	delete(h.st.last, h.id) // do not hand the declined address back
+	h.st.forget(h.id) // do not hand the declined address back
 	return Reply{}, []LeaseChange{{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now}}
 }
 
@@ -197,7 +205,7 @@ func (h *handler) release() (Reply, []LeaseChange) {
 		return Reply{Ignored: IgnoreOtherServer}, nil
 	}
 	l := h.st.byIP[addr4(h.m.ClientIPAddr)]
-	if l == nil || l.id != h.id || l.offered {
+	if l == nil || l.id != string(h.id) || l.offered {
 		return Reply{Ignored: IgnoreNotOurs}, nil
 	}
 	h.st.drop(l)
@@ -209,39 +217,72 @@ func (h *handler) inform() (Reply, []LeaseChange) {
 	return Reply{Msg: msg}, nil
 }
 
+// msgType holds the encoded option 53 of each message type, shared by
+// all replies (the encoder only reads it).
+var msgType = func() (t [9][]byte) {
+	for i := range t {
+		t[i] = []byte{byte(i)}
+	}
+	return t
+}()
+
+// newReply returns the message the reply is built in: the caller's
+// scratch (reset, Options map reused) or a fresh one.
+func (h *handler) newReply(n int) *dhcpv4.DHCPv4 {
+	r := h.in.Reply
+	if r == nil {
+		return &dhcpv4.DHCPv4{Options: make(dhcpv4.Options, n)}
+	}
+	opts := r.Options
+	if opts == nil {
+		opts = make(dhcpv4.Options, n)
+	} else {
+		clear(opts)
+	}
+	*r = dhcpv4.DHCPv4{Options: opts}
+	return r
+}
+
+// yiaddr returns ip as a 4-byte slice, from the segment's table when it
+// is in the range.
+func (st *segState) yiaddr(ip netip.Addr) net.IP {
+	if st.ipTable != nil && st.pool.Contains(ip) {
+		o := 4 * int(pool.U32(ip)-pool.U32(st.cfg.RangeStart))
+		return net.IP(st.ipTable[o : o+4 : o+4])
+	}
+	return net.IP(ip.AsSlice())
+}
+
 // reply builds the common part of a server message (RFC 2131 table 3).
 func (h *handler) reply(t dhcpv4.MessageType, yi netip.Addr, hostname string, leaseOpts bool) *dhcpv4.DHCPv4 {
 	m := h.m
-	r := &dhcpv4.DHCPv4{
-		OpCode:        dhcpv4.OpcodeBootReply,
-		HWType:        m.HWType,
-		TransactionID: m.TransactionID,
-		Flags:         m.Flags,
-		ClientIPAddr:  net.IPv4zero,
-		YourIPAddr:    net.IPv4zero,
-		ServerIPAddr:  net.IPv4zero,
-		GatewayIPAddr: m.GatewayIPAddr,
-		ClientHWAddr:  m.ClientHWAddr,
-		Options:       make(dhcpv4.Options, len(h.st.static)+10),
-	}
+	r := h.newReply(len(h.st.static) + 10)
+	r.OpCode = dhcpv4.OpcodeBootReply
+	r.HWType = m.HWType
+	r.TransactionID = m.TransactionID
+	r.Flags = m.Flags
+	r.ClientIPAddr, r.YourIPAddr, r.ServerIPAddr = net.IPv4zero, net.IPv4zero, net.IPv4zero
+	r.GatewayIPAddr = m.GatewayIPAddr
+	r.ClientHWAddr = m.ClientHWAddr
 	if t == dhcpv4.MessageTypeAck {
 		r.ClientIPAddr = m.ClientIPAddr
 	}
 	if yi.IsValid() {
-		r.YourIPAddr = net.IP(yi.AsSlice())
+		r.YourIPAddr = h.st.yiaddr(yi)
 	}
 	for k, v := range h.st.static {
 		r.Options[k] = v
 	}
-	r.Options[dhcpv4.OptionDHCPMessageType.Code()] = []byte{byte(t)}
-	if hostname != "" {
+	r.Options[dhcpv4.OptionDHCPMessageType.Code()] = msgType[t]
+	if v := m.Options.Get(dhcpv4.OptionHostName); len(v) > 0 && string(v) == hostname {
+		r.Options[dhcpv4.OptionHostName.Code()] = v // echo without a copy
+	} else if hostname != "" {
 		r.Options[dhcpv4.OptionHostName.Code()] = []byte(hostname)
 	}
 	if leaseOpts {
-		secs := uint32(h.st.cfg.LeaseTime / time.Second)
-		r.Options[dhcpv4.OptionIPAddressLeaseTime.Code()] = be32(secs)
-		r.Options[dhcpv4.OptionRenewTimeValue.Code()] = be32(secs / 2)
-		r.Options[dhcpv4.OptionRebindingTimeValue.Code()] = be32(uint32(uint64(secs) * 7 / 8))
+		r.Options[dhcpv4.OptionIPAddressLeaseTime.Code()] = h.st.leaseOpt[0]
+		r.Options[dhcpv4.OptionRenewTimeValue.Code()] = h.st.leaseOpt[1]
+		r.Options[dhcpv4.OptionRebindingTimeValue.Code()] = h.st.leaseOpt[2]
 	}
 	copyOpt(r, m, dhcpv4.OptionClientIdentifier) // RFC 6842
 	copyOpt(r, m, dhcpv4.OptionRelayAgentInformation)
@@ -250,15 +291,12 @@ func (h *handler) reply(t dhcpv4.MessageType, yi netip.Addr, hostname string, le
 
 func (h *handler) nak() *dhcpv4.DHCPv4 {
 	m := h.m
-	r := &dhcpv4.DHCPv4{
-		OpCode: dhcpv4.OpcodeBootReply, HWType: m.HWType, TransactionID: m.TransactionID,
-		Flags: m.Flags, ClientIPAddr: net.IPv4zero, YourIPAddr: net.IPv4zero, ServerIPAddr: net.IPv4zero,
-		GatewayIPAddr: m.GatewayIPAddr, ClientHWAddr: m.ClientHWAddr,
-		Options: dhcpv4.Options{
-			dhcpv4.OptionDHCPMessageType.Code():  []byte{byte(dhcpv4.MessageTypeNak)},
-			dhcpv4.OptionServerIdentifier.Code(): h.st.serverID.To4(),
-		},
-	}
+	r := h.newReply(4)
+	r.OpCode, r.HWType, r.TransactionID, r.Flags = dhcpv4.OpcodeBootReply, m.HWType, m.TransactionID, m.Flags
+	r.ClientIPAddr, r.YourIPAddr, r.ServerIPAddr = net.IPv4zero, net.IPv4zero, net.IPv4zero
+	r.GatewayIPAddr, r.ClientHWAddr = m.GatewayIPAddr, m.ClientHWAddr
+	r.Options[dhcpv4.OptionDHCPMessageType.Code()] = msgType[dhcpv4.MessageTypeNak]
+	r.Options[dhcpv4.OptionServerIdentifier.Code()] = h.st.static[dhcpv4.OptionServerIdentifier.Code()]
 	if !addr4(m.GatewayIPAddr).IsUnspecified() && len(m.GatewayIPAddr) > 0 {
 		r.SetBroadcast() // RFC 2131 4.3.2: a relay must broadcast the NAK
 	}

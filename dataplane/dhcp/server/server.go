@@ -30,7 +30,13 @@ type Request struct {
 	Segment   uint32           // segment of the bridge it arrived on (giaddr may select another)
 	SrcMAC    net.HardwareAddr // Ethernet source (the client, or the relay)
 	Broadcast bool             // IPv4 destination was 255.255.255.255 (tells REBINDING from RENEWING)
-	Msg       *dhcpv4.DHCPv4
+	// Msg is the request. Handle copies what it keeps, so Msg may alias
+	// a receive buffer that is reused after Handle returns.
+	Msg *dhcpv4.DHCPv4
+	// Reply, if set, is overwritten with the reply instead of allocating
+	// one (its Options map is reused). The caller owns it and must be done
+	// with the previous reply; nil allocates a fresh message.
+	Reply *dhcpv4.DHCPv4
 }
 
 // State is the client state a REQUEST was recognised in (RFC 2131 4.3.2).
@@ -97,6 +103,8 @@ type segState struct {
 	quar     map[netip.Addr]time.Time
 	last     map[string]netip.Addr // previous address of an identity
 	static   dhcpv4.Options        // options every reply of this segment carries
+	leaseOpt [3][]byte             // encoded 51, 58, 59
+	ipTable  []byte                // 4 bytes per range address, for yiaddr without allocating
 }
 
 // Server owns the lease tables of its segments. Its methods are safe for
@@ -134,6 +142,14 @@ func newSegState(c Segment) (*segState, error) {
 		quar: map[netip.Addr]time.Time{}, last: map[string]netip.Addr{},
 	}
 	st.static = staticOptions(&st.cfg, st.bcast)
+	secs := uint32(c.LeaseTime / time.Second)
+	st.leaseOpt = [3][]byte{be32(secs), be32(secs / 2), be32(uint32(uint64(secs) * 7 / 8))}
+	if p.Size() <= 1<<16 {
+		st.ipTable = make([]byte, 0, 4*p.Size())
+		for a, i := c.RangeStart, 0; i < p.Size(); a, i = a.Next(), i+1 {
+			st.ipTable = append(st.ipTable, a.AsSlice()...)
+		}
+	}
 	return st, nil
 }
 
@@ -163,11 +179,11 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 		if l.offered {
 			continue
 		}
-		if !st.assignable(l.id, l.MAC, l.IP, now) {
+		if !st.assignable([]byte(l.id), l.MAC, l.IP, now) {
 			changes = append(changes, LeaseChange{Kind: Released, Segment: c.ID, Lease: l.Lease})
 			continue
 		}
-		st.bind(l.id, l.Lease, false)
+		st.bind([]byte(l.id), l.Lease, false)
 	}
 	st.last = old.last
 	return changes, nil
@@ -232,7 +248,7 @@ func (s *Server) LoadLeases(now time.Time, seg uint32, leases []Lease) error {
 		if !now.Before(l.Expires) {
 			continue
 		}
-		id := identity(l.ClientID, l.MAC)
+		id := appendIdentity(nil, l.ClientID, l.MAC)
 		if !st.assignable(id, l.MAC, l.IP, now) {
 			errs = append(errs, fmt.Errorf("loading lease %s for %s: %w", l.IP, l.MAC, ErrAddrInUse))
 			continue
@@ -327,15 +343,18 @@ func (s *Server) Stats(seg uint32) (SegmentStats, bool) {
 	return ss, true
 }
 
-func identity(clientID []byte, mac net.HardwareAddr) string {
+// appendIdentity appends the lease table key of a client: its client-id
+// if it sent one, else its hardware address. Lookups use string(id) in
+// map index expressions, which do not allocate.
+func appendIdentity(dst, clientID []byte, mac net.HardwareAddr) []byte {
 	if len(clientID) > 0 {
-		return "c" + string(clientID)
+		return append(append(dst, 'c'), clientID...)
 	}
-	return "h" + string(mac)
+	return append(append(dst, 'h'), mac...)
 }
 
 // assignable reports whether ip may be given to the client id/mac now.
-func (st *segState) assignable(id string, mac net.HardwareAddr, ip netip.Addr, now time.Time) bool {
+func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, now time.Time) bool {
 	if r, ok := st.resByMAC[string(mac)]; ok {
 		if ip != r.IP {
 			return false
@@ -344,7 +363,7 @@ func (st *segState) assignable(id string, mac net.HardwareAddr, ip netip.Addr, n
 		return false
 	}
 	if l := st.byIP[ip]; l != nil {
-		if l.id == id {
+		if l.id == string(id) {
 			return true
 		}
 		if l.offered && !now.Before(l.Expires) {
@@ -367,14 +386,14 @@ func (st *segState) assignable(id string, mac net.HardwareAddr, ip netip.Addr, n
 
 // choose picks the address to offer: reservation, current lease, previous
 // address, option 50, next free.
-func (st *segState) choose(id string, mac net.HardwareAddr, requested netip.Addr, now time.Time) (netip.Addr, bool) {
+func (st *segState) choose(id []byte, mac net.HardwareAddr, requested netip.Addr, now time.Time) (netip.Addr, bool) {
 	if r, ok := st.resByMAC[string(mac)]; ok {
 		return r.IP, st.assignable(id, mac, r.IP, now)
 	}
-	if l := st.byID[id]; l != nil && st.assignable(id, mac, l.IP, now) {
+	if l := st.byID[string(id)]; l != nil && st.assignable(id, mac, l.IP, now) {
 		return l.IP, true
 	}
-	if ip, ok := st.last[id]; ok && st.assignable(id, mac, ip, now) {
+	if ip, ok := st.last[string(id)]; ok && st.assignable(id, mac, ip, now) {
 		return ip, true
 	}
 	if requested.IsValid() && st.assignable(id, mac, requested, now) {
@@ -398,14 +417,14 @@ func (st *segState) reclaimOffers(now time.Time) {
 
 // bind records that id holds l.IP (as an offer or bound). Any other
 // address the identity held is freed.
-func (st *segState) bind(id string, l Lease, offered bool) *lease {
-	if old := st.byID[id]; old != nil && old.IP != l.IP {
+func (st *segState) bind(id []byte, l Lease, offered bool) *lease {
+	if old := st.byID[string(id)]; old != nil && old.IP != l.IP {
 		st.drop(old)
 	}
-	cur := st.byID[id]
+	cur := st.byID[string(id)]
 	if cur == nil {
-		cur = &lease{id: id}
-		st.byID[id] = cur
+		cur = &lease{id: string(id)}
+		st.byID[cur.id] = cur
 		st.byIP[l.IP] = cur
 		if _, r := st.resByIP[l.IP]; !r {
 			st.pool.Take(l.IP)
@@ -413,8 +432,15 @@ func (st *segState) bind(id string, l Lease, offered bool) *lease {
 	}
 	cur.Lease = l
 	cur.offered = offered
-	delete(st.last, id)
+	st.forget(id)
 	return cur
+}
+
+// forget drops the previous-address memory of id.
+func (st *segState) forget(id []byte) {
+	if _, ok := st.last[string(id)]; ok {
+		delete(st.last, string(id))
+	}
 }
 
 // drop forgets a lease (offer or bound) and frees its address.

@@ -554,3 +554,23 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestHandleReusesReplyAndCopiesWhatItKeeps(t *testing.T) {
+	s := newServer(t)
+	scratch := &dhcpv4.DHCPv4{Options: dhcpv4.Options{99: []byte("stale")}}
+	mac := net.HardwareAddr{2, 0, 0, 0, 0, 0x42}
+	req := msg(t, dhcpv4.MessageTypeDiscover, mac, opt(dhcpv4.OptionRapidCommit, nil), opt(dhcpv4.OptionHostName, []byte("vm")))
+	r, ch := s.Handle(t0, Request{Segment: 1, Msg: req, Reply: scratch})
+	if r.Msg != scratch || scratch.Options.Has(dhcpv4.GenericOptionCode(99)) || scratch.MessageType() != dhcpv4.MessageTypeAck {
+		t.Fatalf("reply not built in the scratch message: %v", scratch.Options)
+	}
+	// The request may alias a receive buffer: scribbling on it must not
+	// change the lease table.
+	req.ClientHWAddr[5] = 0x99
+	req.Options[dhcpv4.OptionHostName.Code()][0] = 'X'
+	ls := s.Leases(1)
+	if len(ls) != 1 || !bytes.Equal(ls[0].MAC, net.HardwareAddr{2, 0, 0, 0, 0, 0x42}) || ls[0].Hostname != "vm" ||
+		!bytes.Equal(ch[0].Lease.MAC, ls[0].MAC) {
+		t.Fatalf("lease aliases the request: %+v", ls)
+	}
+}

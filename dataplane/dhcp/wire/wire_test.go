@@ -240,3 +240,83 @@ func TestFrameRefusesNonIPv4(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestDecodeIntoMatchesFromBytes(t *testing.T) {
+	var m dhcpv4.DHCPv4
+	for _, tc := range []struct {
+		name string
+		p    []byte
+		want error
+	}{
+		{"discover", discover(t, dhcpv4.WithGatewayIP(net.IP{10, 0, 0, 2}), dhcpv4.WithGeneric(dhcpv4.OptionRapidCommit, nil),
+			dhcpv4.WithGeneric(dhcpv4.OptionClientIdentifier, []byte{1, 2, 3})), nil},
+		{"repeated option", append(discover(t)[:MinDHCPLen], 53, 1, 1, 12, 1, 'a', 12, 1, 'b', 255), ErrNeedsCopy},
+		{"no end", append(discover(t)[:MinDHCPLen], 53, 1, 1), BadOptions},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := DecodeInto(&m, tc.p)
+			if err != tc.want {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if err != nil {
+				return
+			}
+			ref, rerr := dhcpv4.FromBytes(tc.p)
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if diff := diffMsg(&m, ref); diff != "" {
+				t.Fatal(diff)
+			}
+			if n := testing.AllocsPerRun(50, func() { _ = DecodeInto(&m, tc.p) }); n != 0 {
+				t.Fatalf("DecodeInto allocates %v times", n)
+			}
+		})
+	}
+}
+
+// diffMsg compares what a server reads of a message (sname and file are
+// not decoded by DecodeInto).
+func diffMsg(a, b *dhcpv4.DHCPv4) string {
+	switch {
+	case a.OpCode != b.OpCode || a.HWType != b.HWType || a.HopCount != b.HopCount || a.TransactionID != b.TransactionID ||
+		a.NumSeconds != b.NumSeconds || a.Flags != b.Flags:
+		return "fixed fields differ"
+	case !a.ClientIPAddr.Equal(b.ClientIPAddr) || !a.YourIPAddr.Equal(b.YourIPAddr) || !a.ServerIPAddr.Equal(b.ServerIPAddr) ||
+		!a.GatewayIPAddr.Equal(b.GatewayIPAddr) || !bytes.Equal(a.ClientHWAddr, b.ClientHWAddr):
+		return "addresses differ"
+	case len(a.Options) != len(b.Options):
+		return "option count differs"
+	}
+	for c, v := range b.Options {
+		if w, ok := a.Options[c]; !ok || !bytes.Equal(v, w) {
+			return "option differs"
+		}
+	}
+	return ""
+}
+
+// FuzzDecodeInto checks the zero-copy decoder against dhcpv4.FromBytes.
+func FuzzDecodeInto(f *testing.F) {
+	f.Add(discover(f))
+	f.Add(discover(f, dhcpv4.WithGatewayIP(net.IP{10, 0, 0, 2}), dhcpv4.WithGeneric(dhcpv4.OptionClientIdentifier, []byte{1})))
+	var m dhcpv4.DHCPv4
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if len(p) < MinDHCPLen {
+			return
+		}
+		err := DecodeInto(&m, p)
+		ref, rerr := dhcpv4.FromBytes(p)
+		if err == ErrNeedsCopy {
+			return
+		}
+		if (err == nil) != (rerr == nil) {
+			t.Fatalf("DecodeInto: %v, FromBytes: %v", err, rerr)
+		}
+		if err == nil {
+			if d := diffMsg(&m, ref); d != "" {
+				t.Fatal(d)
+			}
+		}
+	})
+}
