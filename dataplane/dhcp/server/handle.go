@@ -80,7 +80,6 @@ func addr4(ip net.IP) netip.Addr {
 
 func (h *handler) mac() net.HardwareAddr { return h.m.ClientHWAddr }
 
-
 // newLease builds the lease record; it copies what aliases the request,
 // unless the current record already holds equal bytes.
 func (h *handler) newLease(ip netip.Addr, prevHost string, ttl time.Duration) Lease {
