@@ -349,19 +349,20 @@ func Delete(name string) error {
 	return errors.Join(errs...)
 }
 
-// Owned lists the routers present on the host (namespaces pvr-*), so a
-// router deleted while pivirtd was down is found and removed.
+// Owned lists the routers whose host-side veths are in the calling
+// thread's namespace (marked by their alias), so a router deleted while
+// pivirtd was down is found and removed, and routers of another pivirtd
+// (another namespace on the same host) are not.
 func Owned() ([]string, error) {
-	ents, err := os.ReadDir(netnsDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	ls, err := netlink.LinkList()
 	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", netnsDir, err)
+		return nil, fmt.Errorf("listing links: %w", err)
 	}
+	seen := map[string]bool{}
 	var out []string
-	for _, e := range ents {
-		if n, ok := strings.CutPrefix(e.Name(), nsPrefix); ok && n != "" {
+	for _, l := range ls {
+		if n, ok := strings.CutPrefix(l.Attrs().Alias, aliasPrefix); ok && n != "" && !seen[n] {
+			seen[n] = true
 			out = append(out, n)
 		}
 	}

@@ -57,6 +57,15 @@ func TestPrivilegedRouterLifecycle(t *testing.T) {
 		return r
 	}
 	r := ensure(cfg)
+	if err := host.Do(func() error {
+		owned, err := vpcrouter.Owned()
+		if !cmp.Equal(owned, []string{name}) {
+			t.Errorf("owned routers %v, want [%s]", owned, name)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if r.UplinkIndex == 0 || len(r.UplinkMAC) != 6 {
 		t.Fatalf("router %+v lacks its uplink", r)
 	}
