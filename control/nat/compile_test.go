@@ -3,6 +3,7 @@
 package nat
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -56,10 +57,10 @@ func TestCompile(t *testing.T) {
 		errors   map[string]string
 	}{
 		{
-			name: "1:1 on a host interface",
-			eips: []ExternalIP{eip("web", "203.0.113.10", "192.168.100.10", "uplink0", "")},
-			dnat: map[string]string{"scope=" + hex(up0) + " ALL 203.0.113.10": "192.168.100.10 flags=oneToOne|arp"},
-			snat: map[string]string{"scope=" + hex(up0) + " ALL 192.168.100.10": "203.0.113.10 flags=oneToOne"},
+			name:  "1:1 on a host interface",
+			eips:  []ExternalIP{eip("web", "203.0.113.10", "192.168.100.10", "uplink0", "")},
+			dnat:  map[string]string{"scope=" + hex(up0) + " ALL 203.0.113.10": "192.168.100.10 flags=oneToOne|arp"},
+			snat:  map[string]string{"scope=" + hex(up0) + " ALL 192.168.100.10": "203.0.113.10 flags=oneToOne"},
 			stats: 1, uplinks: []Uplink{{Scope: up0, Interface: "uplink0"}},
 			bypass:   map[string][]vpcrouter.Bypass{},
 			mappings: map[string][]string{"web": {"ALL 203.0.113.10 -> 192.168.100.10"}},
@@ -75,7 +76,7 @@ func TestCompile(t *testing.T) {
 				"scope=" + hex(vpcA) + " UDP 198.51.100.20:53":  "10.10.0.11:53 flags=none",
 			},
 			snat: map[string]string{
-				"scope=" + hex(vpcA) + " ALL 10.10.0.11":       "flags=ports",
+				"scope=" + hex(vpcA) + " ALL 10.10.0.11":      "flags=ports",
 				"scope=" + hex(vpcA) + " TCP 10.10.0.11:8443": "198.51.100.20:443 flags=none",
 				"scope=" + hex(vpcA) + " UDP 10.10.0.11:53":   "198.51.100.20:53 flags=none",
 			},
@@ -96,7 +97,7 @@ func TestCompile(t *testing.T) {
 				"scope=" + hex(vpcA) + " TCP 198.51.100.2:443": "10.10.0.11:8443 flags=none",
 			},
 			snat: map[string]string{
-				"scope=" + hex(vpcA) + " ALL 10.10.0.11":       "flags=ports",
+				"scope=" + hex(vpcA) + " ALL 10.10.0.11":      "flags=ports",
 				"scope=" + hex(vpcA) + " TCP 10.10.0.11:8443": "198.51.100.2:443 flags=none",
 			},
 			stats: 1, uplinks: []Uplink{{Scope: vpcA, Router: "vpc-a"}},
@@ -187,4 +188,4 @@ func TestCompile(t *testing.T) {
 	}
 }
 
-func hex(s uint32) string { return dpnat.Key{Scope: s}.String()[6:16] }
+func hex(s uint32) string { return fmt.Sprintf("%#010x", s) }
