@@ -45,6 +45,9 @@ func DecodeInto(m *dhcpv4.DHCPv4, p []byte) error {
 	// converting them would allocate.
 	m.ServerHostName, m.BootFileName = "", ""
 	o := p[MinDHCPLen:]
+	if len(o) == 0 {
+		return nil // like dhcpv4.FromBytes: no options needs no End
+	}
 	for i := 0; i < len(o); {
 		code := o[i]
 		i++
