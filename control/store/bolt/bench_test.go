@@ -5,6 +5,7 @@ package bolt
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -131,4 +132,32 @@ func BenchmarkCreate10kOneUpdate(b *testing.B) {
 		_ = s.Close()
 	}
 	b.ReportMetric(float64(total*b.N)/b.Elapsed().Seconds(), "objects/s")
+}
+
+// BenchmarkFsyncBaseline: one 4 KiB write and fsync of a plain file in
+// the same directory kind, the floor under every commit (bbolt syncs twice
+// per commit: pages, then meta). Read the figures above against it.
+func BenchmarkFsyncBaseline(b *testing.B) {
+	f, err := os.Create(filepath.Join(b.TempDir(), "sync"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	page := make([]byte, 4096)
+	lat := make([]time.Duration, 0, b.N)
+	i := 0
+	for b.Loop() {
+		start := time.Now()
+		if _, err := f.WriteAt(page, int64(i%1024)*4096); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+		i++
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
