@@ -23,6 +23,7 @@ import (
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/segment"
@@ -44,6 +45,7 @@ type Daemon struct {
 	log    *slog.Logger
 	store  store.Store
 	events *events.Recorder
+	index  *admission.Index // every write of the daemon goes through it
 	reg    *prometheus.Registry
 }
 
@@ -54,7 +56,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), reg: prometheus.NewRegistry()}
+	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	st, err := d.openStore()
@@ -120,7 +122,7 @@ func (d *Daemon) openStore() (store.Store, error) {
 
 // controllers lists what runs beside the API.
 func (d *Daemon) controllers() []Controller {
-	segments := &segment.Controller{Store: d.store, Events: d.events, Log: d.log}
+	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log}
 	return []Controller{
 		&reconcile.Loop{
 			ID: "segments", Store: d.store, Log: d.log,
@@ -132,7 +134,7 @@ func (d *Daemon) controllers() []Controller {
 
 // serveAPI starts the unix socket, TCP and metrics listeners.
 func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Server, error) {
-	rs := &server.ResourceServer{Store: d.store, Recorder: d.events, Log: d.log}
+	rs := &server.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log}
 	mux := http.NewServeMux()
 	path, h := resourcev1connect.NewResourceServiceHandler(rs, connect.WithInterceptors(logErrors(d.log)))
 	mux.Handle(path, h)

@@ -14,10 +14,10 @@ import (
 	"pivirt.hu/dataplane/control/store"
 )
 
-// SetStatus writes status on o unless it already holds exactly that, so a
+// SetStatus writes status (through ix, the daemon's admission index) on o unless it already holds exactly that, so a
 // pass that changes nothing writes nothing (and wakes no watcher). A
 // vanished object is not an error: its deletion will trigger a new pass.
-func SetStatus(ctx context.Context, st store.Store, o *pivirtv1.Object, status any) error {
+func SetStatus(ctx context.Context, st store.Store, ix *admission.Index, o *pivirtv1.Object, status any) error {
 	b, err := json.Marshal(status)
 	if err != nil {
 		return fmt.Errorf("encoding status of %s %q: %w", o.Kind, o.Metadata.Name, err)
@@ -25,8 +25,8 @@ func SetStatus(ctx context.Context, st store.Store, o *pivirtv1.Object, status a
 	if bytes.Equal(compact(o.Status), b) {
 		return nil
 	}
-	_, err = st.Update(ctx, func(tx store.Tx) error {
-		return admission.UpdateStatus(tx, o.Kind, o.Metadata.Name, json.RawMessage(b))
+	_, err = ix.Update(ctx, st, admission.Options{}, func(batch *admission.Batch) error {
+		return batch.UpdateStatus(o.Kind, o.Metadata.Name, json.RawMessage(b))
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/store"
@@ -49,6 +50,7 @@ type DHCP interface {
 // Controller realizes segments.
 type Controller struct {
 	Store  store.Store
+	Index  *admission.Index
 	Events *events.Recorder
 	Log    *slog.Logger
 	DHCP   DHCP // nil: no DHCP on this node
@@ -107,7 +109,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		st.RangeSize, st.Reserved, st.LeasesInUse = usage(seg, snap.Of(pivirtv1.KindDHCPLease), now)
 		st.Free = max(st.RangeSize-st.Reserved-st.LeasesInUse, 0)
-		if err := reconcile.SetStatus(ctx, c.Store, o, st); err != nil {
+		if err := reconcile.SetStatus(ctx, c.Store, c.Index, o, st); err != nil {
 			errs = append(errs, err)
 		}
 	}

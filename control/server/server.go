@@ -23,10 +23,13 @@ import (
 
 // ResourceServer serves resourcev1connect.ResourceServiceHandler.
 type ResourceServer struct {
-	Store  store.Store
+	Store store.Store
+	// Index keeps admission's view between transactions; every write of
+	// the daemon goes through it.
+	Index    *admission.Index
 	Recorder *events.Recorder
-	Log    *slog.Logger
-	Now    func() time.Time
+	Log      *slog.Logger
+	Now      func() time.Time
 }
 
 var _ resourcev1connect.ResourceServiceHandler = (*ResourceServer)(nil)
@@ -46,16 +49,18 @@ func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourc
 	results := make([]*resourcev1.ApplyResult, len(req.Msg.Objects))
 	for i, raw := range req.Msg.Objects {
 		results[i] = &resourcev1.ApplyResult{}
-		var o pivirtv1.Object
-		if err := json.Unmarshal(raw, &o); err != nil {
-			results[i].Error = fmt.Sprintf("decoding object %d: %v", i, err)
+		o, err := pivirtv1.DecodeObject(raw)
+		if o != nil {
+			results[i].Kind, results[i].Name = o.Kind, o.Metadata.Name
+			if k, err := pivirtv1.LookupKind(o.Kind); err == nil {
+				results[i].Kind = k.Kind
+			}
+		}
+		if err != nil {
+			results[i].Error = err.Error()
 			continue
 		}
-		results[i].Kind, results[i].Name = o.Kind, o.Metadata.Name
-		if k, err := pivirtv1.LookupKind(o.Kind); err == nil {
-			results[i].Kind = k.Kind
-		}
-		objs[i] = &o
+		objs[i] = o
 	}
 	opts := admission.Options{
 		Privileged: RoleFrom(ctx) == RoleCluster,
@@ -63,13 +68,13 @@ func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourc
 		Now:        s.now(),
 	}
 	var anyStored bool
-	rev, err := s.Store.Update(ctx, func(tx store.Tx) error {
+	rev, err := s.Index.Update(ctx, s.Store, opts, func(b *admission.Batch) error {
 		anyStored = false
 		for i, o := range objs {
 			if o == nil {
 				continue
 			}
-			stored, action, err := admission.Apply(tx, o.DeepCopy(), opts)
+			stored, action, err := b.Apply(o.DeepCopy())
 			res := results[i]
 			res.Action, res.Error, res.Object = "", "", nil
 			if err != nil {
@@ -155,9 +160,9 @@ func (s *ResourceServer) Delete(ctx context.Context, req *connect.Request[resour
 	}
 	opts := admission.Options{Privileged: RoleFrom(ctx) == RoleCluster, DryRun: req.Msg.DryRun, Now: s.now()}
 	var deleted []string
-	_, err = s.Store.Update(ctx, func(tx store.Tx) error {
+	_, err = s.Index.Update(ctx, s.Store, opts, func(b *admission.Batch) error {
 		var err error
-		deleted, err = admission.Delete(tx, k.Kind, req.Msg.Name, req.Msg.ResourceVersion, opts)
+		deleted, err = b.Delete(k.Kind, req.Msg.Name, req.Msg.ResourceVersion)
 		return err
 	})
 	if err != nil {
