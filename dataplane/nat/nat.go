@@ -8,9 +8,12 @@ import (
 	"hash/fnv"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // Map names, as pinned under <bpffs>/maps.
@@ -224,12 +227,24 @@ func LoadSpec(spec *ebpf.CollectionSpec, scope uint32, mac net.HardwareAddr, map
 	}, nil
 }
 
-// OpenMaps opens the pinned NAT maps under mapDir without loading
-// programs (for inspect and the control plane's sync).
+// OpenMaps opens the NAT maps pinned under mapDir, creating and pinning
+// any that are missing (a bpffs is mounted on mapDir's parent if it is
+// not on one), without loading programs: for the control plane's sync and
+// for inspect.
 func OpenMaps(mapDir string) (*Objects, error) {
+	if err := ensureBPFFS(filepath.Dir(mapDir)); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(mapDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", mapDir, err)
+	}
+	spec, err := Spec()
+	if err != nil {
+		return nil, fmt.Errorf("loading NAT spec: %w", err)
+	}
 	o := &Objects{}
 	for name, dst := range map[string]**ebpf.Map{MapDNAT: &o.DNAT, MapSNAT: &o.SNAT, MapStats: &o.Stats, MapCounters: &o.Counters} {
-		m, err := ebpf.LoadPinnedMap(mapDir+"/"+name, nil)
+		m, err := ebpf.NewMapWithOptions(spec.Maps[name], ebpf.MapOptions{PinPath: mapDir})
 		if err != nil {
 			o.closeMaps()
 			return nil, fmt.Errorf("opening pinned map %s: %w", name, err)
@@ -237,6 +252,25 @@ func OpenMaps(mapDir string) (*Objects, error) {
 		*dst = m
 	}
 	return o, nil
+}
+
+// ensureBPFFS mounts a bpffs on dir unless dir already is on one (such as
+// /sys/fs/bpf/pivirt under the usual /sys/fs/bpf mount).
+func ensureBPFFS(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("checking filesystem of %s: %w", dir, err)
+	}
+	if st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mounting bpffs on %s: %w", dir, err)
+	}
+	return nil
 }
 
 func (o *Objects) closeMaps() {
