@@ -30,7 +30,13 @@
 static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port *port,
 					     __be32 addr)
 {
-	int expired = 0;
+	int expired = 0, i;
+
+	/* addr is never 0 here: callers handle 0.0.0.0 first. */
+#pragma unroll
+	for (i = 0; i < PV_PORT_ADDR4; i++)
+		if (port->addr4[i] == addr)
+			return PV_R_PASS;
 
 	if (port->flags & PV_PORT_LEARN_DHCP) {
 		struct pv_lease_key lk = { .seg_id = port->seg_id };
@@ -48,13 +54,15 @@ static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port 
 		}
 	}
 
-	struct pv_allow4_key ak = {
-		.prefixlen = 32 + 32,
-		.ifindex = ifindex,
-		.addr = addr,
-	};
-	if (bpf_map_lookup_elem(&pv_allow4, &ak))
-		return PV_R_PASS;
+	if (port->flags & PV_PORT_PREFIXES4) {
+		struct pv_allow4_key ak = {
+			.prefixlen = 32 + 32,
+			.ifindex = ifindex,
+			.addr = addr,
+		};
+		if (bpf_map_lookup_elem(&pv_allow4, &ak))
+			return PV_R_PASS;
+	}
 	return expired ? PV_R_LEASE_EXPIRED : PV_R_IP4_SRC;
 }
 
@@ -173,13 +181,15 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 	if (ipv6_is_eui64_ll(&ip6->saddr, port->mac))
 		return PV_R_PASS;
 
-	struct pv_allow6_key ak = {
-		.prefixlen = 32 + 128,
-		.ifindex = ifindex,
-	};
-	__builtin_memcpy(ak.addr, &ip6->saddr, sizeof(ak.addr));
-	if (bpf_map_lookup_elem(&pv_allow6, &ak))
-		return PV_R_PASS;
+	if (port->flags & PV_PORT_PREFIXES6) {
+		struct pv_allow6_key ak = {
+			.prefixlen = 32 + 128,
+			.ifindex = ifindex,
+		};
+		__builtin_memcpy(ak.addr, &ip6->saddr, sizeof(ak.addr));
+		if (bpf_map_lookup_elem(&pv_allow6, &ak))
+			return PV_R_PASS;
+	}
 	return PV_R_IP6_SRC;
 }
 

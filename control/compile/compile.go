@@ -320,8 +320,25 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 		}
 		return fmt.Errorf("%s: %s is not an IPv6 address", field, s)
 	}
+	// The first host addresses ride inline in pv_ports (no lookup in
+	// the guard); further ones and every prefix go to the LPM trie.
+	var inline []netip.Addr
 	for i, s := range spec.IPAddresses {
-		if err := add(fmt.Sprintf("spec.ipAddresses[%d]", i), s, guard.AllowAddress, false); err != nil {
+		field := fmt.Sprintf("spec.ipAddresses[%d]", i)
+		p, err := parsePrefix(s)
+		if err != nil {
+			return fail("%s: %v", field, err)
+		}
+		if p.Addr().Is4() && p.IsSingleIP() && p.Addr() != netip.IPv4Unspecified() {
+			if slices.Contains(inline, p.Addr()) {
+				continue
+			}
+			if len(inline) < guard.PortAddrs4 {
+				inline = append(inline, p.Addr())
+				continue
+			}
+		}
+		if err := add(field, s, guard.AllowAddress, false); err != nil {
 			return fail("%v", err)
 		}
 	}
@@ -364,7 +381,13 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 		notes = append(notes, fmt.Sprintf("learnFromDHCP has no effect: %s is not on a NetworkSegment bridge", ifname))
 	}
 
-	d.Ports[portmap.NewKey(ln.Index)] = portmap.NewValue(mac, segID, server, flags)
+	if len(a4) > 0 {
+		flags |= guard.PortPrefixes4
+	}
+	if len(a6) > 0 {
+		flags |= guard.PortPrefixes6
+	}
+	d.Ports[portmap.NewKey(ln.Index)] = portmap.NewValue(mac, segID, server, flags, inline...)
 	for k, v := range a4 {
 		d.Allow4[k] = v
 	}

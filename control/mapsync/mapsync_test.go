@@ -176,7 +176,8 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 	seg := obj(t, pivirtv1.KindNetworkSegment, "seg", pivirtv1.NetworkSegmentSpec{Bridge: "br0", HostIP: "192.168.100.1/24"})
 	lease := obj(t, pivirtv1.KindDHCPLease, "l", pivirtv1.DHCPLeaseSpec{Network: "br0", MACAddress: "52:54:00:00:00:01", IPAddress: "192.168.100.20"})
 	p0 := obj(t, pivirtv1.KindPortSecurity, "p0", pivirtv1.PortSecuritySpec{Interface: "tap0", MACAddress: "52:54:00:00:00:01",
-		IPAddresses: []string{"192.168.100.10"}, IPv6Addresses: []string{"2001:db8::1"}})
+		IPAddresses: []string{"192.168.100.10"}, IPv6Addresses: []string{"2001:db8::1"},
+		AllowedAddressPairs: []pivirtv1.AddressPair{{IPAddress: "10.0.0.0/24"}}})
 	p1 := obj(t, pivirtv1.KindPortSecurity, "p1", pivirtv1.PortSecuritySpec{Interface: "tap1", MACAddress: "52:54:00:00:00:02",
 		IPAddresses: []string{"192.168.100.11"}})
 
@@ -211,18 +212,21 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// p1 goes away, p0 changes its address.
-	p0.Spec = []byte(`{"interface":"tap0","macAddress":"52:54:00:00:00:01","ipAddresses":["192.168.100.12"]}`)
+	// p1 goes away, p0 changes its address and its pair.
+	p0.Spec = []byte(`{"interface":"tap0","macAddress":"52:54:00:00:00:01","ipAddresses":["192.168.100.12"],"allowedAddressPairs":[{"ipAddress":"10.1.0.0/24"}]}`)
 	d2 := compile.Compile([]*pivirtv1.Object{seg, lease, p0}, host)
 	res, err = mapsync.SyncGuard(ms, d2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := res[guard.MapPorts]; r.Deleted != 1 || r.Unchanged != 1 {
-		t.Errorf("ports: %s, want 1 deleted, 1 unchanged", r)
+	if r := res[guard.MapPorts]; r.Deleted != 1 || r.Updated != 1 {
+		t.Errorf("ports: %s, want 1 deleted, 1 updated", r)
 	}
-	if r := res[guard.MapAllow4]; r.Added != 1 || r.Deleted != 2 {
-		t.Errorf("allow4: %s, want 1 added 2 deleted", r)
+	if r := res[guard.MapAllow4]; r.Added != 1 || r.Deleted != 1 {
+		t.Errorf("allow4: %s, want 1 added 1 deleted", r)
+	}
+	if r := res[guard.MapAllow6]; r.Deleted != 1 {
+		t.Errorf("allow6: %s, want 1 deleted", r)
 	}
 	if r := res[guard.MapLeases]; r.Changed() {
 		t.Errorf("leases: %s, want the binding kept", r)

@@ -32,10 +32,15 @@ func fill(b *testing.B, m maps, n int) {
 		ifindex := uint32(1000 + i)
 		mac := [6]uint8{0x52, 0x54, 0x01, byte(i >> 16), byte(i >> 8), byte(i)}
 		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-		must(b, m.ports.Put(portmap.NewKey(ifindex), portmap.NewValue(mac, segID, serverIP, allGuards)))
-		k, err := allowmap.NewKey4(ifindex, netip.PrefixFrom(ip, 32))
-		must(b, err)
-		must(b, m.allow4.Put(k, allowmap.NewValue(guard.AllowAddress)))
+		// Half the ports keep their address inline, half in the trie.
+		if i%2 == 0 {
+			must(b, m.ports.Put(portmap.NewKey(ifindex), portmap.NewValue(mac, segID, serverIP, allGuards, ip)))
+		} else {
+			must(b, m.ports.Put(portmap.NewKey(ifindex), portmap.NewValue(mac, segID, serverIP, allGuards|guard.PortPrefixes4)))
+			k, err := allowmap.NewKey4(ifindex, netip.PrefixFrom(ip, 32))
+			must(b, err)
+			must(b, m.allow4.Put(k, allowmap.NewValue(guard.AllowAddress)))
+		}
 		must(b, m.leases.Put(leasemap.NewKey(segID, mac), leasemap.NewValue(ip, 0, exp, time.Hour, off)))
 	}
 }
@@ -43,12 +48,13 @@ func fill(b *testing.B, m maps, n int) {
 // BenchmarkGuard measures ns per packet of each guard program through
 // BPF_PROG_TEST_RUN (kernel-timed, reported as ns/pkt) at 1, 1k and 64k
 // ports and leases, for a leased source, a static source and a spoofed
-// source.
+// source, and a static source found in the LPM trie.
 func BenchmarkGuard(b *testing.B) {
 	testutil.RequireBPF(b)
 	frames := map[string][]byte{
 		"lease":  udp4(b, vmMAC, leasedIP, otherIP, 1000, 53, nil),
 		"static": udp4(b, vmMAC, vmIP, otherIP, 1000, 53, nil),
+		"trie":   udp4(b, vmMAC, vmIP2, otherIP, 1000, 53, nil),
 		"spoof":  udp4(b, vmMAC, otherIP, serverIP, 1000, 53, nil),
 	}
 	// The floor: a program that only returns XDP_PASS, i.e. the cost of
@@ -69,7 +75,7 @@ func BenchmarkGuard(b *testing.B) {
 			name string
 			prog *ebpf.Program
 		}{{"xdp", xdp}, {"tcx", tcx}} {
-			for _, f := range []string{"lease", "static", "spoof"} {
+			for _, f := range []string{"lease", "static", "trie", "spoof"} {
 				b.Run(fmt.Sprintf("ports=%d/%s/%s", n, p.name, f), func(b *testing.B) {
 					// Without a context, test-run uses the loopback
 					// device (ifindex 1), the port under test.

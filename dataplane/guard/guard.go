@@ -64,7 +64,13 @@ const (
 	PortARPGuard  PortFlags = typesPvPortFlagsPV_PORT_ARP_GUARD
 	PortRAGuard   PortFlags = typesPvPortFlagsPV_PORT_RA_GUARD
 	PortLearnDHCP PortFlags = typesPvPortFlagsPV_PORT_LEARN_DHCP
+	PortPrefixes4 PortFlags = typesPvPortFlagsPV_PORT_PREFIXES4
+	PortPrefixes6 PortFlags = typesPvPortFlagsPV_PORT_PREFIXES6
 )
+
+// PortAddrs4 is how many IPv4 addresses struct pv_port holds inline
+// (PV_PORT_ADDR4); further ones go to pv_allow4.
+const PortAddrs4 = len(Port{}.Addr4)
 
 // Lease flags (enum pv_lease_flags).
 const (
@@ -156,7 +162,7 @@ func ParseReason(s string) (Reason, error) {
 
 // String lists the set flags by their spec names, or "none".
 func (f typesPvPortFlags) String() string {
-	return flagString(uint32(f), []string{"dhcpGuard", "arpGuard", "raGuard", "learnFromDHCP"})
+	return flagString(uint32(f), []string{"dhcpGuard", "arpGuard", "raGuard", "learnFromDHCP", "prefixes4", "prefixes6"})
 }
 
 // String lists the set flags, or "none".

@@ -32,6 +32,7 @@ var (
 	hostMAC  = net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}
 
 	vmIP     = netip.MustParseAddr("192.168.100.10")
+	vmIP2    = netip.MustParseAddr("192.168.100.11")
 	leasedIP = netip.MustParseAddr("192.168.100.50")
 	pairNet  = netip.MustParsePrefix("10.20.0.0/24")
 	serverIP = netip.MustParseAddr("192.168.100.1")
@@ -91,11 +92,13 @@ func mac6(hw net.HardwareAddr) [6]uint8 { var m [6]uint8; copy(m[:], hw); return
 // lease per the lease argument.
 func setupPort(t testing.TB, m maps, flags guard.PortFlags) {
 	t.Helper()
-	must(t, m.ports.Put(portmap.NewKey(port), portmap.NewValue(mac6(vmMAC), segID, serverIP, flags)))
+	// vmIP inline, vmIP2 and pairNet in the trie.
+	must(t, m.ports.Put(portmap.NewKey(port), portmap.NewValue(mac6(vmMAC), segID, serverIP,
+		flags|guard.PortPrefixes4|guard.PortPrefixes6, vmIP)))
 	for _, p := range []struct {
 		p netip.Prefix
 		f guard.AllowFlags
-	}{{netip.PrefixFrom(vmIP, 32), guard.AllowAddress}, {pairNet, guard.AllowPair}} {
+	}{{netip.PrefixFrom(vmIP2, 32), guard.AllowAddress}, {pairNet, guard.AllowPair}} {
 		k, err := allowmap.NewKey4(port, p.p)
 		must(t, err)
 		must(t, m.allow4.Put(k, allowmap.NewValue(p.f)))
@@ -103,6 +106,14 @@ func setupPort(t testing.TB, m maps, flags guard.PortFlags) {
 	k6, err := allowmap.NewKey6(port, netip.PrefixFrom(vmIP6, 128))
 	must(t, err)
 	must(t, m.allow6.Put(k6, allowmap.NewValue(guard.AllowAddress)))
+}
+
+func clearPrefixes(t testing.TB, m maps) {
+	t.Helper()
+	v, err := m.ports.Lookup(portmap.NewKey(port))
+	must(t, err)
+	v.Flags &^= uint16(guard.PortPrefixes4 | guard.PortPrefixes6)
+	must(t, m.ports.Put(portmap.NewKey(port), v))
 }
 
 func setLease(t testing.TB, m maps, ip netip.Addr, expires time.Time) {
@@ -199,6 +210,8 @@ type guardCase struct {
 	// xdpOnly: skb test-run refuses the frame (EINVAL for an IPv6
 	// ethertype shorter than an IPv6 header), so only XDP can run it.
 	xdpOnly bool
+	// noPrefixes clears PortPrefixes4/6 after setup.
+	noPrefixes bool
 }
 
 func guardCases() []guardCase {
@@ -212,6 +225,12 @@ func guardCases() []guardCase {
 		{name: "good ipv4 from pinned address passes", frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, vmIP, otherIP, 1000, 53, []byte("q"))
 		}, want: pass, reason: guard.ReasonPass},
+		{name: "good ipv4 from an address in the trie passes", frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP2, otherIP, 1000, 53, []byte("q"))
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "trie not consulted without prefixes4", flags: allGuards, noPrefixes: true, frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP2, otherIP, 1000, 53, []byte("q"))
+		}, want: drop, reason: guard.ReasonIP4Src},
 		{name: "ipv4 from allowed address pair passes", frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, netip.MustParseAddr("10.20.0.7"), otherIP, 1000, 53, nil)
 		}, want: pass, reason: guard.ReasonPass},
@@ -412,6 +431,9 @@ func TestPrivilegedGuard(t *testing.T) {
 					flags = allGuards
 				}
 				setupPort(t, m, flags)
+				if tc.noPrefixes {
+					clearPrefixes(t, m)
+				}
 				if err := m.leases.Delete(leasemap.NewKey(segID, mac6(vmMAC))); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 					t.Fatal(err)
 				}
@@ -488,6 +510,9 @@ func TestPrivilegedGuardSimTwin(t *testing.T) {
 				flags = allGuards
 			}
 			setupPort(t, m, flags)
+			if tc.noPrefixes {
+				clearPrefixes(t, m)
+			}
 			if err := m.leases.Delete(leasemap.NewKey(segID, mac6(vmMAC))); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				t.Fatal(err)
 			}

@@ -78,6 +78,7 @@ type typesPvPort struct {
 	Flags      uint16
 	SegId      uint32
 	DhcpServer uint32
+	Addr4      [4]uint32
 }
 
 type typesPvPortFlags uint32
@@ -87,6 +88,8 @@ const (
 	typesPvPortFlagsPV_PORT_ARP_GUARD  typesPvPortFlags = 2
 	typesPvPortFlagsPV_PORT_RA_GUARD   typesPvPortFlags = 4
 	typesPvPortFlagsPV_PORT_LEARN_DHCP typesPvPortFlags = 8
+	typesPvPortFlagsPV_PORT_PREFIXES4  typesPvPortFlags = 16
+	typesPvPortFlagsPV_PORT_PREFIXES6  typesPvPortFlags = 32
 )
 
 type typesPvPortKey struct {

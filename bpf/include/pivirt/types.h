@@ -22,6 +22,7 @@ struct pv_port {
 	__u16 flags;          /* enum pv_port_flags */
 	__u32 seg_id;         /* NetworkSegment id (FNV-1a of its name), 0 = none */
 	__be32 dhcp_server;   /* segment host IP: DHCP client exception target */
+	__be32 addr4[PV_PORT_ADDR4]; /* allowed IPv4 sources, 0 = unused */
 };
 
 /* struct pv_allow4_key: pv_allow4 LPM key. prefixlen counts the 32 bits

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
@@ -27,9 +28,40 @@ type Value guard.Port
 // NewKey returns the key of a port's device.
 func NewKey(ifindex uint32) Key { return Key{Ifindex: ifindex} }
 
-// NewValue returns a port's pins.
-func NewValue(mac [6]uint8, segID uint32, dhcpServer netip.Addr, flags guard.PortFlags) Value {
-	return Value{Mac: mac, Flags: uint16(flags), SegId: segID, DhcpServer: typed.BE32(dhcpServer)}
+// NewValue returns a port's pins. addrs are the IPv4 sources checked
+// inline (at most guard.PortAddrs4; extra ones are ignored here and
+// belong in pv_allow4).
+func NewValue(mac [6]uint8, segID uint32, dhcpServer netip.Addr, flags guard.PortFlags, addrs ...netip.Addr) Value {
+	v := Value{Mac: mac, Flags: uint16(flags), SegId: segID, DhcpServer: typed.BE32(dhcpServer)}
+	for i, a := range addrs {
+		if i == len(v.Addr4) {
+			break
+		}
+		v.Addr4[i] = typed.BE32(a)
+	}
+	return v
+}
+
+// Addrs4 returns the inline IPv4 sources.
+func (v Value) Addrs4() []netip.Addr {
+	var out []netip.Addr
+	for _, a := range v.Addr4 {
+		if a != 0 {
+			out = append(out, typed.Addr4(a))
+		}
+	}
+	return out
+}
+
+func joinAddrs(as []netip.Addr) string {
+	if len(as) == 0 {
+		return "none"
+	}
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
 }
 
 // String is "ifindex=N".
@@ -49,24 +81,25 @@ func (v Value) DHCPServer() netip.Addr {
 	return typed.Addr4(v.DhcpServer)
 }
 
-// String is "mac=.. seg=0x.. dhcp-server=.. flags=a|b".
+// String is "mac=.. seg=0x.. dhcp-server=.. addrs=a,b flags=a|b".
 func (v Value) String() string {
 	srv := "none"
 	if a := v.DHCPServer(); a.IsValid() {
 		srv = a.String()
 	}
-	return fmt.Sprintf("mac=%s seg=0x%08x dhcp-server=%s flags=%s",
-		typed.MAC(v.Mac), v.SegId, srv, v.PortFlags())
+	return fmt.Sprintf("mac=%s seg=0x%08x dhcp-server=%s addrs=%s flags=%s",
+		typed.MAC(v.Mac), v.SegId, srv, joinAddrs(v.Addrs4()), v.PortFlags())
 }
 
 // Entry is the decoded, JSON-friendly form of one entry.
 type Entry struct {
-	Interface  string `json:"interface,omitempty"`
-	Ifindex    uint32 `json:"ifindex"`
-	MAC        string `json:"mac"`
-	SegID      uint32 `json:"segID"`
-	DHCPServer string `json:"dhcpServer,omitempty"`
-	Flags      string `json:"flags"`
+	Interface  string   `json:"interface,omitempty"`
+	Ifindex    uint32   `json:"ifindex"`
+	MAC        string   `json:"mac"`
+	SegID      uint32   `json:"segID"`
+	DHCPServer string   `json:"dhcpServer,omitempty"`
+	Addrs      []string `json:"addrs,omitempty"`
+	Flags      string   `json:"flags"`
 }
 
 // Decode returns the JSON-friendly form of an entry.
@@ -80,6 +113,9 @@ func Decode(k Key, v Value, names typed.IfName) Entry {
 	}
 	if a := v.DHCPServer(); a.IsValid() {
 		e.DHCPServer = a.String()
+	}
+	for _, a := range v.Addrs4() {
+		e.Addrs = append(e.Addrs, a.String())
 	}
 	return e
 }

@@ -29,19 +29,20 @@ func TestFormat(t *testing.T) {
 		wantJSON  string
 	}{
 		{
-			name:      "named interface with server",
-			k:         portmap.NewKey(7),
-			v:         portmap.NewValue(mac, 0xabcdef01, netip.MustParseAddr("192.168.100.1"), guard.PortDHCPGuard|guard.PortRAGuard),
+			name: "named interface with server",
+			k:    portmap.NewKey(7),
+			v: portmap.NewValue(mac, 0xabcdef01, netip.MustParseAddr("192.168.100.1"), guard.PortDHCPGuard|guard.PortRAGuard,
+				netip.MustParseAddr("192.168.100.10"), netip.MustParseAddr("192.168.100.11")),
 			wantKey:   "ifindex=tap0(7)",
-			wantValue: "mac=52:54:00:12:34:56 seg=0xabcdef01 dhcp-server=192.168.100.1 flags=dhcpGuard|raGuard",
-			wantJSON:  `{"interface":"tap0","ifindex":7,"mac":"52:54:00:12:34:56","segID":2882400001,"dhcpServer":"192.168.100.1","flags":"dhcpGuard|raGuard"}`,
+			wantValue: "mac=52:54:00:12:34:56 seg=0xabcdef01 dhcp-server=192.168.100.1 addrs=192.168.100.10,192.168.100.11 flags=dhcpGuard|raGuard",
+			wantJSON:  `{"interface":"tap0","ifindex":7,"mac":"52:54:00:12:34:56","segID":2882400001,"dhcpServer":"192.168.100.1","addrs":["192.168.100.10","192.168.100.11"],"flags":"dhcpGuard|raGuard"}`,
 		},
 		{
 			name:      "unnamed, no segment, no flags",
 			k:         portmap.NewKey(9),
 			v:         portmap.NewValue(mac, 0, netip.Addr{}, 0),
 			wantKey:   "ifindex=9",
-			wantValue: "mac=52:54:00:12:34:56 seg=0x00000000 dhcp-server=none flags=none",
+			wantValue: "mac=52:54:00:12:34:56 seg=0x00000000 dhcp-server=none addrs=none flags=none",
 			wantJSON:  `{"ifindex":9,"mac":"52:54:00:12:34:56","segID":0,"flags":"none"}`,
 		},
 	}
