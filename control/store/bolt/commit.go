@@ -113,36 +113,7 @@ const maxLinger = 200 * time.Microsecond
 // commit runs batch on top of revision rev and returns the new revision.
 func (s *Store) commit(batch []*request, rev int64) int64 {
 	results := make([]result, len(batch))
-	var events []record
-	next := rev
-	err := s.db.Update(func(btx *bbolt.Tx) error {
-		next, events = rev, events[:0]
-		for i, r := range batch {
-			results[i] = result{}
-			if err := r.ctx.Err(); err != nil {
-				results[i].err = err
-				continue
-			}
-			t := &tx{btx: btx, rev: next + 1, writes: map[objKey][]byte{}}
-			res := run(r.fn, t)
-			t.done = true
-			if res.err != nil || res.panic != nil {
-				results[i] = res
-				continue
-			}
-			evs, err := t.flush()
-			if err != nil {
-				return err
-			}
-			next++
-			results[i].rev = next
-			events = append(events, evs...)
-		}
-		if next == rev {
-			return nil
-		}
-		return writeRevision(btx, next)
-	})
+	next, events, err := s.runBatch(batch, results, rev)
 	if err != nil {
 		for i := range results {
 			if results[i].err == nil && results[i].panic == nil {
@@ -158,6 +129,49 @@ func (s *Store) commit(batch []*request, rev int64) int64 {
 		r.done <- results[i]
 	}
 	return next
+}
+
+// runBatch runs every request of batch in one bbolt transaction and
+// commits it (one fsync) unless no request succeeded.
+// It fills results and returns the new revision and the events.
+func (s *Store) runBatch(batch []*request, results []result, rev int64) (int64, []record, error) {
+	btx, err := s.db.Begin(true)
+	if err != nil {
+		return rev, nil, err
+	}
+	defer func() { _ = btx.Rollback() }() // no-op after Commit
+	next := rev
+	var events []record
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			results[i].err = err
+			continue
+		}
+		t := &tx{btx: btx, rev: next + 1, writes: map[objKey][]byte{}}
+		res := run(r.fn, t)
+		t.done = true
+		if res.err != nil || res.panic != nil {
+			results[i] = res
+			continue
+		}
+		evs, err := t.flush()
+		if err != nil {
+			return rev, nil, err
+		}
+		next++
+		results[i].rev = next
+		events = append(events, evs...)
+	}
+	if next == rev {
+		return rev, nil, nil // nothing to commit: spare the fsync
+	}
+	if err := writeRevision(btx, next); err != nil {
+		return rev, nil, err
+	}
+	if err := btx.Commit(); err != nil {
+		return rev, nil, err
+	}
+	return next, events, nil
 }
 
 // run calls fn, turning a panic into a result so the batch survives it.

@@ -190,3 +190,18 @@ func TestSlowWatcherIsDropped(t *testing.T) {
 		t.Errorf("slow watcher received %d events before being dropped, want some but fewer than %d", count, n)
 	}
 }
+
+func TestFailedUpdateCommitsNothing(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{})
+	boom := errors.New("boom")
+	before := s.commits.Load()
+	if _, err := s.Update(t.Context(), func(tx store.Tx) error {
+		_ = tx.Create(&pivirtv1.Object{Kind: "K", Metadata: pivirtv1.ObjectMeta{Name: "x"}})
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("Update: %v, want boom", err)
+	}
+	if got := s.commits.Load(); got != before {
+		t.Errorf("a failed Update cost %d commits, want none", got-before)
+	}
+}
