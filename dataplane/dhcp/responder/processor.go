@@ -136,5 +136,13 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 		p.c.SendErrors.Add(1)
 		return
 	}
-	p.Out = append(p.Out, Outbound{Frame: frame, Type: rep.Msg.MessageType(), Durable: rep.Durable})
+	p.Out = append(p.Out, Outbound{Frame: frame, Type: msgType(rep.Msg), Durable: rep.Durable})
+}
+
+// msgType reads option 53 without the library's allocating getter.
+func msgType(m *dhcpv4.DHCPv4) dhcpv4.MessageType {
+	if v := m.Options[dhcpv4.OptionDHCPMessageType.Code()]; len(v) == 1 && int(v[0]) < len(Counters{}.Replied) {
+		return dhcpv4.MessageType(v[0])
+	}
+	return 0
 }

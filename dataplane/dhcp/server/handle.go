@@ -45,7 +45,7 @@ func (s *Server) Handle(now time.Time, in Request) (Reply, []LeaseChange) {
 	}
 	h := handler{st: st, seg: segID, now: now, in: in, m: m}
 	h.id = appendIdentity(h.idBuf[:0], m.Options.Get(dhcpv4.OptionClientIdentifier), m.ClientHWAddr)
-	switch m.MessageType() {
+	switch msgTypeOf(m) {
 	case dhcpv4.MessageTypeDiscover:
 		return h.discover()
 	case dhcpv4.MessageTypeRequest:
@@ -78,6 +78,23 @@ func addr4(ip net.IP) netip.Addr {
 	return a.Unmap()
 }
 
+// optAddr reads an IPv4 option without the library's allocating getters.
+func optAddr(m *dhcpv4.DHCPv4, c dhcpv4.OptionCode) netip.Addr {
+	v := m.Options.Get(c)
+	if len(v) != 4 {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom4([4]byte(v))
+}
+
+func msgTypeOf(m *dhcpv4.DHCPv4) dhcpv4.MessageType {
+	v := m.Options.Get(dhcpv4.OptionDHCPMessageType)
+	if len(v) != 1 {
+		return 0
+	}
+	return dhcpv4.MessageType(v[0])
+}
+
 func (h *handler) mac() net.HardwareAddr { return h.m.ClientHWAddr }
 
 // newLease builds the lease record; it copies what aliases the request,
@@ -104,7 +121,7 @@ func (h *handler) newLease(ip netip.Addr, prevHost string, ttl time.Duration) Le
 }
 
 func (h *handler) discover() (Reply, []LeaseChange) {
-	ip, ok := h.st.choose(h.id, h.mac(), addr4(h.m.RequestedIPAddress()), h.now)
+	ip, ok := h.st.choose(h.id, h.mac(), optAddr(h.m, dhcpv4.OptionRequestedIPAddress), h.now)
 	if !ok {
 		return Reply{Ignored: IgnoreExhausted}, nil
 	}
@@ -126,8 +143,8 @@ func (h *handler) discover() (Reply, []LeaseChange) {
 }
 
 func (h *handler) request() (Reply, []LeaseChange) {
-	sid := addr4(h.m.ServerIdentifier())
-	req := addr4(h.m.RequestedIPAddress())
+	sid := optAddr(h.m, dhcpv4.OptionServerIdentifier)
+	req := optAddr(h.m, dhcpv4.OptionRequestedIPAddress)
 	ci := addr4(h.m.ClientIPAddr)
 	if ci.IsUnspecified() {
 		ci = netip.Addr{}
@@ -182,10 +199,10 @@ func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
 }
 
 func (h *handler) decline() (Reply, []LeaseChange) {
-	if sid := addr4(h.m.ServerIdentifier()); sid.IsValid() && sid != h.st.cfg.HostIP.Addr() {
+	if sid := optAddr(h.m, dhcpv4.OptionServerIdentifier); sid.IsValid() && sid != h.st.cfg.HostIP.Addr() {
 		return Reply{Ignored: IgnoreOtherServer}, nil
 	}
-	ip := addr4(h.m.RequestedIPAddress())
+	ip := optAddr(h.m, dhcpv4.OptionRequestedIPAddress)
 	l := h.st.byIP[ip]
 	if l == nil || l.id != string(h.id) {
 		return Reply{Ignored: IgnoreNotOurs}, nil
@@ -200,7 +217,7 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 }
 
 func (h *handler) release() (Reply, []LeaseChange) {
-	if sid := addr4(h.m.ServerIdentifier()); sid.IsValid() && sid != h.st.cfg.HostIP.Addr() {
+	if sid := optAddr(h.m, dhcpv4.OptionServerIdentifier); sid.IsValid() && sid != h.st.cfg.HostIP.Addr() {
 		return Reply{Ignored: IgnoreOtherServer}, nil
 	}
 	l := h.st.byIP[addr4(h.m.ClientIPAddr)]

@@ -30,7 +30,7 @@ func Destination(in *Inbound, reply *dhcpv4.DHCPv4) Dest {
 	if gi := v4(reply.GatewayIPAddr); gi.IsValid() && !gi.IsUnspecified() {
 		return Dest{MAC: in.SrcMAC, IP: gi, Port: ServerPort}
 	}
-	if reply.MessageType() == dhcpv4.MessageTypeNak {
+	if v := reply.Options[dhcpv4.OptionDHCPMessageType.Code()]; len(v) == 1 && dhcpv4.MessageType(v[0]) == dhcpv4.MessageTypeNak {
 		return Dest{MAC: bcastMAC, IP: bcastIP, Port: ClientPort}
 	}
 	var ch [6]byte
