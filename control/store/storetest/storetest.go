@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"WatchClosesOnCancel", testWatchClosesOnCancel},
 		{"WatchClosesOnClose", testWatchClosesOnClose},
 		{"ConcurrentUpdates", testConcurrentUpdates},
+		{"WatchConcurrentWrites", testWatchConcurrentWrites},
 		{"ConcurrentReadModifyWrite", testConcurrentReadModifyWrite},
 	}
 	for _, tc := range tests {
@@ -632,5 +633,52 @@ func testConcurrentReadModifyWrite(t *testing.T, s store.Store) {
 	}
 	if got, want := string(get(t, s, kindA, "counter").Spec), fmt.Sprintf(`{"n":%d}`, workers*each); got != want {
 		t.Errorf("counter = %s, want %s", got, want)
+	}
+}
+
+// testWatchConcurrentWrites: under concurrent writers a watcher sees every
+// write exactly once, in revision order, at the revision Update returned.
+func testWatchConcurrentWrites(t *testing.T, s store.Store) {
+	const workers, each = 8, 25
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ch, err := s.Watch(ctx, revision(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		want = map[string]int64{}
+		wg   sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				name := fmt.Sprintf("wc-%02d-%03d", w, i)
+				rev, err := s.Update(t.Context(), func(tx store.Tx) error { return tx.Create(newObj(kindA, name, nil)) })
+				if err != nil {
+					t.Errorf("Update %s: %v", name, err)
+					return
+				}
+				mu.Lock()
+				want[name] = rev
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	var last int64
+	for range workers * each {
+		ev := recv(t, ch)
+		name := ev.Object.Metadata.Name
+		rev, ok := want[name]
+		if !ok {
+			t.Fatalf("unexpected or repeated event %s %s@%d", ev.Type, name, ev.Revision)
+		}
+		delete(want, name)
+		if ev.Type != store.Added || ev.Revision != rev || ev.Revision <= last {
+			t.Fatalf("event %s %s@%d after revision %d; Update returned %d", ev.Type, name, ev.Revision, last, rev)
+		}
+		last = ev.Revision
 	}
 }
