@@ -574,3 +574,24 @@ func TestHandleReusesReplyAndCopiesWhatItKeeps(t *testing.T) {
 		t.Fatalf("lease aliases the request: %+v", ls)
 	}
 }
+
+func TestSetSegmentKeepsFittingLeases(t *testing.T) {
+	s := newServer(t)
+	bindA(t, s) // .10
+	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macB, opt(dhcpv4.OptionRapidCommit, nil))}) // .11
+	c := seg1()
+	c.RangeStart = ip("192.168.100.11")
+	ch, err := s.SetSegment(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch) != 1 || ch[0].Kind != Released || ch[0].Lease.IP != ip("192.168.100.10") {
+		t.Fatalf("changes %+v", ch)
+	}
+	if ls := s.Leases(1); len(ls) != 1 || ls[0].IP != ip("192.168.100.11") {
+		t.Fatalf("leases %+v", ls)
+	}
+	if st, _ := s.Stats(1); st.Size != 3 || st.Reserved != 1 || st.Bound != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
