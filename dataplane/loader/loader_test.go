@@ -237,7 +237,7 @@ func TestPrivilegedBpftoolDump(t *testing.T) {
 	}
 }
 
-func udpFrame(t *testing.T, src [6]uint8) []byte {
+func udpFrame(t testing.TB, src [6]uint8) []byte {
 	buf := gopacket.NewSerializeBuffer()
 	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP,
 		SrcIP: []byte{10, 9, 9, 9}, DstIP: []byte{10, 0, 0, 1}}
