@@ -55,13 +55,13 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (int64, err
 }
 
 // committer takes every waiting request, runs them in one bbolt
-// transaction and commits them with one fsync: group commit without any
-// added delay, since requests pile up while the previous fsync runs.
+// transaction and commits them with one fsync: group commit, as requests
+// pile up while the previous fsync runs.
 func (s *Store) committer(rev int64) {
 	defer close(s.commitDone)
 	batch := make([]*request, 0, s.opts.MaxBatch)
-	linger := time.NewTimer(0)
-	<-linger.C
+	linger := time.NewTimer(maxLinger)
+	linger.Stop()
 	expect := 1 // size of the last batch: how many writers are busy
 	for {
 		select {
@@ -93,12 +93,7 @@ func (s *Store) committer(rev int64) {
 					break wait
 				}
 			}
-			if !linger.Stop() {
-				select {
-				case <-linger.C:
-				default:
-				}
-			}
+			linger.Stop() // Go >= 1.23: no stale tick survives Stop
 		}
 		expect = len(batch)
 		rev = s.commit(batch, rev)
