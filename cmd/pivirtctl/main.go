@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Command pivirtctl is the CLI of pivirtd: apply, get, describe, delete and
-// diff of pivirt.hu/v1 objects. The command tree lives in control/cli.
+// diff of pivirt.hu/v1 objects, and inspect/simulate of the dataplane. The
+// command trees live in control/cli and control/inspectcli.
 package main
 
 import (
@@ -11,11 +12,14 @@ import (
 	"syscall"
 
 	"pivirt.hu/dataplane/control/cli"
+	"pivirt.hu/dataplane/control/inspectcli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.New(cli.StdIOStreams()).Execute(ctx, os.Args[1:])
+	root := cli.New(cli.StdIOStreams())
+	root.AddCommand(inspectcli.Commands(root)...)
+	code := root.Execute(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package inspectcli
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/spf13/cobra"
+
+	inspectv1 "pivirt.hu/dataplane/api/inspect/v1"
+)
+
+// packet describes the frame simulate builds.
+type packet struct {
+	srcMAC, dstMAC string
+	srcIP, dstIP   string
+	proto          string
+	sport, dport   int
+	arpOp          string
+	vlan           int
+	raw            string
+}
+
+func simulateCmd(client clientFunc) *cobra.Command {
+	var p packet
+	cmd := &cobra.Command{
+		Use:   "simulate PORT",
+		Short: "Run a described packet through the guard loaded on PORT and print the verdict and reason",
+		Long: `Build the frame a VM on PORT would send, run it through the very program
+attached there (BPF_PROG_TEST_RUN: no packet leaves, nothing is counted in
+the live counters) and print the verdict and the reason the program gives.`,
+		Example: `  # a DHCP server answer from a VM (dropped by the DHCP guard)
+  pivirtctl simulate tap-web01-0 --src-mac 52:54:00:12:34:56 --src-ip 192.168.100.10 --proto udp --sport 67 --dport 68
+  # a spoofed source address
+  pivirtctl simulate tap-web01-0 --src-mac 52:54:00:12:34:56 --src-ip 192.168.100.66 --dst-ip 192.168.100.1 --proto icmp
+  # an ARP reply claiming another address
+  pivirtctl simulate tap-web01-0 --src-mac 52:54:00:12:34:56 --proto arp --arp-op reply --src-ip 192.168.100.1`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			frame, err := p.frame()
+			if err != nil {
+				return err
+			}
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			resp, err := c.Simulate(cmd.Context(), connect.NewRequest(&inspectv1.SimulateRequest{Port: args[0], Frame: frame}))
+			if err != nil {
+				return err
+			}
+			m := resp.Msg
+			fmt.Fprintf(cmd.OutOrStdout(), "%s (reason: %s) by %s (id %d) on %s, %d ns\n", m.Verdict, m.Reason, m.Program, m.ProgramId, args[0], m.DurationNs)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&p.srcMAC, "src-mac", "", "source MAC (required unless --hex)")
+	f.StringVar(&p.dstMAC, "dst-mac", "ff:ff:ff:ff:ff:ff", "destination MAC")
+	f.StringVar(&p.srcIP, "src-ip", "0.0.0.0", "source IP (IPv4, or IPv6 with --proto ra|icmpv6); ARP: sender IP")
+	f.StringVar(&p.dstIP, "dst-ip", "255.255.255.255", "destination IP; ARP: target IP")
+	f.StringVar(&p.proto, "proto", "udp", "tcp, udp, icmp, arp, icmpv6 (echo) or ra (router advertisement)")
+	f.IntVar(&p.sport, "sport", 68, "TCP/UDP source port")
+	f.IntVar(&p.dport, "dport", 67, "TCP/UDP destination port")
+	f.StringVar(&p.arpOp, "arp-op", "request", "ARP operation: request or reply")
+	f.IntVar(&p.vlan, "vlan", 0, "add an 802.1Q tag with this VLAN id")
+	f.StringVar(&p.raw, "hex", "", "use this whole Ethernet frame (hex) instead of building one")
+	return cmd
+}
+
+func (p *packet) frame() ([]byte, error) {
+	if p.raw != "" {
+		b, err := hex.DecodeString(strings.ReplaceAll(p.raw, " ", ""))
+		if err != nil {
+			return nil, fmt.Errorf("--hex: %w", err)
+		}
+		return b, nil
+	}
+	src, err := net.ParseMAC(p.srcMAC)
+	if err != nil {
+		return nil, fmt.Errorf("--src-mac %q: %w", p.srcMAC, err)
+	}
+	dst, err := net.ParseMAC(p.dstMAC)
+	if err != nil {
+		return nil, fmt.Errorf("--dst-mac %q: %w", p.dstMAC, err)
+	}
+	eth := &layers.Ethernet{SrcMAC: src, DstMAC: dst}
+	var stack []gopacket.SerializableLayer
+	switch p.proto {
+	case "arp":
+		eth.EthernetType = layers.EthernetTypeARP
+		spa, tpa, err := p.ips4()
+		if err != nil {
+			return nil, err
+		}
+		op := uint16(layers.ARPRequest)
+		if p.arpOp == "reply" {
+			op = layers.ARPReply
+		} else if p.arpOp != "request" {
+			return nil, fmt.Errorf("--arp-op %q: want request or reply", p.arpOp)
+		}
+		stack = append(stack, &layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4,
+			HwAddressSize: 6, ProtAddressSize: 4, Operation: op, SourceHwAddress: src, SourceProtAddress: spa,
+			DstHwAddress: make([]byte, 6), DstProtAddress: tpa})
+	case "ra", "icmpv6":
+		eth.EthernetType = layers.EthernetTypeIPv6
+		srcIP, dstIP := p.srcIP, p.dstIP
+		if srcIP == "0.0.0.0" {
+			srcIP = "fe80::1"
+		}
+		if dstIP == "255.255.255.255" {
+			dstIP = "ff02::1"
+		}
+		s, err1 := netip.ParseAddr(srcIP)
+		d, err2 := netip.ParseAddr(dstIP)
+		if err1 != nil || err2 != nil || !s.Is6() || !d.Is6() {
+			return nil, fmt.Errorf("--src-ip %q / --dst-ip %q: want IPv6 addresses with --proto %s", p.srcIP, p.dstIP, p.proto)
+		}
+		ip6 := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolICMPv6, SrcIP: s.AsSlice(), DstIP: d.AsSlice()}
+		typ := uint8(layers.ICMPv6TypeRouterAdvertisement)
+		if p.proto == "icmpv6" {
+			typ = layers.ICMPv6TypeEchoRequest
+		}
+		icmp := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, 0)}
+		_ = icmp.SetNetworkLayerForChecksum(ip6)
+		stack = append(stack, ip6, icmp, gopacket.Payload(make([]byte, 16)))
+	case "tcp", "udp", "icmp":
+		eth.EthernetType = layers.EthernetTypeIPv4
+		s, d, err := p.ips4()
+		if err != nil {
+			return nil, err
+		}
+		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, SrcIP: s, DstIP: d}
+		stack = append(stack, ip)
+		switch p.proto {
+		case "tcp":
+			ip.Protocol = layers.IPProtocolTCP
+			t := &layers.TCP{SrcPort: layers.TCPPort(p.sport), DstPort: layers.TCPPort(p.dport), SYN: true, Window: 65535}
+			_ = t.SetNetworkLayerForChecksum(ip)
+			stack = append(stack, t)
+		case "udp":
+			ip.Protocol = layers.IPProtocolUDP
+			u := &layers.UDP{SrcPort: layers.UDPPort(p.sport), DstPort: layers.UDPPort(p.dport)}
+			_ = u.SetNetworkLayerForChecksum(ip)
+			stack = append(stack, u, gopacket.Payload(make([]byte, 300)))
+		case "icmp":
+			ip.Protocol = layers.IPProtocolICMPv4
+			stack = append(stack, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 1, Seq: 1}, gopacket.Payload(make([]byte, 32)))
+		}
+	default:
+		return nil, fmt.Errorf("--proto %q: want tcp, udp, icmp, arp, icmpv6 or ra", p.proto)
+	}
+	head := []gopacket.SerializableLayer{eth}
+	if p.vlan > 0 {
+		if p.vlan > 4094 {
+			return nil, fmt.Errorf("--vlan %d: want 1..4094", p.vlan)
+		}
+		head = append(head, &layers.Dot1Q{VLANIdentifier: uint16(p.vlan), Type: eth.EthernetType})
+		eth.EthernetType = layers.EthernetTypeDot1Q
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, append(head, stack...)...); err != nil {
+		return nil, fmt.Errorf("building the frame: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func (p *packet) ips4() (net.IP, net.IP, error) {
+	s, err := netip.ParseAddr(p.srcIP)
+	if err != nil || !s.Is4() {
+		return nil, nil, fmt.Errorf("--src-ip %q: want an IPv4 address", p.srcIP)
+	}
+	d, err := netip.ParseAddr(p.dstIP)
+	if err != nil || !d.Is4() {
+		return nil, nil, fmt.Errorf("--dst-ip %q: want an IPv4 address", p.dstIP)
+	}
+	return s.AsSlice(), d.AsSlice(), nil
+}
