@@ -172,6 +172,30 @@ func TestPrivilegedLoader(t *testing.T) {
 			t.Errorf("missing interface: %v, want ErrInterfaceNotFound", err)
 		}
 
+		// The interface goes away: the link is defunct; a new interface
+		// with the same name gets a fresh link, the stale pin replaced.
+		vb, err := netlink.LinkByName(b)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkDel(vb); err != nil { // deletes the pair
+			return err
+		}
+		gone, err := l2.Attachment(a)
+		if err != nil || !gone.Defunct {
+			t.Errorf("after the veth was deleted: %+v, %v; want defunct", gone, err)
+		}
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a}, PeerName: b}); err != nil {
+			return err
+		}
+		at3, err := l2.Attach(a, loader.ModeAuto)
+		if err != nil {
+			return err
+		}
+		if at3.LinkID == at2.LinkID || at3.Defunct || at3.Ifindex == 0 {
+			t.Errorf("re-created interface: %+v, want a new live link", at3)
+		}
+
 		if err := l2.Detach(a); err != nil {
 			return err
 		}
