@@ -4,6 +4,7 @@ package countermap
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -175,4 +176,29 @@ func (m *Map) Dump(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// DeleteExcept removes the counters of every port whose ifindex is not in
+// keep (ports no longer guarded) and returns how many it removed.
+func (m *Map) DeleteExcept(keep map[uint32]bool) (int, error) {
+	var err error
+	var stale []Key
+	for k := range m.m.All(&err) {
+		if !keep[k.Ifindex] {
+			stale = append(stale, k)
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("walking %s: %w", Name, err)
+	}
+	var errs []error
+	n := 0
+	for _, k := range stale {
+		if err := m.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }

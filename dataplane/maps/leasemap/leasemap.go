@@ -4,6 +4,7 @@ package leasemap
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -163,6 +164,48 @@ func (m *Map) Dump(w io.Writer) error {
 			e.SegID, e.MAC, e.IP, e.Flags, exp, e.LeaseTime); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Bind records that ip is leased to mac on segment segID until expires,
+// as the DHCP server does when it acknowledges: the guard allows the IP
+// from this moment. A static reservation stays marked static.
+func (m *Map) Bind(segID uint32, mac [6]uint8, ip netip.Addr, expires time.Time, leaseTime time.Duration) error {
+	off, err := TAIOffset()
+	if err != nil {
+		return err
+	}
+	k := NewKey(segID, mac)
+	var flags guard.LeaseFlags
+	if old, err := m.Lookup(k); err == nil && old.Ip == typed.BE32(ip) {
+		flags = old.LeaseFlags() & guard.LeaseStatic
+	}
+	if err := m.Put(k, NewValue(ip, flags, expires, leaseTime, off)); err != nil {
+		return fmt.Errorf("binding %s to %s: %w", ip, typed.MAC(mac), err)
+	}
+	return nil
+}
+
+// Release ends the lease of mac on segID (DHCPRELEASE, DECLINE or an
+// expired dynamic lease): a static reservation stays, unbound; anything
+// else is deleted. An absent entry is not an error.
+func (m *Map) Release(segID uint32, mac [6]uint8) error {
+	k := NewKey(segID, mac)
+	old, err := m.Lookup(k)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if old.LeaseFlags()&guard.LeaseStatic != 0 {
+		old.Flags &^= uint32(guard.LeaseBound)
+		old.ExpiresTaiNs = 0
+		return m.Put(k, old)
+	}
+	if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
 	}
 	return nil
 }
