@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"sigs.k8s.io/yaml"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/nat"
+	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/control/store/bolt"
+	"pivirt.hu/dataplane/dataplane/maps/natmap"
+	dpnat "pivirt.hu/dataplane/dataplane/nat"
+	"pivirt.hu/dataplane/dataplane/vpcrouter"
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+// natEnv runs the NAT controller in-process against its own bbolt store,
+// on a thread inside host (the hypervisor or gateway node's namespace),
+// until pivirtd's controllers() runs it; objects go in through the same
+// admission Index the daemon uses.
+type natEnv struct {
+	t     *testing.T
+	host  *testutil.NetNS
+	st    store.Store
+	ix    *admission.Index
+	bpffs string
+}
+
+func startNAT(t *testing.T, host *testutil.NetNS) *natEnv {
+	t.Helper()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &natEnv{t: t, host: host, st: st, ix: admission.NewIndex(), bpffs: testutil.TempBPFFS(t)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	c := nat.New(nat.Options{Store: st, Index: e.ix, BPFFS: e.bpffs})
+	go func() { done <- host.Do(func() error { return c.Run(ctx) }) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("nat controller: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("nat controller did not stop")
+		}
+		st.Close()
+	})
+	return e
+}
+
+// apply stores a multi-document YAML manifest through admission.
+func (e *natEnv) apply(manifest string) {
+	e.t.Helper()
+	for _, doc := range strings.Split(manifest, "\n---\n") {
+		var o pivirtv1.Object
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			e.t.Fatalf("decoding manifest: %v\n%s", err, doc)
+		}
+		if _, err := e.ix.Update(context.Background(), e.st, admission.Options{}, func(b *admission.Batch) error {
+			_, _, err := b.Apply(&o)
+			return err
+		}); err != nil {
+			e.t.Fatalf("applying %s/%s: %v", o.Kind, o.Metadata.Name, err)
+		}
+	}
+}
+
+func (e *natEnv) delete(kind, name string) {
+	e.t.Helper()
+	if _, err := e.ix.Update(context.Background(), e.st, admission.Options{}, func(b *admission.Batch) error {
+		_, err := b.Delete(kind, name, "")
+		return err
+	}); err != nil {
+		e.t.Fatalf("deleting %s/%s: %v", kind, name, err)
+	}
+}
+
+// waitStatus waits until the object's status phase is phase.
+func (e *natEnv) waitStatus(kind, name, phase string) string {
+	e.t.Helper()
+	var last string
+	ok := natWaitFor(10*time.Second, func() bool {
+		o, err := e.st.Get(context.Background(), kind, name)
+		if err != nil {
+			return false
+		}
+		last = string(o.Status)
+		return strings.Contains(last, `"phase":"`+phase+`"`)
+	})
+	if !ok {
+		e.t.Fatalf("%s/%s never reached phase %s; status %s", kind, name, phase, last)
+	}
+	return last
+}
+
+// mappings returns the live NAT mappings as natmap prints them.
+func (e *natEnv) mappings() []string {
+	e.t.Helper()
+	o, err := dpnat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer o.Close()
+	ms, err := natmap.New(o).Mappings()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.String())
+	}
+	return out
+}
+
+// natWaitFor polls cond every 20 ms until it holds or timeout passes.
+func natWaitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// link creates a veth pair with one end (name a) in ns a and the other
+// (name b) in ns b, both up.
+func linkNS(t *testing.T, a *testutil.NetNS, aName string, b *testutil.NetNS, bName string) {
+	t.Helper()
+	if err := a.Do(func() error {
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: aName}, PeerName: bName, PeerNamespace: netlink.NsFd(int(b.Handle()))}
+		if err := netlink.LinkAdd(v); err != nil {
+			return fmt.Errorf("adding veth %s/%s: %w", aName, bName, err)
+		}
+		l, err := netlink.LinkByName(aName)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(l)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Do(func() error {
+		l, err := netlink.LinkByName(bName)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(l)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addBridge creates an up bridge in ns, optionally with an address.
+func addBridge(t *testing.T, ns *testutil.NetNS, name, addr string) {
+	t.Helper()
+	if err := ns.Do(func() error {
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		if addr != "" {
+			a, err := netlink.ParseAddr(addr)
+			if err != nil {
+				return err
+			}
+			if err := netlink.AddrAdd(l, a); err != nil {
+				return err
+			}
+		}
+		return netlink.LinkSetUp(l)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// enslave puts dev (in ns) on bridge br.
+func enslave(t *testing.T, ns *testutil.NetNS, dev, br string) {
+	t.Helper()
+	if err := ns.Do(func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return err
+		}
+		b, err := netlink.LinkByName(br)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetMaster(l, b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ipConfig gives dev in ns an address and, if gw is set, a default route.
+func ipConfig(t *testing.T, ns *testutil.NetNS, dev, addr, gw string) {
+	t.Helper()
+	if err := ns.Do(func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return err
+		}
+		a, err := netlink.ParseAddr(addr)
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(l, a); err != nil {
+			return err
+		}
+		if gw == "" {
+			return nil
+		}
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.ParseIP(gw)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// echoServer answers each TCP connection and UDP datagram with the peer
+// address it saw ("from=IP:port"), and counts UDP datagrams.
+type echoServer struct {
+	udpSeen atomic.Int64
+}
+
+// serve starts TCP and UDP echo on addr (IP:port) inside ns until the
+// test ends.
+func serve(t *testing.T, ns *testutil.NetNS, addr string) *echoServer {
+	t.Helper()
+	s := &echoServer{}
+	var (
+		l  net.Listener
+		pc net.PacketConn
+	)
+	if err := ns.Do(func() error {
+		var err error
+		if l, err = net.Listen("tcp4", addr); err != nil {
+			return err
+		}
+		pc, err = net.ListenPacket("udp4", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); pc.Close(); wg.Wait() })
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+				fmt.Fprintf(c, "from=%s\n", c.RemoteAddr())
+			}
+			c.Close()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_ = n
+			s.udpSeen.Add(1)
+			pc.WriteTo([]byte("from="+from.String()), from)
+		}
+	}()
+	return s
+}
+
+// exchange is one request/answer over TCP or UDP from inside ns to addr:
+// it returns the address the server saw and the address the answer came
+// from. UDP retries a few times (the first datagram may wait on ARP).
+func exchange(t *testing.T, ns *testutil.NetNS, network, addr string) (seen, from netip.AddrPort, err error) {
+	t.Helper()
+	var c net.Conn
+	if err := ns.Do(func() error {
+		var err error
+		c, err = net.DialTimeout(network, addr, 3*time.Second)
+		return err
+	}); err != nil {
+		return seen, from, err
+	}
+	defer c.Close()
+	buf := make([]byte, 256)
+	n := 0
+	for try := 0; try < 5; try++ {
+		c.SetDeadline(time.Now().Add(time.Second))
+		if _, err = c.Write([]byte("hello\n")); err != nil {
+			return seen, from, err
+		}
+		if n, err = c.Read(buf); err == nil {
+			break
+		}
+		if network == "tcp4" {
+			return seen, from, err
+		}
+	}
+	if err != nil {
+		return seen, from, err
+	}
+	line := strings.TrimSpace(string(buf[:n]))
+	s, ok := strings.CutPrefix(line, "from=")
+	if !ok {
+		return seen, from, fmt.Errorf("unexpected answer %q", line)
+	}
+	if seen, err = netip.ParseAddrPort(s); err != nil {
+		return seen, from, err
+	}
+	// A connected socket only accepts answers from the address it dialed.
+	from = netip.MustParseAddrPort(c.RemoteAddr().String())
+	return seen, from, nil
+}
+
+// mustSee runs exchange and checks the server saw the client as wantSeen
+// (an address; any port unless wantPort != 0).
+func mustSee(t *testing.T, ns *testutil.NetNS, network, addr, wantSeen string) netip.AddrPort {
+	t.Helper()
+	seen, _, err := exchange(t, ns, network, addr)
+	if err != nil {
+		t.Fatalf("%s to %s from %s: %v", network, addr, ns.Name, err)
+	}
+	if seen.Addr().String() != wantSeen {
+		t.Errorf("%s to %s: server saw the client as %s, want %s", network, addr, seen, wantSeen)
+	}
+	return seen
+}
+
+// conntrackCount is the number of conntrack entries involving ip in the
+// namespace of router.
+func conntrackCount(t *testing.T, router string, ip string) int {
+	t.Helper()
+	n := 0
+	err := vpcrouter.Do(router, func() error {
+		flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, f := range flows {
+			if f.Forward.SrcIP.String() == ip || f.Forward.DstIP.String() == ip ||
+				f.Reverse.SrcIP.String() == ip || f.Reverse.DstIP.String() == ip {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("listing conntrack of router %s: %v", router, err)
+	}
+	return n
+}
