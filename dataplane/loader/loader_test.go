@@ -17,6 +17,7 @@ import (
 
 	"pivirt.hu/dataplane/dataplane/guard"
 	"pivirt.hu/dataplane/dataplane/loader"
+	"pivirt.hu/dataplane/dataplane/maps/countermap"
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
 	"pivirt.hu/dataplane/test/testutil"
 )
@@ -145,6 +146,18 @@ func TestPrivilegedLoader(t *testing.T) {
 		}
 		if verdict != guard.VerdictDrop || reason != guard.ReasonIP4Src {
 			t.Errorf("simulate: %s/%s, want drop/ipv4-src", verdict, reason)
+		}
+
+		// The same through the attached program of a (tcx).
+		sr, err := l2.SimulatePort(a, frame, true)
+		if err != nil {
+			return err
+		}
+		if !sr.AttachedRun || sr.Verdict != guard.VerdictDrop || sr.Reason != guard.ReasonIP4Src || sr.Attached.Hook != loader.HookTCX {
+			t.Errorf("SimulatePort: %+v", sr)
+		}
+		if tot, err := l2.Maps().Counters.Lookup(countermap.NewKey(ifindex)); err != nil || tot.Get(guard.ReasonIP4Src) != 1 {
+			t.Errorf("attached run counted %s, %v; want one ipv4-src", tot, err)
 		}
 
 		maps, err := l2.PinnedMaps()

@@ -5,8 +5,10 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 
 	"pivirt.hu/dataplane/dataplane/guard"
 )
@@ -41,4 +43,66 @@ func (l *Loader) Simulate(ifindex uint32, frame []byte) (guard.Verdict, guard.Re
 		return 0, 0, fmt.Errorf("simulating on ifindex %d: %w", ifindex, err)
 	}
 	return v, guard.Reason(mark), nil
+}
+
+// ErrVerdictMismatch: the program attached to the port decided otherwise
+// than the simulation twin of the loaded program, i.e. the port runs an
+// older program (re-attach swaps it).
+var ErrVerdictMismatch = errors.New("attached program disagrees with the loaded one")
+
+// SimResult is the outcome of SimulatePort.
+type SimResult struct {
+	Interface string        `json:"interface"`
+	Ifindex   uint32        `json:"ifindex"`
+	Verdict   guard.Verdict `json:"verdict"`
+	Reason    guard.Reason  `json:"reason"`
+	// Attached is the port's attachment, if any; AttachedRun reports
+	// whether its program was run too.
+	Attached    *Attachment `json:"attached,omitempty"`
+	AttachedRun bool        `json:"attachedRun"`
+}
+
+// SimulatePort is Simulate for an interface by name. With runAttached, it
+// also runs the very program the port's pinned link runs (that run is
+// counted in pv_counters like any frame the program sees) and returns
+// ErrVerdictMismatch, with the result, if its verdict differs.
+func (l *Loader) SimulatePort(ifname string, frame []byte, runAttached bool) (SimResult, error) {
+	nl, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return SimResult{}, fmt.Errorf("simulating on %s: %w", ifname, ErrInterfaceNotFound)
+	}
+	r := SimResult{Interface: ifname, Ifindex: uint32(nl.Attrs().Index)}
+	if r.Verdict, r.Reason, err = l.Simulate(r.Ifindex, frame); err != nil {
+		return r, err
+	}
+	at, err := l.Attachment(ifname)
+	if errors.Is(err, os.ErrNotExist) {
+		return r, nil
+	}
+	if err != nil {
+		return r, err
+	}
+	r.Attached = &at
+	if !runAttached || at.Defunct {
+		return r, nil
+	}
+	prog, err := ebpf.NewProgramFromID(at.ProgramID)
+	if err != nil {
+		return r, fmt.Errorf("opening program %d of %s: %w", at.ProgramID, ifname, err)
+	}
+	defer prog.Close()
+	var v guard.Verdict
+	if at.Hook == HookXDP {
+		v, err = guard.RunXDP(prog, r.Ifindex, frame, 1)
+	} else {
+		v, _, err = guard.RunSKB(prog, r.Ifindex, frame, 1)
+	}
+	if err != nil {
+		return r, err
+	}
+	r.AttachedRun = true
+	if v != r.Verdict {
+		return r, fmt.Errorf("simulating on %s: %w (attached %s, loaded %s)", ifname, ErrVerdictMismatch, v, r.Verdict)
+	}
+	return r, nil
 }
