@@ -122,7 +122,9 @@ spec:
 	t.Run("maps decode with counters", func(t *testing.T) {
 		ms := e.mappings()
 		for _, want := range []string{"ALL 198.51.100.10 -> 10.10.0.11", "TCP 198.51.100.20:443 -> 10.10.0.13:8443", "UDP 198.51.100.20:53 -> 10.10.0.13:5353"} {
-			if !slices.ContainsFunc(ms, func(m string) bool { return len(m) > len(want) && m[:len(want)] == want && m[len(want):] != " in=0pkt/0B out=0pkt/0B" }) {
+			if !slices.ContainsFunc(ms, func(m string) bool {
+				return len(m) > len(want) && m[:len(want)] == want && m[len(want):] != " in=0pkt/0B out=0pkt/0B"
+			}) {
 				t.Errorf("no mapping %q with traffic in %q", want, ms)
 			}
 		}
