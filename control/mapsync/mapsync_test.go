@@ -215,6 +215,18 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 	// p1 goes away, p0 changes its address and its pair.
 	p0.Spec = []byte(`{"interface":"tap0","macAddress":"52:54:00:00:00:01","ipAddresses":["192.168.100.12"],"allowedAddressPairs":[{"ipAddress":"10.1.0.0/24"}]}`)
 	d2 := compile.Compile([]*pivirtv1.Object{seg, lease, p0}, host)
+	drift, err := mapsync.GuardDrift(ms, d2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range drift {
+		if r.Map == guard.MapPorts && (len(r.Update) != 1 || len(r.Delete) != 1 || len(r.Add) != 0) {
+			t.Errorf("ports drift %+v, want 1 update 1 delete", r)
+		}
+		if r.Map == guard.MapLeases && (len(r.Add)+len(r.Update)+len(r.Delete) != 0) {
+			t.Errorf("leases drift %+v, want none", r)
+		}
+	}
 	res, err = mapsync.SyncGuard(ms, d2)
 	if err != nil {
 		t.Fatal(err)
@@ -235,6 +247,16 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 		t.Errorf("lease after sync: %s, %v; want %s", got, err, bound)
 	}
 	check(d2)
+
+	drift, err = mapsync.GuardDrift(ms, d2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range drift {
+		if len(r.Add)+len(r.Update)+len(r.Delete) != 0 {
+			t.Errorf("drift after sync: %+v", r)
+		}
+	}
 
 	// A second sync of the same state writes nothing.
 	res, err = mapsync.SyncGuard(ms, d2)

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package mapsync
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"pivirt.hu/dataplane/control/compile"
+	"pivirt.hu/dataplane/dataplane/guard"
+)
+
+// DriftReport is the drift of one map in printable form, for
+// `pivirtctl inspect desired`: each entry is "key value" as the map
+// packages print them.
+type DriftReport struct {
+	Map    string   `json:"map"`
+	Add    []string `json:"add,omitempty"`
+	Update []string `json:"update,omitempty"`
+	Delete []string `json:"delete,omitempty"`
+	Same   int      `json:"same"`
+}
+
+func report[K, V comparable](name string, m Map[K, V], desired map[K]V, eq Equal[V]) (DriftReport, error) {
+	live, err := Read(m)
+	if err != nil {
+		return DriftReport{Map: name}, fmt.Errorf("reading %s: %w", name, err)
+	}
+	d := Diff(desired, live, eq)
+	r := DriftReport{Map: name, Same: d.Same}
+	for k, v := range d.Add {
+		r.Add = append(r.Add, fmt.Sprintf("%v %v", k, v))
+	}
+	for k, v := range d.Update {
+		r.Update = append(r.Update, fmt.Sprintf("%v %v (live %v)", k, v, live[k]))
+	}
+	for _, k := range d.Delete {
+		r.Delete = append(r.Delete, fmt.Sprintf("%v %v", k, live[k]))
+	}
+	slices.Sort(r.Add)
+	slices.Sort(r.Update)
+	slices.Sort(r.Delete)
+	return r, nil
+}
+
+// GuardDrift reports, per guard map in sync order, how the live maps
+// differ from d, without writing anything.
+func GuardDrift(ms GuardMaps, d compile.Desired) ([]DriftReport, error) {
+	var out []DriftReport
+	var errs []error
+	add := func(r DriftReport, err error) {
+		out = append(out, r)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	add(report(guard.MapAllow4, ms.Allow4, d.Allow4, nil))
+	add(report(guard.MapAllow6, ms.Allow6, d.Allow6, nil))
+	add(report(guard.MapLeases, ms.Leases, d.Leases, compile.LeaseEqual))
+	add(report(guard.MapPorts, ms.Ports, d.Ports, nil))
+	return out, errors.Join(errs...)
+}
