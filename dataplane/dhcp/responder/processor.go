@@ -123,8 +123,9 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 		}
 	}
 	p.c.ReceivedType[in.Type].Add(1)
-	rep, ch := p.srv.Handle(now, server.Request{Segment: p.seg, SrcMAC: in.SrcMAC[:], Broadcast: in.Broadcast, Msg: msg, Reply: &p.rep})
-	p.Changes = append(p.Changes, ch...)
+	var rep server.Reply
+	rep, p.Changes = p.srv.Handle(now, server.Request{Segment: p.seg, SrcMAC: in.SrcMAC[:], Broadcast: in.Broadcast,
+		Msg: msg, Reply: &p.rep, Changes: p.Changes})
 	if rep.Msg == nil {
 		p.c.Ignored[rep.Ignored].Add(1)
 		return

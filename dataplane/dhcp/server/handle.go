@@ -16,12 +16,13 @@ import (
 )
 
 // Handle runs one request through the state machine at time now. It
-// returns the reply (Msg nil: send nothing) and the lease changes it made;
-// a reply with Durable set must only leave after those changes are stored.
+// returns the reply (Msg nil: send nothing) and in.Changes with the lease
+// changes it made appended; a reply with Durable set must only leave after
+// those changes are stored.
 func (s *Server) Handle(now time.Time, in Request) (Reply, []LeaseChange) {
 	m := in.Msg
 	if m == nil || m.OpCode != dhcpv4.OpcodeBootRequest || len(m.ClientHWAddr) == 0 {
-		return Reply{Ignored: IgnoreNotRequest}, nil
+		return Reply{Ignored: IgnoreNotRequest}, in.Changes
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -36,15 +37,15 @@ func (s *Server) Handle(now time.Time, in Request) (Reply, []LeaseChange) {
 			}
 		}
 		if !found {
-			return Reply{Ignored: IgnoreNoSegment}, nil
+			return Reply{Ignored: IgnoreNoSegment}, in.Changes
 		}
 	}
 	st := s.segs[segID]
 	if st == nil {
-		return Reply{Ignored: IgnoreNoSegment}, nil
+		return Reply{Ignored: IgnoreNoSegment}, in.Changes
 	}
 	h := handler{st: st, seg: segID, now: now, in: in, m: m}
-	h.id = appendIdentity(h.idBuf[:0], m.Options.Get(dhcpv4.OptionClientIdentifier), m.ClientHWAddr)
+	h.id = appendIdentity(s.idBuf[:0], m.Options.Get(dhcpv4.OptionClientIdentifier), m.ClientHWAddr)
 	switch msgTypeOf(m) {
 	case dhcpv4.MessageTypeDiscover:
 		return h.discover()
@@ -57,17 +58,16 @@ func (s *Server) Handle(now time.Time, in Request) (Reply, []LeaseChange) {
 	case dhcpv4.MessageTypeInform:
 		return h.inform()
 	}
-	return Reply{Ignored: IgnoreNoType}, nil
+	return Reply{Ignored: IgnoreNoType}, h.in.Changes
 }
 
 type handler struct {
-	st    *segState
-	seg   uint32
-	now   time.Time
-	in    Request
-	m     *dhcpv4.DHCPv4
-	id    []byte
-	idBuf [1 + 255]byte
+	st  *segState
+	seg uint32
+	now time.Time
+	in  Request
+	m   *dhcpv4.DHCPv4
+	id  []byte // in Server.idBuf, valid while the lock is held
 }
 
 func addr4(ip net.IP) netip.Addr {
@@ -94,6 +94,9 @@ func msgTypeOf(m *dhcpv4.DHCPv4) dhcpv4.MessageType {
 	}
 	return dhcpv4.MessageType(v[0])
 }
+
+// change appends c to the caller's slice (Request.Changes).
+func (h *handler) change(c LeaseChange) []LeaseChange { return append(h.in.Changes, c) }
 
 func (h *handler) mac() net.HardwareAddr { return h.m.ClientHWAddr }
 
@@ -123,7 +126,7 @@ func (h *handler) newLease(ip netip.Addr, prevHost string, ttl time.Duration) Le
 func (h *handler) discover() (Reply, []LeaseChange) {
 	ip, ok := h.st.choose(h.id, h.mac(), optAddr(h.m, dhcpv4.OptionRequestedIPAddress), h.now)
 	if !ok {
-		return Reply{Ignored: IgnoreExhausted}, nil
+		return Reply{Ignored: IgnoreExhausted}, h.in.Changes
 	}
 	if h.m.Options.Has(dhcpv4.OptionRapidCommit) {
 		rep, ch := h.ack(ip)
@@ -135,11 +138,11 @@ func (h *handler) discover() (Reply, []LeaseChange) {
 		prev = cur.Hostname
 		if !cur.offered {
 			// A bound client re-discovering keeps its binding; only offer.
-			return Reply{Msg: h.reply(dhcpv4.MessageTypeOffer, ip, cur.Hostname, true)}, nil
+			return Reply{Msg: h.reply(dhcpv4.MessageTypeOffer, ip, cur.Hostname, true)}, h.in.Changes
 		}
 	}
 	l := h.st.bind(h.id, h.newLease(ip, prev, h.st.cfg.OfferHold), true)
-	return Reply{Msg: h.reply(dhcpv4.MessageTypeOffer, ip, l.Hostname, true)}, nil
+	return Reply{Msg: h.reply(dhcpv4.MessageTypeOffer, ip, l.Hostname, true)}, h.in.Changes
 }
 
 func (h *handler) request() (Reply, []LeaseChange) {
@@ -156,7 +159,7 @@ func (h *handler) request() (Reply, []LeaseChange) {
 			if l := h.st.byID[string(h.id)]; l != nil && l.offered {
 				h.st.drop(l)
 			}
-			return Reply{State: Selecting, Ignored: IgnoreOtherServer}, nil
+			return Reply{State: Selecting, Ignored: IgnoreOtherServer}, h.in.Changes
 		}
 		if !req.IsValid() {
 			req = ci
@@ -171,14 +174,14 @@ func (h *handler) request() (Reply, []LeaseChange) {
 		}
 		return h.confirm(state, ci)
 	}
-	return Reply{Ignored: IgnoreBadRequest}, nil
+	return Reply{Ignored: IgnoreBadRequest}, h.in.Changes
 }
 
 // confirm ACKs ip if the client may hold it, else NAKs (we are
 // authoritative for the segment, so a wrong address is refused, not ignored).
 func (h *handler) confirm(state State, ip netip.Addr) (Reply, []LeaseChange) {
 	if !ip.IsValid() || !h.st.subnet.Contains(ip) || !h.st.assignable(h.id, h.mac(), ip, h.now) {
-		return Reply{Msg: h.nak(), State: state}, nil
+		return Reply{Msg: h.nak(), State: state}, h.in.Changes
 	}
 	rep, ch := h.ack(ip)
 	rep.State = state
@@ -195,17 +198,17 @@ func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
 	}
 	l := h.st.bind(h.id, h.newLease(ip, prev, h.st.cfg.LeaseTime), false)
 	msg := h.reply(dhcpv4.MessageTypeAck, ip, l.Hostname, true)
-	return Reply{Msg: msg, Durable: true}, []LeaseChange{{Kind: kind, Segment: h.seg, Lease: l.Lease, At: h.now}}
+	return Reply{Msg: msg, Durable: true}, h.change(LeaseChange{Kind: kind, Segment: h.seg, Lease: l.Lease, At: h.now})
 }
 
 func (h *handler) decline() (Reply, []LeaseChange) {
 	if sid := optAddr(h.m, dhcpv4.OptionServerIdentifier); sid.IsValid() && sid != h.st.cfg.HostIP.Addr() {
-		return Reply{Ignored: IgnoreOtherServer}, nil
+		return Reply{Ignored: IgnoreOtherServer}, h.in.Changes
 	}
 	ip := optAddr(h.m, dhcpv4.OptionRequestedIPAddress)
 	l := h.st.byIP[ip]
 	if l == nil || l.id != string(h.id) {
-		return Reply{Ignored: IgnoreNotOurs}, nil
+		return Reply{Ignored: IgnoreNotOurs}, h.in.Changes
 	}
 	// Quarantine first so drop keeps the bit set.
 	if _, static := h.st.resByIP[ip]; !static {
@@ -213,24 +216,24 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 	}
 	h.st.drop(l)
 	h.st.forget(h.id) // do not hand the declined address back
-	return Reply{}, []LeaseChange{{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now}}
+	return Reply{}, h.change(LeaseChange{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now})
 }
 
 func (h *handler) release() (Reply, []LeaseChange) {
 	if sid := optAddr(h.m, dhcpv4.OptionServerIdentifier); sid.IsValid() && sid != h.st.cfg.HostIP.Addr() {
-		return Reply{Ignored: IgnoreOtherServer}, nil
+		return Reply{Ignored: IgnoreOtherServer}, h.in.Changes
 	}
 	l := h.st.byIP[addr4(h.m.ClientIPAddr)]
 	if l == nil || l.id != string(h.id) || l.offered {
-		return Reply{Ignored: IgnoreNotOurs}, nil
+		return Reply{Ignored: IgnoreNotOurs}, h.in.Changes
 	}
 	h.st.drop(l)
-	return Reply{}, []LeaseChange{{Kind: Released, Segment: h.seg, Lease: l.Lease, At: h.now}}
+	return Reply{}, h.change(LeaseChange{Kind: Released, Segment: h.seg, Lease: l.Lease, At: h.now})
 }
 
 func (h *handler) inform() (Reply, []LeaseChange) {
 	msg := h.reply(dhcpv4.MessageTypeAck, netip.Addr{}, "", false)
-	return Reply{Msg: msg}, nil
+	return Reply{Msg: msg}, h.in.Changes
 }
 
 // msgType holds the encoded option 53 of each message type, shared by

@@ -37,6 +37,9 @@ type Request struct {
 	// one (its Options map is reused). The caller owns it and must be done
 	// with the previous reply; nil allocates a fresh message.
 	Reply *dhcpv4.DHCPv4
+	// Changes, if set, is where Handle appends the lease changes, so a
+	// caller can reuse one slice for a whole batch.
+	Changes []LeaseChange
 }
 
 // State is the client state a REQUEST was recognised in (RFC 2131 4.3.2).
@@ -110,8 +113,9 @@ type segState struct {
 // Server owns the lease tables of its segments. Its methods are safe for
 // concurrent use; Handle is meant to be called from one responder loop.
 type Server struct {
-	mu   sync.Mutex
-	segs map[uint32]*segState
+	mu    sync.Mutex
+	segs  map[uint32]*segState
+	idBuf [1 + 255]byte // identity key of the request being handled
 }
 
 // New returns a server for the given segments.

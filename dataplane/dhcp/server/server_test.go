@@ -577,7 +577,7 @@ func TestHandleReusesReplyAndCopiesWhatItKeeps(t *testing.T) {
 
 func TestSetSegmentKeepsFittingLeases(t *testing.T) {
 	s := newServer(t)
-	bindA(t, s) // .10
+	bindA(t, s)                                                                                                          // .10
 	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macB, opt(dhcpv4.OptionRapidCommit, nil))}) // .11
 	c := seg1()
 	c.RangeStart = ip("192.168.100.11")
