@@ -24,8 +24,9 @@
 #define ICMPV6_NS		135
 #define ICMPV6_MLD2_REPORT	143
 
-/* pv_ip4_allowed checks an IPv4 source (or ARP sender) against the lease
- * of the port's MAC and the port's allowed prefixes.
+/* pv_ip4_allowed checks an IPv4 source (or ARP sender) against the
+ * port's inline addresses, the lease of its MAC and its allowed prefixes,
+ * cheapest first (each map lookup is a helper call).
  */
 static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port *port,
 					     __be32 addr)
@@ -45,8 +46,9 @@ static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port 
 		__builtin_memcpy(lk.mac, port->mac, sizeof(lk.mac));
 		l = bpf_map_lookup_elem(&pv_leases, &lk);
 		if (l && l->ip == addr && (l->flags & PV_LEASE_BOUND)) {
-			/* CLOCK_TAI, like expires_tai_ns: unaffected by
-			 * NTP steps, and userspace derives it from wall time.
+			/* CLOCK_TAI, like expires_tai_ns: wall-clock based,
+			 * so values survive a reboot and userspace derives
+			 * them from expiresAt, but without leap-second jumps.
 			 */
 			if (bpf_ktime_get_tai_ns() < l->expires_tai_ns)
 				return PV_R_PASS_LEASE;
