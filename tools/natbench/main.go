@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command natbench puts pivirt's NAT fast path on a device for the
+// netfilter comparison of ../shared/bench/dataplane (see nat.sh here): it
+// compiles host-mode ExternalIPs with control/nat, syncs them into maps
+// pinned under -bpffs, and attaches the programs with pinned links, as
+// pivirtd does, then exits (the pins keep everything in place).
+//
+//	natbench attach -netns na-gw -dev na-up -bpffs /sys/fs/bpf/na-pivirt -address 198.51.100.10 -target 10.10.0.11 [-extra 9999]
+//	natbench detach -netns na-gw -dev na-up -bpffs /sys/fs/bpf/na-pivirt
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/nat"
+	"pivirt.hu/dataplane/dataplane/maps/natmap"
+	dpnat "pivirt.hu/dataplane/dataplane/nat"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: natbench attach|detach [flags]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	nsName := fs.String("netns", "", "network namespace of the device (empty: current)")
+	dev := fs.String("dev", "", "uplink device")
+	bpffs := fs.String("bpffs", "/sys/fs/bpf/na-pivirt", "pin base (maps/ and links/ under it)")
+	addr := fs.String("address", "198.51.100.10", "public address")
+	target := fs.String("target", "10.10.0.11", "private target")
+	extra := fs.Int("extra", 0, "additional 1:1 ExternalIPs (100.64.0.0/16 -> 10.64.0.0/16) to grow the maps")
+	_ = fs.Parse(os.Args[2:])
+	if *dev == "" {
+		fmt.Fprintln(os.Stderr, "-dev is required")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "attach":
+		err = attach(*nsName, *dev, *bpffs, *addr, *target, *extra)
+	case "detach":
+		err = detach(*dev, *bpffs)
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "natbench:", err)
+		os.Exit(1)
+	}
+}
+
+func eip(name, addr, target, dev string) nat.ExternalIP {
+	spec := pivirtv1.ExternalIPSpec{Address: addr, Target: target, Interface: dev}
+	spec.Default()
+	return nat.ExternalIP{Name: name, Spec: spec, Address: netip.MustParseAddr(addr), Target: netip.MustParseAddr(target)}
+}
+
+func attach(nsName, dev, bpffs, addr, target string, extra int) error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("removing memlock rlimit: %w", err)
+	}
+	eips := []nat.ExternalIP{eip("bench", addr, target, dev)}
+	for i := range extra {
+		eips = append(eips, eip(fmt.Sprintf("extra-%d", i),
+			fmt.Sprintf("100.64.%d.%d", i>>8, i&0xff), fmt.Sprintf("10.64.%d.%d", i>>8, i&0xff), dev))
+	}
+	res := nat.Compile(eips, nil, nil)
+	if len(res.Errors) > 0 || len(res.Uplinks) != 1 {
+		return fmt.Errorf("compiling: errors %v, uplinks %v", res.Errors, res.Uplinks)
+	}
+	o, err := dpnat.OpenMaps(filepath.Join(bpffs, "maps"))
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	if _, err := natmap.New(o).Sync(res.Maps); err != nil {
+		return err
+	}
+	return inNS(nsName, func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return fmt.Errorf("finding %s: %w", dev, err)
+		}
+		p, err := dpnat.Load(res.Uplinks[0].Scope, l.Attrs().HardwareAddr, filepath.Join(bpffs, "maps"))
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		return dpnat.Attach(p, l.Attrs().Index, dpnat.LinkDir(bpffs, "", dev))
+	})
+}
+
+func detach(dev, bpffs string) error {
+	err := dpnat.Detach(dpnat.LinkDir(bpffs, "", dev))
+	return errors.Join(err, os.RemoveAll(bpffs))
+}
+
+// inNS runs fn with the thread in the named namespace ("" = current).
+func inNS(name string, fn func() error) error {
+	if name == "" {
+		return fn()
+	}
+	runtime.LockOSThread() // the thread is discarded at exit
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		return fmt.Errorf("opening netns %s: %w", name, err)
+	}
+	defer h.Close()
+	if err := netns.Set(h); err != nil {
+		return fmt.Errorf("entering netns %s: %w", name, err)
+	}
+	return fn()
+}
