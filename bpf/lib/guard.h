@@ -25,8 +25,9 @@
 #define ICMPV6_MLD2_REPORT	143
 
 /* pv_ip4_allowed checks an IPv4 source (or ARP sender) against the
- * port's inline addresses, the lease of its MAC and its allowed prefixes,
- * cheapest first (each map lookup is a helper call).
+ * port's inline addresses, the lease of its MAC and its allowed prefixes
+ * (one exact lookup per prefix length the port uses), cheapest first:
+ * each map lookup is a helper call.
  */
 static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port *port,
 					     __be32 addr)
@@ -56,12 +57,19 @@ static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port 
 		}
 	}
 
-	if (port->flags & PV_PORT_PREFIXES4) {
-		struct pv_allow4_key ak = {
-			.prefixlen = 32 + 32,
-			.ifindex = ifindex,
-			.addr = addr,
-		};
+	if (port->flags & PV_PORT_ANY4)
+		return PV_R_PASS;
+	struct pv_allow4_key ak = { .ifindex = ifindex };
+
+#pragma unroll
+	for (i = 0; i < PV_PORT_PLENS; i++) {
+		__u32 plen = port->plen4[i];
+
+		if (plen == 0 || plen > 32)
+			break;
+		ak.prefixlen = 32 + plen;
+		/* plen 32 apart: shifting a u32 by 32 is undefined. */
+		ak.addr = plen == 32 ? addr : addr & bpf_htonl(~(0xffffffffu >> plen));
 		if (bpf_map_lookup_elem(&pv_allow4, &ak))
 			return PV_R_PASS;
 	}
@@ -143,6 +151,40 @@ static __always_inline __u32 pv_guard_arp(struct hdr_cursor *cur, __u32 ifindex,
 	return r < PV_R_DROP_MIN ? r : PV_R_ARP_SPA;
 }
 
+/* pv_ip6_prefix_allowed probes pv_allow6 at each of the port's prefix
+ * lengths, masking the source a 32-bit word at a time.
+ */
+static __always_inline __u32 pv_ip6_prefix_allowed(__u32 ifindex, const struct pv_port *port,
+						   const struct in6_addr *src)
+{
+	struct pv_allow6_key ak = { .ifindex = ifindex };
+	__u32 *w = (__u32 *)ak.addr;
+	int i, j;
+
+#pragma unroll
+	for (i = 0; i < PV_PORT_PLENS; i++) {
+		__u32 plen = port->plen6[i];
+
+		if (plen == 0 || plen > 128)
+			break;
+		ak.prefixlen = 32 + plen;
+#pragma unroll
+		for (j = 0; j < 4; j++) {
+			__u32 bits = plen > 32 * j ? plen - 32 * j : 0;
+
+			if (bits >= 32)
+				w[j] = src->in6_u.u6_addr32[j];
+			else if (bits == 0)
+				w[j] = 0;
+			else
+				w[j] = src->in6_u.u6_addr32[j] & bpf_htonl(~(0xffffffffu >> bits));
+		}
+		if (bpf_map_lookup_elem(&pv_allow6, &ak))
+			return PV_R_PASS;
+	}
+	return PV_R_IP6_SRC;
+}
+
 static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex,
 					    const struct pv_port *port)
 {
@@ -183,16 +225,9 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 	if (ipv6_is_eui64_ll(&ip6->saddr, port->mac))
 		return PV_R_PASS;
 
-	if (port->flags & PV_PORT_PREFIXES6) {
-		struct pv_allow6_key ak = {
-			.prefixlen = 32 + 128,
-			.ifindex = ifindex,
-		};
-		__builtin_memcpy(ak.addr, &ip6->saddr, sizeof(ak.addr));
-		if (bpf_map_lookup_elem(&pv_allow6, &ak))
-			return PV_R_PASS;
-	}
-	return PV_R_IP6_SRC;
+	if (port->flags & PV_PORT_ANY6)
+		return PV_R_PASS;
+	return pv_ip6_prefix_allowed(ifindex, port, &ip6->saddr);
 }
 
 /* pv_guard returns the enum pv_reason for a frame from a guarded port. */

@@ -5,6 +5,7 @@ package compile
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -303,22 +304,30 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 	// half-programmed.
 	a4 := map[allowmap.Key4]allowmap.Value{}
 	a6 := map[allowmap.Key6]allowmap.Value{}
+	lens4, lens6 := map[int]bool{}, map[int]bool{}
+	var flags guard.PortFlags
 	add := func(field, s string, f guard.AllowFlags, only6 bool) error {
 		p, err := parsePrefix(s)
 		if err != nil {
 			return fmt.Errorf("%s: %w", field, err)
 		}
-		if p.Addr().Is4() && !only6 {
+		switch {
+		case p.Addr().Is4() && !only6 && p.Bits() == 0:
+			flags |= guard.PortAny4
+		case p.Addr().Is4() && !only6:
 			k, _ := allowmap.NewKey4(ln.Index, p)
 			a4[k] = allowmap.Value{Flags: a4[k].Flags | uint32(f)}
-			return nil
-		}
-		if p.Addr().Is6() {
+			lens4[p.Bits()] = true
+		case p.Addr().Is6() && p.Bits() == 0:
+			flags |= guard.PortAny6
+		case p.Addr().Is6():
 			k, _ := allowmap.NewKey6(ln.Index, p)
 			a6[k] = allowmap.Value{Flags: a6[k].Flags | uint32(f)}
-			return nil
+			lens6[p.Bits()] = true
+		default:
+			return fmt.Errorf("%s: %s is not an IPv6 address", field, s)
 		}
-		return fmt.Errorf("%s: %s is not an IPv6 address", field, s)
+		return nil
 	}
 	// The first host addresses ride inline in pv_ports (no lookup in
 	// the guard); further ones and every prefix go to the LPM trie.
@@ -357,7 +366,6 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 		}
 	}
 
-	var flags guard.PortFlags
 	if isTrue(spec.DHCPGuard) {
 		flags |= guard.PortDHCPGuard
 	}
@@ -381,13 +389,13 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 		notes = append(notes, fmt.Sprintf("learnFromDHCP has no effect: %s is not on a NetworkSegment bridge", ifname))
 	}
 
-	if len(a4) > 0 {
-		flags |= guard.PortPrefixes4
+	pv := portmap.NewValue(mac, segID, server, flags, inline...)
+	if err := pv.SetPrefixLens(slices.Collect(maps.Keys(lens4)), slices.Collect(maps.Keys(lens6))); err != nil {
+		st.Phase, st.Message = pivirtv1.PhaseFailed,
+			fmt.Sprintf("ipAddresses, ipv6Addresses and allowedAddressPairs use %v per address family", err)
+		return st, false
 	}
-	if len(a6) > 0 {
-		flags |= guard.PortPrefixes6
-	}
-	d.Ports[portmap.NewKey(ln.Index)] = portmap.NewValue(mac, segID, server, flags, inline...)
+	d.Ports[portmap.NewKey(ln.Index)] = pv
 	for k, v := range a4 {
 		d.Allow4[k] = v
 	}

@@ -30,6 +30,14 @@ func obj(t *testing.T, kind, name string, spec any) *pivirtv1.Object {
 
 func ptr[T any](v T) *T { return &v }
 
+func withLens(t *testing.T, v portmap.Value, v4, v6 []int) *portmap.Value {
+	t.Helper()
+	if err := v.SetPrefixLens(v4, v6); err != nil {
+		t.Fatal(err)
+	}
+	return &v
+}
+
 var (
 	mac    = [6]uint8{0x52, 0x54, 0, 0x12, 0x34, 0x56}
 	macStr = "52:54:00:12:34:56"
@@ -86,8 +94,8 @@ func TestCompilePorts(t *testing.T) {
 				IPv6Addresses:       []string{"2001:db8::10"},
 				AllowedAddressPairs: []pivirtv1.AddressPair{{IPAddress: "192.168.100.200/32"}, {IPAddress: "10.0.0.0/8"}}},
 			wantPhase: pivirtv1.PhaseReady,
-			wantPort: ptr(portmap.NewValue(mac, segID, server, allFlags|guard.PortPrefixes4|guard.PortPrefixes6,
-				netip.MustParseAddr("192.168.100.10"))),
+			wantPort: withLens(t, portmap.NewValue(mac, segID, server, allFlags,
+				netip.MustParseAddr("192.168.100.10")), []int{32, 8}, []int{128}),
 			wantAllow4: map[allowmap.Key4]allowmap.Value{
 				k4(t, 7, "192.168.100.200/32"): allowmap.NewValue(guard.AllowPair),
 				k4(t, 7, "10.0.0.0/8"):         allowmap.NewValue(guard.AllowPair),
@@ -109,14 +117,30 @@ func TestCompilePorts(t *testing.T) {
 				IPAddresses:         []string{"192.168.100.10", "192.168.100.11", "192.168.100.10", "192.168.100.12", "192.168.100.13", "192.168.100.14", "172.16.0.0/30"},
 				AllowedAddressPairs: []pivirtv1.AddressPair{{IPAddress: "192.168.100.14"}}},
 			wantPhase: pivirtv1.PhaseReady,
-			wantPort: ptr(portmap.NewValue(mac, segID, server, allFlags|guard.PortPrefixes4,
+			wantPort: withLens(t, portmap.NewValue(mac, segID, server, allFlags,
 				netip.MustParseAddr("192.168.100.10"), netip.MustParseAddr("192.168.100.11"),
-				netip.MustParseAddr("192.168.100.12"), netip.MustParseAddr("192.168.100.13"))),
+				netip.MustParseAddr("192.168.100.12"), netip.MustParseAddr("192.168.100.13")), []int{32, 30}, nil),
 			wantAllow4: map[allowmap.Key4]allowmap.Value{
 				k4(t, 7, "192.168.100.14/32"): allowmap.NewValue(guard.AllowAddress | guard.AllowPair),
 				k4(t, 7, "172.16.0.0/30"):     allowmap.NewValue(guard.AllowAddress),
 			},
 			wantAllow6: map[allowmap.Key6]allowmap.Value{},
+		},
+		{
+			name: "default routes allow any source without map entries",
+			spec: pivirtv1.PortSecuritySpec{Interface: "tap0", MACAddress: macStr,
+				AllowedAddressPairs: []pivirtv1.AddressPair{{IPAddress: "0.0.0.0/0"}, {IPAddress: "::/0"}}},
+			wantPhase:  pivirtv1.PhaseReady,
+			wantPort:   ptr(portmap.NewValue(mac, segID, server, allFlags|guard.PortAny4|guard.PortAny6)),
+			wantAllow4: map[allowmap.Key4]allowmap.Value{},
+			wantAllow6: map[allowmap.Key6]allowmap.Value{},
+		},
+		{
+			name: "more than four prefix lengths fails",
+			spec: pivirtv1.PortSecuritySpec{Interface: "tap0", MACAddress: macStr,
+				AllowedAddressPairs: []pivirtv1.AddressPair{{IPAddress: "10.0.0.0/8"}, {IPAddress: "10.1.0.0/16"},
+					{IPAddress: "10.2.2.0/24"}, {IPAddress: "10.3.3.3/32"}, {IPAddress: "10.4.4.0/30"}}},
+			wantPhase: pivirtv1.PhaseFailed,
 		},
 		{
 			name:       "interface off any segment: no segment, no learning",

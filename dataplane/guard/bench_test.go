@@ -32,11 +32,13 @@ func fill(b *testing.B, m maps, n int) {
 		ifindex := uint32(1000 + i)
 		mac := [6]uint8{0x52, 0x54, 0x01, byte(i >> 16), byte(i >> 8), byte(i)}
 		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-		// Half the ports keep their address inline, half in the trie.
+		// Half the ports keep their address inline, half in pv_allow4.
 		if i%2 == 0 {
 			must(b, m.ports.Put(portmap.NewKey(ifindex), portmap.NewValue(mac, segID, serverIP, allGuards, ip)))
 		} else {
-			must(b, m.ports.Put(portmap.NewKey(ifindex), portmap.NewValue(mac, segID, serverIP, allGuards|guard.PortPrefixes4)))
+			v := portmap.NewValue(mac, segID, serverIP, allGuards)
+			must(b, v.SetPrefixLens([]int{32}, nil))
+			must(b, m.ports.Put(portmap.NewKey(ifindex), v))
 			k, err := allowmap.NewKey4(ifindex, netip.PrefixFrom(ip, 32))
 			must(b, err)
 			must(b, m.allow4.Put(k, allowmap.NewValue(guard.AllowAddress)))
@@ -48,7 +50,8 @@ func fill(b *testing.B, m maps, n int) {
 // BenchmarkGuard measures ns per packet of each guard program through
 // BPF_PROG_TEST_RUN (kernel-timed, reported as ns/pkt) at 1, 1k and 64k
 // ports and leases, for a leased source, a static source and a spoofed
-// source, and a static source found in the LPM trie.
+// source, and a static source found in pv_allow4 ("trie", after the LPM
+// trie it used to be).
 func BenchmarkGuard(b *testing.B) {
 	testutil.RequireBPF(b)
 	frames := map[string][]byte{

@@ -64,13 +64,17 @@ const (
 	PortARPGuard  PortFlags = typesPvPortFlagsPV_PORT_ARP_GUARD
 	PortRAGuard   PortFlags = typesPvPortFlagsPV_PORT_RA_GUARD
 	PortLearnDHCP PortFlags = typesPvPortFlagsPV_PORT_LEARN_DHCP
-	PortPrefixes4 PortFlags = typesPvPortFlagsPV_PORT_PREFIXES4
-	PortPrefixes6 PortFlags = typesPvPortFlagsPV_PORT_PREFIXES6
+	PortAny4      PortFlags = typesPvPortFlagsPV_PORT_ANY4
+	PortAny6      PortFlags = typesPvPortFlagsPV_PORT_ANY6
 )
 
 // PortAddrs4 is how many IPv4 addresses struct pv_port holds inline
 // (PV_PORT_ADDR4); further ones go to pv_allow4.
 const PortAddrs4 = len(Port{}.Addr4)
+
+// PortPrefixLens is how many distinct prefix lengths a port may use in
+// pv_allow4 and in pv_allow6 (PV_PORT_PLENS).
+const PortPrefixLens = len(Port{}.Plen4)
 
 // Lease flags (enum pv_lease_flags).
 const (
@@ -162,7 +166,7 @@ func ParseReason(s string) (Reason, error) {
 
 // String lists the set flags by their spec names, or "none".
 func (f typesPvPortFlags) String() string {
-	return flagString(uint32(f), []string{"dhcpGuard", "arpGuard", "raGuard", "learnFromDHCP", "prefixes4", "prefixes6"})
+	return flagString(uint32(f), []string{"dhcpGuard", "arpGuard", "raGuard", "learnFromDHCP", "any4", "any6"})
 }
 
 // String lists the set flags, or "none".

@@ -92,9 +92,10 @@ func mac6(hw net.HardwareAddr) [6]uint8 { var m [6]uint8; copy(m[:], hw); return
 // lease per the lease argument.
 func setupPort(t testing.TB, m maps, flags guard.PortFlags) {
 	t.Helper()
-	// vmIP inline, vmIP2 and pairNet in the trie.
-	must(t, m.ports.Put(portmap.NewKey(port), portmap.NewValue(mac6(vmMAC), segID, serverIP,
-		flags|guard.PortPrefixes4|guard.PortPrefixes6, vmIP)))
+	// vmIP inline, vmIP2 and pairNet in pv_allow4.
+	v := portmap.NewValue(mac6(vmMAC), segID, serverIP, flags, vmIP)
+	must(t, v.SetPrefixLens([]int{32, pairNet.Bits()}, []int{128}))
+	must(t, m.ports.Put(portmap.NewKey(port), v))
 	for _, p := range []struct {
 		p netip.Prefix
 		f guard.AllowFlags
@@ -112,7 +113,7 @@ func clearPrefixes(t testing.TB, m maps) {
 	t.Helper()
 	v, err := m.ports.Lookup(portmap.NewKey(port))
 	must(t, err)
-	v.Flags &^= uint16(guard.PortPrefixes4 | guard.PortPrefixes6)
+	must(t, v.SetPrefixLens(nil, nil))
 	must(t, m.ports.Put(portmap.NewKey(port), v))
 }
 
@@ -202,15 +203,15 @@ func hopByHop() *layers.IPv6HopByHop {
 
 type guardCase struct {
 	name   string
-	flags  guard.PortFlags // 0 means allGuards
-	lease  func(t testing.TB, m maps)
+	flags  guard.PortFlags            // 0 means allGuards
+	setup  func(t testing.TB, m maps) // after the port, e.g. a lease
 	frame  func(t testing.TB) []byte
 	want   guard.Verdict
 	reason guard.Reason
 	// xdpOnly: skb test-run refuses the frame (EINVAL for an IPv6
 	// ethertype shorter than an IPv6 header), so only XDP can run it.
 	xdpOnly bool
-	// noPrefixes clears PortPrefixes4/6 after setup.
+	// noPrefixes clears the port's prefix lengths after setup.
 	noPrefixes bool
 }
 
@@ -225,10 +226,10 @@ func guardCases() []guardCase {
 		{name: "good ipv4 from pinned address passes", frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, vmIP, otherIP, 1000, 53, []byte("q"))
 		}, want: pass, reason: guard.ReasonPass},
-		{name: "good ipv4 from an address in the trie passes", frame: func(t testing.TB) []byte {
+		{name: "good ipv4 from an address in pv_allow4 passes", frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, vmIP2, otherIP, 1000, 53, []byte("q"))
 		}, want: pass, reason: guard.ReasonPass},
-		{name: "trie not consulted without prefixes4", flags: allGuards, noPrefixes: true, frame: func(t testing.TB) []byte {
+		{name: "pv_allow4 not probed at unlisted lengths", flags: allGuards, noPrefixes: true, frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, vmIP2, otherIP, 1000, 53, []byte("q"))
 		}, want: drop, reason: guard.ReasonIP4Src},
 		{name: "ipv4 from allowed address pair passes", frame: func(t testing.TB) []byte {
@@ -244,27 +245,27 @@ func guardCases() []guardCase {
 			return udp4(t, vmMAC, netip.IPv4Unspecified(), serverIP, 1000, 53, nil)
 		}, want: drop, reason: guard.ReasonIP4Src},
 		// Leases.
-		{name: "leased IP passes", lease: bound(leasedIP), frame: func(t testing.TB) []byte {
+		{name: "leased IP passes", setup: bound(leasedIP), frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, leasedIP, otherIP, 1000, 53, nil)
 		}, want: pass, reason: guard.ReasonPassLease},
 		{name: "IP not yet leased dropped", frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, leasedIP, otherIP, 1000, 53, nil)
 		}, want: drop, reason: guard.ReasonIP4Src},
-		{name: "static reservation not yet bound dropped", lease: func(t testing.TB, m maps) {
+		{name: "static reservation not yet bound dropped", setup: func(t testing.TB, m maps) {
 			must(t, m.leases.Put(leasemap.NewKey(segID, mac6(vmMAC)),
 				leasemap.NewValue(leasedIP, guard.LeaseStatic, time.Time{}, time.Hour, 0)))
 		}, frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, leasedIP, otherIP, 1000, 53, nil)
 		}, want: drop, reason: guard.ReasonIP4Src},
-		{name: "expired lease dropped", lease: func(t testing.TB, m maps) {
+		{name: "expired lease dropped", setup: func(t testing.TB, m maps) {
 			setLease(t, m, leasedIP, now.Add(-time.Second))
 		}, frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, leasedIP, otherIP, 1000, 53, nil)
 		}, want: drop, reason: guard.ReasonLeaseExpired},
-		{name: "IP leased to the MAC differs dropped", lease: bound(otherIP), frame: func(t testing.TB) []byte {
+		{name: "IP leased to the MAC differs dropped", setup: bound(otherIP), frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, leasedIP, otherIP, 1000, 53, nil)
 		}, want: drop, reason: guard.ReasonIP4Src},
-		{name: "lease ignored without learnFromDHCP", flags: allGuards &^ guard.PortLearnDHCP, lease: bound(leasedIP),
+		{name: "lease ignored without learnFromDHCP", flags: allGuards &^ guard.PortLearnDHCP, setup: bound(leasedIP),
 			frame: func(t testing.TB) []byte { return udp4(t, vmMAC, leasedIP, otherIP, 1000, 53, nil) },
 			want:  drop, reason: guard.ReasonIP4Src},
 		// DHCP client exceptions.
@@ -277,7 +278,7 @@ func guardCases() []guardCase {
 		{name: "DHCP from 0.0.0.0 to another host dropped", frame: func(t testing.TB) []byte {
 			return dhcp4(t, layers.DHCPOpRequest, netip.IPv4Unspecified(), otherIP, 68, 67)
 		}, want: drop, reason: guard.ReasonIP4Src},
-		{name: "DHCP renewal from leased IP passes", lease: bound(leasedIP), frame: func(t testing.TB) []byte {
+		{name: "DHCP renewal from leased IP passes", setup: bound(leasedIP), frame: func(t testing.TB) []byte {
 			return dhcp4(t, layers.DHCPOpRequest, leasedIP, serverIP, 68, 67)
 		}, want: pass, reason: guard.ReasonPassLease},
 		// DHCP server guard.
@@ -300,7 +301,7 @@ func guardCases() []guardCase {
 		{name: "ARP request from pins passes", frame: func(t testing.TB) []byte {
 			return arp(t, layers.ARPRequest, vmMAC, vmIP)
 		}, want: pass, reason: guard.ReasonPass},
-		{name: "ARP reply from leased IP passes", lease: bound(leasedIP), frame: func(t testing.TB) []byte {
+		{name: "ARP reply from leased IP passes", setup: bound(leasedIP), frame: func(t testing.TB) []byte {
 			return arp(t, layers.ARPReply, vmMAC, leasedIP)
 		}, want: pass, reason: guard.ReasonPassLease},
 		{name: "ARP probe from 0.0.0.0 passes", frame: func(t testing.TB) []byte {
@@ -312,7 +313,7 @@ func guardCases() []guardCase {
 		{name: "ARP spoofed sender IP dropped", frame: func(t testing.TB) []byte {
 			return arp(t, layers.ARPReply, vmMAC, serverIP)
 		}, want: drop, reason: guard.ReasonARPSPA},
-		{name: "ARP with an expired lease's IP dropped", lease: func(t testing.TB, m maps) {
+		{name: "ARP with an expired lease's IP dropped", setup: func(t testing.TB, m maps) {
 			setLease(t, m, leasedIP, now.Add(-time.Minute))
 		}, frame: func(t testing.TB) []byte { return arp(t, layers.ARPReply, vmMAC, leasedIP) },
 			want: drop, reason: guard.ReasonARPSPA},
@@ -328,6 +329,26 @@ func guardCases() []guardCase {
 		}, want: pass, reason: guard.ReasonPass},
 		{name: "IPv6 from listed address passes", frame: func(t testing.TB) []byte {
 			return udp6(t, vmIP6, 1000, 53)
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "IPv6 from listed address not probed without its length", noPrefixes: true, frame: func(t testing.TB) []byte {
+			return udp6(t, vmIP6, 1000, 53)
+		}, want: drop, reason: guard.ReasonIP6Src},
+		{name: "IPv4 from anywhere with any4", flags: allGuards | guard.PortAny4, frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, netip.MustParseAddr("8.8.8.8"), otherIP, 1000, 53, nil)
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "IPv6 from anywhere with any6", flags: allGuards | guard.PortAny6, frame: func(t testing.TB) []byte {
+			return udp6(t, otherIP6, 1000, 53)
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "IPv6 inside an allowed /64 passes", setup: func(t testing.TB, m maps) {
+			v, err := m.ports.Lookup(portmap.NewKey(port))
+			must(t, err)
+			must(t, v.SetPrefixLens([]int{32, pairNet.Bits()}, []int{128, 64}))
+			must(t, m.ports.Put(portmap.NewKey(port), v))
+			k, err := allowmap.NewKey6(port, netip.MustParsePrefix("2001:db8:0:1::/64"))
+			must(t, err)
+			must(t, m.allow6.Put(k, allowmap.NewValue(guard.AllowPair)))
+		}, frame: func(t testing.TB) []byte {
+			return udp6(t, netip.MustParseAddr("2001:db8:0:1:aaaa:bbbb:cccc:dddd"), 1000, 53)
 		}, want: pass, reason: guard.ReasonPass},
 		{name: "IPv6 from foreign source dropped", frame: func(t testing.TB) []byte {
 			return udp6(t, otherIP6, 1000, 53)
@@ -437,8 +458,8 @@ func TestPrivilegedGuard(t *testing.T) {
 				if err := m.leases.Delete(leasemap.NewKey(segID, mac6(vmMAC))); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 					t.Fatal(err)
 				}
-				if tc.lease != nil {
-					tc.lease(t, m)
+				if tc.setup != nil {
+					tc.setup(t, m)
 				}
 				before := counts(t, m)
 				got, err := p.run(tc.frame(t))
@@ -516,8 +537,8 @@ func TestPrivilegedGuardSimTwin(t *testing.T) {
 			if err := m.leases.Delete(leasemap.NewKey(segID, mac6(vmMAC))); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				t.Fatal(err)
 			}
-			if tc.lease != nil {
-				tc.lease(t, m)
+			if tc.setup != nil {
+				tc.setup(t, m)
 			}
 			before := counts(t, m)
 			v, mark, err := guard.RunSKB(sim, port, tc.frame(t), 1)

@@ -79,6 +79,8 @@ type typesPvPort struct {
 	SegId      uint32
 	DhcpServer uint32
 	Addr4      [4]uint32
+	Plen4      [4]uint8
+	Plen6      [4]uint8
 }
 
 type typesPvPortFlags uint32
@@ -88,8 +90,8 @@ const (
 	typesPvPortFlagsPV_PORT_ARP_GUARD  typesPvPortFlags = 2
 	typesPvPortFlagsPV_PORT_RA_GUARD   typesPvPortFlags = 4
 	typesPvPortFlagsPV_PORT_LEARN_DHCP typesPvPortFlags = 8
-	typesPvPortFlagsPV_PORT_PREFIXES4  typesPvPortFlags = 16
-	typesPvPortFlagsPV_PORT_PREFIXES6  typesPvPortFlags = 32
+	typesPvPortFlagsPV_PORT_ANY4       typesPvPortFlags = 16
+	typesPvPortFlagsPV_PORT_ANY6       typesPvPortFlags = 32
 )
 
 type typesPvPortKey struct {

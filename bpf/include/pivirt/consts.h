@@ -20,6 +20,12 @@
  * thunks); the rest of its prefixes go to pv_allow4.
  */
 #define PV_PORT_ADDR4	4
+/* Distinct prefix lengths a port may use in pv_allow4 and in pv_allow6.
+ * Those maps are exact-match hashes probed once per length the port
+ * lists, which keeps the cost flat in the number of ports (an LPM trie
+ * keyed by ifindex grows deeper with every port).
+ */
+#define PV_PORT_PLENS	4
 
 /* Bytes the tc program pulls into the linear area before parsing. */
 #define PV_PULL_LEN	256
@@ -34,8 +40,8 @@ enum pv_port_flags {
 	PV_PORT_ARP_GUARD  = 1 << 1, /* ARP sha/spa must match the pins */
 	PV_PORT_RA_GUARD   = 1 << 2, /* no ICMPv6 router advertisements */
 	PV_PORT_LEARN_DHCP = 1 << 3, /* the IP leased to the MAC is allowed */
-	PV_PORT_PREFIXES4  = 1 << 4, /* the port has entries in pv_allow4 */
-	PV_PORT_PREFIXES6  = 1 << 5, /* the port has entries in pv_allow6 */
+	PV_PORT_ANY4       = 1 << 4, /* any IPv4 source (a 0.0.0.0/0 pair) */
+	PV_PORT_ANY6       = 1 << 5, /* any IPv6 source (a ::/0 pair) */
 };
 
 /* enum pv_lease_flags: struct pv_lease.flags. */

@@ -22,9 +22,11 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pv_ports SEC(".maps");
 
-/* pv_allow4: allowed IPv4 source prefixes per port. */
+/* pv_allow4: allowed IPv4 source prefixes per port, matched exactly at
+ * each length in struct pv_port.plen4.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, PV_MAX_ALLOW);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct pv_allow4_key);
@@ -32,11 +34,12 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pv_allow4 SEC(".maps");
 
-/* pv_allow6: allowed IPv6 source prefixes per port (besides the EUI-64
- * link-local, which the guard derives from the pinned MAC).
+/* pv_allow6: allowed IPv6 source prefixes per port, at each length in
+ * struct pv_port.plen6 (besides the EUI-64 link-local, which the guard
+ * derives from the pinned MAC).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, PV_MAX_ALLOW);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct pv_allow6_key);

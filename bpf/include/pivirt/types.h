@@ -23,10 +23,13 @@ struct pv_port {
 	__u32 seg_id;         /* NetworkSegment id (FNV-1a of its name), 0 = none */
 	__be32 dhcp_server;   /* segment host IP: DHCP client exception target */
 	__be32 addr4[PV_PORT_ADDR4]; /* allowed IPv4 sources, 0 = unused */
+	__u8 plen4[PV_PORT_PLENS];   /* prefix lengths to probe in pv_allow4, 0 = unused */
+	__u8 plen6[PV_PORT_PLENS];   /* prefix lengths to probe in pv_allow6, 0 = unused */
 };
 
-/* struct pv_allow4_key: pv_allow4 LPM key. prefixlen counts the 32 bits
- * of ifindex plus the prefix length of addr.
+/* struct pv_allow4_key: pv_allow4 key, an allowed prefix of a port.
+ * prefixlen counts the 32 bits of ifindex plus the prefix length (the LPM
+ * convention, kept so keys read the same); addr is masked to the length.
  */
 struct pv_allow4_key {
 	__u32 prefixlen;
@@ -34,7 +37,7 @@ struct pv_allow4_key {
 	__be32 addr;
 };
 
-/* struct pv_allow6_key: pv_allow6 LPM key, as pv_allow4_key. */
+/* struct pv_allow6_key: pv_allow6 key, as pv_allow4_key. */
 struct pv_allow6_key {
 	__u32 prefixlen;
 	__u32 ifindex;

@@ -21,7 +21,8 @@ const (
 	Name6 = guard.MapAllow6
 )
 
-// ifindexBits is the part of an LPM prefix length taken by the ifindex.
+// ifindexBits is the part of Prefixlen taken by the ifindex (the LPM
+// convention, kept so keys read the same).
 const ifindexBits = 32
 
 // Key4 mirrors struct pv_allow4_key.
@@ -34,8 +35,7 @@ type Key6 guard.Allow6Key
 type Value guard.Allow
 
 // NewKey4 returns the key of an IPv4 prefix on a port. The prefix is
-// masked, since the trie ignores bits past the length anyway and equal
-// keys must compare equal in Go.
+// masked, as the guard masks the source before its exact lookup.
 func NewKey4(ifindex uint32, p netip.Prefix) (Key4, error) {
 	if !p.Addr().Is4() {
 		return Key4{}, fmt.Errorf("prefix %s is not IPv4", p)

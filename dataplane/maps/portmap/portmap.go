@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -40,6 +41,52 @@ func NewValue(mac [6]uint8, segID uint32, dhcpServer netip.Addr, flags guard.Por
 		v.Addr4[i] = typed.BE32(a)
 	}
 	return v
+}
+
+// ErrTooManyPrefixLens: a port uses more distinct prefix lengths than
+// struct pv_port can list (guard.PortPrefixLens per family).
+var ErrTooManyPrefixLens = fmt.Errorf("more than %d distinct prefix lengths", guard.PortPrefixLens)
+
+// SetPrefixLens sets the prefix lengths the guard probes in pv_allow4
+// (v4, 1..32) and pv_allow6 (v6, 1..128), most specific first.
+func (v *Value) SetPrefixLens(v4, v6 []int) error {
+	if len(v4) > len(v.Plen4) || len(v6) > len(v.Plen6) {
+		return ErrTooManyPrefixLens
+	}
+	v.Plen4, v.Plen6 = [4]uint8{}, [4]uint8{}
+	for i, l := range slices.Sorted(slices.Values(v4)) {
+		v.Plen4[len(v4)-1-i] = uint8(l)
+	}
+	for i, l := range slices.Sorted(slices.Values(v6)) {
+		v.Plen6[len(v6)-1-i] = uint8(l)
+	}
+	return nil
+}
+
+// PrefixLens returns the listed prefix lengths.
+func (v Value) PrefixLens() (v4, v6 []int) {
+	for _, l := range v.Plen4 {
+		if l != 0 {
+			v4 = append(v4, int(l))
+		}
+	}
+	for _, l := range v.Plen6 {
+		if l != 0 {
+			v6 = append(v6, int(l))
+		}
+	}
+	return v4, v6
+}
+
+func joinInts(is []int) string {
+	if len(is) == 0 {
+		return "none"
+	}
+	s := make([]string, len(is))
+	for i, n := range is {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // Addrs4 returns the inline IPv4 sources.
@@ -81,14 +128,15 @@ func (v Value) DHCPServer() netip.Addr {
 	return typed.Addr4(v.DhcpServer)
 }
 
-// String is "mac=.. seg=0x.. dhcp-server=.. addrs=a,b flags=a|b".
+// String is "mac=.. seg=0x.. dhcp-server=.. addrs=a,b plen4=.. plen6=.. flags=a|b".
 func (v Value) String() string {
 	srv := "none"
 	if a := v.DHCPServer(); a.IsValid() {
 		srv = a.String()
 	}
-	return fmt.Sprintf("mac=%s seg=0x%08x dhcp-server=%s addrs=%s flags=%s",
-		typed.MAC(v.Mac), v.SegId, srv, joinAddrs(v.Addrs4()), v.PortFlags())
+	p4, p6 := v.PrefixLens()
+	return fmt.Sprintf("mac=%s seg=0x%08x dhcp-server=%s addrs=%s plen4=%s plen6=%s flags=%s",
+		typed.MAC(v.Mac), v.SegId, srv, joinAddrs(v.Addrs4()), joinInts(p4), joinInts(p6), v.PortFlags())
 }
 
 // Entry is the decoded, JSON-friendly form of one entry.
@@ -99,6 +147,8 @@ type Entry struct {
 	SegID      uint32   `json:"segID"`
 	DHCPServer string   `json:"dhcpServer,omitempty"`
 	Addrs      []string `json:"addrs,omitempty"`
+	PrefixLen4 []int    `json:"prefixLens4,omitempty"`
+	PrefixLen6 []int    `json:"prefixLens6,omitempty"`
 	Flags      string   `json:"flags"`
 }
 
@@ -117,6 +167,7 @@ func Decode(k Key, v Value, names typed.IfName) Entry {
 	for _, a := range v.Addrs4() {
 		e.Addrs = append(e.Addrs, a.String())
 	}
+	e.PrefixLen4, e.PrefixLen6 = v.PrefixLens()
 	return e
 }
 

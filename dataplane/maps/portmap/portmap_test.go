@@ -31,18 +31,18 @@ func TestFormat(t *testing.T) {
 		{
 			name: "named interface with server",
 			k:    portmap.NewKey(7),
-			v: portmap.NewValue(mac, 0xabcdef01, netip.MustParseAddr("192.168.100.1"), guard.PortDHCPGuard|guard.PortRAGuard,
-				netip.MustParseAddr("192.168.100.10"), netip.MustParseAddr("192.168.100.11")),
+			v: withLens(portmap.NewValue(mac, 0xabcdef01, netip.MustParseAddr("192.168.100.1"), guard.PortDHCPGuard|guard.PortRAGuard,
+				netip.MustParseAddr("192.168.100.10"), netip.MustParseAddr("192.168.100.11")), []int{24, 32}, []int{64}),
 			wantKey:   "ifindex=tap0(7)",
-			wantValue: "mac=52:54:00:12:34:56 seg=0xabcdef01 dhcp-server=192.168.100.1 addrs=192.168.100.10,192.168.100.11 flags=dhcpGuard|raGuard",
-			wantJSON:  `{"interface":"tap0","ifindex":7,"mac":"52:54:00:12:34:56","segID":2882400001,"dhcpServer":"192.168.100.1","addrs":["192.168.100.10","192.168.100.11"],"flags":"dhcpGuard|raGuard"}`,
+			wantValue: "mac=52:54:00:12:34:56 seg=0xabcdef01 dhcp-server=192.168.100.1 addrs=192.168.100.10,192.168.100.11 plen4=32,24 plen6=64 flags=dhcpGuard|raGuard",
+			wantJSON:  `{"interface":"tap0","ifindex":7,"mac":"52:54:00:12:34:56","segID":2882400001,"dhcpServer":"192.168.100.1","addrs":["192.168.100.10","192.168.100.11"],"prefixLens4":[32,24],"prefixLens6":[64],"flags":"dhcpGuard|raGuard"}`,
 		},
 		{
 			name:      "unnamed, no segment, no flags",
 			k:         portmap.NewKey(9),
 			v:         portmap.NewValue(mac, 0, netip.Addr{}, 0),
 			wantKey:   "ifindex=9",
-			wantValue: "mac=52:54:00:12:34:56 seg=0x00000000 dhcp-server=none addrs=none flags=none",
+			wantValue: "mac=52:54:00:12:34:56 seg=0x00000000 dhcp-server=none addrs=none plen4=none plen6=none flags=none",
 			wantJSON:  `{"ifindex":9,"mac":"52:54:00:12:34:56","segID":0,"flags":"none"}`,
 		},
 	}
@@ -59,5 +59,19 @@ func TestFormat(t *testing.T) {
 				t.Errorf("json %s (%v), want %s", b, err, tc.wantJSON)
 			}
 		})
+	}
+}
+
+func withLens(v portmap.Value, v4, v6 []int) portmap.Value {
+	if err := v.SetPrefixLens(v4, v6); err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestSetPrefixLensLimit(t *testing.T) {
+	var v portmap.Value
+	if err := v.SetPrefixLens([]int{8, 16, 24, 30, 32}, nil); err == nil {
+		t.Error("five lengths accepted")
 	}
 }
