@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -38,8 +39,10 @@ type Maps struct {
 }
 
 // Loader holds the loaded guard programs and the pinned maps under one
-// bpffs base. It is not safe for concurrent use.
+// bpffs base. It is safe for concurrent use; attach, detach and the
+// first simulation are serialized.
 type Loader struct {
+	mu   sync.Mutex
 	base string
 	xdp  *ebpf.Collection
 	tcx  *ebpf.Collection
@@ -93,6 +96,8 @@ func Open(base string) (*Loader, error) {
 // Close releases the Go handles. Pinned maps and links stay, and so does
 // enforcement.
 func (l *Loader) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.xdp.Close()
 	l.tcx.Close()
 	if l.sim != nil {
@@ -130,6 +135,8 @@ func progName(h Hook) string {
 // link in place. If the port was attached on the other hook, that link is
 // removed once the new one is in place.
 func (l *Loader) Attach(ifname string, mode Mode) (Attachment, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	nl, err := netlink.LinkByName(ifname)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
@@ -230,6 +237,8 @@ func (l *Loader) create(pin string, prog *ebpf.Program, hook Hook, ifindex int, 
 // reference, so the kernel detaches). Only an explicit request does this;
 // a daemon exit never does.
 func (l *Loader) Detach(ifname string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	var errs []error
 	for _, p := range []string{guard.ProgXDP, guard.ProgTCX} {
 		if err := unpin(LinkPath(l.base, ifname, p)); err != nil {

@@ -27,22 +27,33 @@ func (l *Loader) Simulate(ifindex uint32, frame []byte) (guard.Verdict, guard.Re
 	if len(frame) < 14 {
 		return 0, 0, ErrFrameTooShort
 	}
-	if l.sim == nil {
-		ss, err := guard.SimSpec()
-		if err != nil {
-			return 0, 0, err
-		}
-		sc, err := ebpf.NewCollectionWithOptions(ss, ebpf.CollectionOptions{MapReplacements: l.xdp.Maps})
-		if err != nil {
-			return 0, 0, fmt.Errorf("loading %s: %w", guard.ProgSim, err)
-		}
-		l.sim = sc
+	prog, err := l.simProgram()
+	if err != nil {
+		return 0, 0, err
 	}
-	v, mark, err := guard.RunSKB(l.sim.Programs[guard.ProgSim], ifindex, frame, 1)
+	v, mark, err := guard.RunSKB(prog, ifindex, frame, 1)
 	if err != nil {
 		return 0, 0, fmt.Errorf("simulating on ifindex %d: %w", ifindex, err)
 	}
 	return v, guard.Reason(mark), nil
+}
+
+// simProgram loads pv_tc_sim on first use, over the loader's maps.
+func (l *Loader) simProgram() (*ebpf.Program, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sim == nil {
+		ss, err := guard.SimSpec()
+		if err != nil {
+			return nil, err
+		}
+		sc, err := ebpf.NewCollectionWithOptions(ss, ebpf.CollectionOptions{MapReplacements: l.xdp.Maps})
+		if err != nil {
+			return nil, fmt.Errorf("loading %s: %w", guard.ProgSim, err)
+		}
+		l.sim = sc
+	}
+	return l.sim.Programs[guard.ProgSim], nil
 }
 
 // ErrVerdictMismatch: the program attached to the port decided otherwise
