@@ -98,7 +98,7 @@ func (r *Root) apply(cmd *cobra.Command, ms []Manifest, dryRun bool, output stri
 		resp, err := client.Apply(cmd.Context(), connect.NewRequest(req))
 		if err != nil {
 			if start > 0 {
-				fmt.Fprintf(errOut, "error: %d of %d objects were sent before this failure\n", start, len(ms))
+				fmt.Fprintf(errOut, "error: the first %d objects were answered above; the other %d are not confirmed\n", start, len(ms)-start)
 			}
 			return err
 		}
@@ -160,13 +160,14 @@ func (r *Root) apply(cmd *cobra.Command, ms []Manifest, dryRun bool, output stri
 }
 
 // trimObjectPrefix drops a leading `Kind "name" is invalid: `,
-// `applying kind "name": ` or `kind "name": ` from a server message, since
+// `applying kind "name": `, `applying kind/name: ` or `kind "name": ` from a server message, since
 // the CLI names the object itself.
 func trimObjectPrefix(msg, kind, name string) string {
 	for _, k := range []string{kind, kindLower(kind)} {
 		for _, p := range []string{
 			fmt.Sprintf("%s %q is invalid: ", k, name),
 			fmt.Sprintf("applying %s %q: ", k, name),
+			fmt.Sprintf("applying %s/%s: ", k, name),
 			fmt.Sprintf("%s %q: ", k, name),
 		} {
 			if rest, ok := strings.CutPrefix(msg, p); ok {

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"syscall"
 
@@ -85,12 +87,24 @@ func Message(err error, target string) string {
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
-		if ce.Code() == connect.CodeUnavailable {
+		if ce.Code() == connect.CodeUnavailable && isTransport(ce) {
 			return unreachable(ce, target)
 		}
 		return (&ServerError{Reason: Reason(ce.Code()), Message: ce.Message()}).Error()
 	}
 	return "error: " + err.Error()
+}
+
+// isTransport reports whether an Unavailable error came from the
+// connection (nothing listening, connection lost) rather than from pivirtd
+// itself, which also answers Unavailable (e.g. a watch the store ended).
+func isTransport(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return true
+	}
+	var errno syscall.Errno
+	return errors.As(err, &errno)
 }
 
 // unreachable explains a failed connection; "is it running?" only when

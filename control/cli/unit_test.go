@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -87,6 +88,10 @@ func TestMessage(t *testing.T) {
 		{"no socket", dialErr(syscall.ENOENT), "error: cannot reach pivirtd at " + sock + ": is it running?"},
 		{"refused", dialErr(syscall.ECONNREFUSED), "error: cannot reach pivirtd at " + sock + ": is it running?"},
 		{"denied", dialErr(syscall.EACCES), "error: cannot reach pivirtd at " + sock + ": permission denied (run as root or as the socket's owner)"},
+		{"unavailable from the server", connect.NewError(connect.CodeUnavailable, errors.New("watch ended: the store closed it")),
+			`Error from server (ServiceUnavailable): watch ended: the store closed it`},
+		{"connection lost", connect.NewError(connect.CodeUnavailable, io.ErrUnexpectedEOF),
+			"error: cannot reach pivirtd at " + sock + ": is it running? (unexpected EOF)"},
 		{"server error", notFound("leases", "x"), `Error from server (NotFound): dhcplease "x" not found`},
 		{"canceled", context.Canceled, "error: interrupted"},
 		{"plain", errors.New(`the path "x" does not exist`), `error: the path "x" does not exist`},
@@ -110,6 +115,8 @@ func TestApplyErrorText(t *testing.T) {
 		{`label pivirt.hu/node is forbidden to ordinary clients`, "NetworkSegment", "y", "Forbidden", "label pivirt.hu/node is forbidden to ordinary clients"},
 		{`lease is-provisioning: cannot move`, "DHCPLease", "x", "Forbidden", "lease is-provisioning: cannot move"},
 		{`applying dhcplease "x": moving the lease is refused while frozen: blocked`, "DHCPLease", "x", "Forbidden", "moving the lease is refused while frozen: blocked"},
+		{`applying networksegment/n: metadata.labels: pivirt.hu/zone is reserved for the cluster tier (pivirt.hu/*): forbidden`, "NetworkSegment", "n",
+			"Forbidden", "metadata.labels: pivirt.hu/zone is reserved for the cluster tier (pivirt.hu/*): forbidden"},
 		{`applying dhcplease "x" at resourceVersion 3 (stored 4): conflict`, "DHCPLease", "x", "Conflict", `applying dhcplease "x" at resourceVersion 3 (stored 4): conflict`},
 	} {
 		t.Run(tc.msg, func(t *testing.T) {
