@@ -44,6 +44,8 @@ type fakeServer struct {
 	rev        int64
 	events     map[string][]*resourcev1.Event
 	applySizes []int
+	// failApply, when set, fails the Apply request with this index (0-based).
+	failApply func(call int) error
 	watchers   map[chan *resourcev1.WatchResponse]string // channel -> kind filter
 }
 
@@ -92,6 +94,11 @@ func (f *fakeServer) Apply(_ context.Context, req *connect.Request[resourcev1.Ap
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applySizes = append(f.applySizes, len(req.Msg.GetObjects()))
+	if f.failApply != nil {
+		if err := f.failApply(len(f.applySizes) - 1); err != nil {
+			return nil, err
+		}
+	}
 	resp := &resourcev1.ApplyResponse{}
 	for _, raw := range req.Msg.GetObjects() {
 		var o pivirtv1.Object

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -58,6 +59,23 @@ func TestApplyChunks(t *testing.T) {
 	}
 	if len(f.objs) != 2500 {
 		t.Errorf("stored %d objects, want 2500", len(f.objs))
+	}
+}
+
+func TestApplyChunkFails(t *testing.T) {
+	f := newFakeServer()
+	f.failApply = func(call int) error {
+		if call == 1 {
+			return connect.NewError(connect.CodeInternal, errors.New("committing: disk full"))
+		}
+		return nil
+	}
+	sock := startFake(t, f)
+	out, errOut, code := run(t, sock, leases(1500), "apply", "-f", "-")
+	wantErr := "error: the first 1000 objects were answered above; the other 500 are not confirmed\n" +
+		"Error from server (InternalError): committing: disk full\n"
+	if n := strings.Count(out, " created\n"); n != 1000 || errOut != wantErr || code != 1 {
+		t.Errorf("%d created, stderr %q, exit %d; want 1000, %q, 1", n, errOut, code, wantErr)
 	}
 }
 
