@@ -46,7 +46,7 @@ type fakeServer struct {
 	applySizes []int
 	// failApply, when set, fails the Apply request with this index (0-based).
 	failApply func(call int) error
-	watchers   map[chan *resourcev1.WatchResponse]string // channel -> kind filter
+	watchers  map[chan *resourcev1.WatchResponse]string // channel -> kind filter
 }
 
 func newFakeServer() *fakeServer {

@@ -4,9 +4,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log"
