@@ -3,6 +3,7 @@
 package loader
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -30,28 +31,39 @@ type Attachment struct {
 	Defunct bool `json:"defunct,omitempty"`
 }
 
-func describe(ifname string, hook Hook, pin string, lk link.Link) (Attachment, error) {
+// describe reads a pinned link: hook and device from the link, program
+// name and tag from the program (so links of other pivirt programs pinned
+// in the same tree, such as the NAT's, are described correctly too).
+func describe(ifname string, pin string, lk link.Link) (Attachment, error) {
 	info, err := lk.Info()
 	if err != nil {
 		return Attachment{}, fmt.Errorf("reading link info of %s: %w", pin, err)
 	}
-	a := Attachment{Interface: ifname, Ifindex: linkIfindex(info), Hook: hook, Mode: "tcx",
-		Program: progName(hook), ProgramID: info.Program, LinkID: info.ID, PinPath: pin}
-	if hook == HookXDP {
-		a.Mode = "driver"
+	a := Attachment{Interface: ifname, ProgramID: info.Program, LinkID: info.ID, PinPath: pin}
+	switch {
+	case info.XDP() != nil:
+		a.Hook, a.Mode, a.Ifindex = HookXDP, "driver", info.XDP().Ifindex
+	case info.TCX() != nil:
+		a.Hook, a.Mode, a.Ifindex = HookTCX, "tcx", info.TCX().Ifindex
+		if uint32(info.TCX().AttachType) == uint32(ebpf.AttachTCXEgress) {
+			a.Hook = HookTCXEgress
+		}
+	default:
+		a.Hook, a.Mode = Hook(fmt.Sprint(info.Type)), "link"
 	}
 	a.Defunct = a.Ifindex == 0
 	if p, err := ebpf.NewProgramFromID(info.Program); err == nil {
 		if pi, err := p.Info(); err == nil {
-			a.Tag = pi.Tag
+			a.Program, a.Tag = pi.Name, pi.Tag
 		}
 		p.Close()
 	}
 	return a, nil
 }
 
-// Attached lists the pinned guard links under <base>/links, sorted by
-// interface.
+// Attached lists every link pinned under <base>/links/<dir>/ (the guard's
+// and those other pivirt programs pin there), sorted by interface and
+// program, for `inspect progs`.
 func (l *Loader) Attached() ([]Attachment, error) {
 	dirs, err := os.ReadDir(LinksDir(l.base))
 	if err != nil {
@@ -70,16 +82,12 @@ func (l *Loader) Attached() ([]Attachment, error) {
 		}
 		for _, f := range files {
 			pin := filepath.Join(LinksDir(l.base), d.Name(), f.Name())
-			hook := HookTCX
-			if strings.Contains(f.Name(), "xdp") {
-				hook = HookXDP
-			}
 			lk, err := link.LoadPinnedLink(pin, nil)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("opening pinned link %s: %w", pin, err))
 				continue
 			}
-			a, err := describe(d.Name(), hook, pin, lk)
+			a, err := describe(d.Name(), pin, lk)
 			lk.Close()
 			if err != nil {
 				errs = append(errs, err)
@@ -88,18 +96,17 @@ func (l *Loader) Attached() ([]Attachment, error) {
 			out = append(out, a)
 		}
 	}
-	slices.SortFunc(out, func(a, b Attachment) int { return strings.Compare(a.Interface, b.Interface) })
+	slices.SortFunc(out, func(a, b Attachment) int {
+		return cmp.Or(strings.Compare(a.Interface, b.Interface), strings.Compare(a.Program, b.Program))
+	})
 	return out, errors.Join(errs...)
 }
 
 // Attachment returns the guard attachment of one interface, or an error
 // wrapping os.ErrNotExist.
 func (l *Loader) Attachment(ifname string) (Attachment, error) {
-	for _, p := range []struct {
-		hook Hook
-		name string
-	}{{HookXDP, progName(HookXDP)}, {HookTCX, progName(HookTCX)}} {
-		pin := LinkPath(l.base, ifname, p.name)
+	for _, name := range []string{progName(HookXDP), progName(HookTCX)} {
+		pin := LinkPath(l.base, ifname, name)
 		lk, err := link.LoadPinnedLink(pin, nil)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -108,7 +115,7 @@ func (l *Loader) Attachment(ifname string) (Attachment, error) {
 			return Attachment{}, fmt.Errorf("opening pinned link %s: %w", pin, err)
 		}
 		defer lk.Close()
-		return describe(ifname, p.hook, pin, lk)
+		return describe(ifname, pin, lk)
 	}
 	return Attachment{}, fmt.Errorf("guard on %s: %w", ifname, os.ErrNotExist)
 }

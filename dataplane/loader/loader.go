@@ -166,7 +166,7 @@ func (l *Loader) Attach(ifname string, mode Mode) (Attachment, error) {
 	if err := unpin(LinkPath(l.base, ifname, progName(other))); err != nil {
 		return Attachment{}, fmt.Errorf("removing %s link of %s: %w", other, ifname, err)
 	}
-	return describe(ifname, hook, pin, lk)
+	return describe(ifname, pin, lk)
 }
 
 // updatePinned swaps prog into the link pinned at pin. A missing pin, a
@@ -245,7 +245,9 @@ func (l *Loader) Detach(ifname string) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := os.Remove(IfaceLinksDir(l.base, ifname)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// Other programs (the NAT) may keep links in the same directory.
+	if err := os.Remove(IfaceLinksDir(l.base, ifname)); err != nil &&
+		!errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

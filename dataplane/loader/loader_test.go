@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/vishvananda/netlink"
@@ -209,8 +211,43 @@ func TestPrivilegedLoader(t *testing.T) {
 			t.Errorf("re-created interface: %+v, want a new live link", at3)
 		}
 
+		// Another program's link in the same directory (as the NAT pins
+		// them) is listed and survives the guard's Detach.
+		other, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "pv_test_other", Type: ebpf.SchedCLS,
+			AttachType: ebpf.AttachTCXEgress, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}})
+		if err != nil {
+			return err
+		}
+		defer other.Close()
+		olk, err := link.AttachTCX(link.TCXOptions{Program: other, Attach: ebpf.AttachTCXEgress, Interface: int(at3.Ifindex)})
+		if err != nil {
+			return err
+		}
+		otherPin := loader.LinkPath(base, a, "pv_test_other")
+		if err := olk.Pin(otherPin); err != nil {
+			return err
+		}
+		olk.Close()
+		list, err = l2.Attached()
+		if err != nil {
+			return err
+		}
+		var found bool
+		for _, at := range list {
+			if at.Program == "pv_test_other" {
+				found = at.Hook == loader.HookTCXEgress && at.Interface == a
+			}
+		}
+		if !found {
+			t.Errorf("Attached() = %+v, want pv_test_other at tcx-egress of %s", list, a)
+		}
+
 		if err := l2.Detach(a); err != nil {
 			return err
+		}
+		if _, err := os.Stat(otherPin); err != nil {
+			t.Errorf("Detach removed another program's link: %v", err)
 		}
 		if _, err := l2.Attachment(a); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("after Detach: %v, want not exist", err)

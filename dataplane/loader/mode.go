@@ -35,8 +35,9 @@ type Hook string
 
 // Hooks.
 const (
-	HookXDP Hook = "xdp"
-	HookTCX Hook = "tcx-ingress"
+	HookXDP       Hook = "xdp"
+	HookTCX       Hook = "tcx-ingress"
+	HookTCXEgress Hook = "tcx-egress" // not the guard's; listed for other programs' links
 )
 
 // resolve picks the hook for a device of the given netlink type ("veth",
