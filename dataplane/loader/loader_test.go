@@ -175,6 +175,20 @@ func TestPrivilegedLoader(t *testing.T) {
 			}
 		}
 
+		// auto on a tap is XDP in driver mode.
+		tap := testutil.UniqueName("pvtap")
+		if err := netlink.LinkAdd(&netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: tap},
+			Mode: netlink.TUNTAP_MODE_TAP, Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR}); err != nil {
+			return err
+		}
+		att, err := l2.Attach(tap, loader.ModeAuto)
+		if err != nil {
+			return err
+		}
+		if att.Hook != loader.HookXDP || att.Mode != "driver" || att.Program != guard.ProgXDP {
+			t.Errorf("auto on tap: %+v, want xdp driver", att)
+		}
+
 		// A device without native XDP (a bridge) is refused, never generic XDP.
 		dummy := testutil.UniqueName("pvbr")
 		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: dummy}}); err != nil {
