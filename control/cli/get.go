@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,6 +142,9 @@ func (r *Root) get(ctx context.Context, kind string, names []string, o getOption
 		if missing > 0 {
 			return errReported
 		}
+		if len(names) > 0 {
+			revision = watchStart(items)
+		}
 		return r.watch(ctx, client, kind, names, revision, items, o, po)
 	}
 	switch {
@@ -160,6 +164,23 @@ func (r *Root) get(ctx context.Context, kind string, names []string, o getOption
 		return errReported
 	}
 	return nil
+}
+
+// watchStart is the revision to watch named objects from: the oldest of
+// their resourceVersions (the store revision of their last write), so no
+// later change of any of them is missed. 0 (from now) if one is not numeric.
+func watchStart(items []Item) int64 {
+	var from int64
+	for _, it := range items {
+		rv, err := strconv.ParseInt(it.Obj.Metadata.ResourceVersion, 10, 64)
+		if err != nil || rv <= 0 {
+			return 0
+		}
+		if from == 0 || rv < from {
+			from = rv
+		}
+	}
+	return from
 }
 
 // getObject fetches one object, turning NotFound into kubectl's message.

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 )
 
 func TestMain(m *testing.M) {
@@ -255,6 +257,28 @@ func TestReadManifests(t *testing.T) {
 			}
 			if got := strings.Join(names, " "); got != tc.want {
 				t.Errorf("names = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWatchStart(t *testing.T) {
+	obj := func(rv string) Item {
+		return Item{Obj: &pivirtv1.Object{Metadata: pivirtv1.ObjectMeta{ResourceVersion: rv}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		items []Item
+		want  int64
+	}{
+		{"none", nil, 0},
+		{"one", []Item{obj("7")}, 7},
+		{"oldest of several", []Item{obj("9"), obj("5"), obj("12")}, 5},
+		{"opaque version watches from now", []Item{obj("5"), obj("abc")}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := watchStart(tc.items); got != tc.want {
+				t.Errorf("watchStart() = %d, want %d", got, tc.want)
 			}
 		})
 	}
