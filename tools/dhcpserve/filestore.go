@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -20,20 +21,100 @@ import (
 	"pivirt.hu/dataplane/dataplane/dhcp/server"
 )
 
-// fileStore is an append-only lease log: one line per change
+// fileStore is a lease log: one line per change
 // ("<kind> <seg> <ip> <mac> <clientid-hex|-> <expires-unix> <hostname|->"),
-// one write and one fdatasync per Persist.
+// one pwrite and one fdatasync per Persist. The file is grown ahead in
+// zero-filled chunks (written and synced once), so the per-batch
+// fdatasync flushes data only: appending would change the file size and
+// make every sync an ext4 journal commit. Replay stops at the first NUL.
 type fileStore struct {
-	f   *os.File
-	buf []byte
+	f    *os.File
+	off  int64 // end of the records
+	size int64 // zero-filled, synced capacity
+	buf  []byte
 }
 
+// growChunk is how far ahead the log is zero-filled.
+const growChunk = 8 << 20
+
 func openFileStore(path string) (*fileStore, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening lease log: %w", err)
 	}
-	return &fileStore{f: f}, nil
+	s := &fileStore{f: f}
+	if err := s.findEnd(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := s.dropTornTail(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// dropTornTail zeroes a last line without its newline (a crash in the
+// middle of a write), so the next record starts on a line of its own.
+func (s *fileStore) dropTornTail() error {
+	if s.off == 0 {
+		return nil
+	}
+	start := max(0, s.off-4096)
+	tail := make([]byte, s.off-start)
+	if _, err := s.f.ReadAt(tail, start); err != nil {
+		return fmt.Errorf("reading lease log tail: %w", err)
+	}
+	i := bytes.LastIndexByte(tail, '\n')
+	if i == len(tail)-1 {
+		return nil
+	}
+	keep := start + int64(i) + 1 // i = -1: the whole tail is torn
+	if _, err := s.f.WriteAt(make([]byte, s.off-keep), keep); err != nil {
+		return fmt.Errorf("clearing torn lease log tail: %w", err)
+	}
+	s.off = keep
+	return s.f.Sync()
+}
+
+// findEnd sets off to the first NUL (or the file size) and size to the
+// file size.
+func (s *fileStore) findEnd() error {
+	st, err := s.f.Stat()
+	if err != nil {
+		return fmt.Errorf("reading lease log size: %w", err)
+	}
+	s.size = st.Size()
+	buf := make([]byte, 64<<10)
+	for off := int64(0); off < s.size; {
+		n, err := s.f.ReadAt(buf, off)
+		if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
+			s.off = off + int64(i)
+			return nil
+		}
+		off += int64(n)
+		if err != nil {
+			break
+		}
+	}
+	s.off = s.size
+	return nil
+}
+
+// grow zero-fills another chunk past the end and syncs it (size change:
+// one journal commit per chunk, not per batch).
+func (s *fileStore) grow(need int64) error {
+	for s.size < need {
+		zero := make([]byte, growChunk)
+		if _, err := s.f.WriteAt(zero, s.size); err != nil {
+			return fmt.Errorf("growing lease log: %w", err)
+		}
+		s.size += growChunk
+	}
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("syncing grown lease log: %w", err)
+	}
+	return nil
 }
 
 // Persist implements responder.Persister.
@@ -70,9 +151,15 @@ func (s *fileStore) Persist(_ context.Context, changes []server.LeaseChange) err
 		b = append(b, '\n')
 	}
 	s.buf = b
-	if _, err := s.f.Write(b); err != nil {
-		return fmt.Errorf("appending to lease log: %w", err)
+	if s.off+int64(len(b)) > s.size {
+		if err := s.grow(s.off + int64(len(b))); err != nil {
+			return err
+		}
 	}
+	if _, err := s.f.WriteAt(b, s.off); err != nil {
+		return fmt.Errorf("writing lease log: %w", err)
+	}
+	s.off += int64(len(b))
 	if err := unix.Fdatasync(int(s.f.Fd())); err != nil {
 		return fmt.Errorf("syncing lease log: %w", err)
 	}
@@ -81,11 +168,8 @@ func (s *fileStore) Persist(_ context.Context, changes []server.LeaseChange) err
 
 // Load replays the log and returns the leases of seg still valid at now.
 func (s *fileStore) Load(now time.Time, seg uint32) ([]server.Lease, error) {
-	if _, err := s.f.Seek(0, 0); err != nil {
-		return nil, fmt.Errorf("rewinding lease log: %w", err)
-	}
 	live := map[netip.Addr]server.Lease{}
-	sc := bufio.NewScanner(s.f)
+	sc := bufio.NewScanner(io.NewSectionReader(s.f, 0, s.off))
 	for n := 1; sc.Scan(); n++ {
 		fs := bytes.Fields(sc.Bytes())
 		if len(fs) != 7 {

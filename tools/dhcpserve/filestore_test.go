@@ -35,10 +35,14 @@ func TestFileStoreReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if st, _ := os.Stat(path); st.Size() != growChunk {
+		t.Fatalf("log size %d, want one zero-filled chunk", st.Size())
+	}
 	fs.Close()
 	// A torn line at the end (crash mid-write) is skipped.
-	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	f.WriteString("bound 1 10.0.0.")
+	f, _ := os.OpenFile(path, os.O_WRONLY, 0)
+	end := fs.off
+	f.WriteAt([]byte("bound 1 10.0.0."), end)
 	f.Close()
 	fs, err = openFileStore(path)
 	if err != nil {
@@ -57,5 +61,16 @@ func TestFileStoreReplay(t *testing.T) {
 	}
 	if got, _ := fs.Load(now, 2); len(got) != 1 || got[0].IP != ipB {
 		t.Fatalf("segment 2 leases %+v", got)
+	}
+	// Reopened, the torn fragment was cleared: the next record starts
+	// where it began and replays.
+	if fs.off != end {
+		t.Fatalf("end %d, want %d (torn tail dropped)", fs.off, end)
+	}
+	if err := fs.Persist(context.Background(), []server.LeaseChange{{Kind: server.Released, Segment: 1, Lease: server.Lease{IP: ipA2, MAC: macA}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := fs.Load(now, 1); len(got) != 0 {
+		t.Fatalf("release after a torn tail not replayed: %+v", got)
 	}
 }
