@@ -270,6 +270,10 @@ Events:                  <none>
 			wantOut: "dhcplease \"web-01\" deleted\n", check: stored("DHCPLease/db-01")},
 		{name: "delete all of a kind", setup: []string{leaseDoc, dbLease, segmentDoc}, args: []string{"delete", "leases", "--all"},
 			wantOut: "dhcplease \"db-01\" deleted\ndhcplease \"web-01\" deleted\n", check: stored("NetworkSegment/lan")},
+		{name: "delete empty file", stdin: "# nothing\n", args: []string{"delete", "-f", "-"}, wantCode: 1,
+			wantErr: "error: no objects passed to delete\n"},
+		{name: "apply empty file", stdin: "---\n", args: []string{"apply", "-f", "-"}, wantCode: 1,
+			wantErr: "error: no objects passed to apply\n"},
 		{name: "delete without names", args: []string{"delete", "lease"}, wantCode: 1,
 			wantErr: "error: give the names of the DHCPLease objects to delete, -l SELECTOR or --all\nSee 'pivirtctl delete --help' for usage.\n"},
 

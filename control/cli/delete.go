@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -74,6 +75,9 @@ func (r *Root) deleteTargets(cmd *cobra.Command, args []string, o deleteOptions)
 		ms, err := ReadManifests(o.ff.files, o.ff.recursive, r.streams.In)
 		if err != nil {
 			return nil, err
+		}
+		if len(ms) == 0 {
+			return nil, errors.New("no objects passed to delete")
 		}
 		refs := make([]objRef, len(ms))
 		for i, m := range ms {
