@@ -5,9 +5,11 @@ package loader_test
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -319,6 +321,34 @@ func TestPrivilegedBpftoolDump(t *testing.T) {
 	if f.Key.Ifindex != e.Ifindex || [6]uint8(f.Value.Mac) != mac || f.Value.SegID != e.SegID ||
 		guard.PortFlags(f.Value.Flags).String() != e.Flags {
 		t.Errorf("bpftool %+v, typed %+v", f, e)
+	}
+	var text strings.Builder
+	names := func(i uint32) string {
+		if i == 42 {
+			return "tap42"
+		}
+		return ""
+	}
+	if err := l.Maps().Dump(guard.MapPorts, &text, names); err != nil {
+		t.Fatal(err)
+	}
+	if want := "ifindex=tap42(42) mac=52:54:00:12:34:56"; !strings.HasPrefix(text.String(), want) {
+		t.Errorf("Dump = %q, want prefix %q", text.String(), want)
+	}
+	dec, err := l.Maps().Decoded(guard.MapPorts, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js, _ := json.Marshal(dec); !strings.Contains(string(js), `"interface":"tap42"`) {
+		t.Errorf("Decoded JSON %s lacks the interface name", js)
+	}
+	for _, name := range guard.MapNames {
+		if err := l.Maps().Dump(name, io.Discard, nil); err != nil {
+			t.Errorf("Dump(%s): %v", name, err)
+		}
+	}
+	if _, err := l.Maps().Decoded("pv_nope", nil); !errors.Is(err, loader.ErrUnknownMap) {
+		t.Errorf("unknown map: %v", err)
 	}
 	if got := l.Map(guard.MapPorts); got == nil || got.Type() != ebpf.Hash {
 		t.Errorf("Map(%s) = %v", guard.MapPorts, got)
