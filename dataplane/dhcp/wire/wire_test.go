@@ -320,3 +320,36 @@ func FuzzDecodeInto(f *testing.F) {
 		}
 	})
 }
+
+func TestChecksumMatchesBytewise(t *testing.T) {
+	ref := func(b []byte, sum uint32) uint16 {
+		for len(b) >= 2 {
+			sum += uint32(b[0])<<8 | uint32(b[1])
+			b = b[2:]
+		}
+		if len(b) == 1 {
+			sum += uint32(b[0]) << 8
+		}
+		for sum > 0xffff {
+			sum = sum>>16 + sum&0xffff
+		}
+		return ^uint16(sum)
+	}
+	b := make([]byte, 1500)
+	for i := range b {
+		b[i] = byte(i*7 + i>>3)
+	}
+	for n := 0; n <= 64; n++ {
+		for _, seed := range []uint32{0, 17 + 300, 0x3fffd} {
+			if got, want := checksum(b[len(b)-n:], seed), ref(b[len(b)-n:], seed); got != want {
+				t.Fatalf("len %d seed %d: %#x, want %#x", n, seed, got, want)
+			}
+		}
+	}
+	for i := range b {
+		b[i] = 0xff
+	}
+	if got, want := checksum(b, 0xffff), ref(b, 0xffff); got != want {
+		t.Fatalf("all ones: %#x, want %#x", got, want)
+	}
+}
