@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	bbolt "go.etcd.io/bbolt"
+
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store"
 )
@@ -156,6 +158,41 @@ func BenchmarkFsyncBaseline(b *testing.B) {
 		}
 		lat = append(lat, time.Since(start))
 		i++
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkRawBboltUpdate: the same create as BenchmarkUpdateLatency
+// straight on bbolt (one Put, one commit), to show what the store adds.
+func BenchmarkRawBboltUpdate(b *testing.B) {
+	db, err := bbolt.Open(filepath.Join(b.TempDir(), "raw.db"), 0o600, &bbolt.Options{FreelistType: bbolt.FreelistMapType})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	lat := make([]time.Duration, 0, b.N)
+	i := 0
+	for b.Loop() {
+		obj := leaseObject(i)
+		i++
+		start := time.Now()
+		err := db.Update(func(tx *bbolt.Tx) error {
+			data, err := json.Marshal(obj)
+			if err != nil {
+				return err
+			}
+			bk, err := tx.CreateBucketIfNotExists([]byte(obj.Kind))
+			if err != nil {
+				return err
+			}
+			return bk.Put([]byte(obj.Metadata.Name), data)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
 	}
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
