@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -151,21 +152,43 @@ func DiffObjects(name string, live, merged []byte) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reading new object: %w", err)
 	}
-	if a == b {
+	// Most objects agree; compare JSON first and only render YAML (the
+	// costly part of diffing 10,000 objects) for those that differ.
+	if bytes.Equal(a, b) {
 		return "", nil
 	}
+	ay, err := toYAML(a)
+	if err != nil {
+		return "", err
+	}
+	by, err := toYAML(b)
+	if err != nil {
+		return "", err
+	}
 	from, to := "live/"+name, "merged/"+name
-	return fmt.Sprintf("diff -u -N %s %s\n", from, to) + udiff.Unified(from, to, a, b), nil
+	return fmt.Sprintf("diff -u -N %s %s\n", from, to) + udiff.Unified(from, to, ay, by), nil
 }
 
-// comparable renders the user-owned part of an object as YAML.
-func comparable(raw []byte) (string, error) {
-	if len(raw) == 0 {
+func toYAML(j []byte) (string, error) {
+	if len(j) == 0 {
 		return "", nil
+	}
+	y, err := yaml.JSONToYAML(j)
+	if err != nil {
+		return "", fmt.Errorf("encoding yaml: %w", err)
+	}
+	return string(y), nil
+}
+
+// comparable returns the user-owned part of an object as JSON with sorted
+// keys (nil for no object), so equal objects give equal bytes.
+func comparable(raw []byte) ([]byte, error) {
+	if len(raw) == 0 {
+		return nil, nil
 	}
 	var o pivirtv1.Object
 	if err := json.Unmarshal(raw, &o); err != nil {
-		return "", err
+		return nil, err
 	}
 	labels := map[string]string{}
 	for k, v := range o.Metadata.Labels {
@@ -176,27 +199,29 @@ func comparable(raw []byte) (string, error) {
 	if len(labels) == 0 {
 		labels = nil
 	}
-	c := pivirtv1.Object{
-		APIVersion: o.APIVersion,
-		Kind:       o.Kind,
-		Metadata: pivirtv1.ObjectMeta{
-			Name:            o.Metadata.Name,
-			Labels:          labels,
-			Annotations:     o.Metadata.Annotations,
-			OwnerReferences: o.Metadata.OwnerReferences,
-		},
-		Spec: o.Spec,
+	meta := pivirtv1.ObjectMeta{
+		Name:            o.Metadata.Name,
+		Labels:          labels,
+		Annotations:     o.Metadata.Annotations,
+		OwnerReferences: o.Metadata.OwnerReferences,
 	}
-	if len(c.Metadata.Annotations) == 0 {
-		c.Metadata.Annotations = nil
+	if len(meta.Annotations) == 0 {
+		meta.Annotations = nil
 	}
-	j, err := json.Marshal(c)
-	if err != nil {
-		return "", err
+	// Spec goes through a map so its keys are sorted whatever order the
+	// server or the manifest wrote them in.
+	var spec any
+	if len(o.Spec) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(o.Spec))
+		dec.UseNumber() // keep numbers exactly as written
+		if err := dec.Decode(&spec); err != nil {
+			return nil, err
+		}
 	}
-	y, err := yaml.JSONToYAML(j)
-	if err != nil {
-		return "", err
-	}
-	return string(y), nil
+	return json.Marshal(struct {
+		APIVersion string              `json:"apiVersion"`
+		Kind       string              `json:"kind"`
+		Metadata   pivirtv1.ObjectMeta `json:"metadata"`
+		Spec       any                 `json:"spec,omitempty"`
+	}{o.APIVersion, o.Kind, meta, spec})
 }
