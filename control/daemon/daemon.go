@@ -25,11 +25,14 @@ import (
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
 	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/guard"
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/segment"
 	"pivirt.hu/dataplane/control/server"
 	"pivirt.hu/dataplane/control/store"
 	"pivirt.hu/dataplane/control/store/bolt"
+	"pivirt.hu/dataplane/control/store/etcd"
+	"pivirt.hu/dataplane/dataplane/loader"
 )
 
 // Controller is a long-running part of the daemon (a reconciler, a DHCP
@@ -46,6 +49,7 @@ type Daemon struct {
 	store  store.Store
 	events *events.Recorder
 	index  *admission.Index // every write of the daemon goes through it
+	loader *loader.Loader
 	reg    *prometheus.Registry
 }
 
@@ -66,12 +70,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.store = st
 	defer st.Close()
 
+	// Closing the loader drops only Go handles: pinned maps and links, and
+	// so enforcement, outlive the daemon.
+	if d.loader, err = loader.Open(cfg.BPFFS); err != nil {
+		return fmt.Errorf("opening the dataplane at %s: %w", cfg.BPFFS, err)
+	}
+	defer d.loader.Close()
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	controllers, err := d.controllers()
+	if err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
-	for _, c := range d.controllers() {
+	for _, c := range controllers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -111,26 +126,45 @@ func (d *Daemon) openStore() (store.Store, error) {
 		if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("creating state dir: %w", err)
 		}
-		st, err := bolt.Open(d.cfg.StatePath(), bolt.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("opening store %s: %w", d.cfg.StatePath(), err)
-		}
-		return st, nil
+		return bolt.Open(d.cfg.StatePath(), bolt.Options{Logger: d.log})
+	case "etcd":
+		return etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{})
 	}
 	return nil, fmt.Errorf("--store %s: this build has no %s backend yet", d.cfg.Store, d.cfg.Store)
 }
 
 // controllers lists what runs beside the API.
-func (d *Daemon) controllers() []Controller {
+func (d *Daemon) controllers() ([]Controller, error) {
+	mode, err := loader.ParseMode(d.cfg.Attach)
+	if err != nil {
+		return nil, err
+	}
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log}
+	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode}
+	guardLoop := &reconcile.Loop{
+		ID: "guard", Store: d.store, Log: d.log,
+		Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity},
+		Func:  guards.Reconcile,
+	}
 	return []Controller{
 		&reconcile.Loop{
 			ID: "segments", Store: d.store, Log: d.log,
 			Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease},
 			Func:  segments.Reconcile,
 		},
-	}
+		guardLoop,
+		controllerFunc{"link-watch", func(ctx context.Context) error { return guard.WatchLinks(ctx, guardLoop.Trigger) }},
+	}, nil
 }
+
+// controllerFunc adapts a function to Controller.
+type controllerFunc struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+func (c controllerFunc) Name() string                  { return c.name }
+func (c controllerFunc) Run(ctx context.Context) error { return c.run(ctx) }
 
 // serveAPI starts the unix socket, TCP and metrics listeners.
 func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Server, error) {

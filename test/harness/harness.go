@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"pivirt.hu/dataplane/test/testutil"
 )
 
 // Binaries are the built commands.
@@ -66,8 +68,7 @@ type Options struct {
 	// NetNS, when set, is the path of the network namespace pivirtd runs in
 	// (entered with nsenter, so mounts stay the host's).
 	NetNS string
-	// BPFFS is the pin base; empty uses a dir under the state dir (pivirtd
-	// mounts bpffs there).
+	// BPFFS is the pin base; empty mounts a private bpffs for the test.
 	BPFFS string
 	// Args are extra pivirtd flags.
 	Args []string
@@ -95,7 +96,7 @@ func StartDaemon(tb testing.TB, bins Binaries, opts Options) *Daemon {
 	dir := tb.TempDir()
 	d := &Daemon{tb: tb, bins: bins, opts: opts, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "pivirtd.sock"), BPFFS: opts.BPFFS, logBuf: &syncBuffer{}}
 	if d.BPFFS == "" {
-		d.BPFFS = filepath.Join(dir, "bpffs")
+		d.BPFFS = testutil.TempBPFFS(tb)
 	}
 	tb.Cleanup(func() {
 		d.Stop()

@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/compile"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/mapsync"
+	"pivirt.hu/dataplane/control/reconcile"
+	"pivirt.hu/dataplane/control/store"
+	dpguard "pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/loader"
+	"pivirt.hu/dataplane/dataplane/maps/countermap"
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+)
+
+// PortStatus is a PortSecurity's status.
+type PortStatus struct {
+	pivirtv1.Status
+	Interface string            `json:"interface,omitempty"`
+	Ifindex   uint32            `json:"ifindex,omitempty"`
+	Segment   string            `json:"segment,omitempty"`
+	Attach    string            `json:"attach,omitempty"` // xdp (driver) | tcx
+	Program   string            `json:"program,omitempty"`
+	ProgramID uint32            `json:"programID,omitempty"`
+	LinkID    uint32            `json:"linkID,omitempty"`
+	Counters  map[string]uint64 `json:"counters,omitempty"`
+}
+
+// LeaseStatus is a DHCPLease's status.
+type LeaseStatus struct {
+	pivirtv1.Status
+	SegmentID uint32 `json:"segmentID,omitempty"`
+}
+
+// Controller is the guard reconciler.
+type Controller struct {
+	Store  store.Store
+	Index  *admission.Index
+	Events *events.Recorder
+	Log    *slog.Logger
+	Loader *loader.Loader
+	Mode   loader.Mode
+
+	mu        sync.Mutex // Loader is not safe for concurrent use
+	taiOffset time.Duration
+	attached  map[string]loader.Attachment // by interface
+}
+
+// Reconcile is a reconcile.Func over NetworkSegment, DHCPLease and
+// PortSecurity.
+func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.attached == nil {
+		c.attached = map[string]loader.Attachment{}
+		if err := c.loadAttached(); err != nil {
+			return err
+		}
+	}
+	host, err := c.hostFacts()
+	if err != nil {
+		return err
+	}
+	var objs []*pivirtv1.Object
+	for _, k := range []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity} {
+		objs = append(objs, snap.Of(k)...)
+	}
+	desired := compile.Compile(objs, host)
+
+	var errs []error
+	m := c.Loader.Maps()
+	res, err := mapsync.SyncGuard(mapsync.GuardMaps{Ports: m.Ports, Allow4: m.Allow4, Allow6: m.Allow6, Leases: m.Leases}, desired)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for name, r := range res {
+		if r.Changed() {
+			c.Log.Debug("map synced", "map", name, "result", r.String(), "rev", snap.Revision)
+		}
+	}
+
+	updates, err := c.syncPorts(snap, desired)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
+		st := desired.Status[compile.Ref{Kind: o.Kind, Name: o.Metadata.Name}]
+		ls := LeaseStatus{Status: pivirtv1.Status{Phase: st.Phase, Message: st.Message, ObservedGeneration: o.Metadata.Generation}, SegmentID: st.SegID}
+		updates = append(updates, reconcile.StatusUpdate{Object: o, Status: ls})
+	}
+	if err := reconcile.SetStatuses(ctx, c.Store, c.Index, updates); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// syncPorts attaches every compiled port whose interface exists, detaches
+// the ports no PortSecurity names any more, and returns their statuses.
+func (c *Controller) syncPorts(snap reconcile.Snapshot, desired compile.Desired) ([]reconcile.StatusUpdate, error) {
+	var errs []error
+	var updates []reconcile.StatusUpdate
+	want := map[string]bool{}
+	for _, o := range snap.Of(pivirtv1.KindPortSecurity) {
+		cs := desired.Status[compile.Ref{Kind: o.Kind, Name: o.Metadata.Name}]
+		st := PortStatus{Status: pivirtv1.Status{Phase: cs.Phase, Message: cs.Message, ObservedGeneration: o.Metadata.Generation},
+			Interface: cs.Interface, Ifindex: cs.Ifindex, Segment: cs.Segment}
+		if cs.Interface != "" {
+			want[cs.Interface] = true
+		}
+		if cs.Phase == pivirtv1.PhaseReady {
+			a, err := c.Loader.Attach(cs.Interface, c.Mode)
+			if err != nil {
+				st.Phase, st.Message = pivirtv1.PhaseFailed, err.Error()
+				c.Events.Record(o.Kind, o.Metadata.Name, events.Warning, "AttachFailed", err.Error())
+				errs = append(errs, fmt.Errorf("attaching guard to %s: %w", cs.Interface, err))
+			} else {
+				if prev, ok := c.attached[cs.Interface]; !ok || prev.ProgramID != a.ProgramID || prev.Ifindex != a.Ifindex {
+					c.Events.Record(o.Kind, o.Metadata.Name, events.Normal, "Attached",
+						fmt.Sprintf("%s on %s (%s, program %d, link %d)", a.Program, a.Interface, a.Mode, a.ProgramID, a.LinkID))
+				}
+				c.attached[cs.Interface] = a
+				st.Attach, st.Program, st.ProgramID, st.LinkID = attachName(a), a.Program, uint32(a.ProgramID), uint32(a.LinkID)
+				if t, err := c.Loader.Maps().Counters.Lookup(countermap.NewKey(a.Ifindex)); err == nil {
+					st.Counters = t.ByName()
+				}
+			}
+		} else if cs.Phase == pivirtv1.PhasePending && cs.Interface != "" {
+			c.Events.Record(o.Kind, o.Metadata.Name, events.Normal, "Pending", cs.Message)
+		}
+		updates = append(updates, reconcile.StatusUpdate{Object: o, Status: st})
+	}
+	for ifname := range c.attached {
+		if want[ifname] {
+			continue
+		}
+		if err := c.Loader.Detach(ifname); err != nil {
+			errs = append(errs, fmt.Errorf("detaching guard from %s: %w", ifname, err))
+			continue
+		}
+		c.Log.Info("guard detached", "interface", ifname)
+		delete(c.attached, ifname)
+	}
+	return updates, errors.Join(errs...)
+}
+
+func attachName(a loader.Attachment) string {
+	if a.Hook == loader.HookXDP {
+		return "xdp"
+	}
+	return "tcx"
+}
+
+// loadAttached learns the links a previous pivirtd pinned, so ports
+// deleted while it was down get detached.
+func (c *Controller) loadAttached() error {
+	as, err := c.Loader.Attached()
+	if err != nil {
+		return fmt.Errorf("listing pinned guard links: %w", err)
+	}
+	for _, a := range as {
+		if a.PinPath != "" && (a.Program == dpguard.ProgXDP || a.Program == dpguard.ProgTCX) {
+			c.attached[a.Interface] = a
+		}
+	}
+	return nil
+}
+
+// hostFacts reads the interfaces of this network namespace.
+func (c *Controller) hostFacts() (compile.Host, error) {
+	if c.taiOffset == 0 {
+		off, err := leasemap.TAIOffset()
+		if err != nil {
+			return compile.Host{}, err
+		}
+		c.taiOffset = off
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return compile.Host{}, fmt.Errorf("listing links: %w", err)
+	}
+	byIndex := map[int]string{}
+	for _, l := range links {
+		byIndex[l.Attrs().Index] = l.Attrs().Name
+	}
+	h := compile.Host{Links: map[string]compile.Link{}, TAIOffset: c.taiOffset}
+	for _, l := range links {
+		a := l.Attrs()
+		h.Links[a.Name] = compile.Link{Index: uint32(a.Index), Master: byIndex[a.MasterIndex]}
+	}
+	return h, nil
+}
+
+// WatchLinks triggers the loop on every link change (a tap appearing, a
+// port joining a bridge), until ctx is done.
+func WatchLinks(ctx context.Context, trigger func()) error {
+	updates := make(chan netlink.LinkUpdate, 64)
+	done := make(chan struct{})
+	if err := netlink.LinkSubscribe(updates, done); err != nil {
+		return fmt.Errorf("subscribing to link updates: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		close(done)
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-updates:
+			if !ok {
+				return nil
+			}
+			trigger()
+		}
+	}
+}
