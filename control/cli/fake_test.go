@@ -47,6 +47,8 @@ type fakeServer struct {
 	// failApply, when set, fails the Apply request with this index (0-based).
 	failApply func(call int) error
 	watchers  map[chan *resourcev1.WatchResponse]string // channel -> kind filter
+	// watchHook, when set, runs first in Watch; an error ends the call.
+	watchHook func(from int64) error
 }
 
 func newFakeServer() *fakeServer {
@@ -276,6 +278,11 @@ func (f *fakeServer) Events(_ context.Context, req *connect.Request[resourcev1.E
 }
 
 func (f *fakeServer) Watch(ctx context.Context, req *connect.Request[resourcev1.WatchRequest], stream *connect.ServerStream[resourcev1.WatchResponse]) error {
+	if f.watchHook != nil {
+		if err := f.watchHook(req.Msg.GetFromRevision()); err != nil {
+			return err
+		}
+	}
 	kind := ""
 	if req.Msg.GetKind() != "" {
 		var err error

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"pivirt.hu/dataplane/api/labels"
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
@@ -252,27 +253,72 @@ func (r *Root) watch(ctx context.Context, c resourcev1connect.ResourceServiceCli
 		fmt.Fprintln(r.streams.ErrOut, "No resources found.")
 	}
 
+	// The server filters by kind only; names and the selector apply here.
+	sel, err := labels.Parse(o.selector)
+	if err != nil {
+		return fmt.Errorf("parsing selector: %w", err)
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	wanted := func(it Item) bool {
+		return (len(want) == 0 || want[it.Obj.Metadata.Name]) && sel.Matches(it.Obj.Metadata.Labels)
+	}
+	known := map[string]Item{}
+	for _, it := range items {
+		known[itemKey(it)] = it
+	}
+	for resyncs := 0; ; resyncs++ {
+		err := r.watchFrom(ctx, c, kind, revision, func(typ string, it Item) error {
+			if !wanted(it) {
+				return nil
+			}
+			if typ == "DELETED" {
+				delete(known, itemKey(it))
+			} else {
+				known[itemKey(it)] = it
+			}
+			if err := emit(typ, it); err != nil {
+				return err
+			}
+			return tw.Flush()
+		})
+		// The store keeps a bounded history: a revision it no longer has
+		// (say, the resourceVersion of an object untouched for long) is
+		// answered OutOfRange. Catch up from a fresh listing, then go on.
+		if connect.CodeOf(err) != connect.CodeOutOfRange || resyncs >= maxResyncs {
+			return err
+		}
+		if revision, err = r.resync(ctx, c, kind, known, wanted, emit); err != nil {
+			return err
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// maxResyncs bounds how often one watch catches up after falling behind.
+const maxResyncs = 10
+
+func itemKey(it Item) string { return kindLower(it.Obj.Kind) + "/" + it.Obj.Metadata.Name }
+
+// watchFrom streams changes after revision to f until ctx ends or the
+// stream fails.
+func (r *Root) watchFrom(ctx context.Context, c resourcev1connect.ResourceServiceClient, kind string, revision int64,
+	f func(typ string, it Item) error) error {
 	stream, err := c.Watch(ctx, connect.NewRequest(&resourcev1.WatchRequest{Kind: kind, FromRevision: revision}))
 	if err != nil {
 		return err
 	}
 	defer stream.Close()
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
 	for stream.Receive() {
 		it, err := decodeItem(stream.Msg().GetObject())
 		if err != nil {
 			return err
 		}
-		if len(want) > 0 && !want[it.Obj.Metadata.Name] {
-			continue
-		}
-		if err := emit(stream.Msg().GetType(), it); err != nil {
-			return err
-		}
-		if err := tw.Flush(); err != nil {
+		if err := f(stream.Msg().GetType(), it); err != nil {
 			return err
 		}
 	}
@@ -280,6 +326,49 @@ func (r *Root) watch(ctx context.Context, c resourcev1connect.ResourceServiceCli
 		return err
 	}
 	return nil
+}
+
+// resync lists kind again and emits what changed against known: new or
+// changed objects, and deletions. It returns the listing's revision.
+func (r *Root) resync(ctx context.Context, c resourcev1connect.ResourceServiceClient, kind string, known map[string]Item,
+	wanted func(Item) bool, emit func(string, Item) error) (int64, error) {
+	resp, err := c.List(ctx, connect.NewRequest(&resourcev1.ListRequest{Kind: kind}))
+	if err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{}
+	for _, raw := range resp.Msg.GetObjects() {
+		it, err := decodeItem(raw)
+		if err != nil {
+			return 0, err
+		}
+		if !wanted(it) {
+			continue
+		}
+		k := itemKey(it)
+		seen[k] = true
+		old, ok := known[k]
+		typ := "ADDED"
+		if ok {
+			if old.Obj.Metadata.ResourceVersion == it.Obj.Metadata.ResourceVersion {
+				continue
+			}
+			typ = "MODIFIED"
+		}
+		known[k] = it
+		if err := emit(typ, it); err != nil {
+			return 0, err
+		}
+	}
+	for k, it := range known {
+		if !seen[k] {
+			delete(known, k)
+			if err := emit("DELETED", it); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return resp.Msg.GetRevision(), nil
 }
 
 // printWatched prints one object of a stream; YAML documents are separated

@@ -152,6 +152,49 @@ DELETED    web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <non
 	}
 }
 
+// TestGetWatchResync: the store no longer has the revision the watch asks
+// for, and the object changed meanwhile; the CLI lists again, prints the
+// change, and watches on. Events of objects outside the selector are not
+// printed.
+func TestGetWatchResync(t *testing.T) {
+	f := newFakeServer()
+	f.put(t, webLabelled)
+	var calls []int64
+	f.watchHook = func(from int64) error {
+		calls = append(calls, from)
+		if len(calls) > 1 {
+			return nil
+		}
+		// Changed between the listing and the watch, and already compacted.
+		f.put(t, strings.Replace(webLabelled, "192.168.100.10", "192.168.100.20", 1))
+		return connect.NewError(connect.CodeOutOfRange, errors.New("requested revision has been compacted"))
+	}
+	sock := startFake(t, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		_, _, code := runCtx(ctx, t, sock, "", out, "get", "leases", "-l", "app=web", "-w", "--output-watch-events", "-o", "name")
+		done <- code
+	}()
+	waitFor(t, "the second watch", f.watching)
+	f.put(t, dbLease) // not app=web: not printed
+	f.put(t, strings.Replace(webLabelled, "web-01", "web-02", 1))
+	waitFor(t, "web-02", func() bool { return strings.Contains(out.String(), "web-02") })
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	want := "ADDED\tdhcplease/web-01\nMODIFIED\tdhcplease/web-01\nADDED\tdhcplease/web-02\n"
+	if out.String() != want {
+		t.Errorf("stdout %q, want %q", out.String(), want)
+	}
+	if len(calls) != 2 || calls[0] != 1 {
+		t.Errorf("watch calls from revisions %v, want [1 <listing revision>]", calls)
+	}
+}
+
 // waitFor polls cond for up to ten seconds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
