@@ -188,4 +188,4 @@ func TestCompile(t *testing.T) {
 	}
 }
 
-func hex(s uint32) string { return fmt.Sprintf("%#010x", s) }
+func hex(s uint32) string { return fmt.Sprintf("0x%08x", s) }

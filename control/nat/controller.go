@@ -329,7 +329,7 @@ func (c *Controller) attach(u Uplink) error {
 		return fmt.Errorf("attaching NAT to %s: %w", u, err)
 	}
 	c.attached[u.Scope] = a
-	c.log.Info("NAT attached", "uplink", u.String(), "ifindex", ifindex, "scope", fmt.Sprintf("%#010x", u.Scope))
+	c.log.Info("NAT attached", "uplink", u.String(), "ifindex", ifindex, "scope", fmt.Sprintf("0x%08x", u.Scope))
 	return nil
 }
 

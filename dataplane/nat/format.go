@@ -30,9 +30,9 @@ func (k tc_natPvNatKey) AddrPort() netip.AddrPort {
 // with ALL and no port for a whole address.
 func (k tc_natPvNatKey) String() string {
 	if k.Proto == 0 && k.Port == 0 {
-		return fmt.Sprintf("scope=%#010x ALL %s", k.Scope, Addr4(k.Addr))
+		return fmt.Sprintf("scope=0x%08x ALL %s", k.Scope, Addr4(k.Addr))
 	}
-	return fmt.Sprintf("scope=%#010x %s %s", k.Scope, ProtoName(k.Proto), k.AddrPort())
+	return fmt.Sprintf("scope=0x%08x %s %s", k.Scope, ProtoName(k.Proto), k.AddrPort())
 }
 
 // String renders a value as "192.168.100.10:8443 flags=none"; a marker

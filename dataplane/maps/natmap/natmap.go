@@ -92,7 +92,7 @@ func (m *Map) Reasons(scope uint32) (map[nat.Reason]uint64, error) {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return out, nil
 		}
-		return nil, fmt.Errorf("reading counters of scope %#010x: %w", scope, err)
+		return nil, fmt.Errorf("reading counters of scope 0x%08x: %w", scope, err)
 	}
 	for _, c := range per {
 		for _, r := range nat.Reasons() {
@@ -112,7 +112,7 @@ func (m *Map) Dump(w io.Writer, scopeName func(uint32) string) error {
 		return err
 	}
 	for _, mp := range ms {
-		prefix := fmt.Sprintf("%#010x", mp.Scope)
+		prefix := fmt.Sprintf("0x%08x", mp.Scope)
 		if scopeName != nil {
 			if n := scopeName(mp.Scope); n != "" {
 				prefix = n
