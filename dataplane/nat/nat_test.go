@@ -341,6 +341,11 @@ func TestPrivilegedNATTranslation(t *testing.T) {
 		{"forward first fragment dropped", false, eth(fragment(t, bigUDPFwd(remote, pubFwd, 53), 64, false), true), actShot, nil},
 		{"forward later fragment untouched", false, eth(fragment(t, bigUDPFwd(remote, pubFwd, 53), 64, true), true), actNext, nil},
 
+		{"unforwarded first fragment out untouched", true, eth(fragment(t, bigUDPFwd(targetPF, remote, 5000), 64, false), false), actNext, nil},
+		{"forward first fragment out dropped", true, eth(fragment(t, ipPacket(t, targetPF, remote, udp(5353, 5000), nil), 16, false), false), actShot, nil},
+		{"icmp error in, 1:1, inner cut short, dropped", false,
+			icmpError(t, true, hop, pub, 11, 0, outUDP(pub, 53)[:12], 0), actShot, nil},
+
 		// Malformed packets of a mapped address are dropped, not passed.
 		{"1:1 truncated tcp dropped", false, frame(t, true, remote, pub, tcp(5000, 80))[:14+20+10], actShot, nil},
 
