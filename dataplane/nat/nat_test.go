@@ -436,16 +436,24 @@ func TestPrivilegedNATCounters(t *testing.T) {
 	run(t, o.In, frame(t, true, remote, pubFwd, udp(5000, 54))) // not forwarded: not counted
 	run(t, o.In, frame(t, true, remote, pub, tcp(5000, 80))[:14+20+10])
 	run(t, o.In, arp(1, peerMAC, remote, net.HardwareAddr{0, 0, 0, 0, 0, 0}, pub, bcast))
+	run(t, o.In, eth(fragment(t, ipPacket(t, remote, pubFwd, udp(5000, 53), nil), 16, false), true))
+	later := eth(fragment(t, ipPacket(t, remote, pub, udp(5000, 53), nil), 16, true), true)
+	run(t, o.In, later)
 
-	if got, want := sumTraffic(t, o, key(pub, 0, 0)), (nat.Traffic{PktsIn: 3, BytesIn: 3 * uint64(len(in)), PktsOut: 1, BytesOut: uint64(len(out))}); got != want {
+	if got, want := sumTraffic(t, o, key(pub, 0, 0)), (nat.Traffic{PktsIn: 4, BytesIn: 3*uint64(len(in)) + uint64(len(later)), PktsOut: 1, BytesOut: uint64(len(out))}); got != want {
 		t.Errorf("1:1 traffic %+v, want %+v", got, want)
 	}
 	if got, want := sumTraffic(t, o, key(pubFwd, 17, 53)), (nat.Traffic{PktsIn: 1, BytesIn: uint64(len(fwdIn))}); got != want {
 		t.Errorf("forward traffic %+v, want %+v", got, want)
 	}
 	r := sumReasons(t, o)
-	if r[nat.ReasonMalformed] != 1 || r[nat.ReasonARPReply] != 1 {
-		t.Errorf("reasons malformed=%d arp-reply=%d, want 1 and 1", r[nat.ReasonMalformed], r[nat.ReasonARPReply])
+	for _, want := range []struct {
+		r nat.Reason
+		n uint64
+	}{{nat.ReasonMalformed, 1}, {nat.ReasonARPReply, 1}, {nat.ReasonFragPorts, 1}, {nat.ReasonFragment, 1}, {nat.ReasonICMPError, 0}} {
+		if r[want.r] != want.n {
+			t.Errorf("reason %s counted %d, want %d", want.r, r[want.r], want.n)
+		}
 	}
 }
 
