@@ -16,7 +16,6 @@ BUF_VERSION          := v1.75.0
 PROTOC_GEN_GO        := v1.36.12
 PROTOC_GEN_CONNECT   := v1.21.1
 CLANG                ?= clang
-BPF2GO_CFLAGS        := -O2 -g -Wall -Werror
 
 # Debian packages: what builds and tests need, and what the demo needs.
 TEST_DEBS := clang llvm libbpf-dev bpftool iproute2 isc-dhcp-client udhcpc busybox dhcpcd-base tcpdump \
@@ -55,7 +54,7 @@ build: ## build bin/pivirtd and bin/pivirtctl
 .PHONY: generate
 generate: tools ## regenerate the bpf2go bindings/objects (clang) and the API code (buf)
 	@./tools/install-debs.sh clang llvm libbpf-dev
-	BPF2GO_CC=$(CLANG) BPF2GO_CFLAGS='$(BPF2GO_CFLAGS)' $(GO) generate ./...
+	BPF2GO_CC=$(CLANG) $(GO) generate ./...
 	cd api && PATH=$(TOOLS):$$PATH buf generate
 
 .PHONY: check-generated

@@ -21,11 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
+	"pivirt.hu/dataplane/api/inspect/v1/inspectv1connect"
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
 	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/guard"
+	"pivirt.hu/dataplane/control/inspect"
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/segment"
 	"pivirt.hu/dataplane/control/server"
@@ -50,6 +52,7 @@ type Daemon struct {
 	events *events.Recorder
 	index  *admission.Index // every write of the daemon goes through it
 	loader *loader.Loader
+	guard  *guard.Controller
 	reg    *prometheus.Registry
 }
 
@@ -141,6 +144,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	}
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log}
 	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode}
+	d.guard = guards
 	guardLoop := &reconcile.Loop{
 		ID: "guard", Store: d.store, Log: d.log,
 		Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity},
@@ -171,6 +175,8 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 	rs := &server.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log}
 	mux := http.NewServeMux()
 	path, h := resourcev1connect.NewResourceServiceHandler(rs, connect.WithInterceptors(logErrors(d.log)))
+	mux.Handle(path, h)
+	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard}, connect.WithInterceptors(logErrors(d.log)))
 	mux.Handle(path, h)
 
 	var tokens server.Tokens

@@ -108,30 +108,27 @@ func mapCmd(client clientFunc) *cobra.Command {
 
 func printEntries(w io.Writer, prefix string, es []*inspectv1.MapEntry) {
 	for _, e := range es {
+		if e.Value == "" {
+			fmt.Fprintf(w, "%s%s\n", prefix, e.Key)
+			continue
+		}
 		fmt.Fprintf(w, "%s%s => %s\n", prefix, e.Key, e.Value)
 	}
 }
 
-// jsonEntry is one entry of `-o json`: decoded fields, not strings.
-type jsonEntry struct {
-	Key   json.RawMessage `json:"key"`
-	Value json.RawMessage `json:"value"`
-}
-
-func jsonEntries(es []*inspectv1.MapEntry) []jsonEntry {
-	out := make([]jsonEntry, 0, len(es))
+// jsonEntries renders `-o json`: each entry's decoded fields, or its
+// printed line when the daemon sent no decoded form.
+func jsonEntries(es []*inspectv1.MapEntry) []json.RawMessage {
+	out := make([]json.RawMessage, 0, len(es))
 	for _, e := range es {
-		out = append(out, jsonEntry{Key: orString(e.KeyJson, e.Key), Value: orString(e.ValueJson, e.Value)})
+		if len(e.ValueJson) > 0 {
+			out = append(out, e.ValueJson)
+			continue
+		}
+		b, _ := json.Marshal(map[string]string{"key": e.Key, "value": e.Value})
+		out = append(out, b)
 	}
 	return out
-}
-
-func orString(j []byte, s string) json.RawMessage {
-	if len(j) > 0 {
-		return j
-	}
-	b, _ := json.Marshal(s)
-	return b
 }
 
 func progsCmd(client clientFunc) *cobra.Command {

@@ -1,0 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package inspect serves pivirtd's InspectService: the pinned maps and
+// their decoded entries, the attached programs, compile's desired state
+// and its drift from the live maps, and packets simulated through the
+// loaded guard. pivirtctl inspect/simulate print what it answers.
+package inspect

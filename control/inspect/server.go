@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/vishvananda/netlink"
+
+	inspectv1 "pivirt.hu/dataplane/api/inspect/v1"
+	"pivirt.hu/dataplane/api/inspect/v1/inspectv1connect"
+	"pivirt.hu/dataplane/control/guard"
+	"pivirt.hu/dataplane/control/mapsync"
+	"pivirt.hu/dataplane/dataplane/loader"
+	"pivirt.hu/dataplane/dataplane/maps/typed"
+)
+
+// Server serves inspectv1connect.InspectServiceHandler.
+type Server struct {
+	Loader *loader.Loader
+	Guard  *guard.Controller
+}
+
+var _ inspectv1connect.InspectServiceHandler = (*Server)(nil)
+
+// ListMaps lists every pinned map.
+func (s *Server) ListMaps(ctx context.Context, _ *connect.Request[inspectv1.ListMapsRequest]) (*connect.Response[inspectv1.ListMapsResponse], error) {
+	infos, err := s.Loader.PinnedMaps()
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	out := &inspectv1.ListMapsResponse{}
+	for _, m := range infos {
+		out.Maps = append(out.Maps, mapInfo(m))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func mapInfo(m loader.MapInfo) *inspectv1.MapInfo {
+	return &inspectv1.MapInfo{Name: m.Name, Type: m.Type, KeySize: m.KeySize, ValueSize: m.ValueSize,
+		MaxEntries: m.MaxEntries, Entries: int64(m.Entries), PinPath: m.PinPath, Id: m.ID}
+}
+
+// DumpMap returns one map's entries decoded.
+func (s *Server) DumpMap(ctx context.Context, req *connect.Request[inspectv1.DumpMapRequest]) (*connect.Response[inspectv1.DumpMapResponse], error) {
+	name := req.Msg.Name
+	infos, err := s.Loader.PinnedMaps()
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	i := slices.IndexFunc(infos, func(m loader.MapInfo) bool { return m.Name == name })
+	if i < 0 {
+		var names []string
+		for _, m := range infos {
+			names = append(names, m.Name)
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("map %q is not pinned (pinned: %s)", name, strings.Join(names, ", ")))
+	}
+	out := &inspectv1.DumpMapResponse{Info: mapInfo(infos[i])}
+	names := ifNames()
+	// One line per entry as the map package prints it, and the decoded
+	// entries for JSON.
+	var text bytes.Buffer
+	if err := s.Loader.Maps().Dump(name, &text, names); err != nil {
+		if errors.Is(err, loader.ErrUnknownMap) {
+			return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("map %q has no decoder in pivirtd; use bpftool map dump pinned %s", name, infos[i].PinPath))
+		}
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	decoded, err := s.Loader.Maps().Decoded(name, names)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	var items []json.RawMessage
+	if b, err := json.Marshal(decoded); err == nil {
+		_ = json.Unmarshal(b, &items)
+	}
+	lines := strings.Split(strings.TrimRight(text.String(), "\n"), "\n")
+	if text.Len() == 0 {
+		lines = nil
+	}
+	// Dump prints Decoded's entries in order, one line each; the map may
+	// change between the two reads, so pair them only when they agree.
+	for j, l := range lines {
+		e := &inspectv1.MapEntry{Key: l}
+		if len(lines) == len(items) {
+			e.ValueJson = items[j]
+		}
+		out.Entries = append(out.Entries, e)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ListPrograms lists the programs attached through pinned links.
+func (s *Server) ListPrograms(ctx context.Context, _ *connect.Request[inspectv1.ListProgramsRequest]) (*connect.Response[inspectv1.ListProgramsResponse], error) {
+	as, err := s.Loader.Attached()
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	out := &inspectv1.ListProgramsResponse{}
+	for _, a := range as {
+		out.Programs = append(out.Programs, &inspectv1.ProgramInfo{Interface: a.Interface, Ifindex: int32(a.Ifindex),
+			Hook: string(a.Hook), Mode: a.Mode, ProgramId: uint32(a.ProgramID), Tag: a.Tag, Name: a.Program,
+			LinkId: uint32(a.LinkID), PinPath: a.PinPath})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// Desired compiles the store and reports drift from the live maps.
+func (s *Server) Desired(ctx context.Context, req *connect.Request[inspectv1.DesiredRequest]) (*connect.Response[inspectv1.DesiredResponse], error) {
+	d, drift, rev, err := s.Guard.Desired(ctx)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	desired := map[string][]*inspectv1.MapEntry{
+		"pv_ports":  entries(d.Ports),
+		"pv_allow4": entries(d.Allow4),
+		"pv_allow6": entries(d.Allow6),
+		"pv_leases": entries(d.Leases),
+	}
+	out := &inspectv1.DesiredResponse{Revision: rev}
+	for _, r := range drift {
+		if req.Msg.Map != "" && r.Map != req.Msg.Map {
+			continue
+		}
+		out.Maps = append(out.Maps, desiredMap(r, desired[r.Map]))
+	}
+	if req.Msg.Map != "" && len(out.Maps) == 0 {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("map %q is not compiled from the store (compiled: pv_allow4, pv_allow6, pv_leases, pv_ports)", req.Msg.Map))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func desiredMap(r mapsync.DriftReport, want []*inspectv1.MapEntry) *inspectv1.DesiredMap {
+	line := func(ss []string) []*inspectv1.MapEntry {
+		var out []*inspectv1.MapEntry
+		for _, s := range ss {
+			out = append(out, &inspectv1.MapEntry{Key: s})
+		}
+		return out
+	}
+	return &inspectv1.DesiredMap{Name: r.Map, Entries: want, Missing: line(r.Add), Stale: line(r.Delete), Differ: line(r.Update)}
+}
+
+// entries renders a desired map sorted by key.
+func entries[K comparable, V any](m map[K]V) []*inspectv1.MapEntry {
+	var out []*inspectv1.MapEntry
+	for _, k := range slices.SortedFunc(maps.Keys(m), func(a, b K) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) }) {
+		out = append(out, &inspectv1.MapEntry{Key: fmt.Sprint(k), Value: fmt.Sprint(m[k])})
+	}
+	return out
+}
+
+// Simulate runs a frame through the guard of a port.
+func (s *Server) Simulate(ctx context.Context, req *connect.Request[inspectv1.SimulateRequest]) (*connect.Response[inspectv1.SimulateResponse], error) {
+	start := time.Now()
+	r, err := s.Loader.SimulatePort(req.Msg.Port, req.Msg.Frame, false)
+	if err != nil {
+		code := connect.CodeInternal
+		switch {
+		case errors.Is(err, loader.ErrInterfaceNotFound):
+			code = connect.CodeNotFound
+		case errors.Is(err, loader.ErrFrameTooShort):
+			code = connect.CodeInvalidArgument
+		}
+		return nil, connect.NewError(code, err)
+	}
+	out := &inspectv1.SimulateResponse{Verdict: strings.ToUpper(r.Verdict.String()), Reason: r.Reason.String(),
+		Program: "pv_tc_sim (the guard's simulation twin)", DurationNs: time.Since(start).Nanoseconds()}
+	if r.Attached != nil {
+		out.Program = fmt.Sprintf("%s as attached (%s)", r.Attached.Program, r.Attached.Mode)
+		out.ProgramId = uint32(r.Attached.ProgramID)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ifNames resolves ifindexes of this namespace for dumps.
+func ifNames() typed.IfName {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil
+	}
+	names := map[uint32]string{}
+	for _, l := range links {
+		names[uint32(l.Attrs().Index)] = l.Attrs().Name
+	}
+	return func(i uint32) string { return names[i] }
+}
