@@ -79,6 +79,51 @@ func TestApplyChunkFails(t *testing.T) {
 	}
 }
 
+func TestDeleteBulk(t *testing.T) {
+	ownedByDB := strings.Replace(leaseDoc, "  name: web-01\n", "  name: web-01\n  ownerReferences: [{apiVersion: pivirt.hu/v1, kind: DHCPLease, name: db-01}]\n", 1)
+	for _, tc := range []struct {
+		name    string
+		setup   []string
+		args    []string
+		wantOut string
+		wantErr string
+	}{
+		{"cascade inside the set", []string{dbLease, ownedByDB}, []string{"delete", "leases", "--all"},
+			"dhcplease \"db-01\" deleted\ndhcplease \"web-01\" deleted\n", ""},
+		{"dry run", []string{dbLease, ownedByDB}, []string{"delete", "leases", "--all", "--dry-run"},
+			"dhcplease \"db-01\" deleted (dry run)\ndhcplease \"web-01\" deleted (dry run)\n", ""},
+		{"nothing matches", []string{dbLease}, []string{"delete", "leases", "-l", "app=none"}, "", "No resources found.\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeServer()
+			for _, d := range tc.setup {
+				f.put(t, d)
+			}
+			sock := startFake(t, f)
+			out, errOut, code := run(t, sock, "", tc.args...)
+			if out != tc.wantOut || errOut != tc.wantErr || code != 0 {
+				t.Errorf("stdout %q, stderr %q, exit %d; want %q, %q, 0", out, errOut, code, tc.wantOut, tc.wantErr)
+			}
+		})
+	}
+
+	t.Run("many at once", func(t *testing.T) {
+		f := newFakeServer()
+		for _, d := range strings.Split(leases(300), "---\n")[1:] {
+			f.put(t, d)
+		}
+		sock := startFake(t, f)
+		out, errOut, code := run(t, sock, "", "delete", "lease", "--all")
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != 300 || lines[0] != `dhcplease "vm-00000" deleted` || lines[299] != `dhcplease "vm-00299" deleted` || errOut != "" || code != 0 {
+			t.Errorf("%d lines (first %q), stderr %q, exit %d", len(lines), lines[0], errOut, code)
+		}
+		if err := stored()(f); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 func TestGetWatch(t *testing.T) {
 	change := func(t *testing.T, f *fakeServer) {
 		f.put(t, dbLease)
