@@ -39,6 +39,7 @@ type natEnv struct {
 	st    store.Store
 	ix    *admission.Index
 	bpffs string
+	stop  func() // stops the running controller
 }
 
 func startNAT(t *testing.T, host *testutil.NetNS) *natEnv {
@@ -48,23 +49,35 @@ func startNAT(t *testing.T, host *testutil.NetNS) *natEnv {
 		t.Fatal(err)
 	}
 	e := &natEnv{t: t, host: host, st: st, ix: admission.NewIndex(), bpffs: testutil.TempBPFFS(t)}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	c := nat.New(nat.Options{Store: st, Index: e.ix, BPFFS: e.bpffs})
-	go func() { done <- host.Do(func() error { return c.Run(ctx) }) }()
+	e.start()
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("nat controller: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("nat controller did not stop")
-		}
+		e.stop()
 		st.Close()
 	})
 	return e
+}
+
+// start runs a fresh controller (as a restarted pivirtd would) on the
+// same store and bpffs.
+func (e *natEnv) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	c := nat.New(nat.Options{Store: e.st, Index: e.ix, BPFFS: e.bpffs})
+	go func() { done <- e.host.Do(func() error { return c.Run(ctx) }) }()
+	var once sync.Once
+	e.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					e.t.Errorf("nat controller: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				e.t.Errorf("nat controller did not stop")
+			}
+		})
+	}
 }
 
 // apply stores a multi-document YAML manifest through admission.

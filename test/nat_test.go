@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +127,51 @@ spec:
 				return len(m) > len(want) && m[:len(want)] == want && m[len(want):] != " in=0pkt/0B out=0pkt/0B"
 			}) {
 				t.Errorf("no mapping %q with traffic in %q", want, ms)
+			}
+		}
+	})
+	t.Run("the fast path survives the controller, a restart converges", func(t *testing.T) {
+		rules, err := vpcrouter.Rules(router)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.stop()
+		mustSee(t, inet, "tcp4", "198.51.100.10:80", "198.51.100.1")
+		mustSee(t, vms[0], "udp4", "198.51.100.1:7000", "198.51.100.10")
+		e.start()
+		// A change after the restart shows the new controller's pass is done.
+		e.apply(fmt.Sprintf(`apiVersion: pivirt.hu/v1
+kind: ExternalIP
+metadata: {name: vm3-forward}
+spec:
+  address: "198.51.100.20"
+  router: %s
+  target: "10.10.0.13"
+  mode: portForward
+  ports:
+    - {protocol: tcp, port: 443, targetPort: 8443}
+    - {protocol: udp, port: 53, targetPort: 5353}
+    - {protocol: tcp, port: 22, targetPort: 2222}`, router))
+		if !natWaitFor(5*time.Second, func() bool {
+			return slices.ContainsFunc(e.mappings(), func(m string) bool { return strings.HasPrefix(m, "TCP 198.51.100.20:22 -> 10.10.0.13:2222 ") })
+		}) {
+			t.Fatalf("the restarted controller did not program the new port: %q", e.mappings())
+		}
+		mustSee(t, inet, "udp4", "198.51.100.20:53", "198.51.100.1")
+		// masquerade + 2 bypass rules per mapping (1:1, three ports), each once.
+		var again []string
+		if !natWaitFor(5*time.Second, func() bool {
+			again, err = vpcrouter.Rules(router)
+			return err == nil && len(again) == 1+2+6
+		}) {
+			t.Fatalf("router rules after the restart %q (%v)", again, err)
+		}
+		if len(rules) != 1+2+4 || len(slices.Compact(slices.Sorted(slices.Values(again)))) != len(again) {
+			t.Errorf("router rules before restart %q, after %q", rules, again)
+		}
+		for _, r := range rules {
+			if !slices.Contains(again, r) {
+				t.Errorf("rule %q lost in the restart", r)
 			}
 		}
 	})

@@ -5,7 +5,6 @@ package vpcrouter
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -65,7 +64,9 @@ func SetBypass(name string, bs []Bypass) error {
 				{InsideIf, "-s", "--sport"}, // the target's traffic out
 				{UplinkIf, "-d", "--dport"}, // already DNATed at tc ingress
 			} {
-				r := []string{"-i", dir.iface, dir.addr, b.Target.String() + "/32"}
+				// In the order iptables -S prints, which syncChain
+				// compares with.
+				r := []string{dir.addr, b.Target.String() + "/32", "-i", dir.iface}
 				if b.Proto != "" {
 					r = append(r, "-p", b.Proto, "-m", b.Proto, dir.port, strconv.Itoa(int(b.Port)))
 				}
@@ -76,8 +77,11 @@ func SetBypass(name string, bs []Bypass) error {
 	})
 }
 
-// syncChain makes chain hold exactly rules (in order) and be jumped to
-// from parent, touching nothing when it already does.
+// syncChain makes chain hold exactly rules and be jumped to from parent.
+// Rules are written in the order iptables -S prints their options, so
+// the listing compares as text. Missing rules are appended before stale
+// ones are deleted: a changed set never passes through a moment without
+// the rules both sets share (no bypass gap for an ExternalIP that stays).
 func syncChain(ipt *iptables.IPTables, table, parent, chain string, rules [][]string) error {
 	ok, err := ipt.ChainExists(table, chain)
 	if err != nil {
@@ -91,26 +95,35 @@ func syncChain(ipt *iptables.IPTables, table, parent, chain string, rules [][]st
 	if err := ipt.AppendUnique(table, parent, "-j", chain); err != nil {
 		return fmt.Errorf("jumping from %s/%s to %s: %w", table, parent, chain, err)
 	}
-	have, err := ipt.List(table, chain)
+	listed, err := ipt.List(table, chain)
 	if err != nil {
 		return fmt.Errorf("listing chain %s/%s: %w", table, chain, err)
 	}
-	// List prints "-N CHAIN" then one "-A CHAIN ..." per rule.
-	have = slices.DeleteFunc(have, func(s string) bool { return !strings.HasPrefix(s, "-A ") })
-	same := len(have) == len(rules)
-	for i := 0; same && i < len(rules); i++ {
-		ok, err := ipt.Exists(table, chain, rules[i]...)
-		same = err == nil && ok
+	have := map[string]bool{}
+	for _, l := range listed {
+		// List prints "-N CHAIN" then one "-A CHAIN <spec>" per rule.
+		if spec, ok := strings.CutPrefix(l, "-A "+chain+" "); ok {
+			have[spec] = true
+		}
 	}
-	if same {
-		return nil
-	}
-	if err := ipt.ClearChain(table, chain); err != nil {
-		return fmt.Errorf("clearing chain %s/%s: %w", table, chain, err)
-	}
+	want := map[string]bool{}
 	for _, r := range rules {
+		spec := strings.Join(r, " ")
+		want[spec] = true
+		if have[spec] {
+			continue
+		}
 		if err := ipt.Append(table, chain, r...); err != nil {
-			return fmt.Errorf("adding rule %q to %s/%s: %w", strings.Join(r, " "), table, chain, err)
+			return fmt.Errorf("adding rule %q to %s/%s: %w", spec, table, chain, err)
+		}
+		have[spec] = true
+	}
+	for spec := range have {
+		if want[spec] {
+			continue
+		}
+		if err := ipt.Delete(table, chain, strings.Fields(spec)...); err != nil {
+			return fmt.Errorf("removing stale rule %q from %s/%s: %w", spec, table, chain, err)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -161,8 +162,23 @@ func TestPrivilegedRouterLifecycle(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := rules(); len(got) != 5 {
-		t.Errorf("rules with bypass: %q, want masquerade + 4 notrack", got)
+	wantBypass := append(slices.Clone(wantMasq),
+		"raw -A PIVIRT-BYPASS -s 10.10.0.11/32 -i pvr-in -j CT --notrack",
+		"raw -A PIVIRT-BYPASS -d 10.10.0.11/32 -i pvr-up -j CT --notrack",
+		"raw -A PIVIRT-BYPASS -s 10.10.0.12/32 -i pvr-in -p tcp -m tcp --sport 8443 -j CT --notrack",
+		"raw -A PIVIRT-BYPASS -d 10.10.0.12/32 -i pvr-up -p tcp -m tcp --dport 8443 -j CT --notrack")
+	if d := cmp.Diff(wantBypass, rules()); d != "" {
+		t.Errorf("rules with bypass (-want +got):\n%s", d)
+	}
+	// Again, and with one target gone: exactly the new set, nothing twice.
+	if err := vpcrouter.SetBypass(name, []vpcrouter.Bypass{{Target: netip.MustParseAddr("10.10.0.11")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := vpcrouter.SetBypass(name, []vpcrouter.Bypass{{Target: netip.MustParseAddr("10.10.0.11")}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(wantBypass[:3], rules()); d != "" {
+		t.Errorf("rules after shrinking the bypass (-want +got):\n%s", d)
 	}
 
 	// Changed spec: the old address and the masquerade go.
