@@ -23,7 +23,7 @@ type fileFlags struct {
 }
 
 func (f *fileFlags) add(cmd *cobra.Command, what string) {
-	cmd.Flags().StringSliceVarP(&f.files, "filename", "f", nil, "file, directory or - (standard input) holding the manifests "+what+"; repeatable")
+	cmd.Flags().StringArrayVarP(&f.files, "filename", "f", nil, "file, directory or - (standard input) holding the manifests "+what+"; repeatable")
 	cmd.Flags().BoolVarP(&f.recursive, "recursive", "R", false, "read directories given with -f recursively")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 }
@@ -71,7 +71,7 @@ non-zero if any was refused. Status in a manifest is ignored.`,
 		},
 	}
 	ff.add(cmd, "to apply")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate and report what would happen, storing nothing")
+	addDryRun(cmd.Flags(), &dryRun, "validate and report what would happen, storing nothing (=server, the only kind; =none turns it off)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "print the applied objects as name, yaml or json instead of kind/name action")
 	return cmd
 }

@@ -66,7 +66,7 @@ blockOwnerDeletion exists, and a lease under the provisioning interlock.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.selector, "selector", "l", "", "delete the objects of KIND matching this label selector")
 	f.BoolVar(&o.all, "all", false, "delete every object of KIND")
-	f.BoolVar(&o.dryRun, "dry-run", false, "report what would be deleted, deleting nothing")
+	addDryRun(f, &o.dryRun, "report what would be deleted, deleting nothing (=server, the only kind; =none turns it off)")
 	f.BoolVar(&o.ignoreNotFound, "ignore-not-found", false, "treat a missing object as deleted")
 	return cmd
 }
