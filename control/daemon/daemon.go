@@ -25,6 +25,7 @@ import (
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
 	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/dhcpd"
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/guard"
 	"pivirt.hu/dataplane/control/inspect"
@@ -53,6 +54,7 @@ type Daemon struct {
 	index  *admission.Index // every write of the daemon goes through it
 	loader *loader.Loader
 	guard  *guard.Controller
+	dhcp   *dhcpd.Manager
 	reg    *prometheus.Registry
 }
 
@@ -120,6 +122,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		_ = s.Shutdown(shutdownCtx)
 	}
 	wg.Wait()
+	// Responders finish the lease commits they hold before the store closes.
+	d.dhcp.Stop()
 	return runErr
 }
 
@@ -142,7 +146,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log}
+	d.dhcp = &dhcpd.Manager{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Leases: d.loader.Maps().Leases}
+	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp}
 	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode}
 	d.guard = guards
 	guardLoop := &reconcile.Loop{

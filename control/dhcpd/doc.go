@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package dhcpd runs the DHCP responders of this node's NetworkSegments
+// (dataplane/dhcp) and connects them to the rest of pivirtd: segment
+// settings and static reservations come from the store; every lease the
+// state machine binds, renews or frees is stored as a DHCPLease
+// (lease-<mac-with-dashes>, type dynamic) in one transaction per group
+// and programmed into the guard's pv_leases map before its ACK leaves;
+// deleting a dynamic DHCPLease releases it.
+package dhcpd

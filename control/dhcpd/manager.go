@@ -1,0 +1,396 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/compile"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/reconcile"
+	"pivirt.hu/dataplane/control/segment"
+	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/dataplane/dhcp/responder"
+	"pivirt.hu/dataplane/dataplane/dhcp/server"
+)
+
+// LeaseMap is the guard's lease table (leasemap.Map satisfies it).
+type LeaseMap interface {
+	Bind(segID uint32, mac [6]uint8, ip netip.Addr, expires time.Time, leaseTime time.Duration) error
+	Release(segID uint32, mac [6]uint8) error
+}
+
+// Manager starts, reconfigures and stops one responder per segment; it
+// implements segment.DHCP.
+type Manager struct {
+	Store  store.Store
+	Index  *admission.Index
+	Events *events.Recorder
+	Leases LeaseMap
+	Log    *slog.Logger
+	Now    func() time.Time
+
+	once    sync.Once
+	srv     *server.Server
+	mu      sync.Mutex          // Sync and Stop
+	running map[string]*running // by segment name
+
+	// infos is what persist (on the responders' goroutines) needs of the
+	// running segments, swapped whole by Sync so persist never waits for
+	// a Sync that may itself be waiting for a responder to stop.
+	infos atomic.Pointer[map[uint32]segInfo]
+
+	pmu sync.Mutex
+	// persisted is the store revision that last wrote each dynamic lease
+	// (by name), so a snapshot older than a fresh lease does not release
+	// it as "deleted by the operator".
+	persisted map[string]int64
+}
+
+type running struct {
+	seg      segment.Segment
+	id       uint32
+	reserved map[string]bool // MACs with a static reservation
+	cancel   context.CancelFunc
+	done     chan struct{}
+	resp     *responder.Responder
+}
+
+func (m *Manager) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+func (m *Manager) init() {
+	m.once.Do(func() {
+		m.srv, _ = server.New()
+		m.running = map[string]*running{}
+		m.persisted = map[string]int64{}
+	})
+}
+
+// Sync makes the responders match segments (those with DHCP on and a
+// bridge up) and feeds them reservations and the operator's deletions.
+func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap reconcile.Snapshot) error {
+	m.init()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	want := map[string]bool{}
+	leases := snap.Of(pivirtv1.KindDHCPLease)
+	for _, seg := range segments {
+		if !seg.RangeStart.IsValid() {
+			continue // DHCP on but no delegated range: nothing to hand out
+		}
+		want[seg.Name] = true
+		cfg, err := serverSegment(seg)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r := m.running[seg.Name]
+		if r != nil && r.seg.Spec.Bridge != seg.Spec.Bridge {
+			m.stop(seg.Name)
+			r = nil
+		}
+		fresh := r == nil
+		changes, err := m.srv.SetSegment(cfg)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("configuring DHCP of segment %s: %w", seg.Name, err))
+			continue
+		}
+		if len(changes) > 0 {
+			if err := m.persist(ctx, changes); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		static, dynamic := m.segmentLeases(seg, leases)
+		reserved := map[string]bool{}
+		for _, res := range static {
+			reserved[res.MAC.String()] = true
+		}
+		if err := m.srv.SetReservations(cfg.ID, static); err != nil {
+			m.Log.Warn("some reservations were not loaded", "segment", seg.Name, "err", err)
+		}
+		if fresh {
+			// Leases stored before a restart: same client, same address.
+			if err := m.srv.LoadLeases(m.now(), cfg.ID, dynamic); err != nil {
+				m.Log.Warn("some stored leases were not loaded", "segment", seg.Name, "err", err)
+			}
+			if err := m.start(seg, cfg.ID, reserved); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		} else {
+			m.releaseDeleted(ctx, cfg.ID, dynamic, snap.Revision)
+		}
+		r = m.running[seg.Name]
+		r.seg, r.reserved = seg, reserved
+	}
+	for name := range m.running {
+		if !want[name] {
+			m.stop(name)
+		}
+	}
+	m.publishInfos()
+	return errors.Join(errs...)
+}
+
+// segmentLeases splits the stored leases of a segment into reservations
+// and dynamic leases.
+func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object) ([]server.Reservation, []server.Lease) {
+	var static []server.Reservation
+	var dynamic []server.Lease
+	for _, o := range objs {
+		s, err := o.DecodeSpec()
+		if err != nil {
+			continue
+		}
+		l := s.(*pivirtv1.DHCPLeaseSpec)
+		if !seg.Names(l.Network) {
+			continue
+		}
+		mac, err1 := net.ParseMAC(l.MACAddress)
+		ip, err2 := netip.ParseAddr(l.IPAddress)
+		if err1 != nil || err2 != nil || !seg.InRange(ip) {
+			continue // Pending: never served
+		}
+		if l.Type == pivirtv1.LeaseDynamic {
+			if l.ExpiresAt == nil {
+				continue
+			}
+			cid, _ := hex.DecodeString(l.ClientID)
+			dynamic = append(dynamic, server.Lease{IP: ip, MAC: mac, ClientID: cid, Hostname: l.Hostname, Expires: *l.ExpiresAt})
+			continue
+		}
+		static = append(static, server.Reservation{MAC: mac, IP: ip, Hostname: l.Hostname})
+	}
+	return static, dynamic
+}
+
+// releaseDeleted frees the leases the server holds but the store no
+// longer has: the operator deleted them (`pivirtctl delete lease`).
+func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []server.Lease, rev int64) {
+	have := map[netip.Addr]bool{}
+	for _, l := range stored {
+		have[l.IP] = true
+	}
+	for _, l := range m.srv.Leases(segID) {
+		m.pmu.Lock()
+		fresh := m.persisted[LeaseName(l.MAC)] > rev
+		m.pmu.Unlock()
+		if have[l.IP] || fresh {
+			continue
+		}
+		ch, err := m.srv.Release(m.now(), segID, l.IP)
+		if err != nil {
+			continue
+		}
+		if err := m.Leases.Release(segID, [6]byte(ch.Lease.MAC)); err != nil {
+			m.Log.Warn("releasing lease in pv_leases", "mac", ch.Lease.MAC, "err", err)
+		}
+		m.pmu.Lock()
+		delete(m.persisted, LeaseName(l.MAC))
+		m.pmu.Unlock()
+		m.Log.Info("lease released by deletion", "ip", l.IP, "mac", l.MAC)
+	}
+}
+
+func (m *Manager) start(seg segment.Segment, id uint32, reserved map[string]bool) error {
+	resp, err := responder.New(responder.Config{
+		Interface: seg.Spec.Bridge,
+		Segment:   id,
+		Server:    m.srv,
+		Persister: responder.PersistFunc(m.persist),
+		Log:       m.Log.With("segment", seg.Name),
+		Now:       m.Now,
+	})
+	if err != nil {
+		return fmt.Errorf("starting DHCP on %s: %w", seg.Spec.Bridge, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{seg: seg, id: id, reserved: reserved, cancel: cancel, done: make(chan struct{}), resp: resp}
+	go func() {
+		defer close(r.done)
+		if err := resp.Run(ctx); err != nil && ctx.Err() == nil {
+			m.Log.Error("DHCP responder stopped", "segment", seg.Name, "err", err)
+		}
+	}()
+	m.running[seg.Name] = r
+	m.publishInfos()
+	m.Events.Record(pivirtv1.KindNetworkSegment, seg.Name, events.Normal, "DHCPStarted", "responder listening on "+seg.Spec.Bridge)
+	m.Log.Info("DHCP responder started", "segment", seg.Name, "bridge", seg.Spec.Bridge)
+	return nil
+}
+
+func (m *Manager) stop(name string) {
+	r := m.running[name]
+	if r == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	m.srv.RemoveSegment(r.id)
+	delete(m.running, name)
+	m.Events.Record(pivirtv1.KindNetworkSegment, name, events.Normal, "DHCPStopped", "responder stopped")
+	m.Log.Info("DHCP responder stopped", "segment", name)
+}
+
+// Stop stops every responder (daemon shutdown).
+func (m *Manager) Stop() {
+	m.init()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.running {
+		m.stop(name)
+	}
+}
+
+// persist stores one group of lease changes in one transaction (one
+// fsync), then programs pv_leases; the responder sends the group's ACKs
+// only after this returns.
+func (m *Manager) persist(ctx context.Context, changes []server.LeaseChange) error {
+	segs := m.segmentsByID()
+	rev, err := m.Index.Update(ctx, m.Store, admission.Options{Now: m.now()}, func(b *admission.Batch) error {
+		for _, ch := range changes {
+			seg, ok := segs[ch.Segment]
+			if !ok {
+				continue
+			}
+			if seg.reserved(ch.Lease.MAC) {
+				continue // a reservation: its DHCPLease is the operator's
+			}
+			name := LeaseName(ch.Lease.MAC)
+			switch ch.Kind {
+			case server.Bound, server.Renewed:
+				o, err := leaseObject(name, seg.bridge, ch.Lease)
+				if err != nil {
+					return err
+				}
+				if _, _, err := b.Apply(o); err != nil {
+					return fmt.Errorf("storing %s: %w", name, err)
+				}
+			default:
+				if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+					return fmt.Errorf("deleting %s: %w", name, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("persisting %d lease changes: %w", len(changes), err)
+	}
+	var errs []error
+	for _, ch := range changes {
+		mac := [6]byte(ch.Lease.MAC)
+		switch ch.Kind {
+		case server.Bound, server.Renewed:
+			if !segs[ch.Segment].reserved(ch.Lease.MAC) {
+				m.pmu.Lock()
+				m.persisted[LeaseName(ch.Lease.MAC)] = rev
+				m.pmu.Unlock()
+			}
+			ttl := time.Duration(0)
+			if s, ok := segs[ch.Segment]; ok {
+				ttl = s.leaseTime
+			}
+			if err := m.Leases.Bind(ch.Segment, mac, ch.Lease.IP, ch.Lease.Expires, ttl); err != nil {
+				errs = append(errs, err)
+			}
+		default:
+			if err := m.Leases.Release(ch.Segment, mac); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// segInfo is what persist needs of a running segment.
+type segInfo struct {
+	bridge    string
+	leaseTime time.Duration
+	static    map[string]bool // reserved MACs
+}
+
+func (s segInfo) reserved(mac net.HardwareAddr) bool { return s.static[mac.String()] }
+
+func (m *Manager) segmentsByID() map[uint32]segInfo {
+	if p := m.infos.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// publishInfos swaps in the segInfo of every running segment; m.mu held.
+func (m *Manager) publishInfos() {
+	out := map[uint32]segInfo{}
+	for _, r := range m.running {
+		out[r.id] = segInfo{bridge: r.seg.Spec.Bridge, leaseTime: time.Duration(r.seg.Spec.DHCP.DefaultLeaseTime) * time.Second, static: r.reserved}
+	}
+	m.infos.Store(&out)
+}
+
+// LeaseName is the DHCPLease name of a dynamic lease: lease-<mac-with-dashes>.
+func LeaseName(mac net.HardwareAddr) string {
+	return "lease-" + strings.ReplaceAll(mac.String(), ":", "-")
+}
+
+func leaseObject(name, bridge string, l server.Lease) (*pivirtv1.Object, error) {
+	exp := l.Expires.UTC().Truncate(time.Second)
+	spec := pivirtv1.DHCPLeaseSpec{Network: bridge, MACAddress: l.MAC.String(), IPAddress: l.IP.String(),
+		Hostname: l.Hostname, Type: pivirtv1.LeaseDynamic, ExpiresAt: &exp}
+	if len(l.ClientID) > 0 {
+		spec.ClientID = hex.EncodeToString(l.ClientID)
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encoding lease %s: %w", name, err)
+	}
+	return &pivirtv1.Object{APIVersion: pivirtv1.APIVersion, Kind: pivirtv1.KindDHCPLease,
+		Metadata: pivirtv1.ObjectMeta{Name: name}, Spec: b}, nil
+}
+
+// serverSegment turns a NetworkSegment into the responder's settings.
+func serverSegment(seg segment.Segment) (server.Segment, error) {
+	d := seg.Spec.DHCP
+	cfg := server.Segment{
+		Name: seg.Name, ID: compile.SegmentID(seg.Name), Bridge: seg.Spec.Bridge, HostIP: seg.HostIP,
+		RangeStart: seg.RangeStart, RangeEnd: seg.RangeEnd,
+		LeaseTime:        time.Duration(d.DefaultLeaseTime) * time.Second,
+		DeclineProbation: time.Duration(d.DeclineProbation) * time.Second,
+		Domain:           d.DomainName, Search: d.DomainSearch, MTU: uint16(d.MTU),
+	}
+	for _, s := range d.DNSServers {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return cfg, fmt.Errorf("segment %s: spec.dhcp.dnsServers: %w", seg.Name, err)
+		}
+		cfg.DNS = append(cfg.DNS, a)
+	}
+	for _, r := range d.Routes {
+		dst, err1 := netip.ParsePrefix(r.Destination)
+		gw, err2 := netip.ParseAddr(r.Gateway)
+		if err := errors.Join(err1, err2); err != nil {
+			return cfg, fmt.Errorf("segment %s: spec.dhcp.routes: %w", seg.Name, err)
+		}
+		cfg.Routes = append(cfg.Routes, server.Route{Dst: dst, Gateway: gw})
+	}
+	return cfg, nil
+}
