@@ -337,6 +337,14 @@ Events:                  <none>
 			wantErr: "error: the path \"$DIR/nope.yaml\" does not exist\n"},
 
 		// misc
+		{name: "api-resources", args: []string{"api-resources"},
+			wantOut: `NAME              SHORTNAMES                        APIVERSION     KIND
+networksegments   networksegment,segment,segments   pivirt.hu/v1   NetworkSegment
+dhcpleases        dhcplease,lease,leases            pivirt.hu/v1   DHCPLease
+portsecurities    portsecurity,portsec              pivirt.hu/v1   PortSecurity
+externalips       externalip,ippool,ippools,extip   pivirt.hu/v1   ExternalIP
+vpcrouters        vpcrouter,router,routers          pivirt.hu/v1   VPCRouter
+`},
 		{name: "version", args: []string{"version"}, wantOut: "Client Version: dev"},
 		{name: "unknown command", args: []string{"frob"}, wantCode: 1,
 			wantErr: "error: unknown command \"frob\" for \"pivirtctl\"\nSee 'pivirtctl --help' for usage.\n"},

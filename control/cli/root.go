@@ -108,6 +108,7 @@ else ` + DefaultSocket + `; or over TCP with --server.`,
 		r.newDeleteCommand(),
 		r.newDiffCommand(),
 		r.newVersionCommand(),
+		r.newAPIResourcesCommand(),
 	)
 	// Argument errors of every command go through usageError too.
 	wrapArgs(cmd)
