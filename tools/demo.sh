@@ -37,6 +37,7 @@ cleanup() {
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap 'echo "demo failed at line $LINENO; pivirtd log:"; tail -40 "$WORK/pivirtd.log" 2>/dev/null' ERR
 
 [ "$(id -u)" -eq 0 ] || { echo "make demo needs root (network namespaces, eBPF)" >&2; exit 1; }
 ip netns del "$VMNS" 2>/dev/null || true
@@ -58,7 +59,7 @@ nsenter --net=/run/netns/$HOSTNS -- "$BIN/pivirtd" --state-dir "$WORK/state" --s
 	--bpffs "$WORK/bpffs" >"$WORK/pivirtd.log" 2>&1 &
 PIVIRTD_PID=$!
 for _ in $(seq 100); do "$BIN/pivirtctl" --socket "$SOCK" get segments >/dev/null 2>&1 && break; sleep 0.1; done
-"$BIN/pivirtctl" --socket "$SOCK" get segments >/dev/null || { cat "$WORK/pivirtd.log"; exit 1; }
+"$BIN/pivirtctl" --socket "$SOCK" get segments >/dev/null 2>&1 || { cat "$WORK/pivirtd.log"; exit 1; }
 echo "pivirtd pid $PIVIRTD_PID, socket $SOCK"
 
 step "apply manifests"
@@ -76,7 +77,7 @@ for _ in $(seq 50); do ip -n "$HOSTNS" link show br-vm >/dev/null 2>&1 && break;
 ip -n "$HOSTNS" link set vm1-port master br-vm up
 
 step "a real DHCP client in the VM, through the guard"
-ip netns exec "$VMNS" dhclient -4 -1 -v -timeout 20 -sf "$PWD/test/scripts/dhclient-script" -pf "$WORK/dhclient.pid" -lf "$WORK/dhclient.leases" eth0 2>&1 | grep -E "DHCP(DISCOVER|OFFER|REQUEST|ACK)|bound" || true
+ip netns exec "$VMNS" timeout 30 dhclient -4 -1 -v -cf "$PWD/test/scripts/dhclient.conf" -sf "$PWD/test/scripts/dhclient-script" -pf "$WORK/dhclient.pid" -lf "$WORK/dhclient.leases" eth0 2>&1 | grep -E "DHCP(DISCOVER|OFFER|REQUEST|ACK)|bound" || true
 ip -n "$VMNS" -4 addr show eth0 | grep inet
 
 step "what pivirtd stored and observed"

@@ -57,7 +57,7 @@ the live counters) and print the verdict and the reason the program gives.`,
 				return err
 			}
 			m := resp.Msg
-			fmt.Fprintf(cmd.OutOrStdout(), "%s (reason: %s) by %s (id %d) on %s, %d ns\n", m.Verdict, m.Reason, m.Program, m.ProgramId, args[0], m.DurationNs)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s (reason: %s) by %s (id %d) on %s\n", m.Verdict, m.Reason, m.Program, m.ProgramId, args[0])
 			return nil
 		},
 	}
