@@ -120,7 +120,7 @@ func (r *Root) apply(cmd *cobra.Command, ms []Manifest, dryRun bool, output stri
 					msg = "refused without a reason"
 				}
 				fmt.Fprintf(errOut, "Error from server (%s): %s %q: %s\n",
-					applyErrorReason(msg), kindLower(kind), name, trimObjectPrefix(msg, kind, name))
+					applyErrorReason(res.GetCode(), msg), kindLower(kind), name, trimObjectPrefix(msg, kind, name))
 				continue
 			}
 			switch output {

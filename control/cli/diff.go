@@ -108,7 +108,7 @@ func (r *Root) diff(ctx context.Context, ms []Manifest) error {
 			if msg := res.GetError(); msg != "" {
 				failed++
 				fmt.Fprintf(r.streams.ErrOut, "Error from server (%s): %s %q: %s\n",
-					applyErrorReason(msg), kindLower(m.Kind), m.Name, trimObjectPrefix(msg, m.Kind, m.Name))
+					applyErrorReason(res.GetCode(), msg), kindLower(m.Kind), m.Name, trimObjectPrefix(msg, m.Kind, m.Name))
 				continue
 			}
 			merged := res.GetObject()

@@ -125,10 +125,15 @@ func unreachable(err error, target string) string {
 
 func (r *Root) message(err error) string { return Message(err, r.conn.Target()) }
 
-// applyErrorReason guesses the reason of a per-object Apply error, which
-// travels as text without a code: admission refusals are Invalid unless
-// the text says otherwise.
-func applyErrorReason(msg string) string {
+// applyErrorReason names the reason of a per-object Apply error from its
+// Connect code, or guesses it from the text when the server sent none
+// (older servers): admission refusals are Invalid unless the text says
+// otherwise.
+func applyErrorReason(code, msg string) string {
+	var c connect.Code
+	if code != "" && c.UnmarshalText([]byte(code)) == nil {
+		return Reason(c)
+	}
 	m := strings.ToLower(msg)
 	switch {
 	case strings.Contains(m, "conflict"), strings.Contains(m, "resourceversion"):

@@ -122,7 +122,7 @@ func TestApplyErrorText(t *testing.T) {
 		{`applying dhcplease "x" at resourceVersion 3 (stored 4): conflict`, "DHCPLease", "x", "Conflict", `applying dhcplease "x" at resourceVersion 3 (stored 4): conflict`},
 	} {
 		t.Run(tc.msg, func(t *testing.T) {
-			if got := applyErrorReason(tc.msg); got != tc.reason {
+			if got := applyErrorReason("", tc.msg); got != tc.reason {
 				t.Errorf("reason = %q, want %q", got, tc.reason)
 			}
 			if got := trimObjectPrefix(tc.msg, tc.kind, tc.name); got != tc.trimmed {

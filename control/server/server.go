@@ -57,7 +57,7 @@ func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourc
 			}
 		}
 		if err != nil {
-			results[i].Error = err.Error()
+			results[i].Error, results[i].Code = err.Error(), connect.CodeInvalidArgument.String()
 			continue
 		}
 		objs[i] = o
@@ -76,9 +76,9 @@ func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourc
 			}
 			stored, action, err := b.Apply(o.DeepCopy())
 			res := results[i]
-			res.Action, res.Error, res.Object = "", "", nil
+			res.Action, res.Error, res.Code, res.Object = "", "", "", nil
 			if err != nil {
-				res.Error = err.Error()
+				res.Error, res.Code = err.Error(), code(err).String()
 				continue
 			}
 			res.Action = action

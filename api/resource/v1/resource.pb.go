@@ -86,7 +86,10 @@ type ApplyResult struct {
 	// error explains why this object was refused (field path and value).
 	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	// object is the stored object as JSON (with server-set metadata).
-	Object        []byte `protobuf:"bytes,5,opt,name=object,proto3" json:"object,omitempty"`
+	Object []byte `protobuf:"bytes,5,opt,name=object,proto3" json:"object,omitempty"`
+	// code is the Connect code of error ("invalid_argument", "aborted",
+	// "permission_denied", "failed_precondition", ...); empty on success.
+	Code          string `protobuf:"bytes,6,opt,name=code,proto3" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -154,6 +157,13 @@ func (x *ApplyResult) GetObject() []byte {
 		return x.Object
 	}
 	return nil
+}
+
+func (x *ApplyResult) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
 }
 
 type ApplyResponse struct {
@@ -827,13 +837,14 @@ const file_resource_v1_resource_proto_rawDesc = "" +
 	"\x1aresource/v1/resource.proto\x12\x12pivirt.resource.v1\"A\n" +
 	"\fApplyRequest\x12\x18\n" +
 	"\aobjects\x18\x01 \x03(\fR\aobjects\x12\x17\n" +
-	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"{\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"\x8f\x01\n" +
 	"\vApplyResult\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x16\n" +
-	"\x06object\x18\x05 \x01(\fR\x06object\"f\n" +
+	"\x06object\x18\x05 \x01(\fR\x06object\x12\x12\n" +
+	"\x04code\x18\x06 \x01(\tR\x04code\"f\n" +
 	"\rApplyResponse\x129\n" +
 	"\aresults\x18\x01 \x03(\v2\x1f.pivirt.resource.v1.ApplyResultR\aresults\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"4\n" +
