@@ -20,7 +20,9 @@ import (
 // Persister stores the lease changes of one batch durably and returns
 // only when they are (one fsync'd transaction for the whole slice). It is
 // also the place to program the eBPF lease map. The slice is reused after
-// Persist returns. If Persist fails, the batch's ACKs are not sent.
+// Persist returns. If Persist fails, the batch's ACKs are not sent; the
+// leases stay bound in memory (so no one else gets those addresses) and
+// are persisted again when their clients retry.
 type Persister interface {
 	Persist(ctx context.Context, changes []server.LeaseChange) error
 }
