@@ -264,6 +264,11 @@ static __always_inline int nat_icmp_error(struct __sk_buff *skb, const int in)
 	}
 	from = k.addr;
 	to = pm->addr;
+	/* Inbound, the error must be about a packet the public address
+	 * sent; one quoting another mapping is not translated half-way.
+	 */
+	if (in && ip->daddr != from)
+		return NAT_NOMATCH;
 
 	/* Inner IPv4 address and header checksum; the ICMP checksum covers
 	 * both words, so it follows each change.
@@ -301,7 +306,7 @@ static __always_inline int nat_icmp_error(struct __sk_buff *skb, const int in)
 	icmp->checksum = ic;
 
 	/* The outer address is not covered by the ICMP checksum. */
-	if (in && ip->daddr == from) {
+	if (in) {
 		ip->check = csum_upd32(ip->check, from, to);
 		ip->daddr = to;
 	} else if (!in && ip->saddr == from) {

@@ -327,6 +327,9 @@ func TestPrivilegedNATTranslation(t *testing.T) {
 		{"icmp error out from a router keeps its source", true,
 			icmpError(t, false, hop, remote, 11, 0, inUDP(target, 53), 0), actNext,
 			icmpError(t, false, hop, remote, 11, 0, inUDP(pub, 53), 0)},
+		{"icmp error in to one 1:1 address quoting another mapping: outer only", false,
+			icmpError(t, true, hop, pub, 11, 0, outTCP(pubFwd, 443), 0), actNext,
+			icmpError(t, true, hop, target, 11, 0, outTCP(pubFwd, 443), 0)},
 		{"icmp error in about unmapped inner on forward address", false,
 			icmpError(t, true, hop, pubFwd, 11, 0, outUDP(pubFwd, 40000), 0), actNext, nil},
 
