@@ -9,13 +9,12 @@ package test
 // detaching.
 //
 //   pvt-host netns: pivirtd, br-e2e 192.168.50.1/24, listener on br-e2e
-//     ├── hp1 ─veth─ gp1 (pvt-g1 netns, 52:54:00:00:50:01, 192.168.50.10)
-//     └── hp2 ─veth─ gp2 (pvt-g2 netns, 52:54:00:00:50:02, 192.168.50.20)
+//     ├── hp1 ─veth─ guest 1 (52:54:00:00:50:01, pinned to 192.168.50.10)
+//     └── hp2 ─veth─ guest 2 (52:54:00:00:50:02, pinned to 192.168.50.20)
 
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
 
+	"pivirt.hu/dataplane/test/guest"
 	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
@@ -50,49 +50,6 @@ kind: PortSecurity
 metadata: {name: vm2-nic0}
 spec: {interface: hp2, macAddress: "52:54:00:00:50:02", ipAddresses: [192.168.50.20]}
 `
-
-// vmPort connects a guest namespace to the bridge through a veth.
-func vmPort(t *testing.T, host *testutil.NetNS, hostSide, bridge, guestSide string, mac net.HardwareAddr) *testutil.NetNS {
-	t.Helper()
-	g := testutil.NewNetNS(t)
-	err := host.Do(func() error {
-		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostSide}, PeerName: guestSide, PeerHardwareAddr: mac}); err != nil {
-			return fmt.Errorf("adding veth %s: %w", hostSide, err)
-		}
-		br, err := netlink.LinkByName(bridge)
-		if err != nil {
-			return err
-		}
-		h, err := netlink.LinkByName(hostSide)
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetMaster(h, br); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(h); err != nil {
-			return err
-		}
-		p, err := netlink.LinkByName(guestSide)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetNsFd(p, int(g.Handle()))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Do(func() error {
-		l, err := netlink.LinkByName(guestSide)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
 
 // udpFrame builds an Ethernet/IPv4/UDP frame carrying marker.
 func udpFrame(t *testing.T, src net.HardwareAddr, srcIP string, sport, dport int, marker string) []byte {
@@ -185,12 +142,12 @@ func send(t *testing.T, ns *testutil.NetNS, ifname string, frames ...[]byte) {
 // probe sends the good and spoofed frames of round, then a closing good
 // frame; once the closing frame arrived, everything sent before it on the
 // same path has been seen or dropped.
-func probe(t *testing.T, l *listener, g *testutil.NetNS, round string) {
+func probe(t *testing.T, l *listener, g *guest.Guest, round string) {
 	t.Helper()
 	m1 := net.HardwareAddr{0x52, 0x54, 0, 0, 0x50, 1}
 	m2 := net.HardwareAddr{0x52, 0x54, 0, 0, 0x50, 2}
 	mk := func(s string) string { return "pvmark:" + round + "-" + s }
-	send(t, g, "gp1",
+	send(t, g.NS, g.Ifc,
 		udpFrame(t, m1, "192.168.50.10", 4000, 9999, mk("good")),
 		udpFrame(t, m2, "192.168.50.10", 4000, 9999, mk("spoof-mac")),
 		udpFrame(t, m1, "192.168.50.20", 4000, 9999, mk("spoof-ip")),
@@ -217,8 +174,8 @@ func TestPrivilegedGuardEndToEnd(t *testing.T) {
 	waitFor(t, 10*time.Second, "bridge br-e2e", func() bool {
 		return host.Do(func() error { _, err := netlink.LinkByName("br-e2e"); return err }) == nil
 	})
-	g1 := vmPort(t, host, "hp1", "br-e2e", "gp1", net.HardwareAddr{0x52, 0x54, 0, 0, 0x50, 1})
-	vmPort(t, host, "hp2", "br-e2e", "gp2", net.HardwareAddr{0x52, 0x54, 0, 0, 0x50, 2})
+	g1 := guest.Attach(t, host, "br-e2e", "hp1", net.HardwareAddr{0x52, 0x54, 0, 0, 0x50, 1})
+	guest.Attach(t, host, "br-e2e", "hp2", net.HardwareAddr{0x52, 0x54, 0, 0, 0x50, 2})
 
 	type portStatus struct {
 		Status struct {
@@ -274,10 +231,10 @@ func TestPrivilegedGuardEndToEnd(t *testing.T) {
 	d.CtlStdin([]byte(strings.Replace(guardManifests, "ipAddresses: [192.168.50.10]", "ipAddresses: [192.168.50.11]", 1)), "apply", "-f", "-")
 	m1 := net.HardwareAddr{0x52, 0x54, 0, 0, 0x50, 1}
 	waitFor(t, 10*time.Second, "new pin in force", func() bool {
-		send(t, g1, "gp1", udpFrame(t, m1, "192.168.50.11", 4000, 9999, "pvmark:r4-new"))
+		send(t, g1.NS, g1.Ifc, udpFrame(t, m1, "192.168.50.11", 4000, 9999, "pvmark:r4-new"))
 		return l.count("r4-new") > 0
 	})
-	send(t, g1, "gp1", udpFrame(t, m1, "192.168.50.10", 4000, 9999, "pvmark:r4-old"), udpFrame(t, m1, "192.168.50.11", 4000, 9999, "pvmark:r4-last"))
+	send(t, g1.NS, g1.Ifc, udpFrame(t, m1, "192.168.50.10", 4000, 9999, "pvmark:r4-old"), udpFrame(t, m1, "192.168.50.11", 4000, 9999, "pvmark:r4-last"))
 	waitFor(t, 10*time.Second, "r4 closing frame", func() bool { return l.count("r4-last") > 0 })
 	if n := l.count("r4-old"); n != 0 {
 		t.Errorf("the old pinned address still passes after the change (%d)", n)

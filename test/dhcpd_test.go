@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+// End to end over DHCP through the real pivirtd: real dhclient, udhcpc and
+// dhcpcd guests on two segments, a static reservation, leases listed as
+// DHCPLease objects, renew, release, delete, the guard learning the leased
+// address, and a daemon restart after which a client renews the same
+// address.
+//
+//   pvt-host netns: pivirtd
+//     br-dha 10.61.0.1/24 (range .100-.150) ── a1 (dhclient, guarded)
+//                                           ── a2 (udhcpc), a3 (dhcpcd)
+//                                           ── s1 (dhclient, reserved .120)
+//     br-dhb 10.62.0.1/24 (range .100-.150) ── b1 (dhclient)
+
+import (
+	"encoding/json"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"pivirt.hu/dataplane/test/guest"
+	"pivirt.hu/dataplane/test/harness"
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+const dhcpManifests = `apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: dh-a}
+spec:
+  bridge: br-dha
+  hostIP: 10.61.0.1/24
+  dhcp: {delegatedRangeStart: 10.61.0.100, delegatedRangeEnd: 10.61.0.150, defaultLeaseTime: 600, dnsServers: [10.61.0.1], domainName: a.test}
+---
+apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: dh-b}
+spec:
+  bridge: br-dhb
+  hostIP: 10.62.0.1/24
+  dhcp: {delegatedRangeStart: 10.62.0.100, delegatedRangeEnd: 10.62.0.150}
+---
+apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata: {name: s1-reservation}
+spec: {network: br-dha, macAddress: "52:54:00:61:00:99", ipAddress: 10.61.0.120, hostname: s1}
+---
+apiVersion: pivirt.hu/v1
+kind: PortSecurity
+metadata: {name: a1-nic0}
+spec: {interface: hpa1, macAddress: "52:54:00:61:00:01"}
+`
+
+type leaseObj struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		Network    string     `json:"network"`
+		MACAddress string     `json:"macAddress"`
+		IPAddress  string     `json:"ipAddress"`
+		Type       string     `json:"type"`
+		ExpiresAt  *time.Time `json:"expiresAt"`
+	} `json:"spec"`
+}
+
+func leases(t *testing.T, d *harness.Daemon) map[string]leaseObj {
+	t.Helper()
+	var list struct {
+		Items []leaseObj `json:"items"`
+	}
+	out := d.MustCtl("get", "leases", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("decoding leases: %v\n%s", err, out)
+	}
+	m := map[string]leaseObj{}
+	for _, l := range list.Items {
+		m[l.Metadata.Name] = l
+	}
+	return m
+}
+
+func leaseName(mac net.HardwareAddr) string {
+	return "lease-" + strings.ReplaceAll(mac.String(), ":", "-")
+}
+
+func inRange(a netip.Addr, lo, hi string) bool {
+	return a.IsValid() && netip.MustParseAddr(lo).Compare(a) <= 0 && a.Compare(netip.MustParseAddr(hi)) <= 0
+}
+
+func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "nsenter", "dhclient", "udhcpc", "dhcpcd", "ping")
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+	if r := d.CtlStdin([]byte(dhcpManifests), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	waitFor(t, 15*time.Second, "both segments Ready", func() bool {
+		out := d.Ctl("get", "segments").Stdout
+		return strings.Count(out, "Ready") == 2
+	})
+	for _, br := range []string{"br-dha", "br-dhb"} {
+		if err := host.Do(func() error { _, err := netlink.LinkByName(br); return err }); err != nil {
+			t.Fatalf("bridge %s: %v", br, err)
+		}
+	}
+
+	a1 := guest.Attach(t, host, "br-dha", "hpa1", net.HardwareAddr{0x52, 0x54, 0, 0x61, 0, 1})
+	a2 := guest.Attach(t, host, "br-dha", "", nil)
+	a3 := guest.Attach(t, host, "br-dha", "", nil)
+	s1 := guest.Attach(t, host, "br-dha", "", net.HardwareAddr{0x52, 0x54, 0, 0x61, 0, 0x99})
+	b1 := guest.Attach(t, host, "br-dhb", "", nil)
+
+	// The guard is on a1's port before it asks: its DHCP passes the guard.
+	waitFor(t, 10*time.Second, "a1's port attached", func() bool {
+		return strings.Contains(d.Ctl("get", "portsec", "a1-nic0", "-o", "yaml").Stdout, "attach: tcx")
+	})
+	a1.Dhclient(t)
+	a2.Udhcpc(t)
+	a3.Dhcpcd(t)
+	s1.Dhclient(t)
+	b1.Dhclient(t)
+
+	for _, c := range []struct {
+		name   string
+		g      *guest.Guest
+		lo, hi string
+	}{
+		{"dhclient", a1, "10.61.0.100", "10.61.0.150"},
+		{"udhcpc", a2, "10.61.0.100", "10.61.0.150"},
+		{"dhcpcd", a3, "10.61.0.100", "10.61.0.150"},
+		{"second segment", b1, "10.62.0.100", "10.62.0.150"},
+	} {
+		if a := c.g.Addr(t); !inRange(a, c.lo, c.hi) {
+			t.Errorf("%s got %v, want an address in %s-%s", c.name, a, c.lo, c.hi)
+		}
+	}
+	if a := s1.Addr(t); a != netip.MustParseAddr("10.61.0.120") {
+		t.Errorf("reserved guest got %v, want 10.61.0.120", a)
+	}
+
+	// Dynamic leases are objects with expiresAt; the reservation is not
+	// duplicated as one.
+	ls := leases(t, d)
+	for _, g := range []*guest.Guest{a1, a2, a3, b1} {
+		l, ok := ls[leaseName(g.MAC)]
+		switch {
+		case !ok:
+			t.Errorf("no DHCPLease %s (have %d leases)", leaseName(g.MAC), len(ls))
+		case l.Spec.Type != "dynamic" || l.Spec.ExpiresAt == nil || l.Spec.IPAddress != g.Addr(t).String():
+			t.Errorf("lease %s = %+v, want dynamic with expiresAt and ip %v", l.Metadata.Name, l.Spec, g.Addr(t))
+		}
+	}
+	if _, ok := ls[leaseName(s1.MAC)]; ok {
+		t.Errorf("the reserved client also got a dynamic lease object")
+	}
+	wantContains(t, "get leases table", d.MustCtl("get", "leases"), "EXPIRES", leaseName(a1.MAC))
+
+	// The guard learned a1's leased address: its traffic passes.
+	if _, err := a1.NS.Exec("ping", "-c", "1", "-W", "2", "10.61.0.1"); err != nil {
+		t.Errorf("guarded guest cannot reach the host with its leased address: %v", err)
+	}
+	wantContains(t, "pv_leases", d.MustCtl("inspect", "map", "pv_leases"), a1.MAC.String(), a1.Addr(t).String())
+
+	// Renew keeps the address and extends the lease.
+	before := ls[leaseName(a1.MAC)]
+	guest.KillPidFile(a1.Dir + "/pid")
+	time.Sleep(1100 * time.Millisecond) // expiresAt has second resolution
+	a1.Dhclient(t)
+	after := leases(t, d)[leaseName(a1.MAC)]
+	if after.Spec.IPAddress != before.Spec.IPAddress {
+		t.Errorf("renew moved a1 from %s to %s", before.Spec.IPAddress, after.Spec.IPAddress)
+	}
+	if after.Spec.ExpiresAt == nil || !after.Spec.ExpiresAt.After(*before.Spec.ExpiresAt) {
+		t.Errorf("renew did not extend the lease: %v -> %v", before.Spec.ExpiresAt, after.Spec.ExpiresAt)
+	}
+
+	// RELEASE frees the lease.
+	a1.DhclientRelease(t)
+	waitFor(t, 10*time.Second, "a1's lease released", func() bool {
+		return d.Ctl("get", "lease", leaseName(a1.MAC)).Code != 0
+	})
+
+	// Deleting a dynamic lease releases it (and unpins it).
+	d.MustCtl("delete", "lease", leaseName(a2.MAC))
+	waitFor(t, 10*time.Second, "a2's lease gone from pv_leases", func() bool {
+		return !strings.Contains(d.MustCtl("inspect", "map", "pv_leases"), a2.MAC.String())
+	})
+
+	// After a restart, a client renews the same address.
+	bAddr := b1.Addr(t)
+	guest.KillPidFile(b1.Dir + "/pid")
+	d.Restart()
+	waitFor(t, 15*time.Second, "segments Ready after restart", func() bool {
+		return strings.Count(d.Ctl("get", "segments").Stdout, "Ready") == 2
+	})
+	if _, err := b1.NS.Exec("ip", "-4", "addr", "flush", "dev", b1.Ifc); err != nil {
+		t.Fatal(err)
+	}
+	b1.Dhclient(t)
+	if got := b1.Addr(t); got != bAddr {
+		t.Errorf("after a restart b1 got %v, want its previous %v", got, bAddr)
+	}
+}
