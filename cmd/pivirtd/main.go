@@ -79,7 +79,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringVar(&cfg.Node, "node", cfg.Node, "this node's name")
 	f.StringVar(&cfg.Store, "store", cfg.Store, "store backend: bbolt or etcd")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", cfg.EtcdEndpoints, "etcd URLs for --store etcd")
-	f.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "serve Prometheus /metrics on this address")
+	f.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "serve Prometheus /metrics (and /debug/pprof) on this address")
 	f.StringVar(&cfg.Attach, "attach", cfg.Attach, "guard attach mode: auto (tcx on veth, XDP driver mode elsewhere), xdp or tc")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd

@@ -36,6 +36,16 @@ type Host struct {
 	// TAIOffset is CLOCK_TAI - CLOCK_REALTIME (leasemap.TAIOffset), to
 	// turn lease expiry times into the guard's clock.
 	TAIOffset time.Duration
+	// Decode returns an object's defaulted spec without modifying it
+	// (reconcile.Snapshot.Spec memoizes it); nil decodes afresh.
+	Decode func(*pivirtv1.Object) (pivirtv1.Spec, error)
+}
+
+func (h Host) spec(o *pivirtv1.Object) (pivirtv1.Spec, error) {
+	if h.Decode != nil {
+		return h.Decode(o)
+	}
+	return o.DefaultedSpec()
 }
 
 // Desired is the content every guard map should have.
@@ -98,7 +108,7 @@ func Compile(objs []*pivirtv1.Object, host Host) Desired {
 		if o.Kind != pivirtv1.KindNetworkSegment {
 			continue
 		}
-		s, err := decodeSegment(o)
+		s, err := decodeSegment(o, host)
 		if err != nil {
 			continue // the segment controller reports it
 		}
@@ -114,12 +124,11 @@ func Compile(objs []*pivirtv1.Object, host Host) Desired {
 	return d
 }
 
-func decodeSegment(o *pivirtv1.Object) (*segment, error) {
-	sp, err := o.DecodeSpec()
+func decodeSegment(o *pivirtv1.Object, h Host) (*segment, error) {
+	sp, err := h.spec(o)
 	if err != nil {
 		return nil, err
 	}
-	sp.Default()
 	spec := sp.(*pivirtv1.NetworkSegmentSpec)
 	host, err := netip.ParsePrefix(spec.HostIP)
 	if err != nil || !host.Addr().Is4() {
@@ -164,12 +173,11 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 			continue
 		}
 		ref := Ref{pivirtv1.KindDHCPLease, o.Metadata.Name}
-		sp, err := o.DecodeSpec()
+		sp, err := host.spec(o)
 		if err != nil {
 			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: err.Error()}
 			continue
 		}
-		sp.Default()
 		spec := sp.(*pivirtv1.DHCPLeaseSpec)
 		seg, ok := segs[spec.Network]
 		if !ok {
@@ -266,11 +274,10 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 	fail := func(format string, a ...any) (Status, bool) {
 		return Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf(format, a...)}, false
 	}
-	sp, err := o.DecodeSpec()
+	sp, err := host.spec(o)
 	if err != nil {
 		return fail("%v", err)
 	}
-	sp.Default()
 	spec := sp.(*pivirtv1.PortSecuritySpec)
 
 	ifname := spec.Interface

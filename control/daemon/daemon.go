@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync"
@@ -150,14 +151,16 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp}
 	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode}
 	d.guard = guards
+	cache := reconcile.NewCache(d.store, d.log)
 	guardLoop := &reconcile.Loop{
-		ID: "guard", Store: d.store, Log: d.log,
+		ID: "guard", Cache: cache, Log: d.log,
 		Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity},
 		Func:  guards.Reconcile,
 	}
 	return []Controller{
+		cache,
 		&reconcile.Loop{
-			ID: "segments", Store: d.store, Log: d.log,
+			ID: "segments", Cache: cache, Log: d.log,
 			Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease},
 			Func:  segments.Reconcile,
 		},
@@ -243,6 +246,9 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 		}
 		m := http.NewServeMux()
 		m.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
+		// Profiles beside the metrics: same trusted, operator-chosen address.
+		m.HandleFunc("/debug/pprof/", pprof.Index)
+		m.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		serve(&http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Metrics)
 	}
 	_ = ctx

@@ -119,7 +119,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				errs = append(errs, err)
 			}
 		}
-		static, dynamic := m.segmentLeases(seg, leases)
+		static, dynamic := m.segmentLeases(seg, leases, snap)
 		reserved := map[string]bool{}
 		for _, res := range static {
 			reserved[res.MAC.String()] = true
@@ -153,11 +153,11 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 
 // segmentLeases splits the stored leases of a segment into reservations
 // and dynamic leases.
-func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object) ([]server.Reservation, []server.Lease) {
+func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, snap reconcile.Snapshot) ([]server.Reservation, []server.Lease) {
 	var static []server.Reservation
 	var dynamic []server.Lease
 	for _, o := range objs {
-		s, err := o.DecodeSpec()
+		s, err := snap.Spec(o)
 		if err != nil {
 			continue
 		}

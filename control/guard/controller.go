@@ -77,6 +77,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	for _, k := range []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity} {
 		objs = append(objs, snap.Of(k)...)
 	}
+	host.Decode = snap.Decode
 	desired := compile.Compile(objs, host)
 
 	var errs []error

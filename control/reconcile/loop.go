@@ -4,8 +4,6 @@ package reconcile
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -17,6 +15,17 @@ import (
 type Snapshot struct {
 	Revision int64
 	Objects  map[string][]*pivirtv1.Object // by canonical kind, sorted by name
+	// Decode returns an object's defaulted spec, memoized by the Cache;
+	// the spec is shared and must not be modified.
+	Decode func(*pivirtv1.Object) (pivirtv1.Spec, error)
+}
+
+// Spec returns o's defaulted spec (through Decode when set).
+func (s Snapshot) Spec(o *pivirtv1.Object) (pivirtv1.Spec, error) {
+	if s.Decode != nil {
+		return s.Decode(o)
+	}
+	return o.DefaultedSpec()
 }
 
 // Of returns the objects of kind.
@@ -25,9 +34,11 @@ func (s Snapshot) Of(kind string) []*pivirtv1.Object { return s.Objects[kind] }
 // Func makes the host match a snapshot. An error is retried with backoff.
 type Func func(ctx context.Context, snap Snapshot) error
 
-// Loop drives one reconciler.
+// Loop drives one reconciler from the shared Cache.
 type Loop struct {
 	ID    string // names the reconciler in logs
+	Cache *Cache
+	// Store is used, through a private Cache, when Cache is nil.
 	Store store.Store
 	Kinds []string
 	Func  Func
@@ -45,12 +56,7 @@ type Loop struct {
 func (l *Loop) Name() string { return l.ID }
 
 // Trigger asks for a pass soon (e.g. on a netlink link event).
-func (l *Loop) Trigger() {
-	select {
-	case l.kicks() <- struct{}{}:
-	default:
-	}
-}
+func (l *Loop) Trigger() { notify(l.kicks()) }
 
 func (l *Loop) kicks() chan struct{} {
 	if l.kick == nil {
@@ -61,26 +67,34 @@ func (l *Loop) kicks() chan struct{} {
 
 // Run reconciles until ctx is done.
 func (l *Loop) Run(ctx context.Context) error {
+	if l.Cache == nil {
+		l.Cache = NewCache(l.Store, l.Log)
+		errc := make(chan error, 1)
+		go func() { errc <- l.Cache.Run(ctx) }()
+		defer func() { <-errc }()
+	}
 	kick := l.kicks()
+	changed := l.Cache.Subscribe(l.Kinds)
 	debounce := l.Debounce
 	if debounce == 0 {
-		debounce = 50 * time.Millisecond
+		debounce = 100 * time.Millisecond
 	}
 	resync := l.Resync
 	if resync == 0 {
 		resync = 30 * time.Second
 	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-l.Cache.Synced():
+	}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		snap, err := l.snapshot(ctx)
+		snap := l.Cache.Snapshot(l.Kinds)
+		start := time.Now()
+		err := l.Func(ctx, snap)
+		l.Log.Debug("reconciled", "reconciler", l.ID, "rev", snap.Revision, "took", time.Since(start), "err", err)
 		if err != nil {
-			return err
-		}
-		watch, werr := l.Store.Watch(ctx, snap.Revision)
-		if werr != nil && !errors.Is(werr, store.ErrCompacted) {
-			return fmt.Errorf("watching store: %w", werr)
-		}
-		if err := l.Func(ctx, snap); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -92,76 +106,28 @@ func (l *Loop) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		if werr != nil {
-			continue // compacted: re-list
-		}
-		if !l.waitForChange(ctx, watch, kick, debounce, resync) {
+		if !waitForChange(ctx, changed, kick, debounce, resync) {
 			return nil
 		}
 	}
 	return nil
 }
 
-// waitForChange blocks until a relevant event (then drains the burst for
+// waitForChange blocks until a change (then lets the burst settle for
 // debounce), a trigger or the resync period; false when ctx is done.
-func (l *Loop) waitForChange(ctx context.Context, watch <-chan store.Event, kick chan struct{}, debounce, resync time.Duration) bool {
+func waitForChange(ctx context.Context, changed, kick <-chan struct{}, debounce, resync time.Duration) bool {
 	timer := time.NewTimer(resync)
 	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-kick:
-			return true
-		case <-timer.C:
-			return true
-		case ev, ok := <-watch:
-			if !ok {
-				return true // watch dropped: re-list
-			}
-			if !l.relevant(ev.Object.Kind) {
-				continue
-			}
-			quiet := time.NewTimer(debounce)
-			for {
-				select {
-				case <-ctx.Done():
-					quiet.Stop()
-					return false
-				case _, ok := <-watch:
-					if !ok {
-						quiet.Stop()
-						return true
-					}
-				case <-quiet.C:
-					return true
-				}
-			}
-		}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-kick:
+		return true
+	case <-timer.C:
+		return true
+	case <-changed:
+		return sleep(ctx, debounce)
 	}
-}
-
-func (l *Loop) relevant(kind string) bool {
-	for _, k := range l.Kinds {
-		if k == kind {
-			return true
-		}
-	}
-	return false
-}
-
-func (l *Loop) snapshot(ctx context.Context) (Snapshot, error) {
-	objs, rev, err := l.Store.List(ctx, "", nil)
-	if err != nil {
-		return Snapshot{}, fmt.Errorf("listing store: %w", err)
-	}
-	snap := Snapshot{Revision: rev, Objects: make(map[string][]*pivirtv1.Object)}
-	for _, o := range objs {
-		if l.relevant(o.Kind) {
-			snap.Objects[o.Kind] = append(snap.Objects[o.Kind], o)
-		}
-	}
-	return snap, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

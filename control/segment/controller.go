@@ -73,7 +73,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	desired := make(map[string]bool)
 	var running []Segment
 	for _, o := range snap.Of(pivirtv1.KindNetworkSegment) {
-		seg, err := Decode(o)
+		seg, err := decode(o, snap)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -107,7 +107,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 				running = append(running, seg)
 			}
 		}
-		st.RangeSize, st.Reserved, st.LeasesInUse = usage(seg, snap.Of(pivirtv1.KindDHCPLease), now)
+		st.RangeSize, st.Reserved, st.LeasesInUse = usage(seg, snap, now)
 		st.Free = max(st.RangeSize-st.Reserved-st.LeasesInUse, 0)
 		if err := reconcile.SetStatus(ctx, c.Store, c.Index, o, st); err != nil {
 			errs = append(errs, err)
@@ -148,11 +148,14 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 
 // Decode turns a stored NetworkSegment into a Segment.
 func Decode(o *pivirtv1.Object) (Segment, error) {
-	s, err := o.DecodeSpec()
+	return decode(o, reconcile.Snapshot{})
+}
+
+func decode(o *pivirtv1.Object, snap reconcile.Snapshot) (Segment, error) {
+	s, err := snap.Spec(o)
 	if err != nil {
 		return Segment{}, err
 	}
-	s.Default()
 	spec := s.(*pivirtv1.NetworkSegmentSpec)
 	seg := Segment{Name: o.Metadata.Name, Generation: o.Metadata.Generation, Spec: *spec}
 	if seg.HostIP, err = netip.ParsePrefix(spec.HostIP); err != nil {
@@ -181,14 +184,14 @@ func (s Segment) Names(network string) bool {
 
 // usage counts the range, static reservations in it, and unexpired
 // dynamic leases in it.
-func usage(seg Segment, leases []*pivirtv1.Object, now time.Time) (size, reserved, inUse int) {
+func usage(seg Segment, snap reconcile.Snapshot, now time.Time) (size, reserved, inUse int) {
 	if !seg.RangeStart.IsValid() {
 		return 0, 0, 0
 	}
 	a, b := seg.RangeStart.As4(), seg.RangeEnd.As4()
 	size = int(be32(b)-be32(a)) + 1
-	for _, o := range leases {
-		s, err := o.DecodeSpec()
+	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
+		s, err := snap.Spec(o)
 		if err != nil {
 			continue
 		}

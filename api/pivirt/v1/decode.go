@@ -57,3 +57,13 @@ func (o *Object) DeepCopy() *Object {
 	}
 	return &c
 }
+
+// DefaultedSpec decodes o.Spec strictly and fills in the kind's defaults.
+func (o *Object) DefaultedSpec() (Spec, error) {
+	s, err := o.DecodeSpec()
+	if err != nil {
+		return nil, err
+	}
+	s.Default()
+	return s, nil
+}

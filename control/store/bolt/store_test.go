@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store"
@@ -160,15 +161,20 @@ func TestSlowWatcherIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 1000
-	got := make(chan int)
+	// The fast watcher reads every event; the writer waits for it after
+	// each write, so only the slow one can fall out of the history, however
+	// loaded the machine is.
+	seen := make(chan int, n)
 	go func() {
 		c := 0
 		for range fast {
-			if c++; c == n {
-				break
+			c++
+			seen <- c
+			if c == n {
+				return
 			}
 		}
-		got <- c
+		close(seen)
 	}()
 	for i := range n {
 		if _, err := s.Update(t.Context(), func(tx store.Tx) error {
@@ -176,9 +182,14 @@ func TestSlowWatcherIsDropped(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("Update %d with a stalled watcher: %v", i, err)
 		}
-	}
-	if c := <-got; c != n {
-		t.Errorf("fast watcher saw %d events, want %d", c, n)
+		select {
+		case c, ok := <-seen:
+			if !ok || c != i+1 {
+				t.Fatalf("fast watcher: event %d missing (got %d, open %v)", i+1, c, ok)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("fast watcher did not see event %d within 10s", i+1)
+		}
 	}
 	// The slow one got at most its channel buffer plus one read batch,
 	// then was closed.

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store"
+)
+
+// Cache mirrors the store in memory from one List and then its Watch
+// stream, as a Kubernetes informer does, so reconcilers take snapshots
+// without listing and decoding every object on every pass. Objects in it
+// are shared and must not be modified.
+type Cache struct {
+	Store store.Store
+	Log   *slog.Logger
+
+	mu     sync.RWMutex
+	objs   map[string]map[string]*pivirtv1.Object // kind -> name -> object
+	specs  map[*pivirtv1.Object]pivirtv1.Spec      // decoded once per stored version
+	rev    int64
+	synced chan struct{}
+	subs   []subscriber
+}
+
+type subscriber struct {
+	kinds map[string]bool
+	ch    chan struct{}
+}
+
+// NewCache returns a cache of st; Run fills it.
+func NewCache(st store.Store, log *slog.Logger) *Cache {
+	return &Cache{Store: st, Log: log, objs: map[string]map[string]*pivirtv1.Object{},
+		specs: map[*pivirtv1.Object]pivirtv1.Spec{}, synced: make(chan struct{})}
+}
+
+// Name is the cache's name as a daemon controller.
+func (c *Cache) Name() string { return "cache" }
+
+// Subscribe returns a channel that receives a (coalesced) signal whenever
+// an object of one of kinds changes.
+func (c *Cache) Subscribe(kinds []string) <-chan struct{} {
+	s := subscriber{kinds: map[string]bool{}, ch: make(chan struct{}, 1)}
+	for _, k := range kinds {
+		s.kinds[k] = true
+	}
+	c.mu.Lock()
+	c.subs = append(c.subs, s)
+	c.mu.Unlock()
+	return s.ch
+}
+
+// Synced is closed once the first List is in.
+func (c *Cache) Synced() <-chan struct{} { return c.synced }
+
+// Snapshot returns the objects of kinds, sorted by name, at the cache's
+// revision.
+func (c *Cache) Snapshot(kinds []string) Snapshot {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	snap := Snapshot{Revision: c.rev, Objects: map[string][]*pivirtv1.Object{}, Decode: c.decode}
+	for _, k := range kinds {
+		byName := c.objs[k]
+		list := make([]*pivirtv1.Object, 0, len(byName))
+		for _, o := range byName {
+			list = append(list, o)
+		}
+		slices.SortFunc(list, func(a, b *pivirtv1.Object) int { return strings.Compare(a.Metadata.Name, b.Metadata.Name) })
+		snap.Objects[k] = list
+	}
+	return snap
+}
+
+// Run keeps the cache in step with the store until ctx is done,
+// re-listing when the watch falls behind or ends.
+func (c *Cache) Run(ctx context.Context) error {
+	first := true
+	for ctx.Err() == nil {
+		objs, rev, err := c.Store.List(ctx, "", nil)
+		if err != nil {
+			return fmt.Errorf("listing store: %w", err)
+		}
+		c.replace(objs, rev)
+		if first {
+			close(c.synced)
+			first = false
+		}
+		watch, err := c.Store.Watch(ctx, rev)
+		if errors.Is(err, store.ErrCompacted) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("watching store: %w", err)
+		}
+		for ev := range watch {
+			c.apply(ev)
+		}
+		if ctx.Err() == nil {
+			c.Log.Info("store watch ended; re-listing", "rev", c.revision())
+			if !sleep(ctx, 100*time.Millisecond) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// decode returns o's defaulted spec, decoding it once per stored version:
+// every reconciler reads every lease on every pass, and decoding is most
+// of that cost. The spec is shared: callers must not modify it.
+func (c *Cache) decode(o *pivirtv1.Object) (pivirtv1.Spec, error) {
+	c.mu.RLock()
+	s, ok := c.specs[o]
+	c.mu.RUnlock()
+	if ok {
+		return s, nil
+	}
+	s, err := o.DefaultedSpec()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if cur, ok := c.objs[o.Kind][o.Metadata.Name]; ok && cur == o {
+		c.specs[o] = s // only objects still cached, so the memo never outgrows the cache
+	}
+	c.mu.Unlock()
+	return s, nil
+}
+
+func (c *Cache) revision() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.rev
+}
+
+func (c *Cache) replace(objs []*pivirtv1.Object, rev int64) {
+	c.mu.Lock()
+	c.objs = map[string]map[string]*pivirtv1.Object{}
+	c.specs = map[*pivirtv1.Object]pivirtv1.Spec{}
+	for _, o := range objs {
+		c.put(o)
+	}
+	c.rev = rev
+	subs := c.subs
+	c.mu.Unlock()
+	for _, s := range subs {
+		notify(s.ch)
+	}
+}
+
+func (c *Cache) apply(ev store.Event) {
+	c.mu.Lock()
+	if old := c.objs[ev.Object.Kind][ev.Object.Metadata.Name]; old != nil {
+		delete(c.specs, old)
+	}
+	if ev.Type == store.Deleted {
+		delete(c.objs[ev.Object.Kind], ev.Object.Metadata.Name)
+	} else {
+		c.put(ev.Object)
+	}
+	c.rev = max(c.rev, ev.Revision)
+	subs := c.subs
+	c.mu.Unlock()
+	for _, s := range subs {
+		if s.kinds[ev.Object.Kind] {
+			notify(s.ch)
+		}
+	}
+}
+
+func (c *Cache) put(o *pivirtv1.Object) {
+	m := c.objs[o.Kind]
+	if m == nil {
+		m = map[string]*pivirtv1.Object{}
+		c.objs[o.Kind] = m
+	}
+	m[o.Metadata.Name] = o
+}
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
