@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# dhcp-pivirtd.sh: the "alternative server" command for
+# ../shared/bench/dhcp-peers.sh. It runs the real pivirtd in the harness's
+# server namespace (in the foreground, as the harness requires), applies a
+# NetworkSegment that adopts the harness's bridge with its pool as the
+# delegated range, and serves until the harness stops it. Every lease is
+# stored as a DHCPLease (fsync'd) before its ACK leaves.
+#
+#   dhcp-peers.sh "PIVIRT_BIN=$PWD/bin $PWD/tools/bench/dhcp-pivirtd.sh"
+set -euo pipefail
+BIN=${PIVIRT_BIN:?set PIVIRT_BIN to the directory holding pivirtd and pivirtctl}
+W=${DHCP_WORKDIR:?run me from dhcp-peers.sh}/pivirtd
+mkdir -p "$W/bpffs"
+"$BIN/pivirtd" --state-dir "$W/state" --socket "$W/pivirtd.sock" --bpffs "$W/bpffs" --log-level warn &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid; umount "$W/bpffs" 2>/dev/null' EXIT TERM INT
+for _ in $(seq 100); do "$BIN/pivirtctl" --socket "$W/pivirtd.sock" get segments >/dev/null 2>&1 && break; sleep 0.1; done
+"$BIN/pivirtctl" --socket "$W/pivirtd.sock" apply -f - <<YAML
+apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: bench}
+spec:
+  bridge: $DHCP_IFACE
+  hostIP: $DHCP_SERVER_IP/$DHCP_PREFIX
+  dhcp:
+    delegatedRangeStart: $DHCP_POOL_START
+    delegatedRangeEnd: $DHCP_POOL_END
+    defaultLeaseTime: 3600
+YAML
+wait $pid

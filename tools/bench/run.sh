@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# make bench: every benchmark of BENCHMARKS.md, peers in the same run.
+# Parts (BENCH_PARTS, default all): control, testrun, dhcp, guard, nat.
+#   control  tools/applybench: 10,000 DHCPLeases through pivirtctl, single
+#            apply latency, pivirtd RSS
+#   testrun  go benchmarks through BPF_PROG_TEST_RUN (guard at 1/1k/64k
+#            ports, NAT at 1/10k ExternalIPs) and the store
+#   dhcp     ../shared/bench/dhcp-peers.sh: perfdhcp against dnsmasq, Kea
+#            and pivirtd (tools/bench/dhcp-pivirtd.sh), same topology
+#   guard    tools/bench/portguard-pivirtd.sh: the shared port-guard
+#            harness with pivirtd's guard added (1,000 and 4,000 ports)
+#   nat      tools/natbench/nat.sh: the shared NAT harness with pivirt's
+#            NAT fast path added
+# Raw output goes to $OUT (default /tmp/pivirt-bench.<time>); root needed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+SHARED=${SHARED:-$(cd "$ROOT/../shared/bench" && pwd)}
+OUT=${OUT:-/tmp/pivirt-bench.$(date +%Y%m%d-%H%M%S)}
+PARTS=${BENCH_PARTS:-"control testrun dhcp guard nat"}
+mkdir -p "$OUT"
+[ "$(id -u)" -eq 0 ] || { echo "make bench needs root (namespaces, eBPF)" >&2; exit 1; }
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+say() { printf '\n== %s\n' "$*" | tee -a "$OUT/summary.txt"; }
+
+if part control; then
+	say "control plane (tools/applybench)"
+	go run ./tools/applybench -pivirtd bin/pivirtd -pivirtctl bin/pivirtctl -n 10000 | tee -a "$OUT/summary.txt"
+fi
+if part testrun; then
+	say "BPF_PROG_TEST_RUN and store benchmarks"
+	go test -run '^$' -bench . -benchtime 2s ./dataplane/guard ./dataplane/nat ./control/store/bolt 2>&1 | tee "$OUT/gobench.txt" | grep -E '^(Benchmark|ok|FAIL)' | tee -a "$OUT/summary.txt"
+fi
+if part dhcp; then
+	say "DHCP: perfdhcp against dnsmasq, Kea and pivirtd ($SHARED/dhcp-peers.sh)"
+	ALT_NAME=pivirtd OUT="$OUT/dhcp" "$SHARED/dhcp-peers.sh" "PIVIRT_BIN=$ROOT/bin $ROOT/tools/bench/dhcp-pivirtd.sh" >"$OUT/dhcp.log" 2>&1 || true
+	cat "$OUT/dhcp/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
+fi
+if part guard; then
+	say "port guard: pivirtd vs libvirt-style ebtables, nft set, reference XDP/tc"
+	PIVIRT_BIN="$ROOT/bin" OUT="$OUT/portguard.txt" ./tools/bench/portguard-pivirtd.sh ${GUARD_PORTS:-1000 4000} >"$OUT/portguard.log" 2>&1
+	python3 "$SHARED/dataplane/summarize.py" "$OUT/portguard.txt" | tee -a "$OUT/summary.txt"
+fi
+if part nat; then
+	say "NAT: pivirt vs forwarding, nftables, iptables-nft, reference eBPF"
+	OUT="$OUT/nat.txt" ./tools/natbench/nat.sh >"$OUT/nat.log" 2>&1
+	python3 ./tools/natbench/summarize.py "$OUT/nat.txt" 2>/dev/null | tee -a "$OUT/summary.txt" || cat "$OUT/nat.txt" | tee -a "$OUT/summary.txt"
+fi
+echo "raw results in $OUT"
