@@ -15,6 +15,7 @@
 #              through control/nat.Compile, natmap.Sync and dataplane/nat.Load/Attach (tcx, pinned links)
 #   pivirt10k  the same with 10,000 ExternalIPs in the maps
 #
+# TCP=0 skips the iperf3 runs (UDP-only A/B rounds).
 # This is ../shared/bench/dataplane/nat.sh (read-only there) with the pivirt configurations added;
 # it sources the shared common.sh, so natool, the reference objects and the method are the same.
 # Measured: UDP 64-byte payload pps (generator on cpu0 in na-inet, softirq inline on cpu0,
@@ -121,7 +122,7 @@ for r in $(seq 1 $REPS); do
   for c in $CFGS; do
     cfg_on $c
     udp_run na-vm 9000 na-inet na-i0 $UPMAC 198.51.100.1 $(dst_of $c) "NAT udp cfg=$c run=$r" | tee -a $OUT
-    tcp_run $c "NAT tcp cfg=$c run=$r" | tee -a $OUT
+    [ "${TCP:-1}" = 1 ] && tcp_run $c "NAT tcp cfg=$c run=$r" | tee -a $OUT
     cfg_off $c
   done
 done
