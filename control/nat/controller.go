@@ -53,8 +53,9 @@ type Controller struct {
 	bpffs  string
 
 	maps     *natmap.Map
-	routers  map[string]vpcrouter.Router // realized, by name
-	attached map[uint32]attachment       // by scope
+	routers  map[string]vpcrouter.Router   // realized, by name
+	attached map[uint32]attachment         // by scope
+	bypass   map[string][]vpcrouter.Bypass // by router, as last applied
 	swept    bool
 }
 
@@ -80,7 +81,8 @@ func New(o Options) *Controller {
 		o.Log = slog.Default()
 	}
 	return &Controller{store: o.Store, index: o.Index, events: o.Events, log: o.Log, bpffs: o.BPFFS,
-		routers: map[string]vpcrouter.Router{}, attached: map[uint32]attachment{}}
+		routers: map[string]vpcrouter.Router{}, attached: map[uint32]attachment{},
+		bypass: map[string][]vpcrouter.Bypass{}}
 }
 
 // Name is the controller's name in logs.
@@ -158,6 +160,23 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	}
 	errs = append(errs, c.removeRouters(routers)...)
 
+	// A new ExternalIP's conntrack bypass goes in before its map entries
+	// (else masquerade could claim its first flows), a removed one's
+	// after (its packets are never untracked yet untranslated).
+	for _, r := range routers {
+		if _, failed := routerErr[r.Name]; failed {
+			continue
+		}
+		u := union(c.bypass[r.Name], res.Bypass[r.Name])
+		if len(u) == len(c.bypass[r.Name]) {
+			continue // nothing added
+		}
+		if err := c.setBypass(r.Name, u); err != nil {
+			routerErr[r.Name] = err.Error()
+			errs = append(errs, err)
+		}
+	}
+
 	// Maps before programs, so a new program finds its entries.
 	if err := c.syncMaps(res.Maps); err != nil {
 		errs = append(errs, err)
@@ -182,9 +201,9 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		if _, failed := routerErr[r.Name]; failed {
 			continue
 		}
-		if err := vpcrouter.SetBypass(r.Name, res.Bypass[r.Name]); err != nil {
+		if err := c.setBypass(r.Name, res.Bypass[r.Name]); err != nil {
 			routerErr[r.Name] = err.Error()
-			errs = append(errs, fmt.Errorf("setting conntrack bypass of vpcrouter %s: %w", r.Name, err))
+			errs = append(errs, err)
 		}
 	}
 
@@ -268,6 +287,7 @@ func (c *Controller) removeRouters(desired []Router) []error {
 		}
 		c.log.Info("vpcrouter removed", "router", name)
 		delete(c.routers, name)
+		delete(c.bypass, name)
 	}
 	return errs
 }
@@ -392,4 +412,25 @@ func pinnedAny(dir string) bool {
 		}
 	}
 	return false
+}
+
+// setBypass applies a router's conntrack bypass (a no-op in iptables when
+// it already holds exactly bs) and remembers it.
+func (c *Controller) setBypass(router string, bs []vpcrouter.Bypass) error {
+	if err := vpcrouter.SetBypass(router, bs); err != nil {
+		return fmt.Errorf("setting conntrack bypass of vpcrouter %s: %w", router, err)
+	}
+	c.bypass[router] = slices.Clone(bs)
+	return nil
+}
+
+// union is a followed by the entries of b not in a.
+func union(a, b []vpcrouter.Bypass) []vpcrouter.Bypass {
+	out := slices.Clone(a)
+	for _, x := range b {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
