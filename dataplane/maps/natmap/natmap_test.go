@@ -3,6 +3,7 @@
 package natmap_test
 
 import (
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -71,6 +72,30 @@ func TestPrivilegedSyncAndDump(t *testing.T) {
 		"uplink0 TCP 203.0.113.20:443 -> 192.168.100.20:8443 in=2pkt/200B out=1pkt/60B\n"
 	if d := cmp.Diff(want, b.String()); d != "" {
 		t.Errorf("dump (-want +got):\n%s", d)
+	}
+
+	// inspect map: every NAT map decodes one entry a line.
+	for _, tc := range []struct{ name, want string }{
+		{nat.MapDNAT, "scope=0x00000007 ALL 203.0.113.10 -> 192.168.100.10 flags=oneToOne|arp in=0pkt/0B out=0pkt/0B\n" +
+			"scope=0x00000007 ALL 203.0.113.20 flags=ports|arp\n" +
+			"scope=0x00000007 TCP 203.0.113.20:443 -> 192.168.100.20:8443 flags=none in=2pkt/200B out=1pkt/60B\n"},
+		{nat.MapSNAT, "scope=0x00000007 ALL 192.168.100.10 -> 203.0.113.10 flags=oneToOne\n" +
+			"scope=0x00000007 ALL 192.168.100.20 flags=ports\n" +
+			"scope=0x00000007 TCP 192.168.100.20:8443 -> 203.0.113.20:443 flags=none\n"},
+		{nat.MapStats, "scope=0x00000007 ALL 203.0.113.10 in=0pkt/0B out=0pkt/0B\n" +
+			"scope=0x00000007 TCP 203.0.113.20:443 in=2pkt/200B out=1pkt/60B\n"},
+		{nat.MapCounters, ""},
+	} {
+		var b strings.Builder
+		if err := m.DumpMap(tc.name, &b); err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(tc.want, b.String()); d != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, d)
+		}
+	}
+	if err := m.DumpMap("pv_ports", &strings.Builder{}); !errors.Is(err, natmap.ErrUnknownMap) {
+		t.Errorf("dumping a guard map: %v, want ErrUnknownMap", err)
 	}
 
 	// Drop the 1:1: its entries and counters go, the forward's stay.
