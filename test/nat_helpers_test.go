@@ -5,9 +5,11 @@ package test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -142,6 +144,21 @@ func (e *natEnv) mappings() []string {
 		out = append(out, m.String())
 	}
 	return out
+}
+
+// reasons returns the NAT event and drop counters of an uplink scope.
+func (e *natEnv) reasons(scope uint32) map[dpnat.Reason]uint64 {
+	e.t.Helper()
+	o, err := dpnat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer o.Close()
+	rs, err := natmap.New(o).Reasons(scope)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rs
 }
 
 // natWaitFor polls cond every 20 ms until it holds or timeout passes.
@@ -392,4 +409,32 @@ func conntrackCount(t *testing.T, router string, ip string) int {
 		t.Fatalf("listing conntrack of router %s: %v", router, err)
 	}
 	return n
+}
+
+// udpRefused sends one datagram from inside ns to addr, where nothing
+// listens, and returns the error the connected socket reads: the kernel
+// only reports ECONNREFUSED when the ICMP port unreachable quotes the
+// datagram as the socket sent it (inner headers translated back).
+func udpRefused(t *testing.T, ns *testutil.NetNS, addr string) error {
+	t.Helper()
+	var c net.Conn
+	if err := ns.Do(func() error {
+		var err error
+		c, err = net.Dial("udp4", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var err error
+	for try := 0; try < 3; try++ {
+		if _, err = c.Write([]byte("anyone?")); err != nil {
+			return err
+		}
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err = c.Read(make([]byte, 64)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+	}
+	return err
 }

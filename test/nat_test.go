@@ -23,14 +23,17 @@ package test
 //	  ExternalIP 203.0.113.10 1:1 and 203.0.113.20 tcp 443->8443 to the VM
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	dpnat "pivirt.hu/dataplane/dataplane/nat"
 	"pivirt.hu/dataplane/dataplane/vpcrouter"
 	"pivirt.hu/dataplane/test/testutil"
 )
@@ -105,6 +108,21 @@ spec:
 	t.Run("1:1 VM egress leaves from the public address", func(t *testing.T) {
 		mustSee(t, vms[0], "tcp4", "198.51.100.1:7000", "198.51.100.10")
 		mustSee(t, vms[0], "udp4", "198.51.100.1:7000", "198.51.100.10")
+	})
+	t.Run("ICMP errors reach the sockets they are about, both ways", func(t *testing.T) {
+		// vm1 refuses port 81: its port unreachable leaves the router
+		// quoting the public address.
+		if err := udpRefused(t, inet, "198.51.100.10:81"); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("udp to a closed port of the public address: %v, want ECONNREFUSED", err)
+		}
+		// The internet refuses vm1: the error to the public address
+		// reaches vm1's socket, quoting its private address.
+		if err := udpRefused(t, vms[0], "198.51.100.1:7001"); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("udp from the VM to a closed internet port: %v, want ECONNREFUSED", err)
+		}
+		if n := e.reasons(dpnat.ScopeRouter(router))[dpnat.ReasonICMPError]; n < 2 {
+			t.Errorf("%d ICMP errors translated, want at least 2", n)
+		}
 	})
 	t.Run("a VM without ExternalIP leaves through masquerade", func(t *testing.T) {
 		mustSee(t, vms[1], "tcp4", "198.51.100.1:7000", "198.51.100.2")
