@@ -3,6 +3,7 @@
 package dhcpd
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,6 +66,7 @@ type running struct {
 	seg      segment.Segment
 	id       uint32
 	reserved map[string]bool // MACs with a static reservation
+	static   []server.Reservation
 	cancel   context.CancelFunc
 	done     chan struct{}
 	resp     *responder.Responder
@@ -124,8 +127,10 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		for _, res := range static {
 			reserved[res.MAC.String()] = true
 		}
-		if err := m.srv.SetReservations(cfg.ID, static); err != nil {
-			m.Log.Warn("some reservations were not loaded", "segment", seg.Name, "err", err)
+		if r == nil || !slices.EqualFunc(r.static, static, sameReservation) {
+			if err := m.srv.SetReservations(cfg.ID, static); err != nil {
+				m.Log.Warn("some reservations were not loaded", "segment", seg.Name, "err", err)
+			}
 		}
 		if fresh {
 			// Leases stored before a restart: same client, same address.
@@ -140,7 +145,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			m.releaseDeleted(ctx, cfg.ID, dynamic, snap.Revision)
 		}
 		r = m.running[seg.Name]
-		r.seg, r.reserved = seg, reserved
+		r.seg, r.reserved, r.static = seg, reserved, static
 	}
 	for name := range m.running {
 		if !want[name] {
@@ -181,6 +186,10 @@ func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, sn
 		static = append(static, server.Reservation{MAC: mac, IP: ip, Hostname: l.Hostname})
 	}
 	return static, dynamic
+}
+
+func sameReservation(a, b server.Reservation) bool {
+	return a.IP == b.IP && a.Hostname == b.Hostname && bytes.Equal(a.MAC, b.MAC)
 }
 
 // releaseDeleted frees the leases the server holds but the store no

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +24,7 @@ type Cache struct {
 
 	mu     sync.RWMutex
 	objs   map[string]map[string]*pivirtv1.Object // kind -> name -> object
-	specs  map[*pivirtv1.Object]pivirtv1.Spec      // decoded once per stored version
+	specs  map[*pivirtv1.Object]pivirtv1.Spec     // decoded once per stored version
 	rev    int64
 	synced chan struct{}
 	subs   []subscriber
@@ -62,8 +60,8 @@ func (c *Cache) Subscribe(kinds []string) <-chan struct{} {
 // Synced is closed once the first List is in.
 func (c *Cache) Synced() <-chan struct{} { return c.synced }
 
-// Snapshot returns the objects of kinds, sorted by name, at the cache's
-// revision.
+// Snapshot returns the objects of kinds at the cache's revision, in no
+// particular order (those that need one sort: compile does).
 func (c *Cache) Snapshot(kinds []string) Snapshot {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -74,7 +72,6 @@ func (c *Cache) Snapshot(kinds []string) Snapshot {
 		for _, o := range byName {
 			list = append(list, o)
 		}
-		slices.SortFunc(list, func(a, b *pivirtv1.Object) int { return strings.Compare(a.Metadata.Name, b.Metadata.Name) })
 		snap.Objects[k] = list
 	}
 	return snap

@@ -14,7 +14,7 @@ import (
 // Snapshot is every object of the watched kinds at one store revision.
 type Snapshot struct {
 	Revision int64
-	Objects  map[string][]*pivirtv1.Object // by canonical kind, sorted by name
+	Objects  map[string][]*pivirtv1.Object // by canonical kind, in no particular order
 	// Decode returns an object's defaulted spec, memoized by the Cache;
 	// the spec is shared and must not be modified.
 	Decode func(*pivirtv1.Object) (pivirtv1.Spec, error)

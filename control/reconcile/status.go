@@ -14,19 +14,12 @@ import (
 	"pivirt.hu/dataplane/control/store"
 )
 
-// SetStatus writes status (through ix, the daemon's admission index) on o unless it already holds exactly that, so a
-// pass that changes nothing writes nothing (and wakes no watcher). A
-// vanished object is not an error: its deletion will trigger a new pass.
+// SetStatus writes status on o (through ix, the daemon's admission index)
+// unless it already holds exactly that, so a pass that changes nothing
+// writes nothing (and wakes no watcher). A vanished object is not an
+// error: its deletion will trigger a new pass.
 func SetStatus(ctx context.Context, st store.Store, ix *admission.Index, o *pivirtv1.Object, status any) error {
 	return SetStatuses(ctx, st, ix, []StatusUpdate{{Object: o, Status: status}})
-}
-
-func compact(b []byte) []byte {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		return b
-	}
-	return buf.Bytes()
 }
 
 // StatusUpdate is one object's new status for SetStatuses.
@@ -48,7 +41,9 @@ func SetStatuses(ctx context.Context, st store.Store, ix *admission.Index, updat
 		if err != nil {
 			return fmt.Errorf("encoding status of %s %q: %w", u.Object.Kind, u.Object.Metadata.Name, err)
 		}
-		if !bytes.Equal(compact(u.Object.Status), b) {
+		// Stored statuses went through json.Marshal too, so equal
+		// statuses are equal bytes.
+		if !bytes.Equal(u.Object.Status, b) {
 			changes = append(changes, change{u.Object.Kind, u.Object.Metadata.Name, b})
 		}
 	}

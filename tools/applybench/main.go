@@ -38,14 +38,15 @@ func main() {
 	pivirtctl := flag.String("pivirtctl", "bin/pivirtctl", "pivirtctl binary")
 	n := flag.Int("n", 10000, "objects in the bulk apply")
 	singles := flag.Int("singles", 500, "single applies timed for the latency figures")
+	extra := flag.String("pivirtd-args", "", "extra pivirtd flags, space separated (e.g. --metrics 127.0.0.1:9977 for pprof)")
 	flag.Parse()
-	if err := run(*pivirtd, *pivirtctl, *n, *singles); err != nil {
+	if err := run(*pivirtd, *pivirtctl, *n, *singles, strings.Fields(*extra)); err != nil {
 		fmt.Fprintln(os.Stderr, "applybench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(pivirtd, pivirtctl string, n, singles int) error {
+func run(pivirtd, pivirtctl string, n, singles int, extra []string) error {
 	dir, err := os.MkdirTemp("", "applybench-")
 	if err != nil {
 		return err
@@ -58,7 +59,12 @@ func run(pivirtd, pivirtctl string, n, singles int) error {
 	defer exec.Command("ip", "netns", "del", ns).Run()
 
 	sock := filepath.Join(dir, "pivirtd.sock")
-	d := exec.Command("nsenter", "--net=/run/netns/"+ns, "--", pivirtd, "--state-dir", filepath.Join(dir, "state"), "--socket", sock, "--bpffs", filepath.Join(dir, "bpffs"), "--log-level", "warn")
+	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		return fmt.Errorf("setting lo up: %w: %s", err, out)
+	}
+	args := append([]string{"--net=/run/netns/" + ns, "--", pivirtd, "--state-dir", filepath.Join(dir, "state"), "--socket", sock,
+		"--bpffs", filepath.Join(dir, "bpffs"), "--log-level", "warn"}, extra...)
+	d := exec.Command("nsenter", args...)
 	var dlog bytes.Buffer
 	d.Stdout, d.Stderr = &dlog, &dlog
 	if err := d.Start(); err != nil {
@@ -75,6 +81,10 @@ func run(pivirtd, pivirtctl string, n, singles int) error {
 	if err := os.WriteFile(file, manyLeases(n), 0o644); err != nil {
 		return err
 	}
+	if os.Getenv("APPLYBENCH_PAUSE") != "" {
+		fmt.Fprintln(os.Stderr, "daemon up in netns", ns, "; press enter to start")
+		fmt.Scanln()
+	}
 	start := time.Now()
 	out, err := exec.Command(pivirtctl, "--socket", sock, "apply", "-f", file).CombinedOutput()
 	if err != nil {
@@ -90,21 +100,19 @@ func run(pivirtd, pivirtctl string, n, singles int) error {
 	}
 
 	lat := make([]time.Duration, 0, singles)
+	half := singles / 2
 	for i := 0; i < singles; i++ {
+		// First half creates single-J, second half updates them (a label).
+		j, labels := i, map[string]string{}
+		if i >= half {
+			j, labels = i-half, map[string]string{"round": "2"}
+		}
 		obj, _ := json.Marshal(map[string]any{
 			"apiVersion": "pivirt.hu/v1", "kind": "DHCPLease",
-			"metadata": map[string]any{"name": fmt.Sprintf("single-%d", i)},
-			"spec": map[string]any{"network": "br-big", "macAddress": fmt.Sprintf("52:54:02:00:%02x:%02x", i>>8, i&0xff),
-				"ipAddress": fmt.Sprintf("10.20.200.%d", 1+i%250)},
+			"metadata": map[string]any{"name": fmt.Sprintf("single-%d", j), "labels": labels},
+			"spec": map[string]any{"network": "br-big", "macAddress": fmt.Sprintf("52:54:02:00:%02x:%02x", j>>8, j&0xff),
+				"ipAddress": fmt.Sprintf("10.20.%d.%d", 200+j/250, 1+j%250)},
 		})
-		if i >= 250 { // second half: updates of the first half's objects
-			obj, _ = json.Marshal(map[string]any{
-				"apiVersion": "pivirt.hu/v1", "kind": "DHCPLease",
-				"metadata": map[string]any{"name": fmt.Sprintf("single-%d", i-250), "labels": map[string]string{"round": "2"}},
-				"spec": map[string]any{"network": "br-big", "macAddress": fmt.Sprintf("52:54:02:00:%02x:%02x", (i-250)>>8, (i-250)&0xff),
-					"ipAddress": fmt.Sprintf("10.20.200.%d", 1+(i-250)%250)},
-			})
-		}
 		t0 := time.Now()
 		resp, err := client.Apply(context.Background(), connect.NewRequest(&resourcev1.ApplyRequest{Objects: [][]byte{obj}}))
 		if err != nil {

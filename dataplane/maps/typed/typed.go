@@ -4,6 +4,7 @@ package typed
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"iter"
 	"net"
@@ -47,6 +48,13 @@ func (m Map[K, V]) Delete(k K) error { return m.m.Delete(&k) }
 //	if err != nil { ... }
 func (m Map[K, V]) All(err *error) iter.Seq2[K, V] {
 	return func(yield func(K, V) bool) {
+		if !perCPU(m.m.Type()) {
+			done, berr := m.batches(yield)
+			if done || berr != nil {
+				*err = berr
+				return
+			}
+		}
 		var (
 			k K
 			v V
@@ -58,6 +66,47 @@ func (m Map[K, V]) All(err *error) iter.Seq2[K, V] {
 			}
 		}
 		*err = it.Err()
+	}
+}
+
+func perCPU(t ebpf.MapType) bool {
+	switch t {
+	case ebpf.PerCPUHash, ebpf.PerCPUArray, ebpf.LRUCPUHash, ebpf.PerCPUCGroupStorage:
+		return true
+	}
+	return false
+}
+
+// batchSize is how many entries one BPF_MAP_LOOKUP_BATCH returns: a walk
+// of 100k leases takes 25 syscalls instead of 100k.
+const batchSize = 4096
+
+// batches walks the map with batch lookups. done is false (and err nil)
+// when the kernel or map type has no batch support and nothing was
+// yielded, so the caller falls back to iterating.
+func (m Map[K, V]) batches(yield func(K, V) bool) (done bool, err error) {
+	keys := make([]K, batchSize)
+	vals := make([]V, batchSize)
+	var cursor ebpf.MapBatchCursor
+	first := true
+	for {
+		n, err := m.m.BatchLookup(&cursor, keys, vals, nil)
+		if first && n == 0 && err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			// EINVAL/ENOTSUPP for maps without batch ops: iterate instead.
+			return false, nil
+		}
+		first = false
+		for i := 0; i < n; i++ {
+			if !yield(keys[i], vals[i]) {
+				return true, nil
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return true, nil
+		}
+		if err != nil {
+			return true, err
+		}
 	}
 }
 
