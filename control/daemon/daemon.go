@@ -249,6 +249,7 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 		// Profiles beside the metrics: same trusted, operator-chosen address.
 		m.HandleFunc("/debug/pprof/", pprof.Index)
 		m.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		m.Handle("/debug/pprof/heap", pprof.Handler("heap"))
 		serve(&http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Metrics)
 	}
 	_ = ctx

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -67,6 +68,7 @@ type running struct {
 	id       uint32
 	reserved map[string]bool // MACs with a static reservation
 	static   []server.Reservation
+	cfg      server.Segment
 	cancel   context.CancelFunc
 	done     chan struct{}
 	resp     *responder.Responder
@@ -112,14 +114,20 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			r = nil
 		}
 		fresh := r == nil
-		changes, err := m.srv.SetSegment(cfg)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("configuring DHCP of segment %s: %w", seg.Name, err))
-			continue
-		}
-		if len(changes) > 0 {
-			if err := m.persist(ctx, changes); err != nil {
-				errs = append(errs, err)
+		// Reconfiguring rebuilds the segment's tables: only on a change.
+		if fresh || !reflect.DeepEqual(r.cfg, cfg) {
+			changes, err := m.srv.SetSegment(cfg)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("configuring DHCP of segment %s: %w", seg.Name, err))
+				continue
+			}
+			if len(changes) > 0 {
+				if err := m.persist(ctx, changes); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			if !fresh {
+				r.static = nil // the new tables hold no reservations yet
 			}
 		}
 		static, dynamic := m.segmentLeases(seg, leases, snap)
@@ -145,7 +153,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			m.releaseDeleted(ctx, cfg.ID, dynamic, snap.Revision)
 		}
 		r = m.running[seg.Name]
-		r.seg, r.reserved, r.static = seg, reserved, static
+		r.seg, r.cfg, r.reserved, r.static = seg, cfg, reserved, static
 	}
 	for name := range m.running {
 		if !want[name] {
