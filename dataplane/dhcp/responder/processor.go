@@ -23,10 +23,9 @@ type Outbound struct {
 }
 
 // portKey identifies a "port": the Ethernet source of a direct request
-// (the port guard pins one MAC per VM port) or the relay of a relayed one.
+// (the port guard pins one MAC per VM port).
 type portKey struct {
-	mac   [6]byte
-	relay [4]byte
+	mac [6]byte
 }
 
 // Processor turns a batch of inbound frames into reply frames and lease
@@ -55,7 +54,7 @@ type ProcessorConfig struct {
 	MAC      [6]byte // source MAC of replies (the bridge's)
 	Batch    int     // most frames per Process call
 	PerMAC   Limit   // per client hardware address (chaddr)
-	PerPort  Limit   // per Ethernet source (or relay)
+	PerPort  Limit   // per Ethernet source of direct (not relayed) requests
 	Counters *Counters
 }
 
@@ -100,15 +99,14 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 		p.c.Dropped[r].Add(1)
 		return
 	}
-	var pk portKey
-	if gi := in.Payload[24:28]; gi[0]|gi[1]|gi[2]|gi[3] != 0 {
-		copy(pk.relay[:], gi)
-	} else {
-		pk.mac = in.SrcMAC
-	}
-	if !p.portLim.allow(pk, now) {
-		p.c.RateLimitPort.Add(1)
-		return
+	// The per-port limit applies to direct requests only: a relay carries
+	// a whole remote subnet of clients (the per-MAC limit still applies to
+	// each of them), so limiting it like one VM port would starve them all.
+	if gi := in.Payload[24:28]; gi[0]|gi[1]|gi[2]|gi[3] == 0 {
+		if !p.portLim.allow(portKey{mac: in.SrcMAC}, now) {
+			p.c.RateLimitPort.Add(1)
+			return
+		}
 	}
 	if !p.macLim.allow([6]byte(in.Payload[28:34]), now) {
 		p.c.RateLimitMAC.Add(1)

@@ -170,6 +170,19 @@ func TestProcessorCountsDropsAndRateLimits(t *testing.T) {
 	if len(pp.Out) != 3 || pp.Counters().RateLimitPort.Load() != 7 {
 		t.Fatalf("port limit: out %d limited %d", len(pp.Out), pp.Counters().RateLimitPort.Load())
 	}
+	// A relay carries many clients: the same load through it is not cut off.
+	pr := NewProcessor(ProcessorConfig{Server: testServer(t, 100), Segment: 1, MAC: brMAC, Batch: 16,
+		PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: 1, Burst: 3}})
+	fs = fs[:0]
+	for i := 0; i < 10; i++ {
+		m := newMsg(t, dhcpv4.MessageTypeDiscover, clientMAC(200+i))
+		m.GatewayIPAddr = net.IP{10, 1, 0, 2}
+		fs = append(fs, frameOf(t, m))
+	}
+	pr.Process(t0, fs)
+	if len(pr.Out) != 10 || pr.Counters().RateLimitPort.Load() != 0 {
+		t.Fatalf("relayed requests: out %d limited %d, want 10 and 0", len(pr.Out), pr.Counters().RateLimitPort.Load())
+	}
 }
 
 func TestFilterAssembles(t *testing.T) {

@@ -43,7 +43,7 @@ type Config struct {
 	Persister Persister      // required
 	Batch     int            // frames per recvmmsg/sendmmsg; default 64
 	PerMAC    Limit          // per client MAC (chaddr); default 20/s burst 40
-	PerPort   Limit          // per Ethernet source or relay; default 200/s burst 400
+	PerPort   Limit          // per Ethernet source of direct requests (relays are exempt); default 200/s burst 400
 	// ExpireEvery is how often expired leases are reclaimed; default 1s.
 	ExpireEvery time.Duration
 	// ShutdownTimeout bounds the final Persist after ctx is cancelled; default 2s.
