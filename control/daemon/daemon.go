@@ -30,6 +30,7 @@ import (
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/guard"
 	"pivirt.hu/dataplane/control/inspect"
+	"pivirt.hu/dataplane/control/nat"
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/segment"
 	"pivirt.hu/dataplane/control/server"
@@ -166,6 +167,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		},
 		guardLoop,
 		controllerFunc{"link-watch", func(ctx context.Context) error { return guard.WatchLinks(ctx, guardLoop.Trigger) }},
+		nat.New(nat.Options{Store: d.store, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log}),
 	}, nil
 }
 
