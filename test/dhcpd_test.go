@@ -95,9 +95,9 @@ func inRange(a netip.Addr, lo, hi string) bool {
 
 func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
 	testutil.RequireRoot(t)
-	testutil.RequireTool(t, "nsenter", "dhclient", "udhcpc", "dhcpcd", "ping")
+	testutil.RequireTool(t, "nsenter", "dhclient", "udhcpc", "dhcpcd", "ping", "curl")
 	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), Args: []string{"--metrics", "127.0.0.1:9464"}})
 	if r := d.CtlStdin([]byte(dhcpManifests), "apply", "-f", "-"); r.Code != 0 {
 		t.Fatalf("apply: %s", r)
 	}
@@ -167,6 +167,14 @@ func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
 		t.Errorf("guarded guest cannot reach the host with its leased address: %v", err)
 	}
 	wantContains(t, "pv_leases", d.MustCtl("inspect", "map", "pv_leases"), a1.MAC.String(), a1.Addr(t).String())
+
+	// The responders' counters as Prometheus metrics.
+	metrics, err := host.Exec("curl", "-sf", "http://127.0.0.1:9464/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantContains(t, "metrics", string(metrics), `pivirt_dhcp_replies_total{segment="dh-a",type="ACK"}`,
+		`pivirt_dhcp_replies_total{segment="dh-b",type="OFFER"}`, `pivirt_dhcp_lease_commits_total{segment="dh-a"}`)
 
 	// Renew keeps the address and extends the lease.
 	before := ls[leaseName(a1.MAC)]

@@ -169,7 +169,8 @@ func TestPrivilegedGuardEndToEnd(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
 	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+	testutil.RequireTool(t, "curl")
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), Args: []string{"--metrics", "127.0.0.1:9464"}})
 	d.CtlStdin([]byte(guardManifests), "apply", "-f", "-")
 	waitFor(t, 10*time.Second, "bridge br-e2e", func() bool {
 		return host.Do(func() error { _, err := netlink.LinkByName("br-e2e"); return err }) == nil
@@ -210,6 +211,14 @@ func TestPrivilegedGuardEndToEnd(t *testing.T) {
 	if !strings.Contains(out, "src-mac") || !strings.Contains(out, "ipv4-src") || !strings.Contains(out, "dhcp-server") {
 		t.Errorf("counters lack a drop reason:\n%s", out)
 	}
+
+	// The same counters as Prometheus metrics.
+	metrics, err := host.Exec("curl", "-sf", "http://127.0.0.1:9464/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantContains(t, "metrics", string(metrics), `pivirt_guard_frames_total{interface="hp1",reason="src-mac",verdict="drop"}`,
+		`pivirt_guard_frames_total{interface="hp1",reason="pass",verdict="pass"}`)
 
 	// The guard keeps enforcing while pivirtd is dead.
 	d.Kill9()

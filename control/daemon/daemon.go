@@ -152,6 +152,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp}
 	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode}
 	d.guard = guards
+	d.reg.MustRegister(guards, d.dhcp)
 	cache := reconcile.NewCache(d.store, d.log)
 	guardLoop := &reconcile.Loop{
 		ID: "guard", Cache: cache, Log: d.log,

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	descReceived = prometheus.NewDesc("pivirt_dhcp_received_frames_total", "Frames the DHCP responder read from its socket.", []string{"segment"}, nil)
+	descRequests = prometheus.NewDesc("pivirt_dhcp_requests_total", "Valid DHCP requests by message type.", []string{"segment", "type"}, nil)
+	descReplies  = prometheus.NewDesc("pivirt_dhcp_replies_total", "DHCP replies sent by message type.", []string{"segment", "type"}, nil)
+	descDropped  = prometheus.NewDesc("pivirt_dhcp_dropped_total", "Frames dropped by reason (malformed, rate limited).", []string{"segment", "reason"}, nil)
+	descIgnored  = prometheus.NewDesc("pivirt_dhcp_ignored_total", "Valid requests not answered, by reason.", []string{"segment", "reason"}, nil)
+	descPersist  = prometheus.NewDesc("pivirt_dhcp_persist_errors_total", "Lease groups that failed to persist (their ACKs were not sent).", []string{"segment"}, nil)
+	descCommits  = prometheus.NewDesc("pivirt_dhcp_lease_commits_total", "Group commits of lease changes (one fsync'd transaction each).", []string{"segment"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector with the responders' counters.
+func (m *Manager) Collect(ch chan<- prometheus.Metric) {
+	m.init()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, r := range m.running {
+		s := r.resp.Counters().Snapshot()
+		counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{name}, labels...)...)
+		}
+		counter(descReceived, s.Received)
+		for k, v := range s.Requests {
+			counter(descRequests, v, k)
+		}
+		for k, v := range s.Replied {
+			counter(descReplies, v, k)
+		}
+		for k, v := range s.Dropped {
+			counter(descDropped, v, k)
+		}
+		for k, v := range s.Ignored {
+			counter(descIgnored, v, k)
+		}
+		counter(descPersist, s.PersistErrors)
+		counter(descCommits, s.Batches)
+	}
+}

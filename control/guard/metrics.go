@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package guard
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	dpguard "pivirt.hu/dataplane/dataplane/guard"
+)
+
+var descFrames = prometheus.NewDesc("pivirt_guard_frames_total",
+	"Frames the port guard saw from a VM port, by verdict and reason (pv_counters).",
+	[]string{"interface", "verdict", "reason"}, nil)
+
+// Describe implements prometheus.Collector.
+func (c *Controller) Describe(ch chan<- *prometheus.Desc) { ch <- descFrames }
+
+// Collect implements prometheus.Collector from pv_counters, read without
+// stopping traffic (a per-CPU map, summed here).
+func (c *Controller) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	ports := make(map[uint32]string, len(c.attached))
+	for name, a := range c.attached {
+		ports[a.Ifindex] = name
+	}
+	c.mu.Unlock()
+	var err error
+	for k, totals := range c.Loader.Maps().Counters.All(&err) {
+		ifname := ports[k.Ifindex]
+		if ifname == "" {
+			continue // a port no longer guarded
+		}
+		for r, v := range totals {
+			if v == 0 {
+				continue
+			}
+			reason, verdict := dpguard.Reason(r), "pass"
+			if reason.Drop() {
+				verdict = "drop"
+			}
+			ch <- prometheus.MustNewConstMetric(descFrames, prometheus.CounterValue, float64(v), ifname, verdict, reason.String())
+		}
+	}
+	if err != nil {
+		c.Log.Warn("reading pv_counters for metrics", "err", err)
+	}
+}
