@@ -135,7 +135,10 @@ func (d *Daemon) openStore() (store.Store, error) {
 		if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("creating state dir: %w", err)
 		}
-		return bolt.Open(d.cfg.StatePath(), bolt.Options{Logger: d.log})
+		// A short watch history: the daemon's own watchers keep up, and one
+		// that falls behind re-lists; every event held is an old object
+		// version kept alive.
+		return bolt.Open(d.cfg.StatePath(), bolt.Options{Logger: d.log, HistorySize: 2048})
 	case "etcd":
 		return etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{})
 	}
@@ -168,7 +171,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		},
 		guardLoop,
 		controllerFunc{"link-watch", func(ctx context.Context) error { return guard.WatchLinks(ctx, guardLoop.Trigger) }},
-		nat.New(nat.Options{Store: d.store, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log}),
+		nat.New(nat.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log}),
 	}, nil
 }
 

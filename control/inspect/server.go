@@ -21,6 +21,8 @@ import (
 	"pivirt.hu/dataplane/control/guard"
 	"pivirt.hu/dataplane/control/mapsync"
 	"pivirt.hu/dataplane/dataplane/loader"
+	"pivirt.hu/dataplane/dataplane/maps/natmap"
+	dpnat "pivirt.hu/dataplane/dataplane/nat"
 	"pivirt.hu/dataplane/dataplane/maps/typed"
 )
 
@@ -66,30 +68,19 @@ func (s *Server) DumpMap(ctx context.Context, req *connect.Request[inspectv1.Dum
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("map %q is not pinned (pinned: %s)", name, strings.Join(names, ", ")))
 	}
 	out := &inspectv1.DumpMapResponse{Info: mapInfo(infos[i])}
-	names := ifNames()
-	// One line per entry as the map package prints it, and the decoded
-	// entries for JSON.
-	var text bytes.Buffer
-	if err := s.Loader.Maps().Dump(name, &text, names); err != nil {
-		if errors.Is(err, loader.ErrUnknownMap) {
-			return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("map %q has no decoder in pivirtd; use bpftool map dump pinned %s", name, infos[i].PinPath))
-		}
-		return nil, connect.NewError(connect.CodeInternal, err)
+	var lines []string
+	var items []json.RawMessage
+	if strings.HasPrefix(name, "pv_nat_") {
+		lines, items, err = s.natEntries(name)
+	} else {
+		lines, items, err = s.guardEntries(name)
 	}
-	decoded, err := s.Loader.Maps().Decoded(name, names)
+	if errors.Is(err, loader.ErrUnknownMap) {
+		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("map %q has no decoder in pivirtd; use bpftool map dump pinned %s", name, infos[i].PinPath))
+	}
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
-	var items []json.RawMessage
-	if b, err := json.Marshal(decoded); err == nil {
-		_ = json.Unmarshal(b, &items)
-	}
-	lines := strings.Split(strings.TrimRight(text.String(), "\n"), "\n")
-	if text.Len() == 0 {
-		lines = nil
-	}
-	// Dump prints Decoded's entries in order, one line each; the map may
-	// change between the two reads, so pair them only when they agree.
 	for j, l := range lines {
 		e := &inspectv1.MapEntry{Key: l}
 		if len(lines) == len(items) {
@@ -98,6 +89,58 @@ func (s *Server) DumpMap(ctx context.Context, req *connect.Request[inspectv1.Dum
 		out.Entries = append(out.Entries, e)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// guardEntries renders a guard map: one line per entry as its map package
+// prints it, and the decoded entries for JSON. Dump prints Decoded's
+// entries in order; the map may change between the two reads, so the
+// caller pairs them only when they agree in number.
+func (s *Server) guardEntries(name string) ([]string, []json.RawMessage, error) {
+	names := ifNames()
+	var text bytes.Buffer
+	if err := s.Loader.Maps().Dump(name, &text, names); err != nil {
+		return nil, nil, err
+	}
+	decoded, err := s.Loader.Maps().Decoded(name, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	var items []json.RawMessage
+	if b, err := json.Marshal(decoded); err == nil {
+		_ = json.Unmarshal(b, &items)
+	}
+	var lines []string
+	if text.Len() > 0 {
+		lines = strings.Split(strings.TrimRight(text.String(), "\n"), "\n")
+	}
+	return lines, items, nil
+}
+
+// natEntries renders a NAT map (pinned by the NAT controller).
+func (s *Server) natEntries(name string) ([]string, []json.RawMessage, error) {
+	objs, err := dpnat.OpenMaps(loader.MapsDir(s.Loader.Base()))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer objs.Close()
+	es, err := natmap.New(objs).Decoded(name)
+	if errors.Is(err, natmap.ErrUnknownMap) {
+		return nil, nil, fmt.Errorf("decoding %s: %w", name, loader.ErrUnknownMap)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	lines := make([]string, 0, len(es))
+	items := make([]json.RawMessage, 0, len(es))
+	for _, e := range es {
+		lines = append(lines, e.String())
+		b, err := json.Marshal(e)
+		if err != nil {
+			return nil, nil, err
+		}
+		items = append(items, b)
+	}
+	return lines, items, nil
 }
 
 // ListPrograms lists the programs attached through pinned links.

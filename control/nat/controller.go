@@ -47,6 +47,7 @@ type VPCRouterStatus struct {
 // Controller realizes VPCRouters and the NAT fast path of ExternalIPs.
 type Controller struct {
 	store  store.Store
+	cache  *reconcile.Cache
 	index  *admission.Index
 	events *events.Recorder
 	log    *slog.Logger
@@ -73,6 +74,8 @@ type Options struct {
 	Events *events.Recorder // optional
 	BPFFS  string           // pivirtd's --bpffs: maps under <BPFFS>/maps, links under <BPFFS>/links
 	Log    *slog.Logger
+	// Cache is the daemon's shared store cache; nil makes a private one.
+	Cache *reconcile.Cache
 }
 
 // New returns the NAT controller.
@@ -80,7 +83,7 @@ func New(o Options) *Controller {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Controller{store: o.Store, index: o.Index, events: o.Events, log: o.Log, bpffs: o.BPFFS,
+	return &Controller{store: o.Store, cache: o.Cache, index: o.Index, events: o.Events, log: o.Log, bpffs: o.BPFFS,
 		routers: map[string]vpcrouter.Router{}, attached: map[uint32]attachment{},
 		bypass: map[string][]vpcrouter.Bypass{}}
 }
@@ -93,6 +96,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	l := &reconcile.Loop{
 		ID:    c.Name(),
 		Store: c.store,
+		Cache: c.cache,
 		Kinds: []string{pivirtv1.KindExternalIP, pivirtv1.KindVPCRouter, pivirtv1.KindNetworkSegment},
 		Func:  c.Reconcile,
 		Log:   c.log,
