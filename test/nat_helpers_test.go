@@ -4,7 +4,7 @@ package test
 
 import (
 	"bufio"
-	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -18,16 +18,11 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"sigs.k8s.io/yaml"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/nat"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/store/bolt"
 	"pivirt.hu/dataplane/dataplane/maps/natmap"
 	dpnat "pivirt.hu/dataplane/dataplane/nat"
 	"pivirt.hu/dataplane/dataplane/vpcrouter"
+	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
 
@@ -38,91 +33,59 @@ import (
 type natEnv struct {
 	t     *testing.T
 	host  *testutil.NetNS
-	st    store.Store
-	ix    *admission.Index
+	d     *harness.Daemon
 	bpffs string
-	stop  func() // stops the running controller
 }
 
+// startNAT starts the real pivirtd in host (its NAT controller realizes
+// routers and programs the uplinks) on a private bpffs.
 func startNAT(t *testing.T, host *testutil.NetNS) *natEnv {
 	t.Helper()
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &natEnv{t: t, host: host, st: st, ix: admission.NewIndex(), bpffs: testutil.TempBPFFS(t)}
-	e.start()
-	t.Cleanup(func() {
-		e.stop()
-		st.Close()
-	})
-	return e
+	testutil.RequireTool(t, "nsenter")
+	bpffs := testutil.TempBPFFS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), BPFFS: bpffs})
+	return &natEnv{t: t, host: host, d: d, bpffs: bpffs}
 }
 
-// start runs a fresh controller (as a restarted pivirtd would) on the
-// same store and bpffs.
-func (e *natEnv) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	c := nat.New(nat.Options{Store: e.st, Index: e.ix, BPFFS: e.bpffs})
-	go func() { done <- e.host.Do(func() error { return c.Run(ctx) }) }()
-	var once sync.Once
-	e.stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					e.t.Errorf("nat controller: %v", err)
-				}
-			case <-time.After(10 * time.Second):
-				e.t.Errorf("nat controller did not stop")
-			}
-		})
-	}
-}
+// stop stops pivirtd (SIGTERM); start starts it again on the same state,
+// as a restart would.
+func (e *natEnv) stop()  { e.d.Stop() }
+func (e *natEnv) start() { e.d.Start() }
 
-// apply stores a multi-document YAML manifest through admission.
+// apply applies a multi-document YAML manifest with pivirtctl.
 func (e *natEnv) apply(manifest string) {
 	e.t.Helper()
-	for _, doc := range strings.Split(manifest, "\n---\n") {
-		var o pivirtv1.Object
-		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
-			e.t.Fatalf("decoding manifest: %v\n%s", err, doc)
-		}
-		if _, err := e.ix.Update(context.Background(), e.st, admission.Options{}, func(b *admission.Batch) error {
-			_, _, err := b.Apply(&o)
-			return err
-		}); err != nil {
-			e.t.Fatalf("applying %s/%s: %v", o.Kind, o.Metadata.Name, err)
-		}
+	if r := e.d.CtlStdin([]byte(manifest), "apply", "-f", "-"); r.Code != 0 {
+		e.t.Fatalf("apply: %s", r)
 	}
 }
 
 func (e *natEnv) delete(kind, name string) {
 	e.t.Helper()
-	if _, err := e.ix.Update(context.Background(), e.st, admission.Options{}, func(b *admission.Batch) error {
-		_, err := b.Delete(kind, name, "")
-		return err
-	}); err != nil {
-		e.t.Fatalf("deleting %s/%s: %v", kind, name, err)
-	}
+	e.d.MustCtl("delete", kind, name)
 }
 
-// waitStatus waits until the object's status phase is phase.
+// waitStatus waits until the object's status phase is phase and returns
+// the status as JSON.
 func (e *natEnv) waitStatus(kind, name, phase string) string {
 	e.t.Helper()
 	var last string
 	ok := natWaitFor(10*time.Second, func() bool {
-		o, err := e.st.Get(context.Background(), kind, name)
-		if err != nil {
+		var o struct {
+			Status json.RawMessage `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(e.d.Ctl("get", kind, name, "-o", "json").Stdout), &o); err != nil {
 			return false
 		}
+		var st struct {
+			Phase string `json:"phase"`
+		}
+		_ = json.Unmarshal(o.Status, &st)
 		last = string(o.Status)
-		return strings.Contains(last, `"phase":"`+phase+`"`)
+		return st.Phase == phase
 	})
 	if !ok {
-		e.t.Fatalf("%s/%s never reached phase %s; status %s", kind, name, phase, last)
+		e.t.Fatalf("%s/%s never reached phase %s; status %s\n%s", kind, name, phase, last, e.d.Log())
 	}
 	return last
 }

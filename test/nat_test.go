@@ -147,6 +147,13 @@ spec:
 				t.Errorf("no mapping %q with traffic in %q", want, ms)
 			}
 		}
+		// pivirtctl decodes the same maps through the daemon.
+		out := e.d.MustCtl("inspect", "map", "pv_nat_dnat")
+		for _, want := range []string{"TCP 198.51.100.20:443 -> 10.10.0.13:8443", "ALL 198.51.100.10 -> 10.10.0.11"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("inspect map pv_nat_dnat lacks %q:\n%s", want, out)
+			}
+		}
 	})
 	t.Run("the fast path survives the controller, a restart converges", func(t *testing.T) {
 		rules, err := vpcrouter.Rules(router)
