@@ -176,7 +176,7 @@ func TestPrivilegedGuardEndToEnd(t *testing.T) {
 		return host.Do(func() error { _, err := netlink.LinkByName("br-e2e"); return err }) == nil
 	})
 	g1 := guest.Attach(t, host, "br-e2e", "hp1", net.HardwareAddr{0x52, 0x54, 0, 0, 0x50, 1})
-	guest.Attach(t, host, "br-e2e", "hp2", net.HardwareAddr{0x52, 0x54, 0, 0, 0x50, 2})
+	g2 := guest.Attach(t, host, "br-e2e", "hp2", net.HardwareAddr{0x52, 0x54, 0, 0, 0x50, 2})
 
 	type portStatus struct {
 		Status struct {
@@ -248,6 +248,15 @@ func TestPrivilegedGuardEndToEnd(t *testing.T) {
 	if n := l.count("r4-old"); n != 0 {
 		t.Errorf("the old pinned address still passes after the change (%d)", n)
 	}
+
+	// A port whose interface disappears says so.
+	if _, err := g2.NS.Exec("ip", "link", "del", g2.Ifc); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "vm2-nic0 Pending after its interface went away", func() bool {
+		out := d.Ctl("get", "portsec", "vm2-nic0", "-o", "yaml").Stdout
+		return strings.Contains(out, "phase: Pending") && strings.Contains(out, "hp2")
+	})
 
 	// Deleting the PortSecurity detaches the guard.
 	d.MustCtl("delete", "portsec", "vm1-nic0")
