@@ -9,9 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ensureBPFFS creates dir and mounts a bpffs on it unless dir already is
+// EnsureBPFFS creates dir and mounts a bpffs on it unless dir already is
 // on one (such as /sys/fs/bpf/pivirt under the usual /sys/fs/bpf mount).
-func ensureBPFFS(dir string) error {
+func EnsureBPFFS(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}

@@ -56,7 +56,7 @@ type Loader struct {
 // _vN name) and loads the programs. The caller removes the memlock rlimit
 // first (cmd/pivirtd does).
 func Open(base string) (*Loader, error) {
-	if err := ensureBPFFS(base); err != nil {
+	if err := EnsureBPFFS(base); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{MapsDir(base), LinksDir(base)} {

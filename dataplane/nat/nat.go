@@ -13,7 +13,9 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
+
+	"pivirt.hu/dataplane/dataplane/loader"
+	"pivirt.hu/dataplane/dataplane/maps/typed"
 )
 
 // Map names, as pinned under <bpffs>/maps.
@@ -139,17 +141,10 @@ func scope(s string) uint32 {
 }
 
 // BE32 is the in-memory form of a __be32 field holding addr.
-func BE32(addr netip.Addr) uint32 {
-	b := addr.As4()
-	return binary.NativeEndian.Uint32(b[:])
-}
+func BE32(addr netip.Addr) uint32 { return typed.BE32(addr) }
 
 // Addr4 is the inverse of BE32.
-func Addr4(be uint32) netip.Addr {
-	var b [4]byte
-	binary.NativeEndian.PutUint32(b[:], be)
-	return netip.AddrFrom4(b)
-}
+func Addr4(be uint32) netip.Addr { return typed.Addr4(be) }
 
 // BE16 is the in-memory form of a __be16 field holding port.
 func BE16(port uint16) uint16 {
@@ -232,7 +227,7 @@ func LoadSpec(spec *ebpf.CollectionSpec, scope uint32, mac net.HardwareAddr, map
 // not on one), without loading programs: for the control plane's sync and
 // for inspect.
 func OpenMaps(mapDir string) (*Objects, error) {
-	if err := ensureBPFFS(filepath.Dir(mapDir)); err != nil {
+	if err := loader.EnsureBPFFS(filepath.Dir(mapDir)); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(mapDir, 0o700); err != nil {
@@ -252,25 +247,6 @@ func OpenMaps(mapDir string) (*Objects, error) {
 		*dst = m
 	}
 	return o, nil
-}
-
-// ensureBPFFS mounts a bpffs on dir unless dir already is on one (such as
-// /sys/fs/bpf/pivirt under the usual /sys/fs/bpf mount).
-func ensureBPFFS(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return fmt.Errorf("checking filesystem of %s: %w", dir, err)
-	}
-	if st.Type == unix.BPF_FS_MAGIC {
-		return nil
-	}
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mounting bpffs on %s: %w", dir, err)
-	}
-	return nil
 }
 
 func (o *Objects) closeMaps() {
