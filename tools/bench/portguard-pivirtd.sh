@@ -16,7 +16,7 @@
 # summarize with ../shared/bench/dataplane/summarize.py.
 set -u
 SHARED=${SHARED:-$(cd "$(dirname "$0")/../../../shared/bench/dataplane" && pwd)}
-BIN=${PIVIRT_BIN:?set PIVIRT_BIN to the directory holding pivirtd and pivirtctl}
+PVBIN=${PIVIRT_BIN:?set PIVIRT_BIN to the directory holding pivirtd and pivirtctl}
 . "$SHARED/common.sh"
 A=$SHARED
 OUT=${OUT:-$S/portguard-pivirtd.txt}
@@ -27,12 +27,12 @@ NS=(${@:-1000 4000})
 
 PV=$S/pivirtd
 PVPID=
-ctl() { "$BIN/pivirtctl" --socket "$PV/sock" "$@"; }
+ctl() { "$PVBIN/pivirtctl" --socket "$PV/sock" "$@"; }
 
 start_pivirtd() {  # $1 = N: pivirtd in na-host, segment on na-br0, PortSecurity for na-p2..na-pN
   local n=$1 i
   rm -rf $PV; mkdir -p $PV/bpffs
-  nsb na-host "$BIN/pivirtd" --state-dir $PV/state --socket $PV/sock --bpffs $BPFFS/na-pivirt --log-level warn >$PV/log 2>&1 &
+  nsb na-host "$PVBIN/pivirtd" --state-dir $PV/state --socket $PV/sock --bpffs $BPFFS/na-pivirt --log-level warn >$PV/log 2>&1 &
   PVPID=$!
   for _ in $(seq 100); do ctl get segments >/dev/null 2>&1 && break; sleep 0.1; done
   {
