@@ -77,7 +77,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	changed := l.Cache.Subscribe(l.Kinds)
 	debounce := l.Debounce
 	if debounce == 0 {
-		debounce = 100 * time.Millisecond
+		debounce = 250 * time.Millisecond
 	}
 	resync := l.Resync
 	if resync == 0 {
