@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
@@ -70,7 +71,13 @@ func run(pivirtd, pivirtctl string, n, singles int, extra []string) error {
 	if err := d.Start(); err != nil {
 		return fmt.Errorf("starting pivirtd: %w", err)
 	}
-	defer func() { _ = d.Process.Signal(syscall.SIGTERM); _ = d.Wait() }()
+	// pivirtd mounts a bpffs on its --bpffs dir: unmount it once the
+	// daemon is gone, before the temp dir is removed.
+	defer func() {
+		_ = d.Process.Signal(syscall.SIGTERM)
+		_ = d.Wait()
+		_ = unix.Unmount(filepath.Join(dir, "bpffs"), unix.MNT_DETACH)
+	}()
 
 	client := resourcev1connect.NewResourceServiceClient(unixClient(sock), "http://pivirtd")
 	if err := waitReady(client, 15*time.Second); err != nil {

@@ -50,7 +50,7 @@ start_pivirtd() {  # $1 = N: pivirtd in na-host, segment on na-br0, PortSecurity
     got=$(ctl inspect progs 2>/dev/null | grep -c pv_tcx_guard)
     [ "$got" -ge "$want" ] && break; sleep 0.2
   done
-  echo "# pivirtd N=$n: $want PortSecurity applied and $got guards attached in $((SECONDS-t0))s"
+  echo "# pivirtd N=$n: $want PortSecurity applied and $got guards attached in $((SECONDS-t0))s" | tee -a $OUT
 }
 
 stop_pivirtd() {
@@ -92,7 +92,7 @@ for N in "${NS[@]}"; do
       b) load_ebtables $N last | tee -a $OUT ;;
       c) load_nftset $N | tee -a $OUT ;;
       d|dp|e|g) [ -d $PIN/maps ] || load_bpf $N | tee -a $OUT ;;
-      p) start_pivirtd $N | tee -a $OUT ;;
+      p) start_pivirtd $N ;;  # not in a pipeline: PVPID must stay in this shell
     esac
   done
   for c in $CFGS; do cfg_on $c; check $c | tee -a $OUT; cfg_off $c; done
