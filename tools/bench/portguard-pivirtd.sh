@@ -32,7 +32,7 @@ ctl() { "$PVBIN/pivirtctl" --socket "$PV/sock" "$@"; }
 start_pivirtd() {  # $1 = N: pivirtd in na-host, segment on na-br0, PortSecurity for na-p2..na-pN
   local n=$1 i
   rm -rf $PV; mkdir -p $PV/bpffs
-  nsb na-host "$PVBIN/pivirtd" --state-dir $PV/state --socket $PV/sock --bpffs $BPFFS/na-pivirt --log-level warn >$PV/log 2>&1 &
+  nsenter --net=/run/netns/na-host -- "$PVBIN/pivirtd" --state-dir $PV/state --socket $PV/sock --bpffs $BPFFS/na-pivirt --log-level warn >$PV/log 2>&1 &
   PVPID=$!
   for _ in $(seq 100); do ctl get segments >/dev/null 2>&1 && break; sleep 0.1; done
   {
