@@ -78,18 +78,11 @@ func (r *Root) describe(ctx context.Context, kind string, names []string, select
 			return nil
 		}
 	}
-	for _, n := range names {
-		it, err := getObject(ctx, client, kind, n)
-		if isNotFound(err) {
-			missing++
-			fmt.Fprintln(r.streams.ErrOut, r.message(err))
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		items = append(items, it)
+	named, nmissing, err := r.getNamed(ctx, client, kind, names)
+	if err != nil {
+		return err
 	}
+	items, missing = append(items, named...), missing+nmissing
 	for i, it := range items {
 		if i > 0 {
 			fmt.Fprintln(r.streams.Out)

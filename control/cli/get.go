@@ -112,17 +112,9 @@ func (r *Root) get(ctx context.Context, kind string, names []string, o getOption
 		if kind == "" {
 			return errors.New(`get all takes no names; name a kind instead`)
 		}
-		for _, n := range names {
-			it, err := getObject(ctx, client, kind, n)
-			if isNotFound(err) {
-				missing++
-				fmt.Fprintln(r.streams.ErrOut, r.message(err))
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			items = append(items, it)
+		var err error
+		if items, missing, err = r.getNamed(ctx, client, kind, names); err != nil {
+			return err
 		}
 	} else {
 		resp, err := client.List(ctx, connect.NewRequest(&resourcev1.ListRequest{Kind: kind, LabelSelector: o.selector}))
@@ -185,6 +177,26 @@ func watchStart(items []Item) int64 {
 }
 
 // getObject fetches one object, turning NotFound into kubectl's message.
+// getNamed fetches named objects of kind; each missing one is reported on
+// stderr as kubectl does and counted, and the rest are returned.
+func (r *Root) getNamed(ctx context.Context, client resourcev1connect.ResourceServiceClient, kind string, names []string) ([]Item, int, error) {
+	var items []Item
+	missing := 0
+	for _, n := range names {
+		it, err := getObject(ctx, client, kind, n)
+		if isNotFound(err) {
+			missing++
+			fmt.Fprintln(r.streams.ErrOut, r.message(err))
+			continue
+		}
+		if err != nil {
+			return nil, missing, err
+		}
+		items = append(items, it)
+	}
+	return items, missing, nil
+}
+
 func getObject(ctx context.Context, c resourcev1connect.ResourceServiceClient, kind, name string) (Item, error) {
 	resp, err := c.Get(ctx, connect.NewRequest(&resourcev1.GetRequest{Kind: kind, Name: name}))
 	if connect.CodeOf(err) == connect.CodeNotFound {
