@@ -12,6 +12,8 @@
 #      them); cfg_on applies na-p1's PortSecurity and waits until the guard
 #      is attached (tcx on veth, --attach auto), cfg_off deletes it and waits
 #      until it is detached.
+# Then FLOOD_CFGS (default "c p") are run with spoofed source MACs: the
+# sender's pps is the drop rate of one core through that filter.
 # Results are appended to $OUT (default /tmp/na/portguard-pivirtd.txt);
 # summarize with ../shared/bench/dataplane/summarize.py.
 set -u
@@ -21,6 +23,7 @@ PVBIN=${PIVIRT_BIN:?set PIVIRT_BIN to the directory holding pivirtd and pivirtct
 A=$SHARED
 OUT=${OUT:-$S/portguard-pivirtd.txt}
 CFGS=${CFGS:-"a b c d e p"}
+FLOOD_CFGS=${FLOOD_CFGS:-"c p"}   # spoofed-flood rounds (drop rate per core)
 # The shared script's definitions, without its main loop.
 . <(sed -e '/^\. "\$(dirname/d' -e '/^build_tools$/,$d' "$SHARED/portguard.sh")
 NS=(${@:-1000 4000})
@@ -100,6 +103,16 @@ for N in "${NS[@]}"; do
     for c in $CFGS; do
       cfg_on $c
       udp_run na-host 9000 na-g1 eth0 $BRMAC $G1IP 192.168.100.1 "N=$N cfg=$c run=$r" | tee -a $OUT
+      cfg_off $c
+    done
+  done
+  # Spoofed flood: the same generator with a foreign source MAC; nothing
+  # reaches the host, so the sender's pps is how many spoofed frames one
+  # core drops per second through each filter.
+  for r in $(seq 1 $REPS); do
+    for c in $FLOOD_CFGS; do
+      cfg_on $c
+      udp_run na-host 9000 na-g1 eth0 $BRMAC $G1IP 192.168.100.1 "N=$N cfg=$c-flood run=$r" -smac 52:54:00:00:00:99 | tee -a $OUT
       cfg_off $c
     done
   done
