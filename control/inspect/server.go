@@ -22,8 +22,8 @@ import (
 	"pivirt.hu/dataplane/control/mapsync"
 	"pivirt.hu/dataplane/dataplane/loader"
 	"pivirt.hu/dataplane/dataplane/maps/natmap"
-	dpnat "pivirt.hu/dataplane/dataplane/nat"
 	"pivirt.hu/dataplane/dataplane/maps/typed"
+	dpnat "pivirt.hu/dataplane/dataplane/nat"
 )
 
 // Server serves inspectv1connect.InspectServiceHandler.
