@@ -75,7 +75,7 @@ bench: deps build ## run the benchmarks and print figures for BENCHMARKS.md
 	./tools/bench/run.sh
 
 .PHONY: lint
-lint: tools ## go vet, gofmt, buf lint, clang-format
+lint: tools ## go vet, gofmt, buf lint
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$'); exit 1; }
 	cd api && $(TOOLS)/buf lint
