@@ -67,6 +67,9 @@ type leaseObj struct {
 		Type       string     `json:"type"`
 		ExpiresAt  *time.Time `json:"expiresAt"`
 	} `json:"spec"`
+	Status struct {
+		Phase string `json:"phase"`
+	} `json:"status"`
 }
 
 func leases(t *testing.T, d *harness.Daemon) map[string]leaseObj {
@@ -153,8 +156,8 @@ func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("no DHCPLease %s (have %d leases)", leaseName(g.MAC), len(ls))
-		case l.Spec.Type != "dynamic" || l.Spec.ExpiresAt == nil || l.Spec.IPAddress != g.Addr(t).String():
-			t.Errorf("lease %s = %+v, want dynamic with expiresAt and ip %v", l.Metadata.Name, l.Spec, g.Addr(t))
+		case l.Spec.Type != "dynamic" || l.Spec.ExpiresAt == nil || l.Spec.IPAddress != g.Addr(t).String() || l.Status.Phase != "Ready":
+			t.Errorf("lease %s = %+v %+v, want dynamic, Ready, with expiresAt and ip %v", l.Metadata.Name, l.Spec, l.Status, g.Addr(t))
 		}
 	}
 	if _, ok := ls[leaseName(s1.MAC)]; ok {

@@ -299,8 +299,14 @@ func (m *Manager) persist(ctx context.Context, changes []server.LeaseChange) err
 				if err != nil {
 					return err
 				}
-				if _, _, err := b.Apply(o); err != nil {
+				stored, _, err := b.Apply(o)
+				if err != nil {
 					return fmt.Errorf("storing %s: %w", name, err)
+				}
+				st := pivirtv1.DHCPLeaseStatus{SegmentID: ch.Segment,
+					Status: pivirtv1.Status{Phase: pivirtv1.PhaseReady, ObservedGeneration: stored.Metadata.Generation}}
+				if err := b.UpdateStatus(pivirtv1.KindDHCPLease, name, st); err != nil {
+					return fmt.Errorf("storing the status of %s: %w", name, err)
 				}
 			default:
 				if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {

@@ -38,11 +38,6 @@ type PortStatus struct {
 	Counters  map[string]uint64 `json:"counters,omitempty"`
 }
 
-// LeaseStatus is a DHCPLease's status.
-type LeaseStatus struct {
-	pivirtv1.Status
-	SegmentID uint32 `json:"segmentID,omitempty"`
-}
 
 // Controller is the guard reconciler.
 type Controller struct {
@@ -97,8 +92,14 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		errs = append(errs, err)
 	}
 	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
+		// Dynamic leases get their status from the DHCP server, in the
+		// transaction that stores them: writing it again here would double
+		// the store writes of every ACK.
+		if sp, err := snap.Spec(o); err == nil && sp.(*pivirtv1.DHCPLeaseSpec).Type == pivirtv1.LeaseDynamic {
+			continue
+		}
 		st := desired.Status[compile.Ref{Kind: o.Kind, Name: o.Metadata.Name}]
-		ls := LeaseStatus{Status: pivirtv1.Status{Phase: st.Phase, Message: st.Message, ObservedGeneration: o.Metadata.Generation}, SegmentID: st.SegID}
+		ls := pivirtv1.DHCPLeaseStatus{Status: pivirtv1.Status{Phase: st.Phase, Message: st.Message, ObservedGeneration: o.Metadata.Generation}, SegmentID: st.SegID}
 		updates = append(updates, reconcile.StatusUpdate{Object: o, Status: ls})
 	}
 	if err := reconcile.SetStatuses(ctx, c.Store, c.Index, updates); err != nil {

@@ -81,3 +81,10 @@ const (
 	PhaseReady   = "Ready"
 	PhaseFailed  = "Failed"
 )
+
+// DHCPLeaseStatus is a DHCPLease's status: Ready once its segment serves
+// it (and the guard may pin it), Pending while no segment's range holds it.
+type DHCPLeaseStatus struct {
+	Status
+	SegmentID uint32 `json:"segmentID,omitempty"`
+}
