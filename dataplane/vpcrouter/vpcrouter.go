@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+	"pivirt.hu/dataplane/dataplane/netnsdo"
 )
 
 // Device names inside every router namespace.
@@ -74,35 +75,7 @@ func Do(name string, fn func() error) error {
 		return fmt.Errorf("opening netns %s: %w", NSName(name), err)
 	}
 	defer h.Close()
-	return doIn(h, fn)
-}
-
-// doIn runs fn inside h on a dedicated locked thread; a thread that
-// cannot return to its namespace is left locked, so it dies with the
-// goroutine instead of running other code in the wrong namespace.
-func doIn(h netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("getting current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- fmt.Errorf("entering netns: %w", err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("restoring netns: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return netnsdo.Do(h, fn)
 }
 
 // ensureNS opens the router's namespace, creating it if missing.
@@ -166,7 +139,7 @@ func Ensure(cfg Config) (Router, error) {
 	if err := ensureVeth(cfg.Name, h, r.HostUplink, UplinkIf, upBr); err != nil {
 		return r, err
 	}
-	err = doIn(h, func() error {
+	err = netnsdo.Do(h, func() error {
 		if err := configureNS(cfg); err != nil {
 			return err
 		}
@@ -207,7 +180,7 @@ func ensureVeth(router string, h netns.NsHandle, hostName, nsName string, bridge
 	case l.Type() != "veth" || !strings.HasPrefix(l.Attrs().Alias, aliasPrefix):
 		return fmt.Errorf("device %s exists and is not a router veth", hostName)
 	default:
-		peerOK := doIn(h, func() error {
+		peerOK := netnsdo.Do(h, func() error {
 			_, err := netlink.LinkByName(nsName)
 			return err
 		}) == nil
@@ -219,7 +192,7 @@ func ensureVeth(router string, h netns.NsHandle, hostName, nsName string, bridge
 		}
 	}
 	// A stray peer inside the namespace (its host side gone) blocks the name.
-	_ = doIn(h, func() error {
+	_ = netnsdo.Do(h, func() error {
 		if p, err := netlink.LinkByName(nsName); err == nil {
 			return netlink.LinkDel(p)
 		}

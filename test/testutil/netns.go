@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+	"pivirt.hu/dataplane/dataplane/netnsdo"
 )
 
 // NetNS is a named network namespace (visible to `ip netns exec`) that a
@@ -83,31 +84,12 @@ func (ns *NetNS) Path() string { return filepath.Join("/run/netns", ns.Name) }
 // Handle returns the namespace's handle (owned by ns; do not close).
 func (ns *NetNS) Handle() netns.NsHandle { return ns.handle }
 
-// Do runs fn on a locked OS thread inside the namespace. If the thread
-// cannot be moved back, it is left locked so the runtime discards it.
+// Do runs fn on a locked OS thread inside the namespace (netnsdo.Do).
 func (ns *NetNS) Do(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("getting current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns.handle); err != nil {
-			errc <- fmt.Errorf("entering netns %s: %w", ns.Name, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("restoring netns: %w (fn: %v)", err, ferr)
-			return // thread stays locked and dies with the goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	if err := netnsdo.Do(ns.handle, fn); err != nil {
+		return fmt.Errorf("in netns %s: %w", ns.Name, err)
+	}
+	return nil
 }
 
 // Exec runs a command inside the namespace and returns its combined output.
