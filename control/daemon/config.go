@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"pivirt.hu/dataplane/dataplane/dhcp/responder"
 )
 
 // Config is pivirtd's configuration; every field is a flag of the same name.
@@ -23,6 +25,9 @@ type Config struct {
 	EtcdEndpoints []string // --etcd-endpoints
 	Metrics       string   // --metrics: Prometheus /metrics address
 	Attach        string   // --attach: auto | xdp | tc
+	// --dhcp-rate-per-mac, --dhcp-rate-per-port: responder.ParseLimit form.
+	DHCPRatePerMAC  string
+	DHCPRatePerPort string
 }
 
 // Defaults returns the documented defaults.
@@ -35,6 +40,9 @@ func Defaults() Config {
 		Node:     host,
 		Store:    "bbolt",
 		Attach:   "auto",
+
+		DHCPRatePerMAC:  responder.DefaultPerMAC.String(),
+		DHCPRatePerPort: responder.DefaultPerPort.String(),
 	}
 }
 
@@ -64,10 +72,23 @@ func (c *Config) Validate() error {
 	if c.Socket == "" && c.Listen == "" {
 		errs = append(errs, errors.New("neither --socket nor --listen: the API would be unreachable"))
 	}
+	if _, err := responder.ParseLimit(c.DHCPRatePerMAC); err != nil {
+		errs = append(errs, fmt.Errorf("--dhcp-rate-per-mac: %w", err))
+	}
+	if _, err := responder.ParseLimit(c.DHCPRatePerPort); err != nil {
+		errs = append(errs, fmt.Errorf("--dhcp-rate-per-port: %w", err))
+	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("--state-dir is empty"))
 	}
 	return errors.Join(errs...)
+}
+
+// DHCPLimits returns the parsed DHCP rate limits (Validate has checked them).
+func (c *Config) DHCPLimits() (perMAC, perPort responder.Limit) {
+	perMAC, _ = responder.ParseLimit(c.DHCPRatePerMAC)
+	perPort, _ = responder.ParseLimit(c.DHCPRatePerPort)
+	return perMAC, perPort
 }
 
 // StatePath is the bbolt file.

@@ -151,7 +151,9 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.dhcp = &dhcpd.Manager{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Leases: d.loader.Maps().Leases}
+	perMAC, perPort := d.cfg.DHCPLimits()
+	d.dhcp = &dhcpd.Manager{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Leases: d.loader.Maps().Leases,
+		PerMAC: perMAC, PerPort: perPort}
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp}
 	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode}
 	d.guard = guards

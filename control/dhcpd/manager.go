@@ -45,6 +45,9 @@ type Manager struct {
 	Leases LeaseMap
 	Log    *slog.Logger
 	Now    func() time.Time
+	// PerMAC and PerPort are the responders' rate limits (zero: the
+	// responder's defaults).
+	PerMAC, PerPort responder.Limit
 
 	once    sync.Once
 	srv     *server.Server
@@ -234,6 +237,8 @@ func (m *Manager) start(seg segment.Segment, id uint32, reserved map[string]bool
 		Segment:   id,
 		Server:    m.srv,
 		Persister: responder.PersistFunc(m.persist),
+		PerMAC:    m.PerMAC,
+		PerPort:   m.PerPort,
 		Log:       m.Log.With("segment", seg.Name),
 		Now:       m.Now,
 	})

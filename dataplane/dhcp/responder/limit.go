@@ -2,10 +2,16 @@
 
 package responder
 
-import "time"
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Limit is a token bucket rate: Rate packets per second with bursts of
-// Burst. A zero Rate means unlimited.
+// Burst. A Rate <= 0 means unlimited (but see Off).
 type Limit struct {
 	Rate  float64
 	Burst float64
@@ -58,4 +64,36 @@ func (l *limiter[K]) allow(k K, now time.Time) bool {
 	}
 	l.b[k] = b
 	return ok
+}
+
+// Off is a Limit that lets everything through (Config takes a zero Limit
+// as "use the default").
+var Off = Limit{Rate: -1}
+
+// ParseLimit reads a flag value "RATE[:BURST]" (packets per second, burst
+// default 2×RATE); "0" or "off" gives Off.
+func ParseLimit(s string) (Limit, error) {
+	if s == "0" || s == "off" {
+		return Off, nil
+	}
+	rs, bs, hasBurst := strings.Cut(s, ":")
+	rate, err := strconv.ParseFloat(rs, 64)
+	if err != nil || rate <= 0 || math.IsInf(rate, 0) {
+		return Limit{}, fmt.Errorf("rate %q: want packets per second > 0, as RATE[:BURST], or 0/off", s)
+	}
+	l := Limit{Rate: rate, Burst: 2 * rate}
+	if hasBurst {
+		if l.Burst, err = strconv.ParseFloat(bs, 64); err != nil || l.Burst < 1 || math.IsInf(l.Burst, 0) {
+			return Limit{}, fmt.Errorf("rate %q: burst %q: want a number >= 1", s, bs)
+		}
+	}
+	return l, nil
+}
+
+// String is the flag form of l.
+func (l Limit) String() string {
+	if l.Rate <= 0 {
+		return "off"
+	}
+	return strconv.FormatFloat(l.Rate, 'g', -1, 64) + ":" + strconv.FormatFloat(l.Burst, 'g', -1, 64)
 }
