@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -27,6 +28,23 @@ func ValidateObject(o *Object) error {
 // the error is a *ValidationError. Server-set metadata and status are not
 // looked at; admission overwrites them.
 func PrepareObject(o *Object) (KindInfo, Spec, error) {
+	return prepare(o, nil)
+}
+
+// PrepareTyped is PrepareObject for a spec built in Go, such as the DHCP
+// server's own leases: the same checks, defaults and canonical encoding
+// into o.Spec, without a strict decode of JSON nobody wrote by hand.
+// spec must be the kind's spec type; it is defaulted in place.
+func PrepareTyped(o *Object, spec Spec) (KindInfo, error) {
+	if spec == nil {
+		return KindInfo{}, fmt.Errorf("preparing %s %q: no spec", o.Kind, o.Metadata.Name)
+	}
+	kind, _, err := prepare(o, spec)
+	return kind, err
+}
+
+// prepare is PrepareObject, or PrepareTyped when typed is not nil.
+func prepare(o *Object, typed Spec) (KindInfo, Spec, error) {
 	var errs ErrorList
 	switch o.APIVersion {
 	case APIVersion:
@@ -53,7 +71,16 @@ func PrepareObject(o *Object) (KindInfo, Spec, error) {
 		}
 	}
 	var spec Spec
-	if kindErr == nil {
+	switch {
+	case kindErr != nil:
+	case typed != nil:
+		if want := kind.NewSpec(); reflect.TypeOf(typed) != reflect.TypeOf(want) {
+			return KindInfo{}, nil, fmt.Errorf("preparing %s %q: spec is a %T, want %T", kind.Kind, o.Metadata.Name, typed, want)
+		}
+		spec = typed
+		spec.Default()
+		errs = append(errs, spec.Validate()...)
+	default:
 		spec = kind.NewSpec()
 		if len(o.Spec) == 0 || string(o.Spec) == "null" {
 			errs.Add("spec", nil, "required")
