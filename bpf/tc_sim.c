@@ -14,7 +14,7 @@ int pv_tc_sim(struct __sk_buff *ctx)
 {
 	__u32 ifindex = ctx_ifindex(ctx);
 	struct pv_port_key pk = { .ifindex = ifindex };
-	struct pv_port *port = bpf_map_lookup_elem(&pv_ports, &pk);
+	struct pv_port *port = bpf_map_lookup_elem(&pv_ports_v2, &pk);
 	__u32 reason = PV_R_NOT_GUARDED;
 
 	if (port)

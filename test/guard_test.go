@@ -204,7 +204,7 @@ func TestPrivilegedGuardEndToEnd(t *testing.T) {
 		Interface string            `json:"interface"`
 		Counts    map[string]uint64 `json:"counts"`
 	}
-	out := d.MustCtl("inspect", "map", "pv_counters", "-o", "json")
+	out := d.MustCtl("inspect", "map", "pv_counters_v2", "-o", "json")
 	if err := json.Unmarshal([]byte(out), &counters); err != nil {
 		t.Fatalf("decoding counters: %v\n%s", err, out)
 	}

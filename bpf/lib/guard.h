@@ -259,43 +259,36 @@ static __always_inline __u32 pv_guard(struct __ctx_buff *ctx, __u32 ifindex,
 	}
 }
 
-/* pv_count adds one frame to the port's counter of reason. The entry is
- * created on the port's first frame; per-CPU, so no atomics.
+/* pv_count adds one frame to the port's counter of reason, in the
+ * pv_counters_v2 slot userspace gave the port: an array lookup the
+ * verifier inlines, and an atomic add, uncontended since a port's frames
+ * are normally handled on one CPU. A slot out of range counts nothing.
  */
-static __always_inline void pv_count(__u32 ifindex, __u32 reason)
+static __always_inline void pv_count(const struct pv_port *port, __u32 reason)
 {
-	struct pv_counter_key k = { .ifindex = ifindex };
-	struct pv_counts *c = bpf_map_lookup_elem(&pv_counters, &k);
+	__u32 slot = port->counter_slot;
+	struct pv_counts *c = bpf_map_lookup_elem(&pv_counters_v2, &slot);
 
-	if (!c) {
-		struct pv_counts zero = {};
-
-		/* A racing CPU may have created it: NOEXIST keeps its counts. */
-		bpf_map_update_elem(&pv_counters, &k, &zero, BPF_NOEXIST);
-		c = bpf_map_lookup_elem(&pv_counters, &k);
-		if (!c)
-			return;
-	}
-	if (reason < PV_R_MAX)
-		c->pkts[reason]++;
+	if (c && reason < PV_R_MAX)
+		__sync_fetch_and_add(&c->pkts[reason], 1);
 }
 
 /* pv_guard_port runs the guard for a frame on the ctx's device: frames of
- * devices not in pv_ports pass untouched; others are counted and get the
+ * devices not in pv_ports_v2 pass untouched; others are counted and get the
  * verdict of their reason.
  */
 static __always_inline int pv_guard_port(struct __ctx_buff *ctx)
 {
 	__u32 ifindex = ctx_ifindex(ctx);
 	struct pv_port_key pk = { .ifindex = ifindex };
-	struct pv_port *port = bpf_map_lookup_elem(&pv_ports, &pk);
+	struct pv_port *port = bpf_map_lookup_elem(&pv_ports_v2, &pk);
 	__u32 reason;
 
 	if (!port)
 		return CTX_ACT_OK;
 	ctx_pull(ctx);
 	reason = pv_guard(ctx, ifindex, port);
-	pv_count(ifindex, reason);
+	pv_count(port, reason);
 	return reason < PV_R_DROP_MIN ? CTX_ACT_OK : CTX_ACT_DROP;
 }
 

@@ -336,7 +336,7 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 		}
 		return nil
 	}
-	// The first host addresses ride inline in pv_ports (no lookup in
+	// The first host addresses ride inline in pv_ports_v2 (no lookup in
 	// the guard); further ones and every prefix go to the LPM trie.
 	var inline []netip.Addr
 	for i, s := range spec.IPAddresses {

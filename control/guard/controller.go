@@ -38,7 +38,6 @@ type PortStatus struct {
 	Counters  map[string]uint64 `json:"counters,omitempty"`
 }
 
-
 // Controller is the guard reconciler.
 type Controller struct {
 	Store  store.Store
@@ -77,7 +76,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 
 	var errs []error
 	m := c.Loader.Maps()
-	res, err := mapsync.SyncGuard(mapsync.GuardMaps{Ports: m.Ports, Allow4: m.Allow4, Allow6: m.Allow6, Leases: m.Leases}, desired)
+	res, err := mapsync.SyncGuard(guardMaps(m), desired)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -155,6 +154,11 @@ func (c *Controller) syncPorts(snap reconcile.Snapshot, desired compile.Desired)
 		delete(c.attached, ifname)
 	}
 	return updates, errors.Join(errs...)
+}
+
+// guardMaps are the loader's maps as sync writes them.
+func guardMaps(m loader.Maps) mapsync.GuardMaps {
+	return mapsync.GuardMaps{Ports: m.Ports, Allow4: m.Allow4, Allow6: m.Allow6, Leases: m.Leases, Counters: m.Counters}
 }
 
 func attachName(a loader.Attachment) string {

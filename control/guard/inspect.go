@@ -31,6 +31,6 @@ func (c *Controller) Desired(ctx context.Context) (compile.Desired, []mapsync.Dr
 	}
 	d := compile.Compile(objs, host)
 	m := c.Loader.Maps()
-	drift, err := mapsync.GuardDrift(mapsync.GuardMaps{Ports: m.Ports, Allow4: m.Allow4, Allow6: m.Allow6, Leases: m.Leases}, d)
+	drift, err := mapsync.GuardDrift(guardMaps(m), d)
 	return d, drift, rev, err
 }

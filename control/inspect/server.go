@@ -20,6 +20,7 @@ import (
 	"pivirt.hu/dataplane/api/inspect/v1/inspectv1connect"
 	"pivirt.hu/dataplane/control/guard"
 	"pivirt.hu/dataplane/control/mapsync"
+	dpguard "pivirt.hu/dataplane/dataplane/guard"
 	"pivirt.hu/dataplane/dataplane/loader"
 	"pivirt.hu/dataplane/dataplane/maps/natmap"
 	"pivirt.hu/dataplane/dataplane/maps/typed"
@@ -165,10 +166,10 @@ func (s *Server) Desired(ctx context.Context, req *connect.Request[inspectv1.Des
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
 	desired := map[string][]*inspectv1.MapEntry{
-		"pv_ports":  entries(d.Ports),
-		"pv_allow4": entries(d.Allow4),
-		"pv_allow6": entries(d.Allow6),
-		"pv_leases": entries(d.Leases),
+		dpguard.MapPorts:  entries(d.Ports),
+		dpguard.MapAllow4: entries(d.Allow4),
+		dpguard.MapAllow6: entries(d.Allow6),
+		dpguard.MapLeases: entries(d.Leases),
 	}
 	out := &inspectv1.DesiredResponse{Revision: rev}
 	for _, r := range drift {
@@ -178,7 +179,8 @@ func (s *Server) Desired(ctx context.Context, req *connect.Request[inspectv1.Des
 		out.Maps = append(out.Maps, desiredMap(r, desired[r.Map]))
 	}
 	if req.Msg.Map != "" && len(out.Maps) == 0 {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("map %q is not compiled from the store (compiled: pv_allow4, pv_allow6, pv_leases, pv_ports)", req.Msg.Map))
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("map %q is not compiled from the store (compiled: %s, %s, %s, %s)", req.Msg.Map,
+			dpguard.MapAllow4, dpguard.MapAllow6, dpguard.MapLeases, dpguard.MapPorts))
 	}
 	return connect.NewResponse(out), nil
 }

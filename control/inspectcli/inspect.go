@@ -81,7 +81,7 @@ func mapCmd(client clientFunc) *cobra.Command {
 		Use:   "map NAME",
 		Short: "Dump one map's entries, keys and values decoded (IPs, MACs, interfaces, flags, counters)",
 		Example: `  pivirtctl inspect map pv_leases
-  pivirtctl inspect map pv_ports -o json`,
+  pivirtctl inspect map pv_ports_v2 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := client()

@@ -27,6 +27,10 @@ func report[K, V comparable](name string, m Map[K, V], desired map[K]V, eq Equal
 	if err != nil {
 		return DriftReport{Map: name}, fmt.Errorf("reading %s: %w", name, err)
 	}
+	return reportLive(name, live, desired, eq), nil
+}
+
+func reportLive[K, V comparable](name string, live, desired map[K]V, eq Equal[V]) DriftReport {
 	d := Diff(desired, live, eq)
 	r := DriftReport{Map: name, Same: d.Same}
 	for k, v := range d.Add {
@@ -41,7 +45,7 @@ func report[K, V comparable](name string, m Map[K, V], desired map[K]V, eq Equal
 	slices.Sort(r.Add)
 	slices.Sort(r.Update)
 	slices.Sort(r.Delete)
-	return r, nil
+	return r
 }
 
 // GuardDrift reports, per guard map in sync order, how the live maps
@@ -58,6 +62,13 @@ func GuardDrift(ms GuardMaps, d compile.Desired) ([]DriftReport, error) {
 	add(report(guard.MapAllow4, ms.Allow4, d.Allow4, nil))
 	add(report(guard.MapAllow6, ms.Allow6, d.Allow6, nil))
 	add(report(guard.MapLeases, ms.Leases, d.Leases, compile.LeaseEqual))
-	add(report(guard.MapPorts, ms.Ports, d.Ports, nil))
+	// Compile leaves counter slots 0: compare each port with the slot sync
+	// would give it (a live port's own), so a slot alone is no drift.
+	live, err := Read(ms.Ports)
+	if err != nil {
+		add(DriftReport{Map: guard.MapPorts}, fmt.Errorf("reading %s: %w", guard.MapPorts, err))
+	} else {
+		add(reportLive(guard.MapPorts, live, withLiveSlots(d.Ports, live), nil), nil)
+	}
 	return out, errors.Join(errs...)
 }

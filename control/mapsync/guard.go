@@ -14,19 +14,21 @@ import (
 )
 
 // GuardMaps are the live guard maps sync writes; loader.Maps provides
-// them (pv_counters is not synced: the guard owns its entries).
+// them. Of pv_counters_v2 sync only zeroes the slots it gives to ports.
 type GuardMaps struct {
-	Ports  Map[portmap.Key, portmap.Value]
-	Allow4 Map[allowmap.Key4, allowmap.Value]
-	Allow6 Map[allowmap.Key6, allowmap.Value]
-	Leases Map[leasemap.Key, leasemap.Value]
+	Ports    Map[portmap.Key, portmap.Value]
+	Allow4   Map[allowmap.Key4, allowmap.Value]
+	Allow6   Map[allowmap.Key6, allowmap.Value]
+	Leases   Map[leasemap.Key, leasemap.Value]
+	Counters Counters
 }
 
 // SyncGuard converges every guard map to d and returns the result per
 // map name. Allowed sources and leases go first and ports last, so a new
 // port is never pinned before its addresses are allowed (a port missing
-// from pv_ports is not filtered at all, so the other order would drop its
-// good traffic for a moment).
+// from pv_ports_v2 is not filtered at all, so the other order would drop
+// its good traffic for a moment). Each port keeps its counter slot or
+// gets a free one, zeroed before the port is written.
 func SyncGuard(ms GuardMaps, d compile.Desired) (map[string]Result, error) {
 	res := map[string]Result{}
 	var errs []error
@@ -40,6 +42,6 @@ func SyncGuard(ms GuardMaps, d compile.Desired) (map[string]Result, error) {
 	run(guard.MapAllow4, func() (Result, error) { return Sync(ms.Allow4, d.Allow4, nil) })
 	run(guard.MapAllow6, func() (Result, error) { return Sync(ms.Allow6, d.Allow6, nil) })
 	run(guard.MapLeases, func() (Result, error) { return Sync(ms.Leases, d.Leases, compile.LeaseEqual) })
-	run(guard.MapPorts, func() (Result, error) { return Sync(ms.Ports, d.Ports, nil) })
+	run(guard.MapPorts, func() (Result, error) { return syncPorts(ms.Ports, ms.Counters, d.Ports) })
 	return res, errors.Join(errs...)
 }

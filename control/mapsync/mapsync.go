@@ -86,6 +86,11 @@ func Sync[K, V comparable](m Map[K, V], desired map[K]V, eq Equal[V]) (Result, e
 	if err != nil {
 		return Result{}, fmt.Errorf("reading live entries: %w", err)
 	}
+	return apply(m, desired, live, eq)
+}
+
+// apply is Sync given the live content just read.
+func apply[K, V comparable](m Map[K, V], desired, live map[K]V, eq Equal[V]) (Result, error) {
 	d := Diff(desired, live, eq)
 	r := Result{Unchanged: d.Same}
 	var errs []error

@@ -17,6 +17,7 @@ import (
 	"pivirt.hu/dataplane/control/mapsync"
 	"pivirt.hu/dataplane/dataplane/guard"
 	"pivirt.hu/dataplane/dataplane/maps/allowmap"
+	"pivirt.hu/dataplane/dataplane/maps/countermap"
 	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
 	"pivirt.hu/dataplane/test/testutil"
@@ -169,8 +170,9 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 		raw[name] = m
 	}
 	ports, leases := portmap.New(raw[guard.MapPorts]), leasemap.New(raw[guard.MapLeases])
+	counters := countermap.New(raw[guard.MapCounters], raw[guard.MapPorts])
 	ms := mapsync.GuardMaps{Ports: ports, Allow4: allowmap.New4(raw[guard.MapAllow4]),
-		Allow6: allowmap.New6(raw[guard.MapAllow6]), Leases: leases}
+		Allow6: allowmap.New6(raw[guard.MapAllow6]), Leases: leases, Counters: counters}
 
 	host := compile.Host{Links: map[string]compile.Link{"tap0": {Index: 7, Master: "br0"}, "tap1": {Index: 8, Master: "br0"}}}
 	seg := obj(t, pivirtv1.KindNetworkSegment, "seg", pivirtv1.NetworkSegmentSpec{Bridge: "br0", HostIP: "192.168.100.1/24"})
@@ -184,7 +186,10 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 	check := func(d compile.Desired) {
 		t.Helper()
 		for name, eq := range map[string]func() (bool, error){
-			guard.MapPorts:  func() (bool, error) { l, err := mapsync.Read(ms.Ports); return cmp.Equal(l, d.Ports), err },
+			guard.MapPorts: func() (bool, error) {
+				l, err := mapsync.Read(ms.Ports)
+				return cmp.Equal(withoutSlots(t, l), d.Ports), err
+			},
 			guard.MapAllow4: func() (bool, error) { l, err := mapsync.Read(ms.Allow4); return cmp.Equal(l, d.Allow4), err },
 			guard.MapAllow6: func() (bool, error) { l, err := mapsync.Read(ms.Allow6); return cmp.Equal(l, d.Allow6), err },
 		} {
@@ -195,6 +200,14 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 		}
 	}
 
+	// Stale counts in the slots the ports will get: zeroed first.
+	for _, slot := range []uint32{1, 2} {
+		var c guard.Counts
+		c.Pkts[guard.ReasonSrcMAC] = 99
+		if err := raw[guard.MapCounters].Put(slot, c); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d1 := compile.Compile([]*pivirtv1.Object{seg, lease, p0, p1}, host)
 	res, err := mapsync.SyncGuard(ms, d1)
 	if err != nil {
@@ -204,6 +217,15 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 		t.Errorf("ports: %s, want 2 added", r)
 	}
 	check(d1)
+	for _, ifindex := range []uint32{7, 8} {
+		if tot, err := counters.Lookup(countermap.NewKey(ifindex)); err != nil || tot != (countermap.Totals{}) {
+			t.Errorf("counters of new port %d: %s, %v; want a zeroed slot", ifindex, tot, err)
+		}
+	}
+	slot0, err := ports.Lookup(portmap.NewKey(7))
+	if err != nil || slot0.CounterSlot == 0 {
+		t.Fatalf("port 7: %s, %v; want a counter slot", slot0, err)
+	}
 
 	// The DHCP server acknowledges the reservation: bound in place.
 	lk := leasemap.NewKey(compile.SegmentID("seg"), [6]uint8{0x52, 0x54, 0, 0, 0, 1})
@@ -247,6 +269,9 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 		t.Errorf("lease after sync: %s, %v; want %s", got, err, bound)
 	}
 	check(d2)
+	if v, err := ports.Lookup(portmap.NewKey(7)); err != nil || v.CounterSlot != slot0.CounterSlot {
+		t.Errorf("updated port 7: %s, %v; want its slot %d kept", v, err, slot0.CounterSlot)
+	}
 
 	drift, err = mapsync.GuardDrift(ms, d2)
 	if err != nil {
@@ -268,4 +293,21 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 			t.Errorf("%s changed on an idempotent sync: %s", name, r)
 		}
 	}
+}
+
+// withoutSlots returns live ports with their counter slots cleared (as
+// compile leaves them), after checking every port has its own slot.
+func withoutSlots(t *testing.T, live map[portmap.Key]portmap.Value) map[portmap.Key]portmap.Value {
+	t.Helper()
+	out := map[portmap.Key]portmap.Value{}
+	seen := map[uint32]bool{}
+	for k, v := range live {
+		if v.CounterSlot == 0 || seen[v.CounterSlot] {
+			t.Errorf("%v: counter slot %d is not its own", k, v.CounterSlot)
+		}
+		seen[v.CounterSlot] = true
+		v.CounterSlot = 0
+		out[k] = v
+	}
+	return out
 }

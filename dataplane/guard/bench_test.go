@@ -19,8 +19,8 @@ import (
 )
 
 // fill programs n ports in total (the tested one plus n-1 others), each
-// with a static address and a bound lease, so lookups run in maps of
-// that size.
+// with a static address, a bound lease and its own counter slot, so
+// lookups run in maps of that size.
 func fill(b *testing.B, m maps, n int) {
 	b.Helper()
 	setupPort(b, m, allGuards)
@@ -34,9 +34,12 @@ func fill(b *testing.B, m maps, n int) {
 		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
 		// Half the ports keep their address inline, half in pv_allow4.
 		if i%2 == 0 {
-			must(b, m.ports.Put(portmap.NewKey(ifindex), portmap.NewValue(mac, segID, serverIP, allGuards, ip)))
+			v := portmap.NewValue(mac, segID, serverIP, allGuards, ip)
+			v.CounterSlot = uint32(portSlot + i)
+			must(b, m.ports.Put(portmap.NewKey(ifindex), v))
 		} else {
 			v := portmap.NewValue(mac, segID, serverIP, allGuards)
+			v.CounterSlot = uint32(portSlot + i)
 			must(b, v.SetPrefixLens([]int{32}, nil))
 			must(b, m.ports.Put(portmap.NewKey(ifindex), v))
 			k, err := allowmap.NewKey4(ifindex, netip.PrefixFrom(ip, 32))

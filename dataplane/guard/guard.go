@@ -9,17 +9,28 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// Map names, as pinned under <bpffs>/maps.
+// Map names, as pinned under <bpffs>/maps. A _vN suffix marks a layout
+// change (the loader unpins RetiredMapNames).
 const (
-	MapPorts    = "pv_ports"
+	MapPorts    = "pv_ports_v2"
 	MapAllow4   = "pv_allow4"
 	MapAllow6   = "pv_allow6"
 	MapLeases   = "pv_leases"
-	MapCounters = "pv_counters"
+	MapCounters = "pv_counters_v2"
 )
 
 // MapNames lists every guard map.
 var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters}
+
+// RetiredMapNames are the guard maps of older layouts that a _vN name
+// replaced: pv_ports (struct pv_port without counter_slot) and
+// pv_counters (a per-CPU hash keyed by ifindex).
+var RetiredMapNames = []string{"pv_ports", "pv_counters"}
+
+// MaxPorts is PV_MAX_PORTS: the capacity of pv_ports_v2, and the highest
+// counter slot (pv_counters_v2 has MaxPorts+1 entries; slot 0 is the
+// bucket of ports written without a slot).
+const MaxPorts = 65536
 
 // Program names, as in the C sources (and truncated by nothing: ≤15 bytes).
 const (
@@ -44,9 +55,8 @@ type (
 	LeaseKey = typesPvLeaseKey
 	// Lease mirrors struct pv_lease.
 	Lease = typesPvLease
-	// CounterKey mirrors struct pv_counter_key.
-	CounterKey = typesPvCounterKey
-	// Counts mirrors struct pv_counts (one CPU's share).
+	// Counts mirrors struct pv_counts, the value of pv_counters_v2 (whose
+	// key is a uint32 slot).
 	Counts = typesPvCounts
 	// Reason mirrors enum pv_reason.
 	Reason = typesPvReason

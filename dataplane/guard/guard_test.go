@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,8 +23,12 @@ import (
 )
 
 // The port under test is the loopback device: test-run needs an existing
-// device for XDP's ingress_ifindex and uses loopback for skbs anyway.
-const port = 1
+// device for XDP's ingress_ifindex and uses loopback for skbs anyway. It
+// counts in slot 1 of pv_counters_v2.
+const (
+	port     = 1
+	portSlot = 1
+)
 
 var (
 	vmMAC    = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
@@ -81,7 +86,7 @@ func loadGuards(t testing.TB) (xdp, tcx *ebpf.Program, m maps) {
 		allow4:   allowmap.New4(xc.Maps[guard.MapAllow4]),
 		allow6:   allowmap.New6(xc.Maps[guard.MapAllow6]),
 		leases:   leasemap.New(xc.Maps[guard.MapLeases]),
-		counters: countermap.New(xc.Maps[guard.MapCounters]),
+		counters: countermap.New(xc.Maps[guard.MapCounters], xc.Maps[guard.MapPorts]),
 	}
 	return xc.Programs[guard.ProgXDP], tc.Programs[guard.ProgTCX], m
 }
@@ -94,6 +99,7 @@ func setupPort(t testing.TB, m maps, flags guard.PortFlags) {
 	t.Helper()
 	// vmIP inline, vmIP2 and pairNet in pv_allow4.
 	v := portmap.NewValue(mac6(vmMAC), segID, serverIP, flags, vmIP)
+	v.CounterSlot = portSlot
 	must(t, v.SetPrefixLens([]int{32, pairNet.Bits()}, []int{128}))
 	must(t, m.ports.Put(portmap.NewKey(port), v))
 	for _, p := range []struct {
@@ -485,15 +491,12 @@ func TestPrivilegedGuard(t *testing.T) {
 func counts(t testing.TB, m maps) countermap.Totals {
 	t.Helper()
 	c, err := m.counters.Lookup(countermap.NewKey(port))
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return countermap.Totals{}
-	}
 	must(t, err)
 	return c
 }
 
 // TestPrivilegedGuardUnguardedPort checks that frames of a device not in
-// pv_ports pass untouched and uncounted.
+// pv_ports_v2 pass untouched and uncounted.
 func TestPrivilegedGuardUnguardedPort(t *testing.T) {
 	xdp, tcx, m := loadGuards(t)
 	frame := udp4(t, evilMAC, otherIP, serverIP, 1, 2, nil)
@@ -505,6 +508,53 @@ func TestPrivilegedGuardUnguardedPort(t *testing.T) {
 	}
 	if _, err := m.counters.Lookup(countermap.NewKey(port)); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("counters of unguarded port: %v, want ErrKeyNotExist", err)
+	}
+	for _, slot := range []uint32{0, portSlot} {
+		if tot, err := m.counters.Slot(slot); err != nil || tot != (countermap.Totals{}) {
+			t.Errorf("slot %d after frames of an unguarded port: %s, %v; want none", slot, tot, err)
+		}
+	}
+}
+
+// TestPrivilegedGuardCounterSlots checks that a frame is counted in the
+// port's own slot, in slot 0 for a port written without one, and nowhere
+// for a slot past the array.
+func TestPrivilegedGuardCounterSlots(t *testing.T) {
+	xdp, _, m := loadGuards(t)
+	frame := udp4(t, vmMAC, otherIP, serverIP, 1000, 53, nil)
+	for _, tc := range []struct {
+		slot    uint32
+		counted []uint32 // slots that must show one ipv4-src drop
+	}{
+		{slot: 7, counted: []uint32{7}},
+		{slot: 0, counted: []uint32{0}},
+		{slot: guard.MaxPorts, counted: []uint32{guard.MaxPorts}},
+		{slot: guard.MaxPorts + 1},
+	} {
+		for _, s := range []uint32{0, 7, guard.MaxPorts} {
+			must(t, m.counters.Zero(s))
+		}
+		setupPort(t, m, allGuards)
+		v, err := m.ports.Lookup(portmap.NewKey(port))
+		must(t, err)
+		v.CounterSlot = tc.slot
+		must(t, m.ports.Put(portmap.NewKey(port), v))
+		got, err := guard.RunXDP(xdp, port, frame, 1)
+		testutil.SkipIfNotSupported(t, err)
+		if got != guard.VerdictDrop {
+			t.Errorf("slot %d: verdict %s, want drop", tc.slot, got)
+		}
+		for _, s := range []uint32{0, 7, guard.MaxPorts} {
+			want := uint64(0)
+			if slices.Contains(tc.counted, s) {
+				want = 1
+			}
+			tot, err := m.counters.Slot(s)
+			must(t, err)
+			if tot.Get(guard.ReasonIP4Src) != want || tot.Dropped() != want {
+				t.Errorf("port in slot %d: slot %d shows %s, want ipv4-src=%d", tc.slot, s, tot, want)
+			}
+		}
 	}
 }
 

@@ -17,7 +17,7 @@ func TestLayout(t *testing.T) {
 		MapAllow4:   {Allow4Key{}, Allow{}},
 		MapAllow6:   {Allow6Key{}, Allow{}},
 		MapLeases:   {LeaseKey{}, Lease{}},
-		MapCounters: {CounterKey{}, Counts{}},
+		MapCounters: {uint32(0), Counts{}},
 	}
 	specs := []struct {
 		name string
@@ -51,6 +51,9 @@ func TestLayout(t *testing.T) {
 				}
 				if len(name) > 15 {
 					t.Errorf("%s: name longer than 15 bytes", name)
+				}
+				if want := map[string]uint32{MapPorts: MaxPorts, MapCounters: MaxPorts + 1}[name]; want != 0 && ms.MaxEntries != want {
+					t.Errorf("%s: %d entries, want %d (MaxPorts)", name, ms.MaxEntries, want)
 				}
 			}
 			for name := range spec.Maps {

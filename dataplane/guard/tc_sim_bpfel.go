@@ -16,12 +16,12 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tc_simMapPvAllow4   = "pv_allow4"
-	tc_simMapPvAllow6   = "pv_allow6"
-	tc_simMapPvCounters = "pv_counters"
-	tc_simMapPvLeases   = "pv_leases"
-	tc_simMapPvPorts    = "pv_ports"
-	tc_simProgPvTcSim   = "pv_tc_sim"
+	tc_simMapPvAllow4     = "pv_allow4"
+	tc_simMapPvAllow6     = "pv_allow6"
+	tc_simMapPvCountersV2 = "pv_counters_v2"
+	tc_simMapPvLeases     = "pv_leases"
+	tc_simMapPvPortsV2    = "pv_ports_v2"
+	tc_simProgPvTcSim     = "pv_tc_sim"
 )
 
 // loadTc_sim returns the embedded CollectionSpec for tc_sim.
@@ -73,11 +73,11 @@ type tc_simProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tc_simMapSpecs struct {
-	PvAllow4   *ebpf.MapSpec `ebpf:"pv_allow4"`
-	PvAllow6   *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvCounters *ebpf.MapSpec `ebpf:"pv_counters"`
-	PvLeases   *ebpf.MapSpec `ebpf:"pv_leases"`
-	PvPorts    *ebpf.MapSpec `ebpf:"pv_ports"`
+	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
+	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
+	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
+	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
 }
 
 // tc_simVariableSpecs contains global variables before they are loaded into the kernel.
@@ -106,20 +106,20 @@ func (o *tc_simObjects) Close() error {
 //
 // It can be passed to loadTc_simObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tc_simMaps struct {
-	PvAllow4   *ebpf.Map `ebpf:"pv_allow4"`
-	PvAllow6   *ebpf.Map `ebpf:"pv_allow6"`
-	PvCounters *ebpf.Map `ebpf:"pv_counters"`
-	PvLeases   *ebpf.Map `ebpf:"pv_leases"`
-	PvPorts    *ebpf.Map `ebpf:"pv_ports"`
+	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
+	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
+	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
+	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
+	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
 }
 
 func (m *tc_simMaps) Close() error {
 	return _Tc_simClose(
 		m.PvAllow4,
 		m.PvAllow6,
-		m.PvCounters,
+		m.PvCountersV2,
 		m.PvLeases,
-		m.PvPorts,
+		m.PvPortsV2,
 	)
 }
 

@@ -16,12 +16,12 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tcx_guardMapPvAllow4    = "pv_allow4"
-	tcx_guardMapPvAllow6    = "pv_allow6"
-	tcx_guardMapPvCounters  = "pv_counters"
-	tcx_guardMapPvLeases    = "pv_leases"
-	tcx_guardMapPvPorts     = "pv_ports"
-	tcx_guardProgPvTcxGuard = "pv_tcx_guard"
+	tcx_guardMapPvAllow4     = "pv_allow4"
+	tcx_guardMapPvAllow6     = "pv_allow6"
+	tcx_guardMapPvCountersV2 = "pv_counters_v2"
+	tcx_guardMapPvLeases     = "pv_leases"
+	tcx_guardMapPvPortsV2    = "pv_ports_v2"
+	tcx_guardProgPvTcxGuard  = "pv_tcx_guard"
 )
 
 // loadTcx_guard returns the embedded CollectionSpec for tcx_guard.
@@ -73,11 +73,11 @@ type tcx_guardProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcx_guardMapSpecs struct {
-	PvAllow4   *ebpf.MapSpec `ebpf:"pv_allow4"`
-	PvAllow6   *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvCounters *ebpf.MapSpec `ebpf:"pv_counters"`
-	PvLeases   *ebpf.MapSpec `ebpf:"pv_leases"`
-	PvPorts    *ebpf.MapSpec `ebpf:"pv_ports"`
+	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
+	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
+	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
+	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
 }
 
 // tcx_guardVariableSpecs contains global variables before they are loaded into the kernel.
@@ -106,20 +106,20 @@ func (o *tcx_guardObjects) Close() error {
 //
 // It can be passed to loadTcx_guardObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcx_guardMaps struct {
-	PvAllow4   *ebpf.Map `ebpf:"pv_allow4"`
-	PvAllow6   *ebpf.Map `ebpf:"pv_allow6"`
-	PvCounters *ebpf.Map `ebpf:"pv_counters"`
-	PvLeases   *ebpf.Map `ebpf:"pv_leases"`
-	PvPorts    *ebpf.Map `ebpf:"pv_ports"`
+	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
+	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
+	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
+	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
+	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
 }
 
 func (m *tcx_guardMaps) Close() error {
 	return _Tcx_guardClose(
 		m.PvAllow4,
 		m.PvAllow6,
-		m.PvCounters,
+		m.PvCountersV2,
 		m.PvLeases,
-		m.PvPorts,
+		m.PvPortsV2,
 	)
 }
 

@@ -39,11 +39,6 @@ const (
 	typesPvAllowFlagsPV_ALLOW_PAIR    typesPvAllowFlags = 2
 )
 
-type typesPvCounterKey struct {
-	_       structs.HostLayout
-	Ifindex uint32
-}
-
 type typesPvCounts struct {
 	_    structs.HostLayout
 	Pkts [24]uint64
@@ -73,14 +68,15 @@ type typesPvLeaseKey struct {
 }
 
 type typesPvPort struct {
-	_          structs.HostLayout
-	Mac        [6]uint8
-	Flags      uint16
-	SegId      uint32
-	DhcpServer uint32
-	Addr4      [4]uint32
-	Plen4      [4]uint8
-	Plen6      [4]uint8
+	_           structs.HostLayout
+	Mac         [6]uint8
+	Flags       uint16
+	SegId       uint32
+	DhcpServer  uint32
+	Addr4       [4]uint32
+	Plen4       [4]uint8
+	Plen6       [4]uint8
+	CounterSlot uint32
 }
 
 type typesPvPortFlags uint32
@@ -129,9 +125,9 @@ const (
 const (
 	typesMapPvAllow4        = "pv_allow4"
 	typesMapPvAllow6        = "pv_allow6"
-	typesMapPvCounters      = "pv_counters"
+	typesMapPvCountersV2    = "pv_counters_v2"
 	typesMapPvLeases        = "pv_leases"
-	typesMapPvPorts         = "pv_ports"
+	typesMapPvPortsV2       = "pv_ports_v2"
 	typesVarPvAllowFlagsBtf = "pv_allow_flags_btf"
 	typesVarPvLeaseFlagsBtf = "pv_lease_flags_btf"
 	typesVarPvPortFlagsBtf  = "pv_port_flags_btf"
@@ -186,11 +182,11 @@ type typesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type typesMapSpecs struct {
-	PvAllow4   *ebpf.MapSpec `ebpf:"pv_allow4"`
-	PvAllow6   *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvCounters *ebpf.MapSpec `ebpf:"pv_counters"`
-	PvLeases   *ebpf.MapSpec `ebpf:"pv_leases"`
-	PvPorts    *ebpf.MapSpec `ebpf:"pv_ports"`
+	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
+	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
+	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
+	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
 }
 
 // typesVariableSpecs contains global variables before they are loaded into the kernel.
@@ -223,20 +219,20 @@ func (o *typesObjects) Close() error {
 //
 // It can be passed to loadTypesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type typesMaps struct {
-	PvAllow4   *ebpf.Map `ebpf:"pv_allow4"`
-	PvAllow6   *ebpf.Map `ebpf:"pv_allow6"`
-	PvCounters *ebpf.Map `ebpf:"pv_counters"`
-	PvLeases   *ebpf.Map `ebpf:"pv_leases"`
-	PvPorts    *ebpf.Map `ebpf:"pv_ports"`
+	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
+	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
+	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
+	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
+	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
 }
 
 func (m *typesMaps) Close() error {
 	return _TypesClose(
 		m.PvAllow4,
 		m.PvAllow6,
-		m.PvCounters,
+		m.PvCountersV2,
 		m.PvLeases,
-		m.PvPorts,
+		m.PvPortsV2,
 	)
 }
 

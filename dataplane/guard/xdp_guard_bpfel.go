@@ -16,12 +16,12 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xdp_guardMapPvAllow4    = "pv_allow4"
-	xdp_guardMapPvAllow6    = "pv_allow6"
-	xdp_guardMapPvCounters  = "pv_counters"
-	xdp_guardMapPvLeases    = "pv_leases"
-	xdp_guardMapPvPorts     = "pv_ports"
-	xdp_guardProgPvXdpGuard = "pv_xdp_guard"
+	xdp_guardMapPvAllow4     = "pv_allow4"
+	xdp_guardMapPvAllow6     = "pv_allow6"
+	xdp_guardMapPvCountersV2 = "pv_counters_v2"
+	xdp_guardMapPvLeases     = "pv_leases"
+	xdp_guardMapPvPortsV2    = "pv_ports_v2"
+	xdp_guardProgPvXdpGuard  = "pv_xdp_guard"
 )
 
 // loadXdp_guard returns the embedded CollectionSpec for xdp_guard.
@@ -73,11 +73,11 @@ type xdp_guardProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdp_guardMapSpecs struct {
-	PvAllow4   *ebpf.MapSpec `ebpf:"pv_allow4"`
-	PvAllow6   *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvCounters *ebpf.MapSpec `ebpf:"pv_counters"`
-	PvLeases   *ebpf.MapSpec `ebpf:"pv_leases"`
-	PvPorts    *ebpf.MapSpec `ebpf:"pv_ports"`
+	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
+	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
+	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
+	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
 }
 
 // xdp_guardVariableSpecs contains global variables before they are loaded into the kernel.
@@ -106,20 +106,20 @@ func (o *xdp_guardObjects) Close() error {
 //
 // It can be passed to loadXdp_guardObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdp_guardMaps struct {
-	PvAllow4   *ebpf.Map `ebpf:"pv_allow4"`
-	PvAllow6   *ebpf.Map `ebpf:"pv_allow6"`
-	PvCounters *ebpf.Map `ebpf:"pv_counters"`
-	PvLeases   *ebpf.Map `ebpf:"pv_leases"`
-	PvPorts    *ebpf.Map `ebpf:"pv_ports"`
+	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
+	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
+	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
+	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
+	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
 }
 
 func (m *xdp_guardMaps) Close() error {
 	return _Xdp_guardClose(
 		m.PvAllow4,
 		m.PvAllow6,
-		m.PvCounters,
+		m.PvCountersV2,
 		m.PvLeases,
-		m.PvPorts,
+		m.PvPortsV2,
 	)
 }
 

@@ -53,8 +53,9 @@ type Loader struct {
 // Open mounts bpffs at base if needed, opens the pinned maps under
 // <base>/maps (creating those missing; an incompatible pin is an error
 // wrapping ebpf.ErrMapIncompatible: change the layout only with a new
-// _vN name) and loads the programs. The caller removes the memlock rlimit
-// first (cmd/pivirtd does).
+// _vN name), unpins the maps of older layouts (guard.RetiredMapNames) and
+// loads the programs. The caller removes the memlock rlimit first
+// (cmd/pivirtd does).
 func Open(base string) (*Loader, error) {
 	if err := EnsureBPFFS(base); err != nil {
 		return nil, err
@@ -84,13 +85,33 @@ func Open(base string) (*Loader, error) {
 		xc.Close()
 		return nil, fmt.Errorf("loading %s: %w", guard.ProgTCX, err)
 	}
+	if err := unpinRetired(base); err != nil {
+		xc.Close()
+		tc.Close()
+		return nil, err
+	}
 	return &Loader{base: base, xdp: xc, tcx: tc, maps: Maps{
 		Ports:    portmap.New(xc.Maps[guard.MapPorts]),
 		Allow4:   allowmap.New4(xc.Maps[guard.MapAllow4]),
 		Allow6:   allowmap.New6(xc.Maps[guard.MapAllow6]),
 		Leases:   leasemap.New(xc.Maps[guard.MapLeases]),
-		Counters: countermap.New(xc.Maps[guard.MapCounters]),
+		Counters: countermap.New(xc.Maps[guard.MapCounters], xc.Maps[guard.MapPorts]),
 	}}, nil
+}
+
+// unpinRetired removes the pins of guard maps whose layout a _vN name
+// replaced. A guard of the older layout still attached keeps its maps
+// through its own references and goes on enforcing from them until the
+// next Attach swaps in the new program, which the controller does only
+// after it has filled the new maps.
+func unpinRetired(base string) error {
+	var errs []error
+	for _, name := range guard.RetiredMapNames {
+		if err := os.Remove(MapPath(base, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing the pin of retired map %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Close releases the Go handles. Pinned maps and links stay, and so does

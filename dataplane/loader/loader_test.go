@@ -18,6 +18,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"pivirt.hu/dataplane/dataplane/guard"
 	"pivirt.hu/dataplane/dataplane/loader"
@@ -272,6 +273,53 @@ func TestPrivilegedLoader(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPrivilegedLoaderOldLayouts checks what Open does with pins of older
+// layouts: those a _vN name replaced (a per-CPU hash pv_counters, a
+// pv_ports of 40-byte values) are unpinned and the new maps created; an
+// incompatible pin under a current name is an error naming the map.
+func TestPrivilegedLoaderOldLayouts(t *testing.T) {
+	testutil.RequireBPF(t)
+	base := testutil.TempBPFFS(t)
+	if err := os.MkdirAll(loader.MapsDir(base), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pin := func(spec *ebpf.MapSpec) {
+		t.Helper()
+		spec.Pinning = ebpf.PinByName
+		m, err := ebpf.NewMapWithOptions(spec, ebpf.MapOptions{PinPath: loader.MapsDir(base)})
+		testutil.SkipIfNotSupported(t, err)
+		m.Close()
+	}
+	pin(&ebpf.MapSpec{Name: "pv_counters", Type: ebpf.PerCPUHash, KeySize: 4, ValueSize: 192,
+		MaxEntries: 65536, Flags: unix.BPF_F_NO_PREALLOC})
+	pin(&ebpf.MapSpec{Name: "pv_ports", Type: ebpf.Hash, KeySize: 4, ValueSize: 40, MaxEntries: 65536})
+
+	l, err := loader.Open(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range guard.RetiredMapNames {
+		if _, err := os.Stat(loader.MapPath(base, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("retired %s still pinned: %v", name, err)
+		}
+	}
+	maps, err := l.PinnedMaps()
+	if err != nil || len(maps) != len(guard.MapNames) {
+		t.Errorf("PinnedMaps() = %+v, %v; want the %d current maps", maps, err, len(guard.MapNames))
+	}
+	l.Close()
+
+	// A current name with another layout: refused, not silently replaced.
+	if err := os.Remove(loader.MapPath(base, guard.MapCounters)); err != nil {
+		t.Fatal(err)
+	}
+	pin(&ebpf.MapSpec{Name: guard.MapCounters, Type: ebpf.PerCPUHash, KeySize: 4, ValueSize: 192, MaxEntries: 65537})
+	_, err = loader.Open(base)
+	if !errors.Is(err, ebpf.ErrMapIncompatible) || !strings.Contains(err.Error(), guard.MapCounters) {
+		t.Errorf("Open over an incompatible %s: %v; want ErrMapIncompatible naming it", guard.MapCounters, err)
 	}
 }
 

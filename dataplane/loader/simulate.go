@@ -21,7 +21,7 @@ var ErrFrameTooShort = errors.New("frame shorter than an Ethernet header (14 byt
 // BPF_PROG_TEST_RUN, and returns the verdict and its reason. It runs
 // pv_tc_sim: the same guard body compiled against the same pinned maps,
 // which counts nothing (so simulations do not show up as real drops) and
-// hands the reason back in skb->mark. An ifindex not in pv_ports gives
+// hands the reason back in skb->mark. An ifindex not in pv_ports_v2 gives
 // pass with guard.ReasonNotGuarded.
 func (l *Loader) Simulate(ifindex uint32, frame []byte) (guard.Verdict, guard.Reason, error) {
 	if len(frame) < 14 {
@@ -75,7 +75,7 @@ type SimResult struct {
 
 // SimulatePort is Simulate for an interface by name. With runAttached, it
 // also runs the very program the port's pinned link runs (that run is
-// counted in pv_counters like any frame the program sees) and returns
+// counted in pv_counters_v2 like any frame the program sees) and returns
 // ErrVerdictMismatch, with the result, if its verdict differs.
 func (l *Loader) SimulatePort(ifname string, frame []byte, runAttached bool) (SimResult, error) {
 	nl, err := netlink.LinkByName(ifname)

@@ -10,7 +10,9 @@
 
 /* Map capacities. 64k ports and 128k leases cover a large hypervisor; the
  * hash maps are preallocated, the LPM tries are not (the kernel requires
- * BPF_F_NO_PREALLOC for them).
+ * BPF_F_NO_PREALLOC for them). pv_counters_v2 has PV_MAX_PORTS + 1 slots:
+ * one per port plus slot 0, the bucket of ports without a slot (Go:
+ * guard.MaxPorts, checked against the maps by its layout test).
  */
 #define PV_MAX_PORTS	65536
 #define PV_MAX_LEASES	131072
@@ -66,7 +68,7 @@ enum pv_reason {
 	PV_R_PASS_LEASE    = 1,  /* IPv4 source leased to the MAC */
 	PV_R_PASS_DHCP     = 2,  /* DHCP client exception from 0.0.0.0 */
 	PV_R_PASS_UNSPEC6  = 3,  /* ICMPv6 RS/NS/MLD from :: (DAD) */
-	PV_R_NOT_GUARDED   = 4,  /* ifindex not in pv_ports (never counted) */
+	PV_R_NOT_GUARDED   = 4,  /* ifindex not in pv_ports_v2 (never counted) */
 	PV_R_DROP_MIN      = 8,
 	PV_R_MALFORMED     = 8,  /* truncated or malformed headers */
 	PV_R_VLAN          = 9,  /* VLAN-tagged frame */

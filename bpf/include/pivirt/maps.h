@@ -13,14 +13,16 @@
 #include "pivirt/consts.h"
 #include "pivirt/types.h"
 
-/* pv_ports: guarded ports by ifindex. */
+/* pv_ports_v2: guarded ports by ifindex (v2: struct pv_port gained
+ * counter_slot).
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, PV_MAX_PORTS);
 	__type(key, struct pv_port_key);
 	__type(value, struct pv_port);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} pv_ports SEC(".maps");
+} pv_ports_v2 SEC(".maps");
 
 /* pv_allow4: allowed IPv4 source prefixes per port, matched exactly at
  * each length in struct pv_port.plen4.
@@ -56,17 +58,21 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pv_leases SEC(".maps");
 
-/* pv_counters: per-port, per-reason packets. Entries are created by the
- * guard on a port's first frame; not preallocated, since a per-CPU value
- * of every possible port would cost PV_MAX_PORTS * 192 B * CPUs.
+/* pv_counters_v2: per-port, per-reason packets, indexed by
+ * struct pv_port.counter_slot (slot 0 collects ports written without a
+ * slot). v2: was a per-CPU hash keyed by ifindex that the guard filled
+ * itself. An array lookup is inlined by the verifier (no helper call) and
+ * needs no entry creation; it is one copy shared by all CPUs, because a
+ * per-CPU array of every slot would cost PV_MAX_PORTS * 192 B per CPU.
+ * A port's frames are normally handled on one CPU, so the atomic add is
+ * uncontended. Userspace zeroes a slot before giving it to a port.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, PV_MAX_PORTS);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct pv_counter_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PV_MAX_PORTS + 1);
+	__type(key, __u32);
 	__type(value, struct pv_counts);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} pv_counters SEC(".maps");
+} pv_counters_v2 SEC(".maps");
 
 #endif /* PIVIRT_MAPS_H */

@@ -11,7 +11,7 @@
 
 #include "pivirt/consts.h"
 
-/* struct pv_port_key: pv_ports key, the host-side device of a VM port. */
+/* struct pv_port_key: pv_ports_v2 key, the host-side device of a VM port. */
 struct pv_port_key {
 	__u32 ifindex;
 };
@@ -25,6 +25,9 @@ struct pv_port {
 	__be32 addr4[PV_PORT_ADDR4]; /* allowed IPv4 sources, 0 = unused */
 	__u8 plen4[PV_PORT_PLENS];   /* prefix lengths to probe in pv_allow4, 0 = unused */
 	__u8 plen6[PV_PORT_PLENS];   /* prefix lengths to probe in pv_allow6, 0 = unused */
+	__u32 counter_slot;   /* index in pv_counters_v2, 1..PV_MAX_PORTS, given
+			       * by userspace (control/mapsync); 0 = the
+			       * bucket shared by ports written without one */
 };
 
 /* struct pv_allow4_key: pv_allow4 key, an allowed prefix of a port.
@@ -67,12 +70,9 @@ struct pv_lease {
 	__u32 pad;
 };
 
-/* struct pv_counter_key: pv_counters key. */
-struct pv_counter_key {
-	__u32 ifindex;
-};
-
-/* struct pv_counts: per-CPU packets per enum pv_reason. */
+/* struct pv_counts: pv_counters_v2 value, a port's packets per enum
+ * pv_reason (one copy shared by all CPUs, added to atomically).
+ */
 struct pv_counts {
 	__u64 pkts[PV_R_MAX];
 };

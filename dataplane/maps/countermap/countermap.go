@@ -4,7 +4,6 @@ package countermap
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -14,14 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 
 	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/portmap"
 	"pivirt.hu/dataplane/dataplane/maps/typed"
 )
 
 // Name is the map's name and pin file.
 const Name = guard.MapCounters
 
-// Key mirrors struct pv_counter_key.
-type Key guard.CounterKey
+// Key names a port by its device, as the pv_ports_v2 key does; the
+// counters themselves are indexed by the port's counter slot.
+type Key portmap.Key
 
 // NewKey returns the key of a port's device.
 func NewKey(ifindex uint32) Key { return Key{Ifindex: ifindex} }
@@ -29,19 +30,8 @@ func NewKey(ifindex uint32) Key { return Key{Ifindex: ifindex} }
 // String is "ifindex=N".
 func (k Key) String() string { return "ifindex=" + typed.IfName(nil).Format(k.Ifindex) }
 
-// Totals are a port's packets per reason, summed over CPUs.
+// Totals are a port's packets per reason.
 type Totals [guard.ReasonMax]uint64
-
-// Sum adds up the per-CPU values of one entry.
-func Sum(perCPU []guard.Counts) Totals {
-	var t Totals
-	for _, c := range perCPU {
-		for i, n := range c.Pkts {
-			t[i] += n
-		}
-	}
-	return t
-}
 
 // Get returns the count of reason r.
 func (t Totals) Get(r guard.Reason) uint64 {
@@ -98,107 +88,142 @@ func (t Totals) String() string {
 type Entry struct {
 	Interface string            `json:"interface,omitempty"`
 	Ifindex   uint32            `json:"ifindex"`
+	Slot      uint32            `json:"slot"`
 	Passed    uint64            `json:"passed"`
 	Dropped   uint64            `json:"dropped"`
 	Reasons   map[string]uint64 `json:"reasons"`
 }
 
-// Map is pv_counters.
+// Map is pv_counters_v2, read by port: each port's slot comes from its
+// pv_ports_v2 entry. Slot 0 is the bucket every port written without a
+// slot counts in; control/mapsync gives each port its own.
 type Map struct {
-	m typed.Map[Key, []guard.Counts]
+	m     typed.Map[uint32, guard.Counts]
+	ports typed.Map[portmap.Key, portmap.Value]
 	// Names, if set, resolves ifindexes in Dump and Decoded.
 	Names typed.IfName
 }
 
-// New wraps the pv_counters map m.
-func New(m *ebpf.Map) *Map { return &Map{m: typed.New[Key, []guard.Counts](m)} }
-
-// Raw returns the underlying map.
-func (m *Map) Raw() *ebpf.Map { return m.m.Raw() }
-
-// Lookup returns a port's totals; a port that has seen no frame gives an
-// error wrapping ebpf.ErrKeyNotExist.
-func (m *Map) Lookup(k Key) (Totals, error) {
-	v, err := m.m.Lookup(k)
-	if err != nil {
-		return Totals{}, err
-	}
-	return Sum(v), nil
+// New wraps the pv_counters_v2 map counters, resolving ports through the
+// pv_ports_v2 map ports.
+func New(counters, ports *ebpf.Map) *Map {
+	return &Map{m: typed.New[uint32, guard.Counts](counters), ports: typed.New[portmap.Key, portmap.Value](ports)}
 }
 
-// Delete removes a port's counters.
-func (m *Map) Delete(k Key) error { return m.m.Delete(k) }
+// Raw returns the underlying counters map.
+func (m *Map) Raw() *ebpf.Map { return m.m.Raw() }
 
-// All walks the map, yielding each port's totals; see typed.Map.All.
-func (m *Map) All(err *error) iter.Seq2[Key, Totals] {
-	return func(yield func(Key, Totals) bool) {
-		for k, v := range m.m.All(err) {
-			if !yield(k, Sum(v)) {
+// Slot returns the totals of one slot.
+func (m *Map) Slot(slot uint32) (Totals, error) {
+	c, err := m.m.Lookup(slot)
+	if err != nil {
+		return Totals{}, fmt.Errorf("reading slot %d of %s: %w", slot, Name, err)
+	}
+	return Totals(c.Pkts), nil
+}
+
+// Zero clears a slot, before it is given to a port (control/mapsync), so
+// the port never shows the counts of the slot's previous owner.
+func (m *Map) Zero(slot uint32) error {
+	if err := m.m.Put(slot, guard.Counts{}); err != nil {
+		return fmt.Errorf("zeroing slot %d of %s: %w", slot, Name, err)
+	}
+	return nil
+}
+
+// Lookup returns a port's totals, read from its slot. A port not in
+// pv_ports_v2 gives an error wrapping ebpf.ErrKeyNotExist; a port without
+// a slot gives the shared slot 0.
+func (m *Map) Lookup(k Key) (Totals, error) {
+	p, err := m.ports.Lookup(portmap.Key(k))
+	if err != nil {
+		return Totals{}, fmt.Errorf("looking up the counter slot of %s: %w", k, err)
+	}
+	return m.Slot(p.CounterSlot)
+}
+
+// port is one port's counters and where they come from.
+type port struct {
+	k    Key
+	slot uint32
+	t    Totals
+}
+
+// walk yields every port of pv_ports_v2 with its slot's totals. It reads
+// the ports, then the counters array in batches up to the highest slot in
+// use (slots are given lowest first), rather than one lookup per port.
+func (m *Map) walk(err *error) iter.Seq[port] {
+	return func(yield func(port) bool) {
+		bySlot := map[uint32][]Key{}
+		var top uint32
+		for k, v := range m.ports.All(err) {
+			bySlot[v.CounterSlot] = append(bySlot[v.CounterSlot], Key(k))
+			top = max(top, v.CounterSlot)
+		}
+		if *err != nil || len(bySlot) == 0 {
+			return
+		}
+		for slot, c := range m.m.All(err) {
+			for _, k := range bySlot[slot] {
+				if !yield(port{k, slot, Totals(c.Pkts)}) {
+					return
+				}
+			}
+			if slot >= top {
 				return
 			}
 		}
 	}
 }
 
-// Decoded returns every port's counters, sorted by ifindex.
-func (m *Map) Decoded() ([]Entry, error) {
+// All walks the ports, yielding each one's totals; see typed.Map.All.
+func (m *Map) All(err *error) iter.Seq2[Key, Totals] {
+	return func(yield func(Key, Totals) bool) {
+		for p := range m.walk(err) {
+			if !yield(p.k, p.t) {
+				return
+			}
+		}
+	}
+}
+
+func (m *Map) sorted() ([]port, error) {
 	var err error
-	var out []Entry
-	for k, t := range m.All(&err) {
-		out = append(out, Entry{Interface: m.Names.Name(k.Ifindex), Ifindex: k.Ifindex,
-			Passed: t.Passed(), Dropped: t.Dropped(), Reasons: t.ByName()})
+	var out []port
+	for p := range m.walk(&err) {
+		out = append(out, p)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("walking %s: %w", Name, err)
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return cmp.Compare(a.Ifindex, b.Ifindex) })
+	slices.SortFunc(out, func(a, b port) int { return cmp.Compare(a.k.Ifindex, b.k.Ifindex) })
+	return out, nil
+}
+
+// Decoded returns every port's counters, sorted by ifindex.
+func (m *Map) Decoded() ([]Entry, error) {
+	ps, err := m.sorted()
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, p := range ps {
+		out = append(out, Entry{Interface: m.Names.Name(p.k.Ifindex), Ifindex: p.k.Ifindex, Slot: p.slot,
+			Passed: p.t.Passed(), Dropped: p.t.Dropped(), Reasons: p.t.ByName()})
+	}
 	return out, nil
 }
 
 // Dump writes one line per port, sorted by ifindex.
 func (m *Map) Dump(w io.Writer) error {
-	var err error
-	type row struct {
-		k Key
-		t Totals
-	}
-	var rows []row
-	for k, t := range m.All(&err) {
-		rows = append(rows, row{k, t})
-	}
+	ps, err := m.sorted()
 	if err != nil {
-		return fmt.Errorf("walking %s: %w", Name, err)
+		return err
 	}
-	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(a.k.Ifindex, b.k.Ifindex) })
-	for _, r := range rows {
-		if _, err := fmt.Fprintf(w, "ifindex=%s %s\n", m.Names.Format(r.k.Ifindex), r.t); err != nil {
+	for _, p := range ps {
+		if _, err := fmt.Fprintf(w, "ifindex=%s slot=%d %s\n", m.Names.Format(p.k.Ifindex), p.slot, p.t); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// DeleteExcept removes the counters of every port whose ifindex is not in
-// keep (ports no longer guarded) and returns how many it removed.
-func (m *Map) DeleteExcept(keep map[uint32]bool) (int, error) {
-	var err error
-	var stale []Key
-	for k := range m.m.All(&err) {
-		if !keep[k.Ifindex] {
-			stale = append(stale, k)
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("walking %s: %w", Name, err)
-	}
-	var errs []error
-	n := 0
-	for _, k := range stale {
-		if err := m.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package portmap gives typed access to pv_ports: the guarded ports by
-// ifindex, with the pinned MAC, segment id, DHCP server and guard flags.
+// Package portmap gives typed access to pv_ports_v2: the guarded ports by
+// ifindex, with the pinned MAC, segment id, DHCP server, guard flags and
+// the port's slot in pv_counters_v2.
 package portmap

@@ -128,15 +128,20 @@ func (v Value) DHCPServer() netip.Addr {
 	return typed.Addr4(v.DhcpServer)
 }
 
-// String is "mac=.. seg=0x.. dhcp-server=.. addrs=a,b plen4=.. plen6=.. flags=a|b".
+// String is "mac=.. seg=0x.. dhcp-server=.. addrs=a,b plen4=.. plen6=..
+// flags=a|b", then "counter-slot=N" if the port has a slot.
 func (v Value) String() string {
 	srv := "none"
 	if a := v.DHCPServer(); a.IsValid() {
 		srv = a.String()
 	}
 	p4, p6 := v.PrefixLens()
-	return fmt.Sprintf("mac=%s seg=0x%08x dhcp-server=%s addrs=%s plen4=%s plen6=%s flags=%s",
+	s := fmt.Sprintf("mac=%s seg=0x%08x dhcp-server=%s addrs=%s plen4=%s plen6=%s flags=%s",
 		typed.MAC(v.Mac), v.SegId, srv, joinAddrs(v.Addrs4()), joinInts(p4), joinInts(p6), v.PortFlags())
+	if v.CounterSlot != 0 {
+		s += fmt.Sprintf(" counter-slot=%d", v.CounterSlot)
+	}
+	return s
 }
 
 // Entry is the decoded, JSON-friendly form of one entry.
@@ -150,16 +155,19 @@ type Entry struct {
 	PrefixLen4 []int    `json:"prefixLens4,omitempty"`
 	PrefixLen6 []int    `json:"prefixLens6,omitempty"`
 	Flags      string   `json:"flags"`
+	// CounterSlot is the port's index in pv_counters_v2 (0: none yet).
+	CounterSlot uint32 `json:"counterSlot,omitempty"`
 }
 
 // Decode returns the JSON-friendly form of an entry.
 func Decode(k Key, v Value, names typed.IfName) Entry {
 	e := Entry{
-		Interface: names.Name(k.Ifindex),
-		Ifindex:   k.Ifindex,
-		MAC:       typed.MAC(v.Mac),
-		SegID:     v.SegId,
-		Flags:     v.PortFlags().String(),
+		Interface:   names.Name(k.Ifindex),
+		Ifindex:     k.Ifindex,
+		MAC:         typed.MAC(v.Mac),
+		SegID:       v.SegId,
+		Flags:       v.PortFlags().String(),
+		CounterSlot: v.CounterSlot,
 	}
 	if a := v.DHCPServer(); a.IsValid() {
 		e.DHCPServer = a.String()
@@ -171,14 +179,14 @@ func Decode(k Key, v Value, names typed.IfName) Entry {
 	return e
 }
 
-// Map is pv_ports.
+// Map is pv_ports_v2.
 type Map struct {
 	typed.Map[Key, Value]
 	// Names, if set, resolves ifindexes in Dump and Decoded.
 	Names typed.IfName
 }
 
-// New wraps the pv_ports map m.
+// New wraps the pv_ports_v2 map m.
 func New(m *ebpf.Map) *Map { return &Map{Map: typed.New[Key, Value](m)} }
 
 // Decoded returns every entry, sorted by ifindex.

@@ -45,6 +45,14 @@ func TestFormat(t *testing.T) {
 			wantValue: "mac=52:54:00:12:34:56 seg=0x00000000 dhcp-server=none addrs=none plen4=none plen6=none flags=none",
 			wantJSON:  `{"ifindex":9,"mac":"52:54:00:12:34:56","segID":0,"flags":"none"}`,
 		},
+		{
+			name:      "with a counter slot",
+			k:         portmap.NewKey(9),
+			v:         withSlot(portmap.NewValue(mac, 0, netip.Addr{}, 0), 3),
+			wantKey:   "ifindex=9",
+			wantValue: "mac=52:54:00:12:34:56 seg=0x00000000 dhcp-server=none addrs=none plen4=none plen6=none flags=none counter-slot=3",
+			wantJSON:  `{"ifindex":9,"mac":"52:54:00:12:34:56","segID":0,"flags":"none","counterSlot":3}`,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,6 +74,11 @@ func withLens(v portmap.Value, v4, v6 []int) portmap.Value {
 	if err := v.SetPrefixLens(v4, v6); err != nil {
 		panic(err)
 	}
+	return v
+}
+
+func withSlot(v portmap.Value, slot uint32) portmap.Value {
+	v.CounterSlot = slot
 	return v
 }
 
