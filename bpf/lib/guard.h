@@ -47,11 +47,17 @@ static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port 
 		__builtin_memcpy(lk.mac, port->mac, sizeof(lk.mac));
 		l = bpf_map_lookup_elem(&pv_leases, &lk);
 		if (l && l->ip == addr && (l->flags & PV_LEASE_BOUND)) {
-			/* CLOCK_TAI, like expires_tai_ns: wall-clock based,
-			 * so values survive a reboot and userspace derives
-			 * them from expiresAt, but without leap-second jumps.
+			/* CLOCK_MONOTONIC_COARSE: the time of the last tick,
+			 * read without touching the clocksource, where
+			 * bpf_ktime_get_tai_ns() costs ~20 ns per packet; a
+			 * lease expires at most a tick (1-4 ms) late. Userspace
+			 * converts expiresAt with the offset of the wall clock
+			 * to CLOCK_MONOTONIC at write time: when the wall clock
+			 * is stepped, the guard's expiry shifts by the step
+			 * until the next sync rewrites the lease (the DHCP
+			 * server reclaims leases by wall time anyway).
 			 */
-			if (bpf_ktime_get_tai_ns() < l->expires_tai_ns)
+			if (bpf_ktime_get_coarse_ns() < l->expires_mono_ns)
 				return PV_R_PASS_LEASE;
 			expired = 1;
 		}

@@ -33,9 +33,11 @@ type Host struct {
 	// VMInterfaces resolves a PortSecurity vmRef to its tap (through
 	// QMP, by the caller); unresolved refs leave the port Pending.
 	VMInterfaces map[pivirtv1.VMRef]string
-	// TAIOffset is CLOCK_TAI - CLOCK_REALTIME (leasemap.TAIOffset), to
-	// turn lease expiry times into the guard's clock.
-	TAIOffset time.Duration
+	// ClockOffset is CLOCK_REALTIME - CLOCK_MONOTONIC
+	// (leasemap.ClockOffset), to turn lease expiry times into the guard's
+	// clock; read afresh for every compile, so a wall-clock step is
+	// corrected by the next sync.
+	ClockOffset time.Duration
 	// Decode returns an object's defaulted spec without modifying it
 	// (reconcile.Snapshot.Spec memoizes it); nil decodes afresh.
 	Decode func(*pivirtv1.Object) (pivirtv1.Spec, error)
@@ -223,7 +225,7 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 			continue
 		}
 		cands = append(cands, cand{name: o.Metadata.Name, key: leasemap.NewKey(seg.id, mac),
-			val: leasemap.NewValue(ip, flags, expires, lt, host.TAIOffset), stat: flags == guard.LeaseStatic})
+			val: leasemap.NewValue(ip, flags, expires, lt, host.ClockOffset), stat: flags == guard.LeaseStatic})
 		d.Status[ref] = Status{Phase: pivirtv1.PhaseReady, Segment: seg.name, SegID: seg.id}
 	}
 	// One lease per MAC and segment: a static reservation beats a dynamic

@@ -44,8 +44,8 @@ var (
 	seg    = pivirtv1.NetworkSegmentSpec{Bridge: "br0", NetworkRef: "net-a", HostIP: "192.168.100.1/24",
 		DHCP: pivirtv1.DHCPSpec{DelegatedRangeStart: "192.168.100.10", DelegatedRangeEnd: "192.168.100.99"}}
 	host = compile.Host{
-		Links:     map[string]compile.Link{"tap0": {Index: 7, Master: "br0"}, "tap1": {Index: 8}},
-		TAIOffset: 37 * time.Second,
+		Links:       map[string]compile.Link{"tap0": {Index: 7, Master: "br0"}, "tap1": {Index: 8}},
+		ClockOffset: 1_700_000_000 * time.Second, // booted in November 2023
 	}
 	segID = compile.SegmentID("seg-a")
 )
@@ -237,9 +237,9 @@ func TestCompileLeases(t *testing.T) {
 			pivirtv1.PhaseReady, ptr(leasemap.NewValue(netip.MustParseAddr("192.168.100.20"), guard.LeaseStatic, time.Time{}, 86400*time.Second, 0))},
 		{"static by networkRef with lease time", pivirtv1.DHCPLeaseSpec{Network: "net-a", MACAddress: macStr, IPAddress: "192.168.100.20", LeaseTime: 600},
 			pivirtv1.PhaseReady, ptr(leasemap.NewValue(netip.MustParseAddr("192.168.100.20"), guard.LeaseStatic, time.Time{}, 600*time.Second, 0))},
-		{"dynamic is bound until expiresAt, in TAI", pivirtv1.DHCPLeaseSpec{Network: "br0", MACAddress: macStr, IPAddress: "192.168.100.30", Type: pivirtv1.LeaseDynamic, ExpiresAt: &exp},
+		{"dynamic is bound until expiresAt, on the monotonic clock", pivirtv1.DHCPLeaseSpec{Network: "br0", MACAddress: macStr, IPAddress: "192.168.100.30", Type: pivirtv1.LeaseDynamic, ExpiresAt: &exp},
 			pivirtv1.PhaseReady, &leasemap.Value{Ip: leasemap.NewValue(netip.MustParseAddr("192.168.100.30"), 0, time.Time{}, 0, 0).Ip,
-				Flags: uint32(guard.LeaseBound), ExpiresTaiNs: uint64(exp.UnixNano()) + uint64(37*time.Second), LeaseTime: 86400}},
+				Flags: uint32(guard.LeaseBound), ExpiresMonoNs: uint64(exp.UnixNano()) - uint64(1_700_000_000*time.Second), LeaseTime: 86400}},
 		{"missing segment is pending", pivirtv1.DHCPLeaseSpec{Network: "br9", MACAddress: macStr, IPAddress: "192.168.100.20"}, pivirtv1.PhasePending, nil},
 		{"outside the delegated range is pending", pivirtv1.DHCPLeaseSpec{Network: "br0", MACAddress: macStr, IPAddress: "192.168.100.200"}, pivirtv1.PhasePending, nil},
 		{"host IP is pending", pivirtv1.DHCPLeaseSpec{Network: "br0", MACAddress: macStr, IPAddress: "192.168.100.1"}, pivirtv1.PhasePending, nil},
@@ -310,9 +310,9 @@ func TestLeaseEqual(t *testing.T) {
 	boundStatic := leasemap.NewValue(ip, guard.LeaseStatic, exp, time.Hour, 0)
 	dyn := leasemap.NewValue(ip, 0, exp, time.Hour, 0)
 	dynNs := dyn
-	dynNs.ExpiresTaiNs += 400_000_000
+	dynNs.ExpiresMonoNs += 400_000_000
 	dynLater := dyn
-	dynLater.ExpiresTaiNs += uint64(time.Minute)
+	dynLater.ExpiresMonoNs += uint64(time.Minute)
 	other := leasemap.NewValue(netip.MustParseAddr("192.168.100.21"), guard.LeaseStatic, time.Time{}, time.Hour, 0)
 	for _, tc := range []struct {
 		name          string

@@ -20,12 +20,12 @@ func LeaseEqual(desired, live leasemap.Value) bool {
 		return false
 	}
 	static := uint32(guard.LeaseStatic)
-	if desired.Flags == static && desired.ExpiresTaiNs == 0 {
+	if desired.Flags == static && desired.ExpiresMonoNs == 0 {
 		return live.Flags&static != 0
 	}
 	if desired.Flags != live.Flags || desired.LeaseTime != live.LeaseTime {
 		return false
 	}
-	diff := int64(desired.ExpiresTaiNs) - int64(live.ExpiresTaiNs)
+	diff := int64(desired.ExpiresMonoNs) - int64(live.ExpiresMonoNs)
 	return diff < int64(time.Second) && diff > -int64(time.Second)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -47,9 +46,8 @@ type Controller struct {
 	Loader *loader.Loader
 	Mode   loader.Mode
 
-	mu        sync.Mutex // Loader is not safe for concurrent use
-	taiOffset time.Duration
-	attached  map[string]loader.Attachment // by interface
+	mu       sync.Mutex                   // Loader is not safe for concurrent use
+	attached map[string]loader.Attachment // by interface
 }
 
 // Reconcile is a reconcile.Func over NetworkSegment, DHCPLease and
@@ -185,12 +183,11 @@ func (c *Controller) loadAttached() error {
 
 // hostFacts reads the interfaces of this network namespace.
 func (c *Controller) hostFacts() (compile.Host, error) {
-	if c.taiOffset == 0 {
-		off, err := leasemap.TAIOffset()
-		if err != nil {
-			return compile.Host{}, err
-		}
-		c.taiOffset = off
+	// Read on every pass: a wall-clock step changes it, and the next sync
+	// then rewrites the leases whose expiry moved.
+	off, err := leasemap.ClockOffset()
+	if err != nil {
+		return compile.Host{}, err
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -200,7 +197,7 @@ func (c *Controller) hostFacts() (compile.Host, error) {
 	for _, l := range links {
 		byIndex[l.Attrs().Index] = l.Attrs().Name
 	}
-	h := compile.Host{Links: map[string]compile.Link{}, TAIOffset: c.taiOffset}
+	h := compile.Host{Links: map[string]compile.Link{}, ClockOffset: off}
 	for _, l := range links {
 		a := l.Attrs()
 		h.Links[a.Name] = compile.Link{Index: uint32(a.Index), Master: byIndex[a.MasterIndex]}

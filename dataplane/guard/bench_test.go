@@ -25,7 +25,7 @@ func fill(b *testing.B, m maps, n int) {
 	b.Helper()
 	setupPort(b, m, allGuards)
 	setLease(b, m, leasedIP, time.Now().Add(time.Hour))
-	off, err := leasemap.TAIOffset()
+	off, err := leasemap.ClockOffset()
 	must(b, err)
 	exp := time.Now().Add(time.Hour)
 	for i := 1; i < n; i++ {

@@ -125,7 +125,7 @@ func clearPrefixes(t testing.TB, m maps) {
 
 func setLease(t testing.TB, m maps, ip netip.Addr, expires time.Time) {
 	t.Helper()
-	off, err := leasemap.TAIOffset()
+	off, err := leasemap.ClockOffset()
 	must(t, err)
 	must(t, m.leases.Put(leasemap.NewKey(segID, mac6(vmMAC)),
 		leasemap.NewValue(ip, 0, expires, time.Hour, off)))

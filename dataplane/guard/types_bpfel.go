@@ -45,12 +45,12 @@ type typesPvCounts struct {
 }
 
 type typesPvLease struct {
-	_            structs.HostLayout
-	Ip           uint32
-	Flags        uint32
-	ExpiresTaiNs uint64
-	LeaseTime    uint32
-	Pad          uint32
+	_             structs.HostLayout
+	Ip            uint32
+	Flags         uint32
+	ExpiresMonoNs uint64
+	LeaseTime     uint32
+	Pad           uint32
 }
 
 type typesPvLeaseFlags uint32

@@ -53,8 +53,9 @@ type Loader struct {
 // Open mounts bpffs at base if needed, opens the pinned maps under
 // <base>/maps (creating those missing; an incompatible pin is an error
 // wrapping ebpf.ErrMapIncompatible: change the layout only with a new
-// _vN name), unpins the maps of older layouts (guard.RetiredMapNames) and
-// loads the programs. The caller removes the memlock rlimit first
+// _vN name), unpins the maps of older layouts (guard.RetiredMapNames),
+// converts lease expiries an older pivirtd wrote in CLOCK_TAI and loads
+// the programs. The caller removes the memlock rlimit first
 // (cmd/pivirtd does).
 func Open(base string) (*Loader, error) {
 	if err := EnsureBPFFS(base); err != nil {
@@ -85,18 +86,23 @@ func Open(base string) (*Loader, error) {
 		xc.Close()
 		return nil, fmt.Errorf("loading %s: %w", guard.ProgTCX, err)
 	}
-	if err := unpinRetired(base); err != nil {
-		xc.Close()
-		tc.Close()
-		return nil, err
-	}
-	return &Loader{base: base, xdp: xc, tcx: tc, maps: Maps{
+	l := &Loader{base: base, xdp: xc, tcx: tc, maps: Maps{
 		Ports:    portmap.New(xc.Maps[guard.MapPorts]),
 		Allow4:   allowmap.New4(xc.Maps[guard.MapAllow4]),
 		Allow6:   allowmap.New6(xc.Maps[guard.MapAllow6]),
 		Leases:   leasemap.New(xc.Maps[guard.MapLeases]),
 		Counters: countermap.New(xc.Maps[guard.MapCounters], xc.Maps[guard.MapPorts]),
-	}}, nil
+	}}
+	if err := unpinRetired(base); err != nil {
+		l.Close()
+		return nil, err
+	}
+	// A pv_leases pinned by an older pivirtd holds CLOCK_TAI expiries.
+	if _, err := l.maps.Leases.ConvertTAI(); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("converting lease expiry to CLOCK_MONOTONIC: %w", err)
+	}
+	return l, nil
 }
 
 // unpinRetired removes the pins of guard maps whose layout a _vN name

@@ -49,7 +49,7 @@ enum pv_port_flags {
 /* enum pv_lease_flags: struct pv_lease.flags. */
 enum pv_lease_flags {
 	PV_LEASE_STATIC = 1 << 0, /* a reservation from a static DHCPLease */
-	PV_LEASE_BOUND  = 1 << 1, /* acknowledged; expires_tai_ns is valid */
+	PV_LEASE_BOUND  = 1 << 1, /* acknowledged; expires_mono_ns is valid */
 };
 
 /* enum pv_allow_flags: struct pv_allow.flags, where an allowed prefix

@@ -61,11 +61,15 @@ struct pv_lease_key {
 
 /* struct pv_lease: the IPv4 address leased to a MAC. Written by compile
  * (DHCPLease objects) and by the DHCP server when it acknowledges.
+ * expires_mono_ns is CLOCK_MONOTONIC, which userspace writes as the wall
+ * time of expiry minus (CLOCK_REALTIME - CLOCK_MONOTONIC): boot-relative,
+ * which is fine since bpffs, and so the pinned map, does not survive a
+ * reboot (dataplane/maps/leasemap).
  */
 struct pv_lease {
 	__be32 ip;
-	__u32 flags;          /* enum pv_lease_flags */
-	__u64 expires_tai_ns; /* CLOCK_TAI; 0 = not bound */
+	__u32 flags;           /* enum pv_lease_flags */
+	__u64 expires_mono_ns; /* CLOCK_MONOTONIC; 0 = not bound */
 	__u32 lease_time;     /* seconds, as granted */
 	__u32 pad;
 };

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"pivirt.hu/dataplane/dataplane/guard"
 	"pivirt.hu/dataplane/dataplane/maps/leasemap"
@@ -40,13 +41,13 @@ func TestPrivilegedBindRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, err := m.Lookup(k)
-	if err != nil || v.LeaseFlags() != guard.LeaseStatic|guard.LeaseBound || v.ExpiresTaiNs == 0 {
+	if err != nil || v.LeaseFlags() != guard.LeaseStatic|guard.LeaseBound || v.ExpiresMonoNs == 0 {
 		t.Errorf("bound static: %s, %v", v, err)
 	}
 	if err := m.Release(1, mac); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := m.Lookup(k); err != nil || v.LeaseFlags() != guard.LeaseStatic || v.ExpiresTaiNs != 0 || v.IP() != ip {
+	if v, err := m.Lookup(k); err != nil || v.LeaseFlags() != guard.LeaseStatic || v.ExpiresMonoNs != 0 || v.IP() != ip {
 		t.Errorf("released static: %s, %v", v, err)
 	}
 
@@ -66,5 +67,82 @@ func TestPrivilegedBindRelease(t *testing.T) {
 	}
 	if err := m.Release(3, mac); err != nil {
 		t.Errorf("releasing nothing: %v", err)
+	}
+}
+
+// TestPrivilegedConvertTAI checks that leases an older pivirtd wrote in
+// CLOCK_TAI are rewritten into CLOCK_MONOTONIC at the same wall time, and
+// that monotonic ones, even with a lease time of a century, are left.
+func TestPrivilegedConvertTAI(t *testing.T) {
+	testutil.RequireBPF(t)
+	spec, err := guard.TypesSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := spec.Maps[guard.MapLeases].Copy()
+	ms.Pinning = ebpf.PinNone
+	raw, err := ebpf.NewMap(ms)
+	testutil.SkipIfNotSupported(t, err)
+	defer raw.Close()
+	m := leasemap.New(raw)
+	off, err := leasemap.ClockOffset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tai, real unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_TAI, &tai); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.ClockGettime(unix.CLOCK_REALTIME, &real); err != nil {
+		t.Fatal(err)
+	}
+	taiOff := time.Duration(tai.Nano() - real.Nano()).Round(time.Second)
+	ip := netip.MustParseAddr("192.168.100.20")
+	now := time.Now()
+	taiValue := func(exp time.Time) leasemap.Value {
+		v := leasemap.NewValue(ip, guard.LeaseStatic, exp, time.Hour, 0)
+		v.ExpiresMonoNs = uint64(exp.UnixNano() + int64(taiOff))
+		return v
+	}
+	century := time.Duration(0xffffffff) * time.Second
+	put := map[uint32]leasemap.Value{
+		1: taiValue(now.Add(time.Hour)),
+		2: taiValue(now.Add(-time.Hour)),
+		3: leasemap.NewValue(ip, 0, now.Add(time.Hour), time.Hour, off),
+		4: leasemap.NewValue(ip, 0, now.Add(century), century, off),
+	}
+	mac := [6]uint8{0x52, 0x54, 0, 0, 0, 1}
+	for seg, v := range put {
+		if err := m.Put(leasemap.NewKey(seg, mac), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := m.ConvertTAI()
+	if err != nil || n != 2 {
+		t.Fatalf("ConvertTAI() = %d, %v; want 2", n, err)
+	}
+	get := func(seg uint32) leasemap.Value {
+		v, err := m.Lookup(leasemap.NewKey(seg, mac))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if exp := leasemap.WallTime(get(1).ExpiresMonoNs, off); exp.Sub(now.Add(time.Hour)).Abs() > time.Second {
+		t.Errorf("converted expiry %v, want %v", exp, now.Add(time.Hour))
+	}
+	if v := get(1); v.LeaseFlags() != guard.LeaseStatic|guard.LeaseBound || v.IP() != ip || v.LeaseTime != 3600 {
+		t.Errorf("conversion changed more than the expiry: %s", v)
+	}
+	if exp := leasemap.WallTime(get(2).ExpiresMonoNs, off); !exp.Before(now) {
+		t.Errorf("expired lease now expires %v", exp)
+	}
+	for _, seg := range []uint32{3, 4} {
+		if got := get(seg); got != put[seg] {
+			t.Errorf("monotonic lease %d rewritten: %s, want %s", seg, got, put[seg])
+		}
+	}
+	if n, err := m.ConvertTAI(); err != nil || n != 0 {
+		t.Errorf("second ConvertTAI() = %d, %v; want nothing to do", n, err)
 	}
 }

@@ -30,47 +30,53 @@ type Value guard.Lease
 // NewKey returns the key of a MAC on the segment segID.
 func NewKey(segID uint32, mac [6]uint8) Key { return Key{SegId: segID, Mac: mac} }
 
-// TAIOffset returns CLOCK_TAI minus CLOCK_REALTIME, rounded to whole
-// seconds (the kernel's TAI offset is whole seconds: 0 until a time daemon
-// sets it, then 37 as of 2017). Rounding keeps two reads equal, so values
-// computed from the same wall time do not drift.
-func TAIOffset() (time.Duration, error) {
-	var tai, real unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_TAI, &tai); err != nil {
-		return 0, fmt.Errorf("reading CLOCK_TAI: %w", err)
+// ClockOffset returns CLOCK_REALTIME minus CLOCK_MONOTONIC: the wall time
+// at which the guard's clock (CLOCK_MONOTONIC, read coarse) was zero, the
+// boot. A wall time minus the offset is the guard's time. The offset
+// changes when the wall clock is stepped (settimeofday, an NTP step, a
+// resume from suspend), not when it is slewed; callers read it again on
+// every sync, so a step moves the guard's expiry only until then.
+func ClockOffset() (time.Duration, error) {
+	var mono, real unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono); err != nil {
+		return 0, fmt.Errorf("reading CLOCK_MONOTONIC: %w", err)
 	}
 	if err := unix.ClockGettime(unix.CLOCK_REALTIME, &real); err != nil {
 		return 0, fmt.Errorf("reading CLOCK_REALTIME: %w", err)
 	}
-	d := time.Duration(tai.Nano() - real.Nano())
-	return d.Round(time.Second), nil
+	return time.Duration(real.Nano() - mono.Nano()), nil
 }
 
-// TAINanos converts a wall-clock time to CLOCK_TAI nanoseconds, given the
-// TAI offset. The zero time gives 0 (not bound).
-func TAINanos(t time.Time, taiOffset time.Duration) uint64 {
-	if t.IsZero() || t.UnixNano() <= 0 {
+// MonoNanos converts a wall-clock time to CLOCK_MONOTONIC nanoseconds,
+// given the clock offset. The zero time gives 0 (not bound); a time before
+// the boot gives 1, long expired.
+func MonoNanos(t time.Time, clockOffset time.Duration) uint64 {
+	if t.IsZero() {
 		return 0
 	}
-	return uint64(t.UnixNano() + int64(taiOffset))
+	n := t.UnixNano() - int64(clockOffset)
+	if n <= 0 {
+		return 1
+	}
+	return uint64(n)
 }
 
-// WallTime is the inverse of TAINanos; 0 gives the zero time.
-func WallTime(taiNanos uint64, taiOffset time.Duration) time.Time {
-	if taiNanos == 0 {
+// WallTime is the inverse of MonoNanos; 0 gives the zero time.
+func WallTime(monoNanos uint64, clockOffset time.Duration) time.Time {
+	if monoNanos == 0 {
 		return time.Time{}
 	}
-	return time.Unix(0, int64(taiNanos)-int64(taiOffset)).UTC()
+	return time.Unix(0, int64(monoNanos)+int64(clockOffset)).UTC()
 }
 
 // NewValue returns a lease of ip. A zero expires leaves it unbound (a
 // static reservation not yet acknowledged); otherwise it is bound until
-// expires.
-func NewValue(ip netip.Addr, flags guard.LeaseFlags, expires time.Time, leaseTime time.Duration, taiOffset time.Duration) Value {
+// expires, converted with clockOffset (ClockOffset).
+func NewValue(ip netip.Addr, flags guard.LeaseFlags, expires time.Time, leaseTime time.Duration, clockOffset time.Duration) Value {
 	v := Value{Ip: typed.BE32(ip), Flags: uint32(flags), LeaseTime: uint32(leaseTime / time.Second)}
 	if !expires.IsZero() {
 		v.Flags |= uint32(guard.LeaseBound)
-		v.ExpiresTaiNs = TAINanos(expires, taiOffset)
+		v.ExpiresMonoNs = MonoNanos(expires, clockOffset)
 	}
 	return v
 }
@@ -84,39 +90,39 @@ func (v Value) LeaseFlags() guard.LeaseFlags { return guard.LeaseFlags(v.Flags) 
 // String is "seg=0x.. mac=..".
 func (k Key) String() string { return fmt.Sprintf("seg=0x%08x mac=%s", k.SegId, typed.MAC(k.Mac)) }
 
-// String is "ip=.. flags=.. expires=RFC3339|never-bound lease-time=Ns",
-// with expiry shown in wall-clock time at the current TAI offset.
+// String is "ip=.. flags=.. expires=RFC3339|unbound lease-time=Ns",
+// with expiry shown in wall-clock time at the current clock offset.
 func (v Value) String() string {
-	off, _ := TAIOffset()
+	off, _ := ClockOffset()
 	return v.Format(off)
 }
 
-// Format is String at a given TAI offset.
-func (v Value) Format(taiOffset time.Duration) string {
+// Format is String at a given clock offset.
+func (v Value) Format(clockOffset time.Duration) string {
 	exp := "unbound"
-	if v.ExpiresTaiNs != 0 {
-		exp = WallTime(v.ExpiresTaiNs, taiOffset).Format(time.RFC3339)
+	if v.ExpiresMonoNs != 0 {
+		exp = WallTime(v.ExpiresMonoNs, clockOffset).Format(time.RFC3339)
 	}
 	return fmt.Sprintf("ip=%s flags=%s expires=%s lease-time=%ds", v.IP(), v.LeaseFlags(), exp, v.LeaseTime)
 }
 
 // Entry is the decoded, JSON-friendly form of one entry.
 type Entry struct {
-	SegID        uint32     `json:"segID"`
-	MAC          string     `json:"mac"`
-	IP           string     `json:"ip"`
-	Flags        string     `json:"flags"`
-	ExpiresAt    *time.Time `json:"expiresAt,omitempty"`
-	ExpiresTAINs uint64     `json:"expiresTAINs"`
-	LeaseTime    uint32     `json:"leaseTime"`
+	SegID         uint32     `json:"segID"`
+	MAC           string     `json:"mac"`
+	IP            string     `json:"ip"`
+	Flags         string     `json:"flags"`
+	ExpiresAt     *time.Time `json:"expiresAt,omitempty"`
+	ExpiresMonoNs uint64     `json:"expiresMonoNs"`
+	LeaseTime     uint32     `json:"leaseTime"`
 }
 
 // Decode returns the JSON-friendly form of an entry.
-func Decode(k Key, v Value, taiOffset time.Duration) Entry {
+func Decode(k Key, v Value, clockOffset time.Duration) Entry {
 	e := Entry{SegID: k.SegId, MAC: typed.MAC(k.Mac), IP: v.IP().String(),
-		Flags: v.LeaseFlags().String(), ExpiresTAINs: v.ExpiresTaiNs, LeaseTime: v.LeaseTime}
-	if v.ExpiresTaiNs != 0 {
-		t := WallTime(v.ExpiresTaiNs, taiOffset)
+		Flags: v.LeaseFlags().String(), ExpiresMonoNs: v.ExpiresMonoNs, LeaseTime: v.LeaseTime}
+	if v.ExpiresMonoNs != 0 {
+		t := WallTime(v.ExpiresMonoNs, clockOffset)
 		e.ExpiresAt = &t
 	}
 	return e
@@ -132,7 +138,7 @@ func New(m *ebpf.Map) *Map { return &Map{Map: typed.New[Key, Value](m)} }
 
 // Decoded returns every entry, sorted by segment and MAC.
 func (m *Map) Decoded() ([]Entry, error) {
-	off, err := TAIOffset()
+	off, err := ClockOffset()
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +178,7 @@ func (m *Map) Dump(w io.Writer) error {
 // as the DHCP server does when it acknowledges: the guard allows the IP
 // from this moment. A static reservation stays marked static.
 func (m *Map) Bind(segID uint32, mac [6]uint8, ip netip.Addr, expires time.Time, leaseTime time.Duration) error {
-	off, err := TAIOffset()
+	off, err := ClockOffset()
 	if err != nil {
 		return err
 	}
@@ -201,11 +207,62 @@ func (m *Map) Release(segID uint32, mac [6]uint8) error {
 	}
 	if old.LeaseFlags()&guard.LeaseStatic != 0 {
 		old.Flags &^= uint32(guard.LeaseBound)
-		old.ExpiresTaiNs = 0
+		old.ExpiresMonoNs = 0
 		return m.Put(k, old)
 	}
 	if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return err
 	}
 	return nil
+}
+
+// taiFloor separates the two clocks expiry has been kept in: 2^60 ns is
+// 36 years, so a CLOCK_MONOTONIC time (since boot) stays below it and a
+// CLOCK_TAI time (since 1970) has been above it since 2006.
+const taiFloor = 1 << 60
+
+// ConvertTAI rewrites into CLOCK_MONOTONIC the expiry of every lease that
+// a pivirtd from before the guard read CLOCK_MONOTONIC_COARSE wrote in
+// CLOCK_TAI nanoseconds, and returns how many it rewrote. Such a pin is
+// reused across an in-place upgrade, and its static bindings (known only
+// to this map) would otherwise look bound for decades. A lease is taken
+// for TAI when its expiry minus its lease time, about when it was
+// written, is past taiFloor; a monotonic one cannot be, even with a lease
+// time of decades.
+func (m *Map) ConvertTAI() (int, error) {
+	var err error
+	old := map[Key]Value{}
+	for k, v := range m.All(&err) {
+		lt := uint64(v.LeaseTime) * uint64(time.Second)
+		if v.ExpiresMonoNs >= taiFloor && v.ExpiresMonoNs-lt >= taiFloor {
+			old[k] = v
+		}
+	}
+	if err != nil || len(old) == 0 {
+		return 0, err
+	}
+	var tai, mono unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_TAI, &tai); err != nil {
+		return 0, fmt.Errorf("reading CLOCK_TAI: %w", err)
+	}
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono); err != nil {
+		return 0, fmt.Errorf("reading CLOCK_MONOTONIC: %w", err)
+	}
+	off := uint64(tai.Nano() - mono.Nano())
+	n := 0
+	var errs []error
+	for k, v := range old {
+		if v.ExpiresMonoNs > off {
+			v.ExpiresMonoNs -= off
+		} else {
+			v.ExpiresMonoNs = 1 // expired before the boot
+		}
+		// UpdateExist: a lease released meanwhile stays released.
+		if err := m.Raw().Update(&k, v, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("converting the expiry of %s: %w", k, err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
