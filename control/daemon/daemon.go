@@ -162,6 +162,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	guardLoop := &reconcile.Loop{
 		ID: "guard", Cache: cache, Log: d.log,
 		Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity},
+		// The DHCP server programs its own leases into pv_leases.
+		React: reconcile.Unless(reconcile.StatusOnly, reconcile.DynamicLease),
 		Func:  guards.Reconcile,
 	}
 	return []Controller{
@@ -169,6 +171,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		&reconcile.Loop{
 			ID: "segments", Cache: cache, Log: d.log,
 			Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease},
+			React: reconcile.Unless(reconcile.StatusOnly, segment.Renewal),
 			Func:  segments.Reconcile,
 		},
 		guardLoop,

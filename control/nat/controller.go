@@ -98,6 +98,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		Store: c.store,
 		Cache: c.cache,
 		Kinds: []string{pivirtv1.KindExternalIP, pivirtv1.KindVPCRouter, pivirtv1.KindNetworkSegment},
+		// Segment statuses change with every new lease; NAT reads specs.
+		React: reconcile.Unless(reconcile.StatusOnly),
 		Func:  c.Reconcile,
 		Log:   c.log,
 	}

@@ -32,8 +32,26 @@ type Cache struct {
 
 type subscriber struct {
 	kinds map[string]bool
+	react Filter
 	ch    chan struct{}
 }
+
+// Change is one store event as a subscriber's Filter sees it.
+type Change struct {
+	Type   store.EventType
+	Object *pivirtv1.Object // as stored; for Deleted, as last stored
+	Old    *pivirtv1.Object // the cached version it replaces, nil if none
+	cache  *Cache
+}
+
+// Spec returns Object's defaulted spec, decoded once (the next snapshot
+// reuses it).
+func (c Change) Spec() (pivirtv1.Spec, error) { return c.cache.decode(c.Object) }
+
+// Filter says whether a subscriber reacts to a change. A change it does
+// not react to is still in the next snapshot; it only does not start a
+// pass of its own.
+type Filter func(Change) bool
 
 // NewCache returns a cache of st; Run fills it.
 func NewCache(st store.Store, log *slog.Logger) *Cache {
@@ -45,9 +63,9 @@ func NewCache(st store.Store, log *slog.Logger) *Cache {
 func (c *Cache) Name() string { return "cache" }
 
 // Subscribe returns a channel that receives a (coalesced) signal whenever
-// an object of one of kinds changes.
-func (c *Cache) Subscribe(kinds []string) <-chan struct{} {
-	s := subscriber{kinds: map[string]bool{}, ch: make(chan struct{}, 1)}
+// an object of one of kinds changes and react (if not nil) accepts it.
+func (c *Cache) Subscribe(kinds []string, react Filter) <-chan struct{} {
+	s := subscriber{kinds: map[string]bool{}, react: react, ch: make(chan struct{}, 1)}
 	for _, k := range kinds {
 		s.kinds[k] = true
 	}
@@ -156,7 +174,8 @@ func (c *Cache) replace(objs []*pivirtv1.Object, rev int64) {
 
 func (c *Cache) apply(ev store.Event) {
 	c.mu.Lock()
-	if old := c.objs[ev.Object.Kind][ev.Object.Metadata.Name]; old != nil {
+	old := c.objs[ev.Object.Kind][ev.Object.Metadata.Name]
+	if old != nil {
 		delete(c.specs, old)
 	}
 	if ev.Type == store.Deleted {
@@ -167,8 +186,9 @@ func (c *Cache) apply(ev store.Event) {
 	c.rev = max(c.rev, ev.Revision)
 	subs := c.subs
 	c.mu.Unlock()
+	ch := Change{Type: ev.Type, Object: ev.Object, Old: old, cache: c}
 	for _, s := range subs {
-		if s.kinds[ev.Object.Kind] {
+		if s.kinds[ev.Object.Kind] && (s.react == nil || s.react(ch)) {
 			notify(s.ch)
 		}
 	}

@@ -41,6 +41,9 @@ type Loop struct {
 	// Store is used, through a private Cache, when Cache is nil.
 	Store store.Store
 	Kinds []string
+	// React, if set, picks the changes of Kinds that start a pass (see
+	// Filter); Resync still runs passes.
+	React Filter
 	Func  Func
 	Log   *slog.Logger
 	// Debounce groups bursts of changes (a large apply) into one pass.
@@ -74,7 +77,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		defer func() { <-errc }()
 	}
 	kick := l.kicks()
-	changed := l.Cache.Subscribe(l.Kinds)
+	changed := l.Cache.Subscribe(l.Kinds, l.React)
 	debounce := l.Debounce
 	if debounce == 0 {
 		debounce = 250 * time.Millisecond

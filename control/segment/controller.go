@@ -182,6 +182,13 @@ func (s Segment) Names(network string) bool {
 	return network == s.Spec.Bridge || (s.Spec.NetworkRef != "" && network == s.Spec.NetworkRef)
 }
 
+// Renewal reports a change the segment counts do not see: the DHCP
+// server rewriting one of its leases in place (a renewal extends
+// expiresAt). New, released and expired leases still start a pass.
+func Renewal(c reconcile.Change) bool {
+	return c.Type == store.Modified && reconcile.DynamicLease(c)
+}
+
 // usage counts the range, static reservations in it, and unexpired
 // dynamic leases in it.
 func usage(seg Segment, snap reconcile.Snapshot, now time.Time) (size, reserved, inUse int) {

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package reconcile
+
+import (
+	"maps"
+	"slices"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store"
+)
+
+// StatusOnly reports whether a change touched only an object's status:
+// the reconcilers write statuses themselves, and a pass for each of them
+// (one more pass per pass, and one per DHCP ACK) would redo work whose
+// inputs did not change.
+func StatusOnly(c Change) bool {
+	if c.Type != store.Modified || c.Old == nil {
+		return false
+	}
+	a, b := c.Old.Metadata, c.Object.Metadata
+	return a.Generation == b.Generation && a.UID == b.UID &&
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) &&
+		slices.Equal(a.OwnerReferences, b.OwnerReferences)
+}
+
+// DynamicLease reports whether a change is to a lease the DHCP server
+// allocated (type dynamic). The server programs pv_leases and writes the
+// lease's status in the same step as it stores it, so the guard need not
+// react; a renewal changes no segment's counts either.
+func DynamicLease(c Change) bool {
+	if c.Object.Kind != pivirtv1.KindDHCPLease {
+		return false
+	}
+	spec, err := c.Spec()
+	if err != nil {
+		return false // let the pass see and report it
+	}
+	ls, ok := spec.(*pivirtv1.DHCPLeaseSpec)
+	return ok && ls.Type == pivirtv1.LeaseDynamic
+}
+
+// Unless returns a Filter that reacts to every change none of skip
+// matches.
+func Unless(skip ...func(Change) bool) Filter {
+	return func(c Change) bool {
+		for _, s := range skip {
+			if s(c) {
+				return false
+			}
+		}
+		return true
+	}
+}
