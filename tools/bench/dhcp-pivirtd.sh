@@ -18,7 +18,7 @@ set -euo pipefail
 BIN=${PIVIRT_BIN:?set PIVIRT_BIN to the directory holding pivirtd and pivirtctl}
 W=${DHCP_WORKDIR:?run me from dhcp-peers.sh}/pivirtd
 mkdir -p "$W/bpffs"
-"$BIN/pivirtd" --state-dir "$W/state" --socket "$W/pivirtd.sock" --bpffs "$W/bpffs" --log-level warn \
+"$BIN/pivirtd" --state-dir "$W/state" --socket "$W/pivirtd.sock" --bpffs "$W/bpffs" --log-level ${PIVIRT_LOG_LEVEL:-warn} \
 	--dhcp-rate-per-mac "${PIVIRT_DHCP_RATE_PER_MAC:-off}" ${PIVIRT_EXTRA_FLAGS:-} &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid; umount "$W/bpffs" 2>/dev/null' EXIT TERM INT
