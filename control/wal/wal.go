@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Frame: payload length and CRC-32C of the payload, little-endian.
+const (
+	headerSize = 8
+	// MaxRecord bounds one record, so a corrupt length never makes Open
+	// allocate gigabytes.
+	MaxRecord = 1 << 20
+	suffix    = ".wal"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Options tune a Log.
+type Options struct {
+	// SegmentSize is the size past which Append starts a new segment file
+	// (so Trim can drop old ones whole); default 8 MiB.
+	SegmentSize int64
+}
+
+// Log is an append-only record log in a directory of segment files.
+// Records are numbered from 1 in the order they were appended; the ones
+// found by Open come first.
+type Log struct {
+	dir  string
+	opts Options
+
+	mu       sync.Mutex
+	f        *os.File // current segment
+	num      uint64   // current segment's number
+	size     int64    // bytes in the current segment
+	last     uint64   // seq of the last record appended
+	closed   []segment
+	buf      []byte
+	appended bool // the current segment has records
+}
+
+// segment is a full, closed segment file.
+type segment struct {
+	num  uint64
+	last uint64 // seq of its last record
+}
+
+// Open opens (creating) the log in dir and returns the records already
+// there, oldest first. A record cut short at the end of the last segment
+// (a crash during a write, which was then never acknowledged) is dropped
+// and the segment truncated before it; a bad record anywhere else is an
+// error.
+func Open(dir string, opts Options) (*Log, [][]byte, error) {
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = 8 << 20
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	nums, err := segmentNumbers(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	l := &Log{dir: dir, opts: opts}
+	var recs [][]byte
+	for i, n := range nums {
+		lastSeg := i == len(nums)-1
+		got, good, err := readSegment(l.path(n))
+		if err != nil && !lastSeg {
+			return nil, nil, err
+		}
+		recs = append(recs, got...)
+		l.last += uint64(len(got))
+		if !lastSeg {
+			l.closed = append(l.closed, segment{num: n, last: l.last})
+			continue
+		}
+		// The last segment goes on as the current one, cut after its
+		// last good record.
+		if l.f, err = os.OpenFile(l.path(n), os.O_RDWR, 0o600); err != nil {
+			return nil, nil, fmt.Errorf("opening %s: %w", l.path(n), err)
+		}
+		if err := l.f.Truncate(good); err != nil {
+			l.f.Close()
+			return nil, nil, fmt.Errorf("truncating %s after its last good record: %w", l.path(n), err)
+		}
+		l.num, l.size, l.appended = n, good, len(got) > 0
+	}
+	if l.f == nil {
+		if err := l.create(1); err != nil {
+			return nil, nil, err
+		}
+	}
+	if _, err := l.f.Seek(l.size, io.SeekStart); err != nil {
+		l.f.Close()
+		return nil, nil, fmt.Errorf("seeking %s: %w", l.path(l.num), err)
+	}
+	return l, recs, nil
+}
+
+// Append writes recs in one write and one fdatasync, and returns the
+// sequence number of the last one. When it returns nil they survive a
+// crash.
+func (l *Log) Append(recs ...[]byte) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return 0, os.ErrClosed
+	}
+	if len(recs) == 0 {
+		return l.last, nil
+	}
+	if l.size >= l.opts.SegmentSize {
+		if err := l.rotate(); err != nil {
+			return 0, err
+		}
+	}
+	l.buf = l.buf[:0]
+	for _, r := range recs {
+		if len(r) > MaxRecord {
+			return 0, fmt.Errorf("record of %d bytes: more than %d", len(r), MaxRecord)
+		}
+		l.buf = binary.LittleEndian.AppendUint32(l.buf, uint32(len(r)))
+		l.buf = binary.LittleEndian.AppendUint32(l.buf, crc32.Checksum(r, castagnoli))
+		l.buf = append(l.buf, r...)
+	}
+	n, err := l.f.Write(l.buf)
+	if err == nil {
+		err = l.f.Sync()
+	}
+	if err != nil {
+		// Cut what may have reached the file, so a later Append does not
+		// follow a torn record: Open would stop reading there.
+		if terr := l.f.Truncate(l.size); terr != nil {
+			err = errors.Join(err, terr)
+		} else if _, serr := l.f.Seek(l.size, io.SeekStart); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return 0, fmt.Errorf("appending %d records to %s: %w", len(recs), l.path(l.num), err)
+	}
+	l.size += int64(n)
+	l.last += uint64(len(recs))
+	l.appended = true
+	return l.last, nil
+}
+
+// Trim drops the records up to seq upTo (their effect is stored
+// elsewhere): whole segments, and the current one once all of it is
+// covered. It is durable when it returns, so a crash never brings back a
+// record older than one already dropped.
+func (l *Log) Trim(upTo uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return os.ErrClosed
+	}
+	removed := false
+	for len(l.closed) > 0 && l.closed[0].last <= upTo {
+		if err := os.Remove(l.path(l.closed[0].num)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing %s: %w", l.path(l.closed[0].num), err)
+		}
+		l.closed = l.closed[1:]
+		removed = true
+	}
+	if removed {
+		// Removals before the truncation below, in this order on disk.
+		if err := syncDir(l.dir); err != nil {
+			return err
+		}
+	}
+	if len(l.closed) > 0 || !l.appended || l.last > upTo {
+		return nil
+	}
+	if err := l.f.Truncate(0); err != nil {
+		return fmt.Errorf("truncating %s: %w", l.path(l.num), err)
+	}
+	if _, err := l.f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("seeking %s: %w", l.path(l.num), err)
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", l.path(l.num), err)
+	}
+	l.size, l.appended = 0, false
+	return nil
+}
+
+// Last is the sequence number of the last record appended (0 if none).
+func (l *Log) Last() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
+}
+
+// Close closes the current segment.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
+
+func (l *Log) path(num uint64) string {
+	return filepath.Join(l.dir, fmt.Sprintf("%016x%s", num, suffix))
+}
+
+// rotate closes the current segment and starts the next.
+func (l *Log) rotate() error {
+	if err := l.f.Close(); err != nil {
+		return fmt.Errorf("closing %s: %w", l.path(l.num), err)
+	}
+	if l.appended {
+		l.closed = append(l.closed, segment{num: l.num, last: l.last})
+	}
+	return l.create(l.num + 1)
+}
+
+// create starts segment num as the current one; the directory is synced
+// so the file itself survives a crash.
+func (l *Log) create(num uint64) error {
+	f, err := os.OpenFile(l.path(num), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", l.path(num), err)
+	}
+	if err := syncDir(l.dir); err != nil {
+		f.Close()
+		return err
+	}
+	l.f, l.num, l.size, l.appended = f, num, 0, false
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// segmentNumbers lists the segment files of dir in order.
+func segmentNumbers(dir string) ([]uint64, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", dir, err)
+	}
+	var nums []uint64
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), suffix)
+		if !ok || e.IsDir() {
+			continue
+		}
+		n, err := strconv.ParseUint(name, 16, 64)
+		if err != nil {
+			continue // not ours
+		}
+		nums = append(nums, n)
+	}
+	slices.Sort(nums)
+	return nums, nil
+}
+
+// readSegment returns the records of a segment file and the offset after
+// the last good one; err says why it stopped early.
+func readSegment(path string) (recs [][]byte, good int64, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	for off := 0; off < len(b); {
+		if len(b)-off < headerSize {
+			return recs, good, fmt.Errorf("%s: record header cut short at offset %d", path, off)
+		}
+		n := int(binary.LittleEndian.Uint32(b[off:]))
+		sum := binary.LittleEndian.Uint32(b[off+4:])
+		if n > MaxRecord || len(b)-off-headerSize < n {
+			return recs, good, fmt.Errorf("%s: record at offset %d: length %d past the end or the limit", path, off, n)
+		}
+		rec := b[off+headerSize : off+headerSize+n]
+		if crc32.Checksum(rec, castagnoli) != sum {
+			return recs, good, fmt.Errorf("%s: record at offset %d: checksum mismatch", path, off)
+		}
+		recs = append(recs, rec)
+		off += headerSize + n
+		good = int64(off)
+	}
+	return recs, good, nil
+}
