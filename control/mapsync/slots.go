@@ -101,8 +101,9 @@ func syncPorts(ports Map[portmap.Key, portmap.Value], counters Counters, desired
 	}
 	if len(failed) > 0 {
 		// Such a port is still written (guarding matters more than a
-		// count), in slot 0 so that it shows no stale counts; the next
-		// sync tries to give it a slot again.
+		// count), in slot 0, the shared bucket, rather than in a slot
+		// that may hold another port's counts; the next sync tries to
+		// give it a slot again.
 		for k, v := range want {
 			if failed[v.CounterSlot] {
 				v.CounterSlot = 0
