@@ -91,5 +91,8 @@ func (c *Config) DHCPLimits() (perMAC, perPort responder.Limit) {
 	return perMAC, perPort
 }
 
+// LeaseJournalDir holds the DHCP lease journal (with either store).
+func (c *Config) LeaseJournalDir() string { return filepath.Join(c.StateDir, "dhcp-journal") }
+
 // StatePath is the bbolt file.
 func (c *Config) StatePath() string { return filepath.Join(c.StateDir, "state.db") }

@@ -91,6 +91,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Leases journaled before a crash go into the store before any
+	// reconciler reads it.
+	if err := d.dhcp.Recover(ctx); err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
 	for _, c := range controllers {
@@ -153,7 +158,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	}
 	perMAC, perPort := d.cfg.DHCPLimits()
 	d.dhcp = &dhcpd.Manager{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Leases: d.loader.Maps().Leases,
-		PerMAC: perMAC, PerPort: perPort}
+		PerMAC: perMAC, PerPort: perPort, JournalDir: d.cfg.LeaseJournalDir()}
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp}
 	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode}
 	d.guard = guards

@@ -25,6 +25,7 @@ import (
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/segment"
 	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/control/wal"
 	"pivirt.hu/dataplane/dataplane/dhcp/responder"
 	"pivirt.hu/dataplane/dataplane/dhcp/server"
 )
@@ -47,6 +48,8 @@ type Manager struct {
 	// PerMAC and PerPort are the responders' rate limits (zero: the
 	// responder's defaults).
 	PerMAC, PerPort responder.Limit
+	// JournalDir holds the lease journal (see journal.go).
+	JournalDir string
 
 	once    sync.Once
 	srv     *server.Server
@@ -60,9 +63,20 @@ type Manager struct {
 
 	pmu sync.Mutex
 	// persisted is the store revision that last wrote each dynamic lease
-	// (by name), so a snapshot older than a fresh lease does not release
-	// it as "deleted by the operator".
+	// (by name; pendingRev while journaled but not stored), so a snapshot
+	// older than a fresh lease does not release it as "deleted by the
+	// operator".
 	persisted map[string]int64
+	// pendingSeq is the journal sequence number of each lease's newest
+	// change not yet stored.
+	pendingSeq map[string]uint64
+
+	journal    *wal.Log
+	qmu        sync.Mutex // journal appends and queue
+	queue      []record   // journaled, not yet stored
+	wake       chan struct{}
+	stopWriter context.CancelFunc
+	writerDone chan struct{}
 }
 
 type running struct {
@@ -88,6 +102,8 @@ func (m *Manager) init() {
 		m.srv, _ = server.New()
 		m.running = map[string]*running{}
 		m.persisted = map[string]int64{}
+		m.pendingSeq = map[string]uint64{}
+		m.wake = make(chan struct{}, 1)
 	})
 }
 
@@ -272,7 +288,8 @@ func (m *Manager) stop(name string) {
 	m.Log.Info("DHCP responder stopped", "segment", name)
 }
 
-// Stop stops every responder (daemon shutdown).
+// Stop stops every responder, then stores what the journal holds (daemon
+// shutdown; what does not make it is stored by the next Recover).
 func (m *Manager) Stop() {
 	m.init()
 	m.mu.Lock()
@@ -280,57 +297,33 @@ func (m *Manager) Stop() {
 	for name := range m.running {
 		m.stop(name)
 	}
+	if m.journal == nil {
+		return
+	}
+	m.stopWriter()
+	select {
+	case <-m.writerDone:
+	case <-time.After(5 * time.Second):
+		m.Log.Warn("lease writer did not finish; the journal keeps the rest")
+	}
+	if err := m.journal.Close(); err != nil {
+		m.Log.Warn("closing the lease journal", "err", err)
+	}
 }
 
-// persist stores one group of lease changes in one transaction (one
-// fsync), then programs pv_leases; the responder sends the group's ACKs
-// only after this returns.
+// persist makes one group of lease changes durable in the journal (one
+// fdatasync), then programs pv_leases; the responder sends the group's
+// ACKs only after this returns. The DHCPLease objects follow shortly.
 func (m *Manager) persist(ctx context.Context, changes []server.LeaseChange) error {
 	segs := m.segmentsByID()
-	rev, err := m.Index.Update(ctx, m.Store, admission.Options{Now: m.now()}, func(b *admission.Batch) error {
-		for _, ch := range changes {
-			seg, ok := segs[ch.Segment]
-			if !ok {
-				continue
-			}
-			if seg.reserved(ch.Lease.MAC) {
-				continue // a reservation: its DHCPLease is the operator's
-			}
-			name := LeaseName(ch.Lease.MAC)
-			switch ch.Kind {
-			case server.Bound, server.Renewed:
-				// Typed: the server's own leases skip the strict JSON
-				// decode of manifests, and the status rides in the same
-				// write (half the store work per lease).
-				o, spec := leaseObject(name, seg.bridge, ch.Lease)
-				status := func(next *pivirtv1.Object) any {
-					return pivirtv1.DHCPLeaseStatus{SegmentID: ch.Segment,
-						Status: pivirtv1.Status{Phase: pivirtv1.PhaseReady, ObservedGeneration: next.Metadata.Generation}}
-				}
-				if _, _, err := b.ApplyTyped(o, spec, status); err != nil {
-					return fmt.Errorf("storing %s: %w", name, err)
-				}
-			default:
-				if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
-					return fmt.Errorf("deleting %s: %w", name, err)
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("persisting %d lease changes: %w", len(changes), err)
+	if err := m.journalChanges(changes, segs); err != nil {
+		return fmt.Errorf("journaling %d lease changes: %w", len(changes), err)
 	}
 	var errs []error
 	for _, ch := range changes {
 		mac := [6]byte(ch.Lease.MAC)
 		switch ch.Kind {
 		case server.Bound, server.Renewed:
-			if !segs[ch.Segment].reserved(ch.Lease.MAC) {
-				m.pmu.Lock()
-				m.persisted[LeaseName(ch.Lease.MAC)] = rev
-				m.pmu.Unlock()
-			}
 			ttl := time.Duration(0)
 			if s, ok := segs[ch.Segment]; ok {
 				ttl = s.leaseTime

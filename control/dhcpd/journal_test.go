@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/control/store/bolt"
+	"pivirt.hu/dataplane/control/wal"
+	"pivirt.hu/dataplane/dataplane/dhcp/server"
+)
+
+// leaseMap records what persist programs into pv_leases.
+type leaseMap struct {
+	mu    sync.Mutex
+	bound map[string]netip.Addr
+}
+
+func (l *leaseMap) Bind(_ uint32, mac [6]uint8, ip netip.Addr, _ time.Time, _ time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bound[net.HardwareAddr(mac[:]).String()] = ip
+	return nil
+}
+
+func (l *leaseMap) Release(_ uint32, mac [6]uint8) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.bound, net.HardwareAddr(mac[:]).String())
+	return nil
+}
+
+func newManager(t *testing.T, st store.Store, ix *admission.Index, dir string) (*Manager, *leaseMap) {
+	t.Helper()
+	lm := &leaseMap{bound: map[string]netip.Addr{}}
+	m := &Manager{Store: st, Index: ix, Leases: lm, Log: slog.Default(), JournalDir: dir}
+	m.init()
+	m.infos.Store(&map[uint32]segInfo{7: {bridge: "br-vm", leaseTime: time.Hour, static: map[string]bool{"52:54:00:00:00:99": true}}})
+	return m, lm
+}
+
+func change(kind server.ChangeKind, mac, ip string, exp time.Time) server.LeaseChange {
+	hw, _ := net.ParseMAC(mac)
+	return server.LeaseChange{Kind: kind, Segment: 7, Lease: server.Lease{IP: netip.MustParseAddr(ip), MAC: hw, Hostname: "vm", Expires: exp}}
+}
+
+func storedLease(t *testing.T, st store.Store, name string) *pivirtv1.Object {
+	t.Helper()
+	o, err := st.Get(context.Background(), pivirtv1.KindDHCPLease, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// TestJournalSurvivesACrashBeforeTheStore: changes acknowledged (in the
+// journal) but not yet stored when the daemon dies are stored by the next
+// start's Recover, in order, and the journal is emptied.
+func TestJournalSurvivesACrashBeforeTheStore(t *testing.T) {
+	ctx := context.Background()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ix := admission.NewIndex()
+	seg, err := pivirtv1.DecodeObject([]byte(`apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: vm-net}
+spec: {bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ix.Update(ctx, st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(seg); return err }); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "journal")
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+
+	// The crashed daemon: journal open, its writer never ran.
+	crashed, lm := newManager(t, st, ix, dir)
+	if crashed.journal, _, err = wal.Open(dir, wal.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := crashed.persist(ctx, []server.LeaseChange{
+		change(server.Bound, "52:54:00:00:00:01", "192.168.100.101", exp),
+		change(server.Bound, "52:54:00:00:00:02", "192.168.100.102", exp),
+		change(server.Released, "52:54:00:00:00:02", "192.168.100.102", exp),
+		change(server.Renewed, "52:54:00:00:00:01", "192.168.100.101", exp.Add(time.Hour)),
+		change(server.Bound, "52:54:00:00:00:99", "192.168.100.199", exp), // a reservation: the operator's object
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := lm.bound["52:54:00:00:00:01"]; got != netip.MustParseAddr("192.168.100.101") || len(lm.bound) != 2 {
+		t.Errorf("pv_leases after persist: %v", lm.bound)
+	}
+	if o := storedLease(t, st, "lease-52-54-00-00-00-01"); o != nil {
+		t.Fatalf("stored before the writer ran: %s", o.Spec)
+	}
+	crashed.journal.Close()
+
+	restarted, _ := newManager(t, st, ix, dir)
+	if err := restarted.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer restarted.Stop()
+	o := storedLease(t, st, "lease-52-54-00-00-00-01")
+	if o == nil {
+		t.Fatal("lease-52-54-00-00-00-01 not stored by Recover")
+	}
+	var spec pivirtv1.DHCPLeaseSpec
+	var status pivirtv1.DHCPLeaseStatus
+	if err := errors.Join(json.Unmarshal(o.Spec, &spec), json.Unmarshal(o.Status, &status)); err != nil {
+		t.Fatal(err)
+	}
+	if spec.IPAddress != "192.168.100.101" || spec.Type != pivirtv1.LeaseDynamic || spec.ExpiresAt == nil ||
+		!spec.ExpiresAt.Equal(exp.Add(time.Hour)) || spec.Network != "br-vm" {
+		t.Errorf("recovered spec %s: want the renewal's expiry %s", o.Spec, exp.Add(time.Hour))
+	}
+	if status.Phase != pivirtv1.PhaseReady || status.SegmentID != 7 || status.ObservedGeneration != o.Metadata.Generation {
+		t.Errorf("recovered status %s (generation %d)", o.Status, o.Metadata.Generation)
+	}
+	if o := storedLease(t, st, "lease-52-54-00-00-00-02"); o != nil {
+		t.Errorf("a lease released before the crash came back: %s", o.Spec)
+	}
+	if o := storedLease(t, st, "lease-52-54-00-00-00-99"); o != nil {
+		t.Errorf("a reservation's ACK made a dynamic lease: %s", o.Spec)
+	}
+	if n := restarted.journal.Last(); n != 4 {
+		t.Errorf("journal held %d records, want 4 (the reservation is not journaled)", n)
+	}
+
+	// The running writer stores new changes without a restart and trims.
+	if err := restarted.persist(ctx, []server.LeaseChange{change(server.Bound, "52:54:00:00:00:03", "192.168.100.103", exp)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for storedLease(t, st, "lease-52-54-00-00-00-03") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not store lease-52-54-00-00-00-03")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	restarted.Stop()
+	_, left, err := wal.Open(dir, wal.Options{})
+	if err != nil || len(left) != 0 {
+		t.Errorf("journal after a clean stop: %d records, %v", len(left), err)
+	}
+}
