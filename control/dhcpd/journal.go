@@ -4,7 +4,6 @@ package dhcpd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -26,11 +25,12 @@ import (
 // flushes and the store work of a lease is most of the CPU of an ACK, so
 // this halves the ACK's wait and lets the store batches grow with load.
 
-// record is one journaled lease change, with what storing it needs.
+// record is one journaled lease change, with what storing it needs
+// (encoded by record.go).
 type record struct {
-	Change  server.LeaseChange `json:"change"`
-	Network string             `json:"network"` // the segment's bridge: the lease's spec.network
-	seq     uint64             // journal sequence number, not encoded
+	Change  server.LeaseChange
+	Network string // the segment's bridge: the lease's spec.network
+	seq     uint64 // journal sequence number, not encoded
 }
 
 // pendingRev marks a lease journaled but not yet stored: no snapshot is
@@ -47,8 +47,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	recs := make([]record, 0, len(old))
 	for i, b := range old {
-		var r record
-		if err := json.Unmarshal(b, &r); err != nil {
+		r, err := parseRecord(b)
+		if err != nil {
 			m.Log.Warn("skipping an unreadable lease journal record", "seq", i+1, "err", err)
 			continue
 		}
@@ -83,18 +83,20 @@ func (m *Manager) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	}
 	recs := make([]record, 0, len(changes))
 	enc := make([][]byte, 0, len(changes))
+	var buf []byte
 	for _, ch := range changes {
 		seg, ok := segs[ch.Segment]
 		if !ok || seg.reserved(ch.Lease.MAC) {
 			continue
 		}
 		r := record{Change: ch, Network: seg.bridge}
-		b, err := json.Marshal(r)
-		if err != nil {
-			return fmt.Errorf("encoding lease change of %s: %w", ch.Lease.MAC, err)
+		start := len(buf)
+		var err error
+		if buf, err = appendRecord(buf, r); err != nil {
+			return err
 		}
 		recs = append(recs, r)
-		enc = append(enc, b)
+		enc = append(enc, buf[start:len(buf):len(buf)])
 	}
 	if len(recs) == 0 {
 		return nil
