@@ -35,8 +35,13 @@ if part testrun; then
 fi
 if part dhcp; then
 	say "DHCP: perfdhcp against dnsmasq, Kea and pivirtd ($SHARED/dhcp-peers.sh)"
+	# Per-core load once a second, to tell the server's limit from perfdhcp's.
+	(while :; do echo "$(date +%s) $(grep -E '^cpu[01] ' /proc/stat | tr '\n' ' ')"; sleep 1; done) >"$OUT/dhcp-cpustat.txt" &
+	sampler=$!
 	ALT_NAME=pivirtd OUT="$OUT/dhcp" "$SHARED/dhcp-peers.sh" "PIVIRT_BIN=$ROOT/bin $ROOT/tools/bench/dhcp-pivirtd.sh" >"$OUT/dhcp.log" 2>&1 || true
+	kill "$sampler"
 	cat "$OUT/dhcp/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
+	python3 tools/bench/cpuwindows.py "$OUT/dhcp-cpustat.txt" "$OUT/dhcp/log" | tee -a "$OUT/summary.txt"
 fi
 if part guard; then
 	say "port guard: pivirtd vs libvirt-style ebtables, nft set, reference XDP/tc"
