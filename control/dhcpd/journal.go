@@ -126,7 +126,13 @@ func (m *Manager) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	return nil
 }
 
-// writeLoop stores queued records until ctx is done, then once more.
+// writeLoop stores queued records until ctx is done, then once more. It
+// commits as soon as it is woken: under load the queue grows while a
+// commit runs, so batches grow with load anyway, while at low load no
+// batch is big. Letting changes gather on purpose (200 ms) was measured
+// to hurt: a big batch is a CPU burst of store encoding on the responder's
+// core, and the p99 of REQUEST→ACK at 200/s rose from 0.7–0.9 ms to
+// 0.8–1.5 ms (DISCOVER→OFFER from 0.3 to 0.7–1.4 ms).
 func (m *Manager) writeLoop(ctx context.Context) {
 	defer close(m.writerDone)
 	backoff := 50 * time.Millisecond
