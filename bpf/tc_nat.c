@@ -22,7 +22,7 @@
 
 #include "lib/ctx.h"
 #include "lib/parse.h"
-#include "pivirt/nat.h"
+#include "pivirt/nat_maps.h"
 
 /* From <linux/icmp.h>, which drags in libc headers. */
 #define ICMP_DEST_UNREACH	3

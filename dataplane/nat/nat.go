@@ -35,7 +35,7 @@ const (
 	ProgOut = "pv_tc_nat_out"
 )
 
-// Go mirrors of the C structs and enums of bpf/include/pivirt/nat.h.
+// Go mirrors of the C structs and enums of bpf/include/pivirt/{consts,types}.h.
 type (
 	// Key mirrors struct pv_nat_key.
 	Key = tc_natPvNatKey

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 
-/* Constants shared by the guard programs and Go: map sizes, port and lease
- * flags, and the verdict reasons counted per port. bpf2go does not export
- * macros, so Go mirrors these in dataplane/guard/consts.go, and a test there
- * checks them against the enums below (which do reach BTF).
+/* Constants shared by the guard and NAT programs and Go: map sizes, port,
+ * lease and NAT flags, and the reasons counted per port and per uplink.
+ * bpf2go does not export macros, so Go mirrors the sizes (dataplane/guard,
+ * dataplane/nat), and layout tests there check them against the maps; the
+ * enums reach BTF and are generated.
  */
 #ifndef PIVIRT_CONSTS_H
 #define PIVIRT_CONSTS_H
@@ -83,6 +84,38 @@ enum pv_reason {
 	PV_R_IP6_SRC       = 18, /* IPv6 source not allowed */
 	PV_R_RA            = 19, /* ICMPv6 router advertisement */
 	PV_R_MAX           = 24, /* room for new reasons without a _v2 */
+};
+
+/* NAT fast path (tc_nat.c). */
+
+/* 1:1 mappings and forwarded ports of every uplink (x2: a marker entry
+ * per address plus one entry per forwarded port).
+ */
+#define PV_NAT_MAX		65536
+#define PV_NAT_MAX_SCOPES	1024
+
+/* enum pv_nat_flags: struct pv_nat_val.flags. */
+enum pv_nat_flags {
+	PV_NAT_ONE_TO_ONE = 1 << 0, /* translate every packet of the address */
+	PV_NAT_PORTS      = 1 << 1, /* exact (proto, port) entries exist */
+	PV_NAT_ARP        = 1 << 2, /* answer ARP for the address (dnat only) */
+};
+
+/* enum pv_nat_reason: index into struct pv_nat_counts.pkts. Values below
+ * PV_NAT_R_DROP_MIN are events, the others drops.
+ */
+enum pv_nat_reason {
+	PV_NAT_R_ARP_REPLY   = 0, /* proxy-ARP reply sent for a public address */
+	PV_NAT_R_ICMP_ERROR  = 1, /* ICMP error translated (inner headers too) */
+	PV_NAT_R_FRAGMENT    = 2, /* 1:1 fragment translated (address only) */
+	PV_NAT_R_DROP_MIN    = 8,
+	PV_NAT_R_MALFORMED   = 8, /* truncated headers of a mapped packet */
+	PV_NAT_R_FRAG_PORTS  = 9, /* fragment of a forwarded port: no port in
+				   * later fragments, so it cannot be
+				   * translated statelessly */
+	PV_NAT_R_ICMP_INNER  = 10, /* ICMP error on a mapped address with an
+				    * untranslatable inner packet */
+	PV_NAT_R_MAX         = 16,
 };
 
 #endif /* PIVIRT_CONSTS_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 
-/* Every key and value struct of the guard maps, declared once. Go gets
+/* Every key and value struct of the guard and NAT maps, declared once. Go gets
  * them through bpf2go -type (dataplane/guard); fields are fixed-width and
  * padding is written out so both sides agree byte for byte.
  */
@@ -79,6 +79,50 @@ struct pv_lease {
  */
 struct pv_counts {
 	__u64 pkts[PV_R_MAX];
+};
+
+/* NAT fast path (tc_nat.c, maps in nat_maps.h). */
+
+/* struct pv_nat_key: key of pv_nat_dnat (public side: address, and for a
+ * forwarded port its protocol and port), pv_nat_snat (private side:
+ * target and target port) and pv_nat_stats (public side). proto and port
+ * are 0 in an address's marker entry.
+ */
+struct pv_nat_key {
+	__u32 scope;   /* uplink id (FNV-1a of "if:<name>" or "router:<name>") */
+	__be32 addr;
+	__be16 port;
+	__u8 proto;    /* IPPROTO_TCP, IPPROTO_UDP or 0 */
+	__u8 pad;
+};
+
+/* struct pv_nat_val: where a pv_nat_key translates to. In a marker entry
+ * without PV_NAT_ONE_TO_ONE, addr and port are unused.
+ */
+struct pv_nat_val {
+	__be32 addr;
+	__be16 port;
+	__u16 flags;   /* enum pv_nat_flags */
+};
+
+/* struct pv_nat_traffic: per-CPU packets and bytes of one mapping, both
+ * directions. Created zeroed by the control plane with the mapping.
+ */
+struct pv_nat_traffic {
+	__u64 pkts_in;
+	__u64 bytes_in;
+	__u64 pkts_out;
+	__u64 bytes_out;
+};
+
+/* struct pv_nat_counts_key: pv_nat_counters key, one uplink. */
+struct pv_nat_counts_key {
+	__u32 scope;
+};
+
+/* struct pv_nat_counts: per-CPU packets per enum pv_nat_reason. */
+struct pv_nat_counts {
+	__u64 pkts[PV_NAT_R_MAX];
 };
 
 #endif /* PIVIRT_TYPES_H */
