@@ -86,9 +86,13 @@ func Open(path string, opts Options) (*Store, error) {
 		opts.Logger = slog.Default()
 	}
 	// NoSync stays false: every commit is fsynced before Update returns.
+	// NoFreelistSync (as etcd runs bbolt): the free-page list is not
+	// written with every commit but rebuilt by a scan on open, so a commit
+	// after heavy lease churn does not rewrite a large freelist page.
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:      opts.OpenTimeout,
-		FreelistType: bbolt.FreelistMapType,
+		Timeout:        opts.OpenTimeout,
+		FreelistType:   bbolt.FreelistMapType,
+		NoFreelistSync: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
