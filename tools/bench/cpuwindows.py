@@ -41,7 +41,11 @@ def main():
         m = pat.match(line)
         if not m or day is None:
             continue
-        end = datetime.datetime.combine(day, datetime.time.fromisoformat(m.group(1)), datetime.timezone.utc).timestamp()
+        # The log has times of day only: take the day that falls within
+        # the samples (a run may cross midnight UTC).
+        tod = datetime.time.fromisoformat(m.group(1))
+        ends = [datetime.datetime.combine(day + datetime.timedelta(days=k), tod, datetime.timezone.utc).timestamp() for k in (0, 1)]
+        end = next((e for e in ends if rows[0][0] <= e <= rows[-1][0]), ends[0])
         sel = [r for r in rows if end - PERIOD + 1 <= r[0] <= end - 1]
         if len(sel) < 2:
             continue
