@@ -14,6 +14,9 @@
 #   pivirt     pivirt's NAT fast path (bpf/tc_nat.c) on na-up, host mode, driven by tools/natbench
 #              through control/nat.Compile, natmap.Sync and dataplane/nat.Load/Attach (tcx, pinned links)
 #   pivirt10k  the same with 10,000 ExternalIPs in the maps
+#   pivirtd    the real daemon (PIVIRT_BIN, default ../../bin) in na-gw: on = an ExternalIP
+#              (oneToOne, interface na-up) applied with pivirtctl and Ready with its
+#              programs attached; off = deleted and detached
 #
 # TCP=0 skips the iperf3 runs (UDP-only A/B rounds).
 # This is ../shared/bench/dataplane/nat.sh (read-only there) with the pivirt configurations added;
@@ -23,7 +26,10 @@
 HERE=$(dirname "$(readlink -f "$0")")
 BENCH=${BENCH:-$(readlink -f "$HERE/../../../shared/bench/dataplane")}
 . "$BENCH/common.sh"
-CFGS=${CFGS:-"fwd nft ipt ebpf pivirt pivirt10k"}
+CFGS=${CFGS:-"fwd nft ipt ebpf pivirt pivirt10k pivirtd"}
+PVBIN=${PIVIRT_BIN:-$(readlink -f "$HERE/../../bin")}
+PVD=$S/pivirtd-nat
+PVDPID=
 NB=$S/bin/natbench
 PVPIN=$BPFFS/na-pivirt
 PIN=$BPFFS/na-nat
@@ -31,10 +37,11 @@ OUT=${OUT:-$S/nat-pivirt.txt}
 PUB=198.51.100.10; PRIV=10.10.0.11
 
 cleanup() {
+  [ -n "$PVDPID" ] && kill $PVDPID 2>/dev/null && wait $PVDPID 2>/dev/null
   kill_mine
   for ns in na-inet na-gw na-vm; do ip netns del $ns 2>/dev/null; done
   rm -rf $PIN
-  [ -x $NB ] && $NB detach -dev na-up -bpffs $PVPIN 2>/dev/null; rm -rf $PVPIN
+  [ -x $NB ] && $NB detach -dev na-up -bpffs $PVPIN 2>/dev/null; rm -rf $PVPIN $BPFFS/na-pivirtd
 }
 trap cleanup EXIT INT TERM
 
@@ -61,6 +68,32 @@ topo() {
   echo "0a 0a 00 0b c6 33 64 0a" | awk '{print $1$2$3$4, $5$6$7$8}' | $BIN mapfill -map $PIN/maps/na_snat
 }
 
+ctl() { "$PVBIN/pivirtctl" --socket "$PVD/sock" "$@"; }
+# The daemon's tcx links on na-up, as pinned (Debian's bpftool 7.1 does not show tcx).
+tcx_on_up() { [ -n "$(ls -A $BPFFS/na-pivirtd/links/na-up 2>/dev/null)" ]; }
+start_pivirtd() {
+  rm -rf $PVD; mkdir -p $PVD
+  nsenter --net=/run/netns/na-gw -- "$PVBIN/pivirtd" --state-dir $PVD/state --socket $PVD/sock \
+    --bpffs $BPFFS/na-pivirtd --log-level warn >$PVD/log 2>&1 &
+  PVDPID=$!
+  for _ in $(seq 100); do ctl get externalips >/dev/null 2>&1 && return; sleep 0.1; done
+  echo "pivirtd did not start:"; cat $PVD/log; exit 1
+}
+pivirtd_on() {
+  printf 'apiVersion: pivirt.hu/v1\nkind: ExternalIP\nmetadata: {name: na-pub}\nspec: {address: %s, interface: na-up, target: %s, mode: oneToOne}\n' $PUB $PRIV |
+    ctl apply -f - >/dev/null || { echo "pivirtctl apply failed"; cat $PVD/log; exit 1; }
+  for _ in $(seq 100); do
+    ctl get externalip na-pub -o json 2>/dev/null | grep -q '"phase": *"Ready"' && tcx_on_up && return
+    sleep 0.1
+  done
+  echo "pivirtd did not attach na-up"; ctl describe externalip na-pub; cat $PVD/log; exit 1
+}
+pivirtd_off() {
+  ctl delete externalip na-pub >/dev/null
+  for _ in $(seq 100); do tcx_on_up || return; sleep 0.1; done
+  echo "pivirtd did not detach na-up"; exit 1
+}
+
 cfg_on() {
   case $1 in
     fwd) ;;
@@ -78,6 +111,7 @@ R
           nsb na-gw tc filter add dev na-up egress bpf da pinned $PIN/na_snat_out ;;
     pivirt) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV ;;
     pivirt10k) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV -extra 9999 ;;
+    pivirtd) pivirtd_on ;;
   esac
 }
 cfg_off() {
@@ -87,6 +121,7 @@ cfg_off() {
     ipt) nsx na-gw iptables -t nat -F; nsx na-gw nft delete table ip nat ;;
     ebpf) nsb na-gw tc qdisc del dev na-up clsact ;;
     pivirt|pivirt10k) $NB detach -dev na-up -bpffs $PVPIN ;;
+    pivirtd) pivirtd_off ;;
   esac
 }
 dst_of() { [ $1 = fwd ] && echo $PRIV || echo $PUB; }
@@ -110,6 +145,7 @@ build_tools
 (cd "$HERE" && go build -o $NB .) || { echo "building natbench failed"; exit 1; }
 echo "# nat $(date -u +%FT%TZ) DUR=${DUR}s REPS=$REPS sender cpu$SEND_CPU (softirq inline), receiver cpu$RECV_CPU" | tee -a $OUT
 topo
+[[ " $CFGS " == *" pivirtd "* ]] && start_pivirtd
 sp=41000
 for c in $CFGS; do
   cfg_on $c; sp=$((sp+1))
