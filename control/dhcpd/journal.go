@@ -146,6 +146,7 @@ func (m *Manager) writeLoop(ctx context.Context) {
 			return
 		}
 		if err := m.writeQueued(ctx); err != nil {
+			m.storeErrors.Add(1)
 			m.Log.Warn("storing journaled lease changes; retrying", "err", err, "retry_in", backoff)
 			select {
 			case m.wake <- struct{}{}:

@@ -10,9 +10,12 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/admission"
@@ -112,6 +115,13 @@ spec: {bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.
 	}
 	if o := storedLease(t, st, "lease-52-54-00-00-00-01"); o != nil {
 		t.Fatalf("stored before the writer ran: %s", o.Spec)
+	}
+	if err := promtest.CollectAndCompare(crashed, strings.NewReader(`
+# HELP pivirt_dhcp_journal_pending Lease changes in the journal not yet stored as DHCPLease objects.
+# TYPE pivirt_dhcp_journal_pending gauge
+pivirt_dhcp_journal_pending 4
+`), "pivirt_dhcp_journal_pending"); err != nil {
+		t.Error(err)
 	}
 	crashed.journal.Close()
 

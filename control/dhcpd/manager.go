@@ -77,6 +77,8 @@ type Manager struct {
 	wake       chan struct{}
 	stopWriter context.CancelFunc
 	writerDone chan struct{}
+	// storeErrors counts failed store writes of journaled changes.
+	storeErrors atomic.Uint64
 }
 
 type running struct {

@@ -13,12 +13,14 @@ var (
 	descDropped  = prometheus.NewDesc("pivirt_dhcp_dropped_total", "Frames dropped by reason (malformed, rate limited).", []string{"segment", "reason"}, nil)
 	descIgnored  = prometheus.NewDesc("pivirt_dhcp_ignored_total", "Valid requests not answered, by reason.", []string{"segment", "reason"}, nil)
 	descPersist  = prometheus.NewDesc("pivirt_dhcp_persist_errors_total", "Lease groups that failed to persist (their ACKs were not sent).", []string{"segment"}, nil)
-	descCommits  = prometheus.NewDesc("pivirt_dhcp_lease_commits_total", "Group commits of lease changes (one fsync'd transaction each).", []string{"segment"}, nil)
+	descCommits  = prometheus.NewDesc("pivirt_dhcp_lease_commits_total", "Groups of lease changes made durable (one lease journal fdatasync each).", []string{"segment"}, nil)
+	descPending  = prometheus.NewDesc("pivirt_dhcp_journal_pending", "Lease changes in the journal not yet stored as DHCPLease objects.", nil, nil)
+	descStoreErr = prometheus.NewDesc("pivirt_dhcp_store_errors_total", "Failed attempts to store journaled lease changes (they stay in the journal and are retried).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits} {
+	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descPending, descStoreErr} {
 		ch <- d
 	}
 }
@@ -26,6 +28,11 @@ func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector with the responders' counters.
 func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 	m.init()
+	m.qmu.Lock()
+	pending := len(m.queue)
+	m.qmu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending))
+	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(m.storeErrors.Load()))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, r := range m.running {
