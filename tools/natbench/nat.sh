@@ -17,6 +17,13 @@
 #   pivirtd    the real daemon (PIVIRT_BIN, default ../../bin) in na-gw: on = an ExternalIP
 #              (oneToOne, interface na-up) applied with pivirtctl and Ready with its
 #              programs attached; off = deleted and detached
+#   pivirtd-router  the same daemon in router mode: on = na-up and na-in become ports of
+#              bridges br-nup/br-nin in na-gw (their addresses go), a VPCRouter na (uplink
+#              198.51.100.2 on br-nup, inside 10.10.0.1 on br-nin) and an ExternalIP on it
+#              are applied and Ready; the generator sends to the router's uplink MAC.
+#              off = both deleted, the router namespace gone, na-gw's addresses back.
+#   fwd-router the same router without the ExternalIP, packets sent to 10.10.0.11: plain
+#              forwarding through the router namespace, the floor for pivirtd-router.
 #
 # TCP=0 skips the iperf3 runs (UDP-only A/B rounds).
 # This is ../shared/bench/dataplane/nat.sh (read-only there) with the pivirt configurations added;
@@ -26,7 +33,7 @@
 HERE=$(dirname "$(readlink -f "$0")")
 BENCH=${BENCH:-$(readlink -f "$HERE/../../../shared/bench/dataplane")}
 . "$BENCH/common.sh"
-CFGS=${CFGS:-"fwd nft ipt ebpf pivirt pivirt10k pivirtd"}
+CFGS=${CFGS:-"fwd nft ipt ebpf pivirt pivirt10k pivirtd fwd-router pivirtd-router"}
 PVBIN=${PIVIRT_BIN:-$(readlink -f "$HERE/../../bin")}
 PVD=$S/pivirtd-nat
 PVDPID=
@@ -38,6 +45,7 @@ PUB=198.51.100.10; PRIV=10.10.0.11
 
 cleanup() {
   [ -n "$PVDPID" ] && kill $PVDPID 2>/dev/null && wait $PVDPID 2>/dev/null
+  ip netns del pvr-na 2>/dev/null
   kill_mine
   for ns in na-inet na-gw na-vm; do ip netns del $ns 2>/dev/null; done
   rm -rf $PIN
@@ -61,7 +69,7 @@ topo() {
   # resolve neighbours once so no packet of a run waits on ARP
   nsx na-inet ping -c1 -W1 198.51.100.2 >/dev/null; nsx na-vm ping -c1 -W1 10.10.0.1 >/dev/null
   nsx na-vm ping -c1 -W1 198.51.100.1 >/dev/null
-  UPMAC=$(nsx na-gw cat /sys/class/net/na-up/address)
+  UPMAC=$(nsx na-gw cat /sys/class/net/na-up/address); DSTMAC=$UPMAC
   rm -rf $PIN; mkdir -p $PIN
   bpftool prog loadall $S/nat.bpf.o $PIN pinmaps $PIN/maps || { echo "bpf load failed"; exit 1; }
   echo "c6 33 64 0a 0a 0a 00 0b" | awk '{print $1$2$3$4, $5$6$7$8}' | $BIN mapfill -map $PIN/maps/na_dnat
@@ -88,6 +96,40 @@ pivirtd_on() {
   done
   echo "pivirtd did not attach na-up"; ctl describe externalip na-pub; cat $PVD/log; exit 1
 }
+# resolve neighbours again after the gateway changed hands
+reresolve() {
+  nsx na-inet ip neigh flush dev na-i0; nsx na-vm ip neigh flush dev eth0
+  nsx na-inet ping -c1 -W1 198.51.100.2 >/dev/null; nsx na-vm ping -c1 -W1 10.10.0.1 >/dev/null
+}
+router_on() {  # $1 = 1: with the ExternalIP
+  local eip=$1
+  nsx na-gw ip addr flush dev na-up; nsx na-gw ip addr flush dev na-in
+  nsx na-gw ip link add br-nup type bridge; nsx na-gw ip link add br-nin type bridge
+  nsx na-gw ip link set na-up master br-nup; nsx na-gw ip link set na-in master br-nin
+  nsx na-gw ip link set br-nup up; nsx na-gw ip link set br-nin up
+  {
+    printf 'apiVersion: pivirt.hu/v1\nkind: VPCRouter\nmetadata: {name: na}\nspec: {inside: {bridge: br-nin, ip: 10.10.0.1/24}, uplink: {bridge: br-nup, ip: 198.51.100.2/24, gateway: 198.51.100.1}, masquerade: false}\n'
+    [ $eip = 1 ] && printf -- '---\napiVersion: pivirt.hu/v1\nkind: ExternalIP\nmetadata: {name: na-rpub}\nspec: {address: %s, router: na, target: %s, mode: oneToOne}\n' $PUB $PRIV
+  } | ctl apply -f - >/dev/null || { echo "pivirtctl apply failed"; cat $PVD/log; exit 1; }
+  for _ in $(seq 150); do
+    ctl get vpcrouter na -o json 2>/dev/null | grep -q '"phase": *"Ready"' &&
+      { [ $eip = 0 ] || ctl get externalip na-rpub -o json 2>/dev/null | grep -q '"phase": *"Ready"'; } && break
+    sleep 0.1
+  done
+  DSTMAC=$(ip -n pvr-na link show pvr-up 2>/dev/null | awk '/link\/ether/ {print $2}')
+  [ -n "$DSTMAC" ] || { echo "pivirtd did not realize the router"; ctl describe vpcrouter na; ctl describe externalip na-rpub; cat $PVD/log; exit 1; }
+  reresolve
+}
+router_off() {
+  ctl delete externalip na-rpub >/dev/null 2>&1; ctl delete vpcrouter na >/dev/null
+  for _ in $(seq 100); do ip netns list | grep -q '^pvr-na\b' || break; sleep 0.1; done
+  nsx na-gw ip link set na-up nomaster; nsx na-gw ip link set na-in nomaster
+  nsx na-gw ip link del br-nup; nsx na-gw ip link del br-nin
+  nsx na-gw ip addr add 198.51.100.2/24 dev na-up; nsx na-gw ip addr add $PUB/24 dev na-up
+  nsx na-gw ip addr add 10.10.0.1/24 dev na-in
+  DSTMAC=$UPMAC
+  reresolve
+}
 pivirtd_off() {
   ctl delete externalip na-pub >/dev/null
   for _ in $(seq 100); do tcx_on_up || return 0; sleep 0.1; done
@@ -112,6 +154,8 @@ R
     pivirt) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV ;;
     pivirt10k) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV -extra 9999 ;;
     pivirtd) pivirtd_on ;;
+    pivirtd-router) router_on 1 ;;
+    fwd-router) router_on 0 ;;
   esac
 }
 cfg_off() {
@@ -122,9 +166,10 @@ cfg_off() {
     ebpf) nsb na-gw tc qdisc del dev na-up clsact ;;
     pivirt|pivirt10k) $NB detach -dev na-up -bpffs $PVPIN ;;
     pivirtd) pivirtd_off ;;
+    pivirtd-router|fwd-router) router_off ;;
   esac
 }
-dst_of() { [ $1 = fwd ] && echo $PRIV || echo $PUB; }
+dst_of() { case $1 in fwd|fwd-router) echo $PRIV ;; *) echo $PUB ;; esac; }
 
 tcp_run() {  # $1 cfg $2 label
   local dst c0 c1 out
@@ -145,19 +190,21 @@ build_tools
 (cd "$HERE" && go build -o $NB .) || { echo "building natbench failed"; exit 1; }
 echo "# nat $(date -u +%FT%TZ) DUR=${DUR}s REPS=$REPS sender cpu$SEND_CPU (softirq inline), receiver cpu$RECV_CPU" | tee -a $OUT
 topo
-[[ " $CFGS " == *" pivirtd "* ]] && start_pivirtd
+[[ " $CFGS " == *" pivirtd"* ]] && start_pivirtd
 sp=41000
 for c in $CFGS; do
   cfg_on $c; sp=$((sp+1))
-  n=$(udp_count na-vm na-inet na-i0 $UPMAC 198.51.100.1 $(dst_of $c) 2000 -dport 9 -sport $sp)
+  n=$(udp_count na-vm na-inet na-i0 $DSTMAC 198.51.100.1 $(dst_of $c) 2000 -dport 9 -sport $sp)
   ct=$(nsx na-gw grep -c "sport=$sp " /proc/net/nf_conntrack)
+  # In router mode the NAT is in the router's namespace: count there too.
+  ip netns list | grep -q '^pvr-na\b' && ct="$ct (router namespace: $(nsx pvr-na grep -c "sport=$sp " /proc/net/nf_conntrack))"
   echo "# check $c: $n/2000 reached na-vm; conntrack entries for this check's flow in na-gw: $ct" | tee -a $OUT
   cfg_off $c
 done
 for r in $(seq 1 $REPS); do
   for c in $CFGS; do
     cfg_on $c
-    udp_run na-vm 9000 na-inet na-i0 $UPMAC 198.51.100.1 $(dst_of $c) "NAT udp cfg=$c run=$r" | tee -a $OUT
+    udp_run na-vm 9000 na-inet na-i0 $DSTMAC 198.51.100.1 $(dst_of $c) "NAT udp cfg=$c run=$r" | tee -a $OUT
     [ "${TCP:-1}" = 1 ] && tcp_run $c "NAT tcp cfg=$c run=$r" | tee -a $OUT
     cfg_off $c
   done
