@@ -5,8 +5,8 @@ package test
 // End to end over DHCP through the real pivirtd: real dhclient, udhcpc and
 // dhcpcd guests on two segments, a static reservation, leases listed as
 // DHCPLease objects, renew, release, delete, the guard learning the leased
-// address, and a daemon restart after which a client renews the same
-// address.
+// address, a daemon restart after which a client renews the same
+// address, and a SIGKILL right after an ACK that loses nothing.
 //
 //   pvt-host netns: pivirtd
 //     br-dha 10.61.0.1/24 (range .100-.150) ── a1 (dhclient, guarded)
@@ -217,5 +217,28 @@ func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
 	b1.Dhclient(t)
 	if got := b1.Addr(t); got != bAddr {
 		t.Errorf("after a restart b1 got %v, want its previous %v", got, bAddr)
+	}
+
+	// A lease is durable before its ACK leaves: SIGKILL the daemon as soon
+	// as the client is bound (the lease may be only in the journal then),
+	// and after the restart it is stored, pinned and renewed as it was.
+	a1.Dhclient(t)
+	aAddr := a1.Addr(t)
+	guest.KillPidFile(a1.Dir + "/pid")
+	d.Kill9()
+	d.Start()
+	waitFor(t, 15*time.Second, "a1's lease stored after kill -9", func() bool {
+		r := d.Ctl("get", "lease", leaseName(a1.MAC), "-o", "json")
+		return r.Code == 0 && strings.Contains(r.Stdout, `"ipAddress": "`+aAddr.String()+`"`)
+	})
+	waitFor(t, 15*time.Second, "a1's lease in pv_leases after kill -9", func() bool {
+		return strings.Contains(d.MustCtl("inspect", "map", "pv_leases"), a1.MAC.String())
+	})
+	if _, err := a1.NS.Exec("ip", "-4", "addr", "flush", "dev", a1.Ifc); err != nil {
+		t.Fatal(err)
+	}
+	a1.Dhclient(t)
+	if got := a1.Addr(t); got != aAddr {
+		t.Errorf("after kill -9 a1 got %v, want its previous %v", got, aAddr)
 	}
 }
