@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"connectrpc.com/connect"
@@ -97,7 +98,12 @@ func mapCmd(client clientFunc) *cobra.Command {
 				return writeJSON(w, jsonEntries(resp.Msg.Entries))
 			}
 			info := resp.Msg.Info
-			fmt.Fprintf(w, "%s: %s, key %dB, value %dB, %d/%d entries, pinned at %s\n", info.Name, info.Type, info.KeySize, info.ValueSize, len(resp.Msg.Entries), info.MaxEntries, info.PinPath)
+			// An array has every key; what is listed is the slots in use.
+			shown := "entries"
+			if strings.HasSuffix(info.Type, "Array") {
+				shown = "slots in use"
+			}
+			fmt.Fprintf(w, "%s: %s, key %dB, value %dB, %d/%d %s, pinned at %s\n", info.Name, info.Type, info.KeySize, info.ValueSize, len(resp.Msg.Entries), info.MaxEntries, shown, info.PinPath)
 			printEntries(w, "", resp.Msg.Entries)
 			return nil
 		},
