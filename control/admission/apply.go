@@ -92,6 +92,7 @@ func (b *Batch) apply(obj *pivirtv1.Object, in pivirtv1.Object, kind pivirtv1.Ki
 		},
 		Spec: in.Spec,
 	}
+	changed := true
 	if old == nil {
 		ts := b.opts.now()
 		next.Metadata.UID = b.opts.newUID()
@@ -109,27 +110,22 @@ func (b *Batch) apply(obj *pivirtv1.Object, in pivirtv1.Object, kind pivirtv1.Ki
 		if specChanged {
 			next.Metadata.Generation++
 		}
-		if status != nil {
-			raw, err := encodeStatus(status(next))
-			if err != nil {
-				return nil, "", fmt.Errorf("applying %s: %w", what, err)
-			}
-			if !jsonEqual(next.Status, raw) {
-				next.Status = raw
-				specChanged = true // not unchanged: the status is new
-			}
-		}
-		if !specChanged && sameMeta(m, next.Metadata) {
-			return old.obj, ActionUnchanged, nil
-		}
+		changed = specChanged || !sameMeta(m, next.Metadata)
 		action = ActionConfigured
 	}
-	if old == nil && status != nil {
+	// The status rides in the same write; it needs the final generation.
+	if status != nil {
 		raw, err := encodeStatus(status(next))
 		if err != nil {
 			return nil, "", fmt.Errorf("applying %s: %w", what, err)
 		}
-		next.Status = raw
+		if old == nil || !jsonEqual(next.Status, raw) {
+			next.Status = raw
+			changed = true
+		}
+	}
+	if !changed {
+		return old.obj, ActionUnchanged, nil
 	}
 
 	if old != nil && kind.Kind == pivirtv1.KindDHCPLease {

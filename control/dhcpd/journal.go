@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
@@ -32,10 +31,6 @@ type record struct {
 	Network string // the segment's bridge: the lease's spec.network
 	seq     uint64 // journal sequence number, not encoded
 }
-
-// pendingRev marks a lease journaled but not yet stored: no snapshot is
-// newer, so releaseDeleted never takes it for an operator's deletion.
-const pendingRev = math.MaxInt64
 
 // Recover opens the journal in m.JournalDir, stores what it holds and
 // starts the writer; call it once before the reconcilers read the store.
@@ -113,9 +108,7 @@ func (m *Manager) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	m.pmu.Lock()
 	for i := range recs {
 		recs[i].seq = first + uint64(i)
-		name := LeaseName(recs[i].Change.Lease.MAC)
-		m.persisted[name] = pendingRev
-		m.pendingSeq[name] = recs[i].seq
+		m.pendingSeq[LeaseName(recs[i].Change.Lease.MAC)] = recs[i].seq
 	}
 	m.pmu.Unlock()
 	m.queue = append(m.queue, recs...)

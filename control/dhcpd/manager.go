@@ -63,12 +63,11 @@ type Manager struct {
 
 	pmu sync.Mutex
 	// persisted is the store revision that last wrote each dynamic lease
-	// (by name; pendingRev while journaled but not stored), so a snapshot
-	// older than a fresh lease does not release it as "deleted by the
-	// operator".
+	// (by name), so a snapshot older than a fresh lease does not release
+	// it as "deleted by the operator".
 	persisted map[string]int64
 	// pendingSeq is the journal sequence number of each lease's newest
-	// change not yet stored.
+	// change not yet stored: no snapshot has such a lease yet either.
 	pendingSeq map[string]uint64
 
 	journal    *wal.Log
@@ -229,7 +228,9 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 	}
 	for _, l := range m.srv.Leases(segID) {
 		m.pmu.Lock()
-		fresh := m.persisted[LeaseName(l.MAC)] > rev
+		name := LeaseName(l.MAC)
+		_, pending := m.pendingSeq[name]
+		fresh := pending || m.persisted[name] > rev
 		m.pmu.Unlock()
 		if have[l.IP] || fresh {
 			continue
@@ -242,7 +243,7 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 			m.Log.Warn("releasing lease in pv_leases", "mac", ch.Lease.MAC, "err", err)
 		}
 		m.pmu.Lock()
-		delete(m.persisted, LeaseName(l.MAC))
+		delete(m.persisted, name)
 		m.pmu.Unlock()
 		m.Log.Info("lease released by deletion", "ip", l.IP, "mac", l.MAC)
 	}

@@ -16,7 +16,9 @@ import (
 	"pivirt.hu/dataplane/test/testutil"
 )
 
-func TestPrivilegedBindRelease(t *testing.T) {
+// newLeaseMap is an unpinned pv_leases, closed with the test.
+func newLeaseMap(t *testing.T) *leasemap.Map {
+	t.Helper()
 	testutil.RequireBPF(t)
 	spec, err := guard.TypesSpec()
 	if err != nil {
@@ -26,8 +28,12 @@ func TestPrivilegedBindRelease(t *testing.T) {
 	ms.Pinning = ebpf.PinNone
 	raw, err := ebpf.NewMap(ms)
 	testutil.SkipIfNotSupported(t, err)
-	defer raw.Close()
-	m := leasemap.New(raw)
+	t.Cleanup(func() { raw.Close() })
+	return leasemap.New(raw)
+}
+
+func TestPrivilegedBindRelease(t *testing.T) {
+	m := newLeaseMap(t)
 	mac := [6]uint8{0x52, 0x54, 0, 0, 0, 1}
 	ip := netip.MustParseAddr("192.168.100.20")
 	exp := time.Now().Add(time.Hour)
@@ -74,17 +80,7 @@ func TestPrivilegedBindRelease(t *testing.T) {
 // CLOCK_TAI are rewritten into CLOCK_MONOTONIC at the same wall time, and
 // that monotonic ones, even with a lease time of a century, are left.
 func TestPrivilegedConvertTAI(t *testing.T) {
-	testutil.RequireBPF(t)
-	spec, err := guard.TypesSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := spec.Maps[guard.MapLeases].Copy()
-	ms.Pinning = ebpf.PinNone
-	raw, err := ebpf.NewMap(ms)
-	testutil.SkipIfNotSupported(t, err)
-	defer raw.Close()
-	m := leasemap.New(raw)
+	m := newLeaseMap(t)
 	off, err := leasemap.ClockOffset()
 	if err != nil {
 		t.Fatal(err)
