@@ -11,6 +11,7 @@
 #include <linux/icmpv6.h>
 #include <linux/udp.h>
 
+#include "lib/count.h"
 #include "lib/ctx.h"
 #include "lib/parse.h"
 #include "pivirt/maps.h"
@@ -263,20 +264,6 @@ static __always_inline __u32 pv_guard(struct __ctx_buff *ctx, __u32 ifindex,
 	default:
 		return PV_R_ETHERTYPE;
 	}
-}
-
-/* pv_count adds one frame to the port's counter of reason, in the
- * pv_counters_v2 slot userspace gave the port: an array lookup the
- * verifier inlines, and an atomic add, uncontended since a port's frames
- * are normally handled on one CPU. A slot out of range counts nothing.
- */
-static __always_inline void pv_count(const struct pv_port *port, __u32 reason)
-{
-	__u32 slot = port->counter_slot;
-	struct pv_counts *c = bpf_map_lookup_elem(&pv_counters_v2, &slot);
-
-	if (c && reason < PV_R_MAX)
-		__sync_fetch_and_add(&c->pkts[reason], 1);
 }
 
 /* pv_guard_port runs the guard for a frame on the ctx's device: frames of

@@ -17,10 +17,13 @@ const (
 	MapAllow6   = "pv_allow6"
 	MapLeases   = "pv_leases"
 	MapCounters = "pv_counters_v2"
+	// The port ACL's (bpf/include/pivirt/acl_maps.h).
+	MapACL       = "pv_acl"
+	MapConntrack = "pv_conntrack"
 )
 
-// MapNames lists every guard map.
-var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters}
+// MapNames lists every guard map, the port ACL's included.
+var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters, MapACL, MapConntrack}
 
 // RetiredMapNames are the guard maps of older layouts that a _vN name
 // replaced: pv_ports (struct pv_port without counter_slot) and
@@ -37,7 +40,13 @@ const (
 	ProgXDP = "pv_xdp_guard"
 	ProgTCX = "pv_tcx_guard"
 	ProgSim = "pv_tc_sim"
+	// The port ACL: toward the VM at tcx egress, from it at tcx ingress.
+	ProgACLToVM   = "pv_acl_to_vm"
+	ProgACLFromVM = "pv_acl_from_vm"
 )
+
+// ACLMaxRules is PV_ACL_MAX_RULES: match entries per direction of a port.
+const ACLMaxRules = len(ACLSet{}.Rules)
 
 // Go mirrors of the C structs of bpf/include/pivirt/types.h.
 type (
@@ -66,7 +75,58 @@ type (
 	LeaseFlags = typesPvLeaseFlags
 	// AllowFlags mirrors enum pv_allow_flags.
 	AllowFlags = typesPvAllowFlags
+	// ACLKey mirrors struct pv_acl_key.
+	ACLKey = typesPvAclKey
+	// ACLRule mirrors struct pv_acl_rule.
+	ACLRule = typesPvAclRule
+	// ACLSet mirrors struct pv_acl_set, the value of pv_acl.
+	ACLSet = typesPvAclSet
+	// CTKey mirrors struct pv_ct_key.
+	CTKey = typesPvCtKey
+	// CT mirrors struct pv_ct.
+	CT = typesPvCt
+	// ACLDir mirrors enum pv_acl_dir.
+	ACLDir = typesPvAclDir
+	// ACLAction mirrors enum pv_acl_action.
+	ACLAction = typesPvAclAction
+	// ACLFlags mirrors enum pv_acl_flags.
+	ACLFlags = typesPvAclFlags
 )
+
+// ACL directions, actions and flags (enum pv_acl_dir, pv_acl_action,
+// pv_acl_flags). Ingress is toward the VM, as in the spec.
+const (
+	ACLIngress  ACLDir    = typesPvAclDirPV_ACL_INGRESS
+	ACLEgress   ACLDir    = typesPvAclDirPV_ACL_EGRESS
+	ACLDeny     ACLAction = typesPvAclActionPV_ACL_DENY
+	ACLAllow    ACLAction = typesPvAclActionPV_ACL_ALLOW
+	ACLStateful ACLFlags  = typesPvAclFlagsPV_ACL_STATEFUL
+)
+
+// String is "ingress" or "egress".
+func (d typesPvAclDir) String() string {
+	switch d {
+	case ACLIngress:
+		return "ingress"
+	case ACLEgress:
+		return "egress"
+	}
+	return fmt.Sprintf("dir-%d", uint32(d))
+}
+
+// String is "allow" or "deny".
+func (a typesPvAclAction) String() string {
+	switch a {
+	case ACLAllow:
+		return "allow"
+	case ACLDeny:
+		return "deny"
+	}
+	return fmt.Sprintf("action-%d", uint32(a))
+}
+
+// String lists the set flags, or "none".
+func (f typesPvAclFlags) String() string { return flagString(uint32(f), []string{"stateful"}) }
 
 // Port flags (enum pv_port_flags).
 const (
@@ -105,6 +165,7 @@ const (
 	ReasonPassDHCP     Reason = typesPvReasonPV_R_PASS_DHCP
 	ReasonPassUnspec6  Reason = typesPvReasonPV_R_PASS_UNSPEC6
 	ReasonNotGuarded   Reason = typesPvReasonPV_R_NOT_GUARDED
+	ReasonPassToVM     Reason = typesPvReasonPV_R_PASS_TO_VM
 	ReasonDropMin      Reason = typesPvReasonPV_R_DROP_MIN
 	ReasonMalformed    Reason = typesPvReasonPV_R_MALFORMED
 	ReasonVLAN         Reason = typesPvReasonPV_R_VLAN
@@ -118,6 +179,8 @@ const (
 	ReasonARPOp        Reason = typesPvReasonPV_R_ARP_OP
 	ReasonIP6Src       Reason = typesPvReasonPV_R_IP6SRC
 	ReasonRA           Reason = typesPvReasonPV_R_RA
+	ReasonACLEgress    Reason = typesPvReasonPV_R_ACL_EGRESS
+	ReasonACLIngress   Reason = typesPvReasonPV_R_ACL_INGRESS
 	ReasonMax          Reason = typesPvReasonPV_R_MAX
 )
 
@@ -127,6 +190,7 @@ var reasonNames = map[Reason]string{
 	ReasonPassDHCP:     "pass-dhcp-client",
 	ReasonPassUnspec6:  "pass-ipv6-unspecified",
 	ReasonNotGuarded:   "not-guarded",
+	ReasonPassToVM:     "pass-to-vm",
 	ReasonMalformed:    "malformed",
 	ReasonVLAN:         "vlan",
 	ReasonEthertype:    "ethertype",
@@ -139,6 +203,8 @@ var reasonNames = map[Reason]string{
 	ReasonARPOp:        "arp-op",
 	ReasonIP6Src:       "ipv6-src",
 	ReasonRA:           "router-advertisement",
+	ReasonACLEgress:    "acl-egress",
+	ReasonACLIngress:   "acl-ingress",
 }
 
 // String is the reason's stable kebab-case name, as in counters and
@@ -214,6 +280,10 @@ func TCXSpec() (*ebpf.CollectionSpec, error) { return loadTcx_guard() }
 
 // SimSpec returns the CollectionSpec of the simulation twin (pv_tc_sim).
 func SimSpec() (*ebpf.CollectionSpec, error) { return loadTc_sim() }
+
+// ACLSpec returns the CollectionSpec of the port ACL (pv_acl_to_vm,
+// pv_acl_from_vm).
+func ACLSpec() (*ebpf.CollectionSpec, error) { return loadTcx_acl() }
 
 // TypesSpec returns the CollectionSpec of bpf/types.c: every map, never
 // loaded, used to check layouts.

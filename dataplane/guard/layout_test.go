@@ -4,6 +4,7 @@ package guard
 
 import (
 	"encoding/binary"
+	"maps"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -19,20 +20,30 @@ func TestLayout(t *testing.T) {
 		MapLeases:   {LeaseKey{}, Lease{}},
 		MapCounters: {uint32(0), Counts{}},
 	}
+	acl := map[string]struct{ key, value any }{
+		MapACL:       {ACLKey{}, ACLSet{}},
+		MapConntrack: {CTKey{}, CT{}},
+	}
 	specs := []struct {
 		name string
 		load func() (*ebpf.CollectionSpec, error)
+		acl  bool // declares the ACL's maps too
 	}{
-		{"types", TypesSpec},
-		{"xdp_guard", XDPSpec},
-		{"tcx_guard", TCXSpec},
-		{"tc_sim", SimSpec},
+		{"types", TypesSpec, true},
+		{"xdp_guard", XDPSpec, false},
+		{"tcx_guard", TCXSpec, false},
+		{"tc_sim", SimSpec, false},
+		{"tcx_acl", ACLSpec, true},
 	}
 	for _, s := range specs {
 		t.Run(s.name, func(t *testing.T) {
 			spec, err := s.load()
 			if err != nil {
 				t.Fatal(err)
+			}
+			want := maps.Clone(want)
+			if s.acl {
+				maps.Copy(want, acl)
 			}
 			for name, kv := range want {
 				ms, ok := spec.Maps[name]
@@ -52,7 +63,7 @@ func TestLayout(t *testing.T) {
 				if len(name) > 15 {
 					t.Errorf("%s: name longer than 15 bytes", name)
 				}
-				if want := map[string]uint32{MapPorts: MaxPorts, MapCounters: MaxPorts + 1}[name]; want != 0 && ms.MaxEntries != want {
+				if want := map[string]uint32{MapPorts: MaxPorts, MapCounters: MaxPorts + 1, MapACL: 2 * MaxPorts}[name]; want != 0 && ms.MaxEntries != want {
 					t.Errorf("%s: %d entries, want %d (MaxPorts)", name, ms.MaxEntries, want)
 				}
 			}

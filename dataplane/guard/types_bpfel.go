@@ -13,6 +13,53 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type typesPvAclAction uint32
+
+const (
+	typesPvAclActionPV_ACL_DENY  typesPvAclAction = 0
+	typesPvAclActionPV_ACL_ALLOW typesPvAclAction = 1
+)
+
+type typesPvAclDir uint32
+
+const (
+	typesPvAclDirPV_ACL_INGRESS typesPvAclDir = 0
+	typesPvAclDirPV_ACL_EGRESS  typesPvAclDir = 1
+)
+
+type typesPvAclFlags uint32
+
+const (
+	typesPvAclFlagsPV_ACL_STATEFUL typesPvAclFlags = 1
+)
+
+type typesPvAclKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Dir     uint32
+}
+
+type typesPvAclRule struct {
+	_       structs.HostLayout
+	Addr    uint32
+	Mask    uint32
+	PortMin uint16
+	PortMax uint16
+	Proto   uint8
+	Action  uint8
+	Family  uint8
+	Pad     uint8
+}
+
+type typesPvAclSet struct {
+	_             structs.HostLayout
+	Version       uint32
+	Nrules        uint16
+	DefaultAction uint8
+	Flags         uint8
+	Rules         [64]typesPvAclRule
+}
+
 type typesPvAllow struct {
 	_     structs.HostLayout
 	Flags uint32
@@ -42,6 +89,26 @@ const (
 type typesPvCounts struct {
 	_    structs.HostLayout
 	Pkts [24]uint64
+}
+
+type typesPvCt struct {
+	_          structs.HostLayout
+	SeenMonoNs uint64
+	Version    uint32
+	Origin     uint8
+	Pad        [3]uint8
+}
+
+type typesPvCtKey struct {
+	_        structs.HostLayout
+	Ifindex  uint32
+	Proto    uint8
+	Pad      uint8
+	VmPort   uint16
+	PeerPort uint16
+	Pad2     uint16
+	VmAddr   [16]uint8
+	PeerAddr [16]uint8
 }
 
 type typesPvLease struct {
@@ -103,6 +170,7 @@ const (
 	typesPvReasonPV_R_PASS_DHCP     typesPvReason = 2
 	typesPvReasonPV_R_PASS_UNSPEC6  typesPvReason = 3
 	typesPvReasonPV_R_NOT_GUARDED   typesPvReason = 4
+	typesPvReasonPV_R_PASS_TO_VM    typesPvReason = 5
 	typesPvReasonPV_R_DROP_MIN      typesPvReason = 8
 	typesPvReasonPV_R_MALFORMED     typesPvReason = 8
 	typesPvReasonPV_R_VLAN          typesPvReason = 9
@@ -116,6 +184,8 @@ const (
 	typesPvReasonPV_R_ARP_OP        typesPvReason = 17
 	typesPvReasonPV_R_IP6SRC        typesPvReason = 18
 	typesPvReasonPV_R_RA            typesPvReason = 19
+	typesPvReasonPV_R_ACL_EGRESS    typesPvReason = 20
+	typesPvReasonPV_R_ACL_INGRESS   typesPvReason = 21
 	typesPvReasonPV_R_MAX           typesPvReason = 24
 )
 
@@ -123,11 +193,16 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	typesMapPvAcl           = "pv_acl"
 	typesMapPvAllow4        = "pv_allow4"
 	typesMapPvAllow6        = "pv_allow6"
+	typesMapPvConntrack     = "pv_conntrack"
 	typesMapPvCountersV2    = "pv_counters_v2"
 	typesMapPvLeases        = "pv_leases"
 	typesMapPvPortsV2       = "pv_ports_v2"
+	typesVarPvAclActionBtf  = "pv_acl_action_btf"
+	typesVarPvAclDirBtf     = "pv_acl_dir_btf"
+	typesVarPvAclFlagsBtf   = "pv_acl_flags_btf"
 	typesVarPvAllowFlagsBtf = "pv_allow_flags_btf"
 	typesVarPvLeaseFlagsBtf = "pv_lease_flags_btf"
 	typesVarPvPortFlagsBtf  = "pv_port_flags_btf"
@@ -182,8 +257,10 @@ type typesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type typesMapSpecs struct {
+	PvAcl        *ebpf.MapSpec `ebpf:"pv_acl"`
 	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvConntrack  *ebpf.MapSpec `ebpf:"pv_conntrack"`
 	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
 	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
@@ -193,6 +270,9 @@ type typesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type typesVariableSpecs struct {
+	PvAclActionBtf  *ebpf.VariableSpec `ebpf:"pv_acl_action_btf"`
+	PvAclDirBtf     *ebpf.VariableSpec `ebpf:"pv_acl_dir_btf"`
+	PvAclFlagsBtf   *ebpf.VariableSpec `ebpf:"pv_acl_flags_btf"`
 	PvAllowFlagsBtf *ebpf.VariableSpec `ebpf:"pv_allow_flags_btf"`
 	PvLeaseFlagsBtf *ebpf.VariableSpec `ebpf:"pv_lease_flags_btf"`
 	PvPortFlagsBtf  *ebpf.VariableSpec `ebpf:"pv_port_flags_btf"`
@@ -219,8 +299,10 @@ func (o *typesObjects) Close() error {
 //
 // It can be passed to loadTypesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type typesMaps struct {
+	PvAcl        *ebpf.Map `ebpf:"pv_acl"`
 	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
+	PvConntrack  *ebpf.Map `ebpf:"pv_conntrack"`
 	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
 	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
@@ -228,8 +310,10 @@ type typesMaps struct {
 
 func (m *typesMaps) Close() error {
 	return _TypesClose(
+		m.PvAcl,
 		m.PvAllow4,
 		m.PvAllow6,
+		m.PvConntrack,
 		m.PvCountersV2,
 		m.PvLeases,
 		m.PvPortsV2,
@@ -240,6 +324,9 @@ func (m *typesMaps) Close() error {
 //
 // It can be passed to loadTypesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type typesVariables struct {
+	PvAclActionBtf  *ebpf.Variable `ebpf:"pv_acl_action_btf"`
+	PvAclDirBtf     *ebpf.Variable `ebpf:"pv_acl_dir_btf"`
+	PvAclFlagsBtf   *ebpf.Variable `ebpf:"pv_acl_flags_btf"`
 	PvAllowFlagsBtf *ebpf.Variable `ebpf:"pv_allow_flags_btf"`
 	PvLeaseFlagsBtf *ebpf.Variable `ebpf:"pv_lease_flags_btf"`
 	PvPortFlagsBtf  *ebpf.Variable `ebpf:"pv_port_flags_btf"`

@@ -37,6 +37,21 @@
  */
 #define PV_IPV6_MAX_EXT	4
 
+/* Port ACL (tcx_acl.c). Match entries of one direction of a port: the
+ * rules of spec.acl.ingress or .egress expanded per CIDR and port range
+ * (Go: guard.ACLMaxRules; admission refuses more).
+ */
+#define PV_ACL_MAX_RULES	64
+/* Tracked flows of every port (LRU: the least recently used go first). */
+#define PV_MAX_CT		131072
+/* Idle timeouts of tracked flows, in seconds. No TCP state machine: a
+ * flow lives while packets keep coming, as conntrack's loose pickup.
+ */
+#define PV_CT_TCP_TIMEOUT	3600
+#define PV_CT_UDP_TIMEOUT	180
+#define PV_CT_ICMP_TIMEOUT	30
+#define PV_CT_OTHER_TIMEOUT	600
+
 /* enum pv_port_flags: struct pv_port.flags, the switchable guards. */
 enum pv_port_flags {
 	PV_PORT_DHCP_GUARD = 1 << 0, /* no DHCP(v6) server messages from the VM */
@@ -70,6 +85,7 @@ enum pv_reason {
 	PV_R_PASS_DHCP     = 2,  /* DHCP client exception from 0.0.0.0 */
 	PV_R_PASS_UNSPEC6  = 3,  /* ICMPv6 RS/NS/MLD from :: (DAD) */
 	PV_R_NOT_GUARDED   = 4,  /* ifindex not in pv_ports_v2 (never counted) */
+	PV_R_PASS_TO_VM    = 5,  /* toward the VM, let through by the port ACL */
 	PV_R_DROP_MIN      = 8,
 	PV_R_MALFORMED     = 8,  /* truncated or malformed headers */
 	PV_R_VLAN          = 9,  /* VLAN-tagged frame */
@@ -83,7 +99,28 @@ enum pv_reason {
 	PV_R_ARP_OP        = 17, /* ARP neither request nor reply */
 	PV_R_IP6_SRC       = 18, /* IPv6 source not allowed */
 	PV_R_RA            = 19, /* ICMPv6 router advertisement */
+	PV_R_ACL_EGRESS    = 20, /* from the VM, denied by spec.acl.egress */
+	PV_R_ACL_INGRESS   = 21, /* toward the VM, denied by spec.acl.ingress */
 	PV_R_MAX           = 24, /* room for new reasons without a _v2 */
+};
+
+/* enum pv_acl_dir: struct pv_acl_key.dir, which side of the port a
+ * packet crosses (named after the spec: ingress is toward the VM).
+ */
+enum pv_acl_dir {
+	PV_ACL_INGRESS = 0, /* toward the VM: spec.acl.ingress, tcx egress of the device */
+	PV_ACL_EGRESS  = 1, /* from the VM: spec.acl.egress, tcx ingress after the guard */
+};
+
+/* enum pv_acl_action: what a rule or a default does. */
+enum pv_acl_action {
+	PV_ACL_DENY  = 0,
+	PV_ACL_ALLOW = 1,
+};
+
+/* enum pv_acl_flags: struct pv_acl.flags. */
+enum pv_acl_flags {
+	PV_ACL_STATEFUL = 1 << 0, /* packets of a tracked flow pass both ways */
 };
 
 /* NAT fast path (tc_nat.c). */

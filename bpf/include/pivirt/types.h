@@ -81,6 +81,62 @@ struct pv_counts {
 	__u64 pkts[PV_R_MAX];
 };
 
+/* Port ACL (tcx_acl.c, maps in acl_maps.h). */
+
+/* struct pv_acl_key: pv_acl key, one direction of a port. */
+struct pv_acl_key {
+	__u32 ifindex;
+	__u32 dir;            /* enum pv_acl_dir */
+};
+
+/* struct pv_acl_rule: one match entry, a rule of the spec for one of its
+ * CIDRs and one of its port ranges. The first entry that matches decides.
+ */
+struct pv_acl_rule {
+	__be32 addr;          /* peer IPv4 prefix, masked (family 4 only) */
+	__be32 mask;
+	__u16 port_min;       /* destination port range, host order; */
+	__u16 port_max;       /* 0-65535 matches packets without ports too */
+	__u8 proto;           /* IPPROTO_TCP, _UDP, _ICMP (ICMPv6 too), 0 = any */
+	__u8 action;          /* enum pv_acl_action */
+	__u8 family;          /* 4: IPv4 only (the rule lists CIDRs); 0: both */
+	__u8 pad;
+};
+
+/* struct pv_acl_set: pv_acl value, the compiled ACL of one direction. */
+struct pv_acl_set {
+	__u32 version;        /* FNV-1a of the port's compiled ACL, both
+			       * directions: a flow tracked under another
+			       * version is evaluated again */
+	__u16 nrules;
+	__u8 default_action;  /* enum pv_acl_action */
+	__u8 flags;           /* enum pv_acl_flags */
+	struct pv_acl_rule rules[PV_ACL_MAX_RULES];
+};
+
+/* struct pv_ct_key: pv_conntrack key, a flow seen from the VM's side,
+ * so both directions find it. IPv4 addresses are IPv4-mapped (::ffff:a).
+ * ICMP echo uses its identifier as vm_port (peer_port 0).
+ */
+struct pv_ct_key {
+	__u32 ifindex;
+	__u8 proto;
+	__u8 pad;
+	__be16 vm_port;
+	__be16 peer_port;
+	__u16 pad2;
+	__u8 vm_addr[16];
+	__u8 peer_addr[16];
+};
+
+/* struct pv_ct: pv_conntrack value. */
+struct pv_ct {
+	__u64 seen_mono_ns;   /* last packet, bpf_ktime_get_coarse_ns */
+	__u32 version;        /* struct pv_acl_set.version when it was allowed */
+	__u8 origin;          /* enum pv_acl_dir of the first packet */
+	__u8 pad[3];
+};
+
 /* NAT fast path (tc_nat.c, maps in nat_maps.h). */
 
 /* struct pv_nat_key: key of pv_nat_dnat (public side: address, and for a

@@ -159,6 +159,20 @@ func Addr4(be uint32) netip.Addr {
 	return netip.AddrFrom4(b)
 }
 
+// BE16 returns the in-memory form of a __be16 field holding port.
+func BE16(port uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], port)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+// Port16 is the inverse of BE16.
+func Port16(be uint16) uint16 {
+	var b [2]byte
+	binary.NativeEndian.PutUint16(b[:], be)
+	return binary.BigEndian.Uint16(b[:])
+}
+
 // MAC formats a 6-byte MAC field.
 func MAC(m [6]uint8) string { return net.HardwareAddr(m[:]).String() }
 

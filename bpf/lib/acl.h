@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+
+/* The port ACL: spec.acl of a PortSecurity, for packets toward the VM
+ * (ingress rules, at tcx egress of the host-side device) and from it
+ * (egress rules, at tcx ingress after the guard, which has already
+ * checked the pins). Rules are matched in order, the first match decides,
+ * else the direction's default. A stateful ACL records every flow it
+ * lets through in pv_conntrack, keyed from the VM's side, so packets of
+ * that flow pass both ways, and ICMP errors about it (PMTU, unreachable)
+ * pass as related. The ACL is about IP traffic: ARP and other ethertypes
+ * pass (the guard pins them), and so do DHCP, DHCPv6 and ICMPv6 ND/MLD
+ * messages of the VM's own address configuration, as security groups do.
+ */
+#ifndef PIVIRT_LIB_ACL_H
+#define PIVIRT_LIB_ACL_H
+
+#include <linux/udp.h>
+
+#include "lib/count.h"
+#include "lib/ctx.h"
+#include "lib/parse.h"
+#include "pivirt/acl_maps.h"
+
+#define ACL_NS			1000000000ull
+/* A tracked flow's last-seen time is rewritten at most once a second. */
+#define ACL_REFRESH_NS		ACL_NS
+
+#define ICMP_ECHOREPLY		0
+#define ICMP_DEST_UNREACH	3
+#define ICMP_SOURCE_QUENCH	4
+#define ICMP_REDIRECT		5
+#define ICMP_ECHO		8
+#define ICMP_TIME_EXCEEDED	11
+#define ICMP_PARAMETERPROB	12
+#define ICMPV6_ERROR_MAX	4   /* 1-4: unreachable, too big, time, param */
+#define ICMPV6_ECHO_REQUEST	128
+#define ICMPV6_ECHO_REPLY	129
+#define ICMPV6_MLD_QUERY	130
+#define ICMPV6_ND_REDIRECT	137
+#define ICMPV6_MLD2_REPORT	143
+
+/* acl_verdict: what the parser found. */
+enum {
+	ACL_TRACK = 0,   /* an IP flow: match the ACL, track it if stateful */
+	ACL_RELATED = 1, /* an ICMP error: pass if its inner flow is tracked,
+			  * else match the ACL as ICMP, never track */
+	ACL_UNTRACKED = 2, /* IP without ports (a later fragment): match
+			    * only rules without ports, never track */
+	ACL_ALWAYS = 3,  /* not for the ACL (ARP, DHCP, ND, ...): pass */
+	ACL_BAD = 4,     /* truncated or malformed */
+};
+
+/* struct acl_pkt: what the ACL needs of a packet. */
+struct acl_pkt {
+	struct pv_ct_key ct; /* the flow, or an ICMP error's inner flow */
+	__be32 peer4;        /* IPv4 peer address (the rules' CIDRs) */
+	__u16 dport;         /* host order: the rules' port ranges */
+	__u8 family;         /* 4 or 6 */
+	__u8 proto;          /* for the rules: ICMPv6 counts as ICMP */
+	__u8 have_ports;
+};
+
+static __always_inline void acl_addr4(__u8 *dst, __be32 a)
+{
+	__u32 *w = (__u32 *)dst;
+
+	w[0] = 0;
+	w[1] = 0;
+	w[2] = bpf_htonl(0xffff);
+	w[3] = a;
+}
+
+static __always_inline void acl_addr6(__u8 *dst, const struct in6_addr *a)
+{
+	__u32 *w = (__u32 *)dst;
+
+	w[0] = a->in6_u.u6_addr32[0];
+	w[1] = a->in6_u.u6_addr32[1];
+	w[2] = a->in6_u.u6_addr32[2];
+	w[3] = a->in6_u.u6_addr32[3];
+}
+
+/* acl_ports puts a packet's ports in the flow key as seen from the VM:
+ * from the VM the source port is the VM's, toward it the destination.
+ */
+static __always_inline void acl_ports(struct pv_ct_key *k, __u32 dir, __be16 sport, __be16 dport)
+{
+	k->vm_port = dir == PV_ACL_EGRESS ? sport : dport;
+	k->peer_port = dir == PV_ACL_EGRESS ? dport : sport;
+}
+
+/* acl_l4 reads the ports (or the ICMP echo id) of a flow's L4 header at
+ * the cursor into k for direction dir; returns 0, or -1 if truncated.
+ * *dport gets the destination port, *icmp_type the ICMP type or -1.
+ */
+static __always_inline int acl_l4(struct hdr_cursor *cur, struct pv_ct_key *k, __u32 dir,
+				  __u8 proto, __u16 *dport, int *icmp_type)
+{
+	*icmp_type = -1;
+	*dport = 0;
+	if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
+		__be16 *p = cur_pull(cur, 4);
+
+		if (!p)
+			return -1;
+		acl_ports(k, dir, p[0], p[1]);
+		*dport = bpf_ntohs(p[1]);
+	} else if (proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) {
+		__u8 *h = cur_pull(cur, 8);
+
+		if (!h)
+			return -1;
+		*icmp_type = h[0];
+		if (h[0] == ICMP_ECHO || h[0] == ICMP_ECHOREPLY ||
+		    h[0] == ICMPV6_ECHO_REQUEST || h[0] == ICMPV6_ECHO_REPLY) {
+			/* Both ways an echo carries the same identifier. */
+			__builtin_memcpy(&k->vm_port, h + 4, 2);
+			k->peer_port = 0;
+		}
+	}
+	return 0;
+}
+
+static __always_inline int acl_is_icmp4_error(int t)
+{
+	return t == ICMP_DEST_UNREACH || t == ICMP_SOURCE_QUENCH || t == ICMP_REDIRECT ||
+	       t == ICMP_TIME_EXCEEDED || t == ICMP_PARAMETERPROB;
+}
+
+/* acl_inner4 fills k with the flow an ICMP error quotes: the quoted
+ * packet went the other way, so it is read with the direction flipped.
+ */
+static __always_inline int acl_inner4(struct hdr_cursor *cur, struct pv_ct_key *k, __u32 dir)
+{
+	struct iphdr *ip = cur->pos;
+	__u16 dport;
+	int t;
+
+	if ((void *)(ip + 1) > cur->end || ip->version != 4 || ip->ihl < 5)
+		return -1;
+	if (!cur_pull(cur, ip->ihl * 4))
+		return -1;
+	dir = !dir;
+	acl_addr4(k->vm_addr, dir == PV_ACL_EGRESS ? ip->saddr : ip->daddr);
+	acl_addr4(k->peer_addr, dir == PV_ACL_EGRESS ? ip->daddr : ip->saddr);
+	k->proto = ip->protocol;
+	k->vm_port = k->peer_port = 0;
+	return acl_l4(cur, k, dir, ip->protocol, &dport, &t);
+}
+
+static __always_inline int acl_inner6(struct hdr_cursor *cur, struct pv_ct_key *k, __u32 dir)
+{
+	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
+	__u16 dport;
+	int t;
+
+	if (!ip6 || ip6->version != 6)
+		return -1;
+	dir = !dir;
+	acl_addr6(k->vm_addr, dir == PV_ACL_EGRESS ? &ip6->saddr : &ip6->daddr);
+	acl_addr6(k->peer_addr, dir == PV_ACL_EGRESS ? &ip6->daddr : &ip6->saddr);
+	/* The quoted header is not walked for extensions: an error about
+	 * a packet with extension headers is matched as plain ICMPv6.
+	 */
+	k->proto = ip6->nexthdr;
+	k->vm_port = k->peer_port = 0;
+	return acl_l4(cur, k, dir, ip6->nexthdr, &dport, &t);
+}
+
+static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct acl_pkt *p)
+{
+	struct iphdr *ip = cur->pos;
+	int t;
+
+	if ((void *)(ip + 1) > cur->end || ip->version != 4 || ip->ihl < 5)
+		return ACL_BAD;
+	if (!cur_pull(cur, ip->ihl * 4))
+		return ACL_BAD;
+	p->family = 4;
+	p->proto = ip->protocol;
+	p->peer4 = dir == PV_ACL_EGRESS ? ip->daddr : ip->saddr;
+	p->ct.proto = ip->protocol;
+	acl_addr4(p->ct.vm_addr, dir == PV_ACL_EGRESS ? ip->saddr : ip->daddr);
+	acl_addr4(p->ct.peer_addr, p->peer4);
+	/* A later fragment has no L4 header. */
+	if (ip->frag_off & bpf_htons(0x1fff))
+		return ACL_UNTRACKED;
+	if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0)
+		return ACL_BAD;
+	p->have_ports = 1;
+	if (ip->protocol == IPPROTO_UDP) {
+		__u16 sport = bpf_ntohs(dir == PV_ACL_EGRESS ? p->ct.vm_port : p->ct.peer_port);
+
+		/* DHCP of the VM's own address: a client may have no address
+		 * yet and the server answers to broadcast.
+		 */
+		if ((dir == PV_ACL_EGRESS && sport == 68 && p->dport == 67) ||
+		    (dir == PV_ACL_INGRESS && sport == 67 && p->dport == 68))
+			return ACL_ALWAYS;
+	}
+	if (ip->protocol == IPPROTO_ICMP && acl_is_icmp4_error(t))
+		return acl_inner4(cur, &p->ct, dir) < 0 ? ACL_UNTRACKED : ACL_RELATED;
+	return ACL_TRACK;
+}
+
+static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct acl_pkt *p)
+{
+	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
+	int l4, t;
+
+	if (!ip6 || ip6->version != 6)
+		return ACL_BAD;
+	p->family = 6;
+	acl_addr6(p->ct.vm_addr, dir == PV_ACL_EGRESS ? &ip6->saddr : &ip6->daddr);
+	acl_addr6(p->ct.peer_addr, dir == PV_ACL_EGRESS ? &ip6->daddr : &ip6->saddr);
+	l4 = ipv6_skip_ext(cur, ip6->nexthdr);
+	if (l4 < 0)
+		return ACL_BAD;
+	if (l4 == NEXTHDR_NONE)
+		return ACL_UNTRACKED; /* a later fragment */
+	p->ct.proto = l4;
+	p->proto = l4 == IPPROTO_ICMPV6 ? IPPROTO_ICMP : l4;
+	if (acl_l4(cur, &p->ct, dir, l4, &p->dport, &t) < 0)
+		return ACL_BAD;
+	p->have_ports = 1;
+	if (l4 == IPPROTO_UDP) {
+		__u16 sport = bpf_ntohs(dir == PV_ACL_EGRESS ? p->ct.vm_port : p->ct.peer_port);
+
+		if ((dir == PV_ACL_EGRESS && sport == 546 && p->dport == 547) ||
+		    (dir == PV_ACL_INGRESS && sport == 547 && p->dport == 546))
+			return ACL_ALWAYS;
+	}
+	if (l4 == IPPROTO_ICMPV6) {
+		if ((t >= ICMPV6_MLD_QUERY && t <= ICMPV6_ND_REDIRECT) || t == ICMPV6_MLD2_REPORT)
+			return ACL_ALWAYS;
+		if (t >= 1 && t <= ICMPV6_ERROR_MAX)
+			return acl_inner6(cur, &p->ct, dir) < 0 ? ACL_UNTRACKED : ACL_RELATED;
+	}
+	return ACL_TRACK;
+}
+
+/* pv_acl_match returns the action of the first rule matching p, else
+ * the default. A global function, so the verifier checks the loop once,
+ * not once per parse path that leads here (which exceeds its budget).
+ */
+__noinline int pv_acl_match(const struct pv_acl_set *acl, const struct acl_pkt *p)
+{
+	__u32 i, n;
+
+	if (!acl || !p)
+		return PV_ACL_DENY;
+	n = acl->nrules;
+#pragma clang loop unroll(disable)
+	for (i = 0; i < PV_ACL_MAX_RULES; i++) {
+		const struct pv_acl_rule *r = &acl->rules[i];
+
+		if (i >= n)
+			break;
+		if (r->proto && r->proto != p->proto)
+			continue;
+		if (r->family == 4 && (p->family != 4 || (p->peer4 & r->mask) != r->addr))
+			continue;
+		if ((r->port_min != 0 || r->port_max != 0xffff) &&
+		    (!p->have_ports || p->dport < r->port_min || p->dport > r->port_max))
+			continue;
+		return r->action;
+	}
+	return acl->default_action;
+}
+
+static __always_inline __u64 acl_timeout(__u8 proto)
+{
+	switch (proto) {
+	case IPPROTO_TCP:
+		return PV_CT_TCP_TIMEOUT * ACL_NS;
+	case IPPROTO_UDP:
+		return PV_CT_UDP_TIMEOUT * ACL_NS;
+	case IPPROTO_ICMP:
+	case IPPROTO_ICMPV6:
+		return PV_CT_ICMP_TIMEOUT * ACL_NS;
+	}
+	return PV_CT_OTHER_TIMEOUT * ACL_NS;
+}
+
+/* acl_tracked reports whether k is a flow the ACL of this version let
+ * through recently, and keeps it alive.
+ */
+static __always_inline int acl_tracked(const struct pv_acl_set *acl, struct pv_ct_key *k, __u64 now)
+{
+	struct pv_ct *ct = bpf_map_lookup_elem(&pv_conntrack, k);
+	__u64 seen;
+
+	if (!ct || ct->version != acl->version)
+		return 0;
+	/* Another CPU may have stored a later time than this one's now. */
+	seen = ct->seen_mono_ns;
+	if (now > seen && now - seen > acl_timeout(k->proto))
+		return 0;
+	if (now > seen && now - seen > ACL_REFRESH_NS)
+		ct->seen_mono_ns = now;
+	return 1;
+}
+
+/* pv_acl_check returns the enum pv_reason of a packet crossing the port
+ * in direction dir: PV_R_PASS_TO_VM or PV_R_PASS for what passes.
+ */
+static __always_inline __u32 pv_acl_check(struct __sk_buff *ctx, __u32 dir, __u32 ifindex,
+					   const struct pv_acl_set *acl)
+{
+	struct hdr_cursor cur = { .pos = ctx_data(ctx), .end = ctx_data_end(ctx) };
+	struct ethhdr *eth = cur_pull(&cur, sizeof(*eth));
+	__u32 pass = dir == PV_ACL_INGRESS ? PV_R_PASS_TO_VM : PV_R_PASS;
+	struct acl_pkt p = { .ct = { .ifindex = ifindex } };
+	int stateful = acl->flags & PV_ACL_STATEFUL;
+	__u64 now;
+	int kind;
+
+	if (!eth)
+		return PV_R_MALFORMED;
+	switch (eth->h_proto) {
+	case bpf_htons(ETH_P_IP):
+		kind = acl_parse4(&cur, dir, &p);
+		break;
+	case bpf_htons(ETH_P_IPV6):
+		kind = acl_parse6(&cur, dir, &p);
+		break;
+	default:
+		return pass;
+	}
+	if (kind == ACL_BAD)
+		return PV_R_MALFORMED;
+	if (kind == ACL_ALWAYS)
+		return pass;
+
+	now = bpf_ktime_get_coarse_ns();
+	if (stateful && (kind == ACL_TRACK || kind == ACL_RELATED) && acl_tracked(acl, &p.ct, now))
+		return pass;
+	if (kind == ACL_RELATED)
+		p.have_ports = 0; /* matched as ICMP, like any ICMP message */
+	if (pv_acl_match(acl, &p) != PV_ACL_ALLOW)
+		return dir == PV_ACL_INGRESS ? PV_R_ACL_INGRESS : PV_R_ACL_EGRESS;
+	if (stateful && kind == ACL_TRACK) {
+		struct pv_ct v = { .seen_mono_ns = now, .version = acl->version, .origin = dir };
+
+		bpf_map_update_elem(&pv_conntrack, &p.ct, &v, BPF_ANY);
+	}
+	return pass;
+}
+
+/* pv_acl_port runs the port's ACL of direction dir, if it has one, and
+ * counts what it drops, and toward the VM what it passes too (from the
+ * VM the guard has counted the frame already).
+ */
+static __always_inline int pv_acl_port(struct __sk_buff *ctx, __u32 dir)
+{
+	__u32 ifindex = ctx_ifindex(ctx);
+	struct pv_acl_key ak = { .ifindex = ifindex, .dir = dir };
+	struct pv_port_key pk = { .ifindex = ifindex };
+	struct pv_acl_set *acl = bpf_map_lookup_elem(&pv_acl, &ak);
+	struct pv_port *port;
+	__u32 reason;
+
+	if (!acl)
+		return CTX_ACT_OK;
+	ctx_pull(ctx);
+	reason = pv_acl_check(ctx, dir, ifindex, acl);
+	if (reason >= PV_R_DROP_MIN || dir == PV_ACL_INGRESS) {
+		port = bpf_map_lookup_elem(&pv_ports_v2, &pk);
+		if (port)
+			pv_count(port, reason);
+	}
+	return reason < PV_R_DROP_MIN ? CTX_ACT_OK : CTX_ACT_DROP;
+}
+
+#endif /* PIVIRT_LIB_ACL_H */

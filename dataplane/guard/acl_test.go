@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package guard_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/aclmap"
+	"pivirt.hu/dataplane/dataplane/maps/countermap"
+	"pivirt.hu/dataplane/dataplane/maps/ctmap"
+	"pivirt.hu/dataplane/dataplane/maps/portmap"
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+// aclProgs are the two ACL programs over one set of unpinned maps.
+type aclProgs struct {
+	toVM, fromVM *ebpf.Program
+	acl          *aclmap.Map
+	ct           *ctmap.Map
+	ports        *portmap.Map
+	counters     *countermap.Map
+}
+
+func loadACL(t testing.TB) aclProgs {
+	t.Helper()
+	testutil.RequireBPF(t)
+	spec, err := guard.ACLSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ms := range spec.Maps {
+		ms.Pinning = ebpf.PinNone
+	}
+	c, err := ebpf.NewCollection(spec)
+	testutil.SkipIfNotSupported(t, err)
+	t.Cleanup(func() { c.Close() })
+	return aclProgs{toVM: c.Programs[guard.ProgACLToVM], fromVM: c.Programs[guard.ProgACLFromVM],
+		acl: aclmap.New(c.Maps[guard.MapACL]), ct: ctmap.New(c.Maps[guard.MapConntrack]),
+		ports:    portmap.New(c.Maps[guard.MapPorts]),
+		counters: countermap.New(c.Maps[guard.MapCounters], c.Maps[guard.MapPorts])}
+}
+
+var (
+	aclPeer    = netip.MustParseAddr("10.1.2.3")      // in the allowed 10.0.0.0/8
+	aclOutside = netip.MustParseAddr("198.51.100.7")  // outside it
+	aclRouter  = netip.MustParseAddr("192.0.2.1")     // sends ICMP errors
+	aclPeer6   = netip.MustParseAddr("2001:db8:1::99") // an IPv6 peer
+)
+
+// programACL writes the test port's ACL: toward the VM, TCP 22 and
+// 8000-8080 from 10.0.0.0/8 and TCP 443 from anywhere (both families),
+// else deny; from the VM, no UDP to port 53, else allow.
+func programACL(t testing.TB, p aclProgs, flags guard.ACLFlags, extraIngress ...aclmap.Entry) uint32 {
+	t.Helper()
+	any := func(e aclmap.Entry) aclmap.Entry { e.AnyPorts(); return e }
+	net10 := netip.MustParsePrefix("10.0.0.0/8")
+	in := append([]aclmap.Entry{
+		{Action: guard.ACLAllow, Proto: aclmap.ProtoTCP, Peer: net10, PortMin: 22, PortMax: 22},
+		{Action: guard.ACLAllow, Proto: aclmap.ProtoTCP, Peer: net10, PortMin: 8000, PortMax: 8080},
+		{Action: guard.ACLAllow, Proto: aclmap.ProtoTCP, PortMin: 443, PortMax: 443},
+	}, extraIngress...)
+	out := []aclmap.Entry{any(aclmap.Entry{Action: guard.ACLDeny, Proto: aclmap.ProtoUDP})}
+	out[0].PortMin, out[0].PortMax = 53, 53
+	iv, err := aclmap.NewValue(in, guard.ACLDeny, flags, 0)
+	must(t, err)
+	ev, err := aclmap.NewValue(out, guard.ACLAllow, flags, 0)
+	must(t, err)
+	ver := aclmap.Version(iv, ev)
+	iv.Version, ev.Version = ver, ver
+	must(t, p.acl.Put(aclmap.NewKey(port, guard.ACLIngress), iv))
+	must(t, p.acl.Put(aclmap.NewKey(port, guard.ACLEgress), ev))
+	pv := portmap.NewValue(mac6(vmMAC), segID, serverIP, allGuards, vmIP)
+	pv.CounterSlot = portSlot
+	must(t, p.ports.Put(portmap.NewKey(port), pv))
+	return ver
+}
+
+func tcp4(t testing.TB, src, dst netip.AddrPort) []byte {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
+	tc := &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), SYN: true, Window: 1024}
+	must(t, tc.SetNetworkLayerForChecksum(ip))
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, tc)
+}
+
+func tcp6(t testing.TB, src, dst netip.AddrPort) []byte {
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolTCP, SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
+	tc := &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), SYN: true, Window: 1024}
+	must(t, tc.SetNetworkLayerForChecksum(ip))
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, tc)
+}
+
+func echo4(t testing.TB, src, dst netip.Addr, typ uint8, id uint16) []byte {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	ic := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(typ, 0), Id: id, Seq: 1}
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, ic, gopacket.Payload("ping"))
+}
+
+// icmpErr4 is a "fragmentation needed" from aclRouter to dst quoting the
+// first 28 bytes of the IPv4 packet quoted.
+func icmpErr4(t testing.TB, dst netip.Addr, quoted []byte) []byte {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: aclRouter.AsSlice(), DstIP: dst.AsSlice()}
+	ic := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable, 4)}
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, ic, gopacket.Payload(quoted[14:14+28]))
+}
+
+// laterFragment is a UDP datagram's second fragment (no UDP header).
+func laterFragment(t testing.TB, src, dst netip.Addr) []byte {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice(),
+		FragOffset: 185}
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, gopacket.Payload(make([]byte, 64)))
+}
+
+// uncounted marks a step whose frame no counter counts.
+const uncounted = guard.ReasonMax
+
+func ap(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
+
+// TestPrivilegedACL runs the ACL programs through BPF_PROG_TEST_RUN, in
+// order (stateful cases depend on the flows earlier steps opened), and
+// checks each verdict and counter: toward the VM every frame is counted,
+// from the VM only drops (the guard counts the rest).
+func TestPrivilegedACL(t *testing.T) {
+	p := loadACL(t)
+	vm := vmIP
+	steps := []struct {
+		name   string
+		toVM   bool
+		frame  func(t testing.TB) []byte
+		want   guard.Verdict
+		reason guard.Reason // counted, or uncounted
+	}{
+		{"ssh from 10/8", true, func(t testing.TB) []byte { return tcp4(t, ap(aclPeer, 40000), ap(vm, 22)) },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"telnet from 10/8", true, func(t testing.TB) []byte { return tcp4(t, ap(aclPeer, 40000), ap(vm, 23)) },
+			guard.VerdictDrop, guard.ReasonACLIngress},
+		{"ssh from outside the CIDR", true, func(t testing.TB) []byte { return tcp4(t, ap(aclOutside, 40000), ap(vm, 22)) },
+			guard.VerdictDrop, guard.ReasonACLIngress},
+		{"port range low end", true, func(t testing.TB) []byte { return tcp4(t, ap(aclPeer, 40001), ap(vm, 8000)) },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"port range high end", true, func(t testing.TB) []byte { return tcp4(t, ap(aclPeer, 40001), ap(vm, 8080)) },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"past the port range", true, func(t testing.TB) []byte { return tcp4(t, ap(aclPeer, 40001), ap(vm, 8081)) },
+			guard.VerdictDrop, guard.ReasonACLIngress},
+		{"https from anywhere", true, func(t testing.TB) []byte { return tcp4(t, ap(aclOutside, 40002), ap(vm, 443)) },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"https over IPv6 (a rule without CIDRs)", true, func(t testing.TB) []byte { return tcp6(t, ap(aclPeer6, 40002), ap(vmIP6, 443)) },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"ssh over IPv6 (the 10/8 rule is IPv4 only)", true, func(t testing.TB) []byte { return tcp6(t, ap(aclPeer6, 40002), ap(vmIP6, 22)) },
+			guard.VerdictDrop, guard.ReasonACLIngress},
+		{"udp to the VM", true, func(t testing.TB) []byte { return udp4(t, vmMAC, aclPeer, vm, 5000, 5000, []byte("x")) },
+			guard.VerdictDrop, guard.ReasonACLIngress},
+		{"DHCP reply to the VM always passes", true, func(t testing.TB) []byte { return udp4(t, vmMAC, serverIP, vm, 67, 68, []byte("x")) },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"ARP to the VM passes", true, func(t testing.TB) []byte { return arp(t, 2, hostMAC, serverIP) },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"ND to the VM always passes", true, func(t testing.TB) []byte {
+			return icmp6(t, aclPeer6, layers.ICMPv6TypeNeighborSolicitation)
+		}, guard.VerdictPass, guard.ReasonPassToVM},
+		{"truncated TCP to the VM", true, func(t testing.TB) []byte { return tcp4(t, ap(aclPeer, 1), ap(vm, 22))[:14+20+2] },
+			guard.VerdictDrop, guard.ReasonMalformed},
+		{"later fragment to the VM (no ports: default)", true, func(t testing.TB) []byte { return laterFragment(t, aclPeer, vm) },
+			guard.VerdictDrop, guard.ReasonACLIngress},
+
+		// Stateful: what the VM opens, its replies pass.
+		{"VM opens https", false, func(t testing.TB) []byte { return tcp4(t, ap(vm, 50000), ap(aclOutside, 443)) },
+			guard.VerdictPass, uncounted},
+		{"its reply", true, func(t testing.TB) []byte { return tcp4(t, ap(aclOutside, 443), ap(vm, 50000)) },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"a reply to another VM port", true, func(t testing.TB) []byte { return tcp4(t, ap(aclOutside, 443), ap(vm, 50001)) },
+			guard.VerdictDrop, guard.ReasonACLIngress},
+		{"ICMP frag-needed about the flow (related)", true, func(t testing.TB) []byte {
+			return icmpErr4(t, vm, tcp4(t, ap(vm, 50000), ap(aclOutside, 443)))
+		}, guard.VerdictPass, guard.ReasonPassToVM},
+		{"ICMP error about an unknown flow", true, func(t testing.TB) []byte {
+			return icmpErr4(t, vm, tcp4(t, ap(vm, 50002), ap(aclOutside, 443)))
+		}, guard.VerdictDrop, guard.ReasonACLIngress},
+		{"VM pings", false, func(t testing.TB) []byte { return echo4(t, vm, aclOutside, layers.ICMPv4TypeEchoRequest, 7) },
+			guard.VerdictPass, uncounted},
+		{"echo reply", true, func(t testing.TB) []byte { return echo4(t, aclOutside, vm, layers.ICMPv4TypeEchoReply, 7) },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"echo reply of another id", true, func(t testing.TB) []byte { return echo4(t, aclOutside, vm, layers.ICMPv4TypeEchoReply, 8) },
+			guard.VerdictDrop, guard.ReasonACLIngress},
+		{"ping to the VM", true, func(t testing.TB) []byte { return echo4(t, aclOutside, vm, layers.ICMPv4TypeEchoRequest, 9) },
+			guard.VerdictDrop, guard.ReasonACLIngress},
+		{"VM opens IPv6 https", false, func(t testing.TB) []byte { return tcp6(t, ap(vmIP6, 50003), ap(aclPeer6, 443)) },
+			guard.VerdictPass, uncounted},
+		{"its IPv6 reply", true, func(t testing.TB) []byte { return tcp6(t, ap(aclPeer6, 443), ap(vmIP6, 50003)) },
+			guard.VerdictPass, guard.ReasonPassToVM},
+
+		// Egress rules.
+		{"VM queries DNS (denied by rule)", false, func(t testing.TB) []byte { return udp4(t, vmMAC, vm, aclOutside, 1234, 53, []byte("x")) },
+			guard.VerdictDrop, guard.ReasonACLEgress},
+		{"so no reply comes back", true, func(t testing.TB) []byte { return udp4(t, vmMAC, aclOutside, vm, 53, 1234, []byte("x")) },
+			guard.VerdictDrop, guard.ReasonACLIngress},
+		{"VM's DHCP request always passes", false, func(t testing.TB) []byte { return udp4(t, vmMAC, vm, serverIP, 68, 67, []byte("x")) },
+			guard.VerdictPass, uncounted},
+		{"reply to a flow the ACL let in", false, func(t testing.TB) []byte { return tcp4(t, ap(vm, 22), ap(aclPeer, 40000)) },
+			guard.VerdictPass, uncounted},
+	}
+	programACL(t, p, guard.ACLStateful)
+	for _, s := range steps {
+		prog, dir := p.fromVM, "from-vm"
+		if s.toVM {
+			prog, dir = p.toVM, "to-vm"
+		}
+		t.Run(dir+"/"+s.name, func(t *testing.T) {
+			before := aclCounts(t, p)
+			got, _, err := guard.RunSKB(prog, port, s.frame(t), 1)
+			testutil.SkipIfNotSupported(t, err)
+			if got != s.want {
+				t.Errorf("verdict %s, want %s", got, s.want)
+			}
+			after := aclCounts(t, p)
+			for r := guard.Reason(0); r < guard.ReasonMax; r++ {
+				want := before[r]
+				if r == s.reason {
+					want++
+				}
+				if after[r] != want {
+					t.Errorf("counter %s = %d, want %d", r, after[r], want)
+				}
+			}
+		})
+	}
+
+	t.Run("tracked flows are listed", func(t *testing.T) {
+		es, err := p.ct.Decoded()
+		must(t, err)
+		want := map[string]string{ // VM side and origin of some flows opened above
+			"192.168.100.10:22":    "ingress",
+			"192.168.100.10:50000": "egress",
+			"192.168.100.10:7":     "egress", // the echo id
+		}
+		for _, e := range es {
+			if o, ok := want[e.VM]; ok && e.Origin == o {
+				delete(want, e.VM)
+			}
+			if e.Expired {
+				t.Errorf("fresh flow %s listed as expired", e)
+			}
+		}
+		if len(want) > 0 {
+			t.Errorf("flows missing from pv_conntrack: %v (have %v)", want, es)
+		}
+	})
+
+	t.Run("a new ACL version re-evaluates tracked flows", func(t *testing.T) {
+		before := tcp4(t, ap(aclOutside, 443), ap(vm, 50000))
+		if v, _, err := guard.RunSKB(p.toVM, port, before, 1); err != nil || v != guard.VerdictPass {
+			t.Fatalf("tracked reply before the change: %v, %v", v, err)
+		}
+		// Same rules plus one more: another version.
+		programACL(t, p, guard.ACLStateful, aclmap.Entry{Action: guard.ACLAllow, Proto: aclmap.ProtoTCP, PortMin: 9999, PortMax: 9999})
+		if v, _, err := guard.RunSKB(p.toVM, port, before, 1); err != nil || v != guard.VerdictDrop {
+			t.Errorf("tracked reply after the change: %v, %v; want drop", v, err)
+		}
+	})
+
+	t.Run("stateless: replies need a rule", func(t *testing.T) {
+		programACL(t, p, 0)
+		if v, _, err := guard.RunSKB(p.fromVM, port, tcp4(t, ap(vm, 50010), ap(aclOutside, 443)), 1); err != nil || v != guard.VerdictPass {
+			t.Fatalf("VM opens: %v, %v", v, err)
+		}
+		if v, _, err := guard.RunSKB(p.toVM, port, tcp4(t, ap(aclOutside, 443), ap(vm, 50010)), 1); err != nil || v != guard.VerdictDrop {
+			t.Errorf("reply without state: %v, %v; want drop", v, err)
+		}
+	})
+
+	t.Run("a port without an ACL is untouched", func(t *testing.T) {
+		must(t, p.acl.Delete(aclmap.NewKey(port, guard.ACLIngress)))
+		before := aclCounts(t, p)
+		if v, _, err := guard.RunSKB(p.toVM, port, tcp4(t, ap(aclOutside, 1), ap(vm, 23)), 1); err != nil || v != guard.VerdictPass {
+			t.Errorf("to a port without ACL: %v, %v; want pass", v, err)
+		}
+		if after := aclCounts(t, p); after != before {
+			t.Errorf("counted a frame of a port without ACL: %v -> %v", before, after)
+		}
+	})
+}
+
+func aclCounts(t testing.TB, p aclProgs) countermap.Totals {
+	t.Helper()
+	c, err := p.counters.Lookup(countermap.NewKey(port))
+	must(t, err)
+	return c
+}
