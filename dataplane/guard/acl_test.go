@@ -47,9 +47,9 @@ func loadACL(t testing.TB) aclProgs {
 }
 
 var (
-	aclPeer    = netip.MustParseAddr("10.1.2.3")      // in the allowed 10.0.0.0/8
-	aclOutside = netip.MustParseAddr("198.51.100.7")  // outside it
-	aclRouter  = netip.MustParseAddr("192.0.2.1")     // sends ICMP errors
+	aclPeer    = netip.MustParseAddr("10.1.2.3")       // in the allowed 10.0.0.0/8
+	aclOutside = netip.MustParseAddr("198.51.100.7")   // outside it
+	aclRouter  = netip.MustParseAddr("192.0.2.1")      // sends ICMP errors
 	aclPeer6   = netip.MustParseAddr("2001:db8:1::99") // an IPv6 peer
 )
 
