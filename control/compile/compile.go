@@ -13,6 +13,7 @@ import (
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/aclmap"
 	"pivirt.hu/dataplane/dataplane/maps/allowmap"
 	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
@@ -56,6 +57,8 @@ type Desired struct {
 	Allow4 map[allowmap.Key4]allowmap.Value
 	Allow6 map[allowmap.Key6]allowmap.Value
 	Leases map[leasemap.Key]leasemap.Value
+	// ACL holds both directions of every port with a spec.acl.
+	ACL map[aclmap.Key]aclmap.Value
 	// Status of each PortSecurity and DHCPLease.
 	Status map[Ref]Status
 }
@@ -76,6 +79,15 @@ type Status struct {
 	Ifindex   uint32
 	Segment   string
 	SegID     uint32
+	// ACL, for a port with spec.acl: its match entries per direction.
+	ACL *ACLStatus
+}
+
+// ACLStatus sums up a port's compiled ACL.
+type ACLStatus struct {
+	Stateful        bool
+	Ingress, Egress int // match entries
+	Version         uint32
 }
 
 type segment struct {
@@ -97,6 +109,7 @@ func Compile(objs []*pivirtv1.Object, host Host) Desired {
 		Allow4: map[allowmap.Key4]allowmap.Value{},
 		Allow6: map[allowmap.Key6]allowmap.Value{},
 		Leases: map[leasemap.Key]leasemap.Value{},
+		ACL:    map[aclmap.Key]aclmap.Value{},
 		Status: map[Ref]Status{},
 	}
 	objs = slices.Clone(objs)
@@ -398,6 +411,15 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 		notes = append(notes, fmt.Sprintf("learnFromDHCP has no effect: %s is not on a NetworkSegment bridge", ifname))
 	}
 
+	var acl [2]aclmap.Value
+	if spec.ACL != nil {
+		var err error
+		if acl, st.ACL, err = compileACL(spec.ACL); err != nil {
+			st.Phase, st.Message = pivirtv1.PhaseFailed, err.Error()
+			return st, false
+		}
+	}
+
 	pv := portmap.NewValue(mac, segID, server, flags, inline...)
 	if err := pv.SetPrefixLens(slices.Collect(maps.Keys(lens4)), slices.Collect(maps.Keys(lens6))); err != nil {
 		st.Phase, st.Message = pivirtv1.PhaseFailed,
@@ -411,8 +433,99 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 	for k, v := range a6 {
 		d.Allow6[k] = v
 	}
+	if st.ACL != nil {
+		d.ACL[aclmap.NewKey(ln.Index, guard.ACLIngress)] = acl[guard.ACLIngress]
+		d.ACL[aclmap.NewKey(ln.Index, guard.ACLEgress)] = acl[guard.ACLEgress]
+	}
 	st.Message = strings.Join(notes, "; ")
 	return st, true
+}
+
+// compileACL compiles both directions of spec.acl, indexed by
+// guard.ACLDir, under one version.
+func compileACL(a *pivirtv1.ACLSpec) ([2]aclmap.Value, *ACLStatus, error) {
+	var out [2]aclmap.Value
+	flags := guard.ACLFlags(0)
+	if isTrue(a.Stateful) {
+		flags = guard.ACLStateful
+	}
+	st := &ACLStatus{Stateful: flags != 0}
+	for _, d := range []struct {
+		dir   guard.ACLDir
+		field string
+		rules []pivirtv1.ACLRule
+		def   string
+		n     *int
+	}{
+		{guard.ACLIngress, "spec.acl.ingress", a.Ingress, a.DefaultIngress, &st.Ingress},
+		{guard.ACLEgress, "spec.acl.egress", a.Egress, a.DefaultEgress, &st.Egress},
+	} {
+		es, err := aclEntries(d.field, d.rules)
+		if err != nil {
+			return out, nil, err
+		}
+		v, err := aclmap.NewValue(es, aclAction(d.def), flags, 0)
+		if err != nil {
+			return out, nil, fmt.Errorf("%s: %w", d.field, err)
+		}
+		out[d.dir], *d.n = v, len(es)
+	}
+	st.Version = aclmap.Version(out[0], out[1])
+	out[0].Version, out[1].Version = st.Version, st.Version
+	return out, st, nil
+}
+
+func aclAction(s string) guard.ACLAction {
+	if s == pivirtv1.ActionAllow {
+		return guard.ACLAllow
+	}
+	return guard.ACLDeny
+}
+
+var aclProtos = map[string]uint8{pivirtv1.ProtocolAny: aclmap.ProtoAny, "": aclmap.ProtoAny,
+	"tcp": aclmap.ProtoTCP, "udp": aclmap.ProtoUDP, "icmp": aclmap.ProtoICMP}
+
+// aclEntries expands rules into match entries: one per CIDR and port
+// range, in rule order (the first match decides).
+func aclEntries(field string, rules []pivirtv1.ACLRule) ([]aclmap.Entry, error) {
+	var out []aclmap.Entry
+	for i, r := range rules {
+		path := fmt.Sprintf("%s[%d]", field, i)
+		proto, ok := aclProtos[r.Protocol]
+		if !ok {
+			return nil, fmt.Errorf("%s.protocol: unknown %q", path, r.Protocol)
+		}
+		peers := []netip.Prefix{{}} // the zero prefix: any address
+		if len(r.CIDRs) > 0 {
+			peers = peers[:0]
+			for j, c := range r.CIDRs {
+				p, err := netip.ParsePrefix(c)
+				if err != nil || !p.Addr().Is4() {
+					return nil, fmt.Errorf("%s.cidrs[%d]: %q is not an IPv4 CIDR", path, j, c)
+				}
+				peers = append(peers, p.Masked())
+			}
+		}
+		type span struct{ lo, hi uint16 }
+		ports := []span{{0, 0xffff}}
+		if len(r.Ports) > 0 {
+			ports = ports[:0]
+			for j, s := range r.Ports {
+				lo, hi, err := pivirtv1.ParsePortRange(s)
+				if err != nil {
+					return nil, fmt.Errorf("%s.ports[%d]: %s %v", path, j, s, err)
+				}
+				ports = append(ports, span{lo, hi})
+			}
+		}
+		for _, p := range peers {
+			for _, sp := range ports {
+				out = append(out, aclmap.Entry{Action: aclAction(r.Action), Proto: proto, Peer: p,
+					PortMin: sp.lo, PortMax: sp.hi})
+			}
+		}
+	}
+	return out, nil
 }
 
 // parsePrefix accepts an address (a host prefix) or a CIDR.

@@ -62,6 +62,7 @@ func GuardDrift(ms GuardMaps, d compile.Desired) ([]DriftReport, error) {
 	add(report(guard.MapAllow4, ms.Allow4, d.Allow4, nil))
 	add(report(guard.MapAllow6, ms.Allow6, d.Allow6, nil))
 	add(report(guard.MapLeases, ms.Leases, d.Leases, compile.LeaseEqual))
+	add(report(guard.MapACL, ms.ACL, d.ACL, nil))
 	// Compile leaves counter slots 0: compare each port with the slot sync
 	// would give it (a live port's own), so a slot alone is no drift.
 	live, err := Read(ms.Ports)

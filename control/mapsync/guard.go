@@ -8,6 +8,7 @@ import (
 
 	"pivirt.hu/dataplane/control/compile"
 	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/aclmap"
 	"pivirt.hu/dataplane/dataplane/maps/allowmap"
 	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
@@ -21,10 +22,20 @@ type GuardMaps struct {
 	Allow6   Map[allowmap.Key6, allowmap.Value]
 	Leases   Map[leasemap.Key, leasemap.Value]
 	Counters Counters
+	ACL      Map[aclmap.Key, aclmap.Value]
+	// Conntrack may be nil (nothing to forget).
+	Conntrack Conntrack
+}
+
+// Conntrack is what sync needs of pv_conntrack: forgetting the flows of
+// ports that lost their ACL (ctmap.Map).
+type Conntrack interface {
+	Forget(keep func(ifindex uint32) bool) (int, error)
 }
 
 // SyncGuard converges every guard map to d and returns the result per
-// map name. Allowed sources and leases go first and ports last, so a new
+// map name (pv_conntrack only when ports lost their ACL, whose flows it
+// forgets). Allowed sources and leases go first and ports last, so a new
 // port is never pinned before its addresses are allowed (a port missing
 // from pv_ports_v2 is not filtered at all, so the other order would drop
 // its good traffic for a moment). Each port keeps its counter slot or
@@ -42,6 +53,18 @@ func SyncGuard(ms GuardMaps, d compile.Desired) (map[string]Result, error) {
 	run(guard.MapAllow4, func() (Result, error) { return Sync(ms.Allow4, d.Allow4, nil) })
 	run(guard.MapAllow6, func() (Result, error) { return Sync(ms.Allow6, d.Allow6, nil) })
 	run(guard.MapLeases, func() (Result, error) { return Sync(ms.Leases, d.Leases, compile.LeaseEqual) })
+	run(guard.MapACL, func() (Result, error) { return Sync(ms.ACL, d.ACL, nil) })
+	if res[guard.MapACL].Deleted > 0 && ms.Conntrack != nil {
+		// A device that later gets the ifindex must inherit no flows.
+		keep := map[uint32]bool{}
+		for k := range d.ACL {
+			keep[k.Ifindex] = true
+		}
+		run(guard.MapConntrack, func() (Result, error) {
+			n, err := ms.Conntrack.Forget(func(i uint32) bool { return keep[i] })
+			return Result{Deleted: n}, err
+		})
+	}
 	run(guard.MapPorts, func() (Result, error) { return syncPorts(ms.Ports, ms.Counters, d.Ports) })
 	return res, errors.Join(errs...)
 }

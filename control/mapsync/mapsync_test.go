@@ -16,8 +16,10 @@ import (
 	"pivirt.hu/dataplane/control/compile"
 	"pivirt.hu/dataplane/control/mapsync"
 	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/aclmap"
 	"pivirt.hu/dataplane/dataplane/maps/allowmap"
 	"pivirt.hu/dataplane/dataplane/maps/countermap"
+	"pivirt.hu/dataplane/dataplane/maps/ctmap"
 	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
 	"pivirt.hu/dataplane/test/testutil"
@@ -171,8 +173,10 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 	}
 	ports, leases := portmap.New(raw[guard.MapPorts]), leasemap.New(raw[guard.MapLeases])
 	counters := countermap.New(raw[guard.MapCounters], raw[guard.MapPorts])
+	ct := ctmap.New(raw[guard.MapConntrack])
 	ms := mapsync.GuardMaps{Ports: ports, Allow4: allowmap.New4(raw[guard.MapAllow4]),
-		Allow6: allowmap.New6(raw[guard.MapAllow6]), Leases: leases, Counters: counters}
+		Allow6: allowmap.New6(raw[guard.MapAllow6]), Leases: leases, Counters: counters,
+		ACL: aclmap.New(raw[guard.MapACL]), Conntrack: ct}
 
 	host := compile.Host{Links: map[string]compile.Link{"tap0": {Index: 7, Master: "br0"}, "tap1": {Index: 8, Master: "br0"}}}
 	seg := obj(t, pivirtv1.KindNetworkSegment, "seg", pivirtv1.NetworkSegmentSpec{Bridge: "br0", HostIP: "192.168.100.1/24"})
@@ -181,7 +185,8 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 		IPAddresses: []string{"192.168.100.10"}, IPv6Addresses: []string{"2001:db8::1"},
 		AllowedAddressPairs: []pivirtv1.AddressPair{{IPAddress: "10.0.0.0/24"}}})
 	p1 := obj(t, pivirtv1.KindPortSecurity, "p1", pivirtv1.PortSecuritySpec{Interface: "tap1", MACAddress: "52:54:00:00:00:02",
-		IPAddresses: []string{"192.168.100.11"}})
+		IPAddresses: []string{"192.168.100.11"},
+		ACL: &pivirtv1.ACLSpec{Ingress: []pivirtv1.ACLRule{{Action: "allow", Protocol: "tcp", Ports: []string{"22"}}}}})
 
 	check := func(d compile.Desired) {
 		t.Helper()
@@ -192,6 +197,7 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 			},
 			guard.MapAllow4: func() (bool, error) { l, err := mapsync.Read(ms.Allow4); return cmp.Equal(l, d.Allow4), err },
 			guard.MapAllow6: func() (bool, error) { l, err := mapsync.Read(ms.Allow6); return cmp.Equal(l, d.Allow6), err },
+			guard.MapACL:    func() (bool, error) { l, err := mapsync.Read(ms.ACL); return cmp.Equal(l, d.ACL), err },
 		} {
 			ok, err := eq()
 			if err != nil || !ok {
@@ -234,8 +240,22 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// p1 goes away, p0 changes its address and its pair.
-	p0.Spec = []byte(`{"interface":"tap0","macAddress":"52:54:00:00:00:01","ipAddresses":["192.168.100.12"],"allowedAddressPairs":[{"ipAddress":"10.1.0.0/24"}]}`)
+	if r := res[guard.MapACL]; r.Added != 2 {
+		t.Errorf("acl: %s, want both directions of p1 added", r)
+	}
+	// Flows the ACL of p1 (ifindex 8) tracked, and a stray one of 7.
+	flow := func(ifindex uint32, port uint16) ctmap.Key {
+		return ctmap.NewKey(ifindex, 6, netip.MustParseAddrPort("192.168.100.11:22"), netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), port))
+	}
+	for _, k := range []ctmap.Key{flow(8, 40000), flow(8, 40001), flow(7, 40002)} {
+		if err := ct.Put(k, ctmap.Value{SeenMonoNs: 1, Version: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// p1 goes away, p0 changes its address and its pair and gets an ACL.
+	p0.Spec = []byte(`{"interface":"tap0","macAddress":"52:54:00:00:00:01","ipAddresses":["192.168.100.12"],"allowedAddressPairs":[{"ipAddress":"10.1.0.0/24"}],` +
+		`"acl":{"egress":[{"action":"deny","protocol":"udp","ports":["53"]}]}}`)
 	d2 := compile.Compile([]*pivirtv1.Object{seg, lease, p0}, host)
 	drift, err := mapsync.GuardDrift(ms, d2)
 	if err != nil {
@@ -261,6 +281,17 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 	}
 	if r := res[guard.MapAllow6]; r.Deleted != 1 {
 		t.Errorf("allow6: %s, want 1 deleted", r)
+	}
+	if r := res[guard.MapACL]; r.Added != 2 || r.Deleted != 2 {
+		t.Errorf("acl: %s, want p0's 2 added and p1's 2 deleted", r)
+	}
+	if r := res[guard.MapConntrack]; r.Deleted != 2 {
+		t.Errorf("conntrack: %s, want the 2 flows of p1 forgotten", r)
+	}
+	if live, err := mapsync.Read[ctmap.Key, ctmap.Value](ct); err != nil || len(live) != 1 {
+		t.Errorf("conntrack after p1 went: %v, %v; want only the flow of port 7", live, err)
+	} else if _, ok := live[flow(7, 40002)]; !ok {
+		t.Errorf("the flow of port 7, which still has an ACL, was forgotten: %v", live)
 	}
 	if r := res[guard.MapLeases]; r.Changed() {
 		t.Errorf("leases: %s, want the binding kept", r)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"pivirt.hu/dataplane/control/compile"
+	"pivirt.hu/dataplane/dataplane/maps/aclmap"
 	"pivirt.hu/dataplane/dataplane/maps/allowmap"
 	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
@@ -149,7 +150,8 @@ func TestSyncGuardSlots(t *testing.T) {
 	ms := GuardMaps{Ports: pm, Counters: c,
 		Allow4: &logMap[allowmap.Key4, allowmap.Value]{m: map[allowmap.Key4]allowmap.Value{}, log: &log},
 		Allow6: &logMap[allowmap.Key6, allowmap.Value]{m: map[allowmap.Key6]allowmap.Value{}, log: &log},
-		Leases: &logMap[leasemap.Key, leasemap.Value]{m: map[leasemap.Key]leasemap.Value{}, log: &log}}
+		Leases: &logMap[leasemap.Key, leasemap.Value]{m: map[leasemap.Key]leasemap.Value{}, log: &log},
+		ACL:    &logMap[aclmap.Key, aclmap.Value]{m: map[aclmap.Key]aclmap.Value{}, log: &log}}
 	sync := func(ifindexes ...uint32) []string {
 		t.Helper()
 		log = nil

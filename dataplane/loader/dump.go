@@ -37,6 +37,14 @@ func (ms Maps) Decoded(name string, names typed.IfName) (any, error) {
 		m := *ms.Counters // a copy: Names is per call
 		m.Names = names
 		return m.Decoded()
+	case guard.MapACL:
+		m := *ms.ACL // a copy: Names is per call
+		m.Names = names
+		return m.Decoded()
+	case guard.MapConntrack:
+		m := *ms.Conntrack // a copy: Names is per call
+		m.Names = names
+		return m.Decoded()
 	}
 	return nil, fmt.Errorf("decoding %q: %w", name, ErrUnknownMap)
 }
@@ -61,6 +69,14 @@ func (ms Maps) Dump(name string, w io.Writer, names typed.IfName) error {
 		return ms.Leases.Dump(w)
 	case guard.MapCounters:
 		m := *ms.Counters // a copy: Names is per call
+		m.Names = names
+		return m.Dump(w)
+	case guard.MapACL:
+		m := *ms.ACL // a copy: Names is per call
+		m.Names = names
+		return m.Dump(w)
+	case guard.MapConntrack:
+		m := *ms.Conntrack // a copy: Names is per call
 		m.Names = names
 		return m.Dump(w)
 	}

@@ -14,8 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/aclmap"
 	"pivirt.hu/dataplane/dataplane/maps/allowmap"
 	"pivirt.hu/dataplane/dataplane/maps/countermap"
+	"pivirt.hu/dataplane/dataplane/maps/ctmap"
 	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
 )
@@ -36,6 +38,9 @@ type Maps struct {
 	Allow6   *allowmap.Map6
 	Leases   *leasemap.Map
 	Counters *countermap.Map
+	// The port ACL's.
+	ACL       *aclmap.Map
+	Conntrack *ctmap.Map
 }
 
 // Loader holds the loaded guard programs and the pinned maps under one
@@ -46,6 +51,7 @@ type Loader struct {
 	base string
 	xdp  *ebpf.Collection
 	tcx  *ebpf.Collection
+	acl  *ebpf.Collection // the port ACL, over the guard's maps
 	sim  *ebpf.Collection // loaded on first Simulate
 	maps Maps
 }
@@ -86,12 +92,27 @@ func Open(base string) (*Loader, error) {
 		xc.Close()
 		return nil, fmt.Errorf("loading %s: %w", guard.ProgTCX, err)
 	}
-	l := &Loader{base: base, xdp: xc, tcx: tc, maps: Maps{
-		Ports:    portmap.New(xc.Maps[guard.MapPorts]),
-		Allow4:   allowmap.New4(xc.Maps[guard.MapAllow4]),
-		Allow6:   allowmap.New6(xc.Maps[guard.MapAllow6]),
-		Leases:   leasemap.New(xc.Maps[guard.MapLeases]),
-		Counters: countermap.New(xc.Maps[guard.MapCounters], xc.Maps[guard.MapPorts]),
+	as, err := guard.ACLSpec()
+	if err != nil {
+		xc.Close()
+		tc.Close()
+		return nil, err
+	}
+	ac, err := ebpf.NewCollectionWithOptions(as, ebpf.CollectionOptions{MapReplacements: xc.Maps,
+		Maps: ebpf.MapOptions{PinPath: MapsDir(base)}})
+	if err != nil {
+		xc.Close()
+		tc.Close()
+		return nil, fmt.Errorf("loading the port ACL with maps pinned in %s: %w", MapsDir(base), err)
+	}
+	l := &Loader{base: base, xdp: xc, tcx: tc, acl: ac, maps: Maps{
+		Ports:     portmap.New(xc.Maps[guard.MapPorts]),
+		Allow4:    allowmap.New4(xc.Maps[guard.MapAllow4]),
+		Allow6:    allowmap.New6(xc.Maps[guard.MapAllow6]),
+		Leases:    leasemap.New(xc.Maps[guard.MapLeases]),
+		Counters:  countermap.New(xc.Maps[guard.MapCounters], xc.Maps[guard.MapPorts]),
+		ACL:       aclmap.New(ac.Maps[guard.MapACL]),
+		Conntrack: ctmap.New(ac.Maps[guard.MapConntrack]),
 	}}
 	if err := unpinRetired(base); err != nil {
 		l.Close()
@@ -127,6 +148,7 @@ func (l *Loader) Close() error {
 	defer l.mu.Unlock()
 	l.xdp.Close()
 	l.tcx.Close()
+	l.acl.Close()
 	if l.sim != nil {
 		l.sim.Close()
 	}
@@ -140,7 +162,12 @@ func (l *Loader) Base() string { return l.base }
 func (l *Loader) Maps() Maps { return l.maps }
 
 // Map returns a pinned map by name, or nil.
-func (l *Loader) Map(name string) *ebpf.Map { return l.xdp.Maps[name] }
+func (l *Loader) Map(name string) *ebpf.Map {
+	if m := l.xdp.Maps[name]; m != nil {
+		return m
+	}
+	return l.acl.Maps[name]
+}
 
 // Program returns the loaded guard program of a hook.
 func (l *Loader) Program(h Hook) *ebpf.Program {
@@ -179,7 +206,7 @@ func (l *Loader) Attach(ifname string, mode Mode) (Attachment, error) {
 
 	lk, err := l.updatePinned(pin, prog, uint32(ifindex))
 	if errors.Is(err, os.ErrNotExist) {
-		lk, err = l.create(pin, prog, hook, ifindex, ifname)
+		lk, err = l.create(pin, prog, hook, link.Head(), ifindex, ifname)
 	}
 	if err != nil {
 		return Attachment{}, err
@@ -229,7 +256,8 @@ func (l *Loader) updatePinned(pin string, prog *ebpf.Program, ifindex uint32) (l
 	return lk, nil
 }
 
-func (l *Loader) create(pin string, prog *ebpf.Program, hook Hook, ifindex int, ifname string) (link.Link, error) {
+// create attaches prog on hook (a tcx link at anchor) and pins the link.
+func (l *Loader) create(pin string, prog *ebpf.Program, hook Hook, anchor link.Anchor, ifindex int, ifname string) (link.Link, error) {
 	var (
 		lk  link.Link
 		err error
@@ -242,9 +270,12 @@ func (l *Loader) create(pin string, prog *ebpf.Program, hook Hook, ifindex int, 
 		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, ebpf.ErrNotSupported) {
 			return nil, fmt.Errorf("attaching %s to %s: %w: %v", prog, ifname, ErrNoNativeXDP, err)
 		}
+	case HookTCXEgress:
+		lk, err = link.AttachTCX(link.TCXOptions{Program: prog, Attach: ebpf.AttachTCXEgress,
+			Interface: ifindex, Anchor: anchor})
 	default:
 		lk, err = link.AttachTCX(link.TCXOptions{Program: prog, Attach: ebpf.AttachTCXIngress,
-			Interface: ifindex, Anchor: link.Head()})
+			Interface: ifindex, Anchor: anchor})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("attaching %s to %s: %w", prog, ifname, err)
@@ -260,6 +291,70 @@ func (l *Loader) create(pin string, prog *ebpf.Program, hook Hook, ifindex int, 
 	return lk, nil
 }
 
+// ACLAttachments are the two links of a port's ACL.
+type ACLAttachments struct {
+	ToVM, FromVM Attachment
+}
+
+// AttachACL attaches the port ACL to ifname, or swaps the programs of its
+// pinned links: toward the VM at tcx egress, from it at tcx ingress after
+// everything else there (the guard's tcx link, on a veth, is at the head).
+func (l *Loader) AttachACL(ifname string) (ACLAttachments, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	nl, err := netlink.LinkByName(ifname)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return ACLAttachments{}, fmt.Errorf("attaching the ACL to %s: %w", ifname, ErrInterfaceNotFound)
+		}
+		return ACLAttachments{}, fmt.Errorf("looking up %s: %w", ifname, err)
+	}
+	ifindex := nl.Attrs().Index
+	var out ACLAttachments
+	for _, h := range []struct {
+		prog string
+		hook Hook
+		into *Attachment
+	}{
+		{guard.ProgACLToVM, HookTCXEgress, &out.ToVM},
+		{guard.ProgACLFromVM, HookTCX, &out.FromVM},
+	} {
+		prog := l.acl.Programs[h.prog]
+		pin := LinkPath(l.base, ifname, h.prog)
+		lk, err := l.updatePinned(pin, prog, uint32(ifindex))
+		if errors.Is(err, os.ErrNotExist) {
+			lk, err = l.create(pin, prog, h.hook, link.Tail(), ifindex, ifname)
+		}
+		if err != nil {
+			return ACLAttachments{}, err
+		}
+		a, err := describe(ifname, pin, lk)
+		lk.Close()
+		if err != nil {
+			return ACLAttachments{}, err
+		}
+		*h.into = a
+	}
+	return out, nil
+}
+
+// DetachACL removes the port ACL from ifname (the guard stays).
+func (l *Loader) DetachACL(ifname string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for _, p := range []string{guard.ProgACLToVM, guard.ProgACLFromVM} {
+		if err := unpin(LinkPath(l.base, ifname, p)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("detaching the ACL from %s: %w", ifname, err)
+	}
+	return nil
+}
+
 // Detach removes the guard from ifname by unpinning its links (the last
 // reference, so the kernel detaches). Only an explicit request does this;
 // a daemon exit never does.
@@ -267,7 +362,7 @@ func (l *Loader) Detach(ifname string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var errs []error
-	for _, p := range []string{guard.ProgXDP, guard.ProgTCX} {
+	for _, p := range []string{guard.ProgXDP, guard.ProgTCX, guard.ProgACLFromVM, guard.ProgACLToVM} {
 		if err := unpin(LinkPath(l.base, ifname, p)); err != nil {
 			errs = append(errs, err)
 		}

@@ -3,6 +3,7 @@
 package pivirtv1
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"strconv"
@@ -158,23 +159,38 @@ func checkPort(errs *ErrorList, path string, p int) bool {
 
 // checkPortRange checks "N" or "N-M" with 1 <= N <= M <= 65535.
 func checkPortRange(errs *ErrorList, path, s string) bool {
-	lo, hi, isRange := strings.Cut(s, "-")
-	if !isRange {
-		hi = lo
-	}
-	a, err1 := strconv.Atoi(lo)
-	b, err2 := strconv.Atoi(hi)
+	_, _, err := ParsePortRange(s)
 	switch {
-	case err1 != nil || err2 != nil || strings.HasPrefix(lo, "+") || strings.HasPrefix(hi, "+"):
-		errs.Add(path, show(s), "is not a port or port range (want e.g. 22 or 8000-8080)")
-	case a < 1 || a > 65535 || b < 1 || b > 65535:
-		errs.Add(path, s, "is out of range 1-65535")
-	case a > b:
-		errs.Add(path, s, "starts after it ends")
-	default:
+	case err == nil:
 		return true
+	case errors.Is(err, errNotPort):
+		errs.Add(path, show(s), "%v", err)
+	default:
+		errs.Add(path, s, "%v", err)
 	}
 	return false
+}
+
+var errNotPort = errors.New("is not a port or port range (want e.g. 22 or 8000-8080)")
+
+// ParsePortRange parses a port ("22") or an inclusive range
+// ("8000-8080") of ports 1-65535.
+func ParsePortRange(s string) (lo, hi uint16, err error) {
+	l, h, isRange := strings.Cut(s, "-")
+	if !isRange {
+		h = l
+	}
+	a, err1 := strconv.Atoi(l)
+	b, err2 := strconv.Atoi(h)
+	switch {
+	case err1 != nil || err2 != nil || strings.HasPrefix(l, "+") || strings.HasPrefix(h, "+"):
+		return 0, 0, errNotPort
+	case a < 1 || a > 65535 || b < 1 || b > 65535:
+		return 0, 0, errors.New("is out of range 1-65535")
+	case a > b:
+		return 0, 0, errors.New("starts after it ends")
+	}
+	return uint16(a), uint16(b), nil
 }
 
 // checkDomain checks a DNS domain name (RFC 1123 labels, any case).

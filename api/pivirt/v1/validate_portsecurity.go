@@ -55,12 +55,35 @@ func (s *PortSecuritySpec) Validate() ErrorList {
 	return errs
 }
 
+// MaxACLEntries is how many match entries one direction of a port's ACL
+// may take in the dataplane (PV_ACL_MAX_RULES; control/compile checks the
+// two agree).
+const MaxACLEntries = 64
+
+// ACLMatchEntries is how many match entries rules take: one per CIDR and
+// port range of each rule (a rule without either takes one).
+func ACLMatchEntries(rules []ACLRule) int {
+	n := 0
+	for _, r := range rules {
+		n += max(1, len(r.CIDRs)) * max(1, len(r.Ports))
+	}
+	return n
+}
+
 func (a *ACLSpec) validate(errs *ErrorList) {
 	for i, r := range a.Ingress {
 		r.validate(errs, "spec.acl.ingress["+itoa(i)+"].")
 	}
 	for i, r := range a.Egress {
 		r.validate(errs, "spec.acl.egress["+itoa(i)+"].")
+	}
+	for _, d := range []struct {
+		path  string
+		rules []ACLRule
+	}{{"spec.acl.ingress", a.Ingress}, {"spec.acl.egress", a.Egress}} {
+		if n := ACLMatchEntries(d.rules); n > MaxACLEntries {
+			errs.Add(d.path, itoa(n)+" match entries", "exceeds %d: a rule takes one per CIDR and port range (use wider CIDRs or port ranges)", MaxACLEntries)
+		}
 	}
 	checkOneOf(errs, "spec.acl.defaultIngress", a.DefaultIngress, ActionAllow, ActionDeny)
 	checkOneOf(errs, "spec.acl.defaultEgress", a.DefaultEgress, ActionAllow, ActionDeny)
