@@ -35,6 +35,20 @@ type PortStatus struct {
 	ProgramID uint32            `json:"programID,omitempty"`
 	LinkID    uint32            `json:"linkID,omitempty"`
 	Counters  map[string]uint64 `json:"counters,omitempty"`
+	ACL       *ACLStatus        `json:"acl,omitempty"`
+}
+
+// ACLStatus is the compiled and attached spec.acl of a port.
+type ACLStatus struct {
+	Stateful bool `json:"stateful"`
+	// Match entries per direction: a rule takes one per CIDR and port
+	// range.
+	IngressEntries int    `json:"ingressEntries"`
+	EgressEntries  int    `json:"egressEntries"`
+	Version        string `json:"version"`
+	// Programs toward the VM (tcx egress) and from it (tcx ingress).
+	ToVMProgramID   uint32 `json:"toVMProgramID,omitempty"`
+	FromVMProgramID uint32 `json:"fromVMProgramID,omitempty"`
 }
 
 // Controller is the guard reconciler.
@@ -48,6 +62,7 @@ type Controller struct {
 
 	mu       sync.Mutex                   // Loader is not safe for concurrent use
 	attached map[string]loader.Attachment // by interface
+	withACL  map[string]bool              // interfaces with the ACL attached
 }
 
 // Reconcile is a reconcile.Func over NetworkSegment, DHCPLease and
@@ -57,6 +72,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	defer c.mu.Unlock()
 	if c.attached == nil {
 		c.attached = map[string]loader.Attachment{}
+		c.withACL = map[string]bool{}
 		if err := c.loadAttached(); err != nil {
 			return err
 		}
@@ -134,6 +150,9 @@ func (c *Controller) syncPorts(snap reconcile.Snapshot, desired compile.Desired)
 				if t, err := c.Loader.Maps().Counters.Lookup(countermap.NewKey(a.Ifindex)); err == nil {
 					st.Counters = t.ByName()
 				}
+				if err := c.syncACL(o, cs, &st); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		} else if cs.Phase == pivirtv1.PhasePending && cs.Interface != "" {
 			c.Events.Record(o.Kind, o.Metadata.Name, events.Normal, "Pending", cs.Message)
@@ -144,6 +163,7 @@ func (c *Controller) syncPorts(snap reconcile.Snapshot, desired compile.Desired)
 		if want[ifname] {
 			continue
 		}
+		delete(c.withACL, ifname) // Detach takes the ACL's links too
 		if err := c.Loader.Detach(ifname); err != nil {
 			errs = append(errs, fmt.Errorf("detaching guard from %s: %w", ifname, err))
 			continue
@@ -154,9 +174,44 @@ func (c *Controller) syncPorts(snap reconcile.Snapshot, desired compile.Desired)
 	return updates, errors.Join(errs...)
 }
 
+// syncACL attaches the port ACL to a guarded port whose spec has one,
+// and detaches it from one whose spec no longer has (its pv_acl entries
+// are gone by now, so the programs were passing everything already).
+func (c *Controller) syncACL(o *pivirtv1.Object, cs compile.Status, st *PortStatus) error {
+	ifname := cs.Interface
+	if cs.ACL == nil {
+		if !c.withACL[ifname] {
+			return nil
+		}
+		if err := c.Loader.DetachACL(ifname); err != nil {
+			return err
+		}
+		delete(c.withACL, ifname)
+		c.Events.Record(o.Kind, o.Metadata.Name, events.Normal, "ACLDetached", "spec.acl removed from "+ifname)
+		return nil
+	}
+	as, err := c.Loader.AttachACL(ifname)
+	if err != nil {
+		st.Phase, st.Message = pivirtv1.PhaseFailed, err.Error()
+		c.Events.Record(o.Kind, o.Metadata.Name, events.Warning, "AttachFailed", err.Error())
+		return fmt.Errorf("attaching the ACL to %s: %w", ifname, err)
+	}
+	if !c.withACL[ifname] {
+		c.Events.Record(o.Kind, o.Metadata.Name, events.Normal, "ACLAttached",
+			fmt.Sprintf("%s on %s tcx egress (program %d), %s on tcx ingress (program %d)",
+				as.ToVM.Program, ifname, as.ToVM.ProgramID, as.FromVM.Program, as.FromVM.ProgramID))
+	}
+	c.withACL[ifname] = true
+	st.ACL = &ACLStatus{Stateful: cs.ACL.Stateful, IngressEntries: cs.ACL.Ingress, EgressEntries: cs.ACL.Egress,
+		Version: fmt.Sprintf("0x%08x", cs.ACL.Version),
+		ToVMProgramID: uint32(as.ToVM.ProgramID), FromVMProgramID: uint32(as.FromVM.ProgramID)}
+	return nil
+}
+
 // guardMaps are the loader's maps as sync writes them.
 func guardMaps(m loader.Maps) mapsync.GuardMaps {
-	return mapsync.GuardMaps{Ports: m.Ports, Allow4: m.Allow4, Allow6: m.Allow6, Leases: m.Leases, Counters: m.Counters}
+	return mapsync.GuardMaps{Ports: m.Ports, Allow4: m.Allow4, Allow6: m.Allow6, Leases: m.Leases, Counters: m.Counters,
+		ACL: m.ACL, Conntrack: m.Conntrack}
 }
 
 func attachName(a loader.Attachment) string {
@@ -174,8 +229,14 @@ func (c *Controller) loadAttached() error {
 		return fmt.Errorf("listing pinned guard links: %w", err)
 	}
 	for _, a := range as {
-		if a.PinPath != "" && (a.Program == dpguard.ProgXDP || a.Program == dpguard.ProgTCX) {
+		if a.PinPath == "" {
+			continue
+		}
+		switch a.Program {
+		case dpguard.ProgXDP, dpguard.ProgTCX:
 			c.attached[a.Interface] = a
+		case dpguard.ProgACLToVM, dpguard.ProgACLFromVM:
+			c.withACL[a.Interface] = true
 		}
 	}
 	return nil

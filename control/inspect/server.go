@@ -170,6 +170,7 @@ func (s *Server) Desired(ctx context.Context, req *connect.Request[inspectv1.Des
 		dpguard.MapAllow4: entries(d.Allow4),
 		dpguard.MapAllow6: entries(d.Allow6),
 		dpguard.MapLeases: entries(d.Leases),
+		dpguard.MapACL:    entries(d.ACL),
 	}
 	out := &inspectv1.DesiredResponse{Revision: rev}
 	for _, r := range drift {
@@ -179,8 +180,8 @@ func (s *Server) Desired(ctx context.Context, req *connect.Request[inspectv1.Des
 		out.Maps = append(out.Maps, desiredMap(r, desired[r.Map]))
 	}
 	if req.Msg.Map != "" && len(out.Maps) == 0 {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("map %q is not compiled from the store (compiled: %s, %s, %s, %s)", req.Msg.Map,
-			dpguard.MapAllow4, dpguard.MapAllow6, dpguard.MapLeases, dpguard.MapPorts))
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("map %q is not compiled from the store (compiled: %s)", req.Msg.Map,
+			strings.Join(slices.Sorted(maps.Keys(desired)), ", ")))
 	}
 	return connect.NewResponse(out), nil
 }
