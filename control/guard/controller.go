@@ -203,7 +203,7 @@ func (c *Controller) syncACL(o *pivirtv1.Object, cs compile.Status, st *PortStat
 	}
 	c.withACL[ifname] = true
 	st.ACL = &ACLStatus{Stateful: cs.ACL.Stateful, IngressEntries: cs.ACL.Ingress, EgressEntries: cs.ACL.Egress,
-		Version: fmt.Sprintf("0x%08x", cs.ACL.Version),
+		Version:       fmt.Sprintf("0x%08x", cs.ACL.Version),
 		ToVMProgramID: uint32(as.ToVM.ProgramID), FromVMProgramID: uint32(as.FromVM.ProgramID)}
 	return nil
 }

@@ -186,7 +186,7 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 		AllowedAddressPairs: []pivirtv1.AddressPair{{IPAddress: "10.0.0.0/24"}}})
 	p1 := obj(t, pivirtv1.KindPortSecurity, "p1", pivirtv1.PortSecuritySpec{Interface: "tap1", MACAddress: "52:54:00:00:00:02",
 		IPAddresses: []string{"192.168.100.11"},
-		ACL: &pivirtv1.ACLSpec{Ingress: []pivirtv1.ACLRule{{Action: "allow", Protocol: "tcp", Ports: []string{"22"}}}}})
+		ACL:         &pivirtv1.ACLSpec{Ingress: []pivirtv1.ACLRule{{Action: "allow", Protocol: "tcp", Ports: []string{"22"}}}}})
 
 	check := func(d compile.Desired) {
 		t.Helper()
