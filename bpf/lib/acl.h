@@ -272,14 +272,14 @@ static __always_inline __u64 acl_timeout(__u8 proto)
 {
 	switch (proto) {
 	case IPPROTO_TCP:
-		return PV_CT_TCP_TIMEOUT * ACL_NS;
+		return (__u64)PV_CT_TCP_TIMEOUT * ACL_NS;
 	case IPPROTO_UDP:
-		return PV_CT_UDP_TIMEOUT * ACL_NS;
+		return (__u64)PV_CT_UDP_TIMEOUT * ACL_NS;
 	case IPPROTO_ICMP:
 	case IPPROTO_ICMPV6:
-		return PV_CT_ICMP_TIMEOUT * ACL_NS;
+		return (__u64)PV_CT_ICMP_TIMEOUT * ACL_NS;
 	}
-	return PV_CT_OTHER_TIMEOUT * ACL_NS;
+	return (__u64)PV_CT_OTHER_TIMEOUT * ACL_NS;
 }
 
 /* acl_tracked reports whether k is a flow the ACL of this version let

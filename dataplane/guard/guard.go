@@ -5,6 +5,7 @@ package guard
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -101,6 +102,14 @@ const (
 	ACLDeny     ACLAction = typesPvAclActionPV_ACL_DENY
 	ACLAllow    ACLAction = typesPvAclActionPV_ACL_ALLOW
 	ACLStateful ACLFlags  = typesPvAclFlagsPV_ACL_STATEFUL
+)
+
+// Idle timeouts of tracked flows (enum pv_ct_timeout).
+const (
+	CTTimeoutTCP   = time.Duration(typesPvCtTimeoutPV_CT_TCP_TIMEOUT) * time.Second
+	CTTimeoutUDP   = time.Duration(typesPvCtTimeoutPV_CT_UDP_TIMEOUT) * time.Second
+	CTTimeoutICMP  = time.Duration(typesPvCtTimeoutPV_CT_ICMP_TIMEOUT) * time.Second
+	CTTimeoutOther = time.Duration(typesPvCtTimeoutPV_CT_OTHER_TIMEOUT) * time.Second
 )
 
 // String is "ingress" or "egress".

@@ -111,6 +111,15 @@ type typesPvCtKey struct {
 	PeerAddr [16]uint8
 }
 
+type typesPvCtTimeout uint32
+
+const (
+	typesPvCtTimeoutPV_CT_TCP_TIMEOUT   typesPvCtTimeout = 3600
+	typesPvCtTimeoutPV_CT_UDP_TIMEOUT   typesPvCtTimeout = 180
+	typesPvCtTimeoutPV_CT_ICMP_TIMEOUT  typesPvCtTimeout = 30
+	typesPvCtTimeoutPV_CT_OTHER_TIMEOUT typesPvCtTimeout = 600
+)
+
 type typesPvLease struct {
 	_             structs.HostLayout
 	Ip            uint32
@@ -204,6 +213,7 @@ const (
 	typesVarPvAclDirBtf     = "pv_acl_dir_btf"
 	typesVarPvAclFlagsBtf   = "pv_acl_flags_btf"
 	typesVarPvAllowFlagsBtf = "pv_allow_flags_btf"
+	typesVarPvCtTimeoutBtf  = "pv_ct_timeout_btf"
 	typesVarPvLeaseFlagsBtf = "pv_lease_flags_btf"
 	typesVarPvPortFlagsBtf  = "pv_port_flags_btf"
 	typesVarPvReasonBtf     = "pv_reason_btf"
@@ -274,6 +284,7 @@ type typesVariableSpecs struct {
 	PvAclDirBtf     *ebpf.VariableSpec `ebpf:"pv_acl_dir_btf"`
 	PvAclFlagsBtf   *ebpf.VariableSpec `ebpf:"pv_acl_flags_btf"`
 	PvAllowFlagsBtf *ebpf.VariableSpec `ebpf:"pv_allow_flags_btf"`
+	PvCtTimeoutBtf  *ebpf.VariableSpec `ebpf:"pv_ct_timeout_btf"`
 	PvLeaseFlagsBtf *ebpf.VariableSpec `ebpf:"pv_lease_flags_btf"`
 	PvPortFlagsBtf  *ebpf.VariableSpec `ebpf:"pv_port_flags_btf"`
 	PvReasonBtf     *ebpf.VariableSpec `ebpf:"pv_reason_btf"`
@@ -328,6 +339,7 @@ type typesVariables struct {
 	PvAclDirBtf     *ebpf.Variable `ebpf:"pv_acl_dir_btf"`
 	PvAclFlagsBtf   *ebpf.Variable `ebpf:"pv_acl_flags_btf"`
 	PvAllowFlagsBtf *ebpf.Variable `ebpf:"pv_allow_flags_btf"`
+	PvCtTimeoutBtf  *ebpf.Variable `ebpf:"pv_ct_timeout_btf"`
 	PvLeaseFlagsBtf *ebpf.Variable `ebpf:"pv_lease_flags_btf"`
 	PvPortFlagsBtf  *ebpf.Variable `ebpf:"pv_port_flags_btf"`
 	PvReasonBtf     *ebpf.Variable `ebpf:"pv_reason_btf"`

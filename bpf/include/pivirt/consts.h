@@ -44,13 +44,16 @@
 #define PV_ACL_MAX_RULES	64
 /* Tracked flows of every port (LRU: the least recently used go first). */
 #define PV_MAX_CT		131072
-/* Idle timeouts of tracked flows, in seconds. No TCP state machine: a
- * flow lives while packets keep coming, as conntrack's loose pickup.
+/* enum pv_ct_timeout: idle timeouts of tracked flows, in seconds (an
+ * enum so that bpf2go gives Go the values). No TCP state machine: a flow
+ * lives while packets keep coming, as conntrack's loose pickup.
  */
-#define PV_CT_TCP_TIMEOUT	3600
-#define PV_CT_UDP_TIMEOUT	180
-#define PV_CT_ICMP_TIMEOUT	30
-#define PV_CT_OTHER_TIMEOUT	600
+enum pv_ct_timeout {
+	PV_CT_TCP_TIMEOUT   = 3600,
+	PV_CT_UDP_TIMEOUT   = 180,
+	PV_CT_ICMP_TIMEOUT  = 30,
+	PV_CT_OTHER_TIMEOUT = 600,
+};
 
 /* enum pv_port_flags: struct pv_port.flags, the switchable guards. */
 enum pv_port_flags {

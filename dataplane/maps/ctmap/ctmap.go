@@ -27,17 +27,18 @@ type Key guard.CTKey
 // Value mirrors struct pv_ct.
 type Value guard.CT
 
-// Idle timeouts of tracked flows (PV_CT_*_TIMEOUT in consts.h).
-var timeouts = map[uint8]time.Duration{6: time.Hour, 17: 3 * time.Minute, 1: 30 * time.Second, 58: 30 * time.Second}
-
-const otherTimeout = 10 * time.Minute
-
-// Timeout is the idle timeout of a flow of protocol proto.
+// Timeout is the idle timeout of a flow of protocol proto, as the ACL
+// program applies it.
 func Timeout(proto uint8) time.Duration {
-	if t, ok := timeouts[proto]; ok {
-		return t
+	switch proto {
+	case 6:
+		return guard.CTTimeoutTCP
+	case 17:
+		return guard.CTTimeoutUDP
+	case 1, 58:
+		return guard.CTTimeoutICMP
 	}
-	return otherTimeout
+	return guard.CTTimeoutOther
 }
 
 // NewKey returns the key of a flow seen from the VM's side.
