@@ -12,7 +12,9 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/aclmap"
 	"pivirt.hu/dataplane/dataplane/maps/allowmap"
+	"pivirt.hu/dataplane/dataplane/maps/ctmap"
 	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
 	"pivirt.hu/dataplane/test/testutil"
@@ -91,5 +93,58 @@ func BenchmarkGuard(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkACL measures ns per packet of the port ACL toward the VM
+// through BPF_PROG_TEST_RUN: a stateless ACL whose last of n match
+// entries admits the packet (the rule walk a flow's first packet pays),
+// and a stateful ACL's packet of a tracked flow among f tracked flows.
+func BenchmarkACL(b *testing.B) {
+	testutil.RequireBPF(b)
+	in := tcp4(b, ap(aclOutside, 40000), ap(vmIP, 9000))
+	miss := func(i int) aclmap.Entry { // never matches the frame
+		return aclmap.Entry{Action: guard.ACLAllow, Proto: aclmap.ProtoTCP, PortMin: uint16(100 + i), PortMax: uint16(100 + i)}
+	}
+	last := aclmap.Entry{Action: guard.ACLAllow, Proto: aclmap.ProtoTCP, PortMin: 9000, PortMax: 9000}
+	for _, n := range []int{4, 16, 64} {
+		p := loadACL(b)
+		var es []aclmap.Entry
+		for i := 0; i < n-1-3; i++ { // programACL has 3 ingress entries of its own
+			es = append(es, miss(i))
+		}
+		programACL(b, p, 0, append(es, last)...)
+		b.Run(fmt.Sprintf("stateless/entries=%d", n), func(b *testing.B) {
+			v, _, err := guard.RunSKB(p.toVM, port, in, 1)
+			testutil.SkipIfNotSupported(b, err)
+			if err != nil || v != guard.VerdictPass {
+				b.Fatalf("verdict %v, %v", v, err)
+			}
+			_, per, err := p.toVM.Benchmark(in, b.N, nil)
+			must(b, err)
+			b.ReportMetric(float64(per.Nanoseconds()), "ns/pkt")
+		})
+	}
+	for _, f := range []int{1, 100_000} {
+		p := loadACL(b)
+		programACL(b, p, guard.ACLStateful)
+		// The flow under test, opened by the VM, then f-1 others.
+		out := tcp4(b, ap(vmIP, 9000), ap(aclOutside, 40000))
+		if v, _, err := guard.RunSKB(p.fromVM, port, out, 1); err != nil || v != guard.VerdictPass {
+			b.Fatalf("opening the flow: %v, %v", v, err)
+		}
+		var seen ctmap.Value
+		for _, v := range func() map[ctmap.Key]ctmap.Value { m, _ := p.ct.Entries(); return m }() {
+			seen = v
+		}
+		for i := 1; i < f; i++ {
+			peer := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 443)
+			must(b, p.ct.Put(ctmap.NewKey(port, 6, ap(vmIP, 50000), peer), seen))
+		}
+		b.Run(fmt.Sprintf("tracked/flows=%d", f), func(b *testing.B) {
+			_, per, err := p.toVM.Benchmark(in, b.N, nil)
+			must(b, err)
+			b.ReportMetric(float64(per.Nanoseconds()), "ns/pkt")
+		})
 	}
 }
