@@ -14,7 +14,8 @@
 # Steps: start pivirtd, apply a NetworkSegment, a static DHCPLease and a
 # PortSecurity, run a real dhclient in the VM through the guard, show
 # get/describe, then the compiled maps and programs, and a spoofed packet
-# being dropped.
+# being dropped, then a port ACL (ingress SSH only) that drops the host's
+# ping and lets the replies of the VM's own ping through.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/bin}
@@ -97,5 +98,21 @@ ip -n "$VMNS" addr add 192.168.100.66/24 dev eth0
 ip netns exec "$VMNS" ping -c 2 -W 1 -I 192.168.100.66 192.168.100.1 | tail -2 || true
 ctl inspect map pv_counters_v2
 ctl simulate vm1-port --src-mac 52:54:00:12:34:56 --src-ip 192.168.100.66 --dst-ip 192.168.100.1 --proto icmp
+
+step "the port ACL: only SSH comes in, what the VM opens gets its replies"
+cat >>"$WORK/port.yaml" <<'YAML'
+  acl:
+    ingress: [{action: allow, protocol: tcp, ports: ["22"], cidrs: ["192.168.100.0/24"]}]
+YAML
+ctl apply -f "$WORK/port.yaml"
+for _ in $(seq 50); do ctl inspect progs 2>/dev/null | grep -q pv_acl_to_vm && break; sleep 0.1; done
+ctl inspect progs
+ctl inspect map pv_acl
+VMIP=$(ip -n "$VMNS" -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1 | head -1)
+echo "host pings the VM ($VMIP): no ingress rule allows ICMP"
+ip netns exec "$HOSTNS" ping -c 2 -W 1 "$VMIP" | tail -2 || true
+echo "the VM pings the host: its echo is tracked, the replies pass"
+ip netns exec "$VMNS" ping -c 2 -W 1 -I "$VMIP" 192.168.100.1 | tail -2
+ctl inspect map pv_conntrack
 
 step "done: cleaning up namespaces, pivirtd and its pins"
