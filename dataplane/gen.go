@@ -9,3 +9,4 @@ package dataplane
 //go:generate go tool bpf2go -go-package guard -output-dir guard -target bpfel -cflags "-O2 -g -Wall -Werror -I../bpf/include -I../bpf -I/usr/include/x86_64-linux-gnu" -no-global-types tcx_guard ../bpf/tcx_guard.c
 //go:generate go tool bpf2go -go-package guard -output-dir guard -target bpfel -cflags "-O2 -g -Wall -Werror -I../bpf/include -I../bpf -I/usr/include/x86_64-linux-gnu" -no-global-types tc_sim ../bpf/tc_sim.c
 //go:generate go tool bpf2go -go-package guard -output-dir guard -target bpfel -cflags "-O2 -g -Wall -Werror -I../bpf/include -I../bpf -I/usr/include/x86_64-linux-gnu" -no-global-types tcx_acl ../bpf/tcx_acl.c
+//go:generate go tool bpf2go -go-package guard -output-dir guard -target bpfel -cflags "-O2 -g -Wall -Werror -I../bpf/include -I../bpf -I/usr/include/x86_64-linux-gnu" -no-global-types tc_acl_sim ../bpf/tc_acl_sim.c

@@ -169,6 +169,46 @@ func TestPrivilegedACLEndToEnd(t *testing.T) {
 	wantContains(t, "inspect map pv_conntrack", d.MustCtl("inspect", "map", "pv_conntrack"),
 		"tcp 192.168.60.10:22 <-> 192.168.60.1:", "origin=ingress", "origin=egress")
 
+	// simulate shows the ACL's verdicts without counting them.
+	// Only denied traffic moves the ACL's drop counters; the guest's own
+	// IPv6 chatter may move the others meanwhile.
+	drops := func() string {
+		var cs []struct {
+			Interface string            `json:"interface"`
+			Reasons   map[string]uint64 `json:"reasons"`
+		}
+		out := d.MustCtl("inspect", "map", "pv_counters_v2", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &cs); err != nil {
+			t.Fatalf("decoding counters: %v\n%s", err, out)
+		}
+		for _, c := range cs {
+			if c.Interface == "hpacl" {
+				return fmt.Sprintf("acl-ingress=%d acl-egress=%d", c.Reasons["acl-ingress"], c.Reasons["acl-egress"])
+			}
+		}
+		t.Fatalf("no counters of hpacl in:\n%s", out)
+		return ""
+	}
+	before := drops()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--to-vm", "--src-mac", "02:00:00:00:00:01", "--src-ip", "192.168.60.1", "--dst-ip", "192.168.60.10",
+			"--proto", "tcp", "--sport", "40000", "--dport", "23"}, "DROP (reason: acl-ingress) by pv_sim_to_vm"},
+		{[]string{"--to-vm", "--src-mac", "02:00:00:00:00:01", "--src-ip", "192.168.60.1", "--dst-ip", "192.168.60.10",
+			"--proto", "tcp", "--sport", "40000", "--dport", "22"}, "PASS (reason: pass-to-vm)"},
+		{[]string{"--src-mac", "52:54:00:00:60:01", "--src-ip", "192.168.60.10", "--dst-ip", "192.168.60.1",
+			"--proto", "tcp", "--sport", "40000", "--dport", "25"}, "DROP (reason: acl-egress) by pv_sim_from_vm"},
+		{[]string{"--src-mac", "52:54:00:00:60:01", "--src-ip", "192.168.60.10", "--dst-ip", "192.168.60.1",
+			"--proto", "tcp", "--sport", "40000", "--dport", "8080"}, "PASS (reason: pass)"},
+	} {
+		wantContains(t, "simulate "+strings.Join(c.args, " "), d.MustCtl(append([]string{"simulate", "hpacl"}, c.args...)...), c.want)
+	}
+	if after := drops(); after != before || strings.Contains(before, "=0 ") || strings.HasSuffix(before, "=0") {
+		t.Errorf("ACL drop counters %s before simulate (both counted by now), %s after (simulate counts nothing)", before, after)
+	}
+
 	// The ACL keeps enforcing while pivirtd is dead.
 	d.Kill9()
 	check("r2 (pivirtd killed)", false)

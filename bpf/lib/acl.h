@@ -21,6 +21,13 @@
 #include "lib/parse.h"
 #include "pivirt/acl_maps.h"
 
+/* The simulation twin (tc_acl_sim.c) defines PV_ACL_SIM: it reads the
+ * maps but writes nothing, neither counters nor tracked flows.
+ */
+#ifndef PV_ACL_SIM
+#define PV_ACL_SIM 0
+#endif
+
 #define ACL_NS			1000000000ull
 /* A tracked flow's last-seen time is rewritten at most once a second. */
 #define ACL_REFRESH_NS		ACL_NS
@@ -296,7 +303,7 @@ static __always_inline int acl_tracked(const struct pv_acl_set *acl, struct pv_c
 	seen = ct->seen_mono_ns;
 	if (now > seen && now - seen > acl_timeout(k->proto))
 		return 0;
-	if (now > seen && now - seen > ACL_REFRESH_NS)
+	if (!PV_ACL_SIM && now > seen && now - seen > ACL_REFRESH_NS)
 		ct->seen_mono_ns = now;
 	return 1;
 }
@@ -339,7 +346,7 @@ static __always_inline __u32 pv_acl_check(struct __sk_buff *ctx, __u32 dir, __u3
 		p.have_ports = 0; /* matched as ICMP, like any ICMP message */
 	if (pv_acl_match(acl, &p) != PV_ACL_ALLOW)
 		return dir == PV_ACL_INGRESS ? PV_R_ACL_INGRESS : PV_R_ACL_EGRESS;
-	if (stateful && kind == ACL_TRACK) {
+	if (!PV_ACL_SIM && stateful && kind == ACL_TRACK) {
 		struct pv_ct v = { .seen_mono_ns = now, .version = acl->version, .origin = dir };
 
 		bpf_map_update_elem(&pv_conntrack, &p.ct, &v, BPF_ANY);

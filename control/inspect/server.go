@@ -209,7 +209,15 @@ func entries[K comparable, V any](m map[K]V) []*inspectv1.MapEntry {
 // Simulate runs a frame through the guard of a port.
 func (s *Server) Simulate(ctx context.Context, req *connect.Request[inspectv1.SimulateRequest]) (*connect.Response[inspectv1.SimulateResponse], error) {
 	start := time.Now()
-	r, err := s.Loader.SimulatePort(req.Msg.Port, req.Msg.Frame, false)
+	var (
+		r   loader.SimResult
+		err error
+	)
+	if req.Msg.ToVm {
+		r, err = s.Loader.SimulateToVM(req.Msg.Port, req.Msg.Frame)
+	} else {
+		r, err = s.Loader.SimulatePort(req.Msg.Port, req.Msg.Frame, false)
+	}
 	if err != nil {
 		code := connect.CodeInternal
 		switch {
@@ -222,7 +230,12 @@ func (s *Server) Simulate(ctx context.Context, req *connect.Request[inspectv1.Si
 	}
 	out := &inspectv1.SimulateResponse{Verdict: strings.ToUpper(r.Verdict.String()), Reason: r.Reason.String(),
 		Program: "pv_tc_sim (the guard's simulation twin)", DurationNs: time.Since(start).Nanoseconds()}
-	if r.Attached != nil {
+	switch {
+	case r.ByACL && req.Msg.ToVm:
+		out.Program = dpguard.ProgSimToVM + " (the port ACL's simulation twin, ingress rules)"
+	case r.ByACL:
+		out.Program = dpguard.ProgSimFromVM + " (the port ACL's simulation twin, egress rules)"
+	case r.Attached != nil:
 		out.Program = fmt.Sprintf("%s as attached (%s)", r.Attached.Program, r.Attached.Mode)
 		out.ProgramId = uint32(r.Attached.ProgramID)
 	}

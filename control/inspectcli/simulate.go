@@ -19,6 +19,7 @@ import (
 
 // packet describes the frame simulate builds.
 type packet struct {
+	toVM           bool
 	srcMAC, dstMAC string
 	srcIP, dstIP   string
 	proto          string
@@ -32,16 +33,21 @@ func simulateCmd(client clientFunc) *cobra.Command {
 	var p packet
 	cmd := &cobra.Command{
 		Use:   "simulate PORT",
-		Short: "Run a described packet through the guard loaded on PORT and print the verdict and reason",
-		Long: `Build the frame a VM on PORT would send, run it through the very program
-attached there (BPF_PROG_TEST_RUN: no packet leaves, nothing is counted in
-the live counters) and print the verdict and the reason the program gives.`,
+		Short: "Run a described packet through the guard and ACL loaded on PORT and print the verdict and reason",
+		Long: `Build the frame a VM on PORT would send, run it through the guard and, if
+the port has one, the egress rules of its ACL (BPF_PROG_TEST_RUN of their
+simulation twins over the live maps: no packet leaves, nothing is counted
+and no flow is tracked) and print the verdict and the reason. With --to-vm
+the frame goes the other way, through the ACL's ingress rules; a flow the
+ACL tracks passes as it would.`,
 		Example: `  # a DHCP server answer from a VM (dropped by the DHCP guard)
   pivirtctl simulate tap-web01-0 --src-mac 52:54:00:12:34:56 --src-ip 192.168.100.10 --proto udp --sport 67 --dport 68
   # a spoofed source address
   pivirtctl simulate tap-web01-0 --src-mac 52:54:00:12:34:56 --src-ip 192.168.100.66 --dst-ip 192.168.100.1 --proto icmp
   # an ARP reply claiming another address
-  pivirtctl simulate tap-web01-0 --src-mac 52:54:00:12:34:56 --proto arp --arp-op reply --src-ip 192.168.100.1`,
+  pivirtctl simulate tap-web01-0 --src-mac 52:54:00:12:34:56 --proto arp --arp-op reply --src-ip 192.168.100.1
+  # telnet toward the VM, through its ACL's ingress rules
+  pivirtctl simulate tap-web01-0 --to-vm --src-mac 02:00:00:00:00:01 --src-ip 10.1.2.3 --dst-ip 192.168.100.10 --proto tcp --sport 40000 --dport 23`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			frame, err := p.frame()
@@ -52,7 +58,7 @@ the live counters) and print the verdict and the reason the program gives.`,
 			if err != nil {
 				return err
 			}
-			resp, err := c.Simulate(cmd.Context(), connect.NewRequest(&inspectv1.SimulateRequest{Port: args[0], Frame: frame}))
+			resp, err := c.Simulate(cmd.Context(), connect.NewRequest(&inspectv1.SimulateRequest{Port: args[0], Frame: frame, ToVm: p.toVM}))
 			if err != nil {
 				return err
 			}
@@ -62,6 +68,7 @@ the live counters) and print the verdict and the reason the program gives.`,
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&p.toVM, "to-vm", false, "send the frame toward the VM, through the port ACL's ingress rules")
 	f.StringVar(&p.srcMAC, "src-mac", "", "source MAC (required unless --hex)")
 	f.StringVar(&p.dstMAC, "dst-mac", "ff:ff:ff:ff:ff:ff", "destination MAC")
 	f.StringVar(&p.srcIP, "src-ip", "0.0.0.0", "source IP (IPv4, or IPv6 with --proto ra|icmpv6); ARP: sender IP")

@@ -290,3 +290,59 @@ func aclCounts(t testing.TB, p aclProgs) countermap.Totals {
 	must(t, err)
 	return c
 }
+
+// TestPrivilegedACLSimTwin checks that the simulation twins decide as the
+// ACL programs do, over the same maps, and write nothing: no counter, no
+// tracked flow.
+func TestPrivilegedACLSimTwin(t *testing.T) {
+	p := loadACL(t)
+	spec, err := guard.ACLSimSpec()
+	must(t, err)
+	maps := map[string]*ebpf.Map{guard.MapACL: p.acl.Raw(), guard.MapConntrack: p.ct.Raw(),
+		guard.MapPorts: p.ports.Raw(), guard.MapCounters: p.counters.Raw()}
+	for name, ms := range spec.Maps {
+		if maps[name] == nil {
+			ms.Pinning = ebpf.PinNone
+		}
+	}
+	sim, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: maps})
+	testutil.SkipIfNotSupported(t, err)
+	t.Cleanup(func() { sim.Close() })
+	programACL(t, p, guard.ACLStateful)
+	vm := vmIP
+	opened := tcp4(t, ap(vm, 50000), ap(aclOutside, 443))
+	reply := tcp4(t, ap(aclOutside, 443), ap(vm, 50000))
+
+	run := func(name string, toVM bool, frame []byte, want guard.Verdict, reason guard.Reason) {
+		t.Helper()
+		prog := sim.Programs[guard.ProgSimFromVM]
+		if toVM {
+			prog = sim.Programs[guard.ProgSimToVM]
+		}
+		before := aclCounts(t, p)
+		flows, err := p.ct.Entries()
+		must(t, err)
+		v, mark, err := guard.RunSKB(prog, port, frame, 1)
+		must(t, err)
+		if v != want || guard.Reason(mark) != reason {
+			t.Errorf("%s: %s (%s), want %s (%s)", name, v, guard.Reason(mark), want, reason)
+		}
+		if after := aclCounts(t, p); after != before {
+			t.Errorf("%s: the twin counted: %v -> %v", name, before, after)
+		}
+		if now, _ := p.ct.Entries(); len(now) != len(flows) {
+			t.Errorf("%s: the twin tracked a flow: %d -> %d", name, len(flows), len(now))
+		}
+	}
+	run("ssh in", true, tcp4(t, ap(aclPeer, 40000), ap(vm, 22)), guard.VerdictPass, guard.ReasonPassToVM)
+	run("telnet in", true, tcp4(t, ap(aclPeer, 40000), ap(vm, 23)), guard.VerdictDrop, guard.ReasonACLIngress)
+	run("VM opens https", false, opened, guard.VerdictPass, guard.ReasonPass)
+	run("reply before the real program saw the flow", true, reply, guard.VerdictDrop, guard.ReasonACLIngress)
+	if v, _, err := guard.RunSKB(p.fromVM, port, opened, 1); err != nil || v != guard.VerdictPass {
+		t.Fatalf("real program: %v, %v", v, err)
+	}
+	run("reply of the tracked flow", true, reply, guard.VerdictPass, guard.ReasonPassToVM)
+	run("DNS out", false, udp4(t, vmMAC, vm, aclOutside, 1234, 53, []byte("x")), guard.VerdictDrop, guard.ReasonACLEgress)
+	must(t, p.acl.Delete(aclmap.NewKey(port, guard.ACLIngress)))
+	run("no ACL toward the VM", true, tcp4(t, ap(aclPeer, 1), ap(vm, 23)), guard.VerdictPass, guard.ReasonNotGuarded)
+}

@@ -44,6 +44,9 @@ const (
 	// The port ACL: toward the VM at tcx egress, from it at tcx ingress.
 	ProgACLToVM   = "pv_acl_to_vm"
 	ProgACLFromVM = "pv_acl_from_vm"
+	// The port ACL's simulation twins (count nothing, track nothing).
+	ProgSimToVM   = "pv_sim_to_vm"
+	ProgSimFromVM = "pv_sim_from_vm"
 )
 
 // ACLMaxRules is PV_ACL_MAX_RULES: match entries per direction of a port.
@@ -293,6 +296,10 @@ func SimSpec() (*ebpf.CollectionSpec, error) { return loadTc_sim() }
 // ACLSpec returns the CollectionSpec of the port ACL (pv_acl_to_vm,
 // pv_acl_from_vm).
 func ACLSpec() (*ebpf.CollectionSpec, error) { return loadTcx_acl() }
+
+// ACLSimSpec returns the CollectionSpec of the port ACL's simulation twins
+// (pv_sim_to_vm, pv_sim_from_vm).
+func ACLSimSpec() (*ebpf.CollectionSpec, error) { return loadTc_acl_sim() }
 
 // TypesSpec returns the CollectionSpec of bpf/types.c: every map, never
 // loaded, used to check layouts.

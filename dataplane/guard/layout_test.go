@@ -34,6 +34,7 @@ func TestLayout(t *testing.T) {
 		{"tcx_guard", TCXSpec, false},
 		{"tc_sim", SimSpec, false},
 		{"tcx_acl", ACLSpec, true},
+		{"tc_acl_sim", ACLSimSpec, true},
 	}
 	for _, s := range specs {
 		t.Run(s.name, func(t *testing.T) {

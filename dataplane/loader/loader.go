@@ -47,13 +47,14 @@ type Maps struct {
 // bpffs base. It is safe for concurrent use; attach, detach and the
 // first simulation are serialized.
 type Loader struct {
-	mu   sync.Mutex
-	base string
-	xdp  *ebpf.Collection
-	tcx  *ebpf.Collection
-	acl  *ebpf.Collection // the port ACL, over the guard's maps
-	sim  *ebpf.Collection // loaded on first Simulate
-	maps Maps
+	mu     sync.Mutex
+	base   string
+	xdp    *ebpf.Collection
+	tcx    *ebpf.Collection
+	acl    *ebpf.Collection // the port ACL, over the guard's maps
+	sim    *ebpf.Collection // loaded on first Simulate
+	aclSim *ebpf.Collection // loaded on first SimulateACL
+	maps   Maps
 }
 
 // Open mounts bpffs at base if needed, opens the pinned maps under
@@ -151,6 +152,9 @@ func (l *Loader) Close() error {
 	l.acl.Close()
 	if l.sim != nil {
 		l.sim.Close()
+	}
+	if l.aclSim != nil {
+		l.aclSim.Close()
 	}
 	return nil
 }

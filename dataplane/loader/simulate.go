@@ -38,6 +38,56 @@ func (l *Loader) Simulate(ifindex uint32, frame []byte) (guard.Verdict, guard.Re
 	return v, guard.Reason(mark), nil
 }
 
+// SimulateACL runs frame through the port ACL's simulation twin of one
+// direction (toVM: ingress rules; else egress rules), with the live
+// pv_acl and pv_conntrack but writing neither. A port without an ACL in
+// that direction gives pass with guard.ReasonNotGuarded.
+func (l *Loader) SimulateACL(ifindex uint32, frame []byte, toVM bool) (guard.Verdict, guard.Reason, error) {
+	if len(frame) < 14 {
+		return 0, 0, ErrFrameTooShort
+	}
+	to, from, err := l.aclSimPrograms()
+	if err != nil {
+		return 0, 0, err
+	}
+	prog := from
+	if toVM {
+		prog = to
+	}
+	v, mark, err := guard.RunSKB(prog, ifindex, frame, 1)
+	if err != nil {
+		return 0, 0, fmt.Errorf("simulating the ACL on ifindex %d: %w", ifindex, err)
+	}
+	return v, guard.Reason(mark), nil
+}
+
+// aclSimPrograms loads the ACL's simulation twins on first use, over the
+// loader's maps.
+func (l *Loader) aclSimPrograms() (toVM, fromVM *ebpf.Program, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.aclSim == nil {
+		ss, err := guard.ACLSimSpec()
+		if err != nil {
+			return nil, nil, err
+		}
+		maps := map[string]*ebpf.Map{}
+		for name := range ss.Maps {
+			if m := l.xdp.Maps[name]; m != nil {
+				maps[name] = m
+			} else if m := l.acl.Maps[name]; m != nil {
+				maps[name] = m
+			}
+		}
+		sc, err := ebpf.NewCollectionWithOptions(ss, ebpf.CollectionOptions{MapReplacements: maps})
+		if err != nil {
+			return nil, nil, fmt.Errorf("loading the ACL's simulation twins: %w", err)
+		}
+		l.aclSim = sc
+	}
+	return l.aclSim.Programs[guard.ProgSimToVM], l.aclSim.Programs[guard.ProgSimFromVM], nil
+}
+
 // simProgram loads pv_tc_sim on first use, over the loader's maps.
 func (l *Loader) simProgram() (*ebpf.Program, error) {
 	l.mu.Lock()
@@ -56,6 +106,18 @@ func (l *Loader) simProgram() (*ebpf.Program, error) {
 	return l.sim.Programs[guard.ProgSim], nil
 }
 
+// SimulateToVM runs frame through the port ACL's ingress rules of
+// ifname, as if sent toward the VM (the guard does not see that way).
+func (l *Loader) SimulateToVM(ifname string, frame []byte) (SimResult, error) {
+	nl, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return SimResult{}, fmt.Errorf("simulating on %s: %w", ifname, ErrInterfaceNotFound)
+	}
+	r := SimResult{Interface: ifname, Ifindex: uint32(nl.Attrs().Index), ByACL: true}
+	r.Verdict, r.Reason, err = l.SimulateACL(r.Ifindex, frame, true)
+	return r, err
+}
+
 // ErrVerdictMismatch: the program attached to the port decided otherwise
 // than the simulation twin of the loaded program, i.e. the port runs an
 // older program (re-attach swaps it).
@@ -67,6 +129,9 @@ type SimResult struct {
 	Ifindex   uint32        `json:"ifindex"`
 	Verdict   guard.Verdict `json:"verdict"`
 	Reason    guard.Reason  `json:"reason"`
+	// ByACL: the port ACL decided (it dropped the frame, or the frame went
+	// toward the VM, which only the ACL filters).
+	ByACL bool `json:"byACL"`
 	// Attached is the port's attachment, if any; AttachedRun reports
 	// whether its program was run too.
 	Attached    *Attachment `json:"attached,omitempty"`
@@ -85,6 +150,17 @@ func (l *Loader) SimulatePort(ifname string, frame []byte, runAttached bool) (Si
 	r := SimResult{Interface: ifname, Ifindex: uint32(nl.Attrs().Index)}
 	if r.Verdict, r.Reason, err = l.Simulate(r.Ifindex, frame); err != nil {
 		return r, err
+	}
+	// What the guard passes, the ACL's egress rules see next.
+	if !r.Reason.Drop() {
+		v, reason, err := l.SimulateACL(r.Ifindex, frame, false)
+		if err != nil {
+			return r, err
+		}
+		if reason.Drop() {
+			r.Verdict, r.Reason, r.ByACL = v, reason, true
+			return r, nil // the attached guard alone would pass it
+		}
 	}
 	at, err := l.Attachment(ifname)
 	if errors.Is(err, os.ErrNotExist) {

@@ -740,8 +740,12 @@ type SimulateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// port is the host-side interface whose guard runs the frame.
 	Port string `protobuf:"bytes,1,opt,name=port,proto3" json:"port,omitempty"`
-	// frame is a whole Ethernet frame, as the VM would send it.
-	Frame         []byte `protobuf:"bytes,2,opt,name=frame,proto3" json:"frame,omitempty"`
+	// frame is a whole Ethernet frame, as the VM would send it (or, with
+	// to_vm, as it would be sent toward the VM).
+	Frame []byte `protobuf:"bytes,2,opt,name=frame,proto3" json:"frame,omitempty"`
+	// to_vm runs the frame through the port ACL's ingress rules (toward
+	// the VM) instead of the guard and the ACL's egress rules.
+	ToVm          bool `protobuf:"varint,3,opt,name=to_vm,json=toVm,proto3" json:"to_vm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -788,6 +792,13 @@ func (x *SimulateRequest) GetFrame() []byte {
 		return x.Frame
 	}
 	return nil
+}
+
+func (x *SimulateRequest) GetToVm() bool {
+	if x != nil {
+		return x.ToVm
+	}
+	return false
 }
 
 type SimulateResponse struct {
@@ -923,10 +934,11 @@ const file_inspect_v1_inspect_proto_rawDesc = "" +
 	"\x06differ\x18\x05 \x03(\v2\x1b.pivirt.inspect.v1.MapEntryR\x06differ\"`\n" +
 	"\x0fDesiredResponse\x121\n" +
 	"\x04maps\x18\x01 \x03(\v2\x1d.pivirt.inspect.v1.DesiredMapR\x04maps\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\";\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"P\n" +
 	"\x0fSimulateRequest\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\tR\x04port\x12\x14\n" +
-	"\x05frame\x18\x02 \x01(\fR\x05frame\"\x9e\x01\n" +
+	"\x05frame\x18\x02 \x01(\fR\x05frame\x12\x13\n" +
+	"\x05to_vm\x18\x03 \x01(\bR\x04toVm\"\x9e\x01\n" +
 	"\x10SimulateResponse\x12\x18\n" +
 	"\averdict\x18\x01 \x01(\tR\averdict\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
