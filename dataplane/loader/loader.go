@@ -195,13 +195,9 @@ func progName(h Hook) string {
 func (l *Loader) Attach(ifname string, mode Mode) (Attachment, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	nl, err := netlink.LinkByName(ifname)
+	nl, err := linkByName(ifname)
 	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return Attachment{}, fmt.Errorf("attaching to %s: %w", ifname, ErrInterfaceNotFound)
-		}
-		return Attachment{}, fmt.Errorf("looking up %s: %w", ifname, err)
+		return Attachment{}, fmt.Errorf("attaching the guard: %w", err)
 	}
 	hook := mode.resolve(nl.Type())
 	ifindex := nl.Attrs().Index
@@ -225,6 +221,20 @@ func (l *Loader) Attach(ifname string, mode Mode) (Attachment, error) {
 		return Attachment{}, fmt.Errorf("removing %s link of %s: %w", other, ifname, err)
 	}
 	return describe(ifname, pin, lk)
+}
+
+// linkByName looks up a device of the caller's netns; a missing one is
+// an error wrapping ErrInterfaceNotFound.
+func linkByName(ifname string) (netlink.Link, error) {
+	nl, err := netlink.LinkByName(ifname)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil, fmt.Errorf("%s: %w", ifname, ErrInterfaceNotFound)
+		}
+		return nil, fmt.Errorf("looking up %s: %w", ifname, err)
+	}
+	return nl, nil
 }
 
 // updatePinned swaps prog into the link pinned at pin. A missing pin, a
@@ -306,13 +316,9 @@ type ACLAttachments struct {
 func (l *Loader) AttachACL(ifname string) (ACLAttachments, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	nl, err := netlink.LinkByName(ifname)
+	nl, err := linkByName(ifname)
 	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return ACLAttachments{}, fmt.Errorf("attaching the ACL to %s: %w", ifname, ErrInterfaceNotFound)
-		}
-		return ACLAttachments{}, fmt.Errorf("looking up %s: %w", ifname, err)
+		return ACLAttachments{}, fmt.Errorf("attaching the ACL: %w", err)
 	}
 	ifindex := nl.Attrs().Index
 	var out ACLAttachments

@@ -8,7 +8,6 @@ import (
 	"os"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
 
 	"pivirt.hu/dataplane/dataplane/guard"
 )
@@ -109,9 +108,9 @@ func (l *Loader) simProgram() (*ebpf.Program, error) {
 // SimulateToVM runs frame through the port ACL's ingress rules of
 // ifname, as if sent toward the VM (the guard does not see that way).
 func (l *Loader) SimulateToVM(ifname string, frame []byte) (SimResult, error) {
-	nl, err := netlink.LinkByName(ifname)
+	nl, err := linkByName(ifname)
 	if err != nil {
-		return SimResult{}, fmt.Errorf("simulating on %s: %w", ifname, ErrInterfaceNotFound)
+		return SimResult{}, fmt.Errorf("simulating: %w", err)
 	}
 	r := SimResult{Interface: ifname, Ifindex: uint32(nl.Attrs().Index), ByACL: true}
 	r.Verdict, r.Reason, err = l.SimulateACL(r.Ifindex, frame, true)
@@ -143,9 +142,9 @@ type SimResult struct {
 // counted in pv_counters_v2 like any frame the program sees) and returns
 // ErrVerdictMismatch, with the result, if its verdict differs.
 func (l *Loader) SimulatePort(ifname string, frame []byte, runAttached bool) (SimResult, error) {
-	nl, err := netlink.LinkByName(ifname)
+	nl, err := linkByName(ifname)
 	if err != nil {
-		return SimResult{}, fmt.Errorf("simulating on %s: %w", ifname, ErrInterfaceNotFound)
+		return SimResult{}, fmt.Errorf("simulating: %w", err)
 	}
 	r := SimResult{Interface: ifname, Ifindex: uint32(nl.Attrs().Index)}
 	if r.Verdict, r.Reason, err = l.Simulate(r.Ifindex, frame); err != nil {
