@@ -54,6 +54,15 @@ func RequireTool(tb testing.TB, names ...string) {
 	}
 }
 
+// RequireDevice skips (or fails under PIVIRT_E2E=1) unless the device
+// node path exists, e.g. /dev/net/tun.
+func RequireDevice(tb testing.TB, path string) {
+	tb.Helper()
+	if _, err := os.Stat(path); err != nil {
+		skipOrFail(tb, "device %s: %v", path, err)
+	}
+}
+
 // SkipIfNotSupported turns a kernel "not supported" error into a skip (a
 // failure under PIVIRT_E2E=1) and fails the test on any other error.
 func SkipIfNotSupported(tb testing.TB, err error) {
