@@ -19,7 +19,7 @@ CLANG                ?= clang
 
 # Debian packages: what builds and tests need, and what the demo needs.
 TEST_DEBS := clang llvm libbpf-dev bpftool iproute2 iputils-ping util-linux curl isc-dhcp-client udhcpc busybox dhcpcd-base tcpdump \
-             kea-admin kea-dhcp4-server dnsmasq-base nftables iptables ebtables iperf3 bc etcd-server gcc
+             kea-admin kea-dhcp4-server dnsmasq-base nftables iptables ebtables iperf3 bc etcd-server gcc qemu-system-x86
 DEMO_DEBS := iproute2 isc-dhcp-client bpftool iputils-ping util-linux
 
 .DEFAULT_GOAL := help

@@ -88,6 +88,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", cfg.EtcdEndpoints, "etcd URLs for --store etcd")
 	f.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "serve Prometheus /metrics (and /debug/pprof) on this address")
 	f.StringVar(&cfg.Attach, "attach", cfg.Attach, "guard attach mode: auto (tcx on veth, XDP driver mode elsewhere), xdp or tc")
+	f.StringVar(&cfg.QMPDir, "qmp-dir", cfg.QMPDir, "directory of the VMs' QMP sockets (<vm-name>.qmp), through which a PortSecurity vmRef finds its tap; empty disables")
 	f.StringVar(&cfg.DHCPRatePerMAC, "dhcp-rate-per-mac", cfg.DHCPRatePerMAC, "DHCP messages per second from one client MAC, as RATE[:BURST]; 0 disables")
 	f.StringVar(&cfg.DHCPRatePerPort, "dhcp-rate-per-port", cfg.DHCPRatePerPort, "DHCP messages per second from one Ethernet source (relays exempt), as RATE[:BURST]; 0 disables")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

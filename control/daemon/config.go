@@ -25,6 +25,7 @@ type Config struct {
 	EtcdEndpoints []string // --etcd-endpoints
 	Metrics       string   // --metrics: Prometheus /metrics address
 	Attach        string   // --attach: auto | xdp | tc
+	QMPDir        string   // --qmp-dir: the VMs' QMP sockets, <name>.qmp (vmRef)
 	// --dhcp-rate-per-mac, --dhcp-rate-per-port: responder.ParseLimit form.
 	DHCPRatePerMAC  string
 	DHCPRatePerPort string
@@ -40,6 +41,7 @@ func Defaults() Config {
 		Node:     host,
 		Store:    "bbolt",
 		Attach:   "auto",
+		QMPDir:   "/run/pivirt/qmp",
 
 		DHCPRatePerMAC:  responder.DefaultPerMAC.String(),
 		DHCPRatePerPort: responder.DefaultPerPort.String(),

@@ -38,6 +38,7 @@ import (
 	"pivirt.hu/dataplane/control/store/bolt"
 	"pivirt.hu/dataplane/control/store/etcd"
 	"pivirt.hu/dataplane/dataplane/loader"
+	"pivirt.hu/dataplane/vmm"
 )
 
 // Controller is a long-running part of the daemon (a reconciler, a DHCP
@@ -160,7 +161,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	d.dhcp = &dhcpd.Manager{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Leases: d.loader.Maps().Leases,
 		PerMAC: perMAC, PerPort: perPort, JournalDir: d.cfg.LeaseJournalDir()}
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp}
-	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode}
+	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
+		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}}
 	d.guard = guards
 	d.reg.MustRegister(guards, d.dhcp)
 	cache := reconcile.NewCache(d.store, d.log)

@@ -22,6 +22,7 @@ import (
 	"pivirt.hu/dataplane/dataplane/loader"
 	"pivirt.hu/dataplane/dataplane/maps/countermap"
 	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/vmm"
 )
 
 // PortStatus is a PortSecurity's status.
@@ -59,6 +60,8 @@ type Controller struct {
 	Log    *slog.Logger
 	Loader *loader.Loader
 	Mode   loader.Mode
+	// VMs resolves PortSecurity vmRefs to taps (nil: none resolve).
+	VMs *vmm.Resolver
 
 	mu       sync.Mutex                   // Loader is not safe for concurrent use
 	attached map[string]loader.Attachment // by interface
@@ -259,6 +262,14 @@ func (c *Controller) hostFacts() (compile.Host, error) {
 		byIndex[l.Attrs().Index] = l.Attrs().Name
 	}
 	h := compile.Host{Links: map[string]compile.Link{}, ClockOffset: off}
+	if c.VMs != nil {
+		// A VM that does not answer leaves its ports Pending, saying so.
+		refs, err := c.VMs.Resolve()
+		if err != nil {
+			c.Log.Warn("resolving vmRefs through QMP", "err", err)
+		}
+		h.VMInterfaces = refs
+	}
 	for _, l := range links {
 		a := l.Attrs()
 		h.Links[a.Name] = compile.Link{Index: uint32(a.Index), Master: byIndex[a.MasterIndex]}
