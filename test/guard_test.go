@@ -202,14 +202,26 @@ func TestPrivilegedGuardEndToEnd(t *testing.T) {
 
 	var counters []struct {
 		Interface string            `json:"interface"`
-		Counts    map[string]uint64 `json:"counts"`
+		Reasons   map[string]uint64 `json:"reasons"`
 	}
 	out := d.MustCtl("inspect", "map", "pv_counters_v2", "-o", "json")
 	if err := json.Unmarshal([]byte(out), &counters); err != nil {
 		t.Fatalf("decoding counters: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "src-mac") || !strings.Contains(out, "ipv4-src") || !strings.Contains(out, "dhcp-server") {
-		t.Errorf("counters lack a drop reason:\n%s", out)
+	found := false
+	for _, c := range counters {
+		if c.Interface != "hp1" {
+			continue
+		}
+		found = true
+		for _, r := range []string{"pass", "src-mac", "ipv4-src", "dhcp-server"} {
+			if c.Reasons[r] == 0 {
+				t.Errorf("hp1's counter %s is 0 after round r1: %v", r, c.Reasons)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no counters of hp1:\n%s", out)
 	}
 
 	// The same counters as Prometheus metrics.
