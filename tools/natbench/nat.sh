@@ -14,6 +14,8 @@
 #   pivirt     pivirt's NAT fast path (bpf/tc_nat.c) on na-up, host mode, driven by tools/natbench
 #              through control/nat.Compile, natmap.Sync and dataplane/nat.Load/Attach (tcx, pinned links)
 #   pivirt10k  the same with 10,000 ExternalIPs in the maps
+#   pivirt-stack  pivirt with the program's forwarding off (natbench -redirect=false): every
+#              translated packet goes up the kernel's IP forwarding, as before the fast path
 #   pivirtd    the real daemon (PIVIRT_BIN, default ../../bin) in na-gw: on = an ExternalIP
 #              (oneToOne, interface na-up) applied with pivirtctl and Ready with its
 #              programs attached; off = deleted and detached
@@ -153,6 +155,7 @@ R
           nsb na-gw tc filter add dev na-up egress bpf da pinned $PIN/na_snat_out ;;
     pivirt) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV ;;
     pivirt10k) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV -extra 9999 ;;
+    pivirt-stack) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV -redirect=false ;;
     pivirtd) pivirtd_on ;;
     pivirtd-router) router_on 1 ;;
     fwd-router) router_on 0 ;;
@@ -164,7 +167,7 @@ cfg_off() {
     nft) nsx na-gw nft delete table ip na_nat ;;
     ipt) nsx na-gw iptables -t nat -F; nsx na-gw nft delete table ip nat ;;
     ebpf) nsb na-gw tc qdisc del dev na-up clsact ;;
-    pivirt|pivirt10k) $NB detach -dev na-up -bpffs $PVPIN ;;
+    pivirt|pivirt10k|pivirt-stack) $NB detach -dev na-up -bpffs $PVPIN ;;
     pivirtd) pivirtd_off ;;
     pivirtd-router|fwd-router) router_off ;;
   esac
