@@ -216,6 +216,10 @@ func arp(op uint16, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, 
 
 var bcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
+// run test-runs p without a context: the skb's device is the loopback of
+// the test's netns, so frames to upMAC are PACKET_OTHERHOST and the
+// ingress program leaves them to the stack after translating them, as
+// these cases expect (redirect_test.go gives a device and a namespace).
 func run(t testing.TB, p *ebpf.Program, in []byte) (uint32, []byte) {
 	t.Helper()
 	out := make([]byte, len(in)+256)
