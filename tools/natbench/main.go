@@ -8,6 +8,7 @@
 //
 //	natbench attach -netns na-gw -dev na-up -bpffs /sys/fs/bpf/na-pivirt -address 198.51.100.10 -target 10.10.0.11 [-extra 9999] [-redirect=false]
 //	natbench detach -netns na-gw -dev na-up -bpffs /sys/fs/bpf/na-pivirt
+//	natbench counters -bpffs /sys/fs/bpf/na-pivirt   (pv_nat_counters, as pivirtctl inspect map shows it)
 package main
 
 import (
@@ -31,7 +32,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: natbench attach|detach [flags]")
+		fmt.Fprintln(os.Stderr, "usage: natbench attach|detach|counters [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -43,7 +44,7 @@ func main() {
 	extra := fs.Int("extra", 0, "additional 1:1 ExternalIPs (100.64.0.0/16 -> 10.64.0.0/16) to grow the maps")
 	redirect := fs.Bool("redirect", true, "forward translated packets from the program (false: leave them to the kernel's forwarding)")
 	_ = fs.Parse(os.Args[2:])
-	if *dev == "" {
+	if *dev == "" && os.Args[1] != "counters" {
 		fmt.Fprintln(os.Stderr, "-dev is required")
 		os.Exit(2)
 	}
@@ -53,6 +54,8 @@ func main() {
 		err = attach(*nsName, *dev, *bpffs, *addr, *target, *extra, *redirect)
 	case "detach":
 		err = detach(*dev, *bpffs)
+	case "counters":
+		err = counters(*bpffs)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -105,6 +108,15 @@ func attach(nsName, dev, bpffs, addr, target string, extra int, redirect bool) e
 		defer p.Close()
 		return dpnat.Attach(p, l.Attrs().Index, dpnat.LinkDir(bpffs, "", dev))
 	})
+}
+
+func counters(bpffs string) error {
+	o, err := dpnat.OpenMaps(filepath.Join(bpffs, "maps"))
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	return natmap.New(o).DumpMap(dpnat.MapCounters, os.Stdout)
 }
 
 func detach(dev, bpffs string) error {

@@ -202,6 +202,11 @@ for c in $CFGS; do
   # In router mode the NAT is in the router's namespace: count there too.
   ip netns list | grep -q '^pvr-na\b' && ct="$ct (router namespace: $(nsx pvr-na grep -c "sport=$sp " /proc/net/nf_conntrack))"
   echo "# check $c: $n/2000 reached na-vm; conntrack entries for this check's flow in na-gw: $ct" | tee -a $OUT
+  # What the NAT program did with them (pv_nat_counters of the uplink: redirected, left-to-stack).
+  case $c in
+    pivirt|pivirt10k|pivirt-stack) echo "# counters $c: $($NB counters -bpffs $PVPIN 2>&1 | tr '\n' ' ')" | tee -a $OUT ;;
+    pivirtd|pivirtd-router) echo "# counters $c: $(ctl inspect map pv_nat_counters 2>&1 | tr '\n' ' ')" | tee -a $OUT ;;
+  esac
   cfg_off $c
 done
 for r in $(seq 1 $REPS); do
