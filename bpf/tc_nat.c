@@ -155,17 +155,27 @@ static __always_inline __u16 csum_upd32(__u16 hc, __u32 from, __u32 to)
 }
 
 /* nat_rewrite replaces the destination (in) or source address of the
- * outer IPv4 header and, when l4 is set, the matching TCP/UDP port, with
- * the helpers keeping L3 and L4 checksums right. Packet pointers are
- * invalid afterwards.
+ * outer IPv4 header and, when l4 is set, the matching TCP/UDP port.
+ * Address, port and IPv4 header checksum are written directly (RFC 1624):
+ * the header checksum is never offloaded, and an address and its checksum
+ * changed together keep the header's one's complement sum, so skb->csum
+ * of a CHECKSUM_COMPLETE skb stays right. The L4 checksum goes through
+ * bpf_l4_csum_replace, which knows whether the skb holds a full checksum
+ * or a CHECKSUM_PARTIAL pseudo-header sum there, and updates skb->csum.
+ * That saves two or three helper calls a packet over doing it all with
+ * helpers. Packet pointers are invalid afterwards.
  */
 static __always_inline int nat_rewrite(struct __sk_buff *skb, const int in, __u32 l4off,
 				       __u8 proto, int l4, __be32 from, __be32 to,
 				       __be16 pfrom, __be16 pto)
 {
+	void *data = ctx_data(skb), *end = ctx_data_end(skb);
+	struct iphdr *ip = data + ETH_HLEN;
 	__u64 mangled = 0;
 	int csum_off = -1;
 
+	if ((void *)(ip + 1) > end)
+		return NAT_BAD;
 	if (l4 && proto == IPPROTO_TCP) {
 		csum_off = l4off + offsetof(struct tcphdr, check);
 	} else if (l4 && proto == IPPROTO_UDP) {
@@ -175,21 +185,26 @@ static __always_inline int nat_rewrite(struct __sk_buff *skb, const int in, __u3
 		 */
 		mangled = BPF_F_MARK_MANGLED_0;
 	}
+	if (csum_off >= 0 && pfrom != pto) {
+		__be16 *ports = data + l4off;
+
+		if ((void *)(ports + 2) > end)
+			return NAT_BAD;
+		ports[in ? 1 : 0] = pto;
+	}
+	ip->check = csum_upd32(ip->check, from, to);
+	if (in)
+		ip->daddr = to;
+	else
+		ip->saddr = to;
 	if (csum_off >= 0) {
 		if (bpf_l4_csum_replace(skb, csum_off, from, to,
 					BPF_F_PSEUDO_HDR | mangled | sizeof(to)))
 			return NAT_BAD;
-		if (pfrom != pto) {
-			if (bpf_l4_csum_replace(skb, csum_off, pfrom, pto, mangled | sizeof(pto)))
-				return NAT_BAD;
-			if (bpf_skb_store_bytes(skb, l4off + (in ? 2 : 0), &pto, sizeof(pto), 0))
-				return NAT_BAD;
-		}
+		if (pfrom != pto &&
+		    bpf_l4_csum_replace(skb, csum_off, pfrom, pto, mangled | sizeof(pto)))
+			return NAT_BAD;
 	}
-	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, from, to, sizeof(to)))
-		return NAT_BAD;
-	if (bpf_skb_store_bytes(skb, in ? IP_DST_OFF : IP_SRC_OFF, &to, sizeof(to), 0))
-		return NAT_BAD;
 	return NAT_DONE;
 }
 
