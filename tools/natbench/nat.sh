@@ -26,6 +26,11 @@
 #              off = both deleted, the router namespace gone, na-gw's addresses back.
 #   fwd-router the same router without the ExternalIP, packets sent to 10.10.0.11: plain
 #              forwarding through the router namespace, the floor for pivirtd-router.
+#   nb-router, nb-router-stack  the fwd-router router with natbench's programs attached
+#              to pvr-up inside pvr-na (host-mode compile, no ExternalIP in the store, so no
+#              conntrack bypass rules), with and without the program's forwarding: an A/B of
+#              the redirect in router mode (the stack variant's conntrack is not bypassed, but
+#              with masquerade off the router has no nat table, so no conntrack either)
 #
 # TCP=0 skips the iperf3 runs (UDP-only A/B rounds).
 # This is ../shared/bench/dataplane/nat.sh (read-only there) with the pivirt configurations added;
@@ -159,6 +164,8 @@ R
     pivirtd) pivirtd_on ;;
     pivirtd-router) router_on 1 ;;
     fwd-router) router_on 0 ;;
+    nb-router) router_on 0; $NB attach -netns pvr-na -dev pvr-up -bpffs $PVPIN -address $PUB -target $PRIV ;;
+    nb-router-stack) router_on 0; $NB attach -netns pvr-na -dev pvr-up -bpffs $PVPIN -address $PUB -target $PRIV -redirect=false ;;
   esac
 }
 cfg_off() {
@@ -170,6 +177,7 @@ cfg_off() {
     pivirt|pivirt10k|pivirt-stack) $NB detach -dev na-up -bpffs $PVPIN ;;
     pivirtd) pivirtd_off ;;
     pivirtd-router|fwd-router) router_off ;;
+    nb-router|nb-router-stack) $NB detach -dev pvr-up -bpffs $PVPIN; router_off ;;
   esac
 }
 dst_of() { case $1 in fwd|fwd-router) echo $PRIV ;; *) echo $PUB ;; esac; }
@@ -193,7 +201,7 @@ build_tools
 (cd "$HERE" && go build -o $NB .) || { echo "building natbench failed"; exit 1; }
 echo "# nat $(date -u +%FT%TZ) DUR=${DUR}s REPS=$REPS sender cpu$SEND_CPU (softirq inline), receiver cpu$RECV_CPU" | tee -a $OUT
 topo
-[[ " $CFGS " == *" pivirtd"* ]] && start_pivirtd
+[[ " $CFGS " == *" pivirtd"* || " $CFGS " == *"-router"* ]] && start_pivirtd
 sp=41000
 for c in $CFGS; do
   cfg_on $c; sp=$((sp+1))
@@ -204,7 +212,7 @@ for c in $CFGS; do
   echo "# check $c: $n/2000 reached na-vm; conntrack entries for this check's flow in na-gw: $ct" | tee -a $OUT
   # What the NAT program did with them (pv_nat_counters of the uplink: redirected, left-to-stack).
   case $c in
-    pivirt|pivirt10k|pivirt-stack) echo "# counters $c: $($NB counters -bpffs $PVPIN 2>&1 | tr '\n' ' ')" | tee -a $OUT ;;
+    pivirt|pivirt10k|pivirt-stack|nb-router|nb-router-stack) echo "# counters $c: $($NB counters -bpffs $PVPIN 2>&1 | tr '\n' ' ')" | tee -a $OUT ;;
     pivirtd|pivirtd-router) echo "# counters $c: $(ctl inspect map pv_nat_counters 2>&1 | tr '\n' ' ')" | tee -a $OUT ;;
   esac
   cfg_off $c

@@ -8,7 +8,7 @@ to nft and to fwd of the medians, TCP Gbit/s (median), and the sender
 core's kernel time per packet: (sys+softirq share of cpu0) * 1e9 / pps,
 which discounts time other processes took from cpu0 on a shared machine
 (the sender's own user time is ~0), with its paired difference to fwd.
-Router-mode configurations (*-router) are also compared with their own
+Router-mode configurations (*router*) are also compared with their own
 floor, fwd-router (forwarding through the same router namespace), in a
 second table; TCP spreads are printed there and in a third table."""
 import re, statistics, sys
@@ -48,7 +48,7 @@ def pair(c, base):
     added = [1e9 / udp[c][r] - 1e9 / udp[base][r] for r in udp[c] if r in udp[base]]
     return med(v), med(b), med(added), (min(added) if added else float('nan')), (max(added) if added else float('nan'))
 
-routers = [c for c in udp if c.endswith('-router') and c != 'fwd-router']
+routers = [c for c in udp if 'router' in c and c != 'fwd-router']
 if routers and 'fwd-router' in udp:
     print(f'router mode vs fwd-router: {"cfg":<16} {"kpps":>7} {"floor":>7} {"x floor":>7} {"+ns/pkt med [min..max]":>24} {"tcp":>6} {"floor tcp":>9}')
     for c in routers:
