@@ -14,6 +14,8 @@
 #   pivirt     pivirt's NAT fast path (bpf/tc_nat.c) on na-up, host mode, driven by tools/natbench
 #              through control/nat.Compile, natmap.Sync and dataplane/nat.Load/Attach (tcx, pinned links)
 #   pivirt10k  the same with 10,000 ExternalIPs in the maps
+#   pivirt-alt pivirt with another natbench build, $NB_ALT (A/B of two versions of the program
+#              in one interleaved round; e.g. built from an earlier commit with git archive)
 #   pivirt-stack  pivirt with the program's forwarding off (natbench -redirect=false): every
 #              translated packet goes up the kernel's IP forwarding, as before the fast path
 #   pivirtd    the real daemon (PIVIRT_BIN, default ../../bin) in na-gw: on = an ExternalIP
@@ -160,6 +162,7 @@ R
           nsb na-gw tc filter add dev na-up egress bpf da pinned $PIN/na_snat_out ;;
     pivirt) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV ;;
     pivirt10k) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV -extra 9999 ;;
+    pivirt-alt) ${NB_ALT:?NB_ALT: a natbench binary} attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV ;;
     pivirt-stack) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV -redirect=false ;;
     pivirtd) pivirtd_on ;;
     pivirtd-router) router_on 1 ;;
@@ -174,7 +177,7 @@ cfg_off() {
     nft) nsx na-gw nft delete table ip na_nat ;;
     ipt) nsx na-gw iptables -t nat -F; nsx na-gw nft delete table ip nat ;;
     ebpf) nsb na-gw tc qdisc del dev na-up clsact ;;
-    pivirt|pivirt10k|pivirt-stack) $NB detach -dev na-up -bpffs $PVPIN ;;
+    pivirt|pivirt10k|pivirt-stack|pivirt-alt) $NB detach -dev na-up -bpffs $PVPIN ;;
     pivirtd) pivirtd_off ;;
     pivirtd-router|fwd-router) router_off ;;
     nb-router|nb-router-stack) $NB detach -dev pvr-up -bpffs $PVPIN; router_off ;;
@@ -212,7 +215,7 @@ for c in $CFGS; do
   echo "# check $c: $n/2000 reached na-vm; conntrack entries for this check's flow in na-gw: $ct" | tee -a $OUT
   # What the NAT program did with them (pv_nat_counters of the uplink: redirected, left-to-stack).
   case $c in
-    pivirt|pivirt10k|pivirt-stack|nb-router|nb-router-stack) echo "# counters $c: $($NB counters -bpffs $PVPIN 2>&1 | tr '\n' ' ')" | tee -a $OUT ;;
+    pivirt|pivirt10k|pivirt-stack|pivirt-alt|nb-router|nb-router-stack) echo "# counters $c: $($NB counters -bpffs $PVPIN 2>&1 | tr '\n' ' ')" | tee -a $OUT ;;
     pivirtd|pivirtd-router) echo "# counters $c: $(ctl inspect map pv_nat_counters 2>&1 | tr '\n' ' ')" | tee -a $OUT ;;
   esac
   cfg_off $c
