@@ -8,6 +8,10 @@
  * listed (protocol, port), with port translation both ways. ICMP errors
  * have their inner headers rewritten too. No connection state: 1:1 flows
  * never reach conntrack. Traffic that matches no mapping is left alone.
+ * A translated inbound packet is forwarded by the program itself when the
+ * fib allows (nat_forward: bpf_fib_lookup, bpf_redirect_neigh), else by the
+ * kernel's IP forwarding as before; outbound packets reach egress through
+ * the stack.
  *
  * tc rather than XDP: at tc the csum helpers keep CHECKSUM_PARTIAL and
  * CHECKSUM_COMPLETE skbs right, and XDP on a veth copies every frame.
@@ -23,6 +27,12 @@
 #include "lib/ctx.h"
 #include "lib/parse.h"
 #include "pivirt/nat_maps.h"
+
+/* From <linux/socket.h> and <linux/if_packet.h>, which drag in libc
+ * headers.
+ */
+#define AF_INET		2
+#define PACKET_HOST	0
 
 /* From <linux/icmp.h>, which drags in libc headers. */
 #define ICMP_DEST_UNREACH	3
@@ -42,6 +52,10 @@ struct icmphdr {
 /* Set per uplink by the loader (CollectionSpec.Variables). */
 volatile const __u32 pv_nat_scope = 0;
 volatile const __u8 pv_nat_mac[6] = {};
+/* pv_nat_redirect: forward translated inbound packets from the program
+ * (nat_forward) instead of handing them to the kernel's IP forwarding.
+ */
+volatile const __u8 pv_nat_redirect = 1;
 
 /* Never read: they bring the enums into BTF, so bpf2go -type gives Go
  * their values.
@@ -141,17 +155,27 @@ static __always_inline __u16 csum_upd32(__u16 hc, __u32 from, __u32 to)
 }
 
 /* nat_rewrite replaces the destination (in) or source address of the
- * outer IPv4 header and, when l4 is set, the matching TCP/UDP port, with
- * the helpers keeping L3 and L4 checksums right. Packet pointers are
- * invalid afterwards.
+ * outer IPv4 header and, when l4 is set, the matching TCP/UDP port.
+ * Address, port and IPv4 header checksum are written directly (RFC 1624):
+ * the header checksum is never offloaded, and an address and its checksum
+ * changed together keep the header's one's complement sum, so skb->csum
+ * of a CHECKSUM_COMPLETE skb stays right. The L4 checksum goes through
+ * bpf_l4_csum_replace, which knows whether the skb holds a full checksum
+ * or a CHECKSUM_PARTIAL pseudo-header sum there, and updates skb->csum.
+ * That saves two or three helper calls a packet over doing it all with
+ * helpers. Packet pointers are invalid afterwards.
  */
 static __always_inline int nat_rewrite(struct __sk_buff *skb, const int in, __u32 l4off,
 				       __u8 proto, int l4, __be32 from, __be32 to,
 				       __be16 pfrom, __be16 pto)
 {
+	void *data = ctx_data(skb), *end = ctx_data_end(skb);
+	struct iphdr *ip = data + ETH_HLEN;
 	__u64 mangled = 0;
 	int csum_off = -1;
 
+	if ((void *)(ip + 1) > end)
+		return NAT_BAD;
 	if (l4 && proto == IPPROTO_TCP) {
 		csum_off = l4off + offsetof(struct tcphdr, check);
 	} else if (l4 && proto == IPPROTO_UDP) {
@@ -161,21 +185,26 @@ static __always_inline int nat_rewrite(struct __sk_buff *skb, const int in, __u3
 		 */
 		mangled = BPF_F_MARK_MANGLED_0;
 	}
+	if (csum_off >= 0 && pfrom != pto) {
+		__be16 *ports = data + l4off;
+
+		if ((void *)(ports + 2) > end)
+			return NAT_BAD;
+		ports[in ? 1 : 0] = pto;
+	}
+	ip->check = csum_upd32(ip->check, from, to);
+	if (in)
+		ip->daddr = to;
+	else
+		ip->saddr = to;
 	if (csum_off >= 0) {
 		if (bpf_l4_csum_replace(skb, csum_off, from, to,
 					BPF_F_PSEUDO_HDR | mangled | sizeof(to)))
 			return NAT_BAD;
-		if (pfrom != pto) {
-			if (bpf_l4_csum_replace(skb, csum_off, pfrom, pto, mangled | sizeof(pto)))
-				return NAT_BAD;
-			if (bpf_skb_store_bytes(skb, l4off + (in ? 2 : 0), &pto, sizeof(pto), 0))
-				return NAT_BAD;
-		}
+		if (pfrom != pto &&
+		    bpf_l4_csum_replace(skb, csum_off, pfrom, pto, mangled | sizeof(pto)))
+			return NAT_BAD;
 	}
-	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, from, to, sizeof(to)))
-		return NAT_BAD;
-	if (bpf_skb_store_bytes(skb, in ? IP_DST_OFF : IP_SRC_OFF, &to, sizeof(to), 0))
-		return NAT_BAD;
 	return NAT_DONE;
 }
 
@@ -373,6 +402,111 @@ static __always_inline int nat_arp(struct __sk_buff *skb)
 	return bpf_redirect(skb->ifindex, 0);
 }
 
+/* nat_forward forwards an inbound packet that nat_handle has just
+ * translated, the way the kernel's ip_forward would, so it skips the
+ * stack: a fib lookup of the translated packet (in the skb's netns, with
+ * its rules, from the uplink as input device), TTL decremented, MACs of
+ * the next hop written, bpf_redirect to the egress device (or
+ * bpf_redirect_neigh while the next hop is unresolved). Whatever ip_forward
+ * would treat specially is left to it (CTX_ACT_OK): frames not addressed
+ * to this host, VLAN-tagged ones, IP options, fragments, a TTL that
+ * expires here (the stack sends the ICMP time exceeded, which the egress
+ * program translates), packets larger than the route's MTU (the stack
+ * fragments or sends "fragmentation needed"), local delivery, blackhole,
+ * unreachable and prohibit routes, forwarding disabled, and a next hop out
+ * of the uplink itself (the stack also sends an ICMP redirect).
+ */
+static __always_inline int nat_forward(struct __sk_buff *skb)
+{
+	struct bpf_fib_lookup fib = {};
+	struct bpf_redir_neigh nh;
+	void *data, *end;
+	struct iphdr *ip;
+	__u32 check, l4len = 0;
+	long r;
+
+	if (!pv_nat_redirect)
+		return CTX_ACT_OK;
+	/* ip_rcv drops frames for another host; a tag in metadata belongs
+	 * to a VLAN device, and bpf_redirect would send it on.
+	 */
+	if (skb->pkt_type != PACKET_HOST || skb->vlan_present)
+		return CTX_ACT_OK;
+	data = ctx_data(skb);
+	end = ctx_data_end(skb);
+	ip = data + ETH_HLEN;
+	if ((void *)(ip + 1) > end)
+		goto stack;
+	if (ip->ihl != 5 || (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)) || ip->ttl <= 1)
+		goto stack;
+
+	fib.family = AF_INET;
+	fib.tos = ip->tos;
+	fib.l4_protocol = ip->protocol;
+	fib.ifindex = skb->ifindex;
+	fib.ipv4_src = ip->saddr;
+	fib.ipv4_dst = ip->daddr;
+	fib.tot_len = bpf_ntohs(ip->tot_len);
+	if (ip->protocol == IPPROTO_TCP) {
+		struct tcphdr *th = (void *)(ip + 1);
+
+		if ((void *)(th + 1) > end)
+			goto stack;
+		fib.sport = th->source;
+		fib.dport = th->dest;
+		l4len = th->doff * 4;
+	} else if (ip->protocol == IPPROTO_UDP) {
+		struct udphdr *uh = (void *)(ip + 1);
+
+		if ((void *)(uh + 1) > end)
+			goto stack;
+		fib.sport = uh->source;
+		fib.dport = uh->dest;
+		l4len = sizeof(*uh);
+	}
+	/* A GSO packet (GRO on the uplink, or TSO across a veth) leaves as
+	 * segments of gso_size: the MTU applies to one of them, not to the
+	 * whole (tot_len of up to 64 KiB).
+	 */
+	if (skb->gso_size) {
+		if (!l4len)
+			goto stack;
+		fib.tot_len = sizeof(*ip) + l4len + skb->gso_size;
+	}
+
+	/* With tot_len set the helper checks it against the route's MTU
+	 * (locked route MTU, PMTU exception, device MTU). SKIP_NEIGH: the
+	 * neighbour is bpf_redirect_neigh's business. A MAC taken from the
+	 * lookup would come from an entry nobody confirms: a stale one stays
+	 * valid, unprobed, until the table is garbage collected, which a
+	 * small table never is (gc_thresh1), so a target that changed its
+	 * MAC or went away would be sent to blindly.
+	 */
+	r = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	if (r != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex == skb->ifindex)
+		goto stack;
+
+	/* ip_decrease_ttl: TTL and checksum together keep the header's
+	 * one's complement sum, so a CHECKSUM_COMPLETE skb stays right.
+	 */
+	check = ip->check;
+	check += bpf_htons(0x0100);
+	ip->check = (__u16)(check + (check >= 0xffff));
+	ip->ttl--;
+
+	/* The next hop: the gateway, or the destination on a connected
+	 * route (an IPv6 gateway of an IPv4 route sets family AF_INET6).
+	 */
+	nh.nh_family = fib.family;
+	__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, sizeof(nh.ipv6_nh));
+	nat_count(PV_NAT_R_REDIRECT);
+	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+
+stack:
+	nat_count(PV_NAT_R_STACK);
+	return CTX_ACT_OK;
+}
+
 /* nat_handle is the whole program; in selects the direction at compile
  * time (ingress: DNAT through pv_nat_dnat; egress: SNAT through
  * pv_nat_snat).
@@ -468,7 +602,7 @@ static __always_inline int nat_handle(struct __sk_buff *skb, const int in)
 				pk.port = pto;
 			}
 			nat_account(&pk, len, in);
-			return CTX_ACT_OK;
+			return in ? nat_forward(skb) : CTX_ACT_OK;
 		}
 	}
 
@@ -531,7 +665,8 @@ static __always_inline int nat_handle(struct __sk_buff *skb, const int in)
 	if (!in)
 		k.addr = to;
 	nat_account(&k, len, in);
-	return CTX_ACT_OK;
+	/* Fragments stay with the stack (nat_forward checks again). */
+	return in && first && !more ? nat_forward(skb) : CTX_ACT_OK;
 
 malformed:
 	nat_count(PV_NAT_R_MALFORMED);

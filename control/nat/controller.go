@@ -52,6 +52,7 @@ type Controller struct {
 	events *events.Recorder
 	log    *slog.Logger
 	bpffs  string
+	load   []dpnat.Option
 
 	maps     *natmap.Map
 	routers  map[string]vpcrouter.Router   // realized, by name
@@ -76,6 +77,10 @@ type Options struct {
 	Log    *slog.Logger
 	// Cache is the daemon's shared store cache; nil makes a private one.
 	Cache *reconcile.Cache
+	// NoRedirect leaves every translated inbound packet to the kernel's
+	// IP forwarding (dpnat.WithoutRedirect), for hosts whose netfilter
+	// FORWARD/POSTROUTING rules must see ExternalIP traffic.
+	NoRedirect bool
 }
 
 // New returns the NAT controller.
@@ -83,9 +88,13 @@ func New(o Options) *Controller {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Controller{store: o.Store, cache: o.Cache, index: o.Index, events: o.Events, log: o.Log, bpffs: o.BPFFS,
+	c := &Controller{store: o.Store, cache: o.Cache, index: o.Index, events: o.Events, log: o.Log, bpffs: o.BPFFS,
 		routers: map[string]vpcrouter.Router{}, attached: map[uint32]attachment{},
 		bypass: map[string][]vpcrouter.Bypass{}}
+	if o.NoRedirect {
+		c.load = append(c.load, dpnat.WithoutRedirect())
+	}
+	return c
 }
 
 // Name is the controller's name in logs.
@@ -340,7 +349,7 @@ func (c *Controller) attach(u Uplink) error {
 	if c.attached[u.Scope] == a && pinned(dir) {
 		return nil
 	}
-	objs, err := dpnat.Load(u.Scope, mac, filepath.Join(c.bpffs, "maps"))
+	objs, err := dpnat.Load(u.Scope, mac, filepath.Join(c.bpffs, "maps"), c.load...)
 	if err != nil {
 		return err
 	}

@@ -65,6 +65,11 @@ const (
 	ReasonARPReply  Reason = tc_natPvNatReasonPV_NAT_R_ARP_REPLY
 	ReasonICMPError Reason = tc_natPvNatReasonPV_NAT_R_ICMP_ERROR
 	ReasonFragment  Reason = tc_natPvNatReasonPV_NAT_R_FRAGMENT
+	// ReasonRedirect: forwarded by the program (bpf_redirect_neigh).
+	ReasonRedirect Reason = tc_natPvNatReasonPV_NAT_R_REDIRECT
+	// ReasonStack: translated, then forwarded (or delivered, or refused)
+	// by the kernel's stack.
+	ReasonStack     Reason = tc_natPvNatReasonPV_NAT_R_STACK
 	ReasonDropMin   Reason = tc_natPvNatReasonPV_NAT_R_DROP_MIN
 	ReasonMalformed Reason = tc_natPvNatReasonPV_NAT_R_MALFORMED
 	ReasonFragPorts Reason = tc_natPvNatReasonPV_NAT_R_FRAG_PORTS
@@ -76,6 +81,8 @@ var reasonNames = map[Reason]string{
 	ReasonARPReply:  "arp-reply",
 	ReasonICMPError: "icmp-error-translated",
 	ReasonFragment:  "fragment-translated",
+	ReasonRedirect:  "redirected",
+	ReasonStack:     "left-to-stack",
 	ReasonMalformed: "malformed",
 	ReasonFragPorts: "fragment-of-forwarded-port",
 	ReasonICMPInner: "icmp-error-untranslatable",
@@ -181,21 +188,36 @@ func (o *Objects) Close() error {
 	return err
 }
 
+// Option changes how Load builds an instance.
+type Option func(*config)
+
+type config struct{ noRedirect bool }
+
+// WithoutRedirect makes the ingress program hand every translated packet
+// to the kernel's IP forwarding (netfilter FORWARD/POSTROUTING, rp_filter
+// and the rest of ip_forward apply to it) instead of forwarding it itself
+// with bpf_fib_lookup and bpf_redirect (pv_nat_redirect = 0).
+func WithoutRedirect() Option { return func(c *config) { c.noRedirect = true } }
+
 // Load loads an instance whose programs translate the mappings of scope
 // and answer ARP with mac. mapDir is where the maps are pinned by name
 // (<bpffs>/maps; reused when compatible); "" loads private, unpinned maps,
 // as tests do.
-func Load(scope uint32, mac net.HardwareAddr, mapDir string) (*Objects, error) {
+func Load(scope uint32, mac net.HardwareAddr, mapDir string, options ...Option) (*Objects, error) {
 	spec, err := Spec()
 	if err != nil {
 		return nil, fmt.Errorf("loading NAT spec: %w", err)
 	}
-	return LoadSpec(spec, scope, mac, mapDir)
+	return LoadSpec(spec, scope, mac, mapDir, options...)
 }
 
 // LoadSpec is Load with a spec the caller may have edited (tests resize
 // maps).
-func LoadSpec(spec *ebpf.CollectionSpec, scope uint32, mac net.HardwareAddr, mapDir string) (*Objects, error) {
+func LoadSpec(spec *ebpf.CollectionSpec, scope uint32, mac net.HardwareAddr, mapDir string, options ...Option) (*Objects, error) {
+	var cfg config
+	for _, o := range options {
+		o(&cfg)
+	}
 	var m [6]byte
 	if len(mac) == 6 {
 		copy(m[:], mac)
@@ -205,6 +227,13 @@ func LoadSpec(spec *ebpf.CollectionSpec, scope uint32, mac net.HardwareAddr, map
 	}
 	if err := spec.Variables["pv_nat_mac"].Set(m); err != nil {
 		return nil, fmt.Errorf("setting pv_nat_mac: %w", err)
+	}
+	redirect := uint8(1)
+	if cfg.noRedirect {
+		redirect = 0
+	}
+	if err := spec.Variables["pv_nat_redirect"].Set(redirect); err != nil {
+		return nil, fmt.Errorf("setting pv_nat_redirect: %w", err)
 	}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapDir}}
 	if mapDir == "" {

@@ -46,6 +46,8 @@ const (
 	tc_natPvNatReasonPV_NAT_R_ARP_REPLY  tc_natPvNatReason = 0
 	tc_natPvNatReasonPV_NAT_R_ICMP_ERROR tc_natPvNatReason = 1
 	tc_natPvNatReasonPV_NAT_R_FRAGMENT   tc_natPvNatReason = 2
+	tc_natPvNatReasonPV_NAT_R_REDIRECT   tc_natPvNatReason = 3
+	tc_natPvNatReasonPV_NAT_R_STACK      tc_natPvNatReason = 4
 	tc_natPvNatReasonPV_NAT_R_DROP_MIN   tc_natPvNatReason = 8
 	tc_natPvNatReasonPV_NAT_R_MALFORMED  tc_natPvNatReason = 8
 	tc_natPvNatReasonPV_NAT_R_FRAG_PORTS tc_natPvNatReason = 9
@@ -81,6 +83,7 @@ const (
 	tc_natVarPvNatFlagsBtf  = "pv_nat_flags_btf"
 	tc_natVarPvNatMac       = "pv_nat_mac"
 	tc_natVarPvNatReasonBtf = "pv_nat_reason_btf"
+	tc_natVarPvNatRedirect  = "pv_nat_redirect"
 	tc_natVarPvNatScope     = "pv_nat_scope"
 )
 
@@ -147,6 +150,7 @@ type tc_natVariableSpecs struct {
 	PvNatFlagsBtf  *ebpf.VariableSpec `ebpf:"pv_nat_flags_btf"`
 	PvNatMac       *ebpf.VariableSpec `ebpf:"pv_nat_mac"`
 	PvNatReasonBtf *ebpf.VariableSpec `ebpf:"pv_nat_reason_btf"`
+	PvNatRedirect  *ebpf.VariableSpec `ebpf:"pv_nat_redirect"`
 	PvNatScope     *ebpf.VariableSpec `ebpf:"pv_nat_scope"`
 }
 
@@ -192,6 +196,7 @@ type tc_natVariables struct {
 	PvNatFlagsBtf  *ebpf.Variable `ebpf:"pv_nat_flags_btf"`
 	PvNatMac       *ebpf.Variable `ebpf:"pv_nat_mac"`
 	PvNatReasonBtf *ebpf.Variable `ebpf:"pv_nat_reason_btf"`
+	PvNatRedirect  *ebpf.Variable `ebpf:"pv_nat_redirect"`
 	PvNatScope     *ebpf.Variable `ebpf:"pv_nat_scope"`
 }
 

@@ -6,8 +6,9 @@
 // pinned under -bpffs, and attaches the programs with pinned links, as
 // pivirtd does, then exits (the pins keep everything in place).
 //
-//	natbench attach -netns na-gw -dev na-up -bpffs /sys/fs/bpf/na-pivirt -address 198.51.100.10 -target 10.10.0.11 [-extra 9999]
+//	natbench attach -netns na-gw -dev na-up -bpffs /sys/fs/bpf/na-pivirt -address 198.51.100.10 -target 10.10.0.11 [-extra 9999] [-redirect=false]
 //	natbench detach -netns na-gw -dev na-up -bpffs /sys/fs/bpf/na-pivirt
+//	natbench counters -bpffs /sys/fs/bpf/na-pivirt   (pv_nat_counters, as pivirtctl inspect map shows it)
 package main
 
 import (
@@ -31,7 +32,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: natbench attach|detach [flags]")
+		fmt.Fprintln(os.Stderr, "usage: natbench attach|detach|counters [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -41,17 +42,20 @@ func main() {
 	addr := fs.String("address", "198.51.100.10", "public address")
 	target := fs.String("target", "10.10.0.11", "private target")
 	extra := fs.Int("extra", 0, "additional 1:1 ExternalIPs (100.64.0.0/16 -> 10.64.0.0/16) to grow the maps")
+	redirect := fs.Bool("redirect", true, "forward translated packets from the program (false: leave them to the kernel's forwarding)")
 	_ = fs.Parse(os.Args[2:])
-	if *dev == "" {
+	if *dev == "" && os.Args[1] != "counters" {
 		fmt.Fprintln(os.Stderr, "-dev is required")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
 	case "attach":
-		err = attach(*nsName, *dev, *bpffs, *addr, *target, *extra)
+		err = attach(*nsName, *dev, *bpffs, *addr, *target, *extra, *redirect)
 	case "detach":
 		err = detach(*dev, *bpffs)
+	case "counters":
+		err = counters(*bpffs)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -67,7 +71,7 @@ func eip(name, addr, target, dev string) nat.ExternalIP {
 	return nat.ExternalIP{Name: name, Spec: spec, Address: netip.MustParseAddr(addr), Target: netip.MustParseAddr(target)}
 }
 
-func attach(nsName, dev, bpffs, addr, target string, extra int) error {
+func attach(nsName, dev, bpffs, addr, target string, extra int, redirect bool) error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return fmt.Errorf("removing memlock rlimit: %w", err)
 	}
@@ -93,13 +97,26 @@ func attach(nsName, dev, bpffs, addr, target string, extra int) error {
 		if err != nil {
 			return fmt.Errorf("finding %s: %w", dev, err)
 		}
-		p, err := dpnat.Load(res.Uplinks[0].Scope, l.Attrs().HardwareAddr, filepath.Join(bpffs, "maps"))
+		var opts []dpnat.Option
+		if !redirect {
+			opts = append(opts, dpnat.WithoutRedirect())
+		}
+		p, err := dpnat.Load(res.Uplinks[0].Scope, l.Attrs().HardwareAddr, filepath.Join(bpffs, "maps"), opts...)
 		if err != nil {
 			return err
 		}
 		defer p.Close()
 		return dpnat.Attach(p, l.Attrs().Index, dpnat.LinkDir(bpffs, "", dev))
 	})
+}
+
+func counters(bpffs string) error {
+	o, err := dpnat.OpenMaps(filepath.Join(bpffs, "maps"))
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	return natmap.New(o).DumpMap(dpnat.MapCounters, os.Stdout)
 }
 
 func detach(dev, bpffs string) error {

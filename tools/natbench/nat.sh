@@ -14,6 +14,10 @@
 #   pivirt     pivirt's NAT fast path (bpf/tc_nat.c) on na-up, host mode, driven by tools/natbench
 #              through control/nat.Compile, natmap.Sync and dataplane/nat.Load/Attach (tcx, pinned links)
 #   pivirt10k  the same with 10,000 ExternalIPs in the maps
+#   pivirt-alt pivirt with another natbench build, $NB_ALT (A/B of two versions of the program
+#              in one interleaved round; e.g. built from an earlier commit with git archive)
+#   pivirt-stack  pivirt with the program's forwarding off (natbench -redirect=false): every
+#              translated packet goes up the kernel's IP forwarding, as before the fast path
 #   pivirtd    the real daemon (PIVIRT_BIN, default ../../bin) in na-gw: on = an ExternalIP
 #              (oneToOne, interface na-up) applied with pivirtctl and Ready with its
 #              programs attached; off = deleted and detached
@@ -24,6 +28,11 @@
 #              off = both deleted, the router namespace gone, na-gw's addresses back.
 #   fwd-router the same router without the ExternalIP, packets sent to 10.10.0.11: plain
 #              forwarding through the router namespace, the floor for pivirtd-router.
+#   nb-router, nb-router-stack  the fwd-router router with natbench's programs attached
+#              to pvr-up inside pvr-na (host-mode compile, no ExternalIP in the store, so no
+#              conntrack bypass rules), with and without the program's forwarding: an A/B of
+#              the redirect in router mode (the stack variant's conntrack is not bypassed, but
+#              with masquerade off the router has no nat table, so no conntrack either)
 #
 # TCP=0 skips the iperf3 runs (UDP-only A/B rounds).
 # This is ../shared/bench/dataplane/nat.sh (read-only there) with the pivirt configurations added;
@@ -153,9 +162,13 @@ R
           nsb na-gw tc filter add dev na-up egress bpf da pinned $PIN/na_snat_out ;;
     pivirt) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV ;;
     pivirt10k) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV -extra 9999 ;;
+    pivirt-alt) ${NB_ALT:?NB_ALT: a natbench binary} attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV ;;
+    pivirt-stack) $NB attach -netns na-gw -dev na-up -bpffs $PVPIN -address $PUB -target $PRIV -redirect=false ;;
     pivirtd) pivirtd_on ;;
     pivirtd-router) router_on 1 ;;
     fwd-router) router_on 0 ;;
+    nb-router) router_on 0; $NB attach -netns pvr-na -dev pvr-up -bpffs $PVPIN -address $PUB -target $PRIV ;;
+    nb-router-stack) router_on 0; $NB attach -netns pvr-na -dev pvr-up -bpffs $PVPIN -address $PUB -target $PRIV -redirect=false ;;
   esac
 }
 cfg_off() {
@@ -164,9 +177,10 @@ cfg_off() {
     nft) nsx na-gw nft delete table ip na_nat ;;
     ipt) nsx na-gw iptables -t nat -F; nsx na-gw nft delete table ip nat ;;
     ebpf) nsb na-gw tc qdisc del dev na-up clsact ;;
-    pivirt|pivirt10k) $NB detach -dev na-up -bpffs $PVPIN ;;
+    pivirt|pivirt10k|pivirt-stack|pivirt-alt) $NB detach -dev na-up -bpffs $PVPIN ;;
     pivirtd) pivirtd_off ;;
     pivirtd-router|fwd-router) router_off ;;
+    nb-router|nb-router-stack) $NB detach -dev pvr-up -bpffs $PVPIN; router_off ;;
   esac
 }
 dst_of() { case $1 in fwd|fwd-router) echo $PRIV ;; *) echo $PUB ;; esac; }
@@ -190,7 +204,7 @@ build_tools
 (cd "$HERE" && go build -o $NB .) || { echo "building natbench failed"; exit 1; }
 echo "# nat $(date -u +%FT%TZ) DUR=${DUR}s REPS=$REPS sender cpu$SEND_CPU (softirq inline), receiver cpu$RECV_CPU" | tee -a $OUT
 topo
-[[ " $CFGS " == *" pivirtd"* ]] && start_pivirtd
+[[ " $CFGS " == *" pivirtd"* || " $CFGS " == *"-router"* ]] && start_pivirtd
 sp=41000
 for c in $CFGS; do
   cfg_on $c; sp=$((sp+1))
@@ -199,6 +213,11 @@ for c in $CFGS; do
   # In router mode the NAT is in the router's namespace: count there too.
   ip netns list | grep -q '^pvr-na\b' && ct="$ct (router namespace: $(nsx pvr-na grep -c "sport=$sp " /proc/net/nf_conntrack))"
   echo "# check $c: $n/2000 reached na-vm; conntrack entries for this check's flow in na-gw: $ct" | tee -a $OUT
+  # What the NAT program did with them (pv_nat_counters of the uplink: redirected, left-to-stack).
+  case $c in
+    pivirt|pivirt10k|pivirt-stack|pivirt-alt|nb-router|nb-router-stack) echo "# counters $c: $($NB counters -bpffs $PVPIN 2>&1 | tr '\n' ' ')" | tee -a $OUT ;;
+    pivirtd|pivirtd-router) echo "# counters $c: $(ctl inspect map pv_nat_counters 2>&1 | tr '\n' ' ')" | tee -a $OUT ;;
+  esac
   cfg_off $c
 done
 for r in $(seq 1 $REPS); do

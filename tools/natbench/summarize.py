@@ -7,7 +7,10 @@ UDP kpps (median, [spread %]), added ns/packet vs fwd paired by run
 to nft and to fwd of the medians, TCP Gbit/s (median), and the sender
 core's kernel time per packet: (sys+softirq share of cpu0) * 1e9 / pps,
 which discounts time other processes took from cpu0 on a shared machine
-(the sender's own user time is ~0), with its paired difference to fwd."""
+(the sender's own user time is ~0), with its paired difference to fwd.
+Router-mode configurations (*router*) are also compared with their own
+floor, fwd-router (forwarding through the same router namespace), in a
+second table; TCP spreads are printed there and in a third table."""
 import re, statistics, sys
 from collections import defaultdict
 
@@ -38,3 +41,19 @@ for c in cfgs:
     xf = med(v) / med(list(udp['fwd'].values())) if 'fwd' in udp else float('nan')
     kadd = [kns[c][r] - kns['fwd'][r] for r in kns[c] if r in kns.get('fwd', {})]
     print(f'{c:<10} {med(v)/1e3:>7.0f} {spread:>8.0f} {med(added):>8.0f} {xn:>6.2f} {xf:>6.2f} {med(list(tcp[c].values())):>9.2f} {med(list(kns[c].values())):>9.0f} {med(kadd):>6.0f}')
+
+def pair(c, base):
+    v = list(udp[c].values())
+    b = list(udp[base].values())
+    added = [1e9 / udp[c][r] - 1e9 / udp[base][r] for r in udp[c] if r in udp[base]]
+    return med(v), med(b), med(added), (min(added) if added else float('nan')), (max(added) if added else float('nan'))
+
+routers = [c for c in udp if 'router' in c and c != 'fwd-router']
+if routers and 'fwd-router' in udp:
+    print(f'router mode vs fwd-router: {"cfg":<16} {"kpps":>7} {"floor":>7} {"x floor":>7} {"+ns/pkt med [min..max]":>24} {"tcp":>6} {"floor tcp":>9}')
+    for c in routers:
+        m, b, a, lo, hi = pair(c, 'fwd-router')
+        print(f'{"":<27}{c:<16} {m/1e3:>7.0f} {b/1e3:>7.0f} {m/b:>7.2f} {a:>8.0f} [{lo:.0f}..{hi:.0f}] {med(list(tcp[c].values())):>6.2f} {med(list(tcp["fwd-router"].values())):>9.2f}')
+if tcp:
+    print('tcp Gbit/s median [min..max]: ' + ', '.join(
+        f'{c} {med(list(tcp[c].values())):.2f} [{min(tcp[c].values()):.2f}..{max(tcp[c].values()):.2f}]' for c in cfgs if tcp.get(c)))

@@ -148,6 +148,11 @@ enum pv_nat_reason {
 	PV_NAT_R_ARP_REPLY   = 0, /* proxy-ARP reply sent for a public address */
 	PV_NAT_R_ICMP_ERROR  = 1, /* ICMP error translated (inner headers too) */
 	PV_NAT_R_FRAGMENT    = 2, /* 1:1 fragment translated (address only) */
+	PV_NAT_R_REDIRECT    = 3, /* translated and forwarded by the program:
+				   * fib lookup, TTL, bpf_redirect_neigh */
+	PV_NAT_R_STACK       = 4, /* translated, then left to the kernel's
+				   * forwarding (fib not forwarding it here,
+				   * too big, TTL expiring, IP options...) */
 	PV_NAT_R_DROP_MIN    = 8,
 	PV_NAT_R_MALFORMED   = 8, /* truncated headers of a mapped packet */
 	PV_NAT_R_FRAG_PORTS  = 9, /* fragment of a forwarded port: no port in
