@@ -82,21 +82,8 @@ func TestPrivilegedQEMUVMRef(t *testing.T) {
 	})
 	// The VMM puts the NIC's tap on the segment's bridge (a link event
 	// that makes pivirtd look again).
-	err := host.Do(func() error {
-		tap, err := netlink.LinkByName("tq1")
-		if err != nil {
-			return err
-		}
-		br, err := netlink.LinkByName("br-q")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetMaster(tap, br); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(tap)
-	})
-	if err != nil {
+	enslave(t, host, "tq1", "br-q")
+	if _, err := host.Exec("ip", "link", "set", "tq1", "up"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 40*time.Second, "web-q-nic1 Ready on tq1 in XDP driver mode", func() bool {

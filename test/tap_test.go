@@ -127,21 +127,8 @@ func TestPrivilegedTapEndToEnd(t *testing.T) {
 		return host.Do(func() error { _, err := netlink.LinkByName("br-tap"); return err }) == nil
 	})
 	vm := openTap(t, host, "tap70")
-	err := host.Do(func() error {
-		tap, err := netlink.LinkByName("tap70")
-		if err != nil {
-			return err
-		}
-		br, err := netlink.LinkByName("br-tap")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetMaster(tap, br); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(tap)
-	})
-	if err != nil {
+	enslave(t, host, "tap70", "br-tap")
+	if _, err := host.Exec("ip", "link", "set", "tap70", "up"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, "tapvm-nic0 attached in XDP driver mode with its ACL", func() bool {

@@ -3,7 +3,6 @@
 package nat
 
 import (
-	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -154,18 +153,10 @@ func BE32(addr netip.Addr) uint32 { return typed.BE32(addr) }
 func Addr4(be uint32) netip.Addr { return typed.Addr4(be) }
 
 // BE16 is the in-memory form of a __be16 field holding port.
-func BE16(port uint16) uint16 {
-	var b [2]byte
-	binary.BigEndian.PutUint16(b[:], port)
-	return binary.NativeEndian.Uint16(b[:])
-}
+func BE16(port uint16) uint16 { return typed.BE16(port) }
 
 // Port16 is the inverse of BE16.
-func Port16(be uint16) uint16 {
-	var b [2]byte
-	binary.NativeEndian.PutUint16(b[:], be)
-	return binary.BigEndian.Uint16(b[:])
-}
+func Port16(be uint16) uint16 { return typed.Port16(be) }
 
 // Spec returns the CollectionSpec of bpf/tc_nat.c.
 func Spec() (*ebpf.CollectionSpec, error) { return loadTc_nat() }
