@@ -9,7 +9,7 @@
  * have their inner headers rewritten too. No connection state: 1:1 flows
  * never reach conntrack. Traffic that matches no mapping is left alone.
  * A translated inbound packet is forwarded by the program itself when the
- * fib allows (nat_forward: bpf_fib_lookup, bpf_redirect_neigh), else by the
+ * fib allows (nat_forward: bpf_fib_lookup, bpf_redirect), else by the
  * kernel's IP forwarding as before; outbound packets reach egress through
  * the stack.
  *
@@ -421,6 +421,7 @@ static __always_inline int nat_forward(struct __sk_buff *skb)
 	struct bpf_fib_lookup fib = {};
 	struct bpf_redir_neigh nh;
 	void *data, *end;
+	struct ethhdr *eth;
 	struct iphdr *ip;
 	__u32 check, l4len = 0;
 	long r;
@@ -434,7 +435,8 @@ static __always_inline int nat_forward(struct __sk_buff *skb)
 		return CTX_ACT_OK;
 	data = ctx_data(skb);
 	end = ctx_data_end(skb);
-	ip = data + ETH_HLEN;
+	eth = data;
+	ip = (void *)(eth + 1);
 	if ((void *)(ip + 1) > end)
 		goto stack;
 	if (ip->ihl != 5 || (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)) || ip->ttl <= 1)
@@ -475,15 +477,13 @@ static __always_inline int nat_forward(struct __sk_buff *skb)
 	}
 
 	/* With tot_len set the helper checks it against the route's MTU
-	 * (locked route MTU, PMTU exception, device MTU). SKIP_NEIGH: the
-	 * neighbour is bpf_redirect_neigh's business. A MAC taken from the
-	 * lookup would come from an entry nobody confirms: a stale one stays
-	 * valid, unprobed, until the table is garbage collected, which a
-	 * small table never is (gc_thresh1), so a target that changed its
-	 * MAC or went away would be sent to blindly.
+	 * (locked route MTU, PMTU exception, device MTU) before the
+	 * neighbour lookup, so NO_NEIGH has passed that check too.
 	 */
-	r = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
-	if (r != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex == skb->ifindex)
+	r = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (r != BPF_FIB_LKUP_RET_SUCCESS && r != BPF_FIB_LKUP_RET_NO_NEIGH)
+		goto stack;
+	if (fib.ifindex == skb->ifindex)
 		goto stack;
 
 	/* ip_decrease_ttl: TTL and checksum together keep the header's
@@ -494,13 +494,24 @@ static __always_inline int nat_forward(struct __sk_buff *skb)
 	ip->check = (__u16)(check + (check >= 0xffff));
 	ip->ttl--;
 
-	/* The next hop: the gateway, or the destination on a connected
-	 * route (an IPv6 gateway of an IPv4 route sets family AF_INET6).
+	if (r == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		/* The helper resolves the next hop (fib.ipv4_dst: the gateway,
+		 * or the destination on a connected route) and queues the
+		 * packet on the neighbour meanwhile.
+		 */
+		nh.nh_family = fib.family;
+		__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, sizeof(nh.ipv6_nh));
+		nat_count(PV_NAT_R_REDIRECT_NEIGH);
+		return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	}
+	/* The lookup's MACs: a valid (possibly STALE, unprobed) entry's.
+	 * bpf_redirect_neigh for every packet would run the neighbour's
+	 * state machine, but measured no faster than the stack.
 	 */
-	nh.nh_family = fib.family;
-	__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, sizeof(nh.ipv6_nh));
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
 	nat_count(PV_NAT_R_REDIRECT);
-	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	return bpf_redirect(fib.ifindex, 0);
 
 stack:
 	nat_count(PV_NAT_R_STACK);

@@ -64,8 +64,11 @@ const (
 	ReasonARPReply  Reason = tc_natPvNatReasonPV_NAT_R_ARP_REPLY
 	ReasonICMPError Reason = tc_natPvNatReasonPV_NAT_R_ICMP_ERROR
 	ReasonFragment  Reason = tc_natPvNatReasonPV_NAT_R_FRAGMENT
-	// ReasonRedirect: forwarded by the program (bpf_redirect_neigh).
+	// ReasonRedirect: forwarded by the program (bpf_redirect).
 	ReasonRedirect Reason = tc_natPvNatReasonPV_NAT_R_REDIRECT
+	// ReasonRedirectNeigh: forwarded by the program while the next hop
+	// was unresolved (bpf_redirect_neigh).
+	ReasonRedirectNeigh Reason = tc_natPvNatReasonPV_NAT_R_REDIRECT_NEIGH
 	// ReasonStack: translated, then forwarded (or delivered, or refused)
 	// by the kernel's stack.
 	ReasonStack     Reason = tc_natPvNatReasonPV_NAT_R_STACK
@@ -77,14 +80,15 @@ const (
 )
 
 var reasonNames = map[Reason]string{
-	ReasonARPReply:  "arp-reply",
-	ReasonICMPError: "icmp-error-translated",
-	ReasonFragment:  "fragment-translated",
-	ReasonRedirect:  "redirected",
-	ReasonStack:     "left-to-stack",
-	ReasonMalformed: "malformed",
-	ReasonFragPorts: "fragment-of-forwarded-port",
-	ReasonICMPInner: "icmp-error-untranslatable",
+	ReasonARPReply:      "arp-reply",
+	ReasonICMPError:     "icmp-error-translated",
+	ReasonFragment:      "fragment-translated",
+	ReasonRedirect:      "redirected",
+	ReasonRedirectNeigh: "redirected-neigh",
+	ReasonStack:         "left-to-stack",
+	ReasonMalformed:     "malformed",
+	ReasonFragPorts:     "fragment-of-forwarded-port",
+	ReasonICMPInner:     "icmp-error-untranslatable",
 }
 
 // String is the reason's stable kebab-case name; unknown values print as

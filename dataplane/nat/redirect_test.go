@@ -25,9 +25,9 @@ import (
 //
 //	up  (upMAC)  198.51.100.2/24   the uplink: test frames come in here
 //	in  (inMAC)  192.168.100.1/24  targets behind it:
-//	    192.168.100.10  neighbour tgtMAC (permanent)
-//	    192.168.100.20  no neighbour entry (bpf_redirect_neigh resolves it)
-//	    192.168.100.30  route "mtu lock 200": a packet over 200 bytes, the stack
+//	    192.168.100.10  neighbour tgtMAC (permanent)        -> bpf_redirect
+//	    192.168.100.20  no neighbour entry                  -> bpf_redirect_neigh
+//	    192.168.100.30  route "mtu lock 200", neighbour set -> too big: stack
 //	blackhole 10.66.0.0/16; ip_forward=1
 var (
 	inMAC  = net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x01, 0x01}
@@ -105,11 +105,15 @@ func skbCtx(ifindex int, gsoSize uint32) []byte {
 	return b
 }
 
-// forwarded is a frame as the program hands it to bpf_redirect_neigh:
-// TTL one less, header checksum recomputed from scratch; the MACs are
-// still the uplink's (the neighbour output writes the next hop's).
-func forwarded(f []byte) []byte {
+// forwarded is a frame as ip_forward would send it: TTL one less, header
+// checksum recomputed from scratch, and, when dst is set, the next hop's
+// MACs.
+func forwarded(f []byte, dst, src net.HardwareAddr) []byte {
 	f = append([]byte(nil), f...)
+	if dst != nil {
+		copy(f[0:6], dst)
+		copy(f[6:12], src)
+	}
 	f[14+8]--
 	ipCsum(f[14:])
 	return f
@@ -179,18 +183,18 @@ func TestPrivilegedNATRedirect(t *testing.T) {
 		wantRet uint32
 		want    []byte
 	}{
-		{"1:1 udp: redirect", o.In, in(pub, udp(5000, 53)), 0, actRedirect,
-			forwarded(in(target, udp(5000, 53)))},
+		{"1:1 udp: redirect to the target's neighbour", o.In, in(pub, udp(5000, 53)), 0, actRedirect,
+			forwarded(in(target, udp(5000, 53)), tgtMAC, inMAC)},
 		{"1:1 tcp: redirect", o.In, in(pub, tcp(5000, 80)), 0, actRedirect,
-			forwarded(in(target, tcp(5000, 80)))},
+			forwarded(in(target, tcp(5000, 80)), tgtMAC, inMAC)},
 		{"1:1 icmp echo: redirect", o.In, in(pub, echo(9)), 0, actRedirect,
-			forwarded(in(target, echo(9)))},
+			forwarded(in(target, echo(9)), tgtMAC, inMAC)},
 		{"1:1 tcp gso 1400: one segment fits, redirect", o.In, in(pub, tcp(5000, 80)), 1400, actRedirect,
-			forwarded(in(target, tcp(5000, 80)))},
-		{"forward tcp, next hop unresolved: redirect (bpf_redirect_neigh resolves it)", o.In, in(pubFwd, tcp(5000, 443)), 0, actRedirect,
-			forwarded(in(targetPF, tcp(5000, 8443)))},
+			forwarded(in(target, tcp(5000, 80)), tgtMAC, inMAC)},
+		{"forward tcp, next hop unresolved: redirect_neigh", o.In, in(pubFwd, tcp(5000, 443)), 0, actRedirect,
+			forwarded(in(targetPF, tcp(5000, 8443)), nil, nil)},
 		{"small packet under a locked route mtu: redirect", o.In, in(pubMTU, udp(5000, 53)), 0, actRedirect,
-			forwarded(in(targetMTU, udp(5000, 53)))},
+			forwarded(in(targetMTU, udp(5000, 53)), tgtMAC, inMAC)},
 
 		// Left to the stack, translated and otherwise untouched.
 		{"ttl 1: the stack sends time exceeded", o.In, withTTL(in(pub, udp(5000, 53)), 1), 0, actNext,
@@ -239,7 +243,7 @@ func TestPrivilegedNATRedirect(t *testing.T) {
 	for _, want := range []struct {
 		r nat.Reason
 		n uint64
-	}{{nat.ReasonRedirect, 6}, {nat.ReasonStack, 6}} {
+	}{{nat.ReasonRedirect, 5}, {nat.ReasonRedirectNeigh, 1}, {nat.ReasonStack, 6}} {
 		if r[want.r] != want.n {
 			t.Errorf("reason %s counted %d, want %d", want.r, r[want.r], want.n)
 		}
@@ -247,7 +251,7 @@ func TestPrivilegedNATRedirect(t *testing.T) {
 }
 
 // BenchmarkNATRedirect is ns/packet of the ingress program for a 1:1 UDP
-// packet that it forwards itself (fib lookup, TTL, bpf_redirect_neigh in
+// packet that it forwards itself (fib lookup, TTL, MACs, bpf_redirect in
 // the router netns), against the same packet with the forwarding off. A
 // repeated test run reuses its skb, so the maps hold a cycle (pub ->
 // target and target -> pub, both routed out of "in") for every iteration

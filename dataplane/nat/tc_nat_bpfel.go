@@ -43,16 +43,17 @@ type tc_natPvNatKey struct {
 type tc_natPvNatReason uint32
 
 const (
-	tc_natPvNatReasonPV_NAT_R_ARP_REPLY  tc_natPvNatReason = 0
-	tc_natPvNatReasonPV_NAT_R_ICMP_ERROR tc_natPvNatReason = 1
-	tc_natPvNatReasonPV_NAT_R_FRAGMENT   tc_natPvNatReason = 2
-	tc_natPvNatReasonPV_NAT_R_REDIRECT   tc_natPvNatReason = 3
-	tc_natPvNatReasonPV_NAT_R_STACK      tc_natPvNatReason = 4
-	tc_natPvNatReasonPV_NAT_R_DROP_MIN   tc_natPvNatReason = 8
-	tc_natPvNatReasonPV_NAT_R_MALFORMED  tc_natPvNatReason = 8
-	tc_natPvNatReasonPV_NAT_R_FRAG_PORTS tc_natPvNatReason = 9
-	tc_natPvNatReasonPV_NAT_R_ICMP_INNER tc_natPvNatReason = 10
-	tc_natPvNatReasonPV_NAT_R_MAX        tc_natPvNatReason = 16
+	tc_natPvNatReasonPV_NAT_R_ARP_REPLY      tc_natPvNatReason = 0
+	tc_natPvNatReasonPV_NAT_R_ICMP_ERROR     tc_natPvNatReason = 1
+	tc_natPvNatReasonPV_NAT_R_FRAGMENT       tc_natPvNatReason = 2
+	tc_natPvNatReasonPV_NAT_R_REDIRECT       tc_natPvNatReason = 3
+	tc_natPvNatReasonPV_NAT_R_REDIRECT_NEIGH tc_natPvNatReason = 4
+	tc_natPvNatReasonPV_NAT_R_STACK          tc_natPvNatReason = 5
+	tc_natPvNatReasonPV_NAT_R_DROP_MIN       tc_natPvNatReason = 8
+	tc_natPvNatReasonPV_NAT_R_MALFORMED      tc_natPvNatReason = 8
+	tc_natPvNatReasonPV_NAT_R_FRAG_PORTS     tc_natPvNatReason = 9
+	tc_natPvNatReasonPV_NAT_R_ICMP_INNER     tc_natPvNatReason = 10
+	tc_natPvNatReasonPV_NAT_R_MAX            tc_natPvNatReason = 16
 )
 
 type tc_natPvNatTraffic struct {

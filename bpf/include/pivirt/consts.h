@@ -149,8 +149,10 @@ enum pv_nat_reason {
 	PV_NAT_R_ICMP_ERROR  = 1, /* ICMP error translated (inner headers too) */
 	PV_NAT_R_FRAGMENT    = 2, /* 1:1 fragment translated (address only) */
 	PV_NAT_R_REDIRECT    = 3, /* translated and forwarded by the program:
-				   * fib lookup, TTL, bpf_redirect_neigh */
-	PV_NAT_R_STACK       = 4, /* translated, then left to the kernel's
+				   * fib lookup, TTL, MAC rewrite, bpf_redirect */
+	PV_NAT_R_REDIRECT_NEIGH = 4, /* the same, next hop not yet resolved:
+				      * bpf_redirect_neigh */
+	PV_NAT_R_STACK       = 5, /* translated, then left to the kernel's
 				   * forwarding (fib not forwarding it here,
 				   * too big, TTL expiring, IP options...) */
 	PV_NAT_R_DROP_MIN    = 8,
