@@ -38,12 +38,12 @@ type natEnv struct {
 }
 
 // startNAT starts the real pivirtd in host (its NAT controller realizes
-// routers and programs the uplinks) on a private bpffs.
-func startNAT(t *testing.T, host *testutil.NetNS) *natEnv {
+// routers and programs the uplinks) on a private bpffs, with extra flags.
+func startNAT(t *testing.T, host *testutil.NetNS, args ...string) *natEnv {
 	t.Helper()
 	testutil.RequireTool(t, "nsenter")
 	bpffs := testutil.TempBPFFS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), BPFFS: bpffs})
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), BPFFS: bpffs, Args: args})
 	return &natEnv{t: t, host: host, d: d, bpffs: bpffs}
 }
 
@@ -122,6 +122,13 @@ func (e *natEnv) reasons(scope uint32) map[dpnat.Reason]uint64 {
 		e.t.Fatal(err)
 	}
 	return rs
+}
+
+// forwarded returns how many translated packets of scope the program
+// forwarded itself (bpf_redirect or, without a neighbour, bpf_redirect_neigh).
+func (e *natEnv) forwarded(scope uint32) uint64 {
+	rs := e.reasons(scope)
+	return rs[dpnat.ReasonRedirect] + rs[dpnat.ReasonRedirectNeigh]
 }
 
 // natWaitFor polls cond every 20 ms until it holds or timeout passes.

@@ -97,6 +97,11 @@ spec:
 		mustSee(t, inet, "tcp4", "198.51.100.10:80", "198.51.100.1")
 		mustSee(t, inet, "udp4", "198.51.100.10:80", "198.51.100.1")
 	})
+	t.Run("the program forwards what it translated", func(t *testing.T) {
+		if n := e.forwarded(dpnat.ScopeRouter(router)); n == 0 {
+			t.Errorf("no translated packet forwarded by the program: %v", e.reasons(dpnat.ScopeRouter(router)))
+		}
+	})
 	t.Run("port forward inbound tcp and udp with port translation", func(t *testing.T) {
 		mustSee(t, inet, "tcp4", "198.51.100.20:443", "198.51.100.1")
 		mustSee(t, inet, "udp4", "198.51.100.20:53", "198.51.100.1")
@@ -229,8 +234,16 @@ spec:
 	})
 }
 
+// TestPrivilegedNATHost runs host mode with the program's forwarding on
+// (the default) and off (--nat-redirect=false: the kernel forwards).
 func TestPrivilegedNATHost(t *testing.T) {
 	testutil.RequireBPF(t)
+	for _, redirect := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nat-redirect=%t", redirect), func(t *testing.T) { testNATHost(t, redirect) })
+	}
+}
+
+func testNATHost(t *testing.T, redirect bool) {
 	host, inet, vm := testutil.NewNetNS(t), testutil.NewNetNS(t), testutil.NewNetNS(t)
 	uplink := testutil.UniqueName("up")
 	linkNS(t, host, uplink, inet, "eth0")
@@ -246,7 +259,7 @@ func TestPrivilegedNATHost(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e := startNAT(t, host)
+	e := startNAT(t, host, fmt.Sprintf("--nat-redirect=%t", redirect))
 	e.apply(fmt.Sprintf(`apiVersion: pivirt.hu/v1
 kind: ExternalIP
 metadata: {name: vm-public}
@@ -276,6 +289,12 @@ spec:
 	// The forward's reply leaves from its public address and port: the
 	// connected client above accepted it; a reply from port 8443 would
 	// have reset the connection.
+	scope := dpnat.ScopeInterface(uplink)
+	if n := e.forwarded(scope); redirect && n == 0 {
+		t.Errorf("no translated packet forwarded by the program: %v", e.reasons(scope))
+	} else if !redirect && n != 0 {
+		t.Errorf("%d packets forwarded by the program with --nat-redirect=false", n)
+	}
 
 	e.delete(pivirtv1.KindExternalIP, "vm-public")
 	if !natWaitFor(5*time.Second, func() bool {

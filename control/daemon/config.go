@@ -26,6 +26,7 @@ type Config struct {
 	Metrics       string   // --metrics: Prometheus /metrics address
 	Attach        string   // --attach: auto | xdp | tc
 	QMPDir        string   // --qmp-dir: the VMs' QMP sockets, <name>.qmp (vmRef)
+	NATRedirect   bool     // --nat-redirect: the NAT program forwards what it translates
 	// --dhcp-rate-per-mac, --dhcp-rate-per-port: responder.ParseLimit form.
 	DHCPRatePerMAC  string
 	DHCPRatePerPort string
@@ -35,13 +36,14 @@ type Config struct {
 func Defaults() Config {
 	host, _ := os.Hostname()
 	return Config{
-		StateDir: "/var/lib/pivirt",
-		Socket:   "/run/pivirt/pivirtd.sock",
-		BPFFS:    "/sys/fs/bpf/pivirt",
-		Node:     host,
-		Store:    "bbolt",
-		Attach:   "auto",
-		QMPDir:   "/run/pivirt/qmp",
+		StateDir:    "/var/lib/pivirt",
+		Socket:      "/run/pivirt/pivirtd.sock",
+		BPFFS:       "/sys/fs/bpf/pivirt",
+		Node:        host,
+		Store:       "bbolt",
+		Attach:      "auto",
+		QMPDir:      "/run/pivirt/qmp",
+		NATRedirect: true,
 
 		DHCPRatePerMAC:  responder.DefaultPerMAC.String(),
 		DHCPRatePerPort: responder.DefaultPerPort.String(),

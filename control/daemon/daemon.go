@@ -183,7 +183,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		},
 		guardLoop,
 		controllerFunc{"link-watch", func(ctx context.Context) error { return guard.WatchLinks(ctx, guardLoop.Trigger) }},
-		nat.New(nat.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log}),
+		nat.New(nat.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
+			NoRedirect: !d.cfg.NATRedirect}),
 	}, nil
 }
 
