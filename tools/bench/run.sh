@@ -2,13 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # make bench: every benchmark of BENCHMARKS.md, peers in the same run.
-# Parts (BENCH_PARTS, default all): control, testrun, dhcp, guard, nat.
+# Parts (BENCH_PARTS, default all): control, testrun, dhcp, dhcp-load, guard, nat.
 #   control  tools/applybench: 10,000 DHCPLeases through pivirtctl, single
 #            apply latency, pivirtd RSS
 #   testrun  go benchmarks through BPF_PROG_TEST_RUN (guard at 1/1k/64k
 #            ports, NAT at 1/10k ExternalIPs) and the store
 #   dhcp     ../shared/bench/dhcp-peers.sh: perfdhcp against dnsmasq, Kea
 #            and pivirtd (tools/bench/dhcp-pivirtd.sh), same topology
+#   dhcp-load  tools/bench/dhcp-load.sh: Kea and pivirtd under tools/dhcpload,
+#            a generator cheap enough to find a server's limit on 2 cores
 #   guard    tools/bench/portguard-pivirtd.sh: the shared port-guard
 #            harness with pivirtd's guard added (1,000 and 4,000 ports)
 #   nat      tools/natbench/nat.sh: the shared NAT harness with pivirt's
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 SHARED=${SHARED:-$(cd "$ROOT/../shared/bench" && pwd)}
 OUT=${OUT:-/tmp/pivirt-bench.$(date +%Y%m%d-%H%M%S)}
-PARTS=${BENCH_PARTS:-"control testrun dhcp guard nat"}
+PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat"}
 mkdir -p "$OUT"
 [ "$(id -u)" -eq 0 ] || { echo "make bench needs root (namespaces, eBPF)" >&2; exit 1; }
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -42,6 +44,11 @@ if part dhcp; then
 	kill "$sampler"
 	cat "$OUT/dhcp/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 	python3 tools/bench/cpuwindows.py "$OUT/dhcp-cpustat.txt" "$OUT/dhcp/log" | tee -a "$OUT/summary.txt"
+fi
+if part dhcp-load; then
+	say "DHCP: Kea and pivirtd under tools/dhcpload (tools/bench/dhcp-load.sh)"
+	PIVIRT_BIN="$ROOT/bin" OUT="$OUT/dhcp-load" ./tools/bench/dhcp-load.sh >"$OUT/dhcp-load.log" 2>&1 || true
+	cat "$OUT/dhcp-load/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 fi
 if part guard; then
 	say "port guard: pivirtd vs libvirt-style ebtables, nft set, reference XDP/tc"

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# dhcp-load.sh: the maximum sustained DORA/s of Kea and pivirtd with
+# tools/dhcpload as the load generator instead of perfdhcp.
+#
+# perfdhcp costs ≈10–12% of a core per 1,000 DORA/s here, so on two cores
+# ../shared/bench/dhcp-peers.sh cannot offer more than ≈8,500 DORA/s to any
+# server. This runs the same topology (dhcp-peers.sh's: bridge br0
+# 192.168.100.1/22 in the server namespace, the generator as a relay on
+# veth0 192.168.100.2 in the client namespace), the same servers started
+# the same way (Kea memfile without persistence, its config copied from
+# dhcp-peers.sh; pivirtd through tools/bench/dhcp-pivirtd.sh, every lease
+# fdatasync'd before its ACK), server pinned to cpu0 and generator to cpu1,
+# the same pass rule (at most DROP_MAX % of DISCOVERs not ending in an
+# ACK, and at least 97% of the offered DISCOVERs sent), interleaved.
+#
+# Per server: start, wait for one DORA, warm-up (every client holds a
+# lease: measured runs are steady-state re-DORAs of known clients), then
+# per round a ladder search for the highest passing rate (SEARCH_PERIOD s a
+# step, then BISECT halvings to STEP), a PERIOD s run at that rate, and a
+# PERIOD s run at each of AT_RATES (the same offered load for every server).
+# Rounds alternate between the servers. Per run it records the server's
+# CPU (every process in its namespace), the generator's, and each core's
+# busy share from /proc/stat, so a limit of the generator shows.
+#
+#   PIVIRT_BIN=$PWD/bin tools/bench/dhcp-load.sh        (root)
+#
+# Env (defaults): SERVERS="kea-mem pivirtd" ROUNDS=3 PERIOD=10 SEARCH_PERIOD=3
+#   CLIENTS=800 LADDER="2000 4000 6000 8000 10000 12000 16000 20000 24000 28000 32000 40000 48000"
+#   AT_RATES="16000 24000" BISECT=3 STEP=500 DROP_MAX=1 SRV_CPU=0 CLI_CPU=1 OUT=/tmp/dhcp-load.<time>
+set -u -o pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+SERVERS=${SERVERS:-"kea-mem pivirtd"}
+ROUNDS=${ROUNDS:-3}; PERIOD=${PERIOD:-10}; SEARCH_PERIOD=${SEARCH_PERIOD:-3}
+CLIENTS=${CLIENTS:-800}
+LADDER=${LADDER:-"2000 4000 6000 8000 10000 12000 16000 20000 24000 28000 32000 40000 48000"}
+AT_RATES=${AT_RATES-"16000 24000"}
+BISECT=${BISECT:-3}; STEP=${STEP:-500}; DROP_MAX=${DROP_MAX:-1}
+SRV_CPU=${SRV_CPU:-0}; CLI_CPU=${CLI_CPU:-1}
+OUT=${OUT:-/tmp/dhcp-load.$(date +%Y%m%d-%H%M%S)}
+PIVIRT_BIN=${PIVIRT_BIN:-$ROOT/bin}
+NS_SRV=pvl-srv; NS_CLI=pvl-cli
+SRV_IP=192.168.100.1; CLI_IP=192.168.100.2; PFX=22; MASK=255.255.252.0
+POOL_START=192.168.100.10; POOL_END=192.168.103.250
+HZ=$(getconf CLK_TCK)
+GEN=$OUT/bin/dhcpload
+
+[ "$(id -u)" = 0 ] || { echo "dhcp-load.sh: must run as root" >&2; exit 1; }
+mkdir -p "$OUT/bin" || exit 1
+RES=$OUT/results.tsv; : > "$RES"
+log() { echo "[$(date +%T)] $*" | tee -a "$OUT/log" >&2; }
+(cd "$ROOT" && go build -o "$GEN" ./tools/dhcpload) || { log "building dhcpload failed"; exit 1; }
+
+declare -A PIDS=()
+kill_ns() { # TERM every process in one of our namespaces, KILL after 5 s
+	local p i
+	for p in $(ip netns pids "$1" 2>/dev/null); do kill -TERM "$p" 2>/dev/null; done
+	for i in $(seq 50); do [ -z "$(ip netns pids "$1" 2>/dev/null)" ] && return; sleep 0.1; done
+	for p in $(ip netns pids "$1" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+}
+teardown() {
+	local ns
+	for ns in $NS_SRV $NS_CLI; do
+		ip netns list | awk '{print $1}' | grep -qx $ns || continue
+		kill_ns $ns; ip netns del $ns
+	done
+}
+trap 'teardown; log "cleaned up (results in $OUT)"' EXIT
+trap 'exit 130' INT TERM
+
+teardown
+ip netns add $NS_SRV && ip netns add $NS_CLI || exit 1
+for ns in $NS_SRV $NS_CLI; do
+	ip -n $ns link set lo up
+	ip netns exec $ns sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+done
+ip -n $NS_SRV link add br0 type bridge stp_state 0 forward_delay 0
+ip -n $NS_SRV addr add $SRV_IP/$PFX dev br0
+ip link add vb0 netns $NS_SRV type veth peer name veth0 netns $NS_CLI || exit 1
+ip -n $NS_SRV link set vb0 master br0
+ip -n $NS_SRV link set vb0 up; ip -n $NS_SRV link set br0 up
+ip -n $NS_CLI addr add $CLI_IP/$PFX dev veth0
+ip -n $NS_CLI link set veth0 up
+
+write_kea_cfg() { # dhcp-peers.sh's kea-mem configuration
+	cat > "$1/kea.json" <<EOF
+{ "Dhcp4": {
+  "interfaces-config": { "interfaces": [ "br0" ], "dhcp-socket-type": "raw" },
+  "lease-database": { "type": "memfile", "persist": false, "name": "$1/kea-leases4.csv", "lfc-interval": 3600 },
+  "valid-lifetime": 43200, "renew-timer": 21600, "rebind-timer": 37800,
+  "subnet4": [ { "id": 1, "subnet": "192.168.100.0/$PFX",
+     "pools": [ { "pool": "$POOL_START - $POOL_END" } ],
+     "option-data": [ { "name": "routers", "data": "$SRV_IP" } ] } ],
+  "loggers": [ { "name": "kea-dhcp4", "output_options": [ { "output": "$1/kea.log" } ], "severity": "WARN" } ]
+} }
+EOF
+}
+start_server() { # $1 = name
+	local d=$OUT/$1
+	mkdir -p "$d"
+	case $1 in
+	kea-mem)
+		write_kea_cfg "$d"
+		env KEA_PIDFILE_DIR=$d KEA_LOCKFILE_DIR=$d ip netns exec $NS_SRV taskset -c $SRV_CPU \
+			kea-dhcp4 -c "$d/kea.json" >"$d/stdout" 2>&1 &
+		;;
+	pivirtd)
+		env DHCP_IFACE=br0 DHCP_SERVER_IP=$SRV_IP DHCP_PREFIX=$PFX DHCP_NETMASK=$MASK DHCP_ROUTER=$SRV_IP \
+			DHCP_POOL_START=$POOL_START DHCP_POOL_END=$POOL_END DHCP_WORKDIR=$d PIVIRT_BIN=$PIVIRT_BIN \
+			ip netns exec $NS_SRV taskset -c $SRV_CPU "$HERE/dhcp-pivirtd.sh" >"$d/stdout" 2>&1 &
+		;;
+	*) log "unknown server $1"; return 1 ;;
+	esac
+	PIDS[$1]=$!
+}
+stop_server() {
+	kill_ns $NS_SRV
+	wait "${PIDS[$1]}" 2>/dev/null
+	umount "$OUT/$1/pivirtd/bpffs" 2>/dev/null
+	rm -rf "$OUT/$1/pivirtd"
+}
+
+srv_ticks() { local p t=0 v; for p in $(ip netns pids $NS_SRV 2>/dev/null); do
+	v=$(sed 's/^.*) //' /proc/$p/stat 2>/dev/null | awk '{print $12+$13}'); t=$((t + ${v:-0})); done; echo $t; }
+core_busy() { grep -E "^cpu[$SRV_CPU$CLI_CPU] " /proc/stat | awk '{print $1, $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' | tr '\n' ' '; }
+
+# gen RATE SECS -> "k=v ..." with srv_cpu_pct and per-core busy added
+gen() {
+	local c0 c1 b0 b1 t0 t1 out
+	c0=$(srv_ticks); b0=$(core_busy); t0=$(date +%s%N)
+	out=$(timeout $(($2 + 30)) ip netns exec $NS_CLI taskset -c $CLI_CPU "$GEN" -giaddr $CLI_IP -server $SRV_IP \
+		-clients "$CLIENTS" -rate "$1" -duration "${2}s" 2>&1) || { echo "rate=$1 error=$(tr ' \n' '__' <<<"$out")"; return; }
+	t1=$(date +%s%N); c1=$(srv_ticks); b1=$(core_busy)
+	awk -v out="$out" -v cpu=$((c1 - c0)) -v hz="$HZ" -v wall=$(((t1 - t0) / 1000000)) -v b0="$b0" -v b1="$b1" \
+		-v s="$SRV_CPU" -v c="$CLI_CPU" 'BEGIN{
+		n = split(b0, x, " "); split(b1, y, " ")
+		for (i = 1; i <= n; i += 3) { busy[x[i]] = (y[i+2] - x[i+2]) ? 100 * (y[i+1] - x[i+1]) / (y[i+2] - x[i+2]) : 0 }
+		printf "%s srv_cpu_pct=%.0f srv_core_busy=%.0f gen_core_busy=%.0f\n", out, 100 * cpu / hz / (wall / 1000), busy["cpu" s], busy["cpu" c] }'
+}
+kv() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+passes() { awk -v d="$(kv drop_pct "$1")" -v s="$(kv sendok "$1")" -v m="$DROP_MAX" 'BEGIN{exit !(d != "" && d <= m && s == 1)}'; }
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$RES"; log "$1 $2: $3"; }
+
+wait_ready() {
+	local i
+	for i in $(seq 40); do
+		[ -n "$(ip netns pids $NS_SRV)" ] || { log "$1 exited"; return 1; }
+		[ "$(kv ra_recv "$(gen 20 1)")" -gt 0 ] 2>/dev/null && return 0
+		sleep 0.5
+	done
+	return 1
+}
+search() { # $1 = server -> the highest passing rate
+	local r lo=0 hi=0 mid i out
+	for r in $LADDER; do
+		out=$(gen "$r" "$SEARCH_PERIOD"); record "$1" search "$out"
+		if passes "$out"; then lo=$r; else hi=$r; break; fi
+	done
+	((hi == 0)) && { echo "$lo"; return; }
+	for i in $(seq "$BISECT"); do
+		mid=$(((lo + hi) / 2 / STEP * STEP)); ((mid <= lo || mid >= hi)) && break
+		out=$(gen "$mid" "$SEARCH_PERIOD"); record "$1" search "$out"
+		if passes "$out"; then lo=$mid; else hi=$mid; fi
+	done
+	echo "$lo"
+}
+
+log "out=$OUT servers=[$SERVERS] rounds=$ROUNDS clients=$CLIENTS period=${PERIOD}s srv_cpu=$SRV_CPU cli_cpu=$CLI_CPU"
+for round in $(seq "$ROUNDS"); do
+	for s in $SERVERS; do
+		start_server "$s" || continue
+		if ! wait_ready "$s"; then log "$s: not ready (see $OUT/$s/stdout)"; stop_server "$s"; continue; fi
+		record "$s" warmup "$(gen 500 4)"
+		m=$(search "$s")
+		log "$s round $round: max passing rate $m"
+		((m > 0)) && record "$s" atmax "round=$round $(gen "$m" "$PERIOD")"
+		for r in $AT_RATES; do record "$s" fixed "round=$round $(gen "$r" "$PERIOD")"; done
+		stop_server "$s"
+	done
+done
+
+{
+	echo "== dhcp-load: $(date -u +%FT%TZ) $(uname -r) cpus=$(nproc) server on cpu$SRV_CPU, tools/dhcpload on cpu$CLI_CPU, clients=$CLIENTS, pass = drop <= ${DROP_MAX}%"
+	printf '%-8s %-6s %-6s %7s %8s %6s %8s %8s %9s %9s %9s %9s\n' server run round rate dora/s drop% srv_cpu% gen_cpu% srv_core% gen_core% ra_p50ms ra_p99ms
+	awk -F'\t' '$2 == "atmax" || $2 == "fixed" { print $1, $2, $3 }' "$RES" | sort -s -k1,2 | while read -r s run line; do
+		printf '%-8s %-6s %-6s %7s %8s %6s %8s %8s %9s %9s %9s %9s\n' "$s" "$run" "$(kv round "$line")" "$(kv rate "$line")" \
+			"$(kv dora_s "$line")" "$(kv drop_pct "$line")" "$(kv srv_cpu_pct "$line")" "$(kv gen_cpu_pct "$line")" \
+			"$(kv srv_core_busy "$line")" "$(kv gen_core_busy "$line")" "$(kv ra_p50 "$line")" "$(kv ra_p99 "$line")"
+	done
+} | tee "$OUT/summary.txt"
