@@ -51,8 +51,9 @@ enum {
 	ACL_TRACK = 0,   /* an IP flow: match the ACL, track it if stateful */
 	ACL_RELATED = 1, /* an ICMP error: pass if its inner flow is tracked,
 			  * else match the ACL as ICMP, never track */
-	ACL_UNTRACKED = 2, /* IP without ports (a later fragment): match
-			    * only rules without ports, never track */
+	ACL_UNTRACKED = 2, /* IP without ports (a later fragment whose first
+			    * fragment was not seen): match only rules
+			    * without ports, never track */
 	ACL_ALWAYS = 3,  /* not for the ACL (ARP, DHCP, ND, ...): pass */
 	ACL_BAD = 4,     /* truncated or malformed */
 };
@@ -174,6 +175,53 @@ static __always_inline int acl_inner6(struct hdr_cursor *cur, struct pv_ct_key *
 	return acl_l4(cur, k, dir, ip6->nexthdr, &dport, &t);
 }
 
+#define IP_MF		0x2000
+#define IP_OFFSET	0x1fff
+
+static __always_inline void acl_frag_key(struct pv_frag_key *fk, const struct iphdr *ip,
+					 __u32 ifindex, __u32 dir)
+{
+	fk->ifindex = ifindex;
+	fk->saddr = ip->saddr;
+	fk->daddr = ip->daddr;
+	fk->id = ip->id;
+	fk->proto = ip->protocol;
+	fk->dir = dir;
+}
+
+/* acl_later_fragment gives a later fragment the ports its datagram's
+ * first fragment carried, if that one was seen: returns 1, else 0.
+ */
+static __always_inline int acl_later_fragment(const struct iphdr *ip, __u32 dir, struct acl_pkt *p)
+{
+	struct pv_frag_key fk = {};
+	struct pv_frag *f;
+
+	acl_frag_key(&fk, ip, p->ct.ifindex, dir);
+	f = bpf_map_lookup_elem(&pv_acl_frags, &fk);
+	if (!f)
+		return 0;
+	p->ct.vm_port = f->vm_port;
+	p->ct.peer_port = f->peer_port;
+	p->dport = f->dport;
+	p->have_ports = ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP;
+	return 1;
+}
+
+/* acl_first_fragment remembers a first fragment's ports for the rest of
+ * its datagram (the simulation twin remembers nothing).
+ */
+static __always_inline void acl_first_fragment(const struct iphdr *ip, __u32 dir, const struct acl_pkt *p)
+{
+	struct pv_frag_key fk = {};
+	struct pv_frag f = { .vm_port = p->ct.vm_port, .peer_port = p->ct.peer_port, .dport = p->dport };
+
+	if (PV_ACL_SIM)
+		return;
+	acl_frag_key(&fk, ip, p->ct.ifindex, dir);
+	bpf_map_update_elem(&pv_acl_frags, &fk, &f, BPF_ANY);
+}
+
 static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct acl_pkt *p)
 {
 	struct iphdr *ip = cur->pos;
@@ -189,12 +237,16 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 	p->ct.proto = ip->protocol;
 	acl_addr4(p->ct.vm_addr, dir == PV_ACL_EGRESS ? ip->saddr : ip->daddr);
 	acl_addr4(p->ct.peer_addr, p->peer4);
-	/* A later fragment has no L4 header. */
-	if (ip->frag_off & bpf_htons(0x1fff))
-		return ACL_UNTRACKED;
+	/* A later fragment has no L4 header: it matches with its first
+	 * fragment's ports (a flow already decided), else without ports.
+	 */
+	if (ip->frag_off & bpf_htons(IP_OFFSET))
+		return acl_later_fragment(ip, dir, p) ? ACL_TRACK : ACL_UNTRACKED;
 	if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0)
 		return ACL_BAD;
 	p->have_ports = 1;
+	if (ip->frag_off & bpf_htons(IP_MF))
+		acl_first_fragment(ip, dir, p);
 	if (ip->protocol == IPPROTO_UDP) {
 		__u16 sport = bpf_ntohs(dir == PV_ACL_EGRESS ? p->ct.vm_port : p->ct.peer_port);
 

@@ -3,7 +3,9 @@
 package guard_test
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -14,6 +16,7 @@ import (
 	"pivirt.hu/dataplane/dataplane/maps/aclmap"
 	"pivirt.hu/dataplane/dataplane/maps/countermap"
 	"pivirt.hu/dataplane/dataplane/maps/ctmap"
+	"pivirt.hu/dataplane/dataplane/maps/fragmap"
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
 	"pivirt.hu/dataplane/test/testutil"
 )
@@ -23,6 +26,7 @@ type aclProgs struct {
 	toVM, fromVM *ebpf.Program
 	acl          *aclmap.Map
 	ct           *ctmap.Map
+	frags        *fragmap.Map
 	ports        *portmap.Map
 	counters     *countermap.Map
 }
@@ -42,6 +46,7 @@ func loadACL(t testing.TB) aclProgs {
 	t.Cleanup(func() { c.Close() })
 	return aclProgs{toVM: c.Programs[guard.ProgACLToVM], fromVM: c.Programs[guard.ProgACLFromVM],
 		acl: aclmap.New(c.Maps[guard.MapACL]), ct: ctmap.New(c.Maps[guard.MapConntrack]),
+		frags:    fragmap.New(c.Maps[guard.MapFrags]),
 		ports:    portmap.New(c.Maps[guard.MapPorts]),
 		counters: countermap.New(c.Maps[guard.MapCounters], c.Maps[guard.MapPorts])}
 }
@@ -116,6 +121,20 @@ func laterFragment(t testing.TB, src, dst netip.Addr) []byte {
 	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, gopacket.Payload(make([]byte, 64)))
 }
 
+// udpFragments are the first and a later fragment of one UDP datagram
+// with IP id id: the first carries the UDP header, the later none.
+func udpFragments(t testing.TB, src, dst netip.AddrPort, id uint16) (first, later []byte) {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: src.Addr().AsSlice(),
+		DstIP: dst.Addr().AsSlice(), Id: id, Flags: layers.IPv4MoreFragments}
+	u := &layers.UDP{SrcPort: layers.UDPPort(src.Port()), DstPort: layers.UDPPort(dst.Port())}
+	must(t, u.SetNetworkLayerForChecksum(ip))
+	first = serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, u, gopacket.Payload(make([]byte, 64)))
+	ip2 := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: src.Addr().AsSlice(),
+		DstIP: dst.Addr().AsSlice(), Id: id, FragOffset: 9}
+	later = serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip2, gopacket.Payload(make([]byte, 64)))
+	return first, later
+}
+
 // uncounted marks a step whose frame no counter counts.
 const uncounted = guard.ReasonMax
 
@@ -166,6 +185,15 @@ func TestPrivilegedACL(t *testing.T) {
 			guard.VerdictDrop, guard.ReasonMalformed},
 		{"later fragment to the VM (no ports: default)", true, func(t testing.TB) []byte { return laterFragment(t, aclPeer, vm) },
 			guard.VerdictDrop, guard.ReasonACLIngress},
+		// Later fragments match as their datagram's first fragment did.
+		{"first fragment of UDP 4789 to the VM", true, func(t testing.TB) []byte { f, _ := udpFragments(t, ap(aclOutside, 999), ap(vm, 4789), 77); return f },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"its later fragment (the first's ports)", true, func(t testing.TB) []byte { _, l := udpFragments(t, ap(aclOutside, 999), ap(vm, 4789), 77); return l },
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"a later fragment of a datagram not seen (no ports: default)", true, func(t testing.TB) []byte {
+			_, l := udpFragments(t, ap(aclOutside, 999), ap(vm, 4789), 78)
+			return l
+		}, guard.VerdictDrop, guard.ReasonACLIngress},
 
 		// Stateful: what the VM opens, its replies pass.
 		{"VM opens https", false, func(t testing.TB) []byte { return tcp4(t, ap(vm, 50000), ap(aclOutside, 443)) },
@@ -196,6 +224,10 @@ func TestPrivilegedACL(t *testing.T) {
 		// Egress rules.
 		{"VM queries DNS (denied by rule)", false, func(t testing.TB) []byte { return udp4(t, vmMAC, vm, aclOutside, 1234, 53, []byte("x")) },
 			guard.VerdictDrop, guard.ReasonACLEgress},
+		{"VM's fragmented DNS query, first fragment", false, func(t testing.TB) []byte { f, _ := udpFragments(t, ap(vm, 1235), ap(aclOutside, 53), 90); return f },
+			guard.VerdictDrop, guard.ReasonACLEgress},
+		{"its later fragment, denied too (not the default allow)", false, func(t testing.TB) []byte { _, l := udpFragments(t, ap(vm, 1235), ap(aclOutside, 53), 90); return l },
+			guard.VerdictDrop, guard.ReasonACLEgress},
 		{"so no reply comes back", true, func(t testing.TB) []byte { return udp4(t, vmMAC, aclOutside, vm, 53, 1234, []byte("x")) },
 			guard.VerdictDrop, guard.ReasonACLIngress},
 		{"VM's DHCP request always passes", false, func(t testing.TB) []byte { return udp4(t, vmMAC, vm, serverIP, 68, 67, []byte("x")) },
@@ -203,7 +235,8 @@ func TestPrivilegedACL(t *testing.T) {
 		{"reply to a flow the ACL let in", false, func(t testing.TB) []byte { return tcp4(t, ap(vm, 22), ap(aclPeer, 40000)) },
 			guard.VerdictPass, uncounted},
 	}
-	programACL(t, p, guard.ACLStateful)
+	vxlan := aclmap.Entry{Action: guard.ACLAllow, Proto: aclmap.ProtoUDP, PortMin: 4789, PortMax: 4789}
+	programACL(t, p, guard.ACLStateful, vxlan)
 	for _, s := range steps {
 		prog, dir := p.fromVM, "from-vm"
 		if s.toVM {
@@ -247,6 +280,24 @@ func TestPrivilegedACL(t *testing.T) {
 		}
 		if len(want) > 0 {
 			t.Errorf("flows missing from pv_conntrack: %v (have %v)", want, es)
+		}
+	})
+
+	t.Run("fragmented datagrams are listed", func(t *testing.T) {
+		es, err := p.frags.Decoded()
+		must(t, err)
+		want := []string{
+			fmt.Sprintf("ifindex=%d ingress proto=17 198.51.100.7 -> 192.168.100.10 id=77 vm-port=4789 peer-port=999", port),
+			fmt.Sprintf("ifindex=%d egress proto=17 192.168.100.10 -> 198.51.100.7 id=90 vm-port=1235 peer-port=53", port),
+		}
+		var got []string
+		for _, e := range es {
+			got = append(got, e.String())
+		}
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				t.Errorf("pv_acl_frags lacks %q: %q", w, got)
+			}
 		}
 	})
 
@@ -299,7 +350,7 @@ func TestPrivilegedACLSimTwin(t *testing.T) {
 	spec, err := guard.ACLSimSpec()
 	must(t, err)
 	maps := map[string]*ebpf.Map{guard.MapACL: p.acl.Raw(), guard.MapConntrack: p.ct.Raw(),
-		guard.MapPorts: p.ports.Raw(), guard.MapCounters: p.counters.Raw()}
+		guard.MapFrags: p.frags.Raw(), guard.MapPorts: p.ports.Raw(), guard.MapCounters: p.counters.Raw()}
 	for name, ms := range spec.Maps {
 		if maps[name] == nil {
 			ms.Pinning = ebpf.PinNone
@@ -322,6 +373,8 @@ func TestPrivilegedACLSimTwin(t *testing.T) {
 		before := aclCounts(t, p)
 		flows, err := p.ct.Entries()
 		must(t, err)
+		frags, err := p.frags.Entries()
+		must(t, err)
 		v, mark, err := guard.RunSKB(prog, port, frame, 1)
 		must(t, err)
 		if v != want || guard.Reason(mark) != reason {
@@ -333,6 +386,9 @@ func TestPrivilegedACLSimTwin(t *testing.T) {
 		if now, _ := p.ct.Entries(); len(now) != len(flows) {
 			t.Errorf("%s: the twin tracked a flow: %d -> %d", name, len(flows), len(now))
 		}
+		if now, _ := p.frags.Entries(); len(now) != len(frags) {
+			t.Errorf("%s: the twin kept a fragment's ports: %d -> %d", name, len(frags), len(now))
+		}
 	}
 	run("ssh in", true, tcp4(t, ap(aclPeer, 40000), ap(vm, 22)), guard.VerdictPass, guard.ReasonPassToVM)
 	run("telnet in", true, tcp4(t, ap(aclPeer, 40000), ap(vm, 23)), guard.VerdictDrop, guard.ReasonACLIngress)
@@ -343,6 +399,9 @@ func TestPrivilegedACLSimTwin(t *testing.T) {
 	}
 	run("reply of the tracked flow", true, reply, guard.VerdictPass, guard.ReasonPassToVM)
 	run("DNS out", false, udp4(t, vmMAC, vm, aclOutside, 1234, 53, []byte("x")), guard.VerdictDrop, guard.ReasonACLEgress)
+	first, later := udpFragments(t, ap(aclOutside, 999), ap(vm, 22), 5)
+	run("first fragment in", true, first, guard.VerdictDrop, guard.ReasonACLIngress)
+	run("a later fragment in", true, later, guard.VerdictDrop, guard.ReasonACLIngress)
 	must(t, p.acl.Delete(aclmap.NewKey(port, guard.ACLIngress)))
 	run("no ACL toward the VM", true, tcp4(t, ap(aclPeer, 1), ap(vm, 23)), guard.VerdictPass, guard.ReasonNotGuarded)
 }

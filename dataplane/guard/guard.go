@@ -21,10 +21,11 @@ const (
 	// The port ACL's (bpf/include/pivirt/acl_maps.h).
 	MapACL       = "pv_acl"
 	MapConntrack = "pv_conntrack"
+	MapFrags     = "pv_acl_frags"
 )
 
 // MapNames lists every guard map, the port ACL's included.
-var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters, MapACL, MapConntrack}
+var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters, MapACL, MapConntrack, MapFrags}
 
 // RetiredMapNames are the guard maps of older layouts that a _vN name
 // replaced: pv_ports (struct pv_port without counter_slot) and
@@ -89,6 +90,10 @@ type (
 	CTKey = typesPvCtKey
 	// CT mirrors struct pv_ct.
 	CT = typesPvCt
+	// FragKey mirrors struct pv_frag_key.
+	FragKey = typesPvFragKey
+	// Frag mirrors struct pv_frag.
+	Frag = typesPvFrag
 	// ACLDir mirrors enum pv_acl_dir.
 	ACLDir = typesPvAclDir
 	// ACLAction mirrors enum pv_acl_action.

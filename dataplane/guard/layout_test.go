@@ -23,6 +23,7 @@ func TestLayout(t *testing.T) {
 	acl := map[string]struct{ key, value any }{
 		MapACL:       {ACLKey{}, ACLSet{}},
 		MapConntrack: {CTKey{}, CT{}},
+		MapFrags:     {FragKey{}, Frag{}},
 	}
 	specs := []struct {
 		name string

@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	tc_acl_simMapPvAcl        = "pv_acl"
+	tc_acl_simMapPvAclFrags   = "pv_acl_frags"
 	tc_acl_simMapPvAllow4     = "pv_allow4"
 	tc_acl_simMapPvAllow6     = "pv_allow6"
 	tc_acl_simMapPvConntrack  = "pv_conntrack"
@@ -78,6 +79,7 @@ type tc_acl_simProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type tc_acl_simMapSpecs struct {
 	PvAcl        *ebpf.MapSpec `ebpf:"pv_acl"`
+	PvAclFrags   *ebpf.MapSpec `ebpf:"pv_acl_frags"`
 	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.MapSpec `ebpf:"pv_conntrack"`
@@ -113,6 +115,7 @@ func (o *tc_acl_simObjects) Close() error {
 // It can be passed to loadTc_acl_simObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tc_acl_simMaps struct {
 	PvAcl        *ebpf.Map `ebpf:"pv_acl"`
+	PvAclFrags   *ebpf.Map `ebpf:"pv_acl_frags"`
 	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.Map `ebpf:"pv_conntrack"`
@@ -124,6 +127,7 @@ type tc_acl_simMaps struct {
 func (m *tc_acl_simMaps) Close() error {
 	return _Tc_acl_simClose(
 		m.PvAcl,
+		m.PvAclFrags,
 		m.PvAllow4,
 		m.PvAllow6,
 		m.PvConntrack,

@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	tcx_aclMapPvAcl        = "pv_acl"
+	tcx_aclMapPvAclFrags   = "pv_acl_frags"
 	tcx_aclMapPvAllow4     = "pv_allow4"
 	tcx_aclMapPvAllow6     = "pv_allow6"
 	tcx_aclMapPvConntrack  = "pv_conntrack"
@@ -78,6 +79,7 @@ type tcx_aclProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcx_aclMapSpecs struct {
 	PvAcl        *ebpf.MapSpec `ebpf:"pv_acl"`
+	PvAclFrags   *ebpf.MapSpec `ebpf:"pv_acl_frags"`
 	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.MapSpec `ebpf:"pv_conntrack"`
@@ -113,6 +115,7 @@ func (o *tcx_aclObjects) Close() error {
 // It can be passed to loadTcx_aclObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcx_aclMaps struct {
 	PvAcl        *ebpf.Map `ebpf:"pv_acl"`
+	PvAclFrags   *ebpf.Map `ebpf:"pv_acl_frags"`
 	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.Map `ebpf:"pv_conntrack"`
@@ -124,6 +127,7 @@ type tcx_aclMaps struct {
 func (m *tcx_aclMaps) Close() error {
 	return _Tcx_aclClose(
 		m.PvAcl,
+		m.PvAclFrags,
 		m.PvAllow4,
 		m.PvAllow6,
 		m.PvConntrack,

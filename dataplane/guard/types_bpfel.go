@@ -120,6 +120,24 @@ const (
 	typesPvCtTimeoutPV_CT_OTHER_TIMEOUT typesPvCtTimeout = 600
 )
 
+type typesPvFrag struct {
+	_        structs.HostLayout
+	VmPort   uint16
+	PeerPort uint16
+	Dport    uint16
+	Pad      uint16
+}
+
+type typesPvFragKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Saddr   uint32
+	Daddr   uint32
+	Id      uint16
+	Proto   uint8
+	Dir     uint8
+}
+
 type typesPvLease struct {
 	_             structs.HostLayout
 	Ip            uint32
@@ -203,6 +221,7 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	typesMapPvAcl           = "pv_acl"
+	typesMapPvAclFrags      = "pv_acl_frags"
 	typesMapPvAllow4        = "pv_allow4"
 	typesMapPvAllow6        = "pv_allow6"
 	typesMapPvConntrack     = "pv_conntrack"
@@ -268,6 +287,7 @@ type typesProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type typesMapSpecs struct {
 	PvAcl        *ebpf.MapSpec `ebpf:"pv_acl"`
+	PvAclFrags   *ebpf.MapSpec `ebpf:"pv_acl_frags"`
 	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.MapSpec `ebpf:"pv_conntrack"`
@@ -311,6 +331,7 @@ func (o *typesObjects) Close() error {
 // It can be passed to loadTypesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type typesMaps struct {
 	PvAcl        *ebpf.Map `ebpf:"pv_acl"`
+	PvAclFrags   *ebpf.Map `ebpf:"pv_acl_frags"`
 	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.Map `ebpf:"pv_conntrack"`
@@ -322,6 +343,7 @@ type typesMaps struct {
 func (m *typesMaps) Close() error {
 	return _TypesClose(
 		m.PvAcl,
+		m.PvAclFrags,
 		m.PvAllow4,
 		m.PvAllow6,
 		m.PvConntrack,

@@ -45,6 +45,10 @@ func (ms Maps) Decoded(name string, names typed.IfName) (any, error) {
 		m := *ms.Conntrack // a copy: Names is per call
 		m.Names = names
 		return m.Decoded()
+	case guard.MapFrags:
+		m := *ms.Frags // a copy: Names is per call
+		m.Names = names
+		return m.Decoded()
 	}
 	return nil, fmt.Errorf("decoding %q: %w", name, ErrUnknownMap)
 }
@@ -77,6 +81,10 @@ func (ms Maps) Dump(name string, w io.Writer, names typed.IfName) error {
 		return m.Dump(w)
 	case guard.MapConntrack:
 		m := *ms.Conntrack // a copy: Names is per call
+		m.Names = names
+		return m.Dump(w)
+	case guard.MapFrags:
+		m := *ms.Frags // a copy: Names is per call
 		m.Names = names
 		return m.Dump(w)
 	}

@@ -18,6 +18,7 @@ import (
 	"pivirt.hu/dataplane/dataplane/maps/allowmap"
 	"pivirt.hu/dataplane/dataplane/maps/countermap"
 	"pivirt.hu/dataplane/dataplane/maps/ctmap"
+	"pivirt.hu/dataplane/dataplane/maps/fragmap"
 	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
 )
@@ -41,6 +42,7 @@ type Maps struct {
 	// The port ACL's.
 	ACL       *aclmap.Map
 	Conntrack *ctmap.Map
+	Frags     *fragmap.Map
 }
 
 // Loader holds the loaded guard programs and the pinned maps under one
@@ -114,6 +116,7 @@ func Open(base string) (*Loader, error) {
 		Counters:  countermap.New(xc.Maps[guard.MapCounters], xc.Maps[guard.MapPorts]),
 		ACL:       aclmap.New(ac.Maps[guard.MapACL]),
 		Conntrack: ctmap.New(ac.Maps[guard.MapConntrack]),
+		Frags:     fragmap.New(ac.Maps[guard.MapFrags]),
 	}}
 	if err := unpinRetired(base); err != nil {
 		l.Close()

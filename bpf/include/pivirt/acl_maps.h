@@ -33,4 +33,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pv_conntrack SEC(".maps");
 
+/* pv_acl_frags: the ports of fragmented datagrams' first fragments, so
+ * the later ones (which carry no L4 header) match as their datagram did,
+ * as cilium's IPV4_FRAG_DATAGRAMS does. LRU: nothing removes entries.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, PV_MAX_FRAGS);
+	__type(key, struct pv_frag_key);
+	__type(value, struct pv_frag);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pv_acl_frags SEC(".maps");
+
 #endif /* PIVIRT_ACL_MAPS_H */

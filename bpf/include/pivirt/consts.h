@@ -44,6 +44,10 @@
 #define PV_ACL_MAX_RULES	64
 /* Tracked flows of every port (LRU: the least recently used go first). */
 #define PV_MAX_CT		131072
+/* IPv4 datagrams in fragments whose first fragment's ports the ACL keeps
+ * for the later ones (pv_acl_frags, LRU).
+ */
+#define PV_MAX_FRAGS		16384
 /* enum pv_ct_timeout: idle timeouts of tracked flows, in seconds (an
  * enum so that bpf2go gives Go the values). No TCP state machine: a flow
  * lives while packets keep coming, as conntrack's loose pickup.

@@ -137,6 +137,29 @@ struct pv_ct {
 	__u8 pad[3];
 };
 
+/* struct pv_frag_key: pv_acl_frags key, an IPv4 datagram in fragments
+ * as RFC 791 identifies it (source, destination, protocol, id), on one
+ * port in one direction (enum pv_acl_dir).
+ */
+struct pv_frag_key {
+	__u32 ifindex;
+	__be32 saddr;
+	__be32 daddr;
+	__be16 id;
+	__u8 proto;
+	__u8 dir;
+};
+
+/* struct pv_frag: what a later fragment needs of the first one, as
+ * struct pv_ct_key and the rules read it.
+ */
+struct pv_frag {
+	__be16 vm_port;
+	__be16 peer_port;
+	__u16 dport;        /* host order, for the rules' port ranges */
+	__u16 pad;
+};
+
 /* NAT fast path (tc_nat.c, maps in nat_maps.h). */
 
 /* struct pv_nat_key: key of pv_nat_dnat (public side: address, and for a
