@@ -178,48 +178,41 @@ static __always_inline int acl_inner6(struct hdr_cursor *cur, struct pv_ct_key *
 #define IP_MF		0x2000
 #define IP_OFFSET	0x1fff
 
-static __always_inline void acl_frag_key(struct pv_frag_key *fk, const struct iphdr *ip,
-					 __u32 ifindex, __u32 dir)
-{
-	fk->ifindex = ifindex;
-	fk->saddr = ip->saddr;
-	fk->daddr = ip->daddr;
-	fk->id = ip->id;
-	fk->proto = ip->protocol;
-	fk->dir = dir;
-}
-
-/* acl_later_fragment gives a later fragment the ports its datagram's
- * first fragment carried, if that one was seen: returns 1, else 0.
+/* acl_later_fragment gives a later fragment the ports its packet's first
+ * fragment carried, if that one was seen: returns 1, else 0.
  */
-static __always_inline int acl_later_fragment(const struct iphdr *ip, __u32 dir, struct acl_pkt *p)
+static __always_inline int acl_later_fragment(const struct pv_frag_key *fk, __u8 proto, struct acl_pkt *p)
 {
-	struct pv_frag_key fk = {};
-	struct pv_frag *f;
+	struct pv_frag *f = bpf_map_lookup_elem(&pv_acl_frags, fk);
 
-	acl_frag_key(&fk, ip, p->ct.ifindex, dir);
-	f = bpf_map_lookup_elem(&pv_acl_frags, &fk);
 	if (!f)
 		return 0;
 	p->ct.vm_port = f->vm_port;
 	p->ct.peer_port = f->peer_port;
 	p->dport = f->dport;
-	p->have_ports = ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP;
+	p->have_ports = proto == IPPROTO_TCP || proto == IPPROTO_UDP;
 	return 1;
 }
 
 /* acl_first_fragment remembers a first fragment's ports for the rest of
- * its datagram (the simulation twin remembers nothing).
+ * its packet (the simulation twin remembers nothing).
  */
-static __always_inline void acl_first_fragment(const struct iphdr *ip, __u32 dir, const struct acl_pkt *p)
+static __always_inline void acl_first_fragment(const struct pv_frag_key *fk, const struct acl_pkt *p)
 {
-	struct pv_frag_key fk = {};
 	struct pv_frag f = { .vm_port = p->ct.vm_port, .peer_port = p->ct.peer_port, .dport = p->dport };
 
-	if (PV_ACL_SIM)
-		return;
-	acl_frag_key(&fk, ip, p->ct.ifindex, dir);
-	bpf_map_update_elem(&pv_acl_frags, &fk, &f, BPF_ANY);
+	if (!PV_ACL_SIM)
+		bpf_map_update_elem(&pv_acl_frags, fk, &f, BPF_ANY);
+}
+
+static __always_inline void acl_frag_key4(struct pv_frag_key *fk, const struct iphdr *ip, __u32 ifindex, __u32 dir)
+{
+	fk->ifindex = ifindex;
+	fk->id = bpf_ntohs(ip->id);
+	fk->proto = ip->protocol;
+	fk->dir = dir;
+	acl_addr4(fk->saddr, ip->saddr);
+	acl_addr4(fk->daddr, ip->daddr);
 }
 
 static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct acl_pkt *p)
@@ -240,13 +233,19 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 	/* A later fragment has no L4 header: it matches with its first
 	 * fragment's ports (a flow already decided), else without ports.
 	 */
-	if (ip->frag_off & bpf_htons(IP_OFFSET))
-		return acl_later_fragment(ip, dir, p) ? ACL_TRACK : ACL_UNTRACKED;
-	if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0)
+	if (ip->frag_off & bpf_htons(IP_OFFSET | IP_MF)) {
+		struct pv_frag_key fk = {};
+
+		acl_frag_key4(&fk, ip, p->ct.ifindex, dir);
+		if (ip->frag_off & bpf_htons(IP_OFFSET))
+			return acl_later_fragment(&fk, ip->protocol, p) ? ACL_TRACK : ACL_UNTRACKED;
+		if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0)
+			return ACL_BAD;
+		acl_first_fragment(&fk, p);
+	} else if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0) {
 		return ACL_BAD;
+	}
 	p->have_ports = 1;
-	if (ip->frag_off & bpf_htons(IP_MF))
-		acl_first_fragment(ip, dir, p);
 	if (ip->protocol == IPPROTO_UDP) {
 		__u16 sport = bpf_ntohs(dir == PV_ACL_EGRESS ? p->ct.vm_port : p->ct.peer_port);
 
@@ -265,6 +264,8 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct acl_pkt *p)
 {
 	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
+	struct ipv6_frag fr = {};
+	struct pv_frag_key fk = {};
 	int l4, t;
 
 	if (!ip6 || ip6->version != 6)
@@ -272,16 +273,29 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	p->family = 6;
 	acl_addr6(p->ct.vm_addr, dir == PV_ACL_EGRESS ? &ip6->saddr : &ip6->daddr);
 	acl_addr6(p->ct.peer_addr, dir == PV_ACL_EGRESS ? &ip6->daddr : &ip6->saddr);
-	l4 = ipv6_skip_ext(cur, ip6->nexthdr);
+	l4 = ipv6_walk_ext(cur, ip6->nexthdr, &fr);
 	if (l4 < 0)
 		return ACL_BAD;
-	if (l4 == NEXTHDR_NONE)
-		return ACL_UNTRACKED; /* a later fragment */
+	if (fr.present) {
+		fk.ifindex = p->ct.ifindex;
+		fk.id = fr.id;
+		fk.proto = fr.nexthdr;
+		fk.dir = dir;
+		acl_addr6(fk.saddr, &ip6->saddr);
+		acl_addr6(fk.daddr, &ip6->daddr);
+	}
+	if (l4 == NEXTHDR_NONE) { /* a later fragment */
+		p->ct.proto = fr.nexthdr;
+		p->proto = fr.nexthdr == IPPROTO_ICMPV6 ? IPPROTO_ICMP : fr.nexthdr;
+		return acl_later_fragment(&fk, fr.nexthdr, p) ? ACL_TRACK : ACL_UNTRACKED;
+	}
 	p->ct.proto = l4;
 	p->proto = l4 == IPPROTO_ICMPV6 ? IPPROTO_ICMP : l4;
 	if (acl_l4(cur, &p->ct, dir, l4, &p->dport, &t) < 0)
 		return ACL_BAD;
 	p->have_ports = 1;
+	if (fr.present && fr.more)
+		acl_first_fragment(&fk, p);
 	if (l4 == IPPROTO_UDP) {
 		__u16 sport = bpf_ntohs(dir == PV_ACL_EGRESS ? p->ct.vm_port : p->ct.peer_port);
 

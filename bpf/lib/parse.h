@@ -91,12 +91,21 @@ static __always_inline int ipv6_is_eui64_ll(const struct in6_addr *a, const __u8
 	       b[13] == mac[3] && b[14] == mac[4] && b[15] == mac[5];
 }
 
-/* ipv6_skip_ext walks up to PV_IPV6_MAX_EXT extension headers from the
+/* struct ipv6_frag: the fragment header ipv6_walk_ext met, if any. */
+struct ipv6_frag {
+	__u32 id;      /* host order */
+	__u8 nexthdr;  /* the fragmented packet's upper-layer protocol */
+	__u8 present;
+	__u8 more;     /* M flag: more fragments follow */
+};
+
+/* ipv6_walk_ext walks up to PV_IPV6_MAX_EXT extension headers from the
  * cursor. It returns the upper-layer protocol with the cursor on its
  * header, NEXTHDR_NONE for a non-first fragment (no upper header), or -1
- * for a truncated or too long chain.
+ * for a truncated or too long chain. fr, if not NULL, gets the fragment
+ * header.
  */
-static __always_inline int ipv6_skip_ext(struct hdr_cursor *cur, __u8 nexthdr)
+static __always_inline int ipv6_walk_ext(struct hdr_cursor *cur, __u8 nexthdr, struct ipv6_frag *fr)
 {
 	int i;
 
@@ -133,6 +142,12 @@ static __always_inline int ipv6_skip_ext(struct hdr_cursor *cur, __u8 nexthdr)
 			f = cur_pull(cur, sizeof(*f));
 			if (!f)
 				return -1;
+			if (fr) {
+				fr->id = bpf_ntohl(f->id);
+				fr->nexthdr = f->nexthdr;
+				fr->present = 1;
+				fr->more = !!(f->frag_off & bpf_htons(1));
+			}
 			if (f->frag_off & bpf_htons(0xfff8))
 				return NEXTHDR_NONE;
 			nexthdr = f->nexthdr;
@@ -150,6 +165,12 @@ static __always_inline int ipv6_skip_ext(struct hdr_cursor *cur, __u8 nexthdr)
 		return -1;
 	}
 	return nexthdr;
+}
+
+/* ipv6_skip_ext is ipv6_walk_ext for callers that ignore fragments. */
+static __always_inline int ipv6_skip_ext(struct hdr_cursor *cur, __u8 nexthdr)
+{
+	return ipv6_walk_ext(cur, nexthdr, NULL);
 }
 
 #endif /* PIVIRT_LIB_PARSE_H */

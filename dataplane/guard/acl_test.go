@@ -3,6 +3,7 @@
 package guard_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -135,6 +136,29 @@ func udpFragments(t testing.TB, src, dst netip.AddrPort, id uint16) (first, late
 	return first, later
 }
 
+// udp6Fragments are the first and a later fragment of one UDP packet over
+// IPv6 with fragment id id (gopacket does not serialize fragment headers).
+func udp6Fragments(t testing.TB, src, dst netip.AddrPort, id uint32) (first, later []byte) {
+	frag := func(offset uint16, more bool, rest []byte) []byte {
+		h := make([]byte, 8, 8+len(rest))
+		h[0] = byte(layers.IPProtocolUDP)
+		off := offset << 3
+		if more {
+			off |= 1
+		}
+		binary.BigEndian.PutUint16(h[2:], off)
+		binary.BigEndian.PutUint32(h[4:], id)
+		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolIPv6Fragment,
+			SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
+		return serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(append(h, rest...)))
+	}
+	u := binary.BigEndian.AppendUint16(nil, src.Port())
+	u = binary.BigEndian.AppendUint16(u, dst.Port())
+	u = binary.BigEndian.AppendUint16(u, 8+64+64)
+	u = append(u, 0, 0)
+	return frag(0, true, append(u, make([]byte, 64)...)), frag(9, false, make([]byte, 64))
+}
+
 // uncounted marks a step whose frame no counter counts.
 const uncounted = guard.ReasonMax
 
@@ -194,6 +218,21 @@ func TestPrivilegedACL(t *testing.T) {
 			_, l := udpFragments(t, ap(aclOutside, 999), ap(vm, 4789), 78)
 			return l
 		}, guard.VerdictDrop, guard.ReasonACLIngress},
+		{"first IPv6 fragment of UDP 4789 to the VM", true, func(t testing.TB) []byte {
+			f, _ := udp6Fragments(t, ap(aclPeer6, 999), ap(vmIP6, 4789), 0x10001)
+			return f
+		},
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"its later IPv6 fragment", true, func(t testing.TB) []byte {
+			_, l := udp6Fragments(t, ap(aclPeer6, 999), ap(vmIP6, 4789), 0x10001)
+			return l
+		},
+			guard.VerdictPass, guard.ReasonPassToVM},
+		{"a later IPv6 fragment of a packet not seen", true, func(t testing.TB) []byte {
+			_, l := udp6Fragments(t, ap(aclPeer6, 999), ap(vmIP6, 4789), 0x10002)
+			return l
+		},
+			guard.VerdictDrop, guard.ReasonACLIngress},
 
 		// Stateful: what the VM opens, its replies pass.
 		{"VM opens https", false, func(t testing.TB) []byte { return tcp4(t, ap(vm, 50000), ap(aclOutside, 443)) },
@@ -289,6 +328,7 @@ func TestPrivilegedACL(t *testing.T) {
 		want := []string{
 			fmt.Sprintf("ifindex=%d ingress proto=17 198.51.100.7 -> 192.168.100.10 id=77 vm-port=4789 peer-port=999", port),
 			fmt.Sprintf("ifindex=%d egress proto=17 192.168.100.10 -> 198.51.100.7 id=90 vm-port=1235 peer-port=53", port),
+			fmt.Sprintf("ifindex=%d ingress proto=17 2001:db8:1::99 -> %s id=65537 vm-port=4789 peer-port=999", port, vmIP6),
 		}
 		var got []string
 		for _, e := range es {

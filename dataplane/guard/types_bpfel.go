@@ -131,11 +131,12 @@ type typesPvFrag struct {
 type typesPvFragKey struct {
 	_       structs.HostLayout
 	Ifindex uint32
-	Saddr   uint32
-	Daddr   uint32
-	Id      uint16
+	Id      uint32
 	Proto   uint8
 	Dir     uint8
+	Pad     uint16
+	Saddr   [16]uint8
+	Daddr   [16]uint8
 }
 
 type typesPvLease struct {

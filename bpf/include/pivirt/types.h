@@ -137,17 +137,19 @@ struct pv_ct {
 	__u8 pad[3];
 };
 
-/* struct pv_frag_key: pv_acl_frags key, an IPv4 datagram in fragments
- * as RFC 791 identifies it (source, destination, protocol, id), on one
- * port in one direction (enum pv_acl_dir).
+/* struct pv_frag_key: pv_acl_frags key, a packet in fragments as RFC 791
+ * and RFC 8200 identify it (source, destination, protocol, id), on one
+ * port in one direction (enum pv_acl_dir). IPv4 addresses are
+ * IPv4-mapped; the id is in host order (16 bits in IPv4, 32 in IPv6).
  */
 struct pv_frag_key {
 	__u32 ifindex;
-	__be32 saddr;
-	__be32 daddr;
-	__be16 id;
+	__u32 id;
 	__u8 proto;
 	__u8 dir;
+	__u16 pad;
+	__u8 saddr[16];
+	__u8 daddr[16];
 };
 
 /* struct pv_frag: what a later fragment needs of the first one, as

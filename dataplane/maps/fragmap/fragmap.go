@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package fragmap is pv_acl_frags: the ports of the first fragment of
-// each fragmented IPv4 datagram the port ACL saw, which the ACL gives
+// each fragmented IPv4 datagram or IPv6 packet the port ACL saw, which the ACL gives
 // the datagram's later fragments (they carry no L4 header). The program
 // writes it; userspace only reads it, for inspect.
 package fragmap
@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"net/netip"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -36,7 +37,7 @@ type Decoded struct {
 	Protocol  uint8  `json:"protocol"`
 	Source    string `json:"source"`
 	Dest      string `json:"destination"`
-	ID        uint16 `json:"id"`
+	ID        uint32 `json:"id"`
 	// VMPort and PeerPort are the first fragment's ports, as the flow
 	// key orders them (an ICMP echo's identifier as vmPort).
 	VMPort   uint16 `json:"vmPort"`
@@ -69,8 +70,8 @@ func (m *Map) Decoded() ([]Decoded, error) {
 	var out []Decoded
 	for k, v := range m.All(&err) {
 		out = append(out, Decoded{Interface: m.Names.Name(k.Ifindex), Ifindex: k.Ifindex,
-			Direction: guard.ACLDir(k.Dir).String(), Protocol: k.Proto, Source: typed.Addr4(k.Saddr).String(),
-			Dest: typed.Addr4(k.Daddr).String(), ID: typed.Port16(k.Id), VMPort: typed.Port16(v.VmPort),
+			Direction: guard.ACLDir(k.Dir).String(), Protocol: k.Proto, Source: netip.AddrFrom16(k.Saddr).Unmap().String(),
+			Dest: netip.AddrFrom16(k.Daddr).Unmap().String(), ID: k.Id, VMPort: typed.Port16(v.VmPort),
 			PeerPort: typed.Port16(v.PeerPort)})
 	}
 	if err != nil {
