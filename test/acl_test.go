@@ -94,6 +94,13 @@ func pings(ns *testutil.NetNS, addr string) bool {
 	return err == nil
 }
 
+// pingsFragmented pings with 3,000 bytes of payload: over a 1,500-byte
+// MTU the request and the reply travel in fragments.
+func pingsFragmented(ns *testutil.NetNS, addr string) bool {
+	_, err := ns.Exec("ping", "-c", "1", "-W", "1", "-s", "3000", addr)
+	return err == nil
+}
+
 func TestPrivilegedACLEndToEnd(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter", "ping")
@@ -156,6 +163,9 @@ func TestPrivilegedACLEndToEnd(t *testing.T) {
 			{"vm -> host:8080 (stateful reply)", connects(t, g.NS, "192.168.60.1:8080"), true},
 			{"vm -> host:25 (egress deny)", connects(t, g.NS, "192.168.60.1:25"), false},
 			{"vm pings host (stateful echo reply)", pings(g.NS, "192.168.60.1"), true},
+			// The reply's later fragments carry no ICMP header: they pass
+			// as their first fragment's tracked echo.
+			{"vm pings host with 3000 bytes (fragmented reply)", pingsFragmented(g.NS, "192.168.60.1"), true},
 		} {
 			if c.got != c.want {
 				t.Errorf("%s: %s: got through %v, want %v", round, c.what, c.got, c.want)
