@@ -160,19 +160,22 @@ static __always_inline int acl_inner6(struct hdr_cursor *cur, struct pv_ct_key *
 {
 	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
 	__u16 dport;
-	int t;
+	int l4, t;
 
 	if (!ip6 || ip6->version != 6)
 		return -1;
 	dir = !dir;
 	acl_addr6(k->vm_addr, dir == PV_ACL_EGRESS ? &ip6->saddr : &ip6->daddr);
 	acl_addr6(k->peer_addr, dir == PV_ACL_EGRESS ? &ip6->daddr : &ip6->saddr);
-	/* The quoted header is not walked for extensions: an error about
-	 * a packet with extension headers is matched as plain ICMPv6.
+	/* The quoted packet's extension headers are walked as the outer
+	 * packet's are; a quoted later fragment has no ports to match.
 	 */
-	k->proto = ip6->nexthdr;
+	l4 = ipv6_skip_ext(cur, ip6->nexthdr);
+	if (l4 < 0 || l4 == NEXTHDR_NONE)
+		return -1;
+	k->proto = l4;
 	k->vm_port = k->peer_port = 0;
-	return acl_l4(cur, k, dir, ip6->nexthdr, &dport, &t);
+	return acl_l4(cur, k, dir, l4, &dport, &t);
 }
 
 #define IP_MF		0x2000

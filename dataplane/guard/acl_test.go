@@ -159,6 +159,21 @@ func udp6Fragments(t testing.TB, src, dst netip.AddrPort, id uint32) (first, lat
 	return frag(0, true, append(u, make([]byte, 64)...)), frag(9, false, make([]byte, 64))
 }
 
+// tooBig6 is an ICMPv6 "packet too big" from src to dst quoting quoted
+// (an IPv6 frame) with a destination options header inserted before its
+// upper-layer header.
+func tooBig6(t testing.TB, src, dst netip.Addr, quoted []byte) []byte {
+	q := append([]byte(nil), quoted[14:14+40]...)
+	upper := q[6]
+	q[6] = 60 // destination options
+	binary.BigEndian.PutUint16(q[4:], binary.BigEndian.Uint16(q[4:])+8)
+	q = append(q, upper, 0, 1, 4, 0, 0, 0, 0) // PadN to 8 bytes
+	q = append(q, quoted[14+40:14+40+20]...)
+	msg := append([]byte{2, 0, 0, 0, 0, 0, 0x05, 0x00}, q...) // type 2, MTU 1280
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolICMPv6, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(msg))
+}
+
 // uncounted marks a step whose frame no counter counts.
 const uncounted = guard.ReasonMax
 
@@ -259,6 +274,12 @@ func TestPrivilegedACL(t *testing.T) {
 			guard.VerdictPass, uncounted},
 		{"its IPv6 reply", true, func(t testing.TB) []byte { return tcp6(t, ap(aclPeer6, 443), ap(vmIP6, 50003)) },
 			guard.VerdictPass, guard.ReasonPassToVM},
+		{"ICMPv6 too-big about it, quoting a destination options header", true, func(t testing.TB) []byte {
+			return tooBig6(t, aclPeer6, vmIP6, tcp6(t, ap(vmIP6, 50003), ap(aclPeer6, 443)))
+		}, guard.VerdictPass, guard.ReasonPassToVM},
+		{"the same about an unknown flow", true, func(t testing.TB) []byte {
+			return tooBig6(t, aclPeer6, vmIP6, tcp6(t, ap(vmIP6, 50004), ap(aclPeer6, 443)))
+		}, guard.VerdictDrop, guard.ReasonACLIngress},
 
 		// Egress rules.
 		{"VM queries DNS (denied by rule)", false, func(t testing.TB) []byte { return udp4(t, vmMAC, vm, aclOutside, 1234, 53, []byte("x")) },
