@@ -23,6 +23,7 @@ import (
 	"pivirt.hu/dataplane/control/store/bolt"
 	"pivirt.hu/dataplane/control/wal"
 	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 )
 
 // leaseMap records what persist programs into pv_leases.
@@ -31,10 +32,12 @@ type leaseMap struct {
 	bound map[string]netip.Addr
 }
 
-func (l *leaseMap) Bind(_ uint32, mac [6]uint8, ip netip.Addr, _ time.Time, _ time.Duration) error {
+func (l *leaseMap) BindAll(bs []leasemap.Binding) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.bound[net.HardwareAddr(mac[:]).String()] = ip
+	for _, b := range bs {
+		l.bound[net.HardwareAddr(b.MAC[:]).String()] = b.IP
+	}
 	return nil
 }
 

@@ -28,11 +28,12 @@ import (
 	"pivirt.hu/dataplane/control/wal"
 	"pivirt.hu/dataplane/dataplane/dhcp/responder"
 	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 )
 
 // LeaseMap is the guard's lease table (leasemap.Map satisfies it).
 type LeaseMap interface {
-	Bind(segID uint32, mac [6]uint8, ip netip.Addr, expires time.Time, leaseTime time.Duration) error
+	BindAll(bs []leasemap.Binding) error
 	Release(segID uint32, mac [6]uint8) error
 }
 
@@ -322,7 +323,16 @@ func (m *Manager) persist(ctx context.Context, changes []server.LeaseChange) err
 	if err := m.journalChanges(changes, segs); err != nil {
 		return fmt.Errorf("journaling %d lease changes: %w", len(changes), err)
 	}
+	// Bindings go in batches; a release first writes the bindings before
+	// it, so the map ends as the changes, in order, leave it.
 	var errs []error
+	binds := make([]leasemap.Binding, 0, len(changes)) // persist runs per segment, concurrently
+	flush := func() {
+		if err := m.Leases.BindAll(binds); err != nil {
+			errs = append(errs, err)
+		}
+		binds = binds[:0]
+	}
 	for _, ch := range changes {
 		mac := [6]byte(ch.Lease.MAC)
 		switch ch.Kind {
@@ -331,15 +341,16 @@ func (m *Manager) persist(ctx context.Context, changes []server.LeaseChange) err
 			if s, ok := segs[ch.Segment]; ok {
 				ttl = s.leaseTime
 			}
-			if err := m.Leases.Bind(ch.Segment, mac, ch.Lease.IP, ch.Lease.Expires, ttl); err != nil {
-				errs = append(errs, err)
-			}
+			binds = append(binds, leasemap.Binding{Segment: ch.Segment, MAC: mac, IP: ch.Lease.IP,
+				Expires: ch.Lease.Expires, LeaseTime: ttl})
 		default:
+			flush()
 			if err := m.Leases.Release(ch.Segment, mac); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
+	flush()
 	return errors.Join(errs...)
 }
 

@@ -76,6 +76,45 @@ func TestPrivilegedBindRelease(t *testing.T) {
 	}
 }
 
+// TestPrivilegedBindAll writes a group in one batch: a static reservation
+// keeps its flag, a repeated MAC ends with its last binding, and every
+// lease of the group is bound.
+func TestPrivilegedBindAll(t *testing.T) {
+	m := newLeaseMap(t)
+	exp := time.Now().Add(time.Hour)
+	static := [6]uint8{0x52, 0x54, 0, 0, 0, 9}
+	staticIP := netip.MustParseAddr("192.168.100.9")
+	if err := m.Put(leasemap.NewKey(1, static), leasemap.NewValue(staticIP, guard.LeaseStatic, time.Time{}, time.Hour, 0)); err != nil {
+		t.Fatal(err)
+	}
+	var bs []leasemap.Binding
+	for i := range 200 {
+		bs = append(bs, leasemap.Binding{Segment: 1, MAC: [6]uint8{0x52, 0x54, 0, 0, 1, byte(i)},
+			IP: netip.AddrFrom4([4]byte{192, 168, 101, byte(i)}), Expires: exp, LeaseTime: time.Hour})
+	}
+	bs = append(bs, leasemap.Binding{Segment: 1, MAC: static, IP: staticIP, Expires: exp, LeaseTime: time.Hour})
+	again := bs[0]
+	again.IP = netip.MustParseAddr("192.168.102.1")
+	bs = append(bs, again)
+	if err := m.BindAll(bs); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs[1:200] {
+		if v, err := m.Lookup(leasemap.NewKey(1, b.MAC)); err != nil || v.IP() != b.IP || v.LeaseFlags() != guard.LeaseBound {
+			t.Errorf("%v: %s, %v", b.MAC, v, err)
+		}
+	}
+	if v, err := m.Lookup(leasemap.NewKey(1, static)); err != nil || v.LeaseFlags() != guard.LeaseStatic|guard.LeaseBound {
+		t.Errorf("static: %s, %v", v, err)
+	}
+	if v, err := m.Lookup(leasemap.NewKey(1, again.MAC)); err != nil || v.IP() != again.IP {
+		t.Errorf("repeated MAC: %s, %v, want %s", v, err, again.IP)
+	}
+	if err := m.BindAll(nil); err != nil {
+		t.Errorf("an empty group: %v", err)
+	}
+}
+
 // TestPrivilegedConvertTAI checks that leases an older pivirtd wrote in
 // CLOCK_TAI are rewritten into CLOCK_MONOTONIC at the same wall time, and
 // that monotonic ones, even with a lease time of a century, are left.

@@ -174,21 +174,46 @@ func (m *Map) Dump(w io.Writer) error {
 	return nil
 }
 
+// Binding is one acknowledged lease for BindAll.
+type Binding struct {
+	Segment   uint32
+	MAC       [6]uint8
+	IP        netip.Addr
+	Expires   time.Time
+	LeaseTime time.Duration
+}
+
 // Bind records that ip is leased to mac on segment segID until expires,
 // as the DHCP server does when it acknowledges: the guard allows the IP
 // from this moment. A static reservation stays marked static.
 func (m *Map) Bind(segID uint32, mac [6]uint8, ip netip.Addr, expires time.Time, leaseTime time.Duration) error {
+	return m.BindAll([]Binding{{Segment: segID, MAC: mac, IP: ip, Expires: expires, LeaseTime: leaseTime}})
+}
+
+// BindAll is Bind for a group of leases (later ones win for a repeated
+// MAC): the clocks are read once and the entries written in one batch.
+func (m *Map) BindAll(bs []Binding) error {
+	if len(bs) == 0 {
+		return nil
+	}
 	off, err := ClockOffset()
 	if err != nil {
 		return err
 	}
-	k := NewKey(segID, mac)
-	var flags guard.LeaseFlags
-	if old, err := m.Lookup(k); err == nil && old.Ip == typed.BE32(ip) {
-		flags = old.LeaseFlags() & guard.LeaseStatic
+	keys, values := make([]Key, len(bs)), make([]Value, len(bs))
+	for i, b := range bs {
+		keys[i] = NewKey(b.Segment, b.MAC)
+		var flags guard.LeaseFlags
+		if old, err := m.Lookup(keys[i]); err == nil && old.Ip == typed.BE32(b.IP) {
+			flags = old.LeaseFlags() & guard.LeaseStatic
+		}
+		values[i] = NewValue(b.IP, flags, b.Expires, b.LeaseTime, off)
 	}
-	if err := m.Put(k, NewValue(ip, flags, expires, leaseTime, off)); err != nil {
-		return fmt.Errorf("binding %s to %s: %w", ip, typed.MAC(mac), err)
+	if err := m.PutAll(keys, values); err != nil {
+		if len(bs) == 1 {
+			return fmt.Errorf("binding %s to %s: %w", bs[0].IP, typed.MAC(bs[0].MAC), err)
+		}
+		return fmt.Errorf("binding %d leases: %w", len(bs), err)
 	}
 	return nil
 }

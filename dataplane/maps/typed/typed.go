@@ -30,6 +30,28 @@ func (m Map[K, V]) Raw() *ebpf.Map { return m.m }
 // Put creates or replaces the value of k.
 func (m Map[K, V]) Put(k K, v V) error { return m.m.Update(&k, v, ebpf.UpdateAny) }
 
+// PutAll creates or replaces the values of keys, in order, in one
+// BPF_MAP_UPDATE_BATCH where the kernel has it (one syscall instead of
+// one per key), else one update each.
+func (m Map[K, V]) PutAll(keys []K, values []V) error {
+	if len(keys) != len(values) {
+		return fmt.Errorf("PutAll: %d keys, %d values", len(keys), len(values))
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := m.m.BatchUpdate(keys, values, &ebpf.BatchOptions{})
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return err
+	}
+	for i := range keys {
+		if err := m.Put(keys[i], values[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Lookup returns the value of k, or an error wrapping ebpf.ErrKeyNotExist.
 func (m Map[K, V]) Lookup(k K) (V, error) {
 	var v V
