@@ -18,5 +18,6 @@ enum pv_acl_dir pv_acl_dir_btf __attribute__((unused));
 enum pv_acl_action pv_acl_action_btf __attribute__((unused));
 enum pv_acl_flags pv_acl_flags_btf __attribute__((unused));
 enum pv_ct_timeout pv_ct_timeout_btf __attribute__((unused));
+enum pv_ct_tcp pv_ct_tcp_btf __attribute__((unused));
 
 char __license[] SEC("license") = "Dual BSD/GPL";

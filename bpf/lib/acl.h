@@ -66,7 +66,13 @@ struct acl_pkt {
 	__u8 family;         /* 4 or 6 */
 	__u8 proto;          /* for the rules: ICMPv6 counts as ICMP */
 	__u8 have_ports;
+	__u8 tcp_flags;      /* of a TCP segment (not of a quoted one) */
 };
+
+#define TCP_FLAG_FIN	0x01
+#define TCP_FLAG_SYN	0x02
+#define TCP_FLAG_RST	0x04
+#define TCP_FLAG_ACK	0x10
 
 static __always_inline void acl_addr4(__u8 *dst, __be32 a)
 {
@@ -126,6 +132,18 @@ static __always_inline int acl_l4(struct hdr_cursor *cur, struct pv_ct_key *k, _
 			k->peer_port = 0;
 		}
 	}
+	return 0;
+}
+
+/* acl_tcp_flags reads the flags of the TCP header at h into p. A segment
+ * too short to hold them is malformed (and a first fragment that splits
+ * the header is the tiny-fragment attack of RFC 1858): -1.
+ */
+static __always_inline int acl_tcp_flags(const __u8 *h, const void *end, struct acl_pkt *p)
+{
+	if ((const void *)(h + 14) > end)
+		return -1;
+	p->tcp_flags = h[13];
 	return 0;
 }
 
@@ -221,6 +239,7 @@ static __always_inline void acl_frag_key4(struct pv_frag_key *fk, const struct i
 static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct acl_pkt *p)
 {
 	struct iphdr *ip = cur->pos;
+	void *l4h;
 	int t;
 
 	if ((void *)(ip + 1) > cur->end || ip->version != 4 || ip->ihl < 5)
@@ -236,6 +255,7 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 	/* A later fragment has no L4 header: it matches with its first
 	 * fragment's ports (a flow already decided), else without ports.
 	 */
+	l4h = cur->pos;
 	if (ip->frag_off & bpf_htons(IP_OFFSET | IP_MF)) {
 		struct pv_frag_key fk = {};
 
@@ -248,6 +268,8 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 	} else if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0) {
 		return ACL_BAD;
 	}
+	if (ip->protocol == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, p) < 0)
+		return ACL_BAD;
 	p->have_ports = 1;
 	if (ip->protocol == IPPROTO_UDP) {
 		__u16 sport = bpf_ntohs(dir == PV_ACL_EGRESS ? p->ct.vm_port : p->ct.peer_port);
@@ -269,6 +291,7 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
 	struct ipv6_frag fr = {};
 	struct pv_frag_key fk = {};
+	void *l4h;
 	int l4, t;
 
 	if (!ip6 || ip6->version != 6)
@@ -294,7 +317,10 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	}
 	p->ct.proto = l4;
 	p->proto = l4 == IPPROTO_ICMPV6 ? IPPROTO_ICMP : l4;
+	l4h = cur->pos;
 	if (acl_l4(cur, &p->ct, dir, l4, &p->dport, &t) < 0)
+		return ACL_BAD;
+	if (l4 == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, p) < 0)
 		return ACL_BAD;
 	p->have_ports = 1;
 	if (fr.present && fr.more)
@@ -344,10 +370,14 @@ __noinline int pv_acl_match(const struct pv_acl_set *acl, const struct acl_pkt *
 	return acl->default_action;
 }
 
-static __always_inline __u64 acl_timeout(__u8 proto)
+static __always_inline __u64 acl_timeout(__u8 proto, __u8 tcp)
 {
 	switch (proto) {
 	case IPPROTO_TCP:
+		if (tcp & PV_CT_RST)
+			return (__u64)PV_CT_TCP_CLOSE_TIMEOUT * ACL_NS;
+		if ((tcp & (PV_CT_FIN_FROM_VM | PV_CT_FIN_TO_VM)) == (PV_CT_FIN_FROM_VM | PV_CT_FIN_TO_VM))
+			return (__u64)PV_CT_TCP_FIN_TIMEOUT * ACL_NS;
 		return (__u64)PV_CT_TCP_TIMEOUT * ACL_NS;
 	case IPPROTO_UDP:
 		return (__u64)PV_CT_UDP_TIMEOUT * ACL_NS;
@@ -358,20 +388,44 @@ static __always_inline __u64 acl_timeout(__u8 proto)
 	return (__u64)PV_CT_OTHER_TIMEOUT * ACL_NS;
 }
 
-/* acl_tracked reports whether k is a flow the ACL of this version let
- * through recently, and keeps it alive.
+/* acl_tcp_end is what a TCP segment in direction dir says of its flow's
+ * end, as enum pv_ct_tcp bits.
  */
-static __always_inline int acl_tracked(const struct pv_acl_set *acl, struct pv_ct_key *k, __u64 now)
+static __always_inline __u8 acl_tcp_end(__u8 flags, __u32 dir)
 {
-	struct pv_ct *ct = bpf_map_lookup_elem(&pv_conntrack, k);
+	__u8 end = 0;
+
+	if (flags & TCP_FLAG_RST)
+		end |= PV_CT_RST;
+	if (flags & TCP_FLAG_FIN)
+		end |= dir == PV_ACL_EGRESS ? PV_CT_FIN_FROM_VM : PV_CT_FIN_TO_VM;
+	return end;
+}
+
+/* acl_tracked reports whether p's flow is one the ACL of this version let
+ * through recently, and keeps it alive: a TCP segment records the flow's
+ * end (FIN, RST), and a SYN on a flow that has ended is a new flow, for
+ * the rules to decide.
+ */
+static __always_inline int acl_tracked(const struct pv_acl_set *acl, struct acl_pkt *p, __u32 dir, __u64 now)
+{
+	struct pv_ct *ct = bpf_map_lookup_elem(&pv_conntrack, &p->ct);
 	__u64 seen;
+	__u8 end;
 
 	if (!ct || ct->version != acl->version)
 		return 0;
 	/* Another CPU may have stored a later time than this one's now. */
 	seen = ct->seen_mono_ns;
-	if (now > seen && now - seen > acl_timeout(k->proto))
+	if (now > seen && now - seen > acl_timeout(p->ct.proto, ct->tcp))
 		return 0;
+	if (p->ct.proto == IPPROTO_TCP && p->tcp_flags) {
+		if ((p->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN && ct->tcp)
+			return 0;
+		end = acl_tcp_end(p->tcp_flags, dir);
+		if (!PV_ACL_SIM && (ct->tcp | end) != ct->tcp)
+			ct->tcp |= end;
+	}
 	if (!PV_ACL_SIM && now > seen && now - seen > ACL_REFRESH_NS)
 		ct->seen_mono_ns = now;
 	return 1;
@@ -409,14 +463,15 @@ static __always_inline __u32 pv_acl_check(struct __sk_buff *ctx, __u32 dir, __u3
 		return pass;
 
 	now = bpf_ktime_get_coarse_ns();
-	if (stateful && (kind == ACL_TRACK || kind == ACL_RELATED) && acl_tracked(acl, &p.ct, now))
+	if (stateful && (kind == ACL_TRACK || kind == ACL_RELATED) && acl_tracked(acl, &p, dir, now))
 		return pass;
 	if (kind == ACL_RELATED)
 		p.have_ports = 0; /* matched as ICMP, like any ICMP message */
 	if (pv_acl_match(acl, &p) != PV_ACL_ALLOW)
 		return dir == PV_ACL_INGRESS ? PV_R_ACL_INGRESS : PV_R_ACL_EGRESS;
 	if (!PV_ACL_SIM && stateful && kind == ACL_TRACK) {
-		struct pv_ct v = { .seen_mono_ns = now, .version = acl->version, .origin = dir };
+		struct pv_ct v = { .seen_mono_ns = now, .version = acl->version, .origin = dir,
+				   .tcp = p.ct.proto == IPPROTO_TCP ? acl_tcp_end(p.tcp_flags, dir) : 0 };
 
 		bpf_map_update_elem(&pv_conntrack, &p.ct, &v, BPF_ANY);
 	}

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"golang.org/x/sys/unix"
 
 	"pivirt.hu/dataplane/dataplane/guard"
 	"pivirt.hu/dataplane/dataplane/maps/aclmap"
@@ -394,6 +397,87 @@ func TestPrivilegedACL(t *testing.T) {
 			t.Errorf("counted a frame of a port without ACL: %v -> %v", before, after)
 		}
 	})
+}
+
+// tcpSeg4 is a TCP segment with the given flags ("S", "SA", "A", "FA", "R").
+func tcpSeg4(t testing.TB, src, dst netip.AddrPort, flags string) []byte {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
+	tc := &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), Window: 1024,
+		SYN: strings.Contains(flags, "S"), ACK: strings.Contains(flags, "A"),
+		FIN: strings.Contains(flags, "F"), RST: strings.Contains(flags, "R")}
+	must(t, tc.SetNetworkLayerForChecksum(ip))
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, tc)
+}
+
+// TestPrivilegedACLTCPEnd follows how tracked TCP flows end: a reset
+// flow lives 10 s, one closed by FINs both ways 2 min, an open one an
+// hour; a SYN on an ended flow opens it anew. Age is simulated by moving
+// the entry's last-seen time back.
+func TestPrivilegedACLTCPEnd(t *testing.T) {
+	p := loadACL(t)
+	programACL(t, p, guard.ACLStateful)
+	peer := ap(aclOutside, 443)
+	for i, c := range []struct {
+		name  string
+		segs  []string // from the VM (">flags") or to it ("<flags"), after the VM's SYN
+		state string
+		age   time.Duration
+		pass  bool // an ACK to the VM after age
+	}{
+		{"open flow, an idle minute", []string{"<SA", ">A"}, "open", time.Minute, true},
+		{"reset by the peer, 11 s", []string{"<SA", "<R"}, "reset", 11 * time.Second, false},
+		{"reset by the VM, 5 s", []string{"<SA", ">R"}, "reset", 5 * time.Second, true},
+		{"FIN one way, an idle minute", []string{"<SA", ">FA"}, "fin-from-vm", time.Minute, true},
+		{"FINs both ways, 1 min", []string{"<SA", ">FA", "<FA"}, "closed", time.Minute, true},
+		{"FINs both ways, 3 min", []string{"<SA", ">FA", "<FA"}, "closed", 3 * time.Minute, false},
+		{"reset, then the VM's new SYN", []string{"<SA", "<R", ">S"}, "open", 11 * time.Second, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			vm := ap(vmIP, uint16(51000+i))
+			run := func(toVM bool, frame []byte) guard.Verdict {
+				t.Helper()
+				prog := p.fromVM
+				if toVM {
+					prog = p.toVM
+				}
+				v, _, err := guard.RunSKB(prog, port, frame, 1)
+				must(t, err)
+				return v
+			}
+			if v := run(false, tcpSeg4(t, vm, peer, "S")); v != guard.VerdictPass {
+				t.Fatalf("VM's SYN: %s", v)
+			}
+			for _, sg := range c.segs {
+				toVM := sg[0] == '<'
+				var v guard.Verdict
+				if toVM {
+					v = run(true, tcpSeg4(t, peer, vm, sg[1:]))
+				} else {
+					v = run(false, tcpSeg4(t, vm, peer, sg[1:]))
+				}
+				if v != guard.VerdictPass {
+					t.Fatalf("segment %s: %s", sg, v)
+				}
+			}
+			k := ctmap.NewKey(port, 6, vm, peer)
+			ct, err := p.ct.Lookup(k)
+			must(t, err)
+			if got := guard.CTTCP(ct.Tcp).String(); got != c.state {
+				t.Errorf("state %s, want %s", got, c.state)
+			}
+			var now unix.Timespec
+			must(t, unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &now))
+			ct.SeenMonoNs = uint64(now.Nano()) - uint64(c.age)
+			must(t, p.ct.Put(k, ct))
+			want := guard.VerdictDrop
+			if c.pass {
+				want = guard.VerdictPass
+			}
+			if v := run(true, tcpSeg4(t, peer, vm, "A")); v != want {
+				t.Errorf("ACK to the VM after %s: %s, want %s", c.age, v, want)
+			}
+		})
+	}
 }
 
 func aclCounts(t testing.TB, p aclProgs) countermap.Totals {

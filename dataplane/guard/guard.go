@@ -114,11 +114,39 @@ const (
 
 // Idle timeouts of tracked flows (enum pv_ct_timeout).
 const (
-	CTTimeoutTCP   = time.Duration(typesPvCtTimeoutPV_CT_TCP_TIMEOUT) * time.Second
-	CTTimeoutUDP   = time.Duration(typesPvCtTimeoutPV_CT_UDP_TIMEOUT) * time.Second
-	CTTimeoutICMP  = time.Duration(typesPvCtTimeoutPV_CT_ICMP_TIMEOUT) * time.Second
-	CTTimeoutOther = time.Duration(typesPvCtTimeoutPV_CT_OTHER_TIMEOUT) * time.Second
+	CTTimeoutTCP      = time.Duration(typesPvCtTimeoutPV_CT_TCP_TIMEOUT) * time.Second
+	CTTimeoutTCPFin   = time.Duration(typesPvCtTimeoutPV_CT_TCP_FIN_TIMEOUT) * time.Second
+	CTTimeoutTCPClose = time.Duration(typesPvCtTimeoutPV_CT_TCP_CLOSE_TIMEOUT) * time.Second
+	CTTimeoutUDP      = time.Duration(typesPvCtTimeoutPV_CT_UDP_TIMEOUT) * time.Second
+	CTTimeoutICMP     = time.Duration(typesPvCtTimeoutPV_CT_ICMP_TIMEOUT) * time.Second
+	CTTimeoutOther    = time.Duration(typesPvCtTimeoutPV_CT_OTHER_TIMEOUT) * time.Second
 )
+
+// CTTCP is struct pv_ct.tcp: how a tracked TCP flow has ended (enum pv_ct_tcp).
+type CTTCP uint8
+
+// The bits of CTTCP.
+const (
+	CTFinFromVM CTTCP = CTTCP(typesPvCtTcpPV_CT_FIN_FROM_VM)
+	CTFinToVM   CTTCP = CTTCP(typesPvCtTcpPV_CT_FIN_TO_VM)
+	CTReset     CTTCP = CTTCP(typesPvCtTcpPV_CT_RST)
+)
+
+// String is "open", "reset", "closed" (FIN both ways), "fin-from-vm" or
+// "fin-to-vm".
+func (t CTTCP) String() string {
+	switch {
+	case t&CTReset != 0:
+		return "reset"
+	case t&(CTFinFromVM|CTFinToVM) == CTFinFromVM|CTFinToVM:
+		return "closed"
+	case t&CTFinFromVM != 0:
+		return "fin-from-vm"
+	case t&CTFinToVM != 0:
+		return "fin-to-vm"
+	}
+	return "open"
+}
 
 // String is "ingress" or "egress".
 func (d typesPvAclDir) String() string {

@@ -96,7 +96,8 @@ type typesPvCt struct {
 	SeenMonoNs uint64
 	Version    uint32
 	Origin     uint8
-	Pad        [3]uint8
+	Tcp        uint8
+	Pad        [2]uint8
 }
 
 type typesPvCtKey struct {
@@ -111,13 +112,23 @@ type typesPvCtKey struct {
 	PeerAddr [16]uint8
 }
 
+type typesPvCtTcp uint32
+
+const (
+	typesPvCtTcpPV_CT_FIN_FROM_VM typesPvCtTcp = 1
+	typesPvCtTcpPV_CT_FIN_TO_VM   typesPvCtTcp = 2
+	typesPvCtTcpPV_CT_RST         typesPvCtTcp = 4
+)
+
 type typesPvCtTimeout uint32
 
 const (
-	typesPvCtTimeoutPV_CT_TCP_TIMEOUT   typesPvCtTimeout = 3600
-	typesPvCtTimeoutPV_CT_UDP_TIMEOUT   typesPvCtTimeout = 180
-	typesPvCtTimeoutPV_CT_ICMP_TIMEOUT  typesPvCtTimeout = 30
-	typesPvCtTimeoutPV_CT_OTHER_TIMEOUT typesPvCtTimeout = 600
+	typesPvCtTimeoutPV_CT_TCP_TIMEOUT       typesPvCtTimeout = 3600
+	typesPvCtTimeoutPV_CT_TCP_FIN_TIMEOUT   typesPvCtTimeout = 120
+	typesPvCtTimeoutPV_CT_TCP_CLOSE_TIMEOUT typesPvCtTimeout = 10
+	typesPvCtTimeoutPV_CT_UDP_TIMEOUT       typesPvCtTimeout = 180
+	typesPvCtTimeoutPV_CT_ICMP_TIMEOUT      typesPvCtTimeout = 30
+	typesPvCtTimeoutPV_CT_OTHER_TIMEOUT     typesPvCtTimeout = 600
 )
 
 type typesPvFrag struct {
@@ -233,6 +244,7 @@ const (
 	typesVarPvAclDirBtf     = "pv_acl_dir_btf"
 	typesVarPvAclFlagsBtf   = "pv_acl_flags_btf"
 	typesVarPvAllowFlagsBtf = "pv_allow_flags_btf"
+	typesVarPvCtTcpBtf      = "pv_ct_tcp_btf"
 	typesVarPvCtTimeoutBtf  = "pv_ct_timeout_btf"
 	typesVarPvLeaseFlagsBtf = "pv_lease_flags_btf"
 	typesVarPvPortFlagsBtf  = "pv_port_flags_btf"
@@ -305,6 +317,7 @@ type typesVariableSpecs struct {
 	PvAclDirBtf     *ebpf.VariableSpec `ebpf:"pv_acl_dir_btf"`
 	PvAclFlagsBtf   *ebpf.VariableSpec `ebpf:"pv_acl_flags_btf"`
 	PvAllowFlagsBtf *ebpf.VariableSpec `ebpf:"pv_allow_flags_btf"`
+	PvCtTcpBtf      *ebpf.VariableSpec `ebpf:"pv_ct_tcp_btf"`
 	PvCtTimeoutBtf  *ebpf.VariableSpec `ebpf:"pv_ct_timeout_btf"`
 	PvLeaseFlagsBtf *ebpf.VariableSpec `ebpf:"pv_lease_flags_btf"`
 	PvPortFlagsBtf  *ebpf.VariableSpec `ebpf:"pv_port_flags_btf"`
@@ -362,6 +375,7 @@ type typesVariables struct {
 	PvAclDirBtf     *ebpf.Variable `ebpf:"pv_acl_dir_btf"`
 	PvAclFlagsBtf   *ebpf.Variable `ebpf:"pv_acl_flags_btf"`
 	PvAllowFlagsBtf *ebpf.Variable `ebpf:"pv_allow_flags_btf"`
+	PvCtTcpBtf      *ebpf.Variable `ebpf:"pv_ct_tcp_btf"`
 	PvCtTimeoutBtf  *ebpf.Variable `ebpf:"pv_ct_timeout_btf"`
 	PvLeaseFlagsBtf *ebpf.Variable `ebpf:"pv_lease_flags_btf"`
 	PvPortFlagsBtf  *ebpf.Variable `ebpf:"pv_port_flags_btf"`

@@ -49,14 +49,26 @@
  */
 #define PV_MAX_FRAGS		16384
 /* enum pv_ct_timeout: idle timeouts of tracked flows, in seconds (an
- * enum so that bpf2go gives Go the values). No TCP state machine: a flow
- * lives while packets keep coming, as conntrack's loose pickup.
+ * enum so that bpf2go gives Go the values). TCP is picked up loosely
+ * (any segment of an allowed flow opens it, as conntrack's
+ * tcp_loose); only its end is followed, as enum pv_ct_tcp: a reset
+ * flow lives PV_CT_TCP_CLOSE_TIMEOUT, one closed by FINs both ways
+ * PV_CT_TCP_FIN_TIMEOUT (conntrack's CLOSE and TIME_WAIT).
  */
 enum pv_ct_timeout {
-	PV_CT_TCP_TIMEOUT   = 3600,
-	PV_CT_UDP_TIMEOUT   = 180,
-	PV_CT_ICMP_TIMEOUT  = 30,
-	PV_CT_OTHER_TIMEOUT = 600,
+	PV_CT_TCP_TIMEOUT       = 3600,
+	PV_CT_TCP_FIN_TIMEOUT   = 120,
+	PV_CT_TCP_CLOSE_TIMEOUT = 10,
+	PV_CT_UDP_TIMEOUT       = 180,
+	PV_CT_ICMP_TIMEOUT      = 30,
+	PV_CT_OTHER_TIMEOUT     = 600,
+};
+
+/* enum pv_ct_tcp: struct pv_ct.tcp, how a tracked TCP flow has ended. */
+enum pv_ct_tcp {
+	PV_CT_FIN_FROM_VM   = 1 << 0,
+	PV_CT_FIN_TO_VM     = 1 << 1,
+	PV_CT_RST           = 1 << 2,
 };
 
 /* enum pv_port_flags: struct pv_port.flags, the switchable guards. */

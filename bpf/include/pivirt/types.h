@@ -134,7 +134,8 @@ struct pv_ct {
 	__u64 seen_mono_ns;   /* last packet, bpf_ktime_get_coarse_ns */
 	__u32 version;        /* struct pv_acl_set.version when it was allowed */
 	__u8 origin;          /* enum pv_acl_dir of the first packet */
-	__u8 pad[3];
+	__u8 tcp;             /* enum pv_ct_tcp bits */
+	__u8 pad[2];
 };
 
 /* struct pv_frag_key: pv_acl_frags key, a packet in fragments as RFC 791

@@ -27,11 +27,17 @@ type Key guard.CTKey
 // Value mirrors struct pv_ct.
 type Value guard.CT
 
-// Timeout is the idle timeout of a flow of protocol proto, as the ACL
-// program applies it.
-func Timeout(proto uint8) time.Duration {
+// Timeout is the idle timeout of a flow of protocol proto (for TCP, in
+// state tcp), as the ACL program applies it.
+func Timeout(proto uint8, tcp guard.CTTCP) time.Duration {
 	switch proto {
 	case 6:
+		switch {
+		case tcp&guard.CTReset != 0:
+			return guard.CTTimeoutTCPClose
+		case tcp&(guard.CTFinFromVM|guard.CTFinToVM) == guard.CTFinFromVM|guard.CTFinToVM:
+			return guard.CTTimeoutTCPFin
+		}
 		return guard.CTTimeoutTCP
 	case 17:
 		return guard.CTTimeoutUDP
@@ -88,7 +94,9 @@ type Decoded struct {
 	Peer      string `json:"peer"`
 	// Origin is the direction of the first packet: egress (the VM
 	// opened it) or ingress.
-	Origin  string `json:"origin"`
+	Origin string `json:"origin"`
+	// TCP is a TCP flow's end as seen so far (guard.CTTCP's String).
+	TCP     string `json:"tcp,omitempty"`
 	Version string `json:"version"`
 	// IdleSeconds since the last packet; Expired once past the timeout
 	// (the entry then waits for LRU eviction or the next packet).
@@ -104,6 +112,9 @@ func (d Decoded) String() string {
 	}
 	s := fmt.Sprintf("ifindex=%s %s %s <-> %s origin=%s idle=%.0fs version=%s", ifc, d.Protocol, d.VM, d.Peer,
 		d.Origin, d.IdleSeconds, d.Version)
+	if d.TCP != "" {
+		s += " tcp=" + d.TCP
+	}
 	if d.Expired {
 		s += " expired"
 	}
@@ -140,10 +151,14 @@ func (m *Map) Decoded() ([]Decoded, error) {
 		if now > v.SeenMonoNs {
 			idle = time.Duration(now - v.SeenMonoNs)
 		}
-		out = append(out, Decoded{Interface: m.Names.Name(k.Ifindex), Ifindex: k.Ifindex, Protocol: protoName(k.Proto),
+		d := Decoded{Interface: m.Names.Name(k.Ifindex), Ifindex: k.Ifindex, Protocol: protoName(k.Proto),
 			VM: k.VM().String(), Peer: k.Peer().String(), Origin: guard.ACLDir(v.Origin).String(),
 			Version: fmt.Sprintf("0x%08x", v.Version), IdleSeconds: idle.Round(time.Second).Seconds(),
-			Expired: idle > Timeout(k.Proto)})
+			Expired: idle > Timeout(k.Proto, guard.CTTCP(v.Tcp))}
+		if k.Proto == 6 {
+			d.TCP = guard.CTTCP(v.Tcp).String()
+		}
+		out = append(out, d)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("walking %s: %w", Name, err)

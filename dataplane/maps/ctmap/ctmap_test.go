@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"pivirt.hu/dataplane/dataplane/guard"
 	"pivirt.hu/dataplane/dataplane/maps/ctmap"
 )
 
@@ -38,9 +39,28 @@ func TestKey(t *testing.T) {
 }
 
 func TestTimeout(t *testing.T) {
-	for proto, want := range map[uint8]time.Duration{6: time.Hour, 17: 3 * time.Minute, 1: 30 * time.Second, 58: 30 * time.Second, 47: 10 * time.Minute} {
-		if got := ctmap.Timeout(proto); got != want {
-			t.Errorf("Timeout(%d) = %s, want %s", proto, got, want)
+	for _, c := range []struct {
+		proto uint8
+		tcp   guard.CTTCP
+		want  time.Duration
+		state string
+	}{
+		{6, 0, time.Hour, "open"},
+		{6, guard.CTFinFromVM, time.Hour, "fin-from-vm"},
+		{6, guard.CTFinToVM, time.Hour, "fin-to-vm"},
+		{6, guard.CTFinFromVM | guard.CTFinToVM, 2 * time.Minute, "closed"},
+		{6, guard.CTReset, 10 * time.Second, "reset"},
+		{6, guard.CTReset | guard.CTFinToVM, 10 * time.Second, "reset"},
+		{17, 0, 3 * time.Minute, ""},
+		{1, 0, 30 * time.Second, ""},
+		{58, 0, 30 * time.Second, ""},
+		{47, 0, 10 * time.Minute, ""},
+	} {
+		if got := ctmap.Timeout(c.proto, c.tcp); got != c.want {
+			t.Errorf("Timeout(%d, %s) = %s, want %s", c.proto, c.tcp, got, c.want)
+		}
+		if c.state != "" && c.tcp.String() != c.state {
+			t.Errorf("CTTCP(%d).String() = %q, want %q", c.tcp, c.tcp.String(), c.state)
 		}
 	}
 }
