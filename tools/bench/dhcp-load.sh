@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# dhcp-load.sh: the maximum sustained DORA/s of Kea and pivirtd with
+# dhcp-load.sh: the maximum sustained DORA/s of Kea, dnsmasq and pivirtd with
 # tools/dhcpload as the load generator instead of perfdhcp.
 #
 # perfdhcp costs ≈10–12% of a core per 1,000 DORA/s here, so on two cores
@@ -10,7 +10,8 @@
 # 192.168.100.1/22 in the server namespace, the generator as a relay on
 # veth0 192.168.100.2 in the client namespace), the same servers started
 # the same way (Kea memfile without persistence, its config copied from
-# dhcp-peers.sh; pivirtd through tools/bench/dhcp-pivirtd.sh, every lease
+# dhcp-peers.sh; dnsmasq with its read-only lease file and no ping check,
+# dhcp-peers.sh's dnsmasq-ro; pivirtd through tools/bench/dhcp-pivirtd.sh, every lease
 # fdatasync'd before its ACK), server pinned to cpu0 and generator to cpu1,
 # the same pass rule (at most DROP_MAX % of DISCOVERs not ending in an
 # ACK, and at least 97% of the offered DISCOVERs sent), interleaved.
@@ -26,13 +27,13 @@
 #
 #   PIVIRT_BIN=$PWD/bin tools/bench/dhcp-load.sh        (root)
 #
-# Env (defaults): SERVERS="kea-mem pivirtd" ROUNDS=3 PERIOD=10 SEARCH_PERIOD=3
+# Env (defaults): SERVERS="kea-mem dnsmasq-ro pivirtd" ROUNDS=3 PERIOD=10 SEARCH_PERIOD=3
 #   CLIENTS=800 LADDER="2000 4000 6000 8000 10000 12000 16000 20000 24000 28000 32000 40000 48000"
 #   AT_RATES="16000 24000" BISECT=3 STEP=500 DROP_MAX=1 SRV_CPU=0 CLI_CPU=1 OUT=/tmp/dhcp-load.<time>
 set -u -o pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-SERVERS=${SERVERS:-"kea-mem pivirtd"}
+SERVERS=${SERVERS:-"kea-mem dnsmasq-ro pivirtd"}
 ROUNDS=${ROUNDS:-3}; PERIOD=${PERIOD:-10}; SEARCH_PERIOD=${SEARCH_PERIOD:-3}
 CLIENTS=${CLIENTS:-800}
 LADDER=${LADDER:-"2000 4000 6000 8000 10000 12000 16000 20000 24000 28000 32000 40000 48000"}
@@ -105,6 +106,13 @@ start_server() { # $1 = name
 		write_kea_cfg "$d"
 		env KEA_PIDFILE_DIR=$d KEA_LOCKFILE_DIR=$d ip netns exec $NS_SRV taskset -c $SRV_CPU \
 			kea-dhcp4 -c "$d/kea.json" >"$d/stdout" 2>&1 &
+		;;
+	dnsmasq-ro)
+		# dhcp-peers.sh's fastest dnsmasq: no ping check, read-only lease file.
+		ip netns exec $NS_SRV taskset -c $SRV_CPU dnsmasq --keep-in-foreground --conf-file=/dev/null --port=0 \
+			--interface=br0 --bind-interfaces --dhcp-range=$POOL_START,$POOL_END,$MASK,12h --dhcp-lease-max=100000 \
+			--dhcp-authoritative --quiet-dhcp --log-facility=$d/dnsmasq.log --pid-file=$d/dnsmasq.pid \
+			--dhcp-leasefile=$d/dnsmasq.leases --no-ping --leasefile-ro >"$d/stdout" 2>&1 &
 		;;
 	pivirtd)
 		env DHCP_IFACE=br0 DHCP_SERVER_IP=$SRV_IP DHCP_PREFIX=$PFX DHCP_NETMASK=$MASK DHCP_ROUTER=$SRV_IP \

@@ -9,7 +9,7 @@
 #            ports, NAT at 1/10k ExternalIPs) and the store
 #   dhcp     ../shared/bench/dhcp-peers.sh: perfdhcp against dnsmasq, Kea
 #            and pivirtd (tools/bench/dhcp-pivirtd.sh), same topology
-#   dhcp-load  tools/bench/dhcp-load.sh: Kea and pivirtd under tools/dhcpload,
+#   dhcp-load  tools/bench/dhcp-load.sh: Kea, dnsmasq and pivirtd under tools/dhcpload,
 #            a generator cheap enough to find a server's limit on 2 cores
 #   guard    tools/bench/portguard-pivirtd.sh: the shared port-guard
 #            harness with pivirtd's guard added (1,000 and 4,000 ports)
@@ -46,7 +46,7 @@ if part dhcp; then
 	python3 tools/bench/cpuwindows.py "$OUT/dhcp-cpustat.txt" "$OUT/dhcp/log" | tee -a "$OUT/summary.txt"
 fi
 if part dhcp-load; then
-	say "DHCP: Kea and pivirtd under tools/dhcpload (tools/bench/dhcp-load.sh)"
+	say "DHCP: Kea, dnsmasq and pivirtd under tools/dhcpload (tools/bench/dhcp-load.sh)"
 	PIVIRT_BIN="$ROOT/bin" OUT="$OUT/dhcp-load" ./tools/bench/dhcp-load.sh >"$OUT/dhcp-load.log" 2>&1 || true
 	cat "$OUT/dhcp-load/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 fi
