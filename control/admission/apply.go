@@ -38,6 +38,19 @@ func (b *Batch) Apply(obj *pivirtv1.Object) (stored *pivirtv1.Object, action str
 	return b.apply(obj, in, kind, spec, nil)
 }
 
+// Get returns kind/name as the batch sees it (nil when absent). The
+// object is shared with the index: do not modify it.
+func (b *Batch) Get(kind, name string) (*pivirtv1.Object, error) {
+	c, err := b.kind(kind)
+	if err != nil {
+		return nil, err
+	}
+	if e := c.get(name); e != nil {
+		return e.obj, nil
+	}
+	return nil, nil
+}
+
 // StatusFunc returns the status to store with an object about to be
 // written (its generation is final), as UpdateStatus takes it.
 type StatusFunc func(next *pivirtv1.Object) any
@@ -133,12 +146,29 @@ func (b *Batch) apply(obj *pivirtv1.Object, in pivirtv1.Object, kind pivirtv1.Ki
 			return nil, "", fmt.Errorf("applying %s: %w", what, err)
 		}
 	}
-	errs, err := b.crossCheck(next, spec, old)
+	errs, superseded, err := b.crossCheck(next, spec, old)
 	if err != nil {
 		return nil, "", fmt.Errorf("applying %s: %w", what, err)
 	}
 	if len(errs) > 0 {
 		return nil, "", &pivirtv1.ValidationError{Kind: kind.Kind, Name: name, Errors: errs}
+	}
+	for _, e := range superseded {
+		// A reservation relocates the MAC's dynamic lease: not while the
+		// provisioning interlock holds it.
+		lock, err := b.provisioningLock(e, nil)
+		if err != nil {
+			return nil, "", fmt.Errorf("applying %s: %w", what, err)
+		}
+		if lock != "" {
+			return nil, "", fmt.Errorf("applying %s: it would supersede %s, which cannot be relocated while %s: %w",
+				what, lref(e.obj.Kind, e.obj.Metadata.Name), lock, ErrBlocked)
+		}
+	}
+	for _, e := range superseded {
+		if err := b.del(b.kinds[e.obj.Kind], e); err != nil {
+			return nil, "", fmt.Errorf("applying %s: superseding %s: %w", what, lref(e.obj.Kind, e.obj.Metadata.Name), err)
+		}
 	}
 	if err := b.write(c, next, spec, old == nil); err != nil {
 		return nil, "", fmt.Errorf("applying %s: %w", what, err)

@@ -12,21 +12,22 @@ import (
 )
 
 // crossCheck applies the rules that need other objects of the transaction.
-// old is the stored entry being replaced, or nil.
-func (b *Batch) crossCheck(o *pivirtv1.Object, spec pivirtv1.Spec, old *entry) (pivirtv1.ErrorList, error) {
+// old is the stored entry being replaced, or nil. superseded are objects
+// that writing o replaces (dynamic leases a reservation takes over).
+func (b *Batch) crossCheck(o *pivirtv1.Object, spec pivirtv1.Spec, old *entry) (errs pivirtv1.ErrorList, superseded []*entry, err error) {
 	switch s := spec.(type) {
 	case *pivirtv1.NetworkSegmentSpec:
-		return b.checkSegment(o.Metadata.Name, s, old)
+		errs, err = b.checkSegment(o.Metadata.Name, s, old)
 	case *pivirtv1.DHCPLeaseSpec:
-		return b.checkLease(o.Metadata.Name, s)
+		return b.checkLease(o.Metadata.Name, s, old)
 	case *pivirtv1.ExternalIPSpec:
-		return b.checkExternalIP(o.Metadata.Name, s)
+		errs, err = b.checkExternalIP(o.Metadata.Name, s)
 	case *pivirtv1.PortSecuritySpec:
-		return b.checkPortSecurity(o.Metadata.Name, s)
+		errs, err = b.checkPortSecurity(o.Metadata.Name, s)
 	case *pivirtv1.VPCRouterSpec:
-		return b.checkVPCRouter(o.Metadata.Name, s)
+		errs, err = b.checkVPCRouter(o.Metadata.Name, s)
 	}
-	return nil, nil
+	return errs, nil, err
 }
 
 func segSpec(e *entry) *pivirtv1.NetworkSegmentSpec {
@@ -174,11 +175,18 @@ func covers(segs []namedSeg, ip netip.Addr) bool {
 
 // checkLease: when a segment the lease names exists, the IP lies in its
 // delegated range; a MAC and an IP are held by one lease per network (the
-// network being every name of the segments on the bridge).
-func (b *Batch) checkLease(name string, l *pivirtv1.DHCPLeaseSpec) (pivirtv1.ErrorList, error) {
+// network being every name of the segments on the bridge), except that a
+// static reservation wins over dynamic leases: a reservation of a MAC that
+// holds a dynamic lease supersedes that lease (returned, for apply to
+// delete), and a reservation of an address that another MAC holds
+// dynamically is accepted (the holder keeps it until its lease ends; the
+// DHCP server NAKs its renewals). A dynamic lease never takes a MAC or an
+// address from a reservation; one already stored on an address reserved
+// since keeps it until it ends. old is the stored lease being replaced.
+func (b *Batch) checkLease(name string, l *pivirtv1.DHCPLeaseSpec, old *entry) (pivirtv1.ErrorList, []*entry, error) {
 	segs, err := b.segmentsFor(l.Network, "", nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var errs pivirtv1.ErrorList
 	ip := netip.MustParseAddr(pivirtv1.CanonicalIPv4(l.IPAddress))
@@ -195,16 +203,38 @@ func (b *Batch) checkLease(name string, l *pivirtv1.DHCPLeaseSpec) (pivirtv1.Err
 	}
 	leases, err := b.kind(pivirtv1.KindDHCPLease)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	static := l.Type != pivirtv1.LeaseDynamic
+	keepsIP := old != nil && leaseSpec(old) != nil && pivirtv1.CanonicalIPv4(leaseSpec(old).IPAddress) == ip.String()
 	mac := pivirtv1.CanonicalMAC(l.MACAddress)
 	var macBy, ipBy string
+	var superseded []*entry
+	seen := map[*entry]bool{}
 	for _, n := range b.networkNames(l.Network, segs) {
-		if es := leases.lookup(keyMAC+n+"\x00"+mac, name); macBy == "" && len(es) > 0 {
-			macBy = es[0].obj.Metadata.Name
+		for _, e := range leases.lookup(keyMAC+n+"\x00"+mac, name) {
+			other := leaseSpec(e)
+			switch {
+			case static && other != nil && other.Type == pivirtv1.LeaseDynamic:
+				if !seen[e] {
+					seen[e] = true
+					superseded = append(superseded, e)
+				}
+			case macBy == "":
+				macBy = e.obj.Metadata.Name
+			}
 		}
-		if es := leases.lookup(keyIP+n+"\x00"+ip.String(), name); ipBy == "" && len(es) > 0 {
-			ipBy = es[0].obj.Metadata.Name
+		for _, e := range leases.lookup(keyIP+n+"\x00"+ip.String(), name) {
+			other := leaseSpec(e)
+			switch {
+			case seen[e]:
+			case static && other != nil && other.Type == pivirtv1.LeaseDynamic:
+				// Its holder keeps it until its lease ends.
+			case !static && keepsIP && other != nil && other.Type == pivirtv1.LeaseStatic:
+				// Reserved after this lease was stored: renewed until it ends.
+			case ipBy == "":
+				ipBy = e.obj.Metadata.Name
+			}
 		}
 	}
 	if macBy != "" {
@@ -213,7 +243,7 @@ func (b *Batch) checkLease(name string, l *pivirtv1.DHCPLeaseSpec) (pivirtv1.Err
 	if ipBy != "" {
 		errs.Add("spec.ipAddress", ip, "is already reserved in network %s by lease %s", l.Network, ipBy)
 	}
-	return errs, nil
+	return errs, superseded, nil
 }
 
 // networkNames returns every name that leads to the same layer-2 network

@@ -6,6 +6,7 @@ import (
 	"context"
 	"sync"
 
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store"
 )
 
@@ -25,6 +26,23 @@ type Index struct {
 	mu    sync.Mutex
 	rev   int64 // the store revision kinds reflects; 0: none
 	kinds map[string]*kindCache
+
+	// BeforeCommit, when set, is told every object a successful, not
+	// dry-run Update wrote or deleted, inside the transaction just before
+	// it commits: what must know of a write before the caller hears of it
+	// (the DHCP server learns a reservation before `apply` returns) hooks
+	// in here. It must be quick and must not use the store. A commit that
+	// then fails leaves the hook ahead of the store, so a hook may only
+	// cache what its next reconcile from the store replaces.
+	BeforeCommit func([]Written)
+}
+
+// Written is one object an Update wrote (Deleted: removed), with its
+// decoded spec. Both are shared with the index: do not modify them.
+type Written struct {
+	Object  *pivirtv1.Object
+	Spec    pivirtv1.Spec
+	Deleted bool
 }
 
 // NewIndex returns an empty Index for one store.
@@ -60,6 +78,9 @@ func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn fun
 			return err
 		}
 		ok = true
+		if x.BeforeCommit != nil && !opts.DryRun && len(b.undo) > 0 {
+			x.BeforeCommit(b.written())
+		}
 		return nil
 	})
 	if err != nil && published {
@@ -69,4 +90,18 @@ func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn fun
 		x.mu.Unlock()
 	}
 	return rev, err
+}
+
+// written lists what the batch wrote, from its undo log: each object's
+// final state in the batch.
+func (b *Batch) written() []Written {
+	out := make([]Written, 0, len(b.undo))
+	for k, prev := range b.undo {
+		if e := b.kinds[k.kind].get(k.name); e != nil {
+			out = append(out, Written{Object: e.obj, Spec: e.spec})
+		} else if prev != nil {
+			out = append(out, Written{Object: prev.obj, Spec: prev.spec, Deleted: true})
+		}
+	}
+	return out
 }

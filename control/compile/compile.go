@@ -233,6 +233,11 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 				continue
 			}
 			expires = *spec.ExpiresAt
+			if pivirtv1.IsProvisioning(o) {
+				// The interlock holds it: the pin must not lapse (as
+				// control/dhcpd binds it).
+				expires = expires.Add(pivirtv1.HeldPinLifetime)
+			}
 		default:
 			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf("spec.type: unknown %q", spec.Type)}
 			continue

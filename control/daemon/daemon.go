@@ -160,6 +160,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	perMAC, perPort := d.cfg.DHCPLimits()
 	d.dhcp = &dhcpd.Manager{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Leases: d.loader.Maps().Leases,
 		PerMAC: perMAC, PerPort: perPort, JournalDir: d.cfg.LeaseJournalDir()}
+	// Reservations reach the responders before `apply` returns.
+	d.index.BeforeCommit = d.dhcp.BeforeCommit
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp}
 	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
 		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}}

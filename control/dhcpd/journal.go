@@ -4,15 +4,20 @@ package dhcpd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/store"
 	"pivirt.hu/dataplane/control/wal"
 	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
 )
 
 // Leases are made durable in two steps. The ACK waits only for the first:
@@ -50,16 +55,32 @@ func (m *Manager) Recover(ctx context.Context) error {
 		r.seq = uint64(i + 1)
 		recs = append(recs, r)
 	}
+	// The journal never keeps pivirtd from starting: what the store
+	// refuses is resolved record by record (storeRecords), and a store
+	// that fails outright leaves the records journaled and queued for the
+	// writer, which retries them while DHCP serves.
+	var queued []record
 	if len(recs) > 0 {
 		if err := m.storeRecords(ctx, recs); err != nil {
-			log.Close()
-			return fmt.Errorf("storing %d journaled lease changes: %w", len(recs), err)
+			m.storeErrors.Add(1)
+			m.Log.Warn("storing journaled lease changes at start; the writer retries them", "changes", len(recs), "err", err)
+			queued = recs
+		} else {
+			m.Log.Info("stored lease changes from the journal", "changes", len(recs))
 		}
-		m.Log.Info("stored lease changes from the journal", "changes", len(recs))
 	}
-	if err := log.Trim(log.Last()); err != nil {
-		log.Close()
-		return fmt.Errorf("trimming the lease journal: %w", err)
+	if len(queued) == 0 {
+		if err := log.Trim(log.Last()); err != nil {
+			m.Log.Warn("trimming the lease journal", "err", err)
+		}
+	} else {
+		m.pmu.Lock()
+		for _, r := range queued {
+			m.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
+		}
+		m.pmu.Unlock()
+		m.queue = queued
+		m.wake <- struct{}{}
 	}
 	m.journal = log
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -81,8 +102,8 @@ func (m *Manager) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	var buf []byte
 	for _, ch := range changes {
 		seg, ok := segs[ch.Segment]
-		if !ok || seg.reserved(ch.Lease.MAC) {
-			continue
+		if !ok || ch.Static {
+			continue // a reservation's changes are the operator's object's
 		}
 		r := record{Change: ch, Network: seg.bridge}
 		start := len(buf)
@@ -176,30 +197,25 @@ func (m *Manager) writeQueued(ctx context.Context) error {
 }
 
 // storeRecords writes records as DHCPLease objects (creates, renewals,
-// deletions) in one transaction, in order.
+// deletions) in one transaction, in order. A change the store refuses
+// (admission: a reservation took the MAC or address meanwhile, the
+// provisioning interlock holds the lease, an operator's edit conflicts)
+// never blocks the others: it is resolved by resolveRefused, logged and
+// recorded as an event. Only a store failure returns an error, and then
+// nothing was stored.
 func (m *Manager) storeRecords(ctx context.Context, recs []record) error {
+	var refused []refusal
 	rev, err := m.Index.Update(ctx, m.Store, admission.Options{Now: m.now()}, func(b *admission.Batch) error {
-		for _, r := range recs {
-			ch := r.Change
-			name := LeaseName(ch.Lease.MAC)
-			switch ch.Kind {
-			case server.Bound, server.Renewed:
-				// Typed: the server's own leases skip the strict JSON
-				// decode of manifests, and the status rides in the same
-				// write (half the store work per lease).
-				o, spec := leaseObject(name, r.Network, ch.Lease)
-				status := func(next *pivirtv1.Object) any {
-					return pivirtv1.DHCPLeaseStatus{SegmentID: ch.Segment,
-						Status: pivirtv1.Status{Phase: pivirtv1.PhaseReady, ObservedGeneration: next.Metadata.Generation}}
-				}
-				if _, _, err := b.ApplyTyped(o, spec, status); err != nil {
-					return fmt.Errorf("storing %s: %w", name, err)
-				}
-			default:
-				if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
-					return fmt.Errorf("deleting %s: %w", name, err)
-				}
+		refused = refused[:0]
+		for i, r := range recs {
+			err := storeRecord(b, r)
+			if err == nil {
+				continue
 			}
+			if !isRefusal(err) {
+				return err
+			}
+			refused = append(refused, refusal{rec: &recs[i], err: err})
 		}
 		return nil
 	})
@@ -221,5 +237,133 @@ func (m *Manager) storeRecords(ctx context.Context, recs []record) error {
 		}
 	}
 	m.pmu.Unlock()
+	for _, f := range refused {
+		m.resolveRefused(*f.rec, f.err)
+	}
 	return nil
+}
+
+// refusal is a journaled change the store refused.
+type refusal struct {
+	rec *record
+	err error
+}
+
+// storeRecord writes one change through b; nothing is written on error.
+func storeRecord(b *admission.Batch, r record) error {
+	ch := r.Change
+	name := LeaseName(ch.Lease.MAC)
+	switch ch.Kind {
+	case server.Bound, server.Renewed:
+		// Typed: the server's own leases skip the strict JSON decode of
+		// manifests, and the status rides in the same write (half the
+		// store work per lease).
+		o, spec := leaseObject(name, r.Network, ch.Lease)
+		if cur, err := b.Get(pivirtv1.KindDHCPLease, name); err == nil && cur != nil {
+			// What an operator added to the object stays.
+			keepMeta(&o.Metadata, cur.Metadata)
+		}
+		status := func(next *pivirtv1.Object) any {
+			return pivirtv1.DHCPLeaseStatus{SegmentID: ch.Segment,
+				Status: pivirtv1.Status{Phase: pivirtv1.PhaseReady, ObservedGeneration: next.Metadata.Generation}}
+		}
+		_, _, err := b.ApplyTyped(o, spec, status)
+		if hasField(err, "spec.hostname") {
+			// Client data the server let through: the lease matters, the name does not.
+			spec.Hostname = ""
+			_, _, err = b.ApplyTyped(o, spec, status)
+		}
+		if err != nil {
+			return fmt.Errorf("storing %s: %w", name, err)
+		}
+	default:
+		if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("deleting %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// hasField reports whether err is a validation error of field path.
+func hasField(err error, path string) bool {
+	var ve *pivirtv1.ValidationError
+	if !errors.As(err, &ve) {
+		return false
+	}
+	for _, fe := range ve.Errors {
+		if fe.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// isRefusal tells admission's refusals (the change itself cannot be
+// stored, retrying does not help) from store failures (retry).
+func isRefusal(err error) bool {
+	var ve *pivirtv1.ValidationError
+	return errors.As(err, &ve) || errors.Is(err, admission.ErrBlocked) ||
+		errors.Is(err, admission.ErrForbidden) || errors.Is(err, store.ErrConflict)
+}
+
+// resolveRefused applies the rule for a change the store refused, after
+// the transaction that stored the others. The object in the store stays
+// as it is, and the server and pv_leases follow it:
+//   - a lease the store will not hold (a reservation took its MAC or
+//     address meanwhile, or it conflicts with another lease) is dropped
+//     from the server, so the client is NAKed at its next renewal and
+//     gets what the store allows; its pin goes at once unless it is
+//     static (the reservation's own pin stays);
+//   - a release, expiry or decline of a lease the store still holds (the
+//     provisioning interlock, set meanwhile) is undone: the lease is bound
+//     again in the server and pv_leases until the lock lets go.
+func (m *Manager) resolveRefused(r record, err error) {
+	ch := r.Change
+	name := LeaseName(ch.Lease.MAC)
+	m.journalRefused.Add(1)
+	rule := ""
+	switch ch.Kind {
+	case server.Bound, server.Renewed:
+		rule = "the lease is dropped by the DHCP server; the client is NAKed at its next renewal"
+		if _, rerr := m.srv.Release(m.now(), ch.Segment, ch.Lease.IP); rerr == nil && !ch.Static {
+			if lerr := m.Leases.Release(ch.Segment, [6]byte(ch.Lease.MAC)); lerr != nil {
+				m.Log.Warn("releasing a refused lease in pv_leases", "lease", name, "err", lerr)
+			}
+		}
+	default:
+		rule = "the stored lease stays bound"
+		exp := ch.Lease.Expires
+		if o, gerr := m.Store.Get(context.Background(), pivirtv1.KindDHCPLease, name); gerr == nil {
+			var spec pivirtv1.DHCPLeaseSpec
+			if jerr := json.Unmarshal(o.Spec, &spec); jerr == nil && spec.ExpiresAt != nil && spec.ExpiresAt.After(exp) {
+				exp = *spec.ExpiresAt
+			}
+		}
+		l := ch.Lease
+		l.Expires = exp
+		// Before the responders run (Recover) the segment is unknown: the
+		// server loads the stored lease when it starts.
+		if lerr := m.srv.LoadLeases(m.now(), ch.Segment, []server.Lease{l}); lerr != nil && !errors.Is(lerr, server.ErrNoSegment) {
+			rule += "; the server could not bind it again: " + lerr.Error()
+		}
+		if berr := m.Leases.BindAll([]leasemap.Binding{{Segment: ch.Segment, MAC: [6]byte(l.MAC), IP: l.IP, Expires: m.pinExpiry(ch.Segment, l)}}); berr != nil {
+			m.Log.Warn("binding a held lease in pv_leases", "lease", name, "err", berr)
+		}
+	}
+	msg := fmt.Sprintf("%s of %s for %s not stored: %v; %s", ch.Kind, ch.Lease.IP, ch.Lease.MAC, err, rule)
+	m.Log.Warn("journaled lease change refused by the store", "lease", name, "change", ch.Kind.String(), "err", err, "rule", rule)
+	m.Events.Record(pivirtv1.KindDHCPLease, name, events.Warning, "LeaseChangeRefused", msg)
+}
+
+// keepMeta carries over the labels, annotations and owner references an
+// operator put on a server-made lease; the server's own label wins.
+func keepMeta(next *pivirtv1.ObjectMeta, cur pivirtv1.ObjectMeta) {
+	labels := maps.Clone(cur.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, next.Labels)
+	next.Labels = labels
+	next.Annotations = maps.Clone(cur.Annotations)
+	next.OwnerReferences = slices.Clone(cur.OwnerReferences)
 }

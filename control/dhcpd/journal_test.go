@@ -53,13 +53,20 @@ func newManager(t *testing.T, st store.Store, ix *admission.Index, dir string) (
 	lm := &leaseMap{bound: map[string]netip.Addr{}}
 	m := &Manager{Store: st, Index: ix, Leases: lm, Log: slog.Default(), JournalDir: dir}
 	m.init()
-	m.infos.Store(&map[uint32]segInfo{7: {bridge: "br-vm", leaseTime: time.Hour, static: map[string]bool{"52:54:00:00:00:99": true}}})
+	m.infos.Store(&map[uint32]segInfo{7: {bridge: "br-vm", leaseTime: time.Hour}})
 	return m, lm
 }
 
 func change(kind server.ChangeKind, mac, ip string, exp time.Time) server.LeaseChange {
 	hw, _ := net.ParseMAC(mac)
 	return server.LeaseChange{Kind: kind, Segment: 7, Lease: server.Lease{IP: netip.MustParseAddr(ip), MAC: hw, Hostname: "vm", Expires: exp}}
+}
+
+// staticChange is a change of a MAC that holds a reservation.
+func staticChange(kind server.ChangeKind, mac, ip string, exp time.Time) server.LeaseChange {
+	c := change(kind, mac, ip, exp)
+	c.Static = true
+	return c
 }
 
 func storedLease(t *testing.T, st store.Store, name string) *pivirtv1.Object {
@@ -109,7 +116,7 @@ spec: {bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.
 		change(server.Bound, "52:54:00:00:00:02", "192.168.100.102", exp),
 		change(server.Released, "52:54:00:00:00:02", "192.168.100.102", exp),
 		change(server.Renewed, "52:54:00:00:00:01", "192.168.100.101", exp.Add(time.Hour)),
-		change(server.Bound, "52:54:00:00:00:99", "192.168.100.199", exp), // a reservation: the operator's object
+		staticChange(server.Bound, "52:54:00:00:00:99", "192.168.100.199", exp), // a reservation: the operator's object
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -79,12 +79,19 @@ type Manager struct {
 	writerDone chan struct{}
 	// storeErrors counts failed store writes of journaled changes.
 	storeErrors atomic.Uint64
+	// journalRefused counts journaled changes the store refused (each
+	// resolved by a rule, see resolveRefused).
+	journalRefused atomic.Uint64
+	// resDirty: a reservation reached the server before the store
+	// (BeforeCommit); the next Sync sets every segment's from the store.
+	resDirty atomic.Bool
 }
 
 type running struct {
 	seg      segment.Segment
 	id       uint32
 	reserved map[string]bool // MACs with a static reservation
+	held     map[string]bool // MACs whose lease the provisioning interlock holds
 	static   []server.Reservation
 	cfg      server.Segment
 	cancel   context.CancelFunc
@@ -118,6 +125,8 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 	var errs []error
 	want := map[string]bool{}
 	leases := snap.Of(pivirtv1.KindDHCPLease)
+	heldObjs := heldLeases(snap)
+	resDirty := m.resDirty.Swap(false)
 	for _, seg := range segments {
 		if !seg.RangeStart.IsValid() {
 			continue // DHCP on but no delegated range: nothing to hand out
@@ -155,9 +164,18 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		for _, res := range static {
 			reserved[res.MAC.String()] = true
 		}
-		if r == nil || !slices.EqualFunc(r.static, static, sameReservation) {
+		if r == nil || resDirty || !slices.EqualFunc(r.static, static, sameReservation) {
 			if err := m.srv.SetReservations(cfg.ID, static); err != nil {
 				m.Log.Warn("some reservations were not loaded", "segment", seg.Name, "err", err)
+			}
+		}
+		held := m.segmentHeld(seg, heldObjs, snap)
+		if due, err := m.srv.SetHeld(cfg.ID, held); err != nil {
+			errs = append(errs, err)
+		} else if len(due) > 0 {
+			// Releases the interlock held back happen now.
+			if err := m.persist(ctx, due); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		if fresh {
@@ -170,10 +188,14 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				continue
 			}
 		} else {
-			m.releaseDeleted(ctx, cfg.ID, dynamic, snap.Revision)
+			m.releaseDeleted(ctx, cfg.ID, dynamic, reserved, snap.Revision)
 		}
 		r = m.running[seg.Name]
 		r.seg, r.cfg, r.reserved, r.static = seg, cfg, reserved, static
+		r.held = map[string]bool{}
+		for _, mac := range held {
+			r.held[mac.String()] = true
+		}
 	}
 	for name := range m.running {
 		if !want[name] {
@@ -216,18 +238,69 @@ func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, sn
 	return static, dynamic
 }
 
+// heldLeases returns the leases the provisioning interlock holds: the
+// annotation is on the lease, or on an owner of it that this node stores
+// (VM locks reach a node as the annotation on the VM's leases).
+func heldLeases(snap reconcile.Snapshot) []*pivirtv1.Object {
+	locked := pivirtv1.IsProvisioning
+	owners := map[string]bool{}
+	for _, objs := range snap.Objects {
+		for _, o := range objs {
+			if locked(o) {
+				owners[strings.ToLower(o.Kind)+"/"+o.Metadata.Name] = true
+			}
+		}
+	}
+	var out []*pivirtv1.Object
+	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
+		held := locked(o)
+		for _, r := range o.Metadata.OwnerReferences {
+			if kind, err := pivirtv1.LookupKind(r.Kind); err == nil && owners[strings.ToLower(kind.Kind)+"/"+r.Name] {
+				held = true
+			}
+		}
+		if held {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// segmentHeld returns the MACs of the held leases of a segment.
+func (m *Manager) segmentHeld(seg segment.Segment, held []*pivirtv1.Object, snap reconcile.Snapshot) []net.HardwareAddr {
+	var out []net.HardwareAddr
+	for _, o := range held {
+		s, err := snap.Spec(o)
+		if err != nil {
+			continue
+		}
+		l := s.(*pivirtv1.DHCPLeaseSpec)
+		if !seg.Names(l.Network) {
+			continue
+		}
+		if mac, err := net.ParseMAC(l.MACAddress); err == nil {
+			out = append(out, mac)
+		}
+	}
+	return out
+}
+
 func sameReservation(a, b server.Reservation) bool {
 	return a.IP == b.IP && a.Hostname == b.Hostname && bytes.Equal(a.MAC, b.MAC)
 }
 
 // releaseDeleted frees the leases the server holds but the store no
 // longer has: the operator deleted them (`pivirtctl delete lease`).
-func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []server.Lease, rev int64) {
+// The binding of a reserved MAC is its static lease's, not a dynamic one.
+func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []server.Lease, reserved map[string]bool, rev int64) {
 	have := map[netip.Addr]bool{}
 	for _, l := range stored {
 		have[l.IP] = true
 	}
 	for _, l := range m.srv.Leases(segID) {
+		if reserved[l.MAC.String()] {
+			continue // the reservation's binding: its object is the static lease
+		}
 		m.pmu.Lock()
 		name := LeaseName(l.MAC)
 		_, pending := m.pendingSeq[name]
@@ -342,7 +415,7 @@ func (m *Manager) persist(ctx context.Context, changes []server.LeaseChange) err
 				ttl = s.leaseTime
 			}
 			binds = append(binds, leasemap.Binding{Segment: ch.Segment, MAC: mac, IP: ch.Lease.IP,
-				Expires: ch.Lease.Expires, LeaseTime: ttl})
+				Expires: pinExpiry(segs, ch.Segment, ch.Lease), LeaseTime: ttl})
 		default:
 			flush()
 			if err := m.Leases.Release(ch.Segment, mac); err != nil {
@@ -354,14 +427,25 @@ func (m *Manager) persist(ctx context.Context, changes []server.LeaseChange) err
 	return errors.Join(errs...)
 }
 
-// segInfo is what persist needs of a running segment.
+// segInfo is what persist and BeforeCommit need of a running segment.
 type segInfo struct {
+	seg       segment.Segment
 	bridge    string
 	leaseTime time.Duration
-	static    map[string]bool // reserved MACs
+	held      map[string]bool // MACs whose lease the interlock holds
 }
 
-func (s segInfo) reserved(mac net.HardwareAddr) bool { return s.static[mac.String()] }
+// pinExpiry is when the guard's pin of l should lapse.
+func pinExpiry(segs map[uint32]segInfo, seg uint32, l server.Lease) time.Time {
+	if s, ok := segs[seg]; ok && s.held[l.MAC.String()] {
+		return l.Expires.Add(pivirtv1.HeldPinLifetime) // as compile pins it
+	}
+	return l.Expires
+}
+
+func (m *Manager) pinExpiry(seg uint32, l server.Lease) time.Time {
+	return pinExpiry(m.segmentsByID(), seg, l)
+}
 
 func (m *Manager) segmentsByID() map[uint32]segInfo {
 	if p := m.infos.Load(); p != nil {
@@ -374,10 +458,13 @@ func (m *Manager) segmentsByID() map[uint32]segInfo {
 func (m *Manager) publishInfos() {
 	out := map[uint32]segInfo{}
 	for _, r := range m.running {
-		out[r.id] = segInfo{bridge: r.seg.Spec.Bridge, leaseTime: time.Duration(r.seg.Spec.DHCP.DefaultLeaseTime) * time.Second, static: r.reserved}
+		out[r.id] = segInfo{seg: r.seg, bridge: r.seg.Spec.Bridge, leaseTime: time.Duration(r.seg.Spec.DHCP.DefaultLeaseTime) * time.Second, held: r.held}
 	}
 	m.infos.Store(&out)
 }
+
+// LabelNetwork is the label naming the network of a lease the server made.
+const LabelNetwork = "network"
 
 // LeaseName is the DHCPLease name of a dynamic lease: lease-<mac-with-dashes>.
 func LeaseName(mac net.HardwareAddr) string {
@@ -392,8 +479,9 @@ func leaseObject(name, bridge string, l server.Lease) (*pivirtv1.Object, *pivirt
 	if len(l.ClientID) > 0 {
 		spec.ClientID = hex.EncodeToString(l.ClientID)
 	}
+	// The network label, as in seed 000's example: get leases -l network=NAME.
 	return &pivirtv1.Object{APIVersion: pivirtv1.APIVersion, Kind: pivirtv1.KindDHCPLease,
-		Metadata: pivirtv1.ObjectMeta{Name: name}}, spec
+		Metadata: pivirtv1.ObjectMeta{Name: name, Labels: map[string]string{LabelNetwork: bridge}}}, spec
 }
 
 // serverSegment turns a NetworkSegment into the responder's settings.
@@ -422,4 +510,34 @@ func serverSegment(seg segment.Segment) (server.Segment, error) {
 		cfg.Routes = append(cfg.Routes, server.Route{Dst: dst, Gateway: gw})
 	}
 	return cfg, nil
+}
+
+// BeforeCommit is the admission.Index hook: a static reservation reaches
+// the responders inside the transaction that stores it, before `apply`
+// returns, so a DISCOVER that follows cannot get the address, or give the
+// MAC another, as a dynamic lease. Sync then sets the reservations from
+// the store as usual.
+func (m *Manager) BeforeCommit(ws []admission.Written) {
+	m.init()
+	segs := m.segmentsByID()
+	for _, w := range ws {
+		l, ok := w.Spec.(*pivirtv1.DHCPLeaseSpec)
+		if !ok || w.Object.Kind != pivirtv1.KindDHCPLease || w.Deleted || l.Type == pivirtv1.LeaseDynamic {
+			continue
+		}
+		mac, err1 := net.ParseMAC(l.MACAddress)
+		ip, err2 := netip.ParseAddr(l.IPAddress)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		for id, si := range segs {
+			if !si.seg.Names(l.Network) || !si.seg.InRange(ip) {
+				continue
+			}
+			m.resDirty.Store(true)
+			if err := m.srv.Reserve(id, server.Reservation{MAC: mac, IP: ip, Hostname: l.Hostname}); err != nil {
+				m.Log.Warn("reservation not served yet", "lease", w.Object.Metadata.Name, "err", err)
+			}
+		}
+	}
 }

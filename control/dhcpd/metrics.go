@@ -16,11 +16,12 @@ var (
 	descCommits  = prometheus.NewDesc("pivirt_dhcp_lease_commits_total", "Groups of lease changes made durable (one lease journal fdatasync each).", []string{"segment"}, nil)
 	descPending  = prometheus.NewDesc("pivirt_dhcp_journal_pending", "Lease changes in the journal not yet stored as DHCPLease objects.", nil, nil)
 	descStoreErr = prometheus.NewDesc("pivirt_dhcp_store_errors_total", "Failed attempts to store journaled lease changes (they stay in the journal and are retried).", nil, nil)
+	descRefused  = prometheus.NewDesc("pivirt_dhcp_journal_refused_total", "Journaled lease changes the store refused, each resolved by a rule and recorded as an event (LeaseChangeRefused).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descPending, descStoreErr} {
+	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descPending, descStoreErr, descRefused} {
 		ch <- d
 	}
 }
@@ -33,6 +34,7 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 	m.qmu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending))
 	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(m.storeErrors.Load()))
+	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(m.journalRefused.Load()))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, r := range m.running {

@@ -44,4 +44,7 @@ type LeaseChange struct {
 	Segment uint32
 	Lease   Lease
 	At      time.Time
+	// Static: the MAC holds a reservation (a static DHCPLease), so the
+	// change is the operator's object's, not a dynamic lease to store.
+	Static bool
 }

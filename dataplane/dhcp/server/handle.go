@@ -197,8 +197,9 @@ func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
 		}
 	}
 	l := h.st.bind(h.id, h.newLease(ip, prev, h.st.cfg.LeaseTime), false)
+	l.released = false
 	msg := h.reply(dhcpv4.MessageTypeAck, ip, l.Hostname, true)
-	return Reply{Msg: msg, Durable: true}, h.change(LeaseChange{Kind: kind, Segment: h.seg, Lease: l.Lease, At: h.now})
+	return Reply{Msg: msg, Durable: true}, h.change(LeaseChange{Kind: kind, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(h.mac())})
 }
 
 func (h *handler) decline() (Reply, []LeaseChange) {
@@ -210,13 +211,16 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 	if l == nil || l.id != string(h.id) {
 		return Reply{Ignored: IgnoreNotOurs}, h.in.Changes
 	}
+	if h.st.held[string(l.MAC)] {
+		return Reply{Ignored: IgnoreHeld}, h.in.Changes // the interlock keeps the address bound
+	}
 	// Quarantine first so drop keeps the bit set.
 	if _, static := h.st.resByIP[ip]; !static {
 		h.st.quar[ip] = h.now.Add(h.st.cfg.DeclineProbation)
 	}
 	h.st.drop(l)
 	h.st.forget(h.id) // do not hand the declined address back
-	return Reply{}, h.change(LeaseChange{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now})
+	return Reply{}, h.change(LeaseChange{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC)})
 }
 
 func (h *handler) release() (Reply, []LeaseChange) {
@@ -227,8 +231,12 @@ func (h *handler) release() (Reply, []LeaseChange) {
 	if l == nil || l.id != string(h.id) || l.offered {
 		return Reply{Ignored: IgnoreNotOurs}, h.in.Changes
 	}
+	if h.st.held[string(l.MAC)] {
+		l.released = true // released when the interlock lets go
+		return Reply{Ignored: IgnoreHeld}, h.in.Changes
+	}
 	h.st.drop(l)
-	return Reply{}, h.change(LeaseChange{Kind: Released, Segment: h.seg, Lease: l.Lease, At: h.now})
+	return Reply{}, h.change(LeaseChange{Kind: Released, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC)})
 }
 
 func (h *handler) inform() (Reply, []LeaseChange) {

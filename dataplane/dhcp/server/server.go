@@ -72,11 +72,12 @@ const (
 	IgnoreExhausted          // no free address
 	IgnoreBadRequest         // REQUEST without server id, option 50 or ciaddr
 	IgnoreNotOurs            // RELEASE/DECLINE of an address the client does not hold
+	IgnoreHeld               // RELEASE/DECLINE of a lease the provisioning interlock holds
 	NumIgnore
 )
 
 func (r Ignore) String() string {
-	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours"}[r]
+	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours", "held"}[r]
 }
 
 // Reply is the outcome of Handle. Msg is nil when nothing is sent.
@@ -91,6 +92,9 @@ type lease struct {
 	Lease
 	id      string
 	offered bool // held by an OFFER, not bound yet
+	// released: the client released it while the interlock held it; it is
+	// dropped when the hold ends.
+	released bool
 }
 
 type segState struct {
@@ -105,6 +109,7 @@ type segState struct {
 	resByIP  map[netip.Addr]string
 	quar     map[netip.Addr]time.Time
 	last     map[string]netip.Addr // previous address of an identity
+	held     map[string]bool       // MACs whose lease the provisioning interlock holds
 	static   dhcpv4.Options        // options every reply of this segment carries
 	leaseOpt [3][]byte             // encoded 51, 58, 59
 	ipTable  []byte                // 4 bytes per range address, for yiaddr without allocating
@@ -143,7 +148,7 @@ func newSegState(c Segment) (*segState, error) {
 		serverID: net.IP(c.HostIP.Addr().AsSlice()),
 		byIP:     map[netip.Addr]*lease{}, byID: map[string]*lease{},
 		resByMAC: map[string]Reservation{}, resByIP: map[netip.Addr]string{},
-		quar: map[netip.Addr]time.Time{}, last: map[string]netip.Addr{},
+		quar: map[netip.Addr]time.Time{}, last: map[string]netip.Addr{}, held: map[string]bool{},
 	}
 	st.static = staticOptions(&st.cfg, st.bcast)
 	secs := uint32(c.LeaseTime / time.Second)
@@ -178,16 +183,18 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 		res = append(res, r)
 	}
 	_ = st.setReservations(res) // the ones outside the new range are dropped
+	st.held = old.held
 	now := time.Time{}
 	for _, l := range old.byID {
 		if l.offered {
 			continue
 		}
-		if !st.assignable([]byte(l.id), l.MAC, l.IP, now) {
-			changes = append(changes, LeaseChange{Kind: Released, Segment: c.ID, Lease: l.Lease})
+		if !st.assignable([]byte(l.id), l.MAC, l.IP, now) && !st.held[string(l.MAC)] {
+			changes = append(changes, LeaseChange{Kind: Released, Segment: c.ID, Lease: l.Lease, Static: st.isStatic(l.MAC)})
 			continue
 		}
-		st.bind([]byte(l.id), l.Lease, false)
+		// A held lease keeps its address even outside a shrunk range.
+		st.bind([]byte(l.id), l.Lease, false).released = l.released
 	}
 	st.last = old.last
 	return changes, nil
@@ -221,20 +228,102 @@ func (st *segState) setReservations(res []Reservation) error {
 	clear(st.resByMAC)
 	var errs []error
 	for _, r := range res {
-		k := string(r.MAC)
-		switch {
-		case !st.pool.Contains(r.IP):
-			errs = append(errs, fmt.Errorf("reserving %s for %s: %w", r.IP, r.MAC, ErrOutOfRange))
-			continue
-		case st.resByMAC[k].IP.IsValid() || st.resByIP[r.IP] != "":
-			errs = append(errs, fmt.Errorf("reserving %s for %s: %w", r.IP, r.MAC, ErrDuplicate))
-			continue
+		if err := st.reserve(r); err != nil {
+			errs = append(errs, err)
 		}
-		st.resByMAC[k] = r
-		st.resByIP[r.IP] = k
-		st.pool.Take(r.IP)
 	}
+	st.supersede()
 	return errors.Join(errs...)
+}
+
+// reserve adds one reservation.
+func (st *segState) reserve(r Reservation) error {
+	k := string(r.MAC)
+	switch {
+	case !st.pool.Contains(r.IP):
+		return fmt.Errorf("reserving %s for %s: %w", r.IP, r.MAC, ErrOutOfRange)
+	case st.resByMAC[k].IP.IsValid() || st.resByIP[r.IP] != "":
+		return fmt.Errorf("reserving %s for %s: %w", r.IP, r.MAC, ErrDuplicate)
+	}
+	st.resByMAC[k] = r
+	st.resByIP[r.IP] = k
+	st.pool.Take(r.IP)
+	return nil
+}
+
+// supersede drops the dynamic leases and offers that a reservation of
+// their MAC replaces (at another address): the client is NAKed off the old
+// address at its next renewal and offered the reserved one. A lease the
+// interlock holds stays until the hold ends. A lease of another MAC on a
+// reserved address stays too, until it ends: its renewals are NAKed.
+func (st *segState) supersede() {
+	for _, l := range st.byID {
+		r, ok := st.resByMAC[string(l.MAC)]
+		if ok && r.IP != l.IP && !st.held[string(l.MAC)] {
+			st.drop(l)
+		}
+	}
+}
+
+// Reserve adds or replaces the reservation of one MAC at once, before the
+// store holds it (admission calls it inside the transaction that stores
+// the reservation), so no DISCOVER after the apply can get the reserved
+// address, or give the MAC another, as a dynamic lease. The next
+// SetReservations, from the store, replaces it either way.
+func (s *Server) Reserve(seg uint32, r Reservation) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return fmt.Errorf("reserving %s for %s: %w", r.IP, r.MAC, ErrNoSegment)
+	}
+	if old, ok := st.resByMAC[string(r.MAC)]; ok {
+		if old.IP == r.IP {
+			st.resByMAC[string(r.MAC)] = r
+			return nil
+		}
+		delete(st.resByIP, old.IP)
+		delete(st.resByMAC, string(r.MAC))
+		st.maybeFree(old.IP)
+	}
+	if err := st.reserve(r); err != nil {
+		return err
+	}
+	st.supersede()
+	return nil
+}
+
+// SetHeld replaces the MACs whose leases the provisioning interlock holds
+// on a segment: a held lease is not released by RELEASE or DECLINE, does
+// not expire and survives a shrunk range. It returns the changes of what
+// was held back and is now due: a lease released while held is dropped
+// (expired ones go at the next Expire).
+func (s *Server) SetHeld(seg uint32, macs []net.HardwareAddr) ([]LeaseChange, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return nil, fmt.Errorf("setting held leases of segment %d: %w", seg, ErrNoSegment)
+	}
+	next := make(map[string]bool, len(macs))
+	for _, m := range macs {
+		next[string(m)] = true
+	}
+	st.held = next
+	var out []LeaseChange
+	for _, l := range st.byID {
+		if l.released && !next[string(l.MAC)] {
+			st.drop(l)
+			out = append(out, LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, Static: st.isStatic(l.MAC)})
+		}
+	}
+	return out, nil
+}
+
+// isStatic reports whether mac holds a reservation.
+func (st *segState) isStatic(mac net.HardwareAddr) bool {
+	_, ok := st.resByMAC[string(mac)]
+	return ok
 }
 
 // LoadLeases binds persisted dynamic leases at start, so a client keeps
@@ -249,7 +338,7 @@ func (s *Server) LoadLeases(now time.Time, seg uint32, leases []Lease) error {
 	}
 	var errs []error
 	for _, l := range leases {
-		if !now.Before(l.Expires) {
+		if !now.Before(l.Expires) && !st.held[string(l.MAC)] {
 			continue
 		}
 		id := appendIdentity(nil, l.ClientID, l.MAC)
@@ -276,7 +365,7 @@ func (s *Server) Release(now time.Time, seg uint32, ip netip.Addr) (LeaseChange,
 		return LeaseChange{}, fmt.Errorf("releasing %s: %w", ip, ErrNoSuchLease)
 	}
 	st.drop(l)
-	return LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now}, nil
+	return LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)}, nil
 }
 
 // Expire reclaims expired offers, leases and quarantined addresses, and
@@ -287,12 +376,12 @@ func (s *Server) Expire(now time.Time) []LeaseChange {
 	var out []LeaseChange
 	for id, st := range s.segs {
 		for _, l := range st.byID {
-			if now.Before(l.Expires) {
+			if now.Before(l.Expires) || (!l.offered && st.held[string(l.MAC)]) {
 				continue
 			}
 			st.drop(l)
 			if !l.offered {
-				out = append(out, LeaseChange{Kind: Expired, Segment: id, Lease: l.Lease, At: now})
+				out = append(out, LeaseChange{Kind: Expired, Segment: id, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)})
 			}
 		}
 		for ip, until := range st.quar {

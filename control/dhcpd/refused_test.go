@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/store/bolt"
+	"pivirt.hu/dataplane/control/wal"
+	"pivirt.hu/dataplane/dataplane/dhcp/server"
+)
+
+// TestJournalRefusalsNeverJam: journaled changes the store refuses (issue
+// of a reservation applied between an ACK and its store write, a client's
+// dotted host name, a release of a lease under the provisioning interlock)
+// neither keep pivirtd from starting nor hold back the changes after them;
+// each is resolved by its rule and recorded as an event.
+func TestJournalRefusalsNeverJam(t *testing.T) {
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	cases := []struct {
+		name    string
+		objects []string             // stored before the crash
+		changes []server.LeaseChange // journaled, not stored, at the crash
+		refused int
+		stored  map[string]string // lease name -> IP ("" = absent) after Recover
+		hosts   map[string]string // lease name -> spec.hostname after Recover
+		pinned  map[string]string // MAC -> IP in pv_leases after Recover
+	}{
+		{
+			name: "reservation stored between a dynamic ACK of its MAC and the ACK's store write",
+			objects: []string{`{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: vm1-reservation},
+				spec: {network: br-vm, macAddress: "52:54:00:00:00:01", ipAddress: 192.168.100.110}}`},
+			changes: []server.LeaseChange{
+				change(server.Bound, "52:54:00:00:00:01", "192.168.100.110", exp),
+				change(server.Bound, "52:54:00:00:00:02", "192.168.100.111", exp),
+			},
+			refused: 1,
+			stored:  map[string]string{"lease-52-54-00-00-00-01": "", "lease-52-54-00-00-00-02": "192.168.100.111", "vm1-reservation": "192.168.100.110"},
+		},
+		{
+			name: "reservation of the address a dynamic ACK gave another MAC",
+			objects: []string{`{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: vm9-reservation},
+				spec: {network: br-vm, macAddress: "52:54:00:00:00:09", ipAddress: 192.168.100.120}}`},
+			changes: []server.LeaseChange{
+				change(server.Bound, "52:54:00:00:00:03", "192.168.100.120", exp),
+				change(server.Bound, "52:54:00:00:00:04", "192.168.100.121", exp),
+			},
+			refused: 1,
+			stored:  map[string]string{"lease-52-54-00-00-00-03": "", "lease-52-54-00-00-00-04": "192.168.100.121"},
+		},
+		{
+			name: "host names a client sent in option 12",
+			changes: []server.LeaseChange{
+				withHost(change(server.Bound, "52:54:00:00:00:05", "192.168.100.130", exp), "web-01 (prod)!"),
+				change(server.Bound, "52:54:00:00:00:06", "192.168.100.131", exp),
+			},
+			stored: map[string]string{"lease-52-54-00-00-00-05": "192.168.100.130", "lease-52-54-00-00-00-06": "192.168.100.131"},
+			hosts:  map[string]string{"lease-52-54-00-00-00-05": "", "lease-52-54-00-00-00-06": "vm"},
+		},
+		{
+			name: "release of a lease the provisioning interlock holds",
+			objects: []string{`{apiVersion: pivirt.hu/v1, kind: DHCPLease,
+				metadata: {name: lease-52-54-00-00-00-07, annotations: {pivirtd.pilab.hu/is-provisioning: "true"}},
+				spec: {network: br-vm, macAddress: "52:54:00:00:00:07", ipAddress: 192.168.100.140, type: dynamic, expiresAt: "` + exp.Format(time.RFC3339) + `"}}`},
+			changes: []server.LeaseChange{
+				change(server.Released, "52:54:00:00:00:07", "192.168.100.140", exp),
+				change(server.Bound, "52:54:00:00:00:08", "192.168.100.141", exp),
+			},
+			refused: 1,
+			stored:  map[string]string{"lease-52-54-00-00-00-07": "192.168.100.140", "lease-52-54-00-00-00-08": "192.168.100.141"},
+			pinned:  map[string]string{"52:54:00:00:00:07": "192.168.100.140"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			ix := admission.NewIndex()
+			objs := append([]string{`{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
+				spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`}, tc.objects...)
+			for _, y := range objs {
+				j, err := yaml.YAMLToJSON([]byte(y))
+				if err != nil {
+					t.Fatal(err)
+				}
+				o, err := pivirtv1.DecodeObject(j)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ix.Update(ctx, st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(o); return err }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dir := filepath.Join(t.TempDir(), "journal")
+			crashed, _ := newManager(t, st, ix, dir)
+			if crashed.journal, _, err = wal.Open(dir, wal.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := crashed.persist(ctx, tc.changes); err != nil {
+				t.Fatal(err)
+			}
+			crashed.journal.Close()
+
+			restarted, lm := newManager(t, st, ix, dir)
+			restarted.Events = events.NewRecorder(5)
+			if err := restarted.Recover(ctx); err != nil {
+				t.Fatalf("Recover refused to start: %v", err)
+			}
+			defer restarted.Stop()
+			for name, ip := range tc.stored {
+				o := storedLease(t, st, name)
+				switch {
+				case ip == "" && o != nil:
+					t.Errorf("%s stored: %s", name, o.Spec)
+				case ip != "" && o == nil:
+					t.Errorf("%s not stored", name)
+				case o != nil:
+					var spec pivirtv1.DHCPLeaseSpec
+					if err := json.Unmarshal(o.Spec, &spec); err != nil {
+						t.Fatal(err)
+					}
+					if spec.IPAddress != ip {
+						t.Errorf("%s holds %s, want %s", name, spec.IPAddress, ip)
+					}
+					if h, ok := tc.hosts[name]; ok && spec.Hostname != h {
+						t.Errorf("%s hostname %q, want %q", name, spec.Hostname, h)
+					}
+				}
+			}
+			if got := restarted.journalRefused.Load(); got != uint64(tc.refused) {
+				t.Errorf("refused %d changes, want %d", got, tc.refused)
+			}
+			if tc.refused > 0 {
+				found := false
+				for _, name := range []string{"lease-52-54-00-00-00-01", "lease-52-54-00-00-00-03", "lease-52-54-00-00-00-07"} {
+					for _, ev := range restarted.Events.Events(pivirtv1.KindDHCPLease, name) {
+						found = found || ev.Reason == "LeaseChangeRefused"
+					}
+				}
+				if !found {
+					t.Error("no LeaseChangeRefused event")
+				}
+			}
+			for mac, ip := range tc.pinned {
+				if got := lm.bound[mac]; got != netip.MustParseAddr(ip) {
+					t.Errorf("pv_leases %s = %v, want %s", mac, got, ip)
+				}
+			}
+			if n := restarted.journal.Last(); n != 0 {
+				// Recover trims what it resolved; the journal restarts empty.
+				_, left, _ := wal.Open(dir, wal.Options{})
+				if len(left) != 0 {
+					t.Errorf("journal keeps %d records after Recover", len(left))
+				}
+			}
+			// And the writer is not jammed: a new change is stored.
+			if err := restarted.persist(ctx, []server.LeaseChange{change(server.Bound, "52:54:00:00:00:42", "192.168.100.142", exp)}); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for storedLease(t, st, "lease-52-54-00-00-00-42") == nil {
+				if time.Now().After(deadline) {
+					t.Fatal("the writer did not store a change after the refused ones")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}
+
+func withHost(c server.LeaseChange, h string) server.LeaseChange {
+	c.Lease.Hostname = h
+	return c
+}
