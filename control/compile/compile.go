@@ -81,7 +81,15 @@ type Status struct {
 	SegID     uint32
 	// ACL, for a port with spec.acl: its match entries per direction.
 	ACL *ACLStatus
+	// Conditions, e.g. a reservation's AddressHeld.
+	Conditions []pivirtv1.Condition
 }
+
+// ConditionAddressHeld is a reservation's condition while its address is
+// still held by another MAC's dynamic lease (until that lease ends or is
+// released; the server NAKs its renewals and offers the address to no
+// one else).
+const ConditionAddressHeld = "AddressHeld"
 
 // ACLStatus sums up a port's compiled ACL.
 type ACLStatus struct {
@@ -181,6 +189,7 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 		key  leasemap.Key
 		val  leasemap.Value
 		stat bool
+		obj  *pivirtv1.Object
 	}
 	var cands []cand
 	for _, o := range objs {
@@ -243,7 +252,7 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 			continue
 		}
 		cands = append(cands, cand{name: o.Metadata.Name, key: leasemap.NewKey(seg.id, mac),
-			val: leasemap.NewValue(ip, flags, expires, lt, host.ClockOffset), stat: flags == guard.LeaseStatic})
+			val: leasemap.NewValue(ip, flags, expires, lt, host.ClockOffset), stat: flags == guard.LeaseStatic, obj: o})
 		d.Status[ref] = Status{Phase: pivirtv1.PhaseReady, Segment: seg.name, SegID: seg.id}
 	}
 	// One lease per MAC and segment: a static reservation beats a dynamic
@@ -257,6 +266,37 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 		}
 		return strings.Compare(a.name, b.name)
 	})
+	// A reservation whose address another MAC still holds dynamically.
+	type segIP struct {
+		seg uint32
+		ip  uint32
+	}
+	dynamicAt := map[segIP]cand{}
+	for _, c := range cands {
+		if !c.stat {
+			dynamicAt[segIP{c.key.SegId, c.val.Ip}] = c
+		}
+	}
+	for _, c := range cands {
+		holder, ok := dynamicAt[segIP{c.key.SegId, c.val.Ip}]
+		if !c.stat || !ok || holder.key.Mac == c.key.Mac {
+			continue
+		}
+		since := c.obj.Metadata.CreationTimestamp
+		if t := holder.obj.Metadata.CreationTimestamp; since == nil || (t != nil && t.After(*since)) {
+			since = t
+		}
+		cond := pivirtv1.Condition{Type: ConditionAddressHeld, Status: "True", Reason: "DynamicLease",
+			Message: fmt.Sprintf("%s is still held by %s (%s) until that lease ends or is released; it is offered to no one else",
+				c.val.IP(), holder.name, typed.MAC(holder.key.Mac))}
+		if since != nil {
+			cond.LastTransitionTime = *since
+		}
+		ref := Ref{pivirtv1.KindDHCPLease, c.name}
+		st := d.Status[ref]
+		st.Conditions = append(st.Conditions, cond)
+		d.Status[ref] = st
+	}
 	owner := map[leasemap.Key]string{}
 	for _, c := range cands {
 		if o, dup := owner[c.key]; dup {

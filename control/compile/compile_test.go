@@ -333,3 +333,28 @@ func TestLeaseEqual(t *testing.T) {
 		})
 	}
 }
+
+// TestCompileReservationOfAHeldAddress: a reservation of an address that
+// another MAC still holds dynamically gets the AddressHeld condition
+// naming the holder; both keep their pins (the holder until its lease
+// ends, the server NAKs its renewals).
+func TestCompileReservationOfAHeldAddress(t *testing.T) {
+	exp := time.Now().Add(time.Hour)
+	d := compile.Compile([]*pivirtv1.Object{
+		obj(t, pivirtv1.KindNetworkSegment, "seg-a", seg),
+		obj(t, pivirtv1.KindDHCPLease, "lease-52-54-00-00-00-02", pivirtv1.DHCPLeaseSpec{Network: "br0", MACAddress: "52:54:00:00:00:02", IPAddress: "192.168.100.20", Type: pivirtv1.LeaseDynamic, ExpiresAt: &exp}),
+		obj(t, pivirtv1.KindDHCPLease, "web-01", pivirtv1.DHCPLeaseSpec{Network: "br0", MACAddress: macStr, IPAddress: "192.168.100.20"}),
+	}, host)
+	st := d.Status[compile.Ref{Kind: pivirtv1.KindDHCPLease, Name: "web-01"}]
+	if len(st.Conditions) != 1 || st.Conditions[0].Type != compile.ConditionAddressHeld ||
+		st.Conditions[0].Message != "192.168.100.20 is still held by lease-52-54-00-00-00-02 (52:54:00:00:00:02) until that lease ends or is released; it is offered to no one else" {
+		t.Errorf("conditions %+v", st.Conditions)
+	}
+	if len(d.Leases) != 2 {
+		t.Errorf("pins %v, want the holder's and the reservation's", d.Leases)
+	}
+	holder := d.Status[compile.Ref{Kind: pivirtv1.KindDHCPLease, Name: "lease-52-54-00-00-00-02"}]
+	if holder.Phase != pivirtv1.PhaseReady || len(holder.Conditions) != 0 {
+		t.Errorf("holder status %+v", holder)
+	}
+}

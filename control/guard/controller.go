@@ -115,7 +115,8 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			continue
 		}
 		st := desired.Status[compile.Ref{Kind: o.Kind, Name: o.Metadata.Name}]
-		ls := pivirtv1.DHCPLeaseStatus{Status: pivirtv1.Status{Phase: st.Phase, Message: st.Message, ObservedGeneration: o.Metadata.Generation}, SegmentID: st.SegID}
+		ls := pivirtv1.DHCPLeaseStatus{Status: pivirtv1.Status{Phase: st.Phase, Message: st.Message, ObservedGeneration: o.Metadata.Generation,
+			Conditions: st.Conditions}, SegmentID: st.SegID}
 		updates = append(updates, reconcile.StatusUpdate{Object: o, Status: ls})
 	}
 	if err := reconcile.SetStatuses(ctx, c.Store, c.Index, updates); err != nil {

@@ -181,7 +181,15 @@ func (h *handler) request() (Reply, []LeaseChange) {
 // authoritative for the segment, so a wrong address is refused, not ignored).
 func (h *handler) confirm(state State, ip netip.Addr) (Reply, []LeaseChange) {
 	if !ip.IsValid() || !h.st.subnet.Contains(ip) || !h.st.assignable(h.id, h.mac(), ip, h.now) {
-		return Reply{Msg: h.nak(), State: state}, h.in.Changes
+		changes := h.in.Changes
+		if l := h.st.byID[string(h.id)]; l != nil && l.IP == ip && !l.offered && !h.st.held[string(l.MAC)] {
+			// Its own lease, which a reservation has taken since: NAKed
+			// off it, the client starts over, and the address is free for
+			// the reservation.
+			h.st.drop(l)
+			changes = h.change(LeaseChange{Kind: Released, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC)})
+		}
+		return Reply{Msg: h.nak(), State: state}, changes
 	}
 	rep, ch := h.ack(ip)
 	rep.State = state

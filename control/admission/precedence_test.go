@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package admission
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store"
+)
+
+// dynLease is a dynamic lease as the DHCP server stores it.
+func dynLease(name, mac, ip string, extra ...string) string {
+	return `apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata:
+  name: ` + name + `
+` + strings.Join(extra, "\n") + `
+spec: {network: br-vm, macAddress: "` + mac + `", ipAddress: ` + ip + `, type: dynamic, expiresAt: "2030-01-01T00:00:00Z"}
+`
+}
+
+// TestReservationPrecedence: a static reservation wins over dynamic
+// leases, whichever came first; a dynamic lease never takes a MAC or an
+// address from a reservation; the provisioning interlock blocks a
+// reservation that would relocate a lease it holds.
+func TestReservationPrecedence(t *testing.T) {
+	cases := []struct {
+		name    string
+		stored  []string
+		apply   string
+		wantErr string // substring; "" = accepted
+		blocked bool
+		gone    []string // leases the apply removed
+		remain  []string // leases still stored
+	}{
+		{
+			name:   "reservation of a MAC that holds a dynamic lease supersedes it",
+			stored: []string{vmNet, dynLease("lease-52-54-00-00-00-01", "52:54:00:00:00:01", "192.168.100.150")},
+			apply:  lease("vm1-reservation", "br-vm", "52:54:00:00:00:01", "192.168.100.110"),
+			gone:   []string{"lease-52-54-00-00-00-01"}, remain: []string{"vm1-reservation"},
+		},
+		{
+			name:   "reservation at the very address its MAC holds dynamically supersedes it",
+			stored: []string{vmNet, dynLease("lease-52-54-00-00-00-01", "52:54:00:00:00:01", "192.168.100.110")},
+			apply:  lease("vm1-reservation", "lab-net", "52:54:00:00:00:01", "192.168.100.110"),
+			gone:   []string{"lease-52-54-00-00-00-01"}, remain: []string{"vm1-reservation"},
+		},
+		{
+			name:   "reservation of an address another MAC holds dynamically is accepted beside it",
+			stored: []string{vmNet, dynLease("lease-52-54-00-00-00-02", "52:54:00:00:00:02", "192.168.100.110")},
+			apply:  lease("vm1-reservation", "br-vm", "52:54:00:00:00:01", "192.168.100.110"),
+			remain: []string{"vm1-reservation", "lease-52-54-00-00-00-02"},
+		},
+		{
+			name: "the interlock blocks a reservation that would relocate its lease",
+			stored: []string{vmNet, dynLease("lease-52-54-00-00-00-01", "52:54:00:00:00:01", "192.168.100.150",
+				"  annotations: {pivirtd.pilab.hu/is-provisioning: \"true\"}")},
+			apply:   lease("vm1-reservation", "br-vm", "52:54:00:00:00:01", "192.168.100.110"),
+			wantErr: "cannot be relocated while annotation pivirtd.pilab.hu/is-provisioning", blocked: true,
+			remain: []string{"lease-52-54-00-00-00-01"},
+		},
+		{
+			name:    "a new dynamic lease of a reserved MAC is refused",
+			stored:  []string{vmNet, lease("vm1-reservation", "br-vm", "52:54:00:00:00:01", "192.168.100.110")},
+			apply:   dynLease("lease-52-54-00-00-00-01", "52:54:00:00:00:01", "192.168.100.150"),
+			wantErr: "spec.macAddress: 52:54:00:00:00:01 is already reserved in network br-vm by lease vm1-reservation",
+			remain:  []string{"vm1-reservation"},
+		},
+		{
+			name:    "a new dynamic lease of a reserved address is refused",
+			stored:  []string{vmNet, lease("vm1-reservation", "br-vm", "52:54:00:00:00:01", "192.168.100.110")},
+			apply:   dynLease("lease-52-54-00-00-00-02", "52:54:00:00:00:02", "192.168.100.110"),
+			wantErr: "spec.ipAddress: 192.168.100.110 is already reserved in network br-vm by lease vm1-reservation",
+		},
+		{
+			name: "a dynamic lease on an address reserved since is renewed until it ends",
+			stored: []string{vmNet, dynLease("lease-52-54-00-00-00-02", "52:54:00:00:00:02", "192.168.100.110"),
+				lease("vm1-reservation", "br-vm", "52:54:00:00:00:01", "192.168.100.110")},
+			apply:  strings.Replace(dynLease("lease-52-54-00-00-00-02", "52:54:00:00:00:02", "192.168.100.110"), "2030", "2031", 1),
+			remain: []string{"vm1-reservation", "lease-52-54-00-00-00-02"},
+		},
+		{
+			name:    "two reservations of one MAC are refused",
+			stored:  []string{vmNet, lease("vm1-reservation", "br-vm", "52:54:00:00:00:01", "192.168.100.110")},
+			apply:   lease("vm1-again", "br-vm", "52:54:00:00:00:01", "192.168.100.111"),
+			wantErr: "spec.macAddress: 52:54:00:00:00:01 is already reserved in network br-vm by lease vm1-reservation",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tx := newFakeTx()
+			mustApply(t, tx, opts(), tc.stored...)
+			_, _, err := Apply(tx, m(t, tc.apply), opts())
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			case tc.blocked && !errors.Is(err, ErrBlocked):
+				t.Errorf("error %v is not ErrBlocked", err)
+			}
+			for _, n := range tc.gone {
+				if _, err := tx.Get(pivirtv1.KindDHCPLease, n); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("%s still stored (%v)", n, err)
+				}
+			}
+			for _, n := range tc.remain {
+				if _, err := tx.Get(pivirtv1.KindDHCPLease, n); err != nil {
+					t.Errorf("%s: %v", n, err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package server
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+)
+
+// renew sends a unicast RENEWING request of mac for addr.
+func renew(t *testing.T, s *Server, at time.Time, mac net.HardwareAddr, addr string) (Reply, []LeaseChange) {
+	t.Helper()
+	return s.Handle(at, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, mac, ciaddr(addr))})
+}
+
+func replyType(r Reply) dhcpv4.MessageType {
+	if r.Msg == nil {
+		return 0
+	}
+	return r.Msg.MessageType()
+}
+
+// TestReservationWinsOverDynamicLeases: a reservation that reaches the
+// server (Reserve, before the store commits it; or SetReservations) while
+// its MAC, or another MAC, holds a dynamic lease.
+func TestReservationWinsOverDynamicLeases(t *testing.T) {
+	cases := []struct {
+		name    string
+		reserve Reservation
+		// after the reservation: who renews what, and what it gets
+		mac      net.HardwareAddr
+		renewIP  string
+		want     dhcpv4.MessageType
+		discover dhcpv4.MessageType // then a DISCOVER of mac: 0 = no offer
+		offerIP  string
+	}{
+		{
+			name:    "reservation of the MAC at another address: NAK off the old, offer the reserved",
+			reserve: Reservation{MAC: macA, IP: ip("192.168.100.13")},
+			mac:     macA, renewIP: "192.168.100.10", want: dhcpv4.MessageTypeNak,
+			discover: dhcpv4.MessageTypeOffer, offerIP: "192.168.100.13",
+		},
+		{
+			name:    "reservation of the MAC at its own address: renewals go on",
+			reserve: Reservation{MAC: macA, IP: ip("192.168.100.10")},
+			mac:     macA, renewIP: "192.168.100.10", want: dhcpv4.MessageTypeAck,
+			discover: dhcpv4.MessageTypeOffer, offerIP: "192.168.100.10",
+		},
+		{
+			name:    "reservation of the address another MAC holds: the holder is NAKed at renewal",
+			reserve: Reservation{MAC: macB, IP: ip("192.168.100.10")},
+			mac:     macA, renewIP: "192.168.100.10", want: dhcpv4.MessageTypeNak,
+			discover: dhcpv4.MessageTypeOffer, offerIP: "192.168.100.11",
+		},
+	}
+	// Then the reserving MAC gets its address (the holder was NAKed off it).
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t)
+			bindA(t, s) // macA holds .10 dynamically
+			if err := s.Reserve(1, tc.reserve); err != nil {
+				t.Fatal(err)
+			}
+			r, ch := renew(t, s, t0.Add(time.Minute), tc.mac, tc.renewIP)
+			if replyType(r) != tc.want {
+				t.Fatalf("renewal: %v, want %v", replyType(r), tc.want)
+			}
+			if tc.want == dhcpv4.MessageTypeAck && (len(ch) != 1 || !ch[0].Static) {
+				t.Errorf("ACK of a reserved MAC: changes %+v, want one marked Static", ch)
+			}
+			if tc.want == dhcpv4.MessageTypeNak && tc.reserve.IP.String() == tc.renewIP && (len(ch) != 1 || ch[0].Kind != Released) {
+				t.Errorf("NAK off a reserved address: changes %+v, want its release", ch)
+			}
+			r, _ = s.Handle(t0.Add(time.Minute), Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, tc.mac)})
+			if replyType(r) != tc.discover || (r.Msg != nil && r.Msg.YourIPAddr.String() != tc.offerIP) {
+				t.Errorf("discover: %v %v, want %v %s", replyType(r), r.Msg, tc.discover, tc.offerIP)
+			}
+			r, _ = s.Handle(t0.Add(time.Minute), Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, tc.reserve.MAC)})
+			if r.Msg == nil || !r.Msg.YourIPAddr.Equal(tc.reserve.IP.AsSlice()) {
+				t.Errorf("the reserving MAC is not offered %s: %v", tc.reserve.IP, r.Msg)
+			}
+			// The reserved address is never offered to anyone else.
+			for i := byte(0); i < 4; i++ {
+				r, _ := s.Handle(t0.Add(time.Minute), Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, net.HardwareAddr{2, 0, 0, 0, 7, i})})
+				if r.Msg != nil && r.Msg.YourIPAddr.Equal(tc.reserve.IP.AsSlice()) {
+					t.Errorf("reserved %s offered to %s", tc.reserve.IP, r.Msg.ClientHWAddr)
+				}
+			}
+		})
+	}
+}
+
+// TestInterlockHoldsLeases: while SetHeld names a MAC, its lease is not
+// released by RELEASE or DECLINE, does not expire and survives a shrunk
+// range; once the hold ends, a RELEASE held back happens.
+func TestInterlockHoldsLeases(t *testing.T) {
+	s := newServer(t)
+	bindA(t, s)
+	if _, err := s.SetHeld(1, []net.HardwareAddr{macA}); err != nil {
+		t.Fatal(err)
+	}
+	r, ch := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRelease, macA, ciaddr("192.168.100.10"), srvID(sid1))})
+	if r.Ignored != IgnoreHeld || len(ch) != 0 {
+		t.Fatalf("RELEASE under the interlock: %v, changes %v", r.Ignored, ch)
+	}
+	r, ch = s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDecline, macA, reqIP("192.168.100.10"), srvID(sid1))})
+	if r.Ignored != IgnoreHeld || len(ch) != 0 {
+		t.Fatalf("DECLINE under the interlock: %v, changes %v", r.Ignored, ch)
+	}
+	if ch := s.Expire(t0.Add(2 * time.Hour)); len(ch) != 0 {
+		t.Fatalf("a held lease expired: %v", ch)
+	}
+	narrow := seg1()
+	narrow.RangeStart = ip("192.168.100.11")
+	if ch, err := s.SetSegment(narrow); err != nil || len(ch) != 0 {
+		t.Fatalf("a held lease was dropped by a shrunk range: %v %v", ch, err)
+	}
+	if got := s.Leases(1); len(got) != 1 || got[0].IP != ip("192.168.100.10") {
+		t.Fatalf("leases under the interlock: %v", got)
+	}
+	due, err := s.SetHeld(1, nil)
+	if err != nil || len(due) != 1 || due[0].Kind != Released || due[0].Lease.IP != ip("192.168.100.10") {
+		t.Fatalf("lifting the interlock: %v %v, want the held-back release", due, err)
+	}
+	if got := s.Leases(1); len(got) != 0 {
+		t.Errorf("leases after the interlock: %v", got)
+	}
+}
+
+// TestInterlockLiftedExpiresLater: an expiry held back happens at the
+// next Expire once the hold ends; a held lease loads past its expiry.
+func TestInterlockLiftedExpiresLater(t *testing.T) {
+	s := newServer(t)
+	if _, err := s.SetHeld(1, []net.HardwareAddr{macA}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LoadLeases(t0, 1, []Lease{{IP: ip("192.168.100.11"), MAC: macA, Expires: t0.Add(-time.Minute)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Leases(1); len(got) != 1 {
+		t.Fatalf("held expired lease not loaded: %v", got)
+	}
+	if ch := s.Expire(t0); len(ch) != 0 {
+		t.Fatalf("held lease expired: %v", ch)
+	}
+	if due, _ := s.SetHeld(1, nil); len(due) != 0 {
+		t.Fatalf("lifting released %v", due)
+	}
+	if ch := s.Expire(t0); len(ch) != 1 || ch[0].Kind != Expired {
+		t.Fatalf("after the interlock: %v, want the expiry", ch)
+	}
+}
