@@ -19,17 +19,29 @@ func StatusOnly(c Change) bool {
 		return false
 	}
 	a, b := c.Old.Metadata, c.Object.Metadata
-	return a.Generation == b.Generation && a.UID == b.UID &&
-		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) &&
-		slices.Equal(a.OwnerReferences, b.OwnerReferences)
+	return a.Generation == b.Generation && a.UID == b.UID && !metaChanged(c)
+}
+
+// metaChanged reports whether a modification changed the labels,
+// annotations or owner references (an operator's edit; the provisioning
+// interlock is an annotation).
+func metaChanged(c Change) bool {
+	if c.Type != store.Modified || c.Old == nil {
+		return false
+	}
+	a, b := c.Old.Metadata, c.Object.Metadata
+	return !maps.Equal(a.Labels, b.Labels) || !maps.Equal(a.Annotations, b.Annotations) ||
+		!slices.Equal(a.OwnerReferences, b.OwnerReferences)
 }
 
 // DynamicLease reports whether a change is to a lease the DHCP server
 // allocated (type dynamic). The server programs pv_leases and writes the
 // lease's status in the same step as it stores it, so the guard need not
-// react; a renewal changes no segment's counts either.
+// react; a renewal changes no segment's counts either. An operator's
+// edit of its metadata (the provisioning interlock on or off) is not
+// the server's, and is seen.
 func DynamicLease(c Change) bool {
-	if c.Object.Kind != pivirtv1.KindDHCPLease {
+	if c.Object.Kind != pivirtv1.KindDHCPLease || metaChanged(c) {
 		return false
 	}
 	spec, err := c.Spec()

@@ -342,7 +342,7 @@ func (s *Server) LoadLeases(now time.Time, seg uint32, leases []Lease) error {
 			continue
 		}
 		id := appendIdentity(nil, l.ClientID, l.MAC)
-		if !st.assignable(id, l.MAC, l.IP, now) {
+		if !st.loadable(id, l.MAC, l.IP) {
 			errs = append(errs, fmt.Errorf("loading lease %s for %s: %w", l.IP, l.MAC, ErrAddrInUse))
 			continue
 		}
@@ -444,6 +444,23 @@ func appendIdentity(dst, clientID []byte, mac net.HardwareAddr) []byte {
 		return append(append(dst, 'c'), clientID...)
 	}
 	return append(append(dst, 'h'), mac...)
+}
+
+// loadable reports whether a stored lease can be bound again at start: its
+// address is in the range and held by no one else. A reservation of the
+// address made since does not take it from its holder, whose renewals are
+// NAKed until it ends; a reservation of its MAC elsewhere does.
+func (st *segState) loadable(id []byte, mac net.HardwareAddr, ip netip.Addr) bool {
+	if r, ok := st.resByMAC[string(mac)]; ok && r.IP != ip {
+		return false
+	}
+	if l := st.byIP[ip]; l != nil && l.id != string(id) {
+		return false
+	}
+	if _, q := st.quar[ip]; q || !st.pool.Contains(ip) {
+		return false
+	}
+	return st.pool.Available(ip) || st.resByIP[ip] != "" || st.byIP[ip] != nil
 }
 
 // assignable reports whether ip may be given to the client id/mac now.

@@ -488,7 +488,8 @@ func TestLoadLeasesKeepsAddressesAcrossRestart(t *testing.T) {
 	err := s.LoadLeases(t0, 1, []Lease{
 		{IP: ip("192.168.100.11"), MAC: macA, Expires: t0.Add(time.Hour)},
 		{IP: ip("192.168.100.13"), MAC: macB, Expires: t0.Add(-time.Second)},                            // expired: skipped
-		{IP: ip("192.168.100.12"), MAC: macB, Expires: t0.Add(time.Hour)},                               // reserved for macR
+		{IP: ip("192.168.100.12"), MAC: macB, Expires: t0.Add(time.Hour)},                               // reserved for macR since: kept until it ends
+		{IP: ip("192.168.100.10"), MAC: macR, Expires: t0.Add(time.Hour)},                               // macR is reserved elsewhere: dropped
 		{IP: ip("192.168.100.99"), MAC: net.HardwareAddr{2, 1, 1, 1, 1, 1}, Expires: t0.Add(time.Hour)}, // outside
 	})
 	if err == nil {
@@ -498,8 +499,13 @@ func TestLoadLeasesKeepsAddressesAcrossRestart(t *testing.T) {
 	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeAck {
 		t.Fatalf("renew after restart: %+v", r)
 	}
-	if ls := s.Leases(1); len(ls) != 1 || ls[0].IP != ip("192.168.100.11") {
+	if ls := s.Leases(1); len(ls) != 2 || ls[0].IP != ip("192.168.100.11") || ls[1].IP != ip("192.168.100.12") {
 		t.Fatalf("leases %+v", ls)
+	}
+	// The holder of a reserved address is NAKed at its renewal.
+	r, _ = s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macB, ciaddr("192.168.100.12"))})
+	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeNak {
+		t.Fatalf("renewal of a reserved address by another MAC: %+v", r)
 	}
 }
 

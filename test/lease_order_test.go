@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+// The orders the real world produces, through the real pivirtd and real
+// DHCP clients: a reservation applied just before its client's DORA, a
+// reservation of a MAC or an address that already holds a dynamic lease,
+// a client sending a dotted host name, a RELEASE under the provisioning
+// interlock, and kill -9 after each. None of them may keep a lease from
+// being stored, jam the leases after it, or keep pivirtd from starting.
+//
+//   pvt-host netns: pivirtd
+//     virbr10 192.168.100.1/24 (range .10-.50, seed 003's example)
+//       ── r1 52:54:00:00:00:01 (reserved .10 right before its DORA)
+//       ── c1 (dynamic, then reserved at .40), c2 (dynamic, its address reserved for another MAC)
+//       ── h1 (udhcpc, host name web-01.example.com), p1 (dhclient, lease under the interlock)
+
+import (
+	"encoding/json"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"pivirt.hu/dataplane/test/guest"
+	"pivirt.hu/dataplane/test/harness"
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+const orderSegment = `apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata:
+  name: prod-segment-node-01
+spec:
+  networkRef: cluster-overlay
+  bridge: virbr10
+  hostIP: "192.168.100.1/24"
+  dhcp:
+    enabled: true
+    delegatedRangeStart: "192.168.100.10"
+    delegatedRangeEnd: "192.168.100.50"
+    defaultLeaseTime: 600
+`
+
+func reservation(name, mac, ip string) []byte {
+	return []byte(`apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata: {name: ` + name + `}
+spec: {network: virbr10, macAddress: "` + mac + `", ipAddress: "` + ip + `"}
+`)
+}
+
+type leaseDoc struct {
+	Metadata struct {
+		Name        string            `json:"name"`
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		MACAddress string `json:"macAddress"`
+		IPAddress  string `json:"ipAddress"`
+		Hostname   string `json:"hostname"`
+		Type       string `json:"type"`
+	} `json:"spec"`
+	Status struct {
+		Conditions []struct {
+			Type, Message string
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+func getLease(t *testing.T, d *harness.Daemon, name string) (leaseDoc, bool) {
+	t.Helper()
+	r := d.Ctl("get", "lease", name, "-o", "json")
+	if r.Code != 0 {
+		return leaseDoc{}, false
+	}
+	var l leaseDoc
+	if err := json.Unmarshal([]byte(r.Stdout), &l); err != nil {
+		t.Fatalf("decoding lease %s: %v\n%s", name, err, r.Stdout)
+	}
+	return l, true
+}
+
+func TestPrivilegedLeaseOrders(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "nsenter", "dhclient", "udhcpc")
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+
+	// 1. A port enslaved, then at once its reservation and its DORA.
+	r1 := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1})
+	if r := d.CtlStdin(reservation("vm1-reservation", "52:54:00:00:00:01", "192.168.100.10"), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply reservation: %s", r)
+	}
+	r1.Dhclient(t)
+	if a := r1.Addr(t); a != netip.MustParseAddr("192.168.100.10") {
+		t.Errorf("reserved client got %v, want 192.168.100.10", a)
+	}
+	// Nothing jams: a later client's lease is stored.
+	c1 := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0xc1})
+	c1.Dhclient(t)
+	waitFor(t, 10*time.Second, "c1's lease stored", func() bool { _, ok := getLease(t, d, leaseName(c1.MAC)); return ok })
+	if _, ok := getLease(t, d, leaseName(r1.MAC)); ok {
+		t.Errorf("the reserved client also got a dynamic lease object")
+	}
+
+	// 2. A reservation of a MAC that holds a dynamic lease supersedes it:
+	// the object goes at once, the client is NAKed off its old address
+	// and gets the reserved one.
+	c1Old := c1.Addr(t)
+	guest.KillPidFile(c1.Dir + "/pid")
+	if r := d.CtlStdin(reservation("c1-reservation", c1.MAC.String(), "192.168.100.40"), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply c1's reservation: %s", r)
+	}
+	if _, ok := getLease(t, d, leaseName(c1.MAC)); ok {
+		t.Errorf("c1's dynamic lease outlived its reservation's apply")
+	}
+	c1.Dhclient(t) // INIT-REBOOT for the old address: NAK, then DORA
+	if a := c1.Addr(t); a != netip.MustParseAddr("192.168.100.40") {
+		t.Errorf("after its reservation c1 has %v (was %v), want 192.168.100.40", a, c1Old)
+	}
+
+	// 3. A reservation of an address another MAC holds dynamically is
+	// accepted, with a condition naming the holder.
+	c2 := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0xc2})
+	c2.Dhclient(t)
+	c2Addr := c2.Addr(t)
+	if r := d.CtlStdin(reservation("other-reservation", "52:54:00:00:00:99", c2Addr.String()), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply a reservation of c2's address: %s", r)
+	}
+	waitFor(t, 10*time.Second, "AddressHeld on other-reservation", func() bool {
+		l, _ := getLease(t, d, "other-reservation")
+		return len(l.Status.Conditions) > 0 && l.Status.Conditions[0].Type == "AddressHeld" &&
+			strings.Contains(l.Status.Conditions[0].Message, leaseName(c2.MAC))
+	})
+
+	// 4. A dotted host name in option 12 does not keep the lease from the store.
+	h1 := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0xa1})
+	h1.Run(t, "udhcpc", "-f", "-n", "-q", "-t", "5", "-T", "2", "-i", h1.Ifc, "-s", h1.Hook(t),
+		"-x", "hostname:web-01.example.com")
+	waitFor(t, 10*time.Second, "h1's lease stored", func() bool { _, ok := getLease(t, d, leaseName(h1.MAC)); return ok })
+	if l, _ := getLease(t, d, leaseName(h1.MAC)); l.Metadata.Labels["network"] != "virbr10" {
+		t.Errorf("h1's lease labels %v, want network=virbr10", l.Metadata.Labels)
+	}
+	wantContains(t, "get leases -l network=virbr10", d.MustCtl("get", "leases", "-l", "network=virbr10"), leaseName(h1.MAC))
+
+	// 5. An operator puts the interlock on a server-made lease: a RELEASE
+	// does not free it, a renewal keeps the annotation and the operator's
+	// label, and lifting the lock lets the release happen.
+	p1 := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0xb1})
+	p1.Dhclient(t)
+	waitFor(t, 10*time.Second, "p1's lease stored", func() bool { _, ok := getLease(t, d, leaseName(p1.MAC)); return ok })
+	p1Addr := p1.Addr(t)
+	y := d.MustCtl("get", "lease", leaseName(p1.MAC), "-o", "yaml")
+	y = strings.Replace(y, "metadata:\n", "metadata:\n  annotations:\n    pivirtd.pilab.hu/is-provisioning: \"true\"\n", 1)
+	y = strings.Replace(y, "  labels:\n", "  labels:\n    team: infra\n", 1)
+	if r := d.CtlStdin([]byte(y), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("annotating p1's lease: %s\n%s", r, y)
+	}
+	p1.DhclientRelease(t)
+	time.Sleep(1500 * time.Millisecond) // the writer would have deleted it by now
+	l, ok := getLease(t, d, leaseName(p1.MAC))
+	if !ok || l.Spec.IPAddress != p1Addr.String() {
+		t.Fatalf("the interlocked lease went on RELEASE: %+v %v", l, ok)
+	}
+	wantContains(t, "pv_leases under the interlock", d.MustCtl("inspect", "map", "pv_leases"), p1.MAC.String())
+	p1.Dhclient(t)
+	l, _ = getLease(t, d, leaseName(p1.MAC))
+	if l.Metadata.Annotations["pivirtd.pilab.hu/is-provisioning"] != "true" || l.Metadata.Labels["team"] != "infra" || l.Metadata.Labels["network"] != "virbr10" {
+		t.Errorf("a renewal dropped the operator's metadata: %+v", l.Metadata)
+	}
+
+	// kill -9 at this point, and pivirtd starts and serves.
+	d.Kill9()
+	d.Start()
+	waitFor(t, 15*time.Second, "segment Ready after kill -9", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	c3 := guest.Attach(t, host, "virbr10", "", nil)
+	c3.Dhclient(t)
+	waitFor(t, 10*time.Second, "a new client's lease stored after the restart", func() bool { _, ok := getLease(t, d, leaseName(c3.MAC)); return ok })
+
+	// Lifting the lock: the release held back happens.
+	p1.DhclientRelease(t)
+	y = d.MustCtl("get", "lease", leaseName(p1.MAC), "-o", "yaml")
+	y = strings.Replace(y, "    pivirtd.pilab.hu/is-provisioning: \"true\"\n", "", 1)
+	if r := d.CtlStdin([]byte(y), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("lifting the interlock: %s", r)
+	}
+	waitFor(t, 10*time.Second, "p1's held-back release", func() bool { _, ok := getLease(t, d, leaseName(p1.MAC)); return !ok })
+}
