@@ -164,7 +164,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	d.index.BeforeCommit = d.dhcp.BeforeCommit
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp}
 	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
-		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}}
+		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp}
 	d.guard = guards
 	d.reg.MustRegister(guards, d.dhcp)
 	cache := reconcile.NewCache(d.store, d.log)

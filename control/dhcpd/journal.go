@@ -131,6 +131,7 @@ func (m *Manager) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 		recs[i].seq = first + uint64(i)
 		m.pendingSeq[LeaseName(recs[i].Change.Lease.MAC)] = recs[i].seq
 	}
+	m.noteJournaled(recs)
 	m.pmu.Unlock()
 	m.queue = append(m.queue, recs...)
 	select {
@@ -223,6 +224,7 @@ func (m *Manager) storeRecords(ctx context.Context, recs []record) error {
 		return fmt.Errorf("storing %d lease changes: %w", len(recs), err)
 	}
 	m.pmu.Lock()
+	m.noteStored(recs, rev)
 	for _, r := range recs {
 		name := LeaseName(r.Change.Lease.MAC)
 		if seq, ok := m.pendingSeq[name]; ok && seq > r.seq {
@@ -325,6 +327,11 @@ func (m *Manager) resolveRefused(r record, err error) {
 	switch ch.Kind {
 	case server.Bound, server.Renewed:
 		rule = "the lease is dropped by the DHCP server; the client is NAKed at its next renewal"
+		m.pmu.Lock()
+		if e, ok := m.recent[name]; ok && e.seq == r.seq {
+			delete(m.recent, name) // no overlay pins what the store refused
+		}
+		m.pmu.Unlock()
 		if _, rerr := m.srv.Release(m.now(), ch.Segment, ch.Lease.IP); rerr == nil && !ch.Static {
 			if lerr := m.Leases.Release(ch.Segment, [6]byte(ch.Lease.MAC)); lerr != nil {
 				m.Log.Warn("releasing a refused lease in pv_leases", "lease", name, "err", lerr)

@@ -70,6 +70,9 @@ type Manager struct {
 	// pendingSeq is the journal sequence number of each lease's newest
 	// change not yet stored: no snapshot has such a lease yet either.
 	pendingSeq map[string]uint64
+	// recent holds each lease's newest change until a snapshot the guard
+	// syncs from holds it (overlay.go).
+	recent map[string]recentChange
 
 	journal    *wal.Log
 	qmu        sync.Mutex // journal appends and queue
@@ -112,6 +115,7 @@ func (m *Manager) init() {
 		m.running = map[string]*running{}
 		m.persisted = map[string]int64{}
 		m.pendingSeq = map[string]uint64{}
+		m.recent = map[string]recentChange{}
 		m.wake = make(chan struct{}, 1)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -52,6 +53,11 @@ type ACLStatus struct {
 	FromVMProgramID uint32 `json:"fromVMProgramID,omitempty"`
 }
 
+// LeaseOverlay brings compiled leases up to the DHCP server's ACKs.
+type LeaseOverlay interface {
+	OverlayLeases(rev int64, leases map[leasemap.Key]leasemap.Value, clockOffset time.Duration)
+}
+
 // Controller is the guard reconciler.
 type Controller struct {
 	Store  store.Store
@@ -62,6 +68,10 @@ type Controller struct {
 	Mode   loader.Mode
 	// VMs resolves PortSecurity vmRefs to taps (nil: none resolve).
 	VMs *vmm.Resolver
+	// Acked, when set, overlays the leases the DHCP server acknowledged
+	// that a snapshot does not hold yet (control/dhcpd), so a sync never
+	// unpins a client between its ACK and its store write.
+	Acked LeaseOverlay
 
 	mu       sync.Mutex                   // Loader is not safe for concurrent use
 	attached map[string]loader.Attachment // by interface
@@ -90,6 +100,9 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	}
 	host.Decode = snap.Decode
 	desired := compile.Compile(objs, host)
+	if c.Acked != nil {
+		c.Acked.OverlayLeases(snap.Revision, desired.Leases, host.ClockOffset)
+	}
 
 	var errs []error
 	m := c.Loader.Maps()

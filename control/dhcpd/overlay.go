@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"time"
+
+	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+)
+
+// pv_leases has one owner, the guard's map sync, which converges it to the
+// leases compile derives from a store snapshot. But the responder binds a
+// lease the moment it is journaled, before the store has it, and a
+// snapshot taken in between would unpin it until the next sync put it
+// back: the client's traffic dropped for a moment. So the sync's desired
+// content is the snapshot's leases overlaid with the changes the snapshot
+// does not have yet (OverlayLeases): journaled and not stored, or stored
+// after the snapshot's revision.
+
+// recentChange is the newest change of one dynamic lease, and the store
+// revision that stored it (0: journaled, not stored yet).
+type recentChange struct {
+	ch  server.LeaseChange
+	seq uint64
+	rev int64
+}
+
+// noteJournaled records changes the journal now holds; pmu held.
+func (m *Manager) noteJournaled(recs []record) {
+	for _, r := range recs {
+		m.recent[LeaseName(r.Change.Lease.MAC)] = recentChange{ch: r.Change, seq: r.seq}
+	}
+}
+
+// noteStored records the revision that stored records; pmu held.
+func (m *Manager) noteStored(recs []record, rev int64) {
+	for _, r := range recs {
+		name := LeaseName(r.Change.Lease.MAC)
+		if e, ok := m.recent[name]; ok && e.seq == r.seq {
+			e.rev = rev
+			m.recent[name] = e
+		}
+	}
+}
+
+// OverlayLeases brings leases, the pv_leases content compile derived from
+// a snapshot at revision rev, up to what the DHCP server has acknowledged:
+// changes not stored by rev are applied over it (a static reservation's
+// entry stays the reservation's). Changes rev already holds are forgotten,
+// so the overlay stays as small as the store's lag.
+func (m *Manager) OverlayLeases(rev int64, leases map[leasemap.Key]leasemap.Value, clockOffset time.Duration) {
+	m.init()
+	segs := m.segmentsByID()
+	m.pmu.Lock()
+	defer m.pmu.Unlock()
+	for name, e := range m.recent {
+		if e.rev != 0 && e.rev <= rev {
+			delete(m.recent, name)
+			continue
+		}
+		k := leasemap.NewKey(e.ch.Segment, [6]byte(e.ch.Lease.MAC))
+		if cur, ok := leases[k]; ok && cur.LeaseFlags()&guard.LeaseStatic != 0 {
+			continue
+		}
+		switch e.ch.Kind {
+		case server.Bound, server.Renewed:
+			ttl := time.Duration(0)
+			if s, ok := segs[e.ch.Segment]; ok {
+				ttl = s.leaseTime
+			}
+			leases[k] = leasemap.NewValue(e.ch.Lease.IP, 0, pinExpiry(segs, e.ch.Segment, e.ch.Lease), ttl, clockOffset)
+		default:
+			delete(leases, k)
+		}
+	}
+}
