@@ -96,8 +96,18 @@ func (b *Batch) checkSegmentShrink(name string, s, prev *pivirtv1.NetworkSegment
 	for _, n := range nets {
 		for _, e := range leases.lookup(keyNet+n, "") {
 			l := leaseSpec(e)
-			if l == nil || l.Type != pivirtv1.LeaseStatic {
+			if l == nil {
 				continue
+			}
+			lock := ""
+			if l.Type != pivirtv1.LeaseStatic {
+				// A dynamic lease stays in its range while the interlock holds it.
+				if lock, err = b.provisioningLock(e, nil); err != nil {
+					return nil, err
+				}
+				if lock == "" {
+					continue
+				}
 			}
 			ip, err := netip.ParseAddr(l.IPAddress)
 			if err != nil {
@@ -115,6 +125,9 @@ func (b *Batch) checkSegmentShrink(name string, s, prev *pivirtv1.NetworkSegment
 				continue
 			}
 			lease := fmt.Sprintf("static lease %s (%s)", e.obj.Metadata.Name, l.IPAddress)
+			if lock != "" {
+				lease = fmt.Sprintf("lease %s (%s), held while %s,", e.obj.Metadata.Name, l.IPAddress, lock)
+			}
 			if len(after) == 0 {
 				if s.Bridge != prev.Bridge {
 					return &pivirtv1.FieldError{Path: "spec.bridge", Value: s.Bridge, Detail: fmt.Sprintf("would leave %s on network %s without a segment", lease, l.Network)}, nil

@@ -90,6 +90,14 @@ func (b *Batch) Delete(kind, name, resourceVersion string) ([]string, error) {
 		}
 	}
 
+	for _, e := range doomed {
+		if e.obj.Kind == pivirtv1.KindNetworkSegment {
+			if err := b.checkSegmentDelete(e); err != nil {
+				return nil, fmt.Errorf("deleting %s: %w", what, err)
+			}
+		}
+	}
+
 	deleted := make([]string, 0, len(doomed))
 	for _, e := range doomed {
 		if err := b.del(b.kinds[e.obj.Kind], e); err != nil {

@@ -4,6 +4,7 @@ package admission
 
 import (
 	"fmt"
+	"net/netip"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 )
@@ -42,13 +43,51 @@ func (b *Batch) checkLeaseMove(old *entry, next *pivirtv1.Object, s *pivirtv1.DH
 	if prev == nil {
 		return nil
 	}
-	if prev.Network == s.Network && pivirtv1.CanonicalIPv4(prev.IPAddress) == pivirtv1.CanonicalIPv4(s.IPAddress) {
+	if prev.Network == s.Network && pivirtv1.CanonicalIPv4(prev.IPAddress) == pivirtv1.CanonicalIPv4(s.IPAddress) &&
+		pivirtv1.CanonicalMAC(prev.MACAddress) == pivirtv1.CanonicalMAC(s.MACAddress) {
 		return nil
 	}
 	lock, err := b.provisioningLock(old, next.Metadata.OwnerReferences)
 	if err != nil || lock == "" {
 		return err
 	}
-	return fmt.Errorf("moving the lease from %s %s to %s %s is refused while %s: %w",
-		prev.Network, prev.IPAddress, s.Network, s.IPAddress, lock, ErrBlocked)
+	return fmt.Errorf("moving the lease from %s %s (%s) to %s %s (%s) is refused while %s: %w",
+		prev.Network, prev.IPAddress, prev.MACAddress, s.Network, s.IPAddress, s.MACAddress, lock, ErrBlocked)
+}
+
+// checkSegmentDelete refuses to delete a segment that serves a lease the
+// provisioning interlock holds: the lease would lose its network.
+func (b *Batch) checkSegmentDelete(seg *entry) error {
+	s := segSpec(seg)
+	if s == nil {
+		return nil
+	}
+	leases, err := b.kind(pivirtv1.KindDHCPLease)
+	if err != nil {
+		return err
+	}
+	r, hasRange := s.DelegatedRange()
+	for _, n := range []string{s.Bridge, s.NetworkRef} {
+		if n == "" {
+			continue
+		}
+		for _, e := range leases.lookup(keyNet+n, "") {
+			l := leaseSpec(e)
+			if l == nil {
+				continue
+			}
+			if ip, err := netip.ParseAddr(l.IPAddress); err != nil || !hasRange || !r.Contains(ip) {
+				continue
+			}
+			lock, err := b.provisioningLock(e, nil)
+			if err != nil {
+				return err
+			}
+			if lock != "" {
+				return fmt.Errorf("%s serves %s (%s), which cannot lose its network while %s: %w",
+					lref(seg.obj.Kind, seg.obj.Metadata.Name), lref(e.obj.Kind, e.obj.Metadata.Name), l.IPAddress, lock, ErrBlocked)
+			}
+		}
+	}
+	return nil
 }

@@ -115,3 +115,42 @@ func TestReservationPrecedence(t *testing.T) {
 		})
 	}
 }
+
+// TestInterlockHoldsTheSegment: a segment serving a lease the interlock
+// holds is neither deleted nor shrunk away from it; without the lock both
+// go through.
+func TestInterlockHoldsTheSegment(t *testing.T) {
+	held := dynLease("lease-52-54-00-00-00-01", "52:54:00:00:00:01", "192.168.100.150", "  annotations: {pivirtd.pilab.hu/is-provisioning: \"true\"}")
+	free := dynLease("lease-52-54-00-00-00-01", "52:54:00:00:00:01", "192.168.100.150")
+	shrunk := segment("vm-net", "br-vm", "192.168.100.1/24", "192.168.100.100", "192.168.100.120", "  networkRef: lab-net")
+	cases := []struct {
+		name    string
+		lease   string
+		op      func(*fakeTx) error
+		wantErr string
+	}{
+		{"delete the segment of a held lease", held,
+			func(tx *fakeTx) error { _, err := Delete(tx, "segment", "vm-net", "", opts()); return err },
+			`networksegment/vm-net serves dhcplease/lease-52-54-00-00-00-01 (192.168.100.150), which cannot lose its network while annotation pivirtd.pilab.hu/is-provisioning is "true" on it`},
+		{"shrink the range away from a held lease", held,
+			func(tx *fakeTx) error { _, _, err := Apply(tx, m(t, shrunk), opts()); return err },
+			"would leave lease lease-52-54-00-00-00-01 (192.168.100.150), held while annotation pivirtd.pilab.hu/is-provisioning is \"true\" on it, outside the delegated range"},
+		{"delete the segment of a free lease", free,
+			func(tx *fakeTx) error { _, err := Delete(tx, "segment", "vm-net", "", opts()); return err }, ""},
+		{"shrink the range away from a free lease", free,
+			func(tx *fakeTx) error { _, _, err := Apply(tx, m(t, shrunk), opts()); return err }, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tx := newFakeTx()
+			mustApply(t, tx, opts(), vmNet, tc.lease)
+			err := tc.op(tx)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
