@@ -5,6 +5,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -30,6 +31,8 @@ type Config struct {
 	// --dhcp-rate-per-mac, --dhcp-rate-per-port: responder.ParseLimit form.
 	DHCPRatePerMAC  string
 	DHCPRatePerPort string
+	// --dhcp-trusted-relays: addresses or CIDRs of trusted relay agents.
+	DHCPTrustedRelays []string
 }
 
 // Defaults returns the documented defaults.
@@ -82,6 +85,9 @@ func (c *Config) Validate() error {
 	if _, err := responder.ParseLimit(c.DHCPRatePerPort); err != nil {
 		errs = append(errs, fmt.Errorf("--dhcp-rate-per-port: %w", err))
 	}
+	if _, err := c.TrustedRelays(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("--state-dir is empty"))
 	}
@@ -100,3 +106,20 @@ func (c *Config) LeaseJournalDir() string { return filepath.Join(c.StateDir, "dh
 
 // StatePath is the bbolt file.
 func (c *Config) StatePath() string { return filepath.Join(c.StateDir, "state.db") }
+
+// TrustedRelays parses --dhcp-trusted-relays: an address is a /32.
+func (c *Config) TrustedRelays() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, r := range c.DHCPTrustedRelays {
+		if p, err := netip.ParsePrefix(r); err == nil && p.Addr().Is4() {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(r)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("--dhcp-trusted-relays: %q is not an IPv4 address or CIDR", r)
+		}
+		out = append(out, netip.PrefixFrom(a, 32))
+	}
+	return out, nil
+}

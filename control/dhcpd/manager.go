@@ -49,6 +49,8 @@ type Manager struct {
 	// PerMAC and PerPort are the responders' rate limits (zero: the
 	// responder's defaults).
 	PerMAC, PerPort responder.Limit
+	// Relays are the trusted DHCP relay agents (responder.Config.Relays).
+	Relays []netip.Prefix
 	// JournalDir holds the lease journal (see journal.go).
 	JournalDir string
 
@@ -334,6 +336,7 @@ func (m *Manager) start(seg segment.Segment, id uint32, reserved map[string]bool
 		Server:    m.srv,
 		Persister: responder.PersistFunc(m.persist),
 		PerMAC:    m.PerMAC,
+		Relays:    m.Relays,
 		PerPort:   m.PerPort,
 		Log:       m.Log.With("segment", seg.Name),
 		Now:       m.Now,

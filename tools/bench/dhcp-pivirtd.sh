@@ -11,7 +11,9 @@
 # The per-MAC rate limit (default 20 messages/s, against one client
 # hammering the server) is off here: perfdhcp's 800 simulated clients each
 # run up to 60 DORA/s, which would cap the measurement at 8,000 DORA/s.
-# Set PIVIRT_DHCP_RATE_PER_MAC to measure with a limit.
+# Set PIVIRT_DHCP_RATE_PER_MAC to measure with a limit. The load generator
+# is a relay at 192.168.100.2 (the harness's client address), which pivirtd
+# must trust (--dhcp-trusted-relays) or it drops every relayed request.
 #
 #   dhcp-peers.sh "PIVIRT_BIN=$PWD/bin $PWD/tools/bench/dhcp-pivirtd.sh"
 set -euo pipefail
@@ -19,7 +21,8 @@ BIN=${PIVIRT_BIN:?set PIVIRT_BIN to the directory holding pivirtd and pivirtctl}
 W=${DHCP_WORKDIR:?run me from dhcp-peers.sh}/pivirtd
 mkdir -p "$W/bpffs"
 "$BIN/pivirtd" --state-dir "$W/state" --socket "$W/pivirtd.sock" --bpffs "$W/bpffs" --log-level ${PIVIRT_LOG_LEVEL:-warn} \
-	--dhcp-rate-per-mac "${PIVIRT_DHCP_RATE_PER_MAC:-off}" ${PIVIRT_EXTRA_FLAGS:-} &
+	--dhcp-rate-per-mac "${PIVIRT_DHCP_RATE_PER_MAC:-off}" --dhcp-trusted-relays "${PIVIRT_DHCP_TRUSTED_RELAYS:-192.168.100.2}" \
+	${PIVIRT_EXTRA_FLAGS:-} &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid; umount "$W/bpffs" 2>/dev/null' EXIT TERM INT
 for _ in $(seq 100); do "$BIN/pivirtctl" --socket "$W/pivirtd.sock" get segments >/dev/null 2>&1 && break; sleep 0.1; done

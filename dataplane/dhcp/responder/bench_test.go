@@ -15,7 +15,7 @@ import (
 func BenchmarkProcessorDORA(b *testing.B) {
 	const clients = 800
 	srv := testServer(b, 1009)
-	p := NewProcessor(ProcessorConfig{Server: srv, Segment: 1, MAC: brMAC, Batch: 64, PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: -1}})
+	p := NewProcessor(ProcessorConfig{Server: srv, Segment: 1, MAC: brMAC, Batch: 64, PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: -1}, Relays: relays})
 	disc := make([][]byte, clients)
 	req := make([][]byte, clients)
 	for i := range disc {

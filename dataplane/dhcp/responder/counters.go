@@ -13,18 +13,19 @@ import (
 
 // Counters are the responder's running totals, safe to read while it runs.
 type Counters struct {
-	Received      atomic.Uint64                   // frames read from the socket
-	ReceivedType  [9]atomic.Uint64                // valid requests by DHCP message type (index = type)
-	Replied       [9]atomic.Uint64                // replies sent by message type (OFFER=2, ACK=5, NAK=6)
-	Dropped       [wire.NumReasons]atomic.Uint64  // malformed frames by wire.Reason
-	Ignored       [server.NumIgnore]atomic.Uint64 // valid requests without reply by server.Ignore
-	RateLimitMAC  atomic.Uint64                   // dropped by the per-client-MAC bucket
-	RateLimitPort atomic.Uint64                   // dropped by the per-port bucket
-	DecodeErrors  atomic.Uint64                   // passed wire.Parse but dhcpv4 refused it
-	LeaseChanges  atomic.Uint64                   // changes handed to the Persister
-	Batches       atomic.Uint64                   // Persist calls
-	PersistErrors atomic.Uint64                   // failed Persist calls (their ACKs were not sent)
-	SendErrors    atomic.Uint64                   // frames the kernel refused
+	Received       atomic.Uint64                   // frames read from the socket
+	ReceivedType   [9]atomic.Uint64                // valid requests by DHCP message type (index = type)
+	Replied        [9]atomic.Uint64                // replies sent by message type (OFFER=2, ACK=5, NAK=6)
+	Dropped        [wire.NumReasons]atomic.Uint64  // malformed frames by wire.Reason
+	Ignored        [server.NumIgnore]atomic.Uint64 // valid requests without reply by server.Ignore
+	RateLimitMAC   atomic.Uint64                   // dropped by the per-client-MAC bucket
+	RateLimitPort  atomic.Uint64                   // dropped by the per-port bucket
+	UntrustedRelay atomic.Uint64                   // relayed (giaddr set) from a source not in Relays
+	DecodeErrors   atomic.Uint64                   // passed wire.Parse but dhcpv4 refused it
+	LeaseChanges   atomic.Uint64                   // changes handed to the Persister
+	Batches        atomic.Uint64                   // Persist calls
+	PersistErrors  atomic.Uint64                   // failed Persist calls (their ACKs were not sent)
+	SendErrors     atomic.Uint64                   // frames the kernel refused
 }
 
 // Snapshot is a plain copy of Counters with named maps, for status and
@@ -33,7 +34,7 @@ type Snapshot struct {
 	Received      uint64
 	Requests      map[string]uint64 // by message type name
 	Replied       map[string]uint64 // by message type name
-	Dropped       map[string]uint64 // by drop reason (wire reasons, "ratelimit-mac", "ratelimit-port", "decode")
+	Dropped       map[string]uint64 // by drop reason (wire reasons, "ratelimit-mac", "ratelimit-port", "untrusted-relay", "decode")
 	Ignored       map[string]uint64 // by server.Ignore
 	LeaseChanges  uint64
 	Batches       uint64
@@ -62,7 +63,7 @@ func (c *Counters) Snapshot() Snapshot {
 			s.Dropped[wire.Reason(i).String()] = v
 		}
 	}
-	for k, v := range map[string]uint64{"ratelimit-mac": c.RateLimitMAC.Load(), "ratelimit-port": c.RateLimitPort.Load(), "decode": c.DecodeErrors.Load()} {
+	for k, v := range map[string]uint64{"ratelimit-mac": c.RateLimitMAC.Load(), "ratelimit-port": c.RateLimitPort.Load(), "untrusted-relay": c.UntrustedRelay.Load(), "decode": c.DecodeErrors.Load()} {
 		if v > 0 {
 			s.Dropped[k] = v
 		}

@@ -38,6 +38,7 @@ type Processor struct {
 	c       *Counters
 	macLim  *limiter[[6]byte]
 	portLim *limiter[portKey]
+	relays  []netip.Prefix
 	bufs    [][]byte
 	in      wire.Inbound
 	req     dhcpv4.DHCPv4 // decoded in place, aliases the frame
@@ -50,11 +51,12 @@ type Processor struct {
 // ProcessorConfig configures a Processor.
 type ProcessorConfig struct {
 	Server   *server.Server
-	Segment  uint32  // segment of requests that arrive without giaddr
-	MAC      [6]byte // source MAC of replies (the bridge's)
-	Batch    int     // most frames per Process call
-	PerMAC   Limit   // per client hardware address (chaddr)
-	PerPort  Limit   // per Ethernet source of direct (not relayed) requests
+	Segment  uint32         // segment of requests that arrive without giaddr
+	MAC      [6]byte        // source MAC of replies (the bridge's)
+	Batch    int            // most frames per Process call
+	PerMAC   Limit          // per client hardware address (chaddr)
+	PerPort  Limit          // per Ethernet source of direct (not relayed) requests
+	Relays   []netip.Prefix // IP sources trusted to relay (giaddr set); others are dropped
 	Counters *Counters
 }
 
@@ -67,7 +69,7 @@ func NewProcessor(cfg ProcessorConfig) *Processor {
 		cfg.Counters = new(Counters)
 	}
 	p := &Processor{
-		srv: cfg.Server, seg: cfg.Segment, mac: cfg.MAC, c: cfg.Counters,
+		srv: cfg.Server, seg: cfg.Segment, mac: cfg.MAC, c: cfg.Counters, relays: cfg.Relays,
 		macLim: newLimiter[[6]byte](cfg.PerMAC, 1<<16), portLim: newLimiter[portKey](cfg.PerPort, 1<<14),
 		bufs: make([][]byte, cfg.Batch), Out: make([]Outbound, 0, cfg.Batch),
 	}
@@ -92,6 +94,16 @@ func (p *Processor) Process(now time.Time, frames [][]byte) {
 	}
 }
 
+// trustedRelay reports whether src may relay requests.
+func (p *Processor) trustedRelay(src netip.Addr) bool {
+	for _, r := range p.relays {
+		if r.Contains(src) {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *Processor) one(now time.Time, f, buf []byte) {
 	p.c.Received.Add(1)
 	in := &p.in
@@ -102,7 +114,14 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 	// The per-port limit applies to direct requests only: a relay carries
 	// a whole remote subnet of clients (the per-MAC limit still applies to
 	// each of them), so limiting it like one VM port would starve them all.
-	if gi := in.Payload[24:28]; gi[0]|gi[1]|gi[2]|gi[3] == 0 {
+	// Only a trusted relay is one: a guest setting giaddr would otherwise
+	// pick another segment's range and skip the limit.
+	if gi := in.Payload[24:28]; gi[0]|gi[1]|gi[2]|gi[3] != 0 {
+		if !p.trustedRelay(in.SrcIP) {
+			p.c.UntrustedRelay.Add(1)
+			return
+		}
+	} else {
 		if !p.portLim.allow(portKey{mac: in.SrcMAC}, now) {
 			p.c.RateLimitPort.Add(1)
 			return

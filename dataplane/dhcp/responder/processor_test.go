@@ -127,8 +127,11 @@ func TestProcessorDORA(t *testing.T) {
 	}
 }
 
+// relays trusts the test relay 10.1.0.2 (frameOf's IP source of relayed requests).
+var relays = []netip.Prefix{netip.MustParsePrefix("10.1.0.2/32")}
+
 func TestProcessorRelay(t *testing.T) {
-	p := NewProcessor(ProcessorConfig{Server: testServer(t, 100), Segment: 1, MAC: brMAC, PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: -1}})
+	p := NewProcessor(ProcessorConfig{Server: testServer(t, 100), Segment: 1, MAC: brMAC, PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: -1}, Relays: relays})
 	m := newMsg(t, dhcpv4.MessageTypeDiscover, clientMAC(7), dhcpv4.WithGatewayIP(net.IP{10, 1, 0, 2}))
 	p.Process(t0, [][]byte{frameOf(t, m)})
 	if len(p.Out) != 1 {
@@ -172,7 +175,7 @@ func TestProcessorCountsDropsAndRateLimits(t *testing.T) {
 	}
 	// A relay carries many clients: the same load through it is not cut off.
 	pr := NewProcessor(ProcessorConfig{Server: testServer(t, 100), Segment: 1, MAC: brMAC, Batch: 16,
-		PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: 1, Burst: 3}})
+		PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: 1, Burst: 3}, Relays: relays})
 	fs = fs[:0]
 	for i := 0; i < 10; i++ {
 		m := newMsg(t, dhcpv4.MessageTypeDiscover, clientMAC(200+i))
@@ -182,6 +185,39 @@ func TestProcessorCountsDropsAndRateLimits(t *testing.T) {
 	pr.Process(t0, fs)
 	if len(pr.Out) != 10 || pr.Counters().RateLimitPort.Load() != 0 {
 		t.Fatalf("relayed requests: out %d limited %d, want 10 and 0", len(pr.Out), pr.Counters().RateLimitPort.Load())
+	}
+}
+
+// TestProcessorUntrustedRelay: a request with a giaddr from a source that
+// is not a trusted relay (a guest posing as one) gets no answer, and is
+// counted; option 82 in a direct request is not echoed.
+func TestProcessorUntrustedRelay(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		relays []netip.Prefix
+		want   int
+	}{
+		{"no relay trusted", nil, 0},
+		{"another relay trusted", []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}, 0},
+		{"this relay trusted", relays, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewProcessor(ProcessorConfig{Server: testServer(t, 100), Segment: 1, MAC: brMAC, PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: -1}, Relays: tc.relays})
+			m := newMsg(t, dhcpv4.MessageTypeDiscover, clientMAC(7), dhcpv4.WithGatewayIP(net.IP{10, 1, 0, 2}))
+			p.Process(t0, [][]byte{frameOf(t, m)})
+			if got := p.Counters().UntrustedRelay.Load(); len(p.Out) != tc.want || got != uint64(1-tc.want) {
+				t.Fatalf("out %d, untrusted-relay %d; want %d replies", len(p.Out), got, tc.want)
+			}
+		})
+	}
+	p := NewProcessor(ProcessorConfig{Server: testServer(t, 100), Segment: 1, MAC: brMAC, PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: -1}})
+	m := newMsg(t, dhcpv4.MessageTypeDiscover, clientMAC(8), dhcpv4.WithGeneric(dhcpv4.OptionRelayAgentInformation, []byte{1, 3, 'e', 'v', 'l'}))
+	p.Process(t0, [][]byte{frameOf(t, m)})
+	if len(p.Out) != 1 {
+		t.Fatal("no offer")
+	}
+	if _, _, _, offer := decodeReply(t, p.Out[0].Frame); offer.Options.Has(dhcpv4.OptionRelayAgentInformation) {
+		t.Error("option 82 of a direct request echoed")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -44,6 +45,10 @@ type Config struct {
 	Batch     int            // frames per recvmmsg/sendmmsg; default 64
 	PerMAC    Limit          // per client MAC (chaddr); default 20/s burst 40
 	PerPort   Limit          // per Ethernet source of direct requests (relays are exempt); default 200/s burst 400
+	// Relays are the IP sources whose relayed requests (giaddr set) are
+	// served; any other request with a giaddr is dropped and counted
+	// (untrusted-relay): a guest is never a relay.
+	Relays []netip.Prefix
 	// ExpireEvery is how often expired leases are reclaimed; default 1s.
 	ExpireEvery time.Duration
 	// ShutdownTimeout bounds the final Persist after ctx is cancelled; default 2s.
@@ -134,7 +139,7 @@ func New(cfg Config) (*Responder, error) {
 	r := &Responder{cfg: cfg, conn: conn, out: make([][]byte, 0, cfg.Batch),
 		cur: new(group), spare: new(group), kick: make(chan struct{}, 1)}
 	r.proc = NewProcessor(ProcessorConfig{Server: cfg.Server, Segment: cfg.Segment, MAC: [6]byte(ifi.HardwareAddr),
-		Batch: cfg.Batch, PerMAC: cfg.PerMAC, PerPort: cfg.PerPort, Counters: &r.c})
+		Batch: cfg.Batch, PerMAC: cfg.PerMAC, PerPort: cfg.PerPort, Relays: cfg.Relays, Counters: &r.c})
 	return r, nil
 }
 

@@ -59,7 +59,7 @@ func BenchmarkPrivilegedSocketDORA(b *testing.B) {
 			defer conn.Close()
 			defer cli.Close()
 			p := NewProcessor(ProcessorConfig{Server: testServer(b, 1009), Segment: 1, MAC: srvMAC, Batch: batch,
-				PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: -1}})
+				PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: -1}, Relays: relays})
 			// Prime every client with a DORA so the timed bursts are steady state.
 			var frames [][]byte
 			for i := 0; i < clients; i++ {

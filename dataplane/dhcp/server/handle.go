@@ -320,8 +320,16 @@ func (h *handler) reply(t dhcpv4.MessageType, yi netip.Addr, hostname string, le
 		r.Options[dhcpv4.OptionRebindingTimeValue.Code()] = h.st.leaseOpt[2]
 	}
 	copyOpt(r, m, dhcpv4.OptionClientIdentifier) // RFC 6842
-	copyOpt(r, m, dhcpv4.OptionRelayAgentInformation)
+	copyRelayInfo(r, m)
 	return r
+}
+
+// copyRelayInfo echoes option 82 to a relay (RFC 3046 2.2); in a direct
+// request it is a client's forgery, and is not echoed.
+func copyRelayInfo(dst, src *dhcpv4.DHCPv4) {
+	if gi := addr4(src.GatewayIPAddr); gi.IsValid() && !gi.IsUnspecified() {
+		copyOpt(dst, src, dhcpv4.OptionRelayAgentInformation)
+	}
 }
 
 func (h *handler) nak() *dhcpv4.DHCPv4 {
@@ -336,7 +344,7 @@ func (h *handler) nak() *dhcpv4.DHCPv4 {
 		r.SetBroadcast() // RFC 2131 4.3.2: a relay must broadcast the NAK
 	}
 	copyOpt(r, m, dhcpv4.OptionClientIdentifier)
-	copyOpt(r, m, dhcpv4.OptionRelayAgentInformation)
+	copyRelayInfo(r, m)
 	return r
 }
 
