@@ -204,9 +204,10 @@ func (c controllerFunc) Run(ctx context.Context) error { return c.run(ctx) }
 func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Server, error) {
 	rs := &server.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log}
 	mux := http.NewServeMux()
-	path, h := resourcev1connect.NewResourceServiceHandler(rs, connect.WithInterceptors(logErrors(d.log)))
+	opts := server.HandlerOptions(connect.WithInterceptors(logErrors(d.log)))
+	path, h := resourcev1connect.NewResourceServiceHandler(rs, opts...)
 	mux.Handle(path, h)
-	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard}, connect.WithInterceptors(logErrors(d.log)))
+	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard}, opts...)
 	mux.Handle(path, h)
 
 	var tokens server.Tokens

@@ -41,6 +41,17 @@ func (s *ResourceServer) now() time.Time {
 	return time.Now()
 }
 
+// MaxRequestBytes caps one API request (after decompression): an apply of
+// 10,000 leases is about 3 MiB, and a caller must not be able to make the
+// daemon buffer more than this. A larger request is refused with
+// ResourceExhausted, naming both sizes.
+const MaxRequestBytes = 32 << 20
+
+// HandlerOptions are the options every API handler is built with.
+func HandlerOptions(extra ...connect.HandlerOption) []connect.HandlerOption {
+	return append([]connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}, extra...)
+}
+
 // Apply admits and stores every object of the request in one transaction
 // (one fsync), each on its own: a refused object gets its error in its
 // result and the others still apply.

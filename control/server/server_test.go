@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -177,5 +178,43 @@ func TestProtocolsAndRoles(t *testing.T) {
 				t.Errorf("bad selector: %v", err)
 			}
 		})
+	}
+}
+
+// TestRequestSizeLimit: a request just over MaxRequestBytes is refused
+// with a clear ResourceExhausted error and the server keeps serving; a
+// huge bad value is echoed only as a short prefix.
+func TestRequestSizeLimit(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rs := &ResourceServer{Store: st, Index: admission.NewIndex(), Recorder: events.NewRecorder(5)}
+	mux := http.NewServeMux()
+	mux.Handle(resourcev1connect.NewResourceServiceHandler(rs, HandlerOptions()...))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	client := resourcev1connect.NewResourceServiceClient(srv.Client(), srv.URL)
+	ctx := context.Background()
+
+	big := bytes.Repeat([]byte("a"), MaxRequestBytes)
+	_, err = client.Apply(ctx, connect.NewRequest(&resourcev1.ApplyRequest{Objects: [][]byte{big}}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "larger than configured max") {
+		t.Fatalf("a request over the limit: %v, want ResourceExhausted naming the limit", err)
+	}
+	if _, err := client.List(ctx, connect.NewRequest(&resourcev1.ListRequest{Kind: "leases"})); err != nil {
+		t.Fatalf("the server stopped serving after a refused request: %v", err)
+	}
+
+	host := strings.Repeat("x", 1<<20)
+	obj, _ := json.Marshal(map[string]any{"apiVersion": "pivirt.hu/v1", "kind": "DHCPLease", "metadata": map[string]any{"name": "big"},
+		"spec": map[string]any{"network": "br-x", "macAddress": "52:54:00:00:00:01", "ipAddress": "10.0.0.5", "hostname": host}})
+	resp, err := client.Apply(ctx, connect.NewRequest(&resourcev1.ApplyRequest{Objects: [][]byte{obj}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Msg.Results[0]; r.Code != connect.CodeInvalidArgument.String() || len(r.Error) > 1024 || !strings.Contains(r.Error, "(1048576 bytes)") {
+		t.Errorf("a 1 MiB bad value echoed as %d bytes: %.300s", len(r.Error), r.Error)
 	}
 }

@@ -5,6 +5,7 @@ package pivirtv1
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // FieldError is one validation failure: the field path, the bad value and
@@ -20,7 +21,24 @@ func (e *FieldError) Error() string {
 	if e.Value == nil || e.Value == "" {
 		return fmt.Sprintf("%s: %s", e.Path, e.Detail)
 	}
-	return fmt.Sprintf("%s: %v %s", e.Path, e.Value, e.Detail)
+	return fmt.Sprintf("%s: %s %s", e.Path, clip(fmt.Sprint(e.Value)), e.Detail)
+}
+
+// maxShown is how much of a bad value an error echoes: a whole name (253)
+// fits, a 20 MB string is not sent back whole.
+const maxShown = 256
+
+// clip cuts a value shown in an error to maxShown bytes (at a rune
+// boundary) and says how long it was.
+func clip(s string) string {
+	if len(s) <= maxShown {
+		return s
+	}
+	cut := maxShown
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:cut], len(s))
 }
 
 // ErrorList collects the field errors of one object.
