@@ -45,6 +45,14 @@
 #define ICMPV6_MLD_QUERY	130
 #define ICMPV6_ND_REDIRECT	137
 #define ICMPV6_MLD2_REPORT	143
+#define ICMPV6_ND_RS		133
+#define ICMPV6_ND_NS		135
+#define ICMPV6_ND_NA		136
+/* The longest RS, NS or NA the ACL lets through unasked: 24 bytes of
+ * message and room for the options a host sends (link-layer address,
+ * nonce). Anything longer is data riding on ND, for the rules to judge.
+ */
+#define ACL_ND_MAX_LEN		96
 
 /* acl_verdict: what the parser found. */
 enum {
@@ -236,6 +244,73 @@ static __always_inline void acl_frag_key4(struct pv_frag_key *fk, const struct i
 	acl_addr4(fk->daddr, ip->daddr);
 }
 
+/* acl_dhcp4_ok reports whether DHCP between the VM and peer is the VM's
+ * own DHCP, which passes any ACL: out to broadcast or to its segment's
+ * server (struct pv_port.dhcp_server), in from that server. Other traffic
+ * on the DHCP ports is the rules' to judge.
+ */
+static __always_inline int acl_dhcp4_ok(__u32 ifindex, __u32 dir, __be32 peer)
+{
+	struct pv_port_key pk = { .ifindex = ifindex };
+	struct pv_port *port;
+
+	if (dir == PV_ACL_EGRESS && peer == bpf_htonl(0xffffffff))
+		return 1;
+	port = bpf_map_lookup_elem(&pv_ports_v2, &pk);
+	return port && port->dhcp_server && peer == port->dhcp_server;
+}
+
+/* IPv6 address classes, on the 16 bytes of struct pv_ct_key. */
+static __always_inline int ip6_is_linklocal(const __u8 *a)
+{
+	return a[0] == 0xfe && (a[1] & 0xc0) == 0x80;
+}
+
+static __always_inline int ip6_is_mcast(const __u8 *a)
+{
+	return a[0] == 0xff;
+}
+
+static __always_inline int ip6_is_linkscope_mcast(const __u8 *a)
+{
+	return a[0] == 0xff && (a[1] & 0x0f) == 0x02;
+}
+
+static __always_inline int ip6_is_unspecified(const __u8 *a)
+{
+	const __u32 *w = (const __u32 *)a;
+
+	return (w[0] | w[1] | w[2] | w[3]) == 0;
+}
+
+/* acl_nd_ok reports whether an ICMPv6 message of type t is the link's own
+ * neighbour discovery or MLD, which passes any ACL: RS (from the VM), NS
+ * and NA with hop limit 255 (so from this link, RFC 4861 6.1), short, not
+ * from a multicast source and to link-scope multicast or unicast; MLD
+ * with hop limit 1 from a link-local or unspecified source to multicast
+ * (RFC 3810 5). Never an RA or a Redirect toward the VM: pivirtd's
+ * segments have no router that sends them. What fails is the rules'.
+ */
+static __always_inline int acl_nd_ok(__u32 dir, int t, __u8 hop, const __u8 *src, const __u8 *dst, long len)
+{
+	switch (t) {
+	case ICMPV6_ND_RS:
+		if (dir != PV_ACL_EGRESS)
+			return 0;
+		/* fall through */
+	case ICMPV6_ND_NS:
+	case ICMPV6_ND_NA:
+		return hop == 255 && len <= ACL_ND_MAX_LEN && !ip6_is_mcast(src) &&
+		       (!ip6_is_mcast(dst) || ip6_is_linkscope_mcast(dst));
+	case ICMPV6_MLD_QUERY:
+	case ICMPV6_MLD_QUERY + 1: /* MLDv1 report */
+	case ICMPV6_MLD_QUERY + 2: /* MLDv1 done */
+	case ICMPV6_MLD2_REPORT:
+		return hop == 1 && (ip6_is_linklocal(src) || ip6_is_unspecified(src)) && ip6_is_mcast(dst);
+	}
+	return 0;
+}
+
 static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct acl_pkt *p)
 {
 	struct iphdr *ip = cur->pos;
@@ -277,8 +352,9 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 		/* DHCP of the VM's own address: a client may have no address
 		 * yet and the server answers to broadcast.
 		 */
-		if ((dir == PV_ACL_EGRESS && sport == 68 && p->dport == 67) ||
-		    (dir == PV_ACL_INGRESS && sport == 67 && p->dport == 68))
+		if (((dir == PV_ACL_EGRESS && sport == 68 && p->dport == 67) ||
+		     (dir == PV_ACL_INGRESS && sport == 67 && p->dport == 68)) &&
+		    acl_dhcp4_ok(p->ct.ifindex, dir, p->peer4))
 			return ACL_ALWAYS;
 	}
 	if (ip->protocol == IPPROTO_ICMP && acl_is_icmp4_error(t))
@@ -291,11 +367,14 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
 	struct ipv6_frag fr = {};
 	struct pv_frag_key fk = {};
+	const __u8 *src, *dst;
 	void *l4h;
 	int l4, t;
+	__u8 hop;
 
 	if (!ip6 || ip6->version != 6)
 		return ACL_BAD;
+	hop = ip6->hop_limit;
 	p->family = 6;
 	acl_addr6(p->ct.vm_addr, dir == PV_ACL_EGRESS ? &ip6->saddr : &ip6->daddr);
 	acl_addr6(p->ct.peer_addr, dir == PV_ACL_EGRESS ? &ip6->daddr : &ip6->saddr);
@@ -328,12 +407,18 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	if (l4 == IPPROTO_UDP) {
 		__u16 sport = bpf_ntohs(dir == PV_ACL_EGRESS ? p->ct.vm_port : p->ct.peer_port);
 
-		if ((dir == PV_ACL_EGRESS && sport == 546 && p->dport == 547) ||
-		    (dir == PV_ACL_INGRESS && sport == 547 && p->dport == 546))
+		/* DHCPv6 of the VM: to the servers' link-scope group or a
+		 * link-local server, from a link-local server.
+		 */
+		if ((dir == PV_ACL_EGRESS && sport == 546 && p->dport == 547 &&
+		     (ip6_is_linkscope_mcast(p->ct.peer_addr) || ip6_is_linklocal(p->ct.peer_addr))) ||
+		    (dir == PV_ACL_INGRESS && sport == 547 && p->dport == 546 && ip6_is_linklocal(p->ct.peer_addr)))
 			return ACL_ALWAYS;
 	}
 	if (l4 == IPPROTO_ICMPV6) {
-		if ((t >= ICMPV6_MLD_QUERY && t <= ICMPV6_ND_REDIRECT) || t == ICMPV6_MLD2_REPORT)
+		src = dir == PV_ACL_EGRESS ? p->ct.vm_addr : p->ct.peer_addr;
+		dst = dir == PV_ACL_EGRESS ? p->ct.peer_addr : p->ct.vm_addr;
+		if (acl_nd_ok(dir, t, hop, src, dst, (long)(cur->end - l4h)))
 			return ACL_ALWAYS;
 		if (t >= 1 && t <= ICMPV6_ERROR_MAX)
 			return acl_inner6(cur, &p->ct, dir) < 0 ? ACL_UNTRACKED : ACL_RELATED;
