@@ -47,6 +47,8 @@ type config struct {
 	duration       time.Duration
 	timeout        time.Duration
 	batch          int
+	arrivals       string // batch | even | poisson (pacer.go)
+	seed           uint64
 }
 
 func run() error {
@@ -61,6 +63,8 @@ func run() error {
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "how long to offer load")
 	flag.DurationVar(&c.timeout, "timeout", time.Second, "an exchange not ACKed within this is lost")
 	flag.IntVar(&c.batch, "batch", 64, "messages per sendmmsg/recvmmsg")
+	flag.StringVar(&c.arrivals, "arrivals", arrivalsBatch, "how DISCOVERs arrive: batch (what the rate owes, each millisecond), even (1/rate apart) or poisson (exponential gaps)")
+	flag.Uint64Var(&c.seed, "seed", 1, "seed of the poisson arrivals")
 	flag.Parse()
 	var err error
 	if c.giaddr, err = netip.ParseAddr(giaddr); err != nil || !c.giaddr.Is4() {
@@ -78,6 +82,9 @@ func run() error {
 		return errors.New("-duration and -timeout must be positive")
 	case c.batch < 1 || c.batch > 1024:
 		return fmt.Errorf("-batch %d: want 1..1024", c.batch)
+	}
+	if _, err := newPacer(c.arrivals, c.rate, c.seed); err != nil {
+		return err
 	}
 	g, err := newGenerator(c)
 	if err != nil {
@@ -216,23 +223,28 @@ func (g *generator) now() int64 { return int64(time.Since(g.start)) }
 func (g *generator) run() (string, error) {
 	var ru0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	pace, err := newPacer(g.cfg.arrivals, g.cfg.rate, g.cfg.seed)
+	if err != nil {
+		return "", err
+	}
 	g.start = time.Now()
 	end := int64(g.cfg.duration)
 	drain := end + int64(g.cfg.timeout)
-	tick := int64(time.Millisecond)
 	for {
 		now := g.now()
 		if now >= drain {
 			break
 		}
+		wake := drain
 		if now < end {
-			// Open loop: as many DISCOVERs as the rate owes by now.
-			owed := uint64(float64(g.cfg.rate)*float64(now)/1e9) - g.st.doSent
-			if err := g.sendDiscovers(int(owed), now); err != nil {
+			// Open loop: as many DISCOVERs as are due by now.
+			var owed int
+			owed, wake = pace.due(now, g.st.doSent)
+			if err := g.sendDiscovers(owed, now); err != nil {
 				return "", err
 			}
 		}
-		deadline := min(now+tick, drain)
+		deadline := min(wake, drain)
 		if err := g.conn.SetReadDeadline(g.start.Add(time.Duration(deadline))); err != nil {
 			return "", err
 		}
@@ -364,9 +376,9 @@ func (g *generator) report(cpuPct int64) string {
 	if float64(s.doSent) >= 0.97*float64(g.cfg.rate)*secs {
 		sendOK = 1
 	}
-	return fmt.Sprintf("rate=%d secs=%g do_sent=%d do_recv=%d ra_sent=%d ra_recv=%d dora_s=%.0f drop_pct=%.2f sendok=%d"+
+	return fmt.Sprintf("arrivals=%s rate=%d secs=%g do_sent=%d do_recv=%d ra_sent=%d ra_recv=%d dora_s=%.0f drop_pct=%.2f sendok=%d"+
 		" naks=%d late=%d bad=%d do_p50=%.3f do_p99=%.3f ra_p50=%.3f ra_p99=%.3f do_max=%.3f ra_max=%.3f gen_cpu_pct=%d",
-		g.cfg.rate, secs, s.doSent, s.doRecv, s.raSent, s.raRecv, float64(s.raRecv)/secs, drop, sendOK,
+		g.cfg.arrivals, g.cfg.rate, secs, s.doSent, s.doRecv, s.raSent, s.raRecv, float64(s.raRecv)/secs, drop, sendOK,
 		s.naks, s.late, s.bad, g.doHi.quantile(0.5), g.doHi.quantile(0.99), g.raHi.quantile(0.5), g.raHi.quantile(0.99),
 		g.doHi.max(), g.raHi.max(), cpuPct)
 }
