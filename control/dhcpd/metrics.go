@@ -16,12 +16,13 @@ var (
 	descCommits  = prometheus.NewDesc("pivirt_dhcp_lease_commits_total", "Groups of lease changes made durable (one lease journal fdatasync each).", []string{"segment"}, nil)
 	descPending  = prometheus.NewDesc("pivirt_dhcp_journal_pending", "Lease changes in the journal not yet stored as DHCPLease objects.", nil, nil)
 	descStoreErr = prometheus.NewDesc("pivirt_dhcp_store_errors_total", "Failed attempts to store journaled lease changes (they stay in the journal and are retried).", nil, nil)
+	descSockDrop = prometheus.NewDesc("pivirt_dhcp_socket_drops_total", "Frames the kernel dropped on the responder's socket before it read them (receive buffer full; PACKET_STATISTICS).", []string{"segment"}, nil)
 	descRefused  = prometheus.NewDesc("pivirt_dhcp_journal_refused_total", "Journaled lease changes the store refused, each resolved by a rule and recorded as an event (LeaseChangeRefused).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descPending, descStoreErr, descRefused} {
+	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descPending, descStoreErr, descRefused, descSockDrop} {
 		ch <- d
 	}
 }
@@ -57,5 +58,18 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(descPersist, s.PersistErrors)
 		counter(descCommits, s.Batches)
+		counter(descSockDrop, s.SocketDrops)
 	}
+}
+
+// SocketDrops returns what the responder of a segment found dropped on its
+// socket (segment.DHCP).
+func (m *Manager) SocketDrops(segment string) uint64 {
+	m.init()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.running[segment]; r != nil {
+		return r.resp.Counters().SocketDrops.Load()
+	}
+	return 0
 }

@@ -29,6 +29,10 @@ type Status struct {
 	Reserved      int    `json:"reserved"`
 	LeasesInUse   int    `json:"leasesInUse"`
 	Free          int    `json:"free"`
+	// DHCPSocketDrops counts requests the kernel dropped before the
+	// responder read them (its receive buffer was full), as of this
+	// status's write (pivirt_dhcp_socket_drops_total is live).
+	DHCPSocketDrops uint64 `json:"dhcpSocketDrops,omitempty"`
 }
 
 // Segment is a decoded, defaulted NetworkSegment.
@@ -45,6 +49,8 @@ type Segment struct {
 // segment whose DHCP is enabled and whose bridge is up, and stops the rest.
 type DHCP interface {
 	Sync(ctx context.Context, segments []Segment, snap reconcile.Snapshot) error
+	// SocketDrops is what the segment's responder socket dropped so far.
+	SocketDrops(segment string) uint64
 }
 
 // Controller realizes segments.
@@ -109,6 +115,9 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		st.RangeSize, st.Reserved, st.LeasesInUse = usage(seg, snap, now)
 		st.Free = max(st.RangeSize-st.Reserved-st.LeasesInUse, 0)
+		if c.DHCP != nil {
+			st.DHCPSocketDrops = c.DHCP.SocketDrops(seg.Name)
+		}
 		if err := reconcile.SetStatus(ctx, c.Store, c.Index, o, st); err != nil {
 			errs = append(errs, err)
 		}

@@ -26,6 +26,7 @@ type Counters struct {
 	Batches        atomic.Uint64                   // Persist calls
 	PersistErrors  atomic.Uint64                   // failed Persist calls (their ACKs were not sent)
 	SendErrors     atomic.Uint64                   // frames the kernel refused
+	SocketDrops    atomic.Uint64                   // frames the kernel dropped before the responder read them (PACKET_STATISTICS)
 }
 
 // Snapshot is a plain copy of Counters with named maps, for status and
@@ -40,6 +41,7 @@ type Snapshot struct {
 	Batches       uint64
 	PersistErrors uint64
 	SendErrors    uint64
+	SocketDrops   uint64
 }
 
 // Snapshot copies the counters.
@@ -48,7 +50,7 @@ func (c *Counters) Snapshot() Snapshot {
 		Received: c.Received.Load(), Requests: map[string]uint64{}, Replied: map[string]uint64{},
 		Dropped: map[string]uint64{}, Ignored: map[string]uint64{},
 		LeaseChanges: c.LeaseChanges.Load(), Batches: c.Batches.Load(),
-		PersistErrors: c.PersistErrors.Load(), SendErrors: c.SendErrors.Load(),
+		PersistErrors: c.PersistErrors.Load(), SendErrors: c.SendErrors.Load(), SocketDrops: c.SocketDrops.Load(),
 	}
 	for i := range c.Replied {
 		if v := c.Replied[i].Load(); v > 0 {

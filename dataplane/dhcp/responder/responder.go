@@ -184,6 +184,9 @@ func (r *Responder) Run(ctx context.Context) error {
 			r.serve(now, frames)
 		}
 		if !now.Before(nextExpire) {
+			if d, err := r.conn.drops(); err == nil {
+				r.c.SocketDrops.Add(d)
+			}
 			if ch := r.cfg.Server.Expire(now); len(ch) > 0 {
 				r.mu.Lock()
 				r.cur.changes = append(r.cur.changes, ch...)
