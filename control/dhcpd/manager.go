@@ -369,7 +369,9 @@ func (m *Manager) stop(name string) {
 	m.srv.RemoveSegment(r.id)
 	delete(m.running, name)
 	m.Events.Record(pivirtv1.KindNetworkSegment, name, events.Normal, "DHCPStopped", "responder stopped")
-	m.Log.Info("DHCP responder stopped", "segment", name)
+	c := r.resp.Counters().Snapshot()
+	m.Log.Info("DHCP responder stopped", "segment", name, "received", c.Received, "socket_drops", c.SocketDrops,
+		"dropped", c.Dropped, "ignored", c.Ignored, "replied", c.Replied, "persist_errors", c.PersistErrors, "send_errors", c.SendErrors)
 }
 
 // Stop stops every responder, then stores what the journal holds (daemon

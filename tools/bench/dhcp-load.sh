@@ -27,13 +27,19 @@
 #
 #   PIVIRT_BIN=$PWD/bin tools/bench/dhcp-load.sh        (root)
 #
-# Env (defaults): SERVERS="kea-mem dnsmasq-ro pivirtd" ROUNDS=3 PERIOD=10 SEARCH_PERIOD=3
+# Arrivals (ARRIVALS, each measured in turn): batch sends what the rate owes
+# every millisecond, in trains of up to 64; even spaces DISCOVERs 1/rate
+# apart; poisson draws exponential gaps, as independent clients arrive.
+#
+# Env (defaults): SERVERS="kea-mem dnsmasq-ro pivirtd" ARRIVALS="batch even poisson" ROUNDS=3 PERIOD=10 SEARCH_PERIOD=3
 #   CLIENTS=800 LADDER="2000 4000 6000 8000 10000 12000 16000 20000 24000 28000 32000 40000 48000"
 #   AT_RATES="16000 24000" BISECT=3 STEP=500 DROP_MAX=1 SRV_CPU=0 CLI_CPU=1 OUT=/tmp/dhcp-load.<time>
 set -u -o pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 SERVERS=${SERVERS:-"kea-mem dnsmasq-ro pivirtd"}
+ARRIVALS=${ARRIVALS:-"batch even poisson"}
+MODE=batch # the arrivals gen uses
 ROUNDS=${ROUNDS:-3}; PERIOD=${PERIOD:-10}; SEARCH_PERIOD=${SEARCH_PERIOD:-3}
 CLIENTS=${CLIENTS:-800}
 LADDER=${LADDER:-"2000 4000 6000 8000 10000 12000 16000 20000 24000 28000 32000 40000 48000"}
@@ -139,7 +145,7 @@ gen() {
 	local c0 c1 b0 b1 t0 t1 out
 	c0=$(srv_ticks); b0=$(core_busy); t0=$(date +%s%N)
 	out=$(timeout $(($2 + 30)) ip netns exec $NS_CLI taskset -c $CLI_CPU "$GEN" -giaddr $CLI_IP -server $SRV_IP \
-		-clients "$CLIENTS" -rate "$1" -duration "${2}s" 2>&1) || { echo "rate=$1 error=$(tr ' \n' '__' <<<"$out")"; return; }
+		-clients "$CLIENTS" -rate "$1" -duration "${2}s" -arrivals "$MODE" -seed "$RANDOM" 2>&1) || { echo "rate=$1 error=$(tr ' \n' '__' <<<"$out")"; return; }
 	t1=$(date +%s%N); c1=$(srv_ticks); b1=$(core_busy)
 	awk -v out="$out" -v cpu=$((c1 - c0)) -v hz="$HZ" -v wall=$(((t1 - t0) / 1000000)) -v b0="$b0" -v b1="$b1" \
 		-v s="$SRV_CPU" -v c="$CLI_CPU" 'BEGIN{
@@ -180,20 +186,23 @@ for round in $(seq "$ROUNDS"); do
 	for s in $SERVERS; do
 		start_server "$s" || continue
 		if ! wait_ready "$s"; then log "$s: not ready (see $OUT/$s/stdout)"; stop_server "$s"; continue; fi
-		record "$s" warmup "$(gen 500 4)"
-		m=$(search "$s")
-		log "$s round $round: max passing rate $m"
-		((m > 0)) && record "$s" atmax "round=$round $(gen "$m" "$PERIOD")"
-		for r in $AT_RATES; do record "$s" fixed "round=$round $(gen "$r" "$PERIOD")"; done
+		MODE=batch; record "$s" warmup "$(gen 500 4)"
+		for MODE in $ARRIVALS; do
+			m=$(search "$s")
+			log "$s round $round $MODE: max passing rate $m"
+			((m > 0)) && record "$s" atmax "round=$round $(gen "$m" "$PERIOD")"
+			for r in $AT_RATES; do record "$s" fixed "round=$round $(gen "$r" "$PERIOD")"; done
+		done
 		stop_server "$s"
 	done
 done
 
 {
 	echo "== dhcp-load: $(date -u +%FT%TZ) $(uname -r) cpus=$(nproc) server on cpu$SRV_CPU, tools/dhcpload on cpu$CLI_CPU, clients=$CLIENTS, pass = drop <= ${DROP_MAX}%"
-	printf '%-8s %-6s %-6s %7s %8s %6s %8s %8s %9s %9s %9s %9s\n' server run round rate dora/s drop% srv_cpu% gen_cpu% srv_core% gen_core% ra_p50ms ra_p99ms
-	awk -F'\t' '$2 == "atmax" || $2 == "fixed" { print $1, $2, $3 }' "$RES" | sort -s -k1,2 | while read -r s run line; do
-		printf '%-8s %-6s %-6s %7s %8s %6s %8s %8s %9s %9s %9s %9s\n' "$s" "$run" "$(kv round "$line")" "$(kv rate "$line")" \
+	printf '%-8s %-8s %-6s %-6s %7s %8s %6s %8s %8s %9s %9s %9s %9s\n' server arrivals run round rate dora/s drop% srv_cpu% gen_cpu% srv_core% gen_core% ra_p50ms ra_p99ms
+	awk -F'\t' '$2 == "atmax" || $2 == "fixed" { print $1, $2, $3 }' "$RES" | while read -r s run line; do echo "$s $(kv arrivals "$line") $run $line"; done |
+		sort -s -k1,3 | while read -r s mode run line; do
+		printf '%-8s %-8s %-6s %-6s %7s %8s %6s %8s %8s %9s %9s %9s %9s\n' "$s" "$mode" "$run" "$(kv round "$line")" "$(kv rate "$line")" \
 			"$(kv dora_s "$line")" "$(kv drop_pct "$line")" "$(kv srv_cpu_pct "$line")" "$(kv gen_cpu_pct "$line")" \
 			"$(kv srv_core_busy "$line")" "$(kv gen_core_busy "$line")" "$(kv ra_p50 "$line")" "$(kv ra_p99 "$line")"
 	done
