@@ -23,7 +23,29 @@
 #define ICMPV6_RS		133
 #define ICMPV6_RA		134
 #define ICMPV6_NS		135
+#define ICMPV6_NA		136
+#define ICMPV6_REDIRECT		137
 #define ICMPV6_MLD2_REPORT	143
+#define ND_OPT_SLLA		1
+#define ND_OPT_TLLA		2
+#define ND_MAX_OPTS		4
+#define DHCP6_CLIENT_PORT	bpf_htons(546)
+
+/* struct bootp_head: a BOOTP/DHCP message up to its client MAC. */
+struct bootp_head {
+	__u8 op;
+	__u8 htype;
+	__u8 hlen;
+	__u8 hops;
+	__be32 xid;
+	__be16 secs;
+	__be16 flags;
+	__be32 ciaddr;
+	__be32 yiaddr;
+	__be32 siaddr;
+	__be32 giaddr;
+	__u8 chaddr[6];
+};
 
 /* pv_ip4_allowed checks an IPv4 source (or ARP sender) against the
  * port's inline addresses, the lease of its MAC and its allowed prefixes
@@ -104,18 +126,27 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 		if (!udp)
 			return PV_R_MALFORMED;
 		if (port->flags & PV_PORT_DHCP_GUARD) {
-			if (udp->source == DHCP_SERVER_PORT)
+			/* Only servers and relays send from 67 or to 68. */
+			if (udp->source == DHCP_SERVER_PORT || udp->dest == DHCP_CLIENT_PORT)
 				return PV_R_DHCP_SERVER;
-			if (udp->dest == DHCP_CLIENT_PORT || udp->dest == DHCP_SERVER_PORT) {
-				__u8 *op = cur_pull(cur, 1);
+			if (udp->dest == DHCP_SERVER_PORT) {
+				struct bootp_head *b = cur_pull(cur, sizeof(*b));
 
-				/* The UDP length, not the frame, says whether a
-				 * BOOTP op is there: short frames are padded.
+				/* The UDP length, not the frame, says whether the
+				 * BOOTP head is there: short frames are padded.
 				 */
-				if (!op || bpf_ntohs(udp->len) < sizeof(*udp) + 1)
+				if (!b || bpf_ntohs(udp->len) < sizeof(*udp) + sizeof(*b))
 					return PV_R_MALFORMED;
-				if (*op == BOOTREPLY)
+				if (b->op == BOOTREPLY)
 					return PV_R_DHCP_SERVER;
+				/* A VM asks for itself only ("verify mac-address"
+				 * of DHCP snooping), and is never a relay: no
+				 * other chaddr to starve the pool or release
+				 * another's lease, no giaddr to pick another
+				 * segment's range.
+				 */
+				if (!mac_eq(b->chaddr, port->mac) || b->giaddr || b->hops)
+					return PV_R_DHCP_SPOOF;
 			}
 		}
 		/* A client without an address yet: DISCOVER/REQUEST from
@@ -192,11 +223,73 @@ static __always_inline __u32 pv_ip6_prefix_allowed(__u32 ifindex, const struct p
 	return PV_R_IP6_SRC;
 }
 
+/* pv_nd_lladdr_ok checks the link-layer address options of an ND message
+ * (the cursor at its options): every source (1) or target (2) link-layer
+ * address must be the port's MAC, or neighbours would learn another MAC
+ * for the VM's addresses. At most ND_MAX_OPTS options are read; a message
+ * with more is refused.
+ */
+static __always_inline int pv_nd_lladdr_ok(struct hdr_cursor *cur, const struct pv_port *port)
+{
+	int i;
+
+#pragma unroll
+	for (i = 0; i < ND_MAX_OPTS; i++) {
+		__u8 *o = cur->pos;
+		__u32 len;
+
+		if ((void *)(o + 2) > cur->end)
+			return 1; /* no more options */
+		len = o[1] * 8;
+		if (len == 0)
+			return 0; /* RFC 4861 4.6: a zero length is invalid */
+		if (o[0] == ND_OPT_SLLA || o[0] == ND_OPT_TLLA) {
+			if ((void *)(o + 8) > cur->end || !mac_eq(o + 2, port->mac))
+				return 0;
+		}
+		if (!cur_pull(cur, len))
+			return 0;
+	}
+	return (void *)cur->pos >= cur->end;
+}
+
+/* pv_guard_nd checks neighbour discovery from the VM, as the ARP guard
+ * checks ARP (RFC 6105, and the ND inspection of switches): a Neighbor
+ * Advertisement only for an address the port may use, link-layer
+ * options only with its MAC, no Redirect (a guest is not a router).
+ */
+static __always_inline __u32 pv_guard_nd(struct hdr_cursor *cur, __u32 ifindex,
+					  const struct pv_port *port, int icmp_type)
+{
+	struct in6_addr *target;
+
+	if (icmp_type == ICMPV6_REDIRECT && (port->flags & PV_PORT_RA_GUARD))
+		return PV_R_ND_SPOOF;
+	if (icmp_type != ICMPV6_NS && icmp_type != ICMPV6_NA && icmp_type != ICMPV6_RS)
+		return PV_R_PASS;
+	/* type was pulled: code, checksum, then 4 bytes before the target
+	 * (an RS has no target).
+	 */
+	if (!cur_pull(cur, 7))
+		return PV_R_MALFORMED;
+	if (icmp_type != ICMPV6_RS) {
+		target = cur_pull(cur, sizeof(*target));
+		if (!target)
+			return PV_R_MALFORMED;
+		if (icmp_type == ICMPV6_NA && !(port->flags & PV_PORT_ANY6) &&
+		    !ipv6_is_eui64_ll(target, port->mac) &&
+		    pv_ip6_prefix_allowed(ifindex, port, target) != PV_R_PASS)
+			return PV_R_ND_SPOOF;
+	}
+	return pv_nd_lladdr_ok(cur, port) ? PV_R_PASS : PV_R_ND_SPOOF;
+}
+
 static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex,
 					    const struct pv_port *port)
 {
 	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
 	int l4, icmp_type = -1;
+	__u32 r;
 
 	if (!ip6 || ip6->version != 6)
 		return PV_R_MALFORMED;
@@ -211,13 +304,26 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 		icmp_type = *t;
 		if (icmp_type == ICMPV6_RA && (port->flags & PV_PORT_RA_GUARD))
 			return PV_R_RA;
+		r = pv_guard_nd(cur, ifindex, port, icmp_type);
+		if (r != PV_R_PASS)
+			return r;
 	} else if (l4 == IPPROTO_UDP && (port->flags & PV_PORT_DHCP_GUARD)) {
 		struct udphdr *udp = cur_pull(cur, sizeof(*udp));
 
 		if (!udp)
 			return PV_R_MALFORMED;
-		if (udp->source == DHCP6_SERVER_PORT)
+		/* Only servers and relays send from 547 or to 546, whatever
+		 * the message; and a server's message type is refused on the
+		 * server port too (a rogue answering from another port).
+		 */
+		if (udp->source == DHCP6_SERVER_PORT || udp->dest == DHCP6_CLIENT_PORT)
 			return PV_R_DHCP_SERVER;
+		if (udp->dest == DHCP6_SERVER_PORT) {
+			__u8 *mt = cur_pull(cur, 1);
+
+			if (mt && (*mt == 2 || *mt == 7 || *mt == 10 || *mt == 13))
+				return PV_R_DHCP_SERVER; /* Advertise, Reply, Reconfigure, Relay-Reply */
+		}
 	}
 
 	if (ipv6_is_unspec(&ip6->saddr)) {

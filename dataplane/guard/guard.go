@@ -226,6 +226,8 @@ const (
 	ReasonRA           Reason = typesPvReasonPV_R_RA
 	ReasonACLEgress    Reason = typesPvReasonPV_R_ACL_EGRESS
 	ReasonACLIngress   Reason = typesPvReasonPV_R_ACL_INGRESS
+	ReasonNDSpoof      Reason = typesPvReasonPV_R_ND_SPOOF
+	ReasonDHCPSpoof    Reason = typesPvReasonPV_R_DHCP_SPOOF
 	ReasonMax          Reason = typesPvReasonPV_R_MAX
 )
 
@@ -250,6 +252,8 @@ var reasonNames = map[Reason]string{
 	ReasonRA:           "router-advertisement",
 	ReasonACLEgress:    "acl-egress",
 	ReasonACLIngress:   "acl-ingress",
+	ReasonNDSpoof:      "nd-spoof",
+	ReasonDHCPSpoof:    "dhcp-spoof",
 }
 
 // String is the reason's stable kebab-case name, as in counters and

@@ -188,7 +188,13 @@ func icmp6(t testing.TB, sip netip.Addr, typ uint8, ext ...gopacket.Serializable
 	must(t, ic.SetNetworkLayerForChecksum(ip))
 	ls := []gopacket.SerializableLayer{eth(vmMAC, layers.EthernetTypeIPv6), ip}
 	ls = append(ls, ext...)
-	ls = append(ls, ic, gopacket.Payload(make([]byte, 16)))
+	// 4 bytes (reserved, or an NA's flags), then an NS or NA's target:
+	// the sender's own address (a DAD probe's tentative link-local).
+	target := sip
+	if target.IsUnspecified() {
+		target = llIP6
+	}
+	ls = append(ls, ic, gopacket.Payload(append(make([]byte, 4), target.AsSlice()...)))
 	return serialize(t, ls...)
 }
 
@@ -227,7 +233,7 @@ func guardCases() []guardCase {
 	bound := func(ip netip.Addr) func(t testing.TB, m maps) {
 		return func(t testing.TB, m maps) { setLease(t, m, ip, now.Add(time.Hour)) }
 	}
-	return []guardCase{
+	return append([]guardCase{
 		// Pinned sources.
 		{name: "good ipv4 from pinned address passes", frame: func(t testing.TB) []byte {
 			return udp4(t, vmMAC, vmIP, otherIP, 1000, 53, []byte("q"))
@@ -429,7 +435,7 @@ func guardCases() []guardCase {
 		{name: "truncated IPv6 extension header dropped", frame: func(t testing.TB) []byte {
 			return icmp6(t, llIP6, layers.ICMPv6TypeRouterAdvertisement, hopByHop())[:14+40+4]
 		}, want: drop, reason: guard.ReasonMalformed},
-	}
+	}, spoofCases()...)
 }
 
 // TestPrivilegedGuard runs every rule through both programs with

@@ -225,6 +225,8 @@ const (
 	typesPvReasonPV_R_RA            typesPvReason = 19
 	typesPvReasonPV_R_ACL_EGRESS    typesPvReason = 20
 	typesPvReasonPV_R_ACL_INGRESS   typesPvReason = 21
+	typesPvReasonPV_R_ND_SPOOF      typesPvReason = 22
+	typesPvReasonPV_R_DHCP_SPOOF    typesPvReason = 23
 	typesPvReasonPV_R_MAX           typesPvReason = 24
 )
 

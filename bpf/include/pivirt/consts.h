@@ -120,6 +120,10 @@ enum pv_reason {
 	PV_R_RA            = 19, /* ICMPv6 router advertisement */
 	PV_R_ACL_EGRESS    = 20, /* from the VM, denied by spec.acl.egress */
 	PV_R_ACL_INGRESS   = 21, /* toward the VM, denied by spec.acl.ingress */
+	PV_R_ND_SPOOF      = 22, /* NA for an address not the port's, an ND
+				  * link-layer option not its MAC, a Redirect */
+	PV_R_DHCP_SPOOF    = 23, /* DHCP client message for another chaddr, or
+				  * posing as a relay (giaddr, hops) */
 	PV_R_MAX           = 24, /* room for new reasons without a _v2 */
 };
 

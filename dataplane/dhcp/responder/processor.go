@@ -3,6 +3,8 @@
 package responder
 
 import (
+	"log/slog"
+	"net"
 	"net/netip"
 	"time"
 
@@ -39,6 +41,8 @@ type Processor struct {
 	macLim  *limiter[[6]byte]
 	portLim *limiter[portKey]
 	relays  []netip.Prefix
+	log     *slog.Logger
+	spoofs  map[[6]byte]time.Time // last logged spoofed RELEASE/DECLINE per source MAC
 	bufs    [][]byte
 	in      wire.Inbound
 	req     dhcpv4.DHCPv4 // decoded in place, aliases the frame
@@ -57,6 +61,7 @@ type ProcessorConfig struct {
 	PerMAC   Limit          // per client hardware address (chaddr)
 	PerPort  Limit          // per Ethernet source of direct (not relayed) requests
 	Relays   []netip.Prefix // IP sources trusted to relay (giaddr set); others are dropped
+	Log      *slog.Logger   // spoofed RELEASE/DECLINE, once per source MAC and minute; nil: not logged
 	Counters *Counters
 }
 
@@ -70,6 +75,7 @@ func NewProcessor(cfg ProcessorConfig) *Processor {
 	}
 	p := &Processor{
 		srv: cfg.Server, seg: cfg.Segment, mac: cfg.MAC, c: cfg.Counters, relays: cfg.Relays,
+		log: cfg.Log, spoofs: map[[6]byte]time.Time{},
 		macLim: newLimiter[[6]byte](cfg.PerMAC, 1<<16), portLim: newLimiter[portKey](cfg.PerPort, 1<<14),
 		bufs: make([][]byte, cfg.Batch), Out: make([]Outbound, 0, cfg.Batch),
 	}
@@ -92,6 +98,20 @@ func (p *Processor) Process(now time.Time, frames [][]byte) {
 		}
 		p.one(now, f, p.bufs[i])
 	}
+}
+
+// logSpoof logs a RELEASE or DECLINE of another client's lease, at most
+// once a minute per source MAC (the counter has every one).
+func (p *Processor) logSpoof(now time.Time, src [6]byte, m *dhcpv4.DHCPv4) {
+	if p.log == nil || now.Sub(p.spoofs[src]) < time.Minute {
+		return
+	}
+	if len(p.spoofs) >= 1024 {
+		clear(p.spoofs) // bounded memory against MAC floods
+	}
+	p.spoofs[src] = now
+	p.log.Warn("refused a RELEASE or DECLINE of another client's lease", "src_mac", net.HardwareAddr(src[:]).String(),
+		"chaddr", m.ClientHWAddr.String(), "ciaddr", m.ClientIPAddr.String(), "type", m.MessageType().String())
 }
 
 // trustedRelay reports whether src may relay requests.
@@ -141,10 +161,13 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 	}
 	p.c.ReceivedType[in.Type].Add(1)
 	var rep server.Reply
-	rep, p.Changes = p.srv.Handle(now, server.Request{Segment: p.seg, SrcMAC: in.SrcMAC[:], Broadcast: in.Broadcast,
+	rep, p.Changes = p.srv.Handle(now, server.Request{Segment: p.seg, SrcMAC: in.SrcMAC[:], SrcIP: in.SrcIP, Broadcast: in.Broadcast,
 		Msg: msg, Reply: &p.rep, Changes: p.Changes})
 	if rep.Msg == nil {
 		p.c.Ignored[rep.Ignored].Add(1)
+		if rep.Ignored == server.IgnoreSpoofed {
+			p.logSpoof(now, in.SrcMAC, msg)
+		}
 		return
 	}
 	src := wire.Source{MAC: p.mac}

@@ -139,7 +139,7 @@ func New(cfg Config) (*Responder, error) {
 	r := &Responder{cfg: cfg, conn: conn, out: make([][]byte, 0, cfg.Batch),
 		cur: new(group), spare: new(group), kick: make(chan struct{}, 1)}
 	r.proc = NewProcessor(ProcessorConfig{Server: cfg.Server, Segment: cfg.Segment, MAC: [6]byte(ifi.HardwareAddr),
-		Batch: cfg.Batch, PerMAC: cfg.PerMAC, PerPort: cfg.PerPort, Relays: cfg.Relays, Counters: &r.c})
+		Batch: cfg.Batch, PerMAC: cfg.PerMAC, PerPort: cfg.PerPort, Relays: cfg.Relays, Log: cfg.Log, Counters: &r.c})
 	return r, nil
 }
 

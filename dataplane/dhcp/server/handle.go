@@ -219,6 +219,9 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 	if l == nil || l.id != string(h.id) {
 		return Reply{Ignored: IgnoreNotOurs}, h.in.Changes
 	}
+	if !h.fromLeaseOwner(l, netip.Addr{}) {
+		return Reply{Ignored: IgnoreSpoofed}, h.in.Changes
+	}
 	if h.st.held[string(l.MAC)] {
 		return Reply{Ignored: IgnoreHeld}, h.in.Changes // the interlock keeps the address bound
 	}
@@ -239,12 +242,34 @@ func (h *handler) release() (Reply, []LeaseChange) {
 	if l == nil || l.id != string(h.id) || l.offered {
 		return Reply{Ignored: IgnoreNotOurs}, h.in.Changes
 	}
+	if !h.fromLeaseOwner(l, l.IP) {
+		return Reply{Ignored: IgnoreSpoofed}, h.in.Changes
+	}
 	if h.st.held[string(l.MAC)] {
 		l.released = true // released when the interlock lets go
 		return Reply{Ignored: IgnoreHeld}, h.in.Changes
 	}
 	h.st.drop(l)
 	return Reply{}, h.change(LeaseChange{Kind: Released, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC)})
+}
+
+// fromLeaseOwner reports whether a RELEASE or DECLINE of l comes from the
+// client that holds it: chaddr is the lease's MAC and, sent directly (not
+// through a relay), so is the Ethernet source, and a RELEASE comes from the
+// leased address (src, when valid). Client-id and ciaddr are the client's
+// to write, so another guest could copy them: one that frees a victim's
+// lease can then take its address.
+func (h *handler) fromLeaseOwner(l *lease, src netip.Addr) bool {
+	if !bytes.Equal(l.MAC, h.mac()) {
+		return false
+	}
+	if gi := addr4(h.m.GatewayIPAddr); gi.IsValid() && !gi.IsUnspecified() {
+		return true // relayed: the relay is the frame's source
+	}
+	if len(h.in.SrcMAC) > 0 && !bytes.Equal(h.in.SrcMAC, h.mac()) {
+		return false
+	}
+	return !src.IsValid() || !h.in.SrcIP.IsValid() || h.in.SrcIP == src
 }
 
 func (h *handler) inform() (Reply, []LeaseChange) {

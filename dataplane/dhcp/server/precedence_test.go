@@ -153,3 +153,51 @@ func TestInterlockLiftedExpiresLater(t *testing.T) {
 		t.Fatalf("after the interlock: %v, want the expiry", ch)
 	}
 }
+
+// TestReleaseAndDeclineOnlyFromTheOwner: a RELEASE or DECLINE of a lease
+// acts only when it comes from the lease's own client: chaddr and (sent
+// directly) the Ethernet source are the lease's MAC, and a RELEASE comes
+// from the leased address; copies of the victim's client-id, chaddr and
+// ciaddr from another port are ignored as spoofed, and the lease stays.
+func TestReleaseAndDeclineOnlyFromTheOwner(t *testing.T) {
+	cid := opt(dhcpv4.OptionClientIdentifier, append([]byte{1}, macA...))
+	release := func(t *testing.T) *dhcpv4.DHCPv4 {
+		return msg(t, dhcpv4.MessageTypeRelease, macA, ciaddr("192.168.100.10"), srvID(sid1), cid)
+	}
+	decline := func(t *testing.T) *dhcpv4.DHCPv4 {
+		return msg(t, dhcpv4.MessageTypeDecline, macA, reqIP("192.168.100.10"), srvID(sid1), cid)
+	}
+	cases := []struct {
+		name   string
+		msg    func(t *testing.T) *dhcpv4.DHCPv4
+		srcMAC net.HardwareAddr
+		srcIP  string
+		want   Ignore
+	}{
+		{"RELEASE from the owner", release, macA, "192.168.100.10", IgnoreNone},
+		{"RELEASE with the victim's fields from another port", release, macB, "192.168.100.10", IgnoreSpoofed},
+		{"RELEASE from the owner's MAC but another address", release, macA, "192.168.100.11", IgnoreSpoofed},
+		{"DECLINE from the owner", decline, macA, "0.0.0.0", IgnoreNone},
+		{"DECLINE with the victim's fields from another port", decline, macB, "0.0.0.0", IgnoreSpoofed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t)
+			s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, cid)})
+			if r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(sid1), reqIP("192.168.100.10"), cid)}); replyType(r) != dhcpv4.MessageTypeAck {
+				t.Fatalf("setup: %+v", r)
+			}
+			r, ch := s.Handle(t0, Request{Segment: 1, SrcMAC: tc.srcMAC, SrcIP: ip(tc.srcIP), Msg: tc.msg(t)})
+			if r.Ignored != tc.want {
+				t.Fatalf("ignored %v, want %v", r.Ignored, tc.want)
+			}
+			held := len(s.Leases(1)) == 1
+			if tc.want == IgnoreSpoofed && (!held || len(ch) != 0) {
+				t.Errorf("a spoofed message freed the lease: leases %v, changes %v", s.Leases(1), ch)
+			}
+			if tc.want == IgnoreNone && (held || len(ch) != 1) {
+				t.Errorf("the owner's message did not free the lease: leases %v, changes %v", s.Leases(1), ch)
+			}
+		})
+	}
+}

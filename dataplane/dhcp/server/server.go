@@ -29,6 +29,7 @@ var (
 type Request struct {
 	Segment   uint32           // segment of the bridge it arrived on (giaddr may select another)
 	SrcMAC    net.HardwareAddr // Ethernet source (the client, or the relay)
+	SrcIP     netip.Addr       // IPv4 source (0.0.0.0 before the client has one)
 	Broadcast bool             // IPv4 destination was 255.255.255.255 (tells REBINDING from RENEWING)
 	// Msg is the request. Handle copies what it keeps, so Msg may alias
 	// a receive buffer that is reused after Handle returns.
@@ -73,11 +74,12 @@ const (
 	IgnoreBadRequest         // REQUEST without server id, option 50 or ciaddr
 	IgnoreNotOurs            // RELEASE/DECLINE of an address the client does not hold
 	IgnoreHeld               // RELEASE/DECLINE of a lease the provisioning interlock holds
+	IgnoreSpoofed            // RELEASE/DECLINE not from the lease's own MAC (and, for RELEASE, address)
 	NumIgnore
 )
 
 func (r Ignore) String() string {
-	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours", "held"}[r]
+	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours", "held", "spoofed"}[r]
 }
 
 // Reply is the outcome of Handle. Msg is nil when nothing is sent.
