@@ -32,6 +32,7 @@ const aclManifests = `apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: acl-net}
 spec:
+  networkRef: net-acl-net
   bridge: br-acl
   hostIP: 192.168.60.1/24
   dhcp: {delegatedRangeStart: 192.168.60.100, delegatedRangeEnd: 192.168.60.199}

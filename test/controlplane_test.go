@@ -267,6 +267,7 @@ func manyLeases(t testing.TB, n int) string {
 kind: NetworkSegment
 metadata: {name: big-net}
 spec:
+  networkRef: net-big-net
   bridge: br-big
   hostIP: 10.20.0.1/16
   dhcp: {delegatedRangeStart: 10.20.0.10, delegatedRangeEnd: 10.20.255.250}

@@ -33,6 +33,7 @@ const dhcpManifests = `apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: dh-a}
 spec:
+  networkRef: net-dh-a
   bridge: br-dha
   hostIP: 10.61.0.1/24
   dhcp: {delegatedRangeStart: 10.61.0.100, delegatedRangeEnd: 10.61.0.150, defaultLeaseTime: 600, dnsServers: [10.61.0.1], domainName: a.test}
@@ -41,6 +42,7 @@ apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: dh-b}
 spec:
+  networkRef: net-dh-b
   bridge: br-dhb
   hostIP: 10.62.0.1/24
   dhcp: {delegatedRangeStart: 10.62.0.100, delegatedRangeEnd: 10.62.0.150}

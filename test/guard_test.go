@@ -36,6 +36,7 @@ const guardManifests = `apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: e2e-net}
 spec:
+  networkRef: net-e2e-net
   bridge: br-e2e
   hostIP: 192.168.50.1/24
   dhcp: {delegatedRangeStart: 192.168.50.100, delegatedRangeEnd: 192.168.50.199}

@@ -29,6 +29,7 @@ const qemuManifests = `apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: q-net}
 spec:
+  networkRef: net-q-net
   bridge: br-q
   hostIP: 192.168.80.1/24
   dhcp: {delegatedRangeStart: 192.168.80.100, delegatedRangeEnd: 192.168.80.199}

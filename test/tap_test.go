@@ -33,6 +33,7 @@ const tapManifests = `apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: tap-net}
 spec:
+  networkRef: net-tap-net
   bridge: br-tap
   hostIP: 192.168.70.1/24
   dhcp: {delegatedRangeStart: 192.168.70.100, delegatedRangeEnd: 192.168.70.199}

@@ -35,14 +35,18 @@ func m(t *testing.T, doc string) *pivirtv1.Object {
 }
 
 func segment(name, bridge, host, start, end string, extra ...string) string {
+	ref := ""
+	if !strings.Contains(strings.Join(extra, "\n"), "networkRef") {
+		ref = "  networkRef: " + name + "-net\n" // required (seed 003)
+	}
 	return fmt.Sprintf(`apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: %s}
 spec:
-  bridge: %s
+%s  bridge: %s
   hostIP: %s
   dhcp: {delegatedRangeStart: %s, delegatedRangeEnd: %s}
-%s`, name, bridge, host, start, end, strings.Join(extra, "\n"))
+%s`, name, ref, bridge, host, start, end, strings.Join(extra, "\n"))
 }
 
 func lease(name, network, mac, ip string, extra ...string) string {
@@ -291,7 +295,7 @@ func TestCrossObject(t *testing.T) {
 		{"lease outside two ranges", []string{vmNet, segment("vm-net-hi", "br-vm", "192.168.100.1/24", "192.168.100.200", "192.168.100.220")},
 			lease("web", "br-vm", "52:54:00:12:34:56", "192.168.100.250"),
 			[]string{"spec.ipAddress: 192.168.100.250 is outside the delegated range 192.168.100.100-192.168.100.199 of segment vm-net and the delegated range 192.168.100.200-192.168.100.220 of segment vm-net-hi"}},
-		{"lease on a segment without a range", []string{"apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata: {name: plain}\nspec: {bridge: br-plain, hostIP: 10.0.0.1/24}\n"},
+		{"lease on a segment without a range", []string{"apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata: {name: plain}\nspec: {networkRef: plain-net, bridge: br-plain, hostIP: 10.0.0.1/24, dhcp: {enabled: false}}\n"},
 			lease("web", "br-plain", "52:54:00:12:34:56", "10.0.0.5"),
 			[]string{"spec.ipAddress: 10.0.0.5 is outside segment plain, which has no delegated range"}},
 		{"lease without a segment is stored", nil, lease("web", "br-vm", "52:54:00:12:34:56", "192.168.100.50"), nil},

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store"
@@ -92,6 +93,11 @@ func (b *Batch) apply(obj *pivirtv1.Object, in pivirtv1.Object, kind pivirtv1.Ki
 	labels, err := b.admitLabels(what, in.Metadata.Labels, old)
 	if err != nil {
 		return nil, "", err
+	}
+	if l, ok := spec.(*pivirtv1.DHCPLeaseSpec); ok && l.Type == pivirtv1.LeaseDynamic && l.ExpiresAt == nil {
+		if in.Spec, err = b.defaultExpiry(l, old); err != nil {
+			return nil, "", fmt.Errorf("applying %s: %w", what, err)
+		}
 	}
 
 	next := &pivirtv1.Object{
@@ -290,4 +296,30 @@ func jsonEqual(a, b []byte) bool {
 		return bytes.Equal(a, b)
 	}
 	return bytes.Equal(x.Bytes(), y.Bytes())
+}
+
+// defaultExpiry gives a dynamic lease applied without expiresAt one (seed
+// 000): the stored lease's, when it is re-applied, else defaultLeaseTime
+// of its segment (86400 s without one) from now. It returns the spec
+// encoded again.
+func (b *Batch) defaultExpiry(l *pivirtv1.DHCPLeaseSpec, old *entry) (json.RawMessage, error) {
+	var prev *pivirtv1.DHCPLeaseSpec
+	if old != nil {
+		prev = leaseSpec(old)
+	}
+	if prev != nil && prev.ExpiresAt != nil {
+		l.ExpiresAt = prev.ExpiresAt
+	} else {
+		secs := int64(pivirtv1.DefaultLeaseTime)
+		segs, err := b.segmentsFor(l.Network, "", nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(segs) > 0 {
+			secs = segs[0].spec.DHCP.LeaseTime()
+		}
+		exp := b.opts.now().Add(time.Duration(secs) * time.Second).Truncate(time.Second)
+		l.ExpiresAt = &exp
+	}
+	return json.Marshal(l)
 }

@@ -12,7 +12,7 @@ import (
 const bigSegment = `apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: big}
-spec: {bridge: br-big, hostIP: 10.0.0.1/16, dhcp: {delegatedRangeStart: 10.0.1.0, delegatedRangeEnd: 10.0.255.254}}
+spec: {networkRef: net-big, bridge: br-big, hostIP: 10.0.0.1/16, dhcp: {delegatedRangeStart: 10.0.1.0, delegatedRangeEnd: 10.0.255.254}}
 `
 
 // leases returns n distinct static leases inside bigSegment's range.

@@ -3,9 +3,12 @@
 package admission
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store"
@@ -150,6 +153,47 @@ func TestInterlockHoldsTheSegment(t *testing.T) {
 				t.Fatalf("refused: %v", err)
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestDynamicLeaseDefaultExpiry: a dynamic lease applied without
+// expiresAt (seed 000: optional) expires its segment's defaultLeaseTime
+// after it was applied (86400 s without a segment); re-applying the same
+// manifest keeps that expiry rather than extending it.
+func TestDynamicLeaseDefaultExpiry(t *testing.T) {
+	seg600 := segment("vm-net", "br-vm", "192.168.100.1/24", "192.168.100.100", "192.168.100.199")
+	seg600 = strings.Replace(seg600, "dhcp: {", "dhcp: {defaultLeaseTime: 600, ", 1)
+	dyn := "apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: d}\nspec: {network: %s, macAddress: \"52:54:00:00:00:01\", ipAddress: 192.168.100.150, type: dynamic}\n"
+	for _, tc := range []struct {
+		name    string
+		stored  []string
+		network string
+		want    time.Duration
+	}{
+		{"segment's defaultLeaseTime", []string{seg600}, "br-vm", 600 * time.Second},
+		{"no segment: 86400 s", nil, "br-none", 86400 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx := newFakeTx()
+			mustApply(t, tx, opts(), tc.stored...)
+			doc := fmt.Sprintf(dyn, tc.network)
+			stored, _, err := Apply(tx, m(t, doc), opts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var spec pivirtv1.DHCPLeaseSpec
+			if err := json.Unmarshal(stored.Spec, &spec); err != nil {
+				t.Fatal(err)
+			}
+			if spec.ExpiresAt == nil || !spec.ExpiresAt.Equal(now.Add(tc.want).Truncate(time.Second)) {
+				t.Fatalf("expiresAt %v, want %v", spec.ExpiresAt, now.Add(tc.want))
+			}
+			later := opts()
+			later.Now = now.Add(time.Hour)
+			if _, action, err := Apply(tx, m(t, doc), later); err != nil || action != ActionUnchanged {
+				t.Errorf("re-apply an hour later: %s, %v; want unchanged", action, err)
 			}
 		})
 	}

@@ -133,6 +133,7 @@ spec:
   dhcp:
     dnsServers: null
   hostIP: 192.168.100.1/24
+  networkRef: net-lan
 `},
 		{name: "apply parse error names file and document", files: map[string]string{"m.yaml": leaseDoc + "---\nkind: DHCPLease\nmetadata: {name: [\n"},
 			args:     []string{"apply", "-f", "$DIR/m.yaml"},
@@ -253,6 +254,7 @@ Spec:
   dhcp:
     dnsServers: null
   hostIP: 192.168.100.1/24
+  networkRef: net-lan
 Status:
   Phase:                 <none>
   Observed Generation:   <none>

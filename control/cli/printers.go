@@ -344,8 +344,8 @@ var segmentColumns = []column{
 	colPhase,
 	colAge,
 	{name: "LEASE-TIME", wide: true, value: func(r row) string {
-		if t := segmentSpec(r).DHCP.DefaultLeaseTime; t > 0 {
-			return strconv.FormatInt(t, 10) + "s"
+		if t := segmentSpec(r).DHCP.DefaultLeaseTime; t != nil && *t > 0 {
+			return strconv.FormatInt(*t, 10) + "s"
 		}
 		return none
 	}},

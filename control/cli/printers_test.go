@@ -41,12 +41,13 @@ metadata: {name: lan, labels: {site: lab}}
 spec:
   bridge: br0
   hostIP: 192.168.100.1/24
+  networkRef: net-lan
   dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.200, defaultLeaseTime: 86400, dnsServers: [1.1.1.1, 9.9.9.9]}
 status: {phase: Ready, observedGeneration: 1}
 `
 	segNoDHCPYAML = `kind: NetworkSegment
 metadata: {name: dark}
-spec: {bridge: br9, hostIP: 10.9.0.1/24, dhcp: {enabled: false, dnsServers: []}}
+spec: {networkRef: net-dark, bridge: br9, hostIP: 10.9.0.1/24, dhcp: {enabled: false, dnsServers: []}}
 `
 	leaseYAML = `kind: DHCPLease
 metadata: {name: web-01}
@@ -240,6 +241,7 @@ spec:
     dnsServers: []
     enabled: false
   hostIP: 10.9.0.1/24
+  networkRef: net-dark
 `},
 		{OutputJSON, `{
     "kind": "NetworkSegment",
@@ -253,7 +255,8 @@ spec:
             "dnsServers": [],
             "enabled": false
         },
-        "hostIP": "10.9.0.1/24"
+        "hostIP": "10.9.0.1/24",
+        "networkRef": "net-dark"
     }
 }
 `},

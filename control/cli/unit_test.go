@@ -137,6 +137,7 @@ kind: NetworkSegment
 metadata:
   name: lan
 spec:
+  networkRef: net-lan
   bridge: br0
   hostIP: 192.168.100.1/24
 `
@@ -173,7 +174,7 @@ func TestParseManifests(t *testing.T) {
 		{"json array", `[{"kind":"DHCPLease","metadata":{"name":"a"}}]`, []string{"DHCPLease/a@1"}, ""},
 		{"empty file", "\n# nothing\n", nil, ""},
 		{"bad yaml in second doc", segmentDoc + "---\nkind: DHCPLease\nmetadata:\n  name: [x\n", nil,
-			"parsing in.yaml: document 2 (line 9): "},
+			"parsing in.yaml: document 2 (line 10): "},
 		{"no kind", "metadata: {name: a}\n", nil, "parsing in.yaml: document 1: kind not set"},
 		{"no name", segmentDoc + "---\nkind: DHCPLease\nspec: {}\n", nil, "parsing in.yaml: document 2: DHCPLease without metadata.name"},
 		{"scalar document", "just a string\n", nil, "parsing in.yaml: document 1: want an object"},

@@ -158,7 +158,7 @@ func decodeSegment(o *pivirtv1.Object, h Host) (*segment, error) {
 		return nil, fmt.Errorf("parsing hostIP %q: %v", spec.HostIP, err)
 	}
 	s := &segment{name: o.Metadata.Name, id: SegmentID(o.Metadata.Name), spec: spec, host: host,
-		leaseTm: time.Duration(spec.DHCP.DefaultLeaseTime) * time.Second}
+		leaseTm: time.Duration(spec.DHCP.LeaseTime()) * time.Second}
 	first, err1 := netip.ParseAddr(spec.DHCP.DelegatedRangeStart)
 	last, err2 := netip.ParseAddr(spec.DHCP.DelegatedRangeEnd)
 	if err1 == nil && err2 == nil {

@@ -95,7 +95,7 @@ func TestJournalSurvivesACrashBeforeTheStore(t *testing.T) {
 	seg, err := pivirtv1.DecodeObject([]byte(`apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: vm-net}
-spec: {bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}
+spec: {networkRef: net-vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}
 `))
 	if err != nil {
 		t.Fatal(err)

@@ -467,7 +467,7 @@ func (m *Manager) segmentsByID() map[uint32]segInfo {
 func (m *Manager) publishInfos() {
 	out := map[uint32]segInfo{}
 	for _, r := range m.running {
-		out[r.id] = segInfo{seg: r.seg, bridge: r.seg.Spec.Bridge, leaseTime: time.Duration(r.seg.Spec.DHCP.DefaultLeaseTime) * time.Second, held: r.held}
+		out[r.id] = segInfo{seg: r.seg, bridge: r.seg.Spec.Bridge, leaseTime: time.Duration(r.seg.Spec.DHCP.LeaseTime()) * time.Second, held: r.held}
 	}
 	m.infos.Store(&out)
 }
@@ -483,8 +483,10 @@ func LeaseName(mac net.HardwareAddr) string {
 // leaseObject is the DHCPLease of a dynamic lease, with its typed spec.
 func leaseObject(name, bridge string, l server.Lease) (*pivirtv1.Object, *pivirtv1.DHCPLeaseSpec) {
 	exp := l.Expires.UTC().Truncate(time.Second)
+	// Option 12 and 81 are client data: stored as a host name if they make one.
+	host, _ := pivirtv1.SanitizeHostname(l.Hostname)
 	spec := &pivirtv1.DHCPLeaseSpec{Network: bridge, MACAddress: l.MAC.String(), IPAddress: l.IP.String(),
-		Hostname: l.Hostname, Type: pivirtv1.LeaseDynamic, ExpiresAt: &exp}
+		Hostname: host, Type: pivirtv1.LeaseDynamic, ExpiresAt: &exp}
 	if len(l.ClientID) > 0 {
 		spec.ClientID = hex.EncodeToString(l.ClientID)
 	}
@@ -499,7 +501,7 @@ func serverSegment(seg segment.Segment) (server.Segment, error) {
 	cfg := server.Segment{
 		Name: seg.Name, ID: compile.SegmentID(seg.Name), Bridge: seg.Spec.Bridge, HostIP: seg.HostIP,
 		RangeStart: seg.RangeStart, RangeEnd: seg.RangeEnd,
-		LeaseTime:        time.Duration(d.DefaultLeaseTime) * time.Second,
+		LeaseTime:        time.Duration(d.LeaseTime()) * time.Second,
 		DeclineProbation: time.Duration(d.DeclineProbation) * time.Second,
 		Domain:           d.DomainName, Search: d.DomainSearch, MTU: uint16(d.MTU),
 	}

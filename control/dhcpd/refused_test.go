@@ -62,10 +62,13 @@ func TestJournalRefusalsNeverJam(t *testing.T) {
 			name: "host names a client sent in option 12",
 			changes: []server.LeaseChange{
 				withHost(change(server.Bound, "52:54:00:00:00:05", "192.168.100.130", exp), "web-01 (prod)!"),
-				change(server.Bound, "52:54:00:00:00:06", "192.168.100.131", exp),
+				withHost(change(server.Bound, "52:54:00:00:00:06", "192.168.100.131", exp), "web-01.example.com"),
+				withHost(change(server.Bound, "52:54:00:00:00:0a", "192.168.100.132", exp), "!!!"),
 			},
-			stored: map[string]string{"lease-52-54-00-00-00-05": "192.168.100.130", "lease-52-54-00-00-00-06": "192.168.100.131"},
-			hosts:  map[string]string{"lease-52-54-00-00-00-05": "", "lease-52-54-00-00-00-06": "vm"},
+			stored: map[string]string{"lease-52-54-00-00-00-05": "192.168.100.130", "lease-52-54-00-00-00-06": "192.168.100.131",
+				"lease-52-54-00-00-00-0a": "192.168.100.132"},
+			hosts: map[string]string{"lease-52-54-00-00-00-05": "web-01--prod", "lease-52-54-00-00-00-06": "web-01.example.com",
+				"lease-52-54-00-00-00-0a": ""},
 		},
 		{
 			name: "release of a lease the provisioning interlock holds",

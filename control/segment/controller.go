@@ -84,8 +84,18 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			errs = append(errs, err)
 			continue
 		}
-		desired[seg.Name] = true
 		st := Status{Status: pivirtv1.Status{ObservedGeneration: o.Metadata.Generation}, Bridge: seg.Spec.Bridge}
+		if seg.Spec.Overlay != "" {
+			// Seed 003: the bridge would be the overlay's. Until this
+			// node realizes OverlayNetworks, say so and touch nothing.
+			st.Phase = pivirtv1.PhasePending
+			st.Message = fmt.Sprintf("overlay %q: this pivirtd does not realize OverlayNetworks yet, so the segment's bridge, address and DHCP wait for it", seg.Spec.Overlay)
+			if err := reconcile.SetStatus(ctx, c.Store, c.Index, o, st); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		desired[seg.Name] = true
 		old, had := c.realized[seg.Name]
 		var oldIP netip.Prefix
 		if had {

@@ -167,7 +167,7 @@ func unixClient(sock string) *http.Client {
 
 func manyLeases(n int) []byte {
 	var b bytes.Buffer
-	b.WriteString("apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata: {name: big-net}\nspec:\n  bridge: br-big\n  hostIP: 10.20.0.1/16\n  dhcp: {delegatedRangeStart: 10.20.0.10, delegatedRangeEnd: 10.20.255.250}\n")
+	b.WriteString("apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata: {name: big-net}\nspec:\n  networkRef: big-net\n  bridge: br-big\n  hostIP: 10.20.0.1/16\n  dhcp: {delegatedRangeStart: 10.20.0.10, delegatedRangeEnd: 10.20.255.250}\n")
 	for i := 0; i < n; i++ {
 		ip := 10*256 + i
 		fmt.Fprintf(&b, "---\napiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: vm-%05d}\nspec: {network: br-big, macAddress: \"52:54:01:%02x:%02x:%02x\", ipAddress: 10.20.%d.%d}\n",

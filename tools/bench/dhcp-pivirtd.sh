@@ -31,6 +31,7 @@ apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: bench}
 spec:
+  networkRef: net-bench
   bridge: $DHCP_IFACE
   hostIP: $DHCP_SERVER_IP/$DHCP_PREFIX
   dhcp:

@@ -39,7 +39,7 @@ start_pivirtd() {  # $1 = N: pivirtd in na-host, segment on na-br0, PortSecurity
   PVPID=$!
   for _ in $(seq 100); do ctl get segments >/dev/null 2>&1 && break; sleep 0.1; done
   {
-    printf 'apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata: {name: na}\nspec: {bridge: na-br0, hostIP: 192.168.100.1/24, dhcp: {enabled: false}}\n'
+    printf 'apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata: {name: na}\nspec: {networkRef: na, bridge: na-br0, hostIP: 192.168.100.1/24, dhcp: {enabled: false}}\n'
     for i in $(seq 2 $n); do
       macip $i
       printf -- '---\napiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: na-p%d}\nspec: {interface: na-p%d, macAddress: "%s", ipAddresses: [%s]}\n' $i $i $MAC $IP

@@ -23,8 +23,9 @@ func defaultTrue(p **bool) {
 // (86400) and dnsServers ([]).
 func (s *NetworkSegmentSpec) Default() {
 	defaultTrue(&s.DHCP.Enabled)
-	if s.DHCP.DefaultLeaseTime == 0 {
-		s.DHCP.DefaultLeaseTime = DefaultLeaseTime
+	if s.DHCP.DefaultLeaseTime == nil {
+		t := int64(DefaultLeaseTime)
+		s.DHCP.DefaultLeaseTime = &t
 	}
 	if s.DHCP.DeclineProbation == 0 {
 		s.DHCP.DeclineProbation = DefaultDeclineProbation

@@ -18,21 +18,25 @@ type Spec interface {
 type NetworkSegmentSpec struct {
 	// Bridge is the Linux bridge carrying the segment (created or adopted).
 	Bridge string `json:"bridge"`
-	// NetworkRef names the cluster network this segment realizes; leases may
-	// name it instead of the bridge.
-	NetworkRef string `json:"networkRef,omitempty"`
+	// NetworkRef names the cluster Network this segment realizes
+	// (required, seed 003); leases may name it instead of the bridge.
+	NetworkRef string `json:"networkRef"`
 	// HostIP is the host's address on the bridge with its prefix
 	// ("192.168.100.1/24"); it is also the router and DHCP server id.
 	HostIP string `json:"hostIP"`
-	// Overlay asks for an OVS overlay; not available on this kernel yet.
-	Overlay *OverlaySpec `json:"overlay,omitempty"`
-	DHCP    DHCPSpec     `json:"dhcp"`
+	// Overlay names the OverlayNetwork the segment rides on (seed 003).
+	// This node realizes no overlays yet: such a segment stays Pending.
+	Overlay string   `json:"overlay,omitempty"`
+	DHCP    DHCPSpec `json:"dhcp"`
 }
 
-// OverlaySpec selects an overlay network for the segment.
-type OverlaySpec struct {
-	Type string `json:"type,omitempty"`
-	VNI  uint32 `json:"vni,omitempty"`
+// LeaseTime is dhcp.defaultLeaseTime in seconds (DefaultLeaseTime when
+// absent, as Default sets it).
+func (d DHCPSpec) LeaseTime() int64 {
+	if d.DefaultLeaseTime == nil {
+		return DefaultLeaseTime
+	}
+	return *d.DefaultLeaseTime
 }
 
 // DHCPSpec configures the segment's DHCP responder.
@@ -43,8 +47,9 @@ type DHCPSpec struct {
 	// and static reservations may use.
 	DelegatedRangeStart string `json:"delegatedRangeStart,omitempty"`
 	DelegatedRangeEnd   string `json:"delegatedRangeEnd,omitempty"`
-	// DefaultLeaseTime in seconds; defaults to 86400.
-	DefaultLeaseTime int64 `json:"defaultLeaseTime,omitempty"`
+	// DefaultLeaseTime in seconds; defaults to 86400 when absent (a
+	// pointer, so that an explicit 0 is refused rather than defaulted).
+	DefaultLeaseTime *int64 `json:"defaultLeaseTime,omitempty"`
 	// DNSServers defaults to [] (no option 6).
 	DNSServers   []string      `json:"dnsServers"`
 	DomainName   string        `json:"domainName,omitempty"`

@@ -25,16 +25,13 @@ func (s *DHCPLeaseSpec) Validate() ErrorList {
 	if checkRequired(&errs, "spec.ipAddress", s.IPAddress) {
 		checkUnicast4(&errs, "spec.ipAddress", s.IPAddress)
 	}
-	if s.Hostname != "" && !isHostLabel(s.Hostname) {
-		errs.Add("spec.hostname", show(s.Hostname), "is not an RFC 1123 host name label (at most 63 letters, digits or '-', starting and ending with a letter or digit)")
+	if s.Hostname != "" && !IsHostname(s.Hostname) {
+		errs.Add("spec.hostname", show(s.Hostname), "is not an RFC 1123 host name (dot-separated labels of letters, digits or '-', each at most 63 and starting and ending with a letter or digit; at most 253 in all)")
 	}
-	if checkOneOf(&errs, "spec.type", s.Type, LeaseStatic, LeaseDynamic) {
-		switch {
-		case s.Type == LeaseDynamic && s.ExpiresAt == nil:
-			errs.Add("spec.expiresAt", nil, "required for a dynamic lease")
-		case s.Type == LeaseStatic && s.ExpiresAt != nil:
-			errs.Add("spec.expiresAt", s.ExpiresAt.UTC().Format(time.RFC3339), "is set but only dynamic leases expire")
-		}
+	// A dynamic lease without expiresAt expires defaultLeaseTime after it
+	// is applied (admission sets it, seed 000).
+	if checkOneOf(&errs, "spec.type", s.Type, LeaseStatic, LeaseDynamic) && s.Type == LeaseStatic && s.ExpiresAt != nil {
+		errs.Add("spec.expiresAt", s.ExpiresAt.UTC().Format(time.RFC3339), "is set, but a static lease never expires (only dynamic leases have expiresAt)")
 	}
 	if s.LeaseTime < 0 {
 		errs.Add("spec.leaseTime", strconv.FormatInt(s.LeaseTime, 10), "must not be negative (seconds)")

@@ -13,16 +13,25 @@ import (
 func (s *NetworkSegmentSpec) Validate() ErrorList {
 	var errs ErrorList
 	checkIfName(&errs, "spec.bridge", s.Bridge)
-	if s.NetworkRef != "" && !isDNS1123Subdomain(s.NetworkRef) {
-		errs.Add("spec.networkRef", show(s.NetworkRef), "is not a DNS-1123 subdomain")
+	if checkRequired(&errs, "spec.networkRef", s.NetworkRef) && !isDNS1123Subdomain(s.NetworkRef) {
+		errs.Add("spec.networkRef", show(s.NetworkRef), "is not a DNS-1123 subdomain (the name of a Network)")
 	}
-	if s.Overlay != nil {
-		errs.Add("spec.overlay", nil, "overlay networks (OVS) are not available on this node yet")
+	if s.Overlay != "" && !isDNS1123Subdomain(s.Overlay) {
+		errs.Add("spec.overlay", show(s.Overlay), "is not a DNS-1123 subdomain (the name of an OverlayNetwork)")
 	}
 	var host netip.Prefix
 	hostOK := false
 	if checkRequired(&errs, "spec.hostIP", s.HostIP) {
 		host, hostOK = checkHostPrefix4(&errs, "spec.hostIP", s.HostIP)
+	}
+	if s.DHCP.IsEnabled() {
+		// Seed 003: the delegated range is required while DHCP is on.
+		if s.DHCP.DelegatedRangeStart == "" {
+			errs.Add("spec.dhcp.delegatedRangeStart", nil, "required while dhcp.enabled is true (the start of this node's delegated range)")
+		}
+		if s.DHCP.DelegatedRangeEnd == "" {
+			errs.Add("spec.dhcp.delegatedRangeEnd", nil, "required while dhcp.enabled is true (the end of this node's delegated range)")
+		}
 	}
 	s.DHCP.validate(&errs, host, hostOK)
 	return errs
@@ -33,6 +42,8 @@ func (d *DHCPSpec) validate(errs *ErrorList, host netip.Prefix, hostOK bool) {
 	var start, end netip.Addr
 	startOK, endOK := false, false
 	switch {
+	case d.IsEnabled() && (d.DelegatedRangeStart == "" || d.DelegatedRangeEnd == ""):
+		// Reported by the caller.
 	case d.DelegatedRangeStart == "" && d.DelegatedRangeEnd != "":
 		errs.Add(p+"delegatedRangeStart", nil, "required when delegatedRangeEnd is set")
 	case d.DelegatedRangeStart != "" && d.DelegatedRangeEnd == "":
@@ -48,8 +59,8 @@ func (d *DHCPSpec) validate(errs *ErrorList, host netip.Prefix, hostOK bool) {
 			validateRange(errs, AddrRange{start, end}, host)
 		}
 	}
-	if d.DefaultLeaseTime <= 0 {
-		errs.Add(p+"defaultLeaseTime", strconv.FormatInt(d.DefaultLeaseTime, 10), "must be positive (seconds)")
+	if d.LeaseTime() <= 0 {
+		errs.Add(p+"defaultLeaseTime", strconv.FormatInt(d.LeaseTime(), 10), "must be a positive number of seconds (a lease of 0 s would expire as it is granted)")
 	}
 	if d.DeclineProbation < 0 {
 		errs.Add(p+"declineProbation", strconv.FormatInt(d.DeclineProbation, 10), "must not be negative (seconds)")

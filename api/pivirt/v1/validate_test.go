@@ -53,7 +53,7 @@ func obj(kind string, spec map[string]any) map[string]any {
 
 var (
 	goodSegment = obj(KindNetworkSegment, map[string]any{
-		"bridge": "br-vm", "hostIP": "192.168.100.1/24",
+		"networkRef": "vm-net", "bridge": "br-vm", "hostIP": "192.168.100.1/24",
 		"dhcp": map[string]any{"delegatedRangeStart": "192.168.100.100", "delegatedRangeEnd": "192.168.100.199"},
 	})
 	goodLease = obj(KindDHCPLease, map[string]any{
@@ -96,6 +96,9 @@ func TestValidateObjectGood(t *testing.T) {
 		with(goodLease, "kind", "leases", "metadata.labels", map[string]any{"app": "web", "example.com/tier": ""}),
 		with(goodExtIP, "spec.mode", "portForward", "spec.ports", fwd()),
 		with(goodSegment, "spec.hostIP", "10.0.0.1/31", "spec.dhcp", map[string]any{"enabled": false}),
+		with(goodLease, "spec.hostname", "web-01.local"),     // seed 000: a dotted host name
+		with(goodLease, "spec.type", "dynamic"),              // seed 000: expiresAt is optional
+		with(goodSegment, "spec.overlay", "cluster-overlay"), // seed 003: a name, Pending until realized
 	} {
 		if err := ValidateObject(toObject(t, m)); err != nil {
 			t.Errorf("%v: %v", m["kind"], err)
@@ -147,8 +150,10 @@ func TestValidateObjectBad(t *testing.T) {
 		{"bridge slash", with(goodSegment, "spec.bridge", "br/vm"), "spec.bridge: br/vm is not a valid interface name (no '/', ':' or whitespace)"},
 		{"bridge space", with(goodSegment, "spec.bridge", "br vm"), `spec.bridge: "br vm" is not a valid interface name (no '/', ':' or whitespace)`},
 		{"bridge dot", with(goodSegment, "spec.bridge", ".."), "spec.bridge: .. is not a valid interface name"},
-		{"networkRef", with(goodSegment, "spec.networkRef", "Net_A"), "spec.networkRef: Net_A is not a DNS-1123 subdomain"},
-		{"overlay", with(goodSegment, "spec.overlay", map[string]any{"type": "vxlan", "vni": 10}), "spec.overlay: overlay networks (OVS) are not available on this node yet"},
+		{"networkRef", with(goodSegment, "spec.networkRef", "Net_A"), "spec.networkRef: Net_A is not a DNS-1123 subdomain (the name of a Network)"},
+		{"networkRef missing (seed 003)", with(goodSegment, "spec.networkRef", del), "spec.networkRef: required"},
+		{"overlay as an object", with(goodSegment, "spec.overlay", map[string]any{"type": "vxlan", "vni": 10}), `spec.overlay: {"type":"vxlan","vni":10} must be a string`},
+		{"overlay name", with(goodSegment, "spec.overlay", "Bad_Overlay"), "spec.overlay: Bad_Overlay is not a DNS-1123 subdomain (the name of an OverlayNetwork)"},
 		{"hostIP missing", with(goodSegment, "spec.hostIP", del), "spec.hostIP: required"},
 		{"hostIP no prefix", with(goodSegment, "spec.hostIP", "192.168.100.1"), "spec.hostIP: 192.168.100.1 is not an IPv4 address with prefix length (want e.g. 192.168.100.1/24)"},
 		{"hostIP v6", with(goodSegment, "spec.hostIP", "fd00::1/64"), "spec.hostIP: fd00::1/64 is not an IPv4 address with prefix length (want e.g. 192.168.100.1/24)"},
@@ -156,15 +161,17 @@ func TestValidateObjectBad(t *testing.T) {
 		{"hostIP broadcast", with(goodSegment, "spec.hostIP", "192.168.100.255/24"), "spec.hostIP: 192.168.100.255/24 is the broadcast address of 192.168.100.0/24, not a host address"},
 		{"hostIP loopback", with(goodSegment, "spec.hostIP", "127.0.0.1/8"), "spec.hostIP: 127.0.0.1/8 is a loopback address"},
 		{"range start bad", with(goodSegment, "spec.dhcp.delegatedRangeStart", "192.168.100"), "spec.dhcp.delegatedRangeStart: 192.168.100 is not an IPv4 address"},
-		{"range end missing", with(goodSegment, "spec.dhcp.delegatedRangeEnd", del), "spec.dhcp.delegatedRangeEnd: required when delegatedRangeStart is set"},
-		{"range start missing", with(goodSegment, "spec.dhcp.delegatedRangeStart", del), "spec.dhcp.delegatedRangeStart: required when delegatedRangeEnd is set"},
+		{"range end missing", with(goodSegment, "spec.dhcp.delegatedRangeEnd", del), "spec.dhcp.delegatedRangeEnd: required while dhcp.enabled is true (the end of this node's delegated range)"},
+		{"range start missing", with(goodSegment, "spec.dhcp.delegatedRangeStart", del), "spec.dhcp.delegatedRangeStart: required while dhcp.enabled is true (the start of this node's delegated range)"},
+		{"range end missing with DHCP off", with(goodSegment, "spec.dhcp.delegatedRangeEnd", del, "spec.dhcp.enabled", false), "spec.dhcp.delegatedRangeEnd: required when delegatedRangeStart is set"},
 		{"range reversed", with(goodSegment, "spec.dhcp.delegatedRangeStart", "192.168.100.200"), "spec.dhcp.delegatedRangeStart: 192.168.100.200 is after delegatedRangeEnd 192.168.100.199"},
 		{"range end outside", with(goodSegment, "spec.dhcp.delegatedRangeEnd", "192.168.101.5"), "spec.dhcp.delegatedRangeEnd: 192.168.101.5 is outside hostIP subnet 192.168.100.0/24"},
 		{"range start outside", with(goodSegment, "spec.dhcp.delegatedRangeStart", "192.168.99.5"), "spec.dhcp.delegatedRangeStart: 192.168.99.5 is outside hostIP subnet 192.168.100.0/24"},
 		{"range holds host", with(goodSegment, "spec.hostIP", "192.168.100.150/24"), "spec.dhcp: 192.168.100.100-192.168.100.199 contains the host IP 192.168.100.150"},
 		{"range holds network", with(goodSegment, "spec.hostIP", "192.168.100.254/24", "spec.dhcp.delegatedRangeStart", "192.168.100.0"), "spec.dhcp: 192.168.100.0-192.168.100.199 contains the network address 192.168.100.0"},
 		{"range holds broadcast", with(goodSegment, "spec.dhcp.delegatedRangeEnd", "192.168.100.255"), "spec.dhcp: 192.168.100.100-192.168.100.255 contains the broadcast address 192.168.100.255"},
-		{"lease time negative", with(goodSegment, "spec.dhcp.defaultLeaseTime", -1), "spec.dhcp.defaultLeaseTime: -1 must be positive (seconds)"},
+		{"lease time negative", with(goodSegment, "spec.dhcp.defaultLeaseTime", -1), "spec.dhcp.defaultLeaseTime: -1 must be a positive number of seconds (a lease of 0 s would expire as it is granted)"},
+		{"lease time zero (seed 003: not a silent default)", with(goodSegment, "spec.dhcp.defaultLeaseTime", 0), "spec.dhcp.defaultLeaseTime: 0 must be a positive number of seconds (a lease of 0 s would expire as it is granted)"},
 		{"decline negative", with(goodSegment, "spec.dhcp.declineProbation", -5), "spec.dhcp.declineProbation: -5 must not be negative (seconds)"},
 		{"dns bad", with(goodSegment, "spec.dhcp.dnsServers", []any{"1.1.1.1", "dns.example"}), "spec.dhcp.dnsServers[1]: dns.example is not an IPv4 address"},
 		{"dns multicast", with(goodSegment, "spec.dhcp.dnsServers", []any{"224.0.0.1"}), "spec.dhcp.dnsServers[0]: 224.0.0.1 is a multicast address"},
@@ -191,11 +198,10 @@ func TestValidateObjectBad(t *testing.T) {
 		{"ip v6", with(goodLease, "spec.ipAddress", "fd00::5"), "spec.ipAddress: fd00::5 is not an IPv4 address"},
 		{"ip zero", with(goodLease, "spec.ipAddress", "0.0.0.0"), "spec.ipAddress: 0.0.0.0 is the unspecified address"},
 		{"ip broadcast", with(goodLease, "spec.ipAddress", "255.255.255.255"), "spec.ipAddress: 255.255.255.255 is a reserved (class E or broadcast) address"},
-		{"hostname", with(goodLease, "spec.hostname", "web_01"), "spec.hostname: web_01 is not an RFC 1123 host name label (at most 63 letters, digits or '-', starting and ending with a letter or digit)"},
-		{"hostname dotted", with(goodLease, "spec.hostname", "web-01.lab"), "spec.hostname: web-01.lab is not an RFC 1123 host name label (at most 63 letters, digits or '-', starting and ending with a letter or digit)"},
+		{"hostname", with(goodLease, "spec.hostname", "web_01"), "spec.hostname: web_01 is not an RFC 1123 host name (dot-separated labels of letters, digits or '-', each at most 63 and starting and ending with a letter or digit; at most 253 in all)"},
+		{"hostname with an empty label", with(goodLease, "spec.hostname", "web-01..lab"), "spec.hostname: web-01..lab is not an RFC 1123 host name (dot-separated labels of letters, digits or '-', each at most 63 and starting and ending with a letter or digit; at most 253 in all)"},
 		{"type", with(goodLease, "spec.type", "reserved"), "spec.type: reserved is not one of static, dynamic"},
-		{"dynamic without expiry", with(goodLease, "spec.type", "dynamic"), "spec.expiresAt: required for a dynamic lease"},
-		{"static with expiry", with(goodLease, "spec.expiresAt", "2026-12-03T10:00:00Z"), "spec.expiresAt: 2026-12-03T10:00:00Z is set but only dynamic leases expire"},
+		{"static with expiry", with(goodLease, "spec.expiresAt", "2026-12-03T10:00:00Z"), "spec.expiresAt: 2026-12-03T10:00:00Z is set, but a static lease never expires (only dynamic leases have expiresAt)"},
 		{"lease time", with(goodLease, "spec.leaseTime", -3600), "spec.leaseTime: -3600 must not be negative (seconds)"},
 		{"client id", with(goodLease, "spec.clientID", "zz:01"), "spec.clientID: zz:01 is not hex (want e.g. 01:52:54:00:12:34:56)"},
 		{"client id short", with(goodLease, "spec.clientID", "01"), "spec.clientID: 01 must be 2 to 255 bytes (DHCP option 61)"},
@@ -288,8 +294,8 @@ func TestPrepareObjectDefaults(t *testing.T) {
 		obj  map[string]any
 		want string // the defaulted spec as JSON
 	}{
-		{"segment", goodSegment, `{"bridge":"br-vm","hostIP":"192.168.100.1/24","dhcp":{"enabled":true,"delegatedRangeStart":"192.168.100.100","delegatedRangeEnd":"192.168.100.199","defaultLeaseTime":86400,"dnsServers":[],"declineProbation":86400}}`},
-		{"segment dhcp off", with(goodSegment, "spec.dhcp.enabled", false, "spec.dhcp.defaultLeaseTime", 600), `{"bridge":"br-vm","hostIP":"192.168.100.1/24","dhcp":{"enabled":false,"delegatedRangeStart":"192.168.100.100","delegatedRangeEnd":"192.168.100.199","defaultLeaseTime":600,"dnsServers":[],"declineProbation":86400}}`},
+		{"segment", goodSegment, `{"bridge":"br-vm","networkRef":"vm-net","hostIP":"192.168.100.1/24","dhcp":{"enabled":true,"delegatedRangeStart":"192.168.100.100","delegatedRangeEnd":"192.168.100.199","defaultLeaseTime":86400,"dnsServers":[],"declineProbation":86400}}`},
+		{"segment dhcp off", with(goodSegment, "spec.dhcp.enabled", false, "spec.dhcp.defaultLeaseTime", 600), `{"bridge":"br-vm","networkRef":"vm-net","hostIP":"192.168.100.1/24","dhcp":{"enabled":false,"delegatedRangeStart":"192.168.100.100","delegatedRangeEnd":"192.168.100.199","defaultLeaseTime":600,"dnsServers":[],"declineProbation":86400}}`},
 		{"lease", goodLease, `{"network":"br-vm","macAddress":"52:54:00:12:34:56","ipAddress":"192.168.100.150","hostname":"web-01","type":"static"}`},
 		{"portsecurity ingress rules", goodPortSec, `{"interface":"tap-web01-0","macAddress":"52:54:00:12:34:56","ipAddresses":["192.168.100.10"],"learnFromDHCP":true,"dhcpGuard":true,"arpGuard":true,"raGuard":true,"acl":{"stateful":true,"ingress":[{"action":"allow","protocol":"tcp","ports":["22","8000-8080"],"cidrs":["10.0.0.0/8"]}],"defaultIngress":"deny","defaultEgress":"allow"}}`},
 		{"portsecurity egress only", with(goodPortSec, "spec.acl", map[string]any{"egress": []any{map[string]any{"action": "deny", "cidrs": []any{"10.0.0.0/8"}}}}, "spec.dhcpGuard", false), `{"interface":"tap-web01-0","macAddress":"52:54:00:12:34:56","ipAddresses":["192.168.100.10"],"learnFromDHCP":true,"dhcpGuard":false,"arpGuard":true,"raGuard":true,"acl":{"stateful":true,"egress":[{"action":"deny","protocol":"any","cidrs":["10.0.0.0/8"]}],"defaultIngress":"allow","defaultEgress":"allow"}}`},
