@@ -211,9 +211,19 @@ func (d *Daemon) Ctl(args ...string) Result {
 
 // CtlStdin runs pivirtctl with stdin.
 func (d *Daemon) CtlStdin(stdin []byte, args ...string) Result {
+	return d.ctl("", stdin, args...)
+}
+
+// CtlIn runs pivirtctl in directory dir (for manifests named relative to it).
+func (d *Daemon) CtlIn(dir string, args ...string) Result {
+	return d.ctl(dir, nil, args...)
+}
+
+func (d *Daemon) ctl(dir string, stdin []byte, args ...string) Result {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, d.bins.Pivirtctl, append([]string{"--socket", d.Socket}, args...)...)
+	cmd.Dir = dir
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
