@@ -73,8 +73,9 @@ spec:
   macAddress: "52:54:00:12:34:56"
 YAML
 ctl apply -f test/manifests/segment.yaml -f test/manifests/lease.yaml -f "$WORK/port.yaml"
-# The VM port joins the bridge pivirtd made for the segment.
-for _ in $(seq 50); do ip -n "$HOSTNS" link show br-vm >/dev/null 2>&1 && break; sleep 0.1; done
+# Ready: the bridge is up and its DHCP responder listens (the first
+# DISCOVER is answered). The VM port then joins the bridge.
+for _ in $(seq 100); do ctl get segments 2>/dev/null | grep -q Ready && break; sleep 0.1; done
 ip -n "$HOSTNS" link set vm1-port master br-vm up
 
 step "a real DHCP client in the VM, through the guard"

@@ -163,7 +163,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		PerMAC: perMAC, PerPort: perPort, Relays: relays, JournalDir: d.cfg.LeaseJournalDir()}
 	// Reservations reach the responders before `apply` returns.
 	d.index.BeforeCommit = d.dhcp.BeforeCommit
-	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp}
+	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp, Node: d.cfg.Node}
 	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
 		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp}
 	d.guard = guards

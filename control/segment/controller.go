@@ -61,6 +61,9 @@ type Controller struct {
 	Log    *slog.Logger
 	DHCP   DHCP // nil: no DHCP on this node
 	Now    func() time.Time
+	// Node names this node: the bridges it creates get a MAC derived
+	// from it and the bridge's name (bridge.StableMAC).
+	Node string
 
 	realized     map[string]Segment // by segment name, what is on the host
 	sweptOrphans bool
@@ -78,6 +81,13 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	var errs []error
 	desired := make(map[string]bool)
 	var running []Segment
+	// Statuses are written once the responders run and the bridges are
+	// up, so that Ready means a DISCOVER gets answered.
+	type update struct {
+		o  *pivirtv1.Object
+		st Status
+	}
+	var updates []update
 	for _, o := range snap.Of(pivirtv1.KindNetworkSegment) {
 		seg, err := decode(o, snap)
 		if err != nil {
@@ -101,7 +111,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		if had {
 			oldIP = old.HostIP
 		}
-		bs, err := bridge.Ensure(seg.Name, seg.Spec.Bridge, seg.HostIP, oldIP)
+		bs, err := bridge.Ensure(seg.Name, c.Node, seg.Spec.Bridge, seg.HostIP, oldIP)
 		if err != nil {
 			st.Phase, st.Message = pivirtv1.PhaseFailed, err.Error()
 			c.Events.Record(o.Kind, seg.Name, events.Warning, "BridgeFailed", err.Error())
@@ -128,9 +138,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		if c.DHCP != nil {
 			st.DHCPSocketDrops = c.DHCP.SocketDrops(seg.Name)
 		}
-		if err := reconcile.SetStatus(ctx, c.Store, c.Index, o, st); err != nil {
-			errs = append(errs, err)
-		}
+		updates = append(updates, update{o, st})
 	}
 	if !c.sweptOrphans {
 		// A segment deleted while pivirtd was down left its bridge behind.
@@ -160,6 +168,19 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	if c.DHCP != nil {
 		if err := c.DHCP.Sync(ctx, running, snap); err != nil {
 			errs = append(errs, fmt.Errorf("syncing DHCP responders: %w", err))
+		}
+	}
+	// Bridges made down come up now that their responders listen.
+	for name, seg := range c.realized {
+		if desired[name] {
+			if err := bridge.Up(seg.Spec.Bridge); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, u := range updates {
+		if err := reconcile.SetStatus(ctx, c.Store, c.Index, u.o, u.st); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -3,6 +3,8 @@
 package bridge
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -22,17 +24,32 @@ type State struct {
 	Created bool // pivirtd owns the bridge (it made it)
 }
 
-// Ensure makes bridge exist, be up and hold hostIP (an address with its
-// prefix). It adopts an existing bridge without touching its other
-// addresses, and refuses a non-bridge device of that name. oldHostIP, when
-// set and different, is removed first (the segment's address changed).
-func Ensure(segment, name string, hostIP, oldHostIP netip.Prefix) (State, error) {
+// StableMAC is the address of a bridge pivirtd creates: locally
+// administered, unicast, derived from the node and bridge names (as
+// libvirt and systemd-networkd pin theirs). Set explicitly, it is never
+// changed by the kernel as ports come and go; a random one is replaced by
+// the lowest port MAC, and clients unicasting to the server they learned
+// from an OFFER would then go unanswered.
+func StableMAC(node, name string) net.HardwareAddr {
+	h := sha256.Sum256([]byte("pivirt-bridge\x00" + node + "\x00" + name))
+	mac := net.HardwareAddr(h[:6])
+	mac[0] = mac[0]&^0x01 | 0x02 // unicast, locally administered
+	return mac
+}
+
+// Ensure makes bridge exist and hold hostIP (an address with its prefix).
+// It adopts an existing bridge without touching its other addresses, and
+// refuses a non-bridge device of that name. oldHostIP, when set and
+// different, is removed first (the segment's address changed). A bridge it
+// creates gets StableMAC(node, name) and is left down: Up it once its DHCP
+// responder listens, so no client's first DISCOVER goes unanswered.
+func Ensure(segment, node, name string, hostIP, oldHostIP netip.Prefix) (State, error) {
 	link, err := netlink.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	created := false
 	switch {
 	case errors.As(err, &notFound):
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: StableMAC(node, name)}}
 		if err := netlink.LinkAdd(br); err != nil {
 			return State{}, fmt.Errorf("creating bridge %s: %w", name, err)
 		}
@@ -49,9 +66,12 @@ func Ensure(segment, name string, hostIP, oldHostIP netip.Prefix) (State, error)
 		return State{}, fmt.Errorf("device %s is a %s, not a bridge", name, link.Type())
 	default:
 		created = strings.HasPrefix(link.Attrs().Alias, aliasPrefix)
-	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		return State{}, fmt.Errorf("setting bridge %s up: %w", name, err)
+		if mac := StableMAC(node, name); created && !bytes.Equal(link.Attrs().HardwareAddr, mac) {
+			// Made by an older pivirtd with the kernel's random MAC.
+			if err := netlink.LinkSetHardwareAddr(link, mac); err != nil {
+				return State{}, fmt.Errorf("pinning the MAC of bridge %s: %w", name, err)
+			}
+		}
 	}
 	if oldHostIP.IsValid() && oldHostIP != hostIP {
 		if err := netlink.AddrDel(link, addr(oldHostIP)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
@@ -62,6 +82,21 @@ func Ensure(segment, name string, hostIP, oldHostIP netip.Prefix) (State, error)
 		return State{}, fmt.Errorf("adding %s to %s: %w", hostIP, name, err)
 	}
 	return State{Index: link.Attrs().Index, Created: created}, nil
+}
+
+// Up sets a bridge up (Ensure leaves the bridges it creates down).
+func Up(name string) error {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("finding bridge %s: %w", name, err)
+	}
+	if link.Attrs().Flags&net.FlagUp != 0 {
+		return nil
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("setting bridge %s up: %w", name, err)
+	}
+	return nil
 }
 
 // Remove undoes Ensure: it deletes the bridge if pivirtd created it,

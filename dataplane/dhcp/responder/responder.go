@@ -4,6 +4,7 @@ package responder
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,9 +12,12 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"pivirt.hu/dataplane/dataplane/dhcp/server"
 )
@@ -73,6 +77,12 @@ type Responder struct {
 	proc *Processor
 	c    Counters
 	out  [][]byte
+
+	// The bridge's MAC, the source of every reply: a bridge pivirtd did
+	// not create may change it (the kernel gives a bridge without a set
+	// address the lowest of its ports'), so it is followed (watchMAC).
+	ifindex int
+	mac     atomic.Uint64
 
 	// Group commit: the receive loop appends the durable part of each
 	// batch to cur; the committer takes all of it, persists it in one
@@ -136,8 +146,9 @@ func New(cfg Config) (*Responder, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Responder{cfg: cfg, conn: conn, out: make([][]byte, 0, cfg.Batch),
+	r := &Responder{cfg: cfg, conn: conn, out: make([][]byte, 0, cfg.Batch), ifindex: ifi.Index,
 		cur: new(group), spare: new(group), kick: make(chan struct{}, 1)}
+	r.mac.Store(macBits(ifi.HardwareAddr))
 	r.proc = NewProcessor(ProcessorConfig{Server: cfg.Server, Segment: cfg.Segment, MAC: [6]byte(ifi.HardwareAddr),
 		Batch: cfg.Batch, PerMAC: cfg.PerMAC, PerPort: cfg.PerPort, Relays: cfg.Relays, Log: cfg.Log, Counters: &r.c})
 	return r, nil
@@ -164,6 +175,7 @@ func (r *Responder) Run(ctx context.Context) error {
 			r.cfg.Log.Warn("lease commit did not finish before the shutdown timeout")
 		}
 	}()
+	go r.watchMAC(ctx)
 	nextExpire := r.cfg.Now().Add(r.cfg.ExpireEvery)
 	for {
 		if ctx.Err() != nil {
@@ -177,13 +189,24 @@ func (r *Responder) Run(ctx context.Context) error {
 		}
 		frames, err := r.conn.recv()
 		now := r.cfg.Now()
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		switch {
+		case err == nil, errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, unix.ENETDOWN):
+			// The socket reports the bridge down once (at bind on a bridge
+			// made down, or when an operator takes it down): serve on.
+			r.cfg.Log.Debug("bridge down", "interface", r.cfg.Interface)
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		default:
 			return fmt.Errorf("receiving on %s: %w", r.cfg.Interface, err)
 		}
 		if len(frames) > 0 {
 			r.serve(now, frames)
 		}
 		if !now.Before(nextExpire) {
+			r.syncMAC()
 			if d, err := r.conn.drops(); err == nil {
 				r.c.SocketDrops.Add(d)
 			}
@@ -202,6 +225,9 @@ func (r *Responder) Run(ctx context.Context) error {
 // INFORM ACK) leave at once; lease changes and ACKs go to the committer.
 func (r *Responder) serve(now time.Time, frames [][]byte) {
 	p := r.proc
+	if m := r.mac.Load(); m != macBits(p.mac[:]) {
+		p.mac = macFromBits(m)
+	}
 	p.Process(now, frames)
 	r.out = r.out[:0]
 	durable := 0
@@ -301,4 +327,60 @@ func (r *Responder) send(frames [][]byte) {
 		r.c.SendErrors.Add(uint64(failed))
 		r.cfg.Log.Debug("sending replies", "failed", failed, "err", err)
 	}
+}
+
+// watchMAC follows the bridge's MAC through netlink link updates until
+// ctx is done. Subscribing can fail (no netlink in a test's sandbox): the
+// address is then also read again with every expiry tick (syncMAC).
+func (r *Responder) watchMAC(ctx context.Context) {
+	updates := make(chan netlink.LinkUpdate, 16)
+	done := make(chan struct{})
+	defer close(done)
+	if err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
+		ErrorCallback: func(err error) { r.cfg.Log.Debug("link updates", "err", err) },
+	}); err != nil {
+		r.cfg.Log.Warn("cannot follow the bridge's MAC through netlink; polling it", "interface", r.cfg.Interface, "err", err)
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u, ok := <-updates:
+			if !ok {
+				return
+			}
+			if a := u.Attrs(); a != nil && a.Index == r.ifindex && len(a.HardwareAddr) == 6 {
+				r.setMAC(a.HardwareAddr)
+			}
+		}
+	}
+}
+
+// syncMAC reads the bridge's MAC again (the expiry tick's safety net).
+func (r *Responder) syncMAC() {
+	if ifi, err := net.InterfaceByIndex(r.ifindex); err == nil && len(ifi.HardwareAddr) == 6 {
+		r.setMAC(ifi.HardwareAddr)
+	}
+}
+
+func (r *Responder) setMAC(mac net.HardwareAddr) {
+	if old := r.mac.Swap(macBits(mac)); old != macBits(mac) {
+		prev := macFromBits(old)
+		r.cfg.Log.Info("the bridge's MAC changed; replies follow it", "interface", r.cfg.Interface,
+			"from", net.HardwareAddr(prev[:]).String(), "to", mac.String())
+	}
+}
+
+func macBits(mac []byte) uint64 {
+	var b [8]byte
+	copy(b[2:], mac)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+func macFromBits(v uint64) (m [6]byte) {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	copy(m[:], b[2:])
+	return m
 }
