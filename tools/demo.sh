@@ -75,8 +75,11 @@ YAML
 ctl apply -f test/manifests/segment.yaml -f test/manifests/lease.yaml -f "$WORK/port.yaml"
 # Ready: the bridge is up and its DHCP responder listens (the first
 # DISCOVER is answered). The VM port then joins the bridge.
-for _ in $(seq 100); do ctl get segments 2>/dev/null | grep -q Ready && break; sleep 0.1; done
+for _ in $(seq 100); do "$BIN/pivirtctl" --socket "$SOCK" get segments 2>/dev/null | grep -q Ready && break; sleep 0.1; done
 ip -n "$HOSTNS" link set vm1-port master br-vm up
+# The bridge forwards on a new port once the kernel has seen its carrier
+# (linkwatch, up to a second): a DISCOVER sent before is lost on the wire.
+for _ in $(seq 50); do bridge -n "$HOSTNS" link show dev vm1-port 2>/dev/null | grep -q "state forwarding" && break; sleep 0.05; done
 
 step "a real DHCP client in the VM, through the guard"
 ip netns exec "$VMNS" timeout 30 dhclient -4 -1 -v -cf "$PWD/test/scripts/dhclient.conf" -sf "$PWD/test/scripts/dhclient-script" -pf "$WORK/dhclient.pid" -lf "$WORK/dhclient.leases" eth0 2>&1 | grep -E "DHCP(DISCOVER|OFFER|REQUEST|ACK)|bound" || true
