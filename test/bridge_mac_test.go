@@ -58,6 +58,21 @@ func newRawClient(t *testing.T, g *guest.Guest) *rawClient {
 	return c
 }
 
+// send sends m from src to dst at dstMAC and expects no reply.
+func (c *rawClient) send(m *dhcpv4.DHCPv4, src, dst netip.Addr, dstMAC [6]byte) {
+	c.t.Helper()
+	buf := make([]byte, 1500)
+	f, err := wire.Frame(buf, wire.Source{MAC: c.mac, IP: src}, wire.Dest{MAC: dstMAC, IP: dst, Port: 67}, m.ToBytes())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len:], 68)
+	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len+6:], 0)
+	if _, err := c.conn.WriteTo(f, &packet.Addr{HardwareAddr: dstMAC[:]}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 // exchange sends m (from src to dst at dstMAC) and returns the reply with
 // its xid and the reply frame's Ethernet source, or fails after 3 s.
 func (c *rawClient) exchange(m *dhcpv4.DHCPv4, src, dst netip.Addr, dstMAC [6]byte) (*dhcpv4.DHCPv4, net.HardwareAddr) {

@@ -201,3 +201,35 @@ func TestReleaseAndDeclineOnlyFromTheOwner(t *testing.T) {
 		})
 	}
 }
+
+// TestOneLeasePerMAC (found by the ordering test, seed
+// 1796347624191618946): a machine that changes identity (no client-id,
+// then a client-id, as a firmware then its OS) keeps one binding per MAC,
+// and its reservation is served even while its other identity holds the
+// reserved address.
+func TestOneLeasePerMAC(t *testing.T) {
+	cid := opt(dhcpv4.OptionClientIdentifier, append([]byte{1}, macA...))
+	s := newServer(t)
+	bindA(t, s) // no client-id: .10
+	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, cid)})
+	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(sid1), reqIP("192.168.100.10"), cid)})
+	if replyType(r) != dhcpv4.MessageTypeAck {
+		t.Fatalf("the same MAC with a client-id: %v", replyType(r))
+	}
+	if ls := s.Leases(1); len(ls) != 1 || ls[0].IP != ip("192.168.100.10") {
+		t.Fatalf("leases %v, want one for the MAC", ls)
+	}
+	// Reserve the address its client-id identity holds; the MAC without
+	// client-id asks: it gets it.
+	if err := s.Reserve(1, Reservation{MAC: macA, IP: ip("192.168.100.10")}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
+	if replyType(r) != dhcpv4.MessageTypeOffer || !r.Msg.YourIPAddr.Equal(ip("192.168.100.10").AsSlice()) {
+		t.Fatalf("reserved MAC under its other identity: %v %v", replyType(r), r.Msg)
+	}
+	r, _ = s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(sid1), reqIP("192.168.100.10"))})
+	if replyType(r) != dhcpv4.MessageTypeAck || len(s.Leases(1)) != 1 {
+		t.Fatalf("REQUEST: %v, leases %v", replyType(r), s.Leases(1))
+	}
+}

@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -107,6 +108,11 @@ type segState struct {
 	pool     *pool.Pool
 	byIP     map[netip.Addr]*lease
 	byID     map[string]*lease
+	// byMAC is the bound lease of each MAC: one per MAC and segment, as
+	// the store names leases (lease-<mac>) and the guard pins them, even
+	// when a machine changes identity (a firmware without client-id, then
+	// its OS with one).
+	byMAC    map[string]*lease
 	resByMAC map[string]Reservation
 	resByIP  map[netip.Addr]string
 	quar     map[netip.Addr]time.Time
@@ -148,7 +154,7 @@ func newSegState(c Segment) (*segState, error) {
 	st := &segState{
 		cfg: c, subnet: c.HostIP.Masked(), bcast: broadcast(c.HostIP), pool: p,
 		serverID: net.IP(c.HostIP.Addr().AsSlice()),
-		byIP:     map[netip.Addr]*lease{}, byID: map[string]*lease{},
+		byIP:     map[netip.Addr]*lease{}, byID: map[string]*lease{}, byMAC: map[string]*lease{},
 		resByMAC: map[string]Reservation{}, resByIP: map[netip.Addr]string{},
 		quar: map[netip.Addr]time.Time{}, last: map[string]netip.Addr{}, held: map[string]bool{},
 	}
@@ -475,8 +481,8 @@ func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, n
 		return false
 	}
 	if l := st.byIP[ip]; l != nil {
-		if l.id == string(id) {
-			return true
+		if l.id == string(id) || (!l.offered && bytes.Equal(l.MAC, mac)) {
+			return true // its own, or the same MAC's under another identity (bind replaces it)
 		}
 		if l.offered && !now.Before(l.Expires) {
 			st.drop(l) // a stale offer gives way
@@ -544,6 +550,12 @@ func (st *segState) bind(id []byte, l Lease, offered bool) *lease {
 	}
 	cur.Lease = l
 	cur.offered = offered
+	if !offered {
+		if other := st.byMAC[string(l.MAC)]; other != nil && other != cur {
+			st.drop(other) // the MAC's binding under another identity
+		}
+		st.byMAC[string(l.MAC)] = cur
+	}
 	st.forget(id)
 	return cur
 }
@@ -562,6 +574,9 @@ func (st *segState) drop(l *lease) {
 	}
 	if st.byIP[l.IP] == l {
 		delete(st.byIP, l.IP)
+	}
+	if st.byMAC[string(l.MAC)] == l {
+		delete(st.byMAC, string(l.MAC))
 	}
 	if !l.offered {
 		if len(st.last) >= 4*st.pool.Size()+64 {

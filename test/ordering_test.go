@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+// A model-based test of the orders the real world produces: seeded random
+// sequences of DHCP exchanges (DORA, unicast renewals, releases, dotted
+// host names, real dhclient and udhcpc), reservations applied and deleted
+// around them, and kill -9 of pivirtd at any point (between an ACK and
+// its store write too), through the real pivirtd. After every step the
+// invariants are checked against what the clients were told:
+//   - pivirtd answers its API, and DHCP answers (every exchange gets a reply);
+//   - every ACKed lease is in the store, with its address, after restarts too;
+//   - no address is held by two MACs (dynamic leases);
+//   - a reserved MAC is given its reserved address;
+//   - the guard's pins (pv_leases) equal the leases;
+//   - a unicast renewal to the server learned from the OFFER is answered.
+// PIVIRT_ORDER_SEED reproduces a run (the seed is logged);
+// PIVIRT_ORDER_STEPS sets its length (default 120; `make soak` runs long).
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/test/guest"
+	"pivirt.hu/dataplane/test/harness"
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+const orderSeg = `apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: ord}
+spec: {networkRef: ord-net, bridge: br-ord, hostIP: 10.80.0.1/24, dhcp: {delegatedRangeStart: 10.80.0.10, delegatedRangeEnd: 10.80.0.40, defaultLeaseTime: 600}}
+`
+
+// orderClient is one guest and what it was told.
+type orderClient struct {
+	g      *guest.Guest
+	raw    *rawClient
+	acked  netip.Addr // address ACKed and not released ("" none)
+	ack    *dhcpv4.DHCPv4
+	srvMAC [6]byte
+	reserv netip.Addr // its reservation, if one is applied
+}
+
+type orderRun struct {
+	t       *testing.T
+	d       *harness.Daemon
+	rng     *rand.Rand
+	clients []*orderClient
+	seed    uint64
+	step    int
+}
+
+func envInt(name string, def uint64) uint64 {
+	if v, err := strconv.ParseUint(os.Getenv(name), 10, 64); err == nil {
+		return v
+	}
+	return def
+}
+
+func TestPrivilegedOrderings(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "nsenter", "dhclient", "udhcpc")
+	seed := envInt("PIVIRT_ORDER_SEED", uint64(time.Now().UnixNano()))
+	steps := int(envInt("PIVIRT_ORDER_STEPS", 120))
+	t.Logf("ordering test: seed %d, %d steps (rerun with PIVIRT_ORDER_SEED=%d)", seed, steps, seed)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("FAILED with seed %d: rerun with PIVIRT_ORDER_SEED=%d PIVIRT_ORDER_STEPS=%d", seed, seed, steps)
+		}
+	})
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+	if r := d.CtlStdin([]byte(orderSeg), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	run := &orderRun{t: t, d: d, rng: rand.New(rand.NewPCG(seed, seed>>1|1)), seed: seed}
+	macs := []net.HardwareAddr{
+		{0x52, 0x54, 0, 0x80, 0, 1}, {0x52, 0x54, 0, 0x80, 0, 2}, {0x52, 0x54, 0, 0x80, 0, 3},
+		{0x00, 0x00, 0x00, 0x80, 0, 4}, // lower than any bridge MAC
+	}
+	for _, m := range macs {
+		g := guest.Attach(t, host, "br-ord", "", m)
+		run.clients = append(run.clients, &orderClient{g: g, raw: newRawClient(t, g)})
+	}
+	waitFor(t, 5*time.Second, "ports forwarding", func() bool {
+		out, _ := host.Exec("bridge", "link", "show")
+		return strings.Count(string(out), "state forwarding") >= len(macs)
+	})
+	start := time.Now()
+	for run.step = 1; run.step <= steps; run.step++ {
+		run.randomStep()
+		run.checkInvariants()
+	}
+	t.Logf("%d steps in %v (%.0f steps/min), seed %d", steps, time.Since(start).Round(time.Second),
+		float64(steps)/time.Since(start).Minutes(), seed)
+}
+
+func (r *orderRun) fatalf(format string, args ...any) {
+	r.t.Helper()
+	r.t.Fatalf("step %d (seed %d): %s", r.step, r.seed, fmt.Sprintf(format, args...))
+}
+
+func (r *orderRun) randomStep() {
+	c := r.clients[r.rng.IntN(len(r.clients))]
+	switch n := r.rng.IntN(100); {
+	case n < 30:
+		r.dora(c, "")
+	case n < 38:
+		r.dora(c, "web-01.example.com") // a dotted host name, as Windows sends
+	case n < 55:
+		r.renew(c)
+	case n < 65:
+		r.release(c)
+	case n < 75:
+		r.reserve(c)
+	case n < 82:
+		r.unreserve(c)
+	case n < 90:
+		r.kill9()
+	default:
+		r.realClient(c)
+	}
+}
+
+// dora runs DISCOVER/REQUEST; the answer must be the reservation when the
+// MAC has one.
+func (r *orderRun) dora(c *orderClient, hostname string) {
+	r.t.Logf("step %d: DORA %s %s", r.step, c.g.MAC, hostname)
+	d, _ := dhcpv4.NewDiscovery(c.raw.mac[:])
+	if hostname != "" {
+		d.UpdateOption(dhcpv4.OptHostName(hostname))
+	}
+	bcast := [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	offer, srv := c.raw.exchange(d, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), bcast)
+	if offer.MessageType() != dhcpv4.MessageTypeOffer {
+		r.fatalf("DISCOVER of %s: %s", c.g.MAC, offer.MessageType())
+	}
+	req, _ := dhcpv4.NewRequestFromOffer(offer)
+	if hostname != "" {
+		req.UpdateOption(dhcpv4.OptHostName(hostname))
+	}
+	ack, _ := c.raw.exchange(req, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), bcast)
+	if ack.MessageType() != dhcpv4.MessageTypeAck {
+		r.fatalf("REQUEST of %s for %s: %s", c.g.MAC, offer.YourIPAddr, ack.MessageType())
+	}
+	ip, _ := netip.AddrFromSlice(ack.YourIPAddr.To4())
+	if c.reserv.IsValid() && ip != c.reserv {
+		r.fatalf("%s is reserved %s but was ACKed %s", c.g.MAC, c.reserv, ip)
+	}
+	c.acked, c.ack, c.srvMAC = ip, ack, [6]byte(srv)
+}
+
+// renew unicasts a RENEWING REQUEST to the server learned from the OFFER:
+// it must be answered; ACK while the lease stands, NAK once a
+// reservation moved the MAC elsewhere.
+func (r *orderRun) renew(c *orderClient) {
+	if c.ack == nil {
+		r.dora(c, "")
+		return
+	}
+	r.t.Logf("step %d: renew %s %s", r.step, c.g.MAC, c.acked)
+	rep, _ := c.raw.renew(c.ack, c.srvMAC)
+	switch {
+	case rep.MessageType() == dhcpv4.MessageTypeAck:
+		ip, _ := netip.AddrFromSlice(rep.YourIPAddr.To4())
+		if ip != c.acked {
+			r.fatalf("renewal of %s moved it from %s to %s", c.g.MAC, c.acked, ip)
+		}
+	case rep.MessageType() == dhcpv4.MessageTypeNak && c.reserv.IsValid() && c.reserv != c.acked:
+		c.acked, c.ack = netip.Addr{}, nil // reserved elsewhere: it starts over
+	default:
+		r.fatalf("renewal of %s at %s: %s", c.g.MAC, c.acked, rep.MessageType())
+	}
+}
+
+func (r *orderRun) release(c *orderClient) {
+	if c.ack == nil {
+		return
+	}
+	r.t.Logf("step %d: release %s %s", r.step, c.g.MAC, c.acked)
+	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease),
+		dhcpv4.WithClientIP(c.ack.YourIPAddr), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(c.ack.ServerIdentifier())))
+	c.raw.send(m, c.acked, netip.MustParseAddr("10.80.0.1"), c.srvMAC)
+	c.acked, c.ack = netip.Addr{}, nil
+}
+
+// reserve applies a reservation for c's MAC at an address no other client
+// was given or reserved, sometimes the one it holds.
+func (r *orderRun) reserve(c *orderClient) {
+	taken := map[netip.Addr]bool{}
+	for _, o := range r.clients {
+		if o != c {
+			taken[o.acked], taken[o.reserv] = true, true
+		}
+	}
+	var ip netip.Addr
+	if c.acked.IsValid() && r.rng.IntN(2) == 0 {
+		ip = c.acked
+	} else {
+		for i := 0; i < 50 && (!ip.IsValid() || taken[ip]); i++ {
+			ip = netip.AddrFrom4([4]byte{10, 80, 0, byte(10 + r.rng.IntN(31))})
+		}
+	}
+	if taken[ip] {
+		return
+	}
+	r.t.Logf("step %d: reserve %s -> %s", r.step, c.g.MAC, ip)
+	doc := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: res-%s}\nspec: {network: br-ord, macAddress: %q, ipAddress: %s}\n",
+		strings.ReplaceAll(c.g.MAC.String(), ":", ""), c.g.MAC.String(), ip)
+	if res := r.d.CtlStdin([]byte(doc), "apply", "-f", "-"); res.Code != 0 {
+		r.fatalf("reserving %s for %s: %s", ip, c.g.MAC, res)
+	}
+	c.reserv = ip
+	if c.acked != ip {
+		c.acked, c.ack = netip.Addr{}, nil // superseded: NAKed at its renewal
+	}
+}
+
+func (r *orderRun) unreserve(c *orderClient) {
+	if !c.reserv.IsValid() {
+		return
+	}
+	r.t.Logf("step %d: delete the reservation of %s", r.step, c.g.MAC)
+	name := "res-" + strings.ReplaceAll(c.g.MAC.String(), ":", "")
+	if res := r.d.Ctl("delete", "lease", name); res.Code != 0 {
+		r.fatalf("deleting %s: %s", name, res)
+	}
+	c.reserv = netip.Addr{}
+	c.acked, c.ack = netip.Addr{}, nil // its binding was the reservation's
+}
+
+func (r *orderRun) kill9() {
+	r.t.Logf("step %d: kill -9 pivirtd", r.step)
+	r.d.Kill9()
+	r.d.Start()
+	waitFor(r.t, 15*time.Second, "segment Ready after kill -9", func() bool {
+		return strings.Contains(r.d.Ctl("get", "segments").Stdout, "Ready")
+	})
+}
+
+// realClient runs udhcpc or dhclient once on the guest; the raw client's
+// view is then replaced by what the real client got.
+func (r *orderRun) realClient(c *orderClient) {
+	r.t.Logf("step %d: real client on %s", r.step, c.g.MAC)
+	_, _ = c.g.NS.Exec("ip", "-4", "addr", "flush", "dev", c.g.Ifc)
+	c.g.Run(r.t, "udhcpc", "-f", "-n", "-q", "-t", "4", "-T", "1", "-i", c.g.Ifc, "-s", c.g.Hook(r.t))
+	ip := c.g.Addr(r.t)
+	if !ip.IsValid() {
+		r.fatalf("udhcpc on %s got no address", c.g.MAC)
+	}
+	if c.reserv.IsValid() && ip != c.reserv {
+		r.fatalf("udhcpc on reserved %s got %s, want %s", c.g.MAC, ip, c.reserv)
+	}
+	_, _ = c.g.NS.Exec("ip", "-4", "addr", "flush", "dev", c.g.Ifc)
+	// Its lease is the MAC's now; the raw client renews it from scratch.
+	r.dora(c, "")
+}
+
+func (r *orderRun) checkInvariants() {
+	r.t.Helper()
+	if res := r.d.Ctl("get", "segments"); res.Code != 0 {
+		r.fatalf("pivirtd does not answer: %s", res)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	var problems []string
+	for {
+		problems = r.violations()
+		if len(problems) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(problems) > 0 {
+		r.fatalf("invariants: %s", strings.Join(problems, "; "))
+	}
+}
+
+// violations compares the store and pv_leases with what clients were told.
+func (r *orderRun) violations() []string {
+	var list struct {
+		Items []leaseDoc `json:"items"`
+	}
+	out := r.d.Ctl("get", "leases", "-o", "json")
+	if out.Code != 0 || json.Unmarshal([]byte(out.Stdout), &list) != nil {
+		return []string{"get leases: " + out.String()}
+	}
+	byName := map[string]leaseDoc{}
+	holder := map[string]string{}
+	var bad []string
+	for _, l := range list.Items {
+		byName[l.Metadata.Name] = l
+		if l.Spec.Type == "dynamic" {
+			if h, ok := holder[l.Spec.IPAddress]; ok && h != l.Spec.MACAddress {
+				bad = append(bad, fmt.Sprintf("%s held by %s and %s", l.Spec.IPAddress, h, l.Spec.MACAddress))
+			}
+			holder[l.Spec.IPAddress] = l.Spec.MACAddress
+		}
+	}
+	var pins []leasemap.Entry
+	pout := r.d.Ctl("inspect", "map", "pv_leases", "-o", "json")
+	if pout.Code != 0 || json.Unmarshal([]byte(pout.Stdout), &pins) != nil {
+		return []string{"inspect pv_leases: " + pout.String()}
+	}
+	pinned := map[string]string{}
+	for _, p := range pins {
+		pinned[p.MAC] = p.IP
+	}
+	for _, c := range r.clients {
+		mac := c.g.MAC.String()
+		if c.acked.IsValid() {
+			if c.reserv.IsValid() {
+				if _, ok := byName["res-"+strings.ReplaceAll(mac, ":", "")]; !ok {
+					bad = append(bad, "reservation of "+mac+" missing")
+				}
+			} else if l, ok := byName[leaseName(c.g.MAC)]; !ok || l.Spec.IPAddress != c.acked.String() {
+				bad = append(bad, fmt.Sprintf("ACKed %s for %s, store has %+v", c.acked, mac, l.Spec))
+			}
+			if pinned[mac] != c.acked.String() {
+				bad = append(bad, fmt.Sprintf("ACKed %s for %s, pinned %q", c.acked, mac, pinned[mac]))
+			}
+		}
+	}
+	return bad
+}
