@@ -99,8 +99,14 @@ func listen(t *testing.T, ns *testutil.NetNS, ifname string) *listener {
 				return
 			}
 			if i := bytes.Index(buf[:n], []byte("pvmark:")); i >= 0 {
+				// The marker runs to the first byte a marker does not
+				// hold (padding may follow it).
+				j := i + len("pvmark:")
+				for j < n && (buf[j] == '-' || buf[j] == '_' || buf[j] >= '0' && buf[j] <= '9' || buf[j] >= 'a' && buf[j] <= 'z' || buf[j] >= 'A' && buf[j] <= 'Z') {
+					j++
+				}
 				l.mu.Lock()
-				l.seen[string(buf[i:n])]++
+				l.seen[string(buf[i:j])]++
 				l.mu.Unlock()
 			}
 		}

@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+// The adversarial matrix: every class of frame a pinned guest could use
+// against a neighbour, sent from a guarded port and from an unguarded one
+// (the control, proving each frame would otherwise arrive), observed on
+// the victim guest and on the bridge, through the real pivirtd. Classes the
+// guard drops must reach neither; the ones decided harmless must pass.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"pivirt.hu/dataplane/test/guest"
+	"pivirt.hu/dataplane/test/harness"
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+const matrixManifests = `apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: adv}
+spec: {networkRef: adv-net, bridge: br-adv, hostIP: 10.90.0.1/24, dhcp: {delegatedRangeStart: 10.90.0.10, delegatedRangeEnd: 10.90.0.50}}
+---
+apiVersion: pivirt.hu/v1
+kind: PortSecurity
+metadata: {name: attacker}
+spec: {interface: hpatk, macAddress: "52:54:00:90:00:0a"}
+`
+
+// peer is what a frame builder needs of the sender and its victim.
+type peer struct {
+	mac    net.HardwareAddr
+	ip     netip.Addr // leased IPv4
+	victim *guest.Guest
+	vIP    netip.Addr
+}
+
+func eui64LL(mac net.HardwareAddr) netip.Addr {
+	a := [16]byte{0xfe, 0x80}
+	a[8], a[9], a[10], a[11], a[12] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe
+	a[13], a[14], a[15] = mac[3], mac[4], mac[5]
+	return netip.AddrFrom16(a)
+}
+
+var (
+	bcastMAC  = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	allNodes6 = net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}
+	bcast4    = netip.MustParseAddr("255.255.255.255")
+	allNodes  = netip.MustParseAddr("ff02::1")
+)
+
+// ser serializes a frame. IP frames carry their marker inside (a bridge
+// with br_netfilter trims an IP frame to its IP length); ARP's rides as
+// trailer bytes (trailer true).
+func ser(t *testing.T, marker string, trailer bool, ls ...gopacket.SerializableLayer) []byte {
+	t.Helper()
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+		t.Fatal(err)
+	}
+	if trailer {
+		return append(buf.Bytes(), mark(marker)...)
+	}
+	return buf.Bytes()
+}
+
+func mark(marker string) []byte { return []byte("pvmark:" + marker) }
+
+// ndMark is the marker as an ND option (type 253, experimental, RFC 4727),
+// which any ND parser skips.
+func ndMark(marker string) []byte {
+	b := append([]byte{253, 0}, mark(marker)...)
+	for len(b)%8 != 0 {
+		b = append(b, 0)
+	}
+	b[1] = byte(len(b) / 8)
+	return b
+}
+
+func udp4x(t *testing.T, marker string, src, dst net.HardwareAddr, sip, dip netip.Addr, sport, dport uint16, payload []byte) []byte {
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: sip.AsSlice(), DstIP: dip.AsSlice()}
+	u := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
+	_ = u.SetNetworkLayerForChecksum(ip)
+	return ser(t, marker, false, &layers.Ethernet{SrcMAC: src, DstMAC: dst, EthernetType: layers.EthernetTypeIPv4}, ip, u, gopacket.Payload(append(payload, mark(marker)...)))
+}
+
+func dhcpMsg(t *testing.T, op layers.DHCPOp, typ layers.DHCPMsgType, chaddr net.HardwareAddr, ciaddr, giaddr netip.Addr, opts ...layers.DHCPOption) []byte {
+	d := &layers.DHCPv4{Operation: op, HardwareType: layers.LinkTypeEthernet, HardwareLen: 6, Xid: 0x5eed, ClientHWAddr: chaddr,
+		ClientIP: ciaddr.AsSlice(), RelayAgentIP: giaddr.AsSlice(),
+		Options: append([]layers.DHCPOption{layers.NewDHCPOption(layers.DHCPOptMessageType, []byte{byte(typ)})}, opts...)}
+	buf := gopacket.NewSerializeBuffer()
+	if err := d.SerializeTo(buf, gopacket.SerializeOptions{FixLengths: true}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func icmp6x(t *testing.T, marker string, src net.HardwareAddr, sip, dip netip.Addr, hop uint8, typ uint8, body []byte) []byte {
+	ip := &layers.IPv6{Version: 6, HopLimit: hop, NextHeader: layers.IPProtocolICMPv6, SrcIP: sip.AsSlice(), DstIP: dip.AsSlice()}
+	ic := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, 0)}
+	_ = ic.SetNetworkLayerForChecksum(ip)
+	if typ >= 133 && typ <= 137 {
+		body = append(body, ndMark(marker)...)
+	} else {
+		body = append(body, mark(marker)...)
+	}
+	return ser(t, marker, false, &layers.Ethernet{SrcMAC: src, DstMAC: allNodes6, EthernetType: layers.EthernetTypeIPv6}, ip, ic, gopacket.Payload(body))
+}
+
+func ndBody(target netip.Addr, optType byte, mac net.HardwareAddr) []byte {
+	b := append(make([]byte, 4), target.AsSlice()...)
+	return append(append(b, optType, 1), mac...)
+}
+
+func arpx(t *testing.T, marker string, src, sha net.HardwareAddr, spa, tpa netip.Addr) []byte {
+	// A trailer: ARP frames are not trimmed.
+	a := &layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
+		Operation: layers.ARPReply, SourceHwAddress: sha, SourceProtAddress: spa.AsSlice(), DstHwAddress: bcastMAC, DstProtAddress: tpa.AsSlice()}
+	return ser(t, marker, true, &layers.Ethernet{SrcMAC: src, DstMAC: bcastMAC, EthernetType: layers.EthernetTypeARP}, a)
+}
+
+// matrixClass is one kind of frame; blocked: the guard must drop it.
+type matrixClass struct {
+	name    string
+	blocked bool
+	frames  func(t *testing.T, p peer, marker string) [][]byte
+}
+
+func matrixClasses() []matrixClass {
+	one := func(f func(t *testing.T, p peer, m string) []byte) func(*testing.T, peer, string) [][]byte {
+		return func(t *testing.T, p peer, m string) [][]byte { return [][]byte{f(t, p, m)} }
+	}
+	gw6 := netip.MustParseAddr("fe80::1")
+	return []matrixClass{
+		{"good UDP from its own address", false, one(func(t *testing.T, p peer, m string) []byte {
+			return udp4x(t, m, p.mac, bcastMAC, p.ip, bcast4, 4000, 9999, nil)
+		})},
+		{"IPv4 source of the victim", true, one(func(t *testing.T, p peer, m string) []byte {
+			return udp4x(t, m, p.mac, bcastMAC, p.vIP, bcast4, 4000, 9999, nil)
+		})},
+		{"source MAC of the victim", true, one(func(t *testing.T, p peer, m string) []byte {
+			return udp4x(t, m, p.victim.MAC, bcastMAC, p.ip, bcast4, 4000, 9999, nil)
+		})},
+		{"VLAN-tagged frame", true, one(func(t *testing.T, p peer, m string) []byte {
+			ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: p.vIP.AsSlice(), DstIP: bcast4.AsSlice()}
+			u := &layers.UDP{SrcPort: 4000, DstPort: 9999}
+			_ = u.SetNetworkLayerForChecksum(ip)
+			return ser(t, m, false, &layers.Ethernet{SrcMAC: p.mac, DstMAC: bcastMAC, EthernetType: layers.EthernetTypeDot1Q},
+				&layers.Dot1Q{VLANIdentifier: 7, Type: layers.EthernetTypeIPv4}, ip, u, gopacket.Payload(mark(m)))
+		})},
+		{"ARP claiming the victim's address", true, one(func(t *testing.T, p peer, m string) []byte {
+			return arpx(t, m, p.mac, p.mac, p.vIP, p.vIP)
+		})},
+		{"ARP with the victim's MAC as sender", true, one(func(t *testing.T, p peer, m string) []byte {
+			return arpx(t, m, p.mac, p.victim.MAC, p.ip, p.vIP)
+		})},
+		{"rogue DHCP OFFER", true, one(func(t *testing.T, p peer, m string) []byte {
+			return udp4x(t, m, p.mac, bcastMAC, p.ip, bcast4, 67, 68, dhcpMsg(t, layers.DHCPOpReply, layers.DHCPMsgTypeOffer, p.victim.MAC, netip.IPv4Unspecified(), netip.IPv4Unspecified()))
+		})},
+		{"DHCP DISCOVER for a foreign chaddr (pool starvation)", true, one(func(t *testing.T, p peer, m string) []byte {
+			return udp4x(t, m, p.mac, bcastMAC, netip.IPv4Unspecified(), bcast4, 68, 67,
+				dhcpMsg(t, layers.DHCPOpRequest, layers.DHCPMsgTypeDiscover, net.HardwareAddr{0x52, 0x54, 0, 0x66, 0, 1}, netip.IPv4Unspecified(), netip.IPv4Unspecified()))
+		})},
+		{"DHCP RELEASE of the victim's lease", true, one(func(t *testing.T, p peer, m string) []byte {
+			return udp4x(t, m, p.mac, bcastMAC, p.ip, bcast4, 68, 67,
+				dhcpMsg(t, layers.DHCPOpRequest, layers.DHCPMsgTypeRelease, p.victim.MAC, p.vIP, netip.IPv4Unspecified(),
+					layers.NewDHCPOption(layers.DHCPOptServerID, []byte{10, 90, 0, 1})))
+		})},
+		{"DHCP DECLINE of the victim's address", true, one(func(t *testing.T, p peer, m string) []byte {
+			return udp4x(t, m, p.mac, bcastMAC, netip.IPv4Unspecified(), bcast4, 68, 67,
+				dhcpMsg(t, layers.DHCPOpRequest, layers.DHCPMsgTypeDecline, p.victim.MAC, netip.IPv4Unspecified(), netip.IPv4Unspecified(),
+					layers.NewDHCPOption(layers.DHCPOptRequestIP, p.vIP.AsSlice()), layers.NewDHCPOption(layers.DHCPOptServerID, []byte{10, 90, 0, 1})))
+		})},
+		{"DHCP request posing as a relay", true, one(func(t *testing.T, p peer, m string) []byte {
+			return udp4x(t, m, p.mac, bcastMAC, p.ip, bcast4, 68, 67,
+				dhcpMsg(t, layers.DHCPOpRequest, layers.DHCPMsgTypeDiscover, p.mac, netip.IPv4Unspecified(), netip.MustParseAddr("10.91.0.1")))
+		})},
+		{"DHCPv6 Advertise from port 5470", true, one(func(t *testing.T, p peer, m string) []byte {
+			ip := &layers.IPv6{Version: 6, HopLimit: 1, NextHeader: layers.IPProtocolUDP, SrcIP: eui64LL(p.mac).AsSlice(), DstIP: allNodes.AsSlice()}
+			u := &layers.UDP{SrcPort: 5470, DstPort: 546}
+			_ = u.SetNetworkLayerForChecksum(ip)
+			return ser(t, m, false, &layers.Ethernet{SrcMAC: p.mac, DstMAC: allNodes6, EthernetType: layers.EthernetTypeIPv6}, ip, u, gopacket.Payload(append([]byte{2, 0, 0, 1}, mark(m)...)))
+		})},
+		{"router advertisement", true, one(func(t *testing.T, p peer, m string) []byte {
+			return icmp6x(t, m, p.mac, eui64LL(p.mac), allNodes, 255, 134, make([]byte, 12))
+		})},
+		{"NA for the victim's link-local", true, one(func(t *testing.T, p peer, m string) []byte {
+			return icmp6x(t, m, p.mac, eui64LL(p.mac), allNodes, 255, 136, ndBody(eui64LL(p.victim.MAC), 2, p.mac))
+		})},
+		{"NA for the gateway fe80::1", true, one(func(t *testing.T, p peer, m string) []byte {
+			return icmp6x(t, m, p.mac, eui64LL(p.mac), allNodes, 255, 136, ndBody(gw6, 2, p.mac))
+		})},
+		{"NS with the victim's MAC as source link-layer address", true, one(func(t *testing.T, p peer, m string) []byte {
+			return icmp6x(t, m, p.mac, eui64LL(p.mac), allNodes, 255, 135, ndBody(gw6, 1, p.victim.MAC))
+		})},
+		{"Redirect", true, one(func(t *testing.T, p peer, m string) []byte {
+			return icmp6x(t, m, p.mac, eui64LL(p.mac), eui64LL(p.victim.MAC), 255, 137, append(ndBody(gw6, 2, p.mac)[:20], gw6.AsSlice()...))
+		})},
+		{"IPv6 source of the victim", true, one(func(t *testing.T, p peer, m string) []byte {
+			return icmp6x(t, m, p.mac, eui64LL(p.victim.MAC), allNodes, 64, 128, make([]byte, 8))
+		})},
+		// Decided harmless: they claim nothing the port does not own.
+		{"NA for its own link-local", false, one(func(t *testing.T, p peer, m string) []byte {
+			return icmp6x(t, m, p.mac, eui64LL(p.mac), allNodes, 255, 136, ndBody(eui64LL(p.mac), 2, p.mac))
+		})},
+		{"MLD report joining the victim's solicited-node group", false, one(func(t *testing.T, p peer, m string) []byte {
+			v := eui64LL(p.victim.MAC).As16()
+			rec := append([]byte{4, 0, 0, 0, 0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff}, v[13:]...) // CHANGE_TO_EXCLUDE ff02::1:ffXX:XXXX
+			return icmp6x(t, m, p.mac, eui64LL(p.mac), netip.MustParseAddr("ff02::16"), 1, 143, append([]byte{0, 0, 0, 1}, rec...))
+		})},
+		{"IPv6 fragments with overlapping offsets from its own address", false, func(t *testing.T, p peer, m string) [][]byte {
+			frag := func(off uint16, more bool, n int) []byte {
+				h := make([]byte, 8)
+				h[0] = 17 // UDP
+				v := off << 3
+				if more {
+					v |= 1
+				}
+				binary.BigEndian.PutUint16(h[2:], v)
+				binary.BigEndian.PutUint32(h[4:], 0xabcd)
+				ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolIPv6Fragment, SrcIP: eui64LL(p.mac).AsSlice(), DstIP: allNodes.AsSlice()}
+				return ser(t, m, false, &layers.Ethernet{SrcMAC: p.mac, DstMAC: allNodes6, EthernetType: layers.EthernetTypeIPv6}, ip, gopacket.Payload(append(append(h, make([]byte, n)...), mark(m)...)))
+			}
+			return [][]byte{frag(0, true, 64), frag(4, false, 64)} // the second overlaps the first
+		}},
+		{"ARP probe storm (RFC 5227 probes for the victim's address)", false, func(t *testing.T, p peer, m string) [][]byte {
+			var fs [][]byte
+			for range 100 {
+				fs = append(fs, arpx(t, m, p.mac, p.mac, netip.IPv4Unspecified(), p.vIP))
+			}
+			return fs
+		}},
+	}
+}
+
+func TestPrivilegedGuardAdversarialMatrix(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "nsenter", "dhclient")
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+	if r := d.CtlStdin([]byte(matrixManifests), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	victim := guest.Attach(t, host, "br-adv", "", net.HardwareAddr{0x52, 0x54, 0, 0x90, 0, 0x0b})
+	atk := guest.Attach(t, host, "br-adv", "hpatk", net.HardwareAddr{0x52, 0x54, 0, 0x90, 0, 0x0a})
+	ctl := guest.Attach(t, host, "br-adv", "", net.HardwareAddr{0x52, 0x54, 0, 0x90, 0, 0x0c}) // no PortSecurity: the control
+	waitFor(t, 10*time.Second, "the attacker's port guarded", func() bool {
+		return strings.Contains(d.Ctl("get", "portsec", "attacker", "-o", "yaml").Stdout, "attach: tcx")
+	})
+	for _, g := range []*guest.Guest{victim, atk, ctl} {
+		g.Dhclient(t)
+	}
+	vIP := victim.Addr(t)
+	victimLease := func() string {
+		l, _ := getLease(t, d, leaseName(victim.MAC))
+		return l.Spec.IPAddress
+	}
+	waitFor(t, 5*time.Second, "the victim's lease stored", func() bool { return victimLease() == vIP.String() })
+
+	onVictim := listen(t, victim.NS, victim.Ifc)
+	onBridge := listen(t, host, "br-adv")
+	for _, run := range []struct {
+		name    string
+		g       *guest.Guest
+		guarded bool
+	}{{"guarded", atk, true}, {"control", ctl, false}} {
+		p := peer{mac: run.g.MAC, ip: run.g.Addr(t), victim: victim, vIP: vIP}
+		classes := matrixClasses()
+		for i, c := range classes {
+			send(t, run.g.NS, run.g.Ifc, c.frames(t, p, fmt.Sprintf("%s-%d", run.name, i))...)
+		}
+		closing := run.name + "-closing"
+		send(t, run.g.NS, run.g.Ifc, udp4x(t, closing, p.mac, bcastMAC, p.ip, bcast4, 4000, 9999, nil))
+		deadline := time.Now().Add(10 * time.Second)
+		for onVictim.count(closing) == 0 || onBridge.count(closing) == 0 {
+			if time.Now().After(deadline) {
+				onVictim.mu.Lock()
+				onBridge.mu.Lock()
+				t.Fatalf("%s: the closing frame did not arrive (victim saw %v; bridge saw %v; counters %s)", run.name,
+					onVictim.seen, onBridge.seen, d.Ctl("inspect", "map", "pv_counters_v2").Stdout)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		for i, c := range classes {
+			m := fmt.Sprintf("%s-%d", run.name, i)
+			seen := onVictim.count(m) + onBridge.count(m)
+			switch {
+			case run.guarded && c.blocked && seen > 0:
+				t.Errorf("%s: %q got through the guard (%d times)", run.name, c.name, seen)
+			case (!run.guarded || !c.blocked) && seen == 0:
+				t.Errorf("%s: %q never arrived", run.name, c.name)
+			}
+		}
+	}
+	// The forged RELEASE and DECLINE freed nothing: through the guard they
+	// did not pass, and from the unguarded port the server refused them
+	// (not the lease's MAC).
+	time.Sleep(500 * time.Millisecond)
+	if got := victimLease(); got != vIP.String() {
+		t.Errorf("the victim's lease is %q after the forged RELEASE/DECLINE, want %s", got, vIP)
+	}
+	wantContains(t, "pv_leases", d.MustCtl("inspect", "map", "pv_leases"), victim.MAC.String(), vIP.String())
+	metrics := d.MustCtl("inspect", "map", "pv_counters_v2")
+	wantContains(t, "counters", metrics, "nd-spoof=", "dhcp-spoof=", "router-advertisement=", "dhcp-server=")
+}
