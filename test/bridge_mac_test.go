@@ -82,8 +82,8 @@ func (c *rawClient) exchange(m *dhcpv4.DHCPv4, src, dst netip.Addr, dstMAC [6]by
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len:], 68) // from the client port
-	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len+6:], 0)  // no UDP checksum (IPv4 allows it)
+	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len:], 68)  // from the client port
+	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len+6:], 0) // no UDP checksum (IPv4 allows it)
 	if _, err := c.conn.WriteTo(f, &packet.Addr{HardwareAddr: dstMAC[:]}); err != nil {
 		c.t.Fatal(err)
 	}
