@@ -40,7 +40,7 @@ import (
 const orderSeg = `apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: ord}
-spec: {networkRef: ord-net, bridge: br-ord, hostIP: 10.80.0.1/24, dhcp: {delegatedRangeStart: 10.80.0.10, delegatedRangeEnd: 10.80.0.40, defaultLeaseTime: 600}}
+spec: {networkRef: ord-net, bridge: br-ord, hostIP: 10.80.0.1/24, dhcp: {delegatedRangeStart: 10.80.0.10, delegatedRangeEnd: 10.80.0.40, defaultLeaseTime: 600, declineProbation: 2}}
 `
 
 // orderClient is one guest and what it was told.
@@ -116,23 +116,82 @@ func (r *orderRun) fatalf(format string, args ...any) {
 func (r *orderRun) randomStep() {
 	c := r.clients[r.rng.IntN(len(r.clients))]
 	switch n := r.rng.IntN(100); {
-	case n < 30:
+	case n < 24:
 		r.dora(c, "")
-	case n < 38:
+	case n < 30:
 		r.dora(c, "web-01.example.com") // a dotted host name, as Windows sends
-	case n < 55:
+	case n < 34:
+		// kill -9 right after the ACK: the lease may be only in the journal.
+		r.dora(c, "")
+		r.kill9()
+	case n < 48:
 		r.renew(c)
-	case n < 65:
+	case n < 52:
+		r.rebind(c)
+	case n < 60:
 		r.release(c)
-	case n < 75:
+	case n < 63:
+		r.decline(c)
+	case n < 71:
 		r.reserve(c)
-	case n < 82:
+	case n < 77:
 		r.unreserve(c)
-	case n < 90:
+	case n < 83:
+		r.portSecurity(c)
+	case n < 89:
 		r.kill9()
 	default:
 		r.realClient(c)
 	}
+}
+
+// rebind broadcasts a REBINDING REQUEST (ciaddr set, no server id): the
+// server is authoritative and answers, ACK or NAK as for a renewal.
+func (r *orderRun) rebind(c *orderClient) {
+	if c.ack == nil {
+		r.dora(c, "")
+		return
+	}
+	r.t.Logf("step %d: rebind %s %s", r.step, c.g.MAC, c.acked)
+	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+		dhcpv4.WithClientIP(c.ack.YourIPAddr))
+	rep, _ := c.raw.exchange(m, c.acked, netip.MustParseAddr("255.255.255.255"), [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	switch {
+	case rep.MessageType() == dhcpv4.MessageTypeAck && rep.YourIPAddr.Equal(c.ack.YourIPAddr):
+	case rep.MessageType() == dhcpv4.MessageTypeNak && c.reserv.IsValid() && c.reserv != c.acked:
+		c.acked, c.ack = netip.Addr{}, nil
+	default:
+		r.fatalf("rebinding of %s at %s: %s %s", c.g.MAC, c.acked, rep.MessageType(), rep.YourIPAddr)
+	}
+}
+
+// decline declines the client's address (as after a failed ARP probe):
+// the lease ends and the address is quarantined.
+func (r *orderRun) decline(c *orderClient) {
+	if c.ack == nil || c.reserv.IsValid() {
+		return
+	}
+	r.t.Logf("step %d: decline %s %s", r.step, c.g.MAC, c.acked)
+	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeDecline),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(c.ack.YourIPAddr)), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(c.ack.ServerIdentifier())))
+	c.raw.send(m, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	c.acked, c.ack = netip.Addr{}, nil
+}
+
+// portSecurity pins the client's port (learnFromDHCP) or unpins it: its
+// DHCP must go on working through the guard either way.
+func (r *orderRun) portSecurity(c *orderClient) {
+	name := "ps-" + strings.ReplaceAll(c.g.MAC.String(), ":", "")
+	if r.rng.IntN(2) == 0 {
+		r.t.Logf("step %d: PortSecurity on %s", r.step, c.g.HostSide)
+		doc := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: %s}\nspec: {interface: %s, macAddress: %q}\n", name, c.g.HostSide, c.g.MAC.String())
+		if res := r.d.CtlStdin([]byte(doc), "apply", "-f", "-"); res.Code != 0 {
+			r.fatalf("PortSecurity on %s: %s", c.g.HostSide, res)
+		}
+		return
+	}
+	r.t.Logf("step %d: no PortSecurity on %s", r.step, c.g.HostSide)
+	_ = r.d.Ctl("delete", "portsec", name) // absent is fine
 }
 
 // dora runs DISCOVER/REQUEST; the answer must be the reservation when the
