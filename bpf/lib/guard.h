@@ -258,7 +258,7 @@ static __always_inline int pv_nd_lladdr_ok(struct hdr_cursor *cur, const struct 
  * Advertisement only for an address the port may use, link-layer
  * options only with its MAC, no Redirect (a guest is not a router).
  */
-static __always_inline __u32 pv_guard_nd(struct hdr_cursor *cur, __u32 ifindex,
+static __noinline __u32 pv_guard_nd(struct hdr_cursor *cur, __u32 ifindex,
 					  const struct pv_port *port, int icmp_type)
 {
 	struct in6_addr *target;
