@@ -298,7 +298,7 @@ func (r *orderRun) unreserve(c *orderClient) {
 		r.fatalf("deleting %s: %s", name, res)
 	}
 	c.reserv = netip.Addr{}
-	c.acked, c.ack = netip.Addr{}, nil // its binding was the reservation's
+	// Its binding outlives the reservation, as a dynamic lease.
 }
 
 func (r *orderRun) kill9() {

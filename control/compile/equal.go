@@ -21,7 +21,10 @@ func LeaseEqual(desired, live leasemap.Value) bool {
 	}
 	static := uint32(guard.LeaseStatic)
 	if desired.Flags == static && desired.ExpiresMonoNs == 0 {
-		return live.Flags&static != 0
+		// A reservation not bound by an ACK yet: the live entry of its
+		// address that the server bound (a reservation of the address its
+		// MAC held dynamically keeps the client's binding) is it.
+		return live.Flags&(static|uint32(guard.LeaseBound)) != 0
 	}
 	if desired.Flags != live.Flags || desired.LeaseTime != live.LeaseTime {
 		return false

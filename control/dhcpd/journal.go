@@ -333,7 +333,10 @@ func (m *Manager) resolveRefused(r record, err error) {
 		}
 		m.pmu.Unlock()
 		if _, rerr := m.srv.Release(m.now(), ch.Segment, ch.Lease.IP); rerr == nil && !ch.Static {
-			if lerr := m.Leases.Release(ch.Segment, [6]byte(ch.Lease.MAC)); lerr != nil {
+			m.pinMu.Lock()
+			lerr := m.Leases.Release(ch.Segment, [6]byte(ch.Lease.MAC))
+			m.pinMu.Unlock()
+			if lerr != nil {
 				m.Log.Warn("releasing a refused lease in pv_leases", "lease", name, "err", lerr)
 			}
 		}
@@ -353,7 +356,10 @@ func (m *Manager) resolveRefused(r record, err error) {
 		if lerr := m.srv.LoadLeases(m.now(), ch.Segment, []server.Lease{l}); lerr != nil && !errors.Is(lerr, server.ErrNoSegment) {
 			rule += "; the server could not bind it again: " + lerr.Error()
 		}
-		if berr := m.Leases.BindAll([]leasemap.Binding{{Segment: ch.Segment, MAC: [6]byte(l.MAC), IP: l.IP, Expires: m.pinExpiry(ch.Segment, l)}}); berr != nil {
+		m.pinMu.Lock()
+		berr := m.Leases.BindAll([]leasemap.Binding{{Segment: ch.Segment, MAC: [6]byte(l.MAC), IP: l.IP, Expires: m.pinExpiry(ch.Segment, l)}})
+		m.pinMu.Unlock()
+		if berr != nil {
 			m.Log.Warn("binding a held lease in pv_leases", "lease", name, "err", berr)
 		}
 	}

@@ -41,6 +41,8 @@ func (l *leaseMap) BindAll(bs []leasemap.Binding) error {
 	return nil
 }
 
+func (l *leaseMap) Decoded() ([]leasemap.Entry, error) { return nil, nil }
+
 func (l *leaseMap) Release(_ uint32, mac [6]uint8) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

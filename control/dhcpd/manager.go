@@ -35,6 +35,7 @@ import (
 type LeaseMap interface {
 	BindAll(bs []leasemap.Binding) error
 	Release(segID uint32, mac [6]uint8) error
+	Decoded() ([]leasemap.Entry, error)
 }
 
 // Manager starts, reconfigures and stops one responder per segment; it
@@ -75,6 +76,9 @@ type Manager struct {
 	// recent holds each lease's newest change until a snapshot the guard
 	// syncs from holds it (overlay.go).
 	recent map[string]recentChange
+
+	// pinMu orders lease changes against the guard's sync (overlay.go).
+	pinMu sync.Mutex
 
 	journal    *wal.Log
 	qmu        sync.Mutex // journal appends and queue
@@ -174,6 +178,11 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			if err := m.srv.SetReservations(cfg.ID, static); err != nil {
 				m.Log.Warn("some reservations were not loaded", "segment", seg.Name, "err", err)
 			}
+			if r != nil {
+				if err := m.keepUnreserved(ctx, cfg.ID, r.static, static); err != nil {
+					errs = append(errs, err)
+				}
+			}
 		}
 		held := m.segmentHeld(seg, heldObjs, snap)
 		if due, err := m.srv.SetHeld(cfg.ID, held); err != nil {
@@ -186,6 +195,10 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		}
 		if fresh {
 			// Leases stored before a restart: same client, same address.
+			// A reservation's ACKs are not stored (the object is the
+			// operator's): their bindings come back from pv_leases, which
+			// outlives the daemon.
+			dynamic = append(dynamic, m.pinnedReservations(cfg.ID, static)...)
 			if err := m.srv.LoadLeases(m.now(), cfg.ID, dynamic); err != nil {
 				m.Log.Warn("some stored leases were not loaded", "segment", seg.Name, "err", err)
 			}
@@ -291,6 +304,65 @@ func (m *Manager) segmentHeld(seg segment.Segment, held []*pivirtv1.Object, snap
 	return out
 }
 
+// pinnedReservations returns the bindings pv_leases holds for the
+// reservations of a segment (bound by an ACK, not expired).
+func (m *Manager) pinnedReservations(segID uint32, static []server.Reservation) []server.Lease {
+	es, err := m.Leases.Decoded()
+	if err != nil {
+		m.Log.Warn("reading pv_leases for the reservations' bindings", "err", err)
+		return nil
+	}
+	res := map[string]netip.Addr{}
+	for _, r := range static {
+		res[r.MAC.String()] = r.IP
+	}
+	now := m.now()
+	var out []server.Lease
+	for _, e := range es {
+		if e.SegID != segID || e.ExpiresAt == nil || !now.Before(*e.ExpiresAt) || !strings.Contains(e.Flags, "bound") {
+			continue
+		}
+		mac, err1 := net.ParseMAC(e.MAC)
+		ip, err2 := netip.ParseAddr(e.IP)
+		if err1 != nil || err2 != nil || res[mac.String()] != ip {
+			continue
+		}
+		out = append(out, server.Lease{IP: ip, MAC: mac, Expires: *e.ExpiresAt})
+	}
+	return out
+}
+
+// keepUnreserved turns the bindings of reservations that were deleted
+// into dynamic leases: the client keeps its address until its lease ends
+// (stored as lease-<mac> and pinned), as Kea keeps a lease whose
+// reservation goes.
+func (m *Manager) keepUnreserved(ctx context.Context, segID uint32, before, after []server.Reservation) error {
+	still := map[string]bool{}
+	for _, r := range after {
+		still[string(r.MAC)] = true
+	}
+	gone := map[string]bool{}
+	for _, r := range before {
+		if !still[string(r.MAC)] {
+			gone[string(r.MAC)] = true
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	var changes []server.LeaseChange
+	now := m.now()
+	for _, l := range m.srv.Leases(segID) {
+		if gone[string(l.MAC)] && now.Before(l.Expires) {
+			changes = append(changes, server.LeaseChange{Kind: server.Bound, Segment: segID, Lease: l, At: now})
+		}
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	return m.persist(ctx, changes)
+}
+
 func sameReservation(a, b server.Reservation) bool {
 	return a.IP == b.IP && a.Hostname == b.Hostname && bytes.Equal(a.MAC, b.MAC)
 }
@@ -319,7 +391,10 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 		if err != nil {
 			continue
 		}
-		if err := m.Leases.Release(segID, [6]byte(ch.Lease.MAC)); err != nil {
+		m.pinMu.Lock()
+		err = m.Leases.Release(segID, [6]byte(ch.Lease.MAC))
+		m.pinMu.Unlock()
+		if err != nil {
 			m.Log.Warn("releasing lease in pv_leases", "mac", ch.Lease.MAC, "err", err)
 		}
 		m.pmu.Lock()
@@ -401,6 +476,8 @@ func (m *Manager) Stop() {
 // fdatasync), then programs pv_leases; the responder sends the group's
 // ACKs only after this returns. The DHCPLease objects follow shortly.
 func (m *Manager) persist(ctx context.Context, changes []server.LeaseChange) error {
+	m.pinMu.Lock()
+	defer m.pinMu.Unlock()
 	segs := m.segmentsByID()
 	if err := m.journalChanges(changes, segs); err != nil {
 		return fmt.Errorf("journaling %d lease changes: %w", len(changes), err)

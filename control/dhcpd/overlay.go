@@ -19,6 +19,21 @@ import (
 // does not have yet (OverlayLeases): journaled and not stored, or stored
 // after the snapshot's revision.
 
+// The overlay is read when the guard computes its desired content, and
+// the map written a moment later: an ACK bound between the two would be
+// deleted by the sync as stale. So the guard's sync runs under pinMu
+// (WhilePinsHeld), and so does persist's journal-and-bind: either the
+// sync sees the ACK in the overlay, or the ACK binds after the sync.
+
+// WhilePinsHeld runs f (the guard's sync of pv_leases with OverlayLeases)
+// while no lease change is being journaled and bound.
+func (m *Manager) WhilePinsHeld(f func() error) error {
+	m.init()
+	m.pinMu.Lock()
+	defer m.pinMu.Unlock()
+	return f()
+}
+
 // recentChange is the newest change of one dynamic lease, and the store
 // revision that stored it (0: journaled, not stored yet).
 type recentChange struct {

@@ -56,6 +56,8 @@ type ACLStatus struct {
 // LeaseOverlay brings compiled leases up to the DHCP server's ACKs.
 type LeaseOverlay interface {
 	OverlayLeases(rev int64, leases map[leasemap.Key]leasemap.Value, clockOffset time.Duration)
+	// WhilePinsHeld runs the sync while no ACK is being bound.
+	WhilePinsHeld(f func() error) error
 }
 
 // Controller is the guard reconciler.
@@ -100,13 +102,23 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	}
 	host.Decode = snap.Decode
 	desired := compile.Compile(objs, host)
-	if c.Acked != nil {
-		c.Acked.OverlayLeases(snap.Revision, desired.Leases, host.ClockOffset)
-	}
 
 	var errs []error
 	m := c.Loader.Maps()
-	res, err := mapsync.SyncGuard(guardMaps(m), desired)
+	var res map[string]mapsync.Result
+	sync := func() error {
+		if c.Acked != nil {
+			c.Acked.OverlayLeases(snap.Revision, desired.Leases, host.ClockOffset)
+		}
+		var err error
+		res, err = mapsync.SyncGuard(guardMaps(m), desired)
+		return err
+	}
+	if c.Acked != nil {
+		err = c.Acked.WhilePinsHeld(sync)
+	} else {
+		err = sync()
+	}
 	if err != nil {
 		errs = append(errs, err)
 	}
