@@ -125,7 +125,7 @@ bound|renew)
 	ip -4 addr flush dev "$interface"
 	ip addr add "$ip/${mask:-24}" dev "$interface"
 	[ -n "$router" ] && ip route replace default via "${router%% *}" dev "$interface"
-	echo "PVGUEST LEASE ip=$ip/${mask:-24} router=${router%% *} uptime=$(cut -d' ' -f1 /proc/uptime)"
+	echo "PVGUEST LEASE ip=$ip/${mask:-24} router=${router%% *} uptime=$(cut -d' ' -f1 /proc/uptime)"  >/dev/console
 	;;
 esac
 exit 0
