@@ -43,14 +43,14 @@ import (
 )
 
 const (
-	vmName   = "pv-vm"
-	vmMAC    = "52:54:00:90:00:10"
-	vmTapName    = "pvtap0"
-	vmIP     = "192.168.90.100"
-	vmGW     = "192.168.90.1"
-	vmPublic = "203.0.113.10"
-	vmInet   = "203.0.113.1"
-	vmUplink = "pvup"
+	vmName    = "pv-vm"
+	vmMAC     = "52:54:00:90:00:10"
+	vmTapName = "pvtap0"
+	vmIP      = "192.168.90.100"
+	vmGW      = "192.168.90.1"
+	vmPublic  = "203.0.113.10"
+	vmInet    = "203.0.113.1"
+	vmUplink  = "pvup"
 )
 
 // vmPortSecurity guards the VM's NIC 0: its MAC, the address leased to
