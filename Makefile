@@ -21,6 +21,9 @@ CLANG                ?= clang
 TEST_DEBS := clang llvm libbpf-dev bpftool iproute2 iputils-ping util-linux curl isc-dhcp-client udhcpc busybox dhcpcd-base tcpdump \
              kea-admin kea-dhcp4-server dnsmasq-base nftables iptables ebtables iperf3 bc etcd-server gcc qemu-system-x86
 DEMO_DEBS := iproute2 isc-dhcp-client bpftool iputils-ping util-linux
+# The VM demo boots QEMU; tools/vm/mkguest.sh fetches the guest's kernel and
+# busybox with apt-get download and installs nothing.
+DEMO_VM_DEBS := iproute2 util-linux qemu-system-x86
 
 .DEFAULT_GOAL := help
 
@@ -35,6 +38,10 @@ deps: ## install the Debian packages tests need (idempotent; apt only when somet
 .PHONY: demo-deps
 demo-deps:
 	@./tools/install-debs.sh $(DEMO_DEBS)
+
+.PHONY: demo-vm-deps
+demo-vm-deps:
+	@./tools/install-debs.sh $(DEMO_VM_DEBS)
 
 .PHONY: tools
 tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-connect-go ## install the pinned code generators into bin/tools
@@ -91,6 +98,14 @@ format: ## gofmt the Go sources
 .PHONY: demo
 demo: demo-deps build ## netns topology + pivirtd + manifests + a real DHCP client through the guard + inspect
 	./tools/demo.sh
+
+.PHONY: guest
+guest: ## make bin/guest: the small VM (Debian cloud kernel, busybox initramfs) that demo-vm, the VM test and bench boot
+	./tools/vm/mkguest.sh
+
+.PHONY: demo-vm
+demo-vm: demo-vm-deps build guest ## a booted QEMU VM guarded by vmRef: its lease, counters, a ping, a spoof dropped, the ACL through an ExternalIP
+	$(GO) run ./tools/demovm -bin $(BIN)
 
 .PHONY: clean
 clean: ## remove build output

@@ -79,3 +79,11 @@ func SkipIfNotSupported(tb testing.TB, err error) {
 	}
 	tb.Fatal(err)
 }
+
+// SkipOrFail skips (or fails under PIVIRT_E2E=1) for a missing
+// prerequisite the caller found itself, e.g. a VM image that could not be
+// made.
+func SkipOrFail(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	skipOrFail(tb, format, args...)
+}

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # make bench: every benchmark of BENCHMARKS.md, peers in the same run.
-# Parts (BENCH_PARTS, default all): control, testrun, dhcp, dhcp-load, guard, nat.
+# Parts (BENCH_PARTS, default all): control, testrun, dhcp, dhcp-load, guard, nat, vm.
 #   control  tools/applybench: 10,000 DHCPLeases through pivirtctl, single
 #            apply latency, pivirtd RSS
 #   testrun  go benchmarks through BPF_PROG_TEST_RUN (guard at 1/1k/64k
@@ -15,13 +15,17 @@
 #            harness with pivirtd's guard added (1,000 and 4,000 ports)
 #   nat      tools/natbench/nat.sh: the shared NAT harness with pivirt's
 #            NAT fast path added
+#   vm       BenchmarkVMGuard (test/vm_bench_test.go): TCP out of a booted
+#            QEMU (TCG) guest through its ExternalIP, with the guard and
+#            ACL on its tap and without, alternating on one guest; the
+#            ratio is the figure (TCG makes the absolute one meaningless)
 # Raw output goes to $OUT (default /tmp/pivirt-bench.<time>); root needed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 SHARED=${SHARED:-$(cd "$ROOT/../shared/bench" && pwd)}
 OUT=${OUT:-/tmp/pivirt-bench.$(date +%Y%m%d-%H%M%S)}
-PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat"}
+PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat vm"}
 mkdir -p "$OUT"
 [ "$(id -u)" -eq 0 ] || { echo "make bench needs root (namespaces, eBPF)" >&2; exit 1; }
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -59,5 +63,10 @@ if part nat; then
 	say "NAT: pivirt vs forwarding, nftables, iptables-nft, reference eBPF"
 	OUT="$OUT/nat.txt" ./tools/natbench/nat.sh >"$OUT/nat.log" 2>&1
 	python3 ./tools/natbench/summarize.py "$OUT/nat.txt" 2>/dev/null | tee -a "$OUT/summary.txt" || cat "$OUT/nat.txt" | tee -a "$OUT/summary.txt"
+fi
+if part vm; then
+	say "VM: TCP from a TCG guest, guard + ACL on its tap vs none (BenchmarkVMGuard)"
+	go test -count=1 -run '^$' -bench '^BenchmarkVMGuard$' -benchtime 1x -timeout 15m ./test 2>&1 | tee "$OUT/vm.txt" |
+		grep -E '^(Benchmark|ok|FAIL)|vm_(bench_)?test.go' | tee -a "$OUT/summary.txt"
 fi
 echo "raw results in $OUT"
