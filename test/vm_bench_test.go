@@ -21,7 +21,7 @@ import (
 // (default 5), PIVIRT_VM_BENCH_PULLS the timed pulls per sample (default
 // 3) and PIVIRT_VM_BENCH_MIB the size of one (default 100).
 func BenchmarkVMGuard(b *testing.B) {
-	rounds, mib, pulls := envInt("PIVIRT_VM_BENCH_ROUNDS", 5), envInt("PIVIRT_VM_BENCH_MIB", 100), envInt("PIVIRT_VM_BENCH_PULLS", 3)
+	rounds, mib, pulls := benchEnvInt("PIVIRT_VM_BENCH_ROUNDS", 5), benchEnvInt("PIVIRT_VM_BENCH_MIB", 100), benchEnvInt("PIVIRT_VM_BENCH_PULLS", 3)
 	w := startVMWorld(b)
 	b.Logf("boot to lease: %s wall (guest uptime %s)", w.lease.Wall.Round(10*time.Millisecond), w.lease.Uptime)
 	blk := randomBlock(b)
@@ -101,7 +101,7 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func envInt(name string, def int) int {
+func benchEnvInt(name string, def int) int {
 	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
 		return n
 	}

@@ -74,6 +74,7 @@ const vmManifests = `apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: vm-net}
 spec:
+  networkRef: vm-net
   bridge: br-vm
   hostIP: 192.168.90.1/24
   dhcp: {delegatedRangeStart: 192.168.90.100, delegatedRangeEnd: 192.168.90.199}

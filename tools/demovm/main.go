@@ -55,6 +55,7 @@ const manifests = `apiVersion: pivirt.hu/v1
 kind: NetworkSegment
 metadata: {name: vm-net}
 spec:
+  networkRef: vm-net
   bridge: br-vm
   hostIP: 192.168.100.1/24
   dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}
