@@ -66,8 +66,8 @@ func (c *rawClient) send(m *dhcpv4.DHCPv4, src, dst netip.Addr, dstMAC [6]byte) 
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len:], 68)
-	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len+6:], 0)
+	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len:], 68)  // from the client port
+	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len+6:], 0) // no UDP checksum (IPv4 allows it)
 	if _, err := c.conn.WriteTo(f, &packet.Addr{HardwareAddr: dstMAC[:]}); err != nil {
 		c.t.Fatal(err)
 	}
@@ -77,16 +77,7 @@ func (c *rawClient) send(m *dhcpv4.DHCPv4, src, dst netip.Addr, dstMAC [6]byte) 
 // its xid and the reply frame's Ethernet source, or fails after 3 s.
 func (c *rawClient) exchange(m *dhcpv4.DHCPv4, src, dst netip.Addr, dstMAC [6]byte) (*dhcpv4.DHCPv4, net.HardwareAddr) {
 	c.t.Helper()
-	buf := make([]byte, 1500)
-	f, err := wire.Frame(buf, wire.Source{MAC: c.mac, IP: src}, wire.Dest{MAC: dstMAC, IP: dst, Port: 67}, m.ToBytes())
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len:], 68)  // from the client port
-	binary.BigEndian.PutUint16(f[wire.EthLen+wire.IPv4Len+6:], 0) // no UDP checksum (IPv4 allows it)
-	if _, err := c.conn.WriteTo(f, &packet.Addr{HardwareAddr: dstMAC[:]}); err != nil {
-		c.t.Fatal(err)
-	}
+	c.send(m, src, dst, dstMAC)
 	deadline := time.Now().Add(3 * time.Second)
 	rb := make([]byte, 2048)
 	for time.Now().Before(deadline) {

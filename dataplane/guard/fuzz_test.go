@@ -4,6 +4,7 @@ package guard_test
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -48,7 +49,7 @@ func FuzzGuard(f *testing.F) {
 		switch {
 		case xv != guard.VerdictPass && xv != guard.VerdictDrop:
 			t.Fatalf("XDP verdict %s", xv)
-		case moved != 1 || reason.String() == "reason-"+itoa(uint32(reason)):
+		case moved != 1 || strings.HasPrefix(reason.String(), "reason-"):
 			t.Fatalf("%d counters moved (last %s) for one frame", moved, reason)
 		case reason.Drop() != (xv == guard.VerdictDrop):
 			t.Fatalf("verdict %s with reason %s", xv, reason)
@@ -87,15 +88,4 @@ func checkPassed(t *testing.T, frame []byte, reason guard.Reason) {
 			t.Fatalf("passed (%s) IPv6 from %s", reason, src)
 		}
 	}
-}
-
-func itoa(v uint32) string {
-	if v == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; v > 0; v /= 10 {
-		b = append([]byte{byte('0' + v%10)}, b...)
-	}
-	return string(b)
 }
