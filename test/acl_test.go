@@ -175,7 +175,7 @@ func TestPrivilegedACLEndToEnd(t *testing.T) {
 	}
 	check("r1", false)
 
-	out := d.MustCtl("inspect", "map", "pv_counters_v2", "-o", "json")
+	out := d.MustCtl("inspect", "map", "pv_counters_v3", "-o", "json")
 	wantContains(t, "counters", out, "acl-ingress", "acl-egress", "pass-to-vm")
 	wantContains(t, "inspect map pv_conntrack", d.MustCtl("inspect", "map", "pv_conntrack"),
 		"tcp 192.168.60.10:22 <-> 192.168.60.1:", "origin=ingress", "origin=egress")
@@ -188,7 +188,7 @@ func TestPrivilegedACLEndToEnd(t *testing.T) {
 			Interface string            `json:"interface"`
 			Reasons   map[string]uint64 `json:"reasons"`
 		}
-		out := d.MustCtl("inspect", "map", "pv_counters_v2", "-o", "json")
+		out := d.MustCtl("inspect", "map", "pv_counters_v3", "-o", "json")
 		if err := json.Unmarshal([]byte(out), &cs); err != nil {
 			t.Fatalf("decoding counters: %v\n%s", err, out)
 		}

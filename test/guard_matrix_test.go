@@ -93,6 +93,21 @@ func udp4x(t *testing.T, marker string, src, dst net.HardwareAddr, sip, dip neti
 	return ser(t, marker, false, &layers.Ethernet{SrcMAC: src, DstMAC: dst, EthernetType: layers.EthernetTypeIPv4}, ip, u, gopacket.Payload(append(payload, mark(marker)...)))
 }
 
+// inner4x is a UDP packet from the victim's address, to be tunnelled.
+func inner4x(t *testing.T, marker string, p peer) []byte {
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: p.vIP.AsSlice(), DstIP: bcast4.AsSlice()}
+	u := &layers.UDP{SrcPort: 4000, DstPort: 9999}
+	_ = u.SetNetworkLayerForChecksum(ip)
+	return ser(t, marker, false, ip, u, gopacket.Payload(mark(marker)))
+}
+
+// tunnelx is an IPv4 packet of protocol proto from the sender's own
+// address to broadcast, carrying inner.
+func tunnelx(t *testing.T, p peer, proto layers.IPProtocol, inner []byte) []byte {
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: proto, SrcIP: p.ip.AsSlice(), DstIP: bcast4.AsSlice()}
+	return ser(t, "", false, &layers.Ethernet{SrcMAC: p.mac, DstMAC: bcastMAC, EthernetType: layers.EthernetTypeIPv4}, ip, gopacket.Payload(inner))
+}
+
 func dhcpMsg(t *testing.T, op layers.DHCPOp, typ layers.DHCPMsgType, chaddr net.HardwareAddr, ciaddr, giaddr netip.Addr, opts ...layers.DHCPOption) []byte {
 	d := &layers.DHCPv4{Operation: op, HardwareType: layers.LinkTypeEthernet, HardwareLen: 6, Xid: 0x5eed, ClientHWAddr: chaddr,
 		ClientIP: ciaddr.AsSlice(), RelayAgentIP: giaddr.AsSlice(),
@@ -208,6 +223,23 @@ func matrixClasses() []matrixClass {
 		{"IPv6 source of the victim", true, one(func(t *testing.T, p peer, m string) []byte {
 			return icmp6x(t, m, p.mac, eui64LL(p.victim.MAC), allNodes, 64, 128, make([]byte, 8))
 		})},
+		// Tunnels from its own address: the outer header is clean, the
+		// inner one claims the victim's source (issue 20 item 5).
+		{"IPIP carrying the victim's source", true, one(func(t *testing.T, p peer, m string) []byte {
+			return tunnelx(t, p, layers.IPProtocolIPv4, inner4x(t, m, p))
+		})},
+		{"6in4 carrying the victim's link-local source", true, one(func(t *testing.T, p peer, m string) []byte {
+			in := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolNoNextHeader, SrcIP: eui64LL(p.victim.MAC).AsSlice(), DstIP: allNodes.AsSlice()}
+			return tunnelx(t, p, layers.IPProtocolIPv6, ser(t, m, false, in, gopacket.Payload(mark(m))))
+		})},
+		{"GRE carrying the victim's source", true, one(func(t *testing.T, p peer, m string) []byte {
+			return tunnelx(t, p, layers.IPProtocolGRE, append([]byte{0, 0, 0x08, 0x00}, inner4x(t, m, p)...))
+		})},
+		{"RA behind an IPv6 Mobility header", true, one(func(t *testing.T, p peer, m string) []byte {
+			ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: 135, SrcIP: eui64LL(p.mac).AsSlice(), DstIP: allNodes.AsSlice()}
+			body := append([]byte{59, 1, 0, 0, 0, 0, 0, 0}, 134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0)
+			return ser(t, m, false, &layers.Ethernet{SrcMAC: p.mac, DstMAC: allNodes6, EthernetType: layers.EthernetTypeIPv6}, ip, gopacket.Payload(append(body, ndMark(m)...)))
+		})},
 		// Decided harmless: they claim nothing the port does not own.
 		{"NA for its own link-local", false, one(func(t *testing.T, p peer, m string) []byte {
 			return icmp6x(t, m, p.mac, eui64LL(p.mac), allNodes, 255, 136, ndBody(eui64LL(p.mac), 2, p.mac))
@@ -287,7 +319,7 @@ func TestPrivilegedGuardAdversarialMatrix(t *testing.T) {
 				onVictim.mu.Lock()
 				onBridge.mu.Lock()
 				t.Fatalf("%s: the closing frame did not arrive (victim saw %v; bridge saw %v; counters %s)", run.name,
-					onVictim.seen, onBridge.seen, d.Ctl("inspect", "map", "pv_counters_v2").Stdout)
+					onVictim.seen, onBridge.seen, d.Ctl("inspect", "map", "pv_counters_v3").Stdout)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -311,6 +343,6 @@ func TestPrivilegedGuardAdversarialMatrix(t *testing.T) {
 		t.Errorf("the victim's lease is %q after the forged RELEASE/DECLINE, want %s", got, vIP)
 	}
 	wantContains(t, "pv_leases", d.MustCtl("inspect", "map", "pv_leases"), victim.MAC.String(), vIP.String())
-	metrics := d.MustCtl("inspect", "map", "pv_counters_v2")
-	wantContains(t, "counters", metrics, "nd-spoof=", "dhcp-spoof=", "router-advertisement=", "dhcp-server=")
+	metrics := d.MustCtl("inspect", "map", "pv_counters_v3")
+	wantContains(t, "counters", metrics, "nd-spoof=", "dhcp-spoof=", "router-advertisement=", "dhcp-server=", "tunnel=")
 }

@@ -211,7 +211,7 @@ func TestPrivilegedGuardEndToEnd(t *testing.T) {
 		Interface string            `json:"interface"`
 		Reasons   map[string]uint64 `json:"reasons"`
 	}
-	out := d.MustCtl("inspect", "map", "pv_counters_v2", "-o", "json")
+	out := d.MustCtl("inspect", "map", "pv_counters_v3", "-o", "json")
 	if err := json.Unmarshal([]byte(out), &counters); err != nil {
 		t.Fatalf("decoding counters: %v\n%s", err, out)
 	}

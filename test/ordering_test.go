@@ -14,6 +14,9 @@ package test
 //   - a reserved MAC is given its reserved address;
 //   - the guard's pins (pv_leases) equal the leases;
 //   - a unicast renewal to the server learned from the OFFER is answered.
+// Ports are also replugged (a VM restart: new veth, same name and MAC) and
+// the segment deleted and applied again, its ports enslaved after its new
+// bridge exists.
 // PIVIRT_ORDER_SEED reproduces a run (the seed is logged);
 // PIVIRT_ORDER_STEPS sets its length (default 120; `make soak` runs long).
 
@@ -55,7 +58,9 @@ type orderClient struct {
 
 type orderRun struct {
 	t       *testing.T
+	host    *testutil.NetNS
 	d       *harness.Daemon
+	segGone bool // the segment is deleted; the next step applies it again
 	rng     *rand.Rand
 	clients []*orderClient
 	seed    uint64
@@ -86,7 +91,7 @@ func TestPrivilegedOrderings(t *testing.T) {
 		t.Fatalf("apply: %s", r)
 	}
 	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
-	run := &orderRun{t: t, d: d, rng: rand.New(rand.NewPCG(seed, seed>>1|1)), seed: seed}
+	run := &orderRun{t: t, host: host, d: d, rng: rand.New(rand.NewPCG(seed, seed>>1|1)), seed: seed}
 	macs := []net.HardwareAddr{
 		{0x52, 0x54, 0, 0x80, 0, 1}, {0x52, 0x54, 0, 0x80, 0, 2}, {0x52, 0x54, 0, 0x80, 0, 3},
 		{0x00, 0x00, 0x00, 0x80, 0, 4}, // lower than any bridge MAC
@@ -95,10 +100,7 @@ func TestPrivilegedOrderings(t *testing.T) {
 		g := guest.Attach(t, host, "br-ord", "", m)
 		run.clients = append(run.clients, &orderClient{g: g, raw: newRawClient(t, g)})
 	}
-	waitFor(t, 5*time.Second, "ports forwarding", func() bool {
-		out, _ := host.Exec("bridge", "link", "show")
-		return strings.Count(string(out), "state forwarding") >= len(macs)
-	})
+	run.waitForwarding()
 	start := time.Now()
 	for run.step = 1; run.step <= steps; run.step++ {
 		run.randomStep()
@@ -114,6 +116,13 @@ func (r *orderRun) fatalf(format string, args ...any) {
 }
 
 func (r *orderRun) randomStep() {
+	if r.segGone {
+		if r.rng.IntN(3) == 0 {
+			r.kill9()
+		}
+		r.segmentBack()
+		return
+	}
 	c := r.clients[r.rng.IntN(len(r.clients))]
 	switch n := r.rng.IntN(100); {
 	case n < 24:
@@ -140,6 +149,10 @@ func (r *orderRun) randomStep() {
 		r.portSecurity(c)
 	case n < 89:
 		r.kill9()
+	case n < 93:
+		r.replug(c)
+	case n < 95:
+		r.segmentGone()
 	default:
 		r.realClient(c)
 	}
@@ -301,12 +314,61 @@ func (r *orderRun) unreserve(c *orderClient) {
 	// Its binding outlives the reservation, as a dynamic lease.
 }
 
+// replug deletes the client's port and makes it anew (a VM restart):
+// the guard follows the new ifindex, the lease and its pin stay.
+func (r *orderRun) replug(c *orderClient) {
+	r.t.Logf("step %d: replug %s (%s)", r.step, c.g.HostSide, c.g.MAC)
+	c.raw.conn.Close()
+	c.g.Replug(r.t, r.host, "br-ord")
+	c.raw = newRawClient(r.t, c.g)
+	r.waitForwarding()
+}
+
+// segmentGone deletes the segment: its bridge goes, the ports stay
+// unenslaved, and the leases stay in the store (nothing owns them).
+func (r *orderRun) segmentGone() {
+	r.t.Logf("step %d: delete the segment", r.step)
+	if res := r.d.Ctl("delete", "segment", "ord"); res.Code != 0 {
+		r.fatalf("deleting the segment: %s", res)
+	}
+	waitFor(r.t, 15*time.Second, "bridge removed", func() bool {
+		_, err := r.host.Exec("ip", "link", "show", "br-ord")
+		return err != nil
+	})
+	r.segGone = true
+}
+
+// segmentBack applies the segment again and enslaves the ports to its new
+// bridge after it exists, as libvirt does when VMs start: every client's
+// lease holds and its renewal is answered.
+func (r *orderRun) segmentBack() {
+	r.t.Logf("step %d: apply the segment again, then enslave the ports", r.step)
+	if res := r.d.CtlStdin([]byte(orderSeg), "apply", "-f", "-"); res.Code != 0 {
+		r.fatalf("applying the segment: %s", res)
+	}
+	waitFor(r.t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(r.d.Ctl("get", "segments").Stdout, "Ready") })
+	for _, c := range r.clients {
+		c.g.Enslave(r.t, r.host, "br-ord")
+	}
+	r.segGone = false
+	r.waitForwarding()
+}
+
+// waitForwarding waits until every client's port forwards on the bridge.
+func (r *orderRun) waitForwarding() {
+	waitFor(r.t, 10*time.Second, "ports forwarding", func() bool {
+		out, _ := r.host.Exec("bridge", "link", "show")
+		return strings.Count(string(out), "state forwarding") >= len(r.clients)
+	})
+}
+
 func (r *orderRun) kill9() {
 	r.t.Logf("step %d: kill -9 pivirtd", r.step)
 	r.d.Kill9()
 	r.d.Start()
 	waitFor(r.t, 15*time.Second, "segment Ready after kill -9", func() bool {
-		return strings.Contains(r.d.Ctl("get", "segments").Stdout, "Ready")
+		res := r.d.Ctl("get", "segments")
+		return res.Code == 0 && (r.segGone || strings.Contains(res.Stdout, "Ready"))
 	})
 }
 
@@ -387,7 +449,10 @@ func (r *orderRun) violations() []string {
 			} else if l, ok := byName[leaseName(c.g.MAC)]; !ok || l.Spec.IPAddress != c.acked.String() {
 				bad = append(bad, fmt.Sprintf("ACKed %s for %s, store has %+v", c.acked, mac, l.Spec))
 			}
-			if pinned[mac] != c.acked.String() {
+			// Pins are per segment (pv_leases is keyed by its id): with
+			// the segment gone there is nothing to pin to until it
+			// returns, and then they must be back.
+			if !r.segGone && pinned[mac] != c.acked.String() {
 				bad = append(bad, fmt.Sprintf("ACKed %s for %s, pinned %q", c.acked, mac, pinned[mac]))
 			}
 		}

@@ -187,6 +187,6 @@ func TestPrivilegedTapEndToEnd(t *testing.T) {
 		t.Errorf("a datagram to a port the ACL denies reached the VM (%d times)", n)
 	}
 
-	counters := d.MustCtl("inspect", "map", "pv_counters_v2")
+	counters := d.MustCtl("inspect", "map", "pv_counters_v3")
 	wantContains(t, "counters of tap70", counters, "tap70", "src-mac", "ipv4-src", "dhcp-server", "acl-egress", "acl-ingress", "pass-to-vm")
 }

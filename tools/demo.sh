@@ -100,7 +100,7 @@ step "the guard at work: the VM's address passes, a spoofed one is dropped"
 ip netns exec "$VMNS" ping -c 2 -W 1 192.168.100.1 | tail -2
 ip -n "$VMNS" addr add 192.168.100.66/24 dev eth0
 ip netns exec "$VMNS" ping -c 2 -W 1 -I 192.168.100.66 192.168.100.1 | tail -2 || true
-ctl inspect map pv_counters_v2
+ctl inspect map pv_counters_v3
 ctl simulate vm1-port --src-mac 52:54:00:12:34:56 --src-ip 192.168.100.66 --dst-ip 192.168.100.1 --proto icmp
 
 step "the port ACL: only SSH comes in, what the VM opens gets its replies"

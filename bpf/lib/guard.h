@@ -105,11 +105,23 @@ static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port 
 	return expired ? PV_R_LEASE_EXPIRED : PV_R_IP4_SRC;
 }
 
+/* pv_is_tunnel: protocols that carry a whole packet, whose inner source
+ * the guard does not check (IPIP, 6in4, GRE) or that may carry an RA or a
+ * binding update behind an extension header it does not walk (Mobility):
+ * a receiver that decapsulates would take the spoof. Pinned ports drop
+ * them unless spec.allowTunnels.
+ */
+static __always_inline int pv_is_tunnel(__u8 proto)
+{
+	return proto == IPPROTO_IPIP || proto == IPPROTO_IPV6 ||
+	       proto == IPPROTO_GRE || proto == IPPROTO_MH;
+}
+
 static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex,
 					    const struct pv_port *port)
 {
 	struct iphdr *ip = cur->pos;
-	__u32 hlen;
+	__u32 hlen, r;
 
 	if ((void *)(ip + 1) > cur->end)
 		return PV_R_MALFORMED;
@@ -160,7 +172,10 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 	}
 	if (ip->saddr == 0)
 		return PV_R_IP4_SRC;
-	return pv_ip4_allowed(ifindex, port, ip->saddr);
+	r = pv_ip4_allowed(ifindex, port, ip->saddr);
+	if (r < PV_R_DROP_MIN && pv_is_tunnel(ip->protocol) && !(port->flags & PV_PORT_TUNNELS))
+		return PV_R_TUNNEL;
+	return r;
 }
 
 static __always_inline __u32 pv_guard_arp(struct hdr_cursor *cur, __u32 ifindex,
@@ -335,12 +350,13 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 			return PV_R_PASS_UNSPEC6;
 		return PV_R_IP6_SRC;
 	}
-	if (ipv6_is_eui64_ll(&ip6->saddr, port->mac))
-		return PV_R_PASS;
-
-	if (port->flags & PV_PORT_ANY6)
-		return PV_R_PASS;
-	return pv_ip6_prefix_allowed(ifindex, port, &ip6->saddr);
+	if (ipv6_is_eui64_ll(&ip6->saddr, port->mac) || (port->flags & PV_PORT_ANY6))
+		r = PV_R_PASS;
+	else
+		r = pv_ip6_prefix_allowed(ifindex, port, &ip6->saddr);
+	if (r < PV_R_DROP_MIN && pv_is_tunnel(l4) && !(port->flags & PV_PORT_TUNNELS))
+		return PV_R_TUNNEL;
+	return r;
 }
 
 /* pv_guard returns the enum pv_reason for a frame from a guarded port. */

@@ -420,6 +420,9 @@ var portSecurityColumns = []column{
 		if boolDefault(s.RAGuard, true) {
 			g = append(g, "ra")
 		}
+		if !boolDefault(s.AllowTunnels, false) {
+			g = append(g, "tunnel")
+		}
 		if s.ACL != nil {
 			g = append(g, "acl")
 		}

@@ -134,9 +134,9 @@ web-01-nic0   tap-web01-0   52:54:00:12:34:56   192.168.100.10,192.168.100.11   
 db-nic1       vm:db/nic1    52:54:00:aa:bb:cc   <none>                          <none>   5m
 `},
 		{"port security wide", []string{portSecYAML, portSecVMYAML}, PrintOptions{Output: OutputWide}, `
-NAME          INTERFACE     MAC                 IPS                             PHASE    AGE   GUARDS        ATTACH
-web-01-nic0   tap-web01-0   52:54:00:12:34:56   192.168.100.10,192.168.100.11   Ready    5m    dhcp,ra,acl   xdp/driver
-db-nic1       vm:db/nic1    52:54:00:aa:bb:cc   <none>                          <none>   5m    dhcp,arp,ra   <none>
+NAME          INTERFACE     MAC                 IPS                             PHASE    AGE   GUARDS               ATTACH
+web-01-nic0   tap-web01-0   52:54:00:12:34:56   192.168.100.10,192.168.100.11   Ready    5m    dhcp,ra,tunnel,acl   xdp/driver
+db-nic1       vm:db/nic1    52:54:00:aa:bb:cc   <none>                          <none>   5m    dhcp,arp,ra,tunnel   <none>
 `},
 		{"external ips", []string{extIPYAML, extIPFwdYAML}, PrintOptions{}, `
 NAME            ADDRESS        TARGET                               MODE          VIA            PHASE    AGE

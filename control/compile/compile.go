@@ -442,6 +442,9 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 	if isTrue(spec.RAGuard) {
 		flags |= guard.PortRAGuard
 	}
+	if spec.AllowTunnels != nil && *spec.AllowTunnels { // default off
+		flags |= guard.PortTunnels
+	}
 	var segID uint32
 	var server netip.Addr
 	if seg, ok := byBridge[ln.Master]; ok && ln.Master != "" {

@@ -127,6 +127,14 @@ func TestCompilePorts(t *testing.T) {
 			wantAllow6: map[allowmap.Key6]allowmap.Value{},
 		},
 		{
+			name: "allowTunnels lets IPIP, GRE and Mobility through",
+			spec: pivirtv1.PortSecuritySpec{Interface: "tap0", MACAddress: macStr, AllowTunnels: ptr(true)},
+			wantPhase:  pivirtv1.PhaseReady,
+			wantPort:   ptr(portmap.NewValue(mac, segID, server, allFlags|guard.PortTunnels)),
+			wantAllow4: map[allowmap.Key4]allowmap.Value{},
+			wantAllow6: map[allowmap.Key6]allowmap.Value{},
+		},
+		{
 			name: "default routes allow any source without map entries",
 			spec: pivirtv1.PortSecuritySpec{Interface: "tap0", MACAddress: macStr,
 				AllowedAddressPairs: []pivirtv1.AddressPair{{IPAddress: "0.0.0.0/0"}, {IPAddress: "::/0"}}},

@@ -9,13 +9,13 @@ import (
 )
 
 var descFrames = prometheus.NewDesc("pivirt_guard_frames_total",
-	"Frames the port guard saw from a VM port, by verdict and reason (pv_counters_v2).",
+	"Frames the port guard saw from a VM port, by verdict and reason (pv_counters_v3).",
 	[]string{"interface", "verdict", "reason"}, nil)
 
 // Describe implements prometheus.Collector.
 func (c *Controller) Describe(ch chan<- *prometheus.Desc) { ch <- descFrames }
 
-// Collect implements prometheus.Collector from pv_counters_v2, read
+// Collect implements prometheus.Collector from pv_counters_v3, read
 // without stopping traffic (each port's slot, found through pv_ports_v2).
 func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
@@ -42,6 +42,6 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if err != nil {
-		c.Log.Warn("reading pv_counters_v2 for metrics", "err", err)
+		c.Log.Warn("reading pv_counters_v3 for metrics", "err", err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // GuardMaps are the live guard maps sync writes; loader.Maps provides
-// them. Of pv_counters_v2 sync only zeroes the slots it gives to ports.
+// them. Of pv_counters_v3 sync only zeroes the slots it gives to ports.
 type GuardMaps struct {
 	Ports    Map[portmap.Key, portmap.Value]
 	Allow4   Map[allowmap.Key4, allowmap.Value]

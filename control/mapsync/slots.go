@@ -13,7 +13,7 @@ import (
 	"pivirt.hu/dataplane/dataplane/maps/portmap"
 )
 
-// Counters is what sync needs of pv_counters_v2 (countermap.Map satisfies
+// Counters is what sync needs of pv_counters_v3 (countermap.Map satisfies
 // it): a slot is zeroed before a port is given it.
 type Counters interface {
 	Zero(slot uint32) error

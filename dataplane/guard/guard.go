@@ -17,7 +17,7 @@ const (
 	MapAllow4   = "pv_allow4"
 	MapAllow6   = "pv_allow6"
 	MapLeases   = "pv_leases"
-	MapCounters = "pv_counters_v2"
+	MapCounters = "pv_counters_v3"
 	// The port ACL's (bpf/include/pivirt/acl_maps.h).
 	MapACL       = "pv_acl"
 	MapConntrack = "pv_conntrack"
@@ -33,7 +33,7 @@ var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters, 
 var RetiredMapNames = []string{"pv_ports", "pv_counters"}
 
 // MaxPorts is PV_MAX_PORTS: the capacity of pv_ports_v2, and the highest
-// counter slot (pv_counters_v2 has MaxPorts+1 entries; slot 0 is the
+// counter slot (pv_counters_v3 has MaxPorts+1 entries; slot 0 is the
 // bucket of ports written without a slot).
 const MaxPorts = 65536
 
@@ -69,7 +69,7 @@ type (
 	LeaseKey = typesPvLeaseKey
 	// Lease mirrors struct pv_lease.
 	Lease = typesPvLease
-	// Counts mirrors struct pv_counts, the value of pv_counters_v2 (whose
+	// Counts mirrors struct pv_counts, the value of pv_counters_v3 (whose
 	// key is a uint32 slot).
 	Counts = typesPvCounts
 	// Reason mirrors enum pv_reason.
@@ -181,6 +181,7 @@ const (
 	PortLearnDHCP PortFlags = typesPvPortFlagsPV_PORT_LEARN_DHCP
 	PortAny4      PortFlags = typesPvPortFlagsPV_PORT_ANY4
 	PortAny6      PortFlags = typesPvPortFlagsPV_PORT_ANY6
+	PortTunnels   PortFlags = typesPvPortFlagsPV_PORT_TUNNELS
 )
 
 // PortAddrs4 is how many IPv4 addresses struct pv_port holds inline
@@ -228,6 +229,7 @@ const (
 	ReasonACLIngress   Reason = typesPvReasonPV_R_ACL_INGRESS
 	ReasonNDSpoof      Reason = typesPvReasonPV_R_ND_SPOOF
 	ReasonDHCPSpoof    Reason = typesPvReasonPV_R_DHCP_SPOOF
+	ReasonTunnel       Reason = typesPvReasonPV_R_TUNNEL
 	ReasonMax          Reason = typesPvReasonPV_R_MAX
 )
 
@@ -254,6 +256,7 @@ var reasonNames = map[Reason]string{
 	ReasonACLIngress:   "acl-ingress",
 	ReasonNDSpoof:      "nd-spoof",
 	ReasonDHCPSpoof:    "dhcp-spoof",
+	ReasonTunnel:       "tunnel",
 }
 
 // String is the reason's stable kebab-case name, as in counters and
@@ -291,7 +294,7 @@ func ParseReason(s string) (Reason, error) {
 
 // String lists the set flags by their spec names, or "none".
 func (f typesPvPortFlags) String() string {
-	return flagString(uint32(f), []string{"dhcpGuard", "arpGuard", "raGuard", "learnFromDHCP", "any4", "any6"})
+	return flagString(uint32(f), []string{"dhcpGuard", "arpGuard", "raGuard", "learnFromDHCP", "any4", "any6", "allowTunnels"})
 }
 
 // String lists the set flags, or "none".

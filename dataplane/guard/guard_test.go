@@ -24,7 +24,7 @@ import (
 
 // The port under test is the loopback device: test-run needs an existing
 // device for XDP's ingress_ifindex and uses loopback for skbs anyway. It
-// counts in slot 1 of pv_counters_v2.
+// counts in slot 1 of pv_counters_v3.
 const (
 	port     = 1
 	portSlot = 1
@@ -435,7 +435,7 @@ func guardCases() []guardCase {
 		{name: "truncated IPv6 extension header dropped", frame: func(t testing.TB) []byte {
 			return icmp6(t, llIP6, layers.ICMPv6TypeRouterAdvertisement, hopByHop())[:14+40+4]
 		}, want: drop, reason: guard.ReasonMalformed},
-	}, spoofCases()...)
+	}, append(spoofCases(), tunnelCases()...)...)
 }
 
 // TestPrivilegedGuard runs every rule through both programs with

@@ -58,6 +58,77 @@ func dhcp6(t testing.TB, sport, dport uint16, mt byte) []byte {
 	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, u, gopacket.Payload(msg))
 }
 
+// inner4 is an IPv4 UDP packet from a victim's address: what a
+// decapsulating receiver would take as coming from the victim.
+func inner4(t testing.TB) []byte {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: otherIP.AsSlice(), DstIP: serverIP.AsSlice()}
+	u := &layers.UDP{SrcPort: 53, DstPort: 53}
+	must(t, u.SetNetworkLayerForChecksum(ip))
+	return serialize(t, ip, u, gopacket.Payload("spoofed"))
+}
+
+// tunnel4 is an IPv4 packet of protocol proto from src carrying inner.
+func tunnel4(t testing.TB, src netip.Addr, proto layers.IPProtocol, inner []byte) []byte {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: proto, SrcIP: src.AsSlice(), DstIP: otherIP.AsSlice()}
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, gopacket.Payload(inner))
+}
+
+// tunnel6 is an IPv6 packet from the VM's pinned address whose headers
+// chain through next (after a hop-by-hop header when hbh) to inner.
+func tunnel6(t testing.TB, next layers.IPProtocol, hbh bool, inner []byte) []byte {
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: next, SrcIP: vmIP6.AsSlice(), DstIP: otherIP6.AsSlice()}
+	if hbh {
+		ip.NextHeader = layers.IPProtocolIPv6HopByHop
+		inner = append([]byte{byte(next), 0, 1, 4, 0, 0, 0, 0}, inner...) // PadN
+	}
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(inner))
+}
+
+// mobilityRA is an IPv6 Mobility header (RFC 6275, no next header:
+// 59) followed by an RA, as an attacker hides one behind it.
+func mobilityRA() []byte {
+	return append([]byte{59, 1, 0, 0, 0, 0, 0, 0}, 134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0)
+}
+
+// tunnelCases: the guard sees only the outer header, so a pinned port
+// sends no IPIP, 6in4, GRE or Mobility unless spec.allowTunnels.
+func tunnelCases() []guardCase {
+	pass, drop := guard.VerdictPass, guard.VerdictDrop
+	gre := func(t testing.TB) []byte { return append([]byte{0, 0, 0x08, 0x00}, inner4(t)...) } // GRE, IPv4 inside
+	return []guardCase{
+		{name: "IPIP with a spoofed inner source dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolIPv4, inner4(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "6in4 dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolIPv6, tunnel6(t, layers.IPProtocolNoNextHeader, false, nil)[14:])
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "GRE dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolGRE, gre(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "IPv6 Mobility header carrying an RA dropped", frame: func(t testing.TB) []byte {
+			return tunnel6(t, 135, false, mobilityRA())
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "IPv6 Mobility behind hop-by-hop options dropped", frame: func(t testing.TB) []byte {
+			return tunnel6(t, 135, true, mobilityRA())
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "IPv4 in IPv6 dropped", frame: func(t testing.TB) []byte {
+			return tunnel6(t, layers.IPProtocolIPv4, false, inner4(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "GRE over IPv6 dropped", frame: func(t testing.TB) []byte {
+			return tunnel6(t, layers.IPProtocolGRE, false, gre(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "IPIP passes with allowTunnels", flags: allGuards | guard.PortTunnels, frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolIPv4, inner4(t))
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "GRE over IPv6 passes with allowTunnels", flags: allGuards | guard.PortTunnels, frame: func(t testing.TB) []byte {
+			return tunnel6(t, layers.IPProtocolGRE, false, gre(t))
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "IPIP from a spoofed outer source is a source spoof even with allowTunnels", flags: allGuards | guard.PortTunnels,
+			frame: func(t testing.TB) []byte { return tunnel4(t, otherIP, layers.IPProtocolIPv4, inner4(t)) },
+			want:  drop, reason: guard.ReasonIP4Src},
+	}
+}
+
 // spoofCases are the guard's ND and DHCP client checks (issue 13 and 20):
 // each spoof next to the legitimate frame of the same shape.
 func spoofCases() []guardCase {

@@ -21,7 +21,7 @@ const (
 	tc_acl_simMapPvAllow4     = "pv_allow4"
 	tc_acl_simMapPvAllow6     = "pv_allow6"
 	tc_acl_simMapPvConntrack  = "pv_conntrack"
-	tc_acl_simMapPvCountersV2 = "pv_counters_v2"
+	tc_acl_simMapPvCountersV3 = "pv_counters_v3"
 	tc_acl_simMapPvLeases     = "pv_leases"
 	tc_acl_simMapPvPortsV2    = "pv_ports_v2"
 	tc_acl_simProgPvSimFromVm = "pv_sim_from_vm"
@@ -83,7 +83,7 @@ type tc_acl_simMapSpecs struct {
 	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.MapSpec `ebpf:"pv_conntrack"`
-	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
 }
@@ -119,7 +119,7 @@ type tc_acl_simMaps struct {
 	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.Map `ebpf:"pv_conntrack"`
-	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
 }
@@ -131,7 +131,7 @@ func (m *tc_acl_simMaps) Close() error {
 		m.PvAllow4,
 		m.PvAllow6,
 		m.PvConntrack,
-		m.PvCountersV2,
+		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
 	)

@@ -18,7 +18,7 @@ import (
 const (
 	tc_simMapPvAllow4     = "pv_allow4"
 	tc_simMapPvAllow6     = "pv_allow6"
-	tc_simMapPvCountersV2 = "pv_counters_v2"
+	tc_simMapPvCountersV3 = "pv_counters_v3"
 	tc_simMapPvLeases     = "pv_leases"
 	tc_simMapPvPortsV2    = "pv_ports_v2"
 	tc_simProgPvTcSim     = "pv_tc_sim"
@@ -75,7 +75,7 @@ type tc_simProgramSpecs struct {
 type tc_simMapSpecs struct {
 	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
 }
@@ -108,7 +108,7 @@ func (o *tc_simObjects) Close() error {
 type tc_simMaps struct {
 	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
-	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
 }
@@ -117,7 +117,7 @@ func (m *tc_simMaps) Close() error {
 	return _Tc_simClose(
 		m.PvAllow4,
 		m.PvAllow6,
-		m.PvCountersV2,
+		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
 	)

@@ -21,7 +21,7 @@ const (
 	tcx_aclMapPvAllow4     = "pv_allow4"
 	tcx_aclMapPvAllow6     = "pv_allow6"
 	tcx_aclMapPvConntrack  = "pv_conntrack"
-	tcx_aclMapPvCountersV2 = "pv_counters_v2"
+	tcx_aclMapPvCountersV3 = "pv_counters_v3"
 	tcx_aclMapPvLeases     = "pv_leases"
 	tcx_aclMapPvPortsV2    = "pv_ports_v2"
 	tcx_aclProgPvAclFromVm = "pv_acl_from_vm"
@@ -83,7 +83,7 @@ type tcx_aclMapSpecs struct {
 	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.MapSpec `ebpf:"pv_conntrack"`
-	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
 }
@@ -119,7 +119,7 @@ type tcx_aclMaps struct {
 	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.Map `ebpf:"pv_conntrack"`
-	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
 }
@@ -131,7 +131,7 @@ func (m *tcx_aclMaps) Close() error {
 		m.PvAllow4,
 		m.PvAllow6,
 		m.PvConntrack,
-		m.PvCountersV2,
+		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
 	)

@@ -18,7 +18,7 @@ import (
 const (
 	tcx_guardMapPvAllow4     = "pv_allow4"
 	tcx_guardMapPvAllow6     = "pv_allow6"
-	tcx_guardMapPvCountersV2 = "pv_counters_v2"
+	tcx_guardMapPvCountersV3 = "pv_counters_v3"
 	tcx_guardMapPvLeases     = "pv_leases"
 	tcx_guardMapPvPortsV2    = "pv_ports_v2"
 	tcx_guardProgPvTcxGuard  = "pv_tcx_guard"
@@ -75,7 +75,7 @@ type tcx_guardProgramSpecs struct {
 type tcx_guardMapSpecs struct {
 	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
 }
@@ -108,7 +108,7 @@ func (o *tcx_guardObjects) Close() error {
 type tcx_guardMaps struct {
 	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
-	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
 }
@@ -117,7 +117,7 @@ func (m *tcx_guardMaps) Close() error {
 	return _Tcx_guardClose(
 		m.PvAllow4,
 		m.PvAllow6,
-		m.PvCountersV2,
+		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
 	)

@@ -88,7 +88,7 @@ const (
 
 type typesPvCounts struct {
 	_    structs.HostLayout
-	Pkts [24]uint64
+	Pkts [32]uint64
 }
 
 type typesPvCt struct {
@@ -194,6 +194,7 @@ const (
 	typesPvPortFlagsPV_PORT_LEARN_DHCP typesPvPortFlags = 8
 	typesPvPortFlagsPV_PORT_ANY4       typesPvPortFlags = 16
 	typesPvPortFlagsPV_PORT_ANY6       typesPvPortFlags = 32
+	typesPvPortFlagsPV_PORT_TUNNELS    typesPvPortFlags = 64
 )
 
 type typesPvPortKey struct {
@@ -227,7 +228,8 @@ const (
 	typesPvReasonPV_R_ACL_INGRESS   typesPvReason = 21
 	typesPvReasonPV_R_ND_SPOOF      typesPvReason = 22
 	typesPvReasonPV_R_DHCP_SPOOF    typesPvReason = 23
-	typesPvReasonPV_R_MAX           typesPvReason = 24
+	typesPvReasonPV_R_TUNNEL        typesPvReason = 24
+	typesPvReasonPV_R_MAX           typesPvReason = 32
 )
 
 // Names of all BPF objects in the ELF.
@@ -239,7 +241,7 @@ const (
 	typesMapPvAllow4        = "pv_allow4"
 	typesMapPvAllow6        = "pv_allow6"
 	typesMapPvConntrack     = "pv_conntrack"
-	typesMapPvCountersV2    = "pv_counters_v2"
+	typesMapPvCountersV3    = "pv_counters_v3"
 	typesMapPvLeases        = "pv_leases"
 	typesMapPvPortsV2       = "pv_ports_v2"
 	typesVarPvAclActionBtf  = "pv_acl_action_btf"
@@ -306,7 +308,7 @@ type typesMapSpecs struct {
 	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.MapSpec `ebpf:"pv_conntrack"`
-	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
 }
@@ -351,7 +353,7 @@ type typesMaps struct {
 	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
 	PvConntrack  *ebpf.Map `ebpf:"pv_conntrack"`
-	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
 }
@@ -363,7 +365,7 @@ func (m *typesMaps) Close() error {
 		m.PvAllow4,
 		m.PvAllow6,
 		m.PvConntrack,
-		m.PvCountersV2,
+		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
 	)

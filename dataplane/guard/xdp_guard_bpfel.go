@@ -18,7 +18,7 @@ import (
 const (
 	xdp_guardMapPvAllow4     = "pv_allow4"
 	xdp_guardMapPvAllow6     = "pv_allow6"
-	xdp_guardMapPvCountersV2 = "pv_counters_v2"
+	xdp_guardMapPvCountersV3 = "pv_counters_v3"
 	xdp_guardMapPvLeases     = "pv_leases"
 	xdp_guardMapPvPortsV2    = "pv_ports_v2"
 	xdp_guardProgPvXdpGuard  = "pv_xdp_guard"
@@ -75,7 +75,7 @@ type xdp_guardProgramSpecs struct {
 type xdp_guardMapSpecs struct {
 	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvCountersV2 *ebpf.MapSpec `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
 }
@@ -108,7 +108,7 @@ func (o *xdp_guardObjects) Close() error {
 type xdp_guardMaps struct {
 	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
-	PvCountersV2 *ebpf.Map `ebpf:"pv_counters_v2"`
+	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
 	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
 	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
 }
@@ -117,7 +117,7 @@ func (m *xdp_guardMaps) Close() error {
 	return _Xdp_guardClose(
 		m.PvAllow4,
 		m.PvAllow6,
-		m.PvCountersV2,
+		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
 	)

@@ -3,7 +3,7 @@
 // Package loader loads the port guard, owns its pinned maps and links
 // under a bpffs base directory, and attaches it to VM ports:
 //
-//	<base>/maps/<map>               pv_ports_v2, pv_allow4, pv_allow6, pv_leases, pv_counters_v2
+//	<base>/maps/<map>               pv_ports_v2, pv_allow4, pv_allow6, pv_leases, pv_counters_v3
 //	<base>/links/<ifname>/<prog>    pv_xdp_guard or pv_tcx_guard
 //
 // Pinned maps are reused when compatible, so a restarted daemon finds its

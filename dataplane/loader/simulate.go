@@ -139,7 +139,7 @@ type SimResult struct {
 
 // SimulatePort is Simulate for an interface by name. With runAttached, it
 // also runs the very program the port's pinned link runs (that run is
-// counted in pv_counters_v2 like any frame the program sees) and returns
+// counted in pv_counters_v3 like any frame the program sees) and returns
 // ErrVerdictMismatch, with the result, if its verdict differs.
 func (l *Loader) SimulatePort(ifname string, frame []byte, runAttached bool) (SimResult, error) {
 	nl, err := linkByName(ifname)

@@ -42,21 +42,73 @@ func Attach(t *testing.T, host *testutil.NetNS, bridge, hostSide string, mac net
 		hostSide = testutil.UniqueName("h")
 	}
 	g := &Guest{NS: testutil.NewNetNS(t), Ifc: testutil.UniqueName("g"), HostSide: hostSide, MAC: mac, Dir: t.TempDir()}
+	if err := g.plug(host, bridge); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// Replug unplugs the guest and plugs it in again, as a VM restart does
+// with its tap: the veth pair is deleted and made anew with the same
+// names and MAC (a new ifindex) and enslaved to bridge.
+func (g *Guest) Replug(t *testing.T, host *testutil.NetNS, bridge string) {
+	t.Helper()
 	err := host.Do(func() error {
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostSide}, PeerName: g.Ifc, PeerHardwareAddr: mac}
+		l, err := netlink.LinkByName(g.HostSide)
+		if err != nil {
+			return fmt.Errorf("finding %s: %w", g.HostSide, err)
+		}
+		return netlink.LinkDel(l) // its peer in the guest goes with it
+	})
+	if err == nil {
+		err = g.plug(host, bridge)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Enslave enslaves the guest's host side to bridge, as libvirt does when
+// it starts a VM on a bridge that exists already.
+func (g *Guest) Enslave(t *testing.T, host *testutil.NetNS, bridge string) {
+	t.Helper()
+	err := host.Do(func() error {
+		br, err := netlink.LinkByName(bridge)
+		if err != nil {
+			return fmt.Errorf("finding bridge %s: %w", bridge, err)
+		}
+		h, err := netlink.LinkByName(g.HostSide)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMaster(h, br); err != nil {
+			return fmt.Errorf("enslaving %s to %s: %w", g.HostSide, bridge, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// plug creates the veth pair, enslaves its host end to bridge and moves
+// the other end, up and with g.MAC, into the guest.
+func (g *Guest) plug(host *testutil.NetNS, bridge string) error {
+	err := host.Do(func() error {
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: g.HostSide}, PeerName: g.Ifc, PeerHardwareAddr: g.MAC}
 		if err := netlink.LinkAdd(v); err != nil {
-			return fmt.Errorf("adding veth %s: %w", hostSide, err)
+			return fmt.Errorf("adding veth %s: %w", g.HostSide, err)
 		}
 		br, err := netlink.LinkByName(bridge)
 		if err != nil {
 			return fmt.Errorf("finding bridge %s: %w", bridge, err)
 		}
-		h, err := netlink.LinkByName(hostSide)
+		h, err := netlink.LinkByName(g.HostSide)
 		if err != nil {
 			return err
 		}
 		if err := netlink.LinkSetMaster(h, br); err != nil {
-			return fmt.Errorf("enslaving %s to %s: %w", hostSide, bridge, err)
+			return fmt.Errorf("enslaving %s to %s: %w", g.HostSide, bridge, err)
 		}
 		if err := netlink.LinkSetUp(h); err != nil {
 			return err
@@ -68,9 +120,9 @@ func Attach(t *testing.T, host *testutil.NetNS, bridge, hostSide string, mac net
 		return netlink.LinkSetNsFd(p, int(g.NS.Handle()))
 	})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	err = g.NS.Do(func() error {
+	return g.NS.Do(func() error {
 		l, err := netlink.LinkByName(g.Ifc)
 		if err != nil {
 			return err
@@ -80,10 +132,6 @@ func Attach(t *testing.T, host *testutil.NetNS, bridge, hostSide string, mac net
 		}
 		return netlink.LinkSetUp(l)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
 }
 
 var inetRE = regexp.MustCompile(`inet (\d+\.\d+\.\d+\.\d+)/`)

@@ -193,7 +193,7 @@ func until(timeout time.Duration, cond func() bool) bool {
 
 // counters prints the guard's counters of the VM's tap.
 func (d *demo) counters() map[string]uint64 {
-	out, err := d.ctlOut("inspect", "map", "pv_counters_v2", "-o", "json")
+	out, err := d.ctlOut("inspect", "map", "pv_counters_v3", "-o", "json")
 	if err != nil {
 		return nil
 	}
@@ -347,7 +347,7 @@ func (d *demo) run() error {
 	}
 
 	step("the guard's counters on %s (the DHCP exchange passed as a client's)", vmTap)
-	if err := d.ctl("inspect", "map", "pv_counters_v2"); err != nil {
+	if err := d.ctl("inspect", "map", "pv_counters_v3"); err != nil {
 		return err
 	}
 
@@ -363,7 +363,7 @@ func (d *demo) run() error {
 	}
 	after := d.counters()["ipv4-src"]
 	fmt.Printf("ipv4-src drops on %s: %d -> %d (every echo from .66 dropped at the tap)\n", vmTap, before, after)
-	if err := d.ctl("inspect", "map", "pv_counters_v2"); err != nil {
+	if err := d.ctl("inspect", "map", "pv_counters_v3"); err != nil {
 		return err
 	}
 

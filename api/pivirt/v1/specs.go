@@ -106,7 +106,11 @@ type PortSecuritySpec struct {
 	DHCPGuard           *bool         `json:"dhcpGuard,omitempty"`
 	ARPGuard            *bool         `json:"arpGuard,omitempty"`
 	RAGuard             *bool         `json:"raGuard,omitempty"`
-	ACL                 *ACLSpec      `json:"acl,omitempty"`
+	// AllowTunnels lets the guest send IP-in-IP, 6in4, GRE and IPv6
+	// Mobility, whose inner packets the guard does not check (default
+	// false: dropped, counted as "tunnel").
+	AllowTunnels *bool    `json:"allowTunnels,omitempty"`
+	ACL          *ACLSpec `json:"acl,omitempty"`
 }
 
 // VMRef names a VM NIC, resolved through QMP to its tap.

@@ -11,7 +11,7 @@
 
 /* Map capacities. 64k ports and 128k leases cover a large hypervisor; the
  * hash maps are preallocated, the LPM tries are not (the kernel requires
- * BPF_F_NO_PREALLOC for them). pv_counters_v2 has PV_MAX_PORTS + 1 slots:
+ * BPF_F_NO_PREALLOC for them). pv_counters_v3 has PV_MAX_PORTS + 1 slots:
  * one per port plus slot 0, the bucket of ports without a slot (Go:
  * guard.MaxPorts, checked against the maps by its layout test).
  */
@@ -79,6 +79,7 @@ enum pv_port_flags {
 	PV_PORT_LEARN_DHCP = 1 << 3, /* the IP leased to the MAC is allowed */
 	PV_PORT_ANY4       = 1 << 4, /* any IPv4 source (a 0.0.0.0/0 pair) */
 	PV_PORT_ANY6       = 1 << 5, /* any IPv6 source (a ::/0 pair) */
+	PV_PORT_TUNNELS    = 1 << 6, /* IP-in-IP, 6in4, GRE, Mobility allowed */
 };
 
 /* enum pv_lease_flags: struct pv_lease.flags. */
@@ -124,7 +125,9 @@ enum pv_reason {
 				  * link-layer option not its MAC, a Redirect */
 	PV_R_DHCP_SPOOF    = 23, /* DHCP client message for another chaddr, or
 				  * posing as a relay (giaddr, hops) */
-	PV_R_MAX           = 24, /* room for new reasons without a _v2 */
+	PV_R_TUNNEL        = 24, /* IPIP, 6in4, GRE or IPv6 Mobility: a
+				  * spoofed inner packet the guard cannot see */
+	PV_R_MAX           = 32, /* room for new reasons without a _v4 */
 };
 
 /* enum pv_acl_dir: struct pv_acl_key.dir, which side of the port a

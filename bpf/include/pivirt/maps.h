@@ -58,7 +58,7 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pv_leases SEC(".maps");
 
-/* pv_counters_v2: per-port, per-reason packets, indexed by
+/* pv_counters_v3: per-port, per-reason packets, indexed by
  * struct pv_port.counter_slot (slot 0 collects ports written without a
  * slot). v2: was a per-CPU hash keyed by ifindex that the guard filled
  * itself. An array lookup is inlined by the verifier (no helper call) and
@@ -73,6 +73,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pv_counts);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} pv_counters_v2 SEC(".maps");
+} pv_counters_v3 SEC(".maps");
 
 #endif /* PIVIRT_MAPS_H */

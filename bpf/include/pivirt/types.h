@@ -25,7 +25,7 @@ struct pv_port {
 	__be32 addr4[PV_PORT_ADDR4]; /* allowed IPv4 sources, 0 = unused */
 	__u8 plen4[PV_PORT_PLENS];   /* prefix lengths to probe in pv_allow4, 0 = unused */
 	__u8 plen6[PV_PORT_PLENS];   /* prefix lengths to probe in pv_allow6, 0 = unused */
-	__u32 counter_slot;   /* index in pv_counters_v2, 1..PV_MAX_PORTS, given
+	__u32 counter_slot;   /* index in pv_counters_v3, 1..PV_MAX_PORTS, given
 			       * by userspace (control/mapsync); 0 = the
 			       * bucket shared by ports written without one */
 };
@@ -74,7 +74,7 @@ struct pv_lease {
 	__u32 pad;
 };
 
-/* struct pv_counts: pv_counters_v2 value, a port's packets per enum
+/* struct pv_counts: pv_counters_v3 value, a port's packets per enum
  * pv_reason (one copy shared by all CPUs, added to atomically).
  */
 struct pv_counts {

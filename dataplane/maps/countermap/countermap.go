@@ -94,7 +94,7 @@ type Entry struct {
 	Reasons   map[string]uint64 `json:"reasons"`
 }
 
-// Map is pv_counters_v2, read by port: each port's slot comes from its
+// Map is pv_counters_v3, read by port: each port's slot comes from its
 // pv_ports_v2 entry. Slot 0 is the bucket every port written without a
 // slot counts in; control/mapsync gives each port its own.
 type Map struct {
@@ -104,7 +104,7 @@ type Map struct {
 	Names typed.IfName
 }
 
-// New wraps the pv_counters_v2 map counters, resolving ports through the
+// New wraps the pv_counters_v3 map counters, resolving ports through the
 // pv_ports_v2 map ports.
 func New(counters, ports *ebpf.Map) *Map {
 	return &Map{m: typed.New[uint32, guard.Counts](counters), ports: typed.New[portmap.Key, portmap.Value](ports)}

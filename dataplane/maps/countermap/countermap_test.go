@@ -40,7 +40,7 @@ func TestTotals(t *testing.T) {
 }
 
 // TestPrivilegedLookup reads counters by ifindex through real pv_ports_v2
-// and pv_counters_v2 maps: each port's own slot, slot 0 for a port
+// and pv_counters_v3 maps: each port's own slot, slot 0 for a port
 // without one, and ErrKeyNotExist for a device that is no port.
 func TestPrivilegedLookup(t *testing.T) {
 	testutil.RequireBPF(t)

@@ -155,7 +155,7 @@ type Entry struct {
 	PrefixLen4 []int    `json:"prefixLens4,omitempty"`
 	PrefixLen6 []int    `json:"prefixLens6,omitempty"`
 	Flags      string   `json:"flags"`
-	// CounterSlot is the port's index in pv_counters_v2 (0: none yet).
+	// CounterSlot is the port's index in pv_counters_v3 (0: none yet).
 	CounterSlot uint32 `json:"counterSlot,omitempty"`
 }
 
