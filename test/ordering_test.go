@@ -435,9 +435,13 @@ func (r *orderRun) violations() []string {
 	if pout.Code != 0 || json.Unmarshal([]byte(pout.Stdout), &pins) != nil {
 		return []string{"inspect pv_leases: " + pout.String()}
 	}
+	// A pin lets the client's traffic through only while bound and not
+	// expired: an unbound or lapsed entry is no pin.
 	pinned := map[string]string{}
 	for _, p := range pins {
-		pinned[p.MAC] = p.IP
+		if strings.Contains(p.Flags, "bound") && p.ExpiresAt != nil && time.Now().Before(*p.ExpiresAt) {
+			pinned[p.MAC] = p.IP
+		}
 	}
 	for _, c := range r.clients {
 		mac := c.g.MAC.String()
