@@ -127,8 +127,8 @@ func TestCompilePorts(t *testing.T) {
 			wantAllow6: map[allowmap.Key6]allowmap.Value{},
 		},
 		{
-			name: "allowTunnels lets IPIP, GRE and Mobility through",
-			spec: pivirtv1.PortSecuritySpec{Interface: "tap0", MACAddress: macStr, AllowTunnels: ptr(true)},
+			name:       "allowTunnels lets IPIP, GRE and Mobility through",
+			spec:       pivirtv1.PortSecuritySpec{Interface: "tap0", MACAddress: macStr, AllowTunnels: ptr(true)},
 			wantPhase:  pivirtv1.PhaseReady,
 			wantPort:   ptr(portmap.NewValue(mac, segID, server, allFlags|guard.PortTunnels)),
 			wantAllow4: map[allowmap.Key4]allowmap.Value{},
