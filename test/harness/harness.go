@@ -183,6 +183,15 @@ func (d *Daemon) Restart() {
 	d.Start()
 }
 
+// RestartWith restarts the daemon on the same state with other extra
+// flags (Options.Args).
+func (d *Daemon) RestartWith(args ...string) {
+	d.tb.Helper()
+	d.Stop()
+	d.opts.Args = args
+	d.Start()
+}
+
 // PID is the daemon's process id (0 when stopped).
 func (d *Daemon) PID() int {
 	if d.cmd == nil {
