@@ -214,47 +214,57 @@ func boundPin(t *testing.T, d *harness.Daemon, mac net.HardwareAddr) string {
 
 // TestPrivilegedReservationAcrossSegmentRecreate: a reserved client is
 // bound, its segment is deleted and applied again (ports enslaved after
-// the new bridge exists), then its reservation is deleted. Its binding
-// must survive the segment's absence (found by the ordering test, seed
-// 55): pinned bound when the segment is back, and kept as a dynamic
-// lease when the reservation goes, as for any bound reservation.
+// the new bridge exists; pivirtd killed -9 in between or not), then its
+// reservation is deleted. Its binding must survive the segment's absence
+// (found by the ordering test, seeds 55 and 56): pinned bound when the
+// segment is back, and kept as a dynamic lease when the reservation goes,
+// as for any bound reservation.
 func TestPrivilegedReservationAcrossSegmentRecreate(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	applySeg := func() {
-		t.Helper()
-		if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
-			t.Fatalf("apply: %s", r)
-		}
-		waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
-	}
-	applySeg()
-	mac := net.HardwareAddr{0x52, 0x54, 0, 0, 0x0e, 1}
-	if r := d.CtlStdin(reservation("rc-res", mac.String(), "192.168.100.33"), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply reservation: %s", r)
-	}
-	g := guest.Attach(t, host, "virbr10", "", mac)
-	waitFor(t, 10*time.Second, "port forwarding", func() bool {
-		out, _ := host.Exec("bridge", "link", "show")
-		return strings.Contains(string(out), "state forwarding")
-	})
-	c := newRawClient(t, g)
-	if ack, _ := c.dora(); !ack.YourIPAddr.Equal(net.ParseIP("192.168.100.33")) {
-		t.Fatalf("reserved client got %s", ack.YourIPAddr)
-	}
-	waitFor(t, 3*time.Second, "bound pin", func() bool { return boundPin(t, d, mac) == "192.168.100.33" })
+	for i, kill := range []bool{false, true} {
+		t.Run(map[bool]string{false: "running", true: "kill -9 while deleted"}[kill], func(t *testing.T) {
+			host := testutil.NewNetNS(t)
+			d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+			applySeg := func() {
+				t.Helper()
+				if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
+					t.Fatalf("apply: %s", r)
+				}
+				waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+			}
+			applySeg()
+			mac := net.HardwareAddr{0x52, 0x54, 0, 0, 0x0e, byte(i + 1)}
+			ip := netip.AddrFrom4([4]byte{192, 168, 100, byte(33 + i)})
+			if r := d.CtlStdin(reservation("rc-res", mac.String(), ip.String()), "apply", "-f", "-"); r.Code != 0 {
+				t.Fatalf("apply reservation: %s", r)
+			}
+			g := guest.Attach(t, host, "virbr10", "", mac)
+			waitFor(t, 10*time.Second, "port forwarding", func() bool {
+				out, _ := host.Exec("bridge", "link", "show")
+				return strings.Contains(string(out), "state forwarding")
+			})
+			c := newRawClient(t, g)
+			if ack, _ := c.dora(); !ack.YourIPAddr.Equal(ip.AsSlice()) {
+				t.Fatalf("reserved client got %s, want %s", ack.YourIPAddr, ip)
+			}
+			waitFor(t, 3*time.Second, "bound pin", func() bool { return boundPin(t, d, mac) == ip.String() })
 
-	d.MustCtl("delete", "segment", "prod-segment-node-01")
-	waitFor(t, 15*time.Second, "bridge removed", func() bool { _, err := host.Exec("ip", "link", "show", "virbr10"); return err != nil })
-	applySeg()
-	g.Enslave(t, host, "virbr10")
-	waitFor(t, 3*time.Second, "bound pin after the segment is back", func() bool { return boundPin(t, d, mac) == "192.168.100.33" })
+			d.MustCtl("delete", "segment", "prod-segment-node-01")
+			waitFor(t, 15*time.Second, "bridge removed", func() bool { _, err := host.Exec("ip", "link", "show", "virbr10"); return err != nil })
+			if kill {
+				d.Kill9()
+				d.Start()
+			}
+			applySeg()
+			g.Enslave(t, host, "virbr10")
+			waitFor(t, 3*time.Second, "bound pin after the segment is back", func() bool { return boundPin(t, d, mac) == ip.String() })
 
-	d.MustCtl("delete", "lease", "rc-res")
-	waitFor(t, 3*time.Second, "the binding kept as a dynamic lease", func() bool {
-		l, ok := getLease(t, d, leaseName(mac))
-		return ok && l.Spec.IPAddress == "192.168.100.33" && l.Spec.Type == "dynamic" && boundPin(t, d, mac) == "192.168.100.33"
-	})
+			d.MustCtl("delete", "lease", "rc-res")
+			waitFor(t, 3*time.Second, "the binding kept as a dynamic lease", func() bool {
+				l, ok := getLease(t, d, leaseName(mac))
+				return ok && l.Spec.IPAddress == ip.String() && l.Spec.Type == "dynamic" && boundPin(t, d, mac) == ip.String()
+			})
+		})
+	}
 }

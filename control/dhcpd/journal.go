@@ -41,6 +41,7 @@ type record struct {
 // starts the writer; call it once before the reconcilers read the store.
 func (m *Manager) Recover(ctx context.Context) error {
 	m.init()
+	m.loadParked()
 	log, old, err := wal.Open(m.JournalDir, wal.Options{})
 	if err != nil {
 		return fmt.Errorf("opening the lease journal: %w", err)

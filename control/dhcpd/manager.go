@@ -95,8 +95,7 @@ type Manager struct {
 	// (BeforeCommit); the next Sync sets every segment's from the store.
 	resDirty atomic.Bool
 	// parked holds, by segment id, the bindings of reservations whose
-	// segment was deleted: pv_leases drops their pins with the segment,
-	// and a segment applied again gives them back (see stop).
+	// segment was deleted (parked.go).
 	parked map[uint32][]server.Lease
 }
 
@@ -336,44 +335,6 @@ func (m *Manager) pinnedReservations(segID uint32, static []server.Reservation) 
 	return out
 }
 
-// reservationBindings are the bindings of a starting segment's
-// reservations: those pv_leases holds (a restart) and those parked when
-// the segment was deleted (applied again), each still reserved as bound.
-func (m *Manager) reservationBindings(cfg server.Segment, static []server.Reservation) []server.Lease {
-	segID := cfg.ID
-	out := m.pinnedReservations(segID, static)
-	parked := m.parked[segID]
-	delete(m.parked, segID)
-	if len(parked) == 0 {
-		return out
-	}
-	res := map[string]netip.Addr{}
-	for _, r := range static {
-		res[r.MAC.String()] = r.IP
-	}
-	have := map[string]bool{}
-	for _, l := range out {
-		have[l.MAC.String()] = true
-	}
-	now := m.now()
-	var binds []leasemap.Binding
-	for _, l := range parked {
-		if k := l.MAC.String(); !have[k] && res[k] == l.IP && now.Before(l.Expires) {
-			out = append(out, l)
-			binds = append(binds, leasemap.Binding{Segment: segID, MAC: [6]byte(l.MAC), IP: l.IP, Expires: l.Expires, LeaseTime: cfg.LeaseTime})
-		}
-	}
-	// Their pins went with the segment: bound again, the guard's sync
-	// keeps them over the reservations' unbound entries (LeaseEqual).
-	m.pinMu.Lock()
-	err := m.Leases.BindAll(binds)
-	m.pinMu.Unlock()
-	if err != nil {
-		m.Log.Warn("pinning the bindings of reservations again", "segment", cfg.Name, "err", err)
-	}
-	return out
-}
-
 // keepUnreserved turns the bindings of reservations that were deleted
 // into dynamic leases: the client keeps its address until its lease ends
 // (stored as lease-<mac> and pinned), as Kea keeps a lease whose
@@ -483,20 +444,7 @@ func (m *Manager) stop(name string) {
 	}
 	r.cancel()
 	<-r.done
-	// A reservation's binding lives in the server and pv_leases only;
-	// both drop the segment now, so keep it for the segment's return.
-	var parked []server.Lease
-	for _, l := range m.srv.Leases(r.id) {
-		if r.reserved[l.MAC.String()] {
-			parked = append(parked, l)
-		}
-	}
-	if len(parked) > 0 {
-		if m.parked == nil {
-			m.parked = map[uint32][]server.Lease{}
-		}
-		m.parked[r.id] = parked
-	}
+	m.park(r)
 	m.srv.RemoveSegment(r.id)
 	delete(m.running, name)
 	m.Events.Record(pivirtv1.KindNetworkSegment, name, events.Normal, "DHCPStopped", "responder stopped")
