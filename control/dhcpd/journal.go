@@ -232,11 +232,15 @@ func (m *Manager) storeRecords(ctx context.Context, recs []record) error {
 			continue // a newer change of it is still queued
 		}
 		delete(m.pendingSeq, name)
+		mac := r.Change.Lease.MAC.String()
 		switch r.Change.Kind {
 		case server.Bound, server.Renewed:
-			m.persisted[name] = rev
+			if from, ok := m.stored[mac]; !ok || from > rev {
+				m.stored[mac] = rev
+			}
 		default:
-			delete(m.persisted, name)
+			delete(m.stored, mac)
+			m.unstored[mac] = rev
 		}
 	}
 	m.pmu.Unlock()

@@ -66,10 +66,17 @@ type Manager struct {
 	infos atomic.Pointer[map[uint32]segInfo]
 
 	pmu sync.Mutex
-	// persisted is the store revision that last wrote each dynamic lease
-	// (by name), so a snapshot older than a fresh lease does not release
-	// it as "deleted by the operator".
-	persisted map[string]int64
+	// stored is, by MAC, the store revision from which the store is known
+	// to hold the MAC's dynamic lease: written by the journal's writer
+	// (storeRecords) or seen in a Sync's snapshot. Only such a lease,
+	// absent from a snapshot at least as new, was deleted by the operator
+	// (releaseDeleted); a lease the server bound and the journal has not
+	// registered yet is in no snapshot and not here either.
+	stored map[string]int64
+	// unstored is, by MAC, the revision at which the writer stored the
+	// end of its lease: an older snapshot that still has it must not
+	// mark it stored again.
+	unstored map[string]int64
 	// pendingSeq is the journal sequence number of each lease's newest
 	// change not yet stored: no snapshot has such a lease yet either.
 	pendingSeq map[string]uint64
@@ -122,7 +129,8 @@ func (m *Manager) init() {
 	m.once.Do(func() {
 		m.srv, _ = server.New()
 		m.running = map[string]*running{}
-		m.persisted = map[string]int64{}
+		m.stored = map[string]int64{}
+		m.unstored = map[string]int64{}
 		m.pendingSeq = map[string]uint64{}
 		m.recent = map[string]recentChange{}
 		m.wake = make(chan struct{}, 1)
@@ -173,6 +181,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			}
 		}
 		static, dynamic := m.segmentLeases(seg, leases, snap)
+		storedDyn := dynamic[:len(dynamic):len(dynamic)] // what the snapshot holds
 		reserved := map[string]bool{}
 		for _, res := range static {
 			reserved[res.MAC.String()] = true
@@ -212,6 +221,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		} else {
 			m.releaseDeleted(ctx, cfg.ID, dynamic, reserved, snap.Revision)
 		}
+		m.noteSnapshot(storedDyn, snap.Revision)
 		r = m.running[seg.Name]
 		r.seg, r.cfg, r.reserved, r.static = seg, cfg, reserved, static
 		r.held = map[string]bool{}
@@ -371,23 +381,26 @@ func sameReservation(a, b server.Reservation) bool {
 }
 
 // releaseDeleted frees the leases the server holds but the store no
-// longer has: the operator deleted them (`pivirtctl delete lease`).
-// The binding of a reserved MAC is its static lease's, not a dynamic one.
+// longer has: the operator deleted them (`pivirtctl delete lease`). Only
+// a lease the store is known to have held from a revision no newer than
+// rev counts (m.stored): one the server bound a moment ago may be in no
+// snapshot yet, and its ACK must not be undone. The binding of a reserved
+// MAC is its static lease's, not a dynamic one.
 func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []server.Lease, reserved map[string]bool, rev int64) {
 	have := map[netip.Addr]bool{}
 	for _, l := range stored {
 		have[l.IP] = true
 	}
 	for _, l := range m.srv.Leases(segID) {
-		if reserved[l.MAC.String()] {
+		mac := l.MAC.String()
+		if reserved[mac] || have[l.IP] {
 			continue // the reservation's binding: its object is the static lease
 		}
 		m.pmu.Lock()
-		name := LeaseName(l.MAC)
-		_, pending := m.pendingSeq[name]
-		fresh := pending || m.persisted[name] > rev
+		_, pending := m.pendingSeq[LeaseName(l.MAC)]
+		from, known := m.stored[mac]
 		m.pmu.Unlock()
-		if have[l.IP] || fresh {
+		if pending || !known || from > rev {
 			continue
 		}
 		ch, err := m.srv.Release(m.now(), segID, l.IP)
@@ -398,12 +411,28 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 		err = m.Leases.Release(segID, [6]byte(ch.Lease.MAC))
 		m.pinMu.Unlock()
 		if err != nil {
-			m.Log.Warn("releasing lease in pv_leases", "mac", ch.Lease.MAC, "err", err)
+			m.Log.Warn("releasing lease in pv_leases", "mac", mac, "err", err)
 		}
 		m.pmu.Lock()
-		delete(m.persisted, name)
+		delete(m.stored, mac)
 		m.pmu.Unlock()
-		m.Log.Info("lease released by deletion", "ip", l.IP, "mac", l.MAC)
+		m.Log.Info("lease released by deletion", "ip", l.IP, "mac", mac)
+	}
+}
+
+// noteSnapshot records that the store held these dynamic leases at rev,
+// unless the writer stored the end of one after rev.
+func (m *Manager) noteSnapshot(leases []server.Lease, rev int64) {
+	m.pmu.Lock()
+	defer m.pmu.Unlock()
+	for _, l := range leases {
+		mac := l.MAC.String()
+		if m.unstored[mac] >= rev {
+			continue
+		}
+		if from, ok := m.stored[mac]; !ok || from > rev {
+			m.stored[mac] = rev
+		}
 	}
 }
 
