@@ -154,6 +154,13 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			}
 		}
 	}
+	// DHCP first: the responders of deleted segments stop (and keep what
+	// they must, see dhcpd's parked.go) before their bridges go.
+	if c.DHCP != nil {
+		if err := c.DHCP.Sync(ctx, running, snap); err != nil {
+			errs = append(errs, fmt.Errorf("syncing DHCP responders: %w", err))
+		}
+	}
 	for name, seg := range c.realized {
 		if desired[name] {
 			continue
@@ -164,11 +171,6 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		c.Log.Info("segment removed", "segment", name, "bridge", seg.Spec.Bridge)
 		delete(c.realized, name)
-	}
-	if c.DHCP != nil {
-		if err := c.DHCP.Sync(ctx, running, snap); err != nil {
-			errs = append(errs, fmt.Errorf("syncing DHCP responders: %w", err))
-		}
 	}
 	// Bridges made down come up now that their responders listen.
 	for name, seg := range c.realized {
