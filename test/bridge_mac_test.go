@@ -24,7 +24,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/wire"
+	"pivirt.hu/dataplane/datapath/dhcp/wire"
 	"pivirt.hu/dataplane/test/guest"
 	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"

@@ -19,9 +19,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"pivirt.hu/dataplane/dataplane/maps/natmap"
-	dpnat "pivirt.hu/dataplane/dataplane/nat"
-	"pivirt.hu/dataplane/dataplane/vpcrouter"
+	"pivirt.hu/dataplane/datapath/maps/natmap"
+	"pivirt.hu/dataplane/datapath/nat"
+	"pivirt.hu/dataplane/datapath/vpcrouter"
 	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
@@ -93,7 +93,7 @@ func (e *natEnv) waitStatus(kind, name, phase string) string {
 // mappings returns the live NAT mappings as natmap prints them.
 func (e *natEnv) mappings() []string {
 	e.t.Helper()
-	o, err := dpnat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+	o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -110,9 +110,9 @@ func (e *natEnv) mappings() []string {
 }
 
 // reasons returns the NAT event and drop counters of an uplink scope.
-func (e *natEnv) reasons(scope uint32) map[dpnat.Reason]uint64 {
+func (e *natEnv) reasons(scope uint32) map[nat.Reason]uint64 {
 	e.t.Helper()
-	o, err := dpnat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+	o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func (e *natEnv) reasons(scope uint32) map[dpnat.Reason]uint64 {
 // forwarded itself (bpf_redirect or, without a neighbour, bpf_redirect_neigh).
 func (e *natEnv) forwarded(scope uint32) uint64 {
 	rs := e.reasons(scope)
-	return rs[dpnat.ReasonRedirect] + rs[dpnat.ReasonRedirectNeigh]
+	return rs[nat.ReasonRedirect] + rs[nat.ReasonRedirectNeigh]
 }
 
 // natWaitFor polls cond every 20 ms until it holds or timeout passes.

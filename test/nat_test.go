@@ -33,8 +33,8 @@ import (
 	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	dpnat "pivirt.hu/dataplane/dataplane/nat"
-	"pivirt.hu/dataplane/dataplane/vpcrouter"
+	"pivirt.hu/dataplane/datapath/nat"
+	"pivirt.hu/dataplane/datapath/vpcrouter"
 	"pivirt.hu/dataplane/test/testutil"
 )
 
@@ -98,8 +98,8 @@ spec:
 		mustSee(t, inet, "udp4", "198.51.100.10:80", "198.51.100.1")
 	})
 	t.Run("the program forwards what it translated", func(t *testing.T) {
-		if n := e.forwarded(dpnat.ScopeRouter(router)); n == 0 {
-			t.Errorf("no translated packet forwarded by the program: %v", e.reasons(dpnat.ScopeRouter(router)))
+		if n := e.forwarded(nat.ScopeRouter(router)); n == 0 {
+			t.Errorf("no translated packet forwarded by the program: %v", e.reasons(nat.ScopeRouter(router)))
 		}
 	})
 	t.Run("port forward inbound tcp and udp with port translation", func(t *testing.T) {
@@ -125,7 +125,7 @@ spec:
 		if err := udpRefused(t, vms[0], "198.51.100.1:7001"); !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("udp from the VM to a closed internet port: %v, want ECONNREFUSED", err)
 		}
-		if n := e.reasons(dpnat.ScopeRouter(router))[dpnat.ReasonICMPError]; n < 2 {
+		if n := e.reasons(nat.ScopeRouter(router))[nat.ReasonICMPError]; n < 2 {
 			t.Errorf("%d ICMP errors translated, want at least 2", n)
 		}
 	})
@@ -289,7 +289,7 @@ spec:
 	// The forward's reply leaves from its public address and port: the
 	// connected client above accepted it; a reply from port 8443 would
 	// have reset the connection.
-	scope := dpnat.ScopeInterface(uplink)
+	scope := nat.ScopeInterface(uplink)
 	if n := e.forwarded(scope); redirect && n == 0 {
 		t.Errorf("no translated packet forwarded by the program: %v", e.reasons(scope))
 	} else if !redirect && n != 0 {

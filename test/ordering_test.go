@@ -34,7 +34,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
 	"pivirt.hu/dataplane/test/guest"
 	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"

@@ -16,7 +16,7 @@ import (
 	"github.com/mdlayher/packet"
 	"golang.org/x/sys/unix"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/wire"
+	"pivirt.hu/dataplane/datapath/dhcp/wire"
 	"pivirt.hu/dataplane/test/guest"
 	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"

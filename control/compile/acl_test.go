@@ -9,8 +9,8 @@ import (
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/dataplane/guard"
-	"pivirt.hu/dataplane/dataplane/maps/aclmap"
+	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/maps/aclmap"
 )
 
 func TestMaxACLEntriesMatchesDataplane(t *testing.T) {

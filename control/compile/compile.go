@@ -12,12 +12,12 @@ import (
 	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/dataplane/guard"
-	"pivirt.hu/dataplane/dataplane/maps/aclmap"
-	"pivirt.hu/dataplane/dataplane/maps/allowmap"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
-	"pivirt.hu/dataplane/dataplane/maps/portmap"
-	"pivirt.hu/dataplane/dataplane/maps/typed"
+	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/maps/aclmap"
+	"pivirt.hu/dataplane/datapath/maps/allowmap"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/maps/portmap"
+	"pivirt.hu/dataplane/datapath/maps/typed"
 )
 
 // Link is what the host knows about one interface.

@@ -12,10 +12,10 @@ import (
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/dataplane/guard"
-	"pivirt.hu/dataplane/dataplane/maps/allowmap"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
-	"pivirt.hu/dataplane/dataplane/maps/portmap"
+	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/maps/allowmap"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/maps/portmap"
 )
 
 func obj(t *testing.T, kind, name string, spec any) *pivirtv1.Object {

@@ -5,8 +5,8 @@ package compile
 import (
 	"time"
 
-	"pivirt.hu/dataplane/dataplane/guard"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
 )
 
 // LeaseEqual reports whether a live pv_leases value already satisfies the

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/responder"
+	"pivirt.hu/dataplane/datapath/dhcp/responder"
 )
 
 // Config is pivirtd's configuration; every field is a flag of the same name.

@@ -26,18 +26,18 @@ import (
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
 	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/apiserver"
 	"pivirt.hu/dataplane/control/dhcpd"
 	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/guard"
+	"pivirt.hu/dataplane/control/externalip"
 	"pivirt.hu/dataplane/control/inspect"
-	"pivirt.hu/dataplane/control/nat"
+	"pivirt.hu/dataplane/control/portguard"
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/segment"
-	"pivirt.hu/dataplane/control/server"
 	"pivirt.hu/dataplane/control/store"
 	"pivirt.hu/dataplane/control/store/bolt"
 	"pivirt.hu/dataplane/control/store/etcd"
-	"pivirt.hu/dataplane/dataplane/loader"
+	"pivirt.hu/dataplane/datapath/loader"
 	"pivirt.hu/dataplane/vmm"
 )
 
@@ -56,7 +56,7 @@ type Daemon struct {
 	events *events.Recorder
 	index  *admission.Index // every write of the daemon goes through it
 	loader *loader.Loader
-	guard  *guard.Controller
+	guard  *portguard.Controller
 	dhcp   *dhcpd.Manager
 	reg    *prometheus.Registry
 }
@@ -164,7 +164,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	// Reservations reach the responders before `apply` returns.
 	d.index.BeforeCommit = d.dhcp.BeforeCommit
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp, Node: d.cfg.Node}
-	guards := &guard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
+	guards := &portguard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
 		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp}
 	d.guard = guards
 	d.reg.MustRegister(guards, d.dhcp)
@@ -185,8 +185,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 			Func:  segments.Reconcile,
 		},
 		guardLoop,
-		controllerFunc{"link-watch", func(ctx context.Context) error { return guard.WatchLinks(ctx, guardLoop.Trigger) }},
-		nat.New(nat.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
+		controllerFunc{"link-watch", func(ctx context.Context) error { return portguard.WatchLinks(ctx, guardLoop.Trigger) }},
+		externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
 			NoRedirect: !d.cfg.NATRedirect}),
 	}, nil
 }
@@ -202,18 +202,18 @@ func (c controllerFunc) Run(ctx context.Context) error { return c.run(ctx) }
 
 // serveAPI starts the unix socket, TCP and metrics listeners.
 func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Server, error) {
-	rs := &server.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log}
+	rs := &apiserver.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log}
 	mux := http.NewServeMux()
-	opts := server.HandlerOptions(connect.WithInterceptors(logErrors(d.log)))
+	opts := apiserver.HandlerOptions(connect.WithInterceptors(logErrors(d.log)))
 	path, h := resourcev1connect.NewResourceServiceHandler(rs, opts...)
 	mux.Handle(path, h)
 	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard}, opts...)
 	mux.Handle(path, h)
 
-	var tokens server.Tokens
+	var tokens apiserver.Tokens
 	if d.cfg.TokenFile != "" {
 		var err error
-		if tokens, err = server.LoadTokens(d.cfg.TokenFile); err != nil {
+		if tokens, err = apiserver.LoadTokens(d.cfg.TokenFile); err != nil {
 			return nil, err
 		}
 	}
@@ -243,14 +243,14 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 			return nil, err
 		}
 		// The socket is root-only (0600): its callers are operators.
-		serve(&http.Server{Handler: server.Authenticate(mux, tokens, server.RoleOperator), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Socket)
+		serve(&http.Server{Handler: apiserver.Authenticate(mux, tokens, apiserver.RoleOperator), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Socket)
 	}
 	if d.cfg.Listen != "" {
 		l, err := net.Listen("tcp", d.cfg.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
 		}
-		s := &http.Server{Handler: server.Authenticate(mux, tokens, server.RoleNone), ReadHeaderTimeout: 10 * time.Second}
+		s := &http.Server{Handler: apiserver.Authenticate(mux, tokens, apiserver.RoleNone), ReadHeaderTimeout: 10 * time.Second}
 		if d.cfg.TLSCert != "" {
 			cert, err := tls.LoadX509KeyPair(d.cfg.TLSCert, d.cfg.TLSKey)
 			if err != nil {

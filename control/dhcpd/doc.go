@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package dhcpd runs the DHCP responders of this node's NetworkSegments
-// (dataplane/dhcp) and connects them to the rest of pivirtd: segment
+// (datapath/dhcp) and connects them to the rest of pivirtd: segment
 // settings and static reservations come from the store; every lease the
 // state machine binds, renews or frees is journaled (one fdatasync per
 // group) and programmed into the guard's pv_leases map before its ACK

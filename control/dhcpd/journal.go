@@ -16,8 +16,8 @@ import (
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/store"
 	"pivirt.hu/dataplane/control/wal"
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
 )
 
 // Leases are made durable in two steps. The ACK waits only for the first:

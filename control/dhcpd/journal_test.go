@@ -22,8 +22,8 @@ import (
 	"pivirt.hu/dataplane/control/store"
 	"pivirt.hu/dataplane/control/store/bolt"
 	"pivirt.hu/dataplane/control/wal"
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
 )
 
 // leaseMap records what persist programs into pv_leases.

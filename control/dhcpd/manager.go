@@ -26,9 +26,9 @@ import (
 	"pivirt.hu/dataplane/control/segment"
 	"pivirt.hu/dataplane/control/store"
 	"pivirt.hu/dataplane/control/wal"
-	"pivirt.hu/dataplane/dataplane/dhcp/responder"
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/dhcp/responder"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
 )
 
 // LeaseMap is the guard's lease table (leasemap.Map satisfies it).

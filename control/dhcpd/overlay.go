@@ -5,9 +5,9 @@ package dhcpd
 import (
 	"time"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
-	"pivirt.hu/dataplane/dataplane/guard"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
 )
 
 // pv_leases has one owner, the guard's map sync, which converges it to the

@@ -13,9 +13,9 @@ import (
 	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/store/bolt"
 	"pivirt.hu/dataplane/control/wal"
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
-	"pivirt.hu/dataplane/dataplane/guard"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
 )
 
 // TestOverlayLeases: the guard's desired pv_leases, compiled from a

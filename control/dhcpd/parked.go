@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
 )
 
 // A reservation's binding (its client ACKed, until when) is not stored:

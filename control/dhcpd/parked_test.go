@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
 )
 
 // TestParkedBindings: the bindings parked with a deleted segment survive
@@ -25,7 +25,7 @@ func TestParkedBindings(t *testing.T) {
 	m.parked = map[uint32][]server.Lease{7: {
 		{IP: netip.MustParseAddr("192.168.100.10"), MAC: mac("52:54:00:00:00:01"), Expires: now.Add(time.Hour)},
 		{IP: netip.MustParseAddr("192.168.100.11"), MAC: mac("52:54:00:00:00:02"), Expires: now.Add(-time.Minute)}, // expired
-		{IP: netip.MustParseAddr("192.168.100.12"), MAC: mac("52:54:00:00:00:03"), Expires: now.Add(time.Hour)},   // reserved elsewhere now
+		{IP: netip.MustParseAddr("192.168.100.12"), MAC: mac("52:54:00:00:00:03"), Expires: now.Add(time.Hour)},    // reserved elsewhere now
 	}}
 	m.saveParked()
 

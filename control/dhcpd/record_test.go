@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
 )
 
 func TestRecordRoundTrip(t *testing.T) {

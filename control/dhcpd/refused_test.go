@@ -17,7 +17,7 @@ import (
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/store/bolt"
 	"pivirt.hu/dataplane/control/wal"
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
 )
 
 // TestJournalRefusalsNeverJam: journaled changes the store refuses (issue

@@ -18,19 +18,19 @@ import (
 
 	inspectv1 "pivirt.hu/dataplane/api/inspect/v1"
 	"pivirt.hu/dataplane/api/inspect/v1/inspectv1connect"
-	"pivirt.hu/dataplane/control/guard"
 	"pivirt.hu/dataplane/control/mapsync"
-	dpguard "pivirt.hu/dataplane/dataplane/guard"
-	"pivirt.hu/dataplane/dataplane/loader"
-	"pivirt.hu/dataplane/dataplane/maps/natmap"
-	"pivirt.hu/dataplane/dataplane/maps/typed"
-	dpnat "pivirt.hu/dataplane/dataplane/nat"
+	"pivirt.hu/dataplane/control/portguard"
+	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/loader"
+	"pivirt.hu/dataplane/datapath/maps/natmap"
+	"pivirt.hu/dataplane/datapath/maps/typed"
+	"pivirt.hu/dataplane/datapath/nat"
 )
 
 // Server serves inspectv1connect.InspectServiceHandler.
 type Server struct {
 	Loader *loader.Loader
-	Guard  *guard.Controller
+	Guard  *portguard.Controller
 }
 
 var _ inspectv1connect.InspectServiceHandler = (*Server)(nil)
@@ -119,7 +119,7 @@ func (s *Server) guardEntries(name string) ([]string, []json.RawMessage, error) 
 
 // natEntries renders a NAT map (pinned by the NAT controller).
 func (s *Server) natEntries(name string) ([]string, []json.RawMessage, error) {
-	objs, err := dpnat.OpenMaps(loader.MapsDir(s.Loader.Base()))
+	objs, err := nat.OpenMaps(loader.MapsDir(s.Loader.Base()))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -166,11 +166,11 @@ func (s *Server) Desired(ctx context.Context, req *connect.Request[inspectv1.Des
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
 	desired := map[string][]*inspectv1.MapEntry{
-		dpguard.MapPorts:  entries(d.Ports),
-		dpguard.MapAllow4: entries(d.Allow4),
-		dpguard.MapAllow6: entries(d.Allow6),
-		dpguard.MapLeases: entries(d.Leases),
-		dpguard.MapACL:    entries(d.ACL),
+		guard.MapPorts:  entries(d.Ports),
+		guard.MapAllow4: entries(d.Allow4),
+		guard.MapAllow6: entries(d.Allow6),
+		guard.MapLeases: entries(d.Leases),
+		guard.MapACL:    entries(d.ACL),
 	}
 	out := &inspectv1.DesiredResponse{Revision: rev}
 	for _, r := range drift {
@@ -232,9 +232,9 @@ func (s *Server) Simulate(ctx context.Context, req *connect.Request[inspectv1.Si
 		Program: "pv_tc_sim (the guard's simulation twin)", DurationNs: time.Since(start).Nanoseconds()}
 	switch {
 	case r.ByACL && req.Msg.ToVm:
-		out.Program = dpguard.ProgSimToVM + " (the port ACL's simulation twin, ingress rules)"
+		out.Program = guard.ProgSimToVM + " (the port ACL's simulation twin, ingress rules)"
 	case r.ByACL:
-		out.Program = dpguard.ProgSimFromVM + " (the port ACL's simulation twin, egress rules)"
+		out.Program = guard.ProgSimFromVM + " (the port ACL's simulation twin, egress rules)"
 	case r.Attached != nil:
 		out.Program = fmt.Sprintf("%s as attached (%s)", r.Attached.Program, r.Attached.Mode)
 		out.ProgramId = uint32(r.Attached.ProgramID)

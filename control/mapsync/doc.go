@@ -6,7 +6,7 @@
 // restart converges without a gap in enforcement.
 //
 // Who owns which map: the guard's maps (pv_allow4, pv_allow6, pv_ports,
-// pv_acl, pv_leases) converge here, from control/guard, and nothing else
+// pv_acl, pv_leases) converge here, from control/portguard, and nothing else
 // deletes their keys. pv_leases has a second writer that only adds and
 // refreshes: the DHCP responder (control/dhcpd) binds a lease in the
 // moment between its journal write and its ACK, before the store holds
@@ -14,5 +14,5 @@
 // taken in that moment does not undo it, the desired pv_leases is the
 // snapshot's leases overlaid with the acknowledged changes the snapshot
 // lacks (control/dhcpd OverlayLeases, through guard.Controller.Acked).
-// The NAT maps are converged by control/nat.
+// The NAT maps are converged by control/externalip.
 package mapsync

@@ -8,7 +8,7 @@ import (
 	"slices"
 
 	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/dataplane/guard"
+	"pivirt.hu/dataplane/datapath/guard"
 )
 
 // DriftReport is the drift of one map in printable form, for

@@ -7,11 +7,11 @@ import (
 	"fmt"
 
 	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/dataplane/guard"
-	"pivirt.hu/dataplane/dataplane/maps/aclmap"
-	"pivirt.hu/dataplane/dataplane/maps/allowmap"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
-	"pivirt.hu/dataplane/dataplane/maps/portmap"
+	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/maps/aclmap"
+	"pivirt.hu/dataplane/datapath/maps/allowmap"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/maps/portmap"
 )
 
 // GuardMaps are the live guard maps sync writes; loader.Maps provides

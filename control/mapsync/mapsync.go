@@ -9,7 +9,7 @@ import (
 )
 
 // Map is what sync needs of a live map. The typed map packages
-// (dataplane/maps/...) satisfy it.
+// (datapath/maps/...) satisfy it.
 type Map[K comparable, V any] interface {
 	All(err *error) iter.Seq2[K, V]
 	Put(K, V) error

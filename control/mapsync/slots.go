@@ -9,8 +9,8 @@ import (
 	"maps"
 	"slices"
 
-	"pivirt.hu/dataplane/dataplane/guard"
-	"pivirt.hu/dataplane/dataplane/maps/portmap"
+	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/maps/portmap"
 )
 
 // Counters is what sync needs of pv_counters_v3 (countermap.Map satisfies

@@ -13,10 +13,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/dataplane/maps/aclmap"
-	"pivirt.hu/dataplane/dataplane/maps/allowmap"
-	"pivirt.hu/dataplane/dataplane/maps/leasemap"
-	"pivirt.hu/dataplane/dataplane/maps/portmap"
+	"pivirt.hu/dataplane/datapath/maps/aclmap"
+	"pivirt.hu/dataplane/datapath/maps/allowmap"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/maps/portmap"
 )
 
 // ports builds a port map from ifindex -> counter slot; every port has

@@ -15,7 +15,7 @@ import (
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/dataplane/bridge"
+	"pivirt.hu/dataplane/datapath/bridge"
 )
 
 // Status is a NetworkSegment's status.

@@ -35,8 +35,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/responder"
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/datapath/dhcp/responder"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
 	"pivirt.hu/dataplane/test/guest"
 	"pivirt.hu/dataplane/test/testutil"
 )

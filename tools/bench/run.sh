@@ -37,7 +37,7 @@ if part control; then
 fi
 if part testrun; then
 	say "BPF_PROG_TEST_RUN and store benchmarks"
-	go test -run '^$' -bench . -benchtime 2s ./dataplane/guard ./dataplane/nat ./control/store/bolt 2>&1 | tee "$OUT/gobench.txt" | grep -E '^(Benchmark|ok|FAIL)' | tee -a "$OUT/summary.txt"
+	go test -run '^$' -bench . -benchtime 2s ./datapath/guard ./datapath/nat ./control/store/bolt 2>&1 | tee "$OUT/gobench.txt" | grep -E '^(Benchmark|ok|FAIL)' | tee -a "$OUT/summary.txt"
 fi
 if part dhcp; then
 	say "DHCP: perfdhcp against dnsmasq, Kea and pivirtd ($SHARED/dhcp-peers.sh)"

@@ -38,7 +38,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"pivirt.hu/dataplane/dataplane/netnsdo"
+	"pivirt.hu/dataplane/datapath/netnsdo"
 	"pivirt.hu/dataplane/test/vmguest"
 )
 

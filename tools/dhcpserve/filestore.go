@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
 )
 
 // fileStore is a lease log: one line per change

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
 )
 
 func TestFileStoreReplay(t *testing.T) {

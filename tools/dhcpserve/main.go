@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"pivirt.hu/dataplane/dataplane/dhcp/responder"
-	"pivirt.hu/dataplane/dataplane/dhcp/server"
+	"pivirt.hu/dataplane/datapath/dhcp/responder"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
 )
 
 func env(k, def string) string {

@@ -2,7 +2,7 @@
 
 // Command natbench puts pivirt's NAT fast path on a device for the
 // netfilter comparison of ../shared/bench/dataplane (see nat.sh here): it
-// compiles host-mode ExternalIPs with control/nat, syncs them into maps
+// compiles host-mode ExternalIPs with control/externalip, syncs them into maps
 // pinned under -bpffs, and attaches the programs with pinned links, as
 // pivirtd does, then exits (the pins keep everything in place).
 //
@@ -25,9 +25,9 @@ import (
 	"github.com/vishvananda/netns"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/nat"
-	"pivirt.hu/dataplane/dataplane/maps/natmap"
-	dpnat "pivirt.hu/dataplane/dataplane/nat"
+	"pivirt.hu/dataplane/control/externalip"
+	"pivirt.hu/dataplane/datapath/maps/natmap"
+	"pivirt.hu/dataplane/datapath/nat"
 )
 
 func main() {
@@ -65,26 +65,26 @@ func main() {
 	}
 }
 
-func eip(name, addr, target, dev string) nat.ExternalIP {
+func eip(name, addr, target, dev string) externalip.ExternalIP {
 	spec := pivirtv1.ExternalIPSpec{Address: addr, Target: target, Interface: dev}
 	spec.Default()
-	return nat.ExternalIP{Name: name, Spec: spec, Address: netip.MustParseAddr(addr), Target: netip.MustParseAddr(target)}
+	return externalip.ExternalIP{Name: name, Spec: spec, Address: netip.MustParseAddr(addr), Target: netip.MustParseAddr(target)}
 }
 
 func attach(nsName, dev, bpffs, addr, target string, extra int, redirect bool) error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return fmt.Errorf("removing memlock rlimit: %w", err)
 	}
-	eips := []nat.ExternalIP{eip("bench", addr, target, dev)}
+	eips := []externalip.ExternalIP{eip("bench", addr, target, dev)}
 	for i := range extra {
 		eips = append(eips, eip(fmt.Sprintf("extra-%d", i),
 			fmt.Sprintf("100.64.%d.%d", i>>8, i&0xff), fmt.Sprintf("10.64.%d.%d", i>>8, i&0xff), dev))
 	}
-	res := nat.Compile(eips, nil, nil)
+	res := externalip.Compile(eips, nil, nil)
 	if len(res.Errors) > 0 || len(res.Uplinks) != 1 {
 		return fmt.Errorf("compiling: errors %v, uplinks %v", res.Errors, res.Uplinks)
 	}
-	o, err := dpnat.OpenMaps(filepath.Join(bpffs, "maps"))
+	o, err := nat.OpenMaps(filepath.Join(bpffs, "maps"))
 	if err != nil {
 		return err
 	}
@@ -97,30 +97,30 @@ func attach(nsName, dev, bpffs, addr, target string, extra int, redirect bool) e
 		if err != nil {
 			return fmt.Errorf("finding %s: %w", dev, err)
 		}
-		var opts []dpnat.Option
+		var opts []nat.Option
 		if !redirect {
-			opts = append(opts, dpnat.WithoutRedirect())
+			opts = append(opts, nat.WithoutRedirect())
 		}
-		p, err := dpnat.Load(res.Uplinks[0].Scope, l.Attrs().HardwareAddr, filepath.Join(bpffs, "maps"), opts...)
+		p, err := nat.Load(res.Uplinks[0].Scope, l.Attrs().HardwareAddr, filepath.Join(bpffs, "maps"), opts...)
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		return dpnat.Attach(p, l.Attrs().Index, dpnat.LinkDir(bpffs, "", dev))
+		return nat.Attach(p, l.Attrs().Index, nat.LinkDir(bpffs, "", dev))
 	})
 }
 
 func counters(bpffs string) error {
-	o, err := dpnat.OpenMaps(filepath.Join(bpffs, "maps"))
+	o, err := nat.OpenMaps(filepath.Join(bpffs, "maps"))
 	if err != nil {
 		return err
 	}
 	defer o.Close()
-	return natmap.New(o).DumpMap(dpnat.MapCounters, os.Stdout)
+	return natmap.New(o).DumpMap(nat.MapCounters, os.Stdout)
 }
 
 func detach(dev, bpffs string) error {
-	err := dpnat.Detach(dpnat.LinkDir(bpffs, "", dev))
+	err := nat.Detach(nat.LinkDir(bpffs, "", dev))
 	return errors.Join(err, os.RemoveAll(bpffs))
 }
 

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"pivirt.hu/dataplane/api/labels"
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
+	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/store"
+)
+
+// ResourceServer serves resourcev1connect.ResourceServiceHandler.
+type ResourceServer struct {
+	Store store.Store
+	// Index keeps admission's view between transactions; every write of
+	// the daemon goes through it.
+	Index    *admission.Index
+	Recorder *events.Recorder
+	Log      *slog.Logger
+	Now      func() time.Time
+}
+
+var _ resourcev1connect.ResourceServiceHandler = (*ResourceServer)(nil)
+
+func (s *ResourceServer) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// MaxRequestBytes caps one API request (after decompression): an apply of
+// 10,000 leases is about 3 MiB, and a caller must not be able to make the
+// daemon buffer more than this. A larger request is refused with
+// ResourceExhausted, naming both sizes.
+const MaxRequestBytes = 32 << 20
+
+// HandlerOptions are the options every API handler is built with.
+func HandlerOptions(extra ...connect.HandlerOption) []connect.HandlerOption {
+	return append([]connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}, extra...)
+}
+
+// Apply admits and stores every object of the request in one transaction
+// (one fsync), each on its own: a refused object gets its error in its
+// result and the others still apply.
+func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourcev1.ApplyRequest]) (*connect.Response[resourcev1.ApplyResponse], error) {
+	objs := make([]*pivirtv1.Object, len(req.Msg.Objects))
+	results := make([]*resourcev1.ApplyResult, len(req.Msg.Objects))
+	for i, raw := range req.Msg.Objects {
+		results[i] = &resourcev1.ApplyResult{}
+		o, err := pivirtv1.DecodeObject(raw)
+		if o != nil {
+			results[i].Kind, results[i].Name = o.Kind, o.Metadata.Name
+			if k, err := pivirtv1.LookupKind(o.Kind); err == nil {
+				results[i].Kind = k.Kind
+			}
+		}
+		if err != nil {
+			results[i].Error, results[i].Code = err.Error(), connect.CodeInvalidArgument.String()
+			continue
+		}
+		objs[i] = o
+	}
+	opts := admission.Options{
+		Privileged: RoleFrom(ctx) == RoleCluster,
+		DryRun:     req.Msg.DryRun,
+		Now:        s.now(),
+	}
+	var anyStored bool
+	rev, err := s.Index.Update(ctx, s.Store, opts, func(b *admission.Batch) error {
+		anyStored = false
+		for i, o := range objs {
+			if o == nil {
+				continue
+			}
+			stored, action, err := b.Apply(o.DeepCopy())
+			res := results[i]
+			res.Action, res.Error, res.Code, res.Object = "", "", "", nil
+			if err != nil {
+				res.Error, res.Code = err.Error(), code(err).String()
+				continue
+			}
+			res.Action = action
+			if res.Object, err = json.Marshal(stored); err != nil {
+				return fmt.Errorf("encoding %s %q: %w", stored.Kind, stored.Metadata.Name, err)
+			}
+			anyStored = anyStored || action != "unchanged"
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, connectError(fmt.Errorf("applying: %w", err))
+	}
+	if !req.Msg.DryRun && anyStored {
+		for _, res := range results {
+			switch res.Action {
+			case "created":
+				s.Recorder.Record(res.Kind, res.Name, events.Normal, "Created", "stored by apply")
+			case "configured":
+				s.Recorder.Record(res.Kind, res.Name, events.Normal, "Configured", "updated by apply")
+			}
+		}
+	}
+	return connect.NewResponse(&resourcev1.ApplyResponse{Results: results, Revision: rev}), nil
+}
+
+// Get returns one object.
+func (s *ResourceServer) Get(ctx context.Context, req *connect.Request[resourcev1.GetRequest]) (*connect.Response[resourcev1.GetResponse], error) {
+	k, err := lookupKind(req.Msg.Kind)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	o, err := s.Store.Get(ctx, k.Kind, req.Msg.Name)
+	if err != nil {
+		return nil, connectError(fmt.Errorf("%s %q: %w", lower(k.Kind), req.Msg.Name, err))
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&resourcev1.GetResponse{Object: b}), nil
+}
+
+// List returns the objects of a kind (every kind when empty) matching the
+// label selector.
+func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resourcev1.ListRequest]) (*connect.Response[resourcev1.ListResponse], error) {
+	kind := ""
+	if req.Msg.Kind != "" {
+		k, err := lookupKind(req.Msg.Kind)
+		if err != nil {
+			return nil, connectError(err)
+		}
+		kind = k.Kind
+	}
+	sel, err := labels.Parse(req.Msg.LabelSelector)
+	if err != nil {
+		return nil, connectError(fmt.Errorf("%w: %w", errInvalid, err))
+	}
+	objs, rev, err := s.Store.List(ctx, kind, sel)
+	if err != nil {
+		return nil, connectError(fmt.Errorf("listing %s: %w", kind, err))
+	}
+	out := &resourcev1.ListResponse{Revision: rev, Objects: make([][]byte, 0, len(objs))}
+	for _, o := range objs {
+		b, err := json.Marshal(o)
+		if err != nil {
+			return nil, connectError(err)
+		}
+		out.Objects = append(out.Objects, b)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// Delete removes an object and its dependents.
+func (s *ResourceServer) Delete(ctx context.Context, req *connect.Request[resourcev1.DeleteRequest]) (*connect.Response[resourcev1.DeleteResponse], error) {
+	k, err := lookupKind(req.Msg.Kind)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	opts := admission.Options{Privileged: RoleFrom(ctx) == RoleCluster, DryRun: req.Msg.DryRun, Now: s.now()}
+	var deleted []string
+	_, err = s.Index.Update(ctx, s.Store, opts, func(b *admission.Batch) error {
+		var err error
+		deleted, err = b.Delete(k.Kind, req.Msg.Name, req.Msg.ResourceVersion)
+		return err
+	})
+	if err != nil {
+		return nil, connectError(fmt.Errorf("deleting %s %q: %w", lower(k.Kind), req.Msg.Name, err))
+	}
+	if !req.Msg.DryRun {
+		for _, d := range deleted {
+			if kind, name, ok := cutKindName(d); ok {
+				s.Recorder.Forget(kind, name)
+			}
+		}
+	}
+	return connect.NewResponse(&resourcev1.DeleteResponse{Deleted: deleted}), nil
+}
+
+// Watch streams store changes of a kind after a revision.
+func (s *ResourceServer) Watch(ctx context.Context, req *connect.Request[resourcev1.WatchRequest], stream *connect.ServerStream[resourcev1.WatchResponse]) error {
+	kind := ""
+	if req.Msg.Kind != "" {
+		k, err := lookupKind(req.Msg.Kind)
+		if err != nil {
+			return connectError(err)
+		}
+		kind = k.Kind
+	}
+	ch, err := s.Store.Watch(ctx, req.Msg.FromRevision)
+	if err != nil {
+		if errors.Is(err, store.ErrCompacted) {
+			return connect.NewError(connect.CodeOutOfRange, err)
+		}
+		return connectError(err)
+	}
+	for ev := range ch {
+		if kind != "" && ev.Object.Kind != kind {
+			continue
+		}
+		b, err := json.Marshal(ev.Object)
+		if err != nil {
+			return connectError(err)
+		}
+		if err := stream.Send(&resourcev1.WatchResponse{Type: ev.Type.String(), Object: b, Revision: ev.Revision}); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return connect.NewError(connect.CodeCanceled, err)
+	}
+	return connect.NewError(connect.CodeUnavailable, errors.New("watch ended: the store closed it (too slow a reader, or shutting down)"))
+}
+
+// Events returns the recent events of one object.
+func (s *ResourceServer) Events(ctx context.Context, req *connect.Request[resourcev1.EventsRequest]) (*connect.Response[resourcev1.EventsResponse], error) {
+	k, err := lookupKind(req.Msg.Kind)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	out := &resourcev1.EventsResponse{}
+	for _, e := range s.Recorder.Events(k.Kind, req.Msg.Name) {
+		out.Events = append(out.Events, &resourcev1.Event{
+			Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count,
+			FirstTimestampUnix: e.First.Unix(), LastTimestampUnix: e.Last.Unix(),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func lookupKind(name string) (pivirtv1.KindInfo, error) {
+	k, err := pivirtv1.LookupKind(name)
+	if err != nil {
+		return k, fmt.Errorf("%w: %w", errInvalid, err)
+	}
+	return k, nil
+}

@@ -1,0 +1,451 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package externalip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/reconcile"
+	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/datapath/maps/natmap"
+	"pivirt.hu/dataplane/datapath/nat"
+	"pivirt.hu/dataplane/datapath/vpcrouter"
+)
+
+// ExternalIPStatus is an ExternalIP's status.
+type ExternalIPStatus struct {
+	pivirtv1.Status
+	Uplink   string   `json:"uplink,omitempty"`
+	Mappings []string `json:"mappings,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// VPCRouterStatus is a VPCRouter's status.
+type VPCRouterStatus struct {
+	pivirtv1.Status
+	Namespace   string `json:"namespace,omitempty"`
+	Uplink      string `json:"uplink,omitempty"`
+	UplinkIndex int    `json:"uplinkIndex,omitempty"`
+	Masquerade  bool   `json:"masquerade"`
+	ExternalIPs int    `json:"externalIPs"`
+}
+
+// Controller realizes VPCRouters and the NAT fast path of ExternalIPs.
+type Controller struct {
+	store  store.Store
+	cache  *reconcile.Cache
+	index  *admission.Index
+	events *events.Recorder
+	log    *slog.Logger
+	bpffs  string
+	load   []nat.Option
+
+	maps     *natmap.Map
+	routers  map[string]vpcrouter.Router   // realized, by name
+	attached map[uint32]attachment         // by scope
+	bypass   map[string][]vpcrouter.Bypass // by router, as last applied
+	swept    bool
+}
+
+// attachment is what runs on one uplink.
+type attachment struct {
+	dir     string // link pin dir
+	ifindex int
+	mac     string
+}
+
+// Options are what the controller needs from the daemon.
+type Options struct {
+	Store  store.Store
+	Index  *admission.Index // the daemon's admission index: status writes go through it
+	Events *events.Recorder // optional
+	BPFFS  string           // pivirtd's --bpffs: maps under <BPFFS>/maps, links under <BPFFS>/links
+	Log    *slog.Logger
+	// Cache is the daemon's shared store cache; nil makes a private one.
+	Cache *reconcile.Cache
+	// NoRedirect leaves every translated inbound packet to the kernel's
+	// IP forwarding (nat.WithoutRedirect), for hosts whose netfilter
+	// FORWARD/POSTROUTING rules must see ExternalIP traffic.
+	NoRedirect bool
+}
+
+// New returns the NAT controller.
+func New(o Options) *Controller {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	c := &Controller{store: o.Store, cache: o.Cache, index: o.Index, events: o.Events, log: o.Log, bpffs: o.BPFFS,
+		routers: map[string]vpcrouter.Router{}, attached: map[uint32]attachment{},
+		bypass: map[string][]vpcrouter.Bypass{}}
+	if o.NoRedirect {
+		c.load = append(c.load, nat.WithoutRedirect())
+	}
+	return c
+}
+
+// Name is the controller's name in logs.
+func (c *Controller) Name() string { return "nat" }
+
+// Run reconciles until ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
+	l := &reconcile.Loop{
+		ID:    c.Name(),
+		Store: c.store,
+		Cache: c.cache,
+		Kinds: []string{pivirtv1.KindExternalIP, pivirtv1.KindVPCRouter, pivirtv1.KindNetworkSegment},
+		// Segment statuses change with every new lease; NAT reads specs.
+		React: reconcile.Unless(reconcile.StatusOnly),
+		Func:  c.Reconcile,
+		Log:   c.log,
+	}
+	return l.Run(ctx)
+}
+
+func (c *Controller) record(kind, name, typ, reason, msg string) {
+	if c.events != nil {
+		c.events.Record(kind, name, typ, reason, msg)
+	}
+}
+
+// Reconcile is a reconcile.Func over ExternalIP, VPCRouter and
+// NetworkSegment.
+func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) error {
+	var errs []error
+	var eips []ExternalIP
+	eipObj := map[string]*pivirtv1.Object{}
+	for _, o := range snap.Of(pivirtv1.KindExternalIP) {
+		e, err := DecodeExternalIP(o)
+		if err != nil {
+			errs = append(errs, c.setStatus(ctx, o, ExternalIPStatus{Status: failed(o, err.Error())}))
+			continue
+		}
+		eips = append(eips, e)
+		eipObj[e.Name] = o
+	}
+	var routers []Router
+	routerObj := map[string]*pivirtv1.Object{}
+	for _, o := range snap.Of(pivirtv1.KindVPCRouter) {
+		r, err := DecodeRouter(o)
+		if err != nil {
+			errs = append(errs, c.setStatus(ctx, o, VPCRouterStatus{Status: failed(o, err.Error())}))
+			continue
+		}
+		routers = append(routers, r)
+		routerObj[r.Name] = o
+	}
+	var segments []netip.Prefix
+	for _, o := range snap.Of(pivirtv1.KindNetworkSegment) {
+		if s, err := o.DecodeSpec(); err == nil {
+			if p, err := netip.ParsePrefix(s.(*pivirtv1.NetworkSegmentSpec).HostIP); err == nil {
+				segments = append(segments, p.Masked())
+			}
+		}
+	}
+	res := Compile(eips, routers, segments)
+
+	// Routers first: their uplinks carry the programs.
+	routerErr := map[string]string{}
+	for _, r := range routers {
+		rt, err := vpcrouter.Ensure(r.Config)
+		if err != nil {
+			routerErr[r.Name] = err.Error()
+			errs = append(errs, fmt.Errorf("realizing vpcrouter %s: %w", r.Name, err))
+			c.record(pivirtv1.KindVPCRouter, r.Name, events.Warning, "RealizeFailed", err.Error())
+			continue
+		}
+		if _, had := c.routers[r.Name]; !had {
+			c.record(pivirtv1.KindVPCRouter, r.Name, events.Normal, "Realized",
+				fmt.Sprintf("namespace %s, uplink %s (ifindex %d)", rt.NetNS, vpcrouter.UplinkIf, rt.UplinkIndex))
+		}
+		c.routers[r.Name] = rt
+	}
+	errs = append(errs, c.removeRouters(routers)...)
+
+	// A new ExternalIP's conntrack bypass goes in before its map entries
+	// (else masquerade could claim its first flows), a removed one's
+	// after (its packets are never untracked yet untranslated).
+	for _, r := range routers {
+		if _, failed := routerErr[r.Name]; failed {
+			continue
+		}
+		u := union(c.bypass[r.Name], res.Bypass[r.Name])
+		if len(u) == len(c.bypass[r.Name]) {
+			continue // nothing added
+		}
+		if err := c.setBypass(r.Name, u); err != nil {
+			routerErr[r.Name] = err.Error()
+			errs = append(errs, err)
+		}
+	}
+
+	// Maps before programs, so a new program finds its entries.
+	if err := c.syncMaps(res.Maps); err != nil {
+		errs = append(errs, err)
+	}
+
+	uplinkErr := map[uint32]string{}
+	want := map[uint32]bool{}
+	for _, u := range res.Uplinks {
+		want[u.Scope] = true
+		if msg, ok := routerErr[u.Router]; ok {
+			uplinkErr[u.Scope] = "router not realized: " + msg
+			continue
+		}
+		if err := c.attach(u); err != nil {
+			uplinkErr[u.Scope] = err.Error()
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, c.detachStale(want)...)
+
+	for _, r := range routers {
+		if _, failed := routerErr[r.Name]; failed {
+			continue
+		}
+		if err := c.setBypass(r.Name, res.Bypass[r.Name]); err != nil {
+			routerErr[r.Name] = err.Error()
+			errs = append(errs, err)
+		}
+	}
+
+	// Status.
+	count := map[string]int{}
+	for _, e := range eips {
+		o := eipObj[e.Name]
+		st := ExternalIPStatus{Status: pivirtv1.Status{ObservedGeneration: o.Metadata.Generation},
+			Mappings: res.Mappings[e.Name], Warnings: res.Warnings[e.Name]}
+		u := Uplink{Scope: nat.ScopeInterface(e.Spec.Interface), Interface: e.Spec.Interface}
+		if e.Spec.Router != "" {
+			u = Uplink{Scope: nat.ScopeRouter(e.Spec.Router), Router: e.Spec.Router}
+			count[e.Spec.Router]++
+		}
+		st.Uplink = u.String()
+		switch {
+		case res.Errors[e.Name] != "":
+			st.Phase, st.Message = pivirtv1.PhaseFailed, res.Errors[e.Name]
+		case uplinkErr[u.Scope] != "":
+			st.Phase, st.Message = pivirtv1.PhasePending, uplinkErr[u.Scope]
+		default:
+			st.Phase = pivirtv1.PhaseReady
+		}
+		errs = append(errs, c.setStatus(ctx, o, st))
+	}
+	for _, r := range routers {
+		o := routerObj[r.Name]
+		st := VPCRouterStatus{Status: pivirtv1.Status{ObservedGeneration: o.Metadata.Generation},
+			Namespace: vpcrouter.NSName(r.Name), Masquerade: r.Spec.Masquerade, ExternalIPs: count[r.Name]}
+		if msg, bad := routerErr[r.Name]; bad {
+			st.Phase, st.Message = pivirtv1.PhaseFailed, msg
+		} else {
+			st.Phase, st.Uplink, st.UplinkIndex = pivirtv1.PhaseReady, vpcrouter.UplinkIf, c.routers[r.Name].UplinkIndex
+			if msg := uplinkErr[nat.ScopeRouter(r.Name)]; msg != "" {
+				st.Phase, st.Message = pivirtv1.PhaseFailed, msg
+			}
+		}
+		errs = append(errs, c.setStatus(ctx, o, st))
+	}
+	return errors.Join(errs...)
+}
+
+func failed(o *pivirtv1.Object, msg string) pivirtv1.Status {
+	return pivirtv1.Status{Phase: pivirtv1.PhaseFailed, ObservedGeneration: o.Metadata.Generation, Message: msg}
+}
+
+func (c *Controller) setStatus(ctx context.Context, o *pivirtv1.Object, st any) error {
+	return reconcile.SetStatus(ctx, c.store, c.index, o, st)
+}
+
+// removeRouters deletes realized routers that are no longer desired, and
+// on the first pass those left by a pivirtd that stopped before deleting
+// them (found by their host-side veths).
+func (c *Controller) removeRouters(desired []Router) []error {
+	var errs []error
+	if !c.swept {
+		owned, err := vpcrouter.Owned()
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			c.swept = true
+			for _, n := range owned {
+				if _, ok := c.routers[n]; !ok {
+					c.routers[n] = vpcrouter.Router{Name: n, NetNS: vpcrouter.NSName(n)}
+				}
+			}
+		}
+	}
+	for name := range c.routers {
+		if slices.ContainsFunc(desired, func(r Router) bool { return r.Name == name }) {
+			continue
+		}
+		scope := nat.ScopeRouter(name)
+		if err := nat.Detach(nat.LinkDir(c.bpffs, vpcrouter.NSName(name), vpcrouter.UplinkIf)); err != nil {
+			errs = append(errs, err)
+		}
+		delete(c.attached, scope)
+		if err := vpcrouter.Delete(name); err != nil {
+			errs = append(errs, fmt.Errorf("removing vpcrouter %s: %w", name, err))
+			continue
+		}
+		c.log.Info("vpcrouter removed", "router", name)
+		delete(c.routers, name)
+		delete(c.bypass, name)
+	}
+	return errs
+}
+
+func (c *Controller) syncMaps(d natmap.Desired) error {
+	if c.maps == nil {
+		o, err := nat.OpenMaps(filepath.Join(c.bpffs, "maps"))
+		if err != nil {
+			return err
+		}
+		c.maps = natmap.New(o)
+	}
+	ch, err := c.maps.Sync(d)
+	if err != nil {
+		return fmt.Errorf("syncing NAT maps: %w", err)
+	}
+	if ch != (natmap.Changes{}) {
+		c.log.Info("NAT maps synced", "updated", ch.Updated, "deleted", ch.Deleted)
+	}
+	return nil
+}
+
+// attach loads and attaches the programs on u unless the same programs
+// already run there (same device, same MAC, links pinned).
+func (c *Controller) attach(u Uplink) error {
+	var (
+		ifindex int
+		mac     net.HardwareAddr
+		netns   string
+		ifname  = u.Interface
+	)
+	if u.Router != "" {
+		rt := c.routers[u.Router]
+		ifindex, mac, netns, ifname = rt.UplinkIndex, rt.UplinkMAC, rt.NetNS, vpcrouter.UplinkIf
+	} else {
+		l, err := netlink.LinkByName(u.Interface)
+		if err != nil {
+			return fmt.Errorf("finding uplink %s: %w", u.Interface, err)
+		}
+		ifindex, mac = l.Attrs().Index, l.Attrs().HardwareAddr
+	}
+	dir := nat.LinkDir(c.bpffs, netns, ifname)
+	a := attachment{dir: dir, ifindex: ifindex, mac: mac.String()}
+	if c.attached[u.Scope] == a && pinned(dir) {
+		return nil
+	}
+	objs, err := nat.Load(u.Scope, mac, filepath.Join(c.bpffs, "maps"), c.load...)
+	if err != nil {
+		return err
+	}
+	defer objs.Close()
+	do := func() error { return nat.Attach(objs, ifindex, dir) }
+	if u.Router != "" {
+		err = vpcrouter.Do(u.Router, do)
+	} else {
+		err = do()
+	}
+	if err != nil {
+		return fmt.Errorf("attaching NAT to %s: %w", u, err)
+	}
+	c.attached[u.Scope] = a
+	c.log.Info("NAT attached", "uplink", u.String(), "ifindex", ifindex, "scope", fmt.Sprintf("0x%08x", u.Scope))
+	return nil
+}
+
+func pinned(dir string) bool {
+	for _, p := range []string{nat.ProgIn, nat.ProgOut} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// detachStale removes NAT links of uplinks no longer wanted: those this
+// process attached, and on disk any NAT link dir no one claims (left by a
+// previous pivirtd).
+func (c *Controller) detachStale(want map[uint32]bool) []error {
+	var errs []error
+	keep := map[string]bool{}
+	for s, a := range c.attached {
+		if want[s] {
+			keep[a.dir] = true
+			continue
+		}
+		if err := nat.Detach(a.dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.log.Info("NAT detached", "dir", a.dir)
+		delete(c.attached, s)
+	}
+	dirs, err := os.ReadDir(filepath.Join(c.bpffs, "links"))
+	if err != nil {
+		return errs
+	}
+	for _, d := range dirs {
+		dir := filepath.Join(c.bpffs, "links", d.Name())
+		if !d.IsDir() || keep[dir] || !pinnedAny(dir) {
+			continue
+		}
+		// A router's links go with its router (removeRouters); here
+		// only host-mode uplinks and routers already gone.
+		if ns, _, ok := strings.Cut(d.Name(), "@"); ok {
+			if _, live := c.routers[strings.TrimPrefix(ns, "pvr-")]; live {
+				continue
+			}
+		} else if want[nat.ScopeInterface(d.Name())] {
+			continue
+		}
+		if err := nat.Detach(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+func pinnedAny(dir string) bool {
+	for _, p := range []string{nat.ProgIn, nat.ProgOut} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// setBypass applies a router's conntrack bypass (a no-op in iptables when
+// it already holds exactly bs) and remembers it.
+func (c *Controller) setBypass(router string, bs []vpcrouter.Bypass) error {
+	if err := vpcrouter.SetBypass(router, bs); err != nil {
+		return fmt.Errorf("setting conntrack bypass of vpcrouter %s: %w", router, err)
+	}
+	c.bypass[router] = slices.Clone(bs)
+	return nil
+}
+
+// union is a followed by the entries of b not in a.
+func union(a, b []vpcrouter.Bypass) []vpcrouter.Bypass {
+	out := slices.Clone(a)
+	for _, x := range b {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}

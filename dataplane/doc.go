@@ -1,8 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-
-// Package dataplane holds the go:generate directives that compile the C
-// programs in bpf/ with bpf2go into the Go bindings and objects committed
-// under dataplane/guard. Run `go generate ./dataplane` (clang 14 and the
-// Debian libbpf-dev headers); only the bpfel target is built, since the
-// appliance runs on amd64 (and arm64, also little-endian).
-package dataplane
