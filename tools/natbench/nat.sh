@@ -49,7 +49,7 @@ PVDPID=
 NB=$S/bin/natbench
 PVPIN=$BPFFS/na-pivirt
 PIN=$BPFFS/na-nat
-OUT=${OUT:-$S/nat-pivirt.txt}
+OUT=${OUT:-/tmp/nat-pivirt.$(date +%Y%m%d-%H%M%S).txt}
 PUB=198.51.100.10; PRIV=10.10.0.11
 
 cleanup() {
