@@ -296,24 +296,34 @@ func (w *vmWorld) serveBig(tb testing.TB, mib int) {
 // with the block.
 func (w *vmWorld) pullBig(tb testing.TB, blk []byte, mib int) transfer {
 	tb.Helper()
+	x, err := w.tryPullBig(blk, mib, 180*time.Second)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return x
+}
+
+// tryPullBig is pullBig returning its error; the whole pull must end
+// within limit.
+func (w *vmWorld) tryPullBig(blk []byte, mib int, limit time.Duration) (transfer, error) {
 	var c net.Conn
 	if err := w.inet.Do(func() (err error) { c, err = net.DialTimeout("tcp4", vmPublic+":80", 5*time.Second); return err }); err != nil {
-		tb.Fatalf("connecting to %s:80: %v", vmPublic, err)
+		return transfer{}, fmt.Errorf("connecting to %s:80: %w", vmPublic, err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(180 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(limit))
 	if _, err := fmt.Fprintf(c, "GET /big HTTP/1.0\r\nHost: %s\r\n\r\n", vmPublic); err != nil {
-		tb.Fatal(err)
+		return transfer{}, err
 	}
 	start := time.Now()
 	r := bufio.NewReaderSize(c, 1<<20)
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil {
-		tb.Fatalf("reading the response from the guest: %v", err)
+		return transfer{}, fmt.Errorf("reading the response from the guest: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(mib)<<20 {
-		tb.Fatalf("GET /big: %s, %d bytes, want 200 and %d", resp.Status, resp.ContentLength, int64(mib)<<20)
+		return transfer{}, fmt.Errorf("GET /big: %s, %d bytes, want 200 and %d", resp.Status, resp.ContentLength, int64(mib)<<20)
 	}
 	x := transfer{From: c.RemoteAddr().String()}
 	buf := make([]byte, len(blk))
@@ -321,14 +331,14 @@ func (w *vmWorld) pullBig(tb testing.TB, blk []byte, mib int) transfer {
 		n, err := io.ReadFull(resp.Body, buf)
 		x.Bytes += int64(n)
 		if err != nil {
-			tb.Fatalf("after %d bytes from the guest: %v", x.Bytes, err)
+			return x, fmt.Errorf("after %d bytes from the guest: %w", x.Bytes, err)
 		}
 		if !bytes.Equal(buf, blk) {
 			x.Bad++
 		}
 	}
 	x.Duration = time.Since(start)
-	return x
+	return x, nil
 }
 
 // tcpCsumErrors reads TCP's InCsumErrors from a /proc/net/snmp text.
