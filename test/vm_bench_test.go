@@ -32,10 +32,10 @@ func BenchmarkVMGuard(b *testing.B) {
 	// connection after an attach or detach pays for it), then pulls
 	// back to back, timed together: one 100 MiB pull lasts a fraction
 	// of a second here, too short to stand out of the noise alone.
-	// A pull that stalls (once in a few hundred under TCG on a loaded
-	// host: the guest's virtio queue stops for a while) is reported and
-	// tried again once, so that one hiccup does not void the run; the
-	// stalls are counted in the result.
+	// A pull that stalls (seen once, 74.6 MB into the 16th sample of a
+	// run on a loaded host, cause not found; the VM test's transfer has
+	// never stalled) is reported and tried again once, so that one
+	// hiccup does not void the run; the stalls are counted in the result.
 	stalls := 0
 	pullOnce := func() transfer {
 		x, err := w.tryPullBig(blk, mib, 60*time.Second)
