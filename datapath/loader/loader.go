@@ -207,10 +207,7 @@ func (l *Loader) Attach(ifname string, mode Mode) (Attachment, error) {
 	prog := l.Program(hook)
 	pin := LinkPath(l.base, ifname, progName(hook))
 
-	lk, err := l.updatePinned(pin, prog, uint32(ifindex))
-	if errors.Is(err, os.ErrNotExist) {
-		lk, err = l.create(pin, prog, hook, link.Head(), ifindex, ifname)
-	}
+	lk, err := UpsertLink(pin, prog, hook, link.Head(), ifindex, ifname)
 	if err != nil {
 		return Attachment{}, err
 	}
@@ -220,7 +217,7 @@ func (l *Loader) Attach(ifname string, mode Mode) (Attachment, error) {
 	if hook == HookTCX {
 		other = HookXDP
 	}
-	if err := unpin(LinkPath(l.base, ifname, progName(other))); err != nil {
+	if err := Unpin(LinkPath(l.base, ifname, progName(other))); err != nil {
 		return Attachment{}, fmt.Errorf("removing %s link of %s: %w", other, ifname, err)
 	}
 	return describe(ifname, pin, lk)
@@ -238,74 +235,6 @@ func linkByName(ifname string) (netlink.Link, error) {
 		return nil, fmt.Errorf("looking up %s: %w", ifname, err)
 	}
 	return nl, nil
-}
-
-// updatePinned swaps prog into the link pinned at pin. A missing pin, a
-// defunct link (its device is gone: ENOLINK) or a link now on another
-// device (the name was reused) give os.ErrNotExist, after removing the
-// stale pin, so the caller creates a new link.
-func (l *Loader) updatePinned(pin string, prog *ebpf.Program, ifindex uint32) (link.Link, error) {
-	lk, err := link.LoadPinnedLink(pin, nil)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, os.ErrNotExist
-		}
-		return nil, fmt.Errorf("opening pinned link %s: %w", pin, err)
-	}
-	if info, err := lk.Info(); err == nil && linkIfindex(info) != ifindex {
-		// Defunct (ifindex 0) or the interface was re-created.
-		lk.Close()
-		if err := os.Remove(pin); err != nil {
-			return nil, fmt.Errorf("removing stale link pin %s: %w", pin, err)
-		}
-		return nil, os.ErrNotExist
-	}
-	if err := lk.Update(prog); err != nil {
-		lk.Close()
-		if errors.Is(err, unix.ENOLINK) {
-			if err := os.Remove(pin); err != nil {
-				return nil, fmt.Errorf("removing defunct link pin %s: %w", pin, err)
-			}
-			return nil, os.ErrNotExist
-		}
-		return nil, fmt.Errorf("updating program of link %s: %w", pin, err)
-	}
-	return lk, nil
-}
-
-// create attaches prog on hook (a tcx link at anchor) and pins the link.
-func (l *Loader) create(pin string, prog *ebpf.Program, hook Hook, anchor link.Anchor, ifindex int, ifname string) (link.Link, error) {
-	var (
-		lk  link.Link
-		err error
-	)
-	switch hook {
-	case HookXDP:
-		lk, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: link.XDPDriverMode})
-		// Without native XDP the kernel refuses driver mode with
-		// EOPNOTSUPP; report it instead of silently using generic XDP.
-		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, ebpf.ErrNotSupported) {
-			return nil, fmt.Errorf("attaching %s to %s: %w: %v", prog, ifname, ErrNoNativeXDP, err)
-		}
-	case HookTCXEgress:
-		lk, err = link.AttachTCX(link.TCXOptions{Program: prog, Attach: ebpf.AttachTCXEgress,
-			Interface: ifindex, Anchor: anchor})
-	default:
-		lk, err = link.AttachTCX(link.TCXOptions{Program: prog, Attach: ebpf.AttachTCXIngress,
-			Interface: ifindex, Anchor: anchor})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("attaching %s to %s: %w", prog, ifname, err)
-	}
-	if err := os.MkdirAll(IfaceLinksDir(l.base, ifname), 0o700); err != nil {
-		lk.Close()
-		return nil, fmt.Errorf("creating %s: %w", IfaceLinksDir(l.base, ifname), err)
-	}
-	if err := lk.Pin(pin); err != nil {
-		lk.Close()
-		return nil, fmt.Errorf("pinning link at %s for program %s: %w", pin, prog, err)
-	}
-	return lk, nil
 }
 
 // ACLAttachments are the two links of a port's ACL.
@@ -335,10 +264,7 @@ func (l *Loader) AttachACL(ifname string) (ACLAttachments, error) {
 	} {
 		prog := l.acl.Programs[h.prog]
 		pin := LinkPath(l.base, ifname, h.prog)
-		lk, err := l.updatePinned(pin, prog, uint32(ifindex))
-		if errors.Is(err, os.ErrNotExist) {
-			lk, err = l.create(pin, prog, h.hook, link.Tail(), ifindex, ifname)
-		}
+		lk, err := UpsertLink(pin, prog, h.hook, link.Tail(), ifindex, ifname)
 		if err != nil {
 			return ACLAttachments{}, err
 		}
@@ -358,7 +284,7 @@ func (l *Loader) DetachACL(ifname string) error {
 	defer l.mu.Unlock()
 	var errs []error
 	for _, p := range []string{guard.ProgACLToVM, guard.ProgACLFromVM} {
-		if err := unpin(LinkPath(l.base, ifname, p)); err != nil {
+		if err := Unpin(LinkPath(l.base, ifname, p)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -376,7 +302,7 @@ func (l *Loader) Detach(ifname string) error {
 	defer l.mu.Unlock()
 	var errs []error
 	for _, p := range []string{guard.ProgXDP, guard.ProgTCX, guard.ProgACLFromVM, guard.ProgACLToVM} {
-		if err := unpin(LinkPath(l.base, ifname, p)); err != nil {
+		if err := Unpin(LinkPath(l.base, ifname, p)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -392,19 +318,3 @@ func (l *Loader) Detach(ifname string) error {
 }
 
 // unpin removes a pinned link if present.
-func unpin(pin string) error {
-	if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-func linkIfindex(info *link.Info) uint32 {
-	if x := info.XDP(); x != nil {
-		return x.Ifindex
-	}
-	if t := info.TCX(); t != nil {
-		return t.Ifindex
-	}
-	return 0
-}

@@ -10,7 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
+
+	"pivirt.hu/dataplane/datapath/loader"
 )
 
 // LinkDir is where the links of an uplink are pinned, beside the guard's
@@ -26,75 +27,24 @@ func LinkDir(bpffs, netns, ifname string) string {
 }
 
 // Attach puts o's programs at tcx ingress and egress of ifindex, which
-// must be a device of the calling thread's network namespace. It is
-// update-or-create on the links pinned in dir: an existing link of the
-// same device is swapped atomically to the new programs (no packet sees
-// no program), a defunct one (its device gone) is replaced.
+// must be a device of the calling thread's network namespace, through
+// the loader's links (update-or-create on the links pinned in dir: an
+// existing link of the same device is swapped atomically to the new
+// programs, a defunct one replaced).
 func Attach(o *Objects, ifindex int, dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating link dir %s: %w", dir, err)
-	}
 	for _, a := range []struct {
 		prog *ebpf.Program
 		name string
-		typ  ebpf.AttachType
+		hook loader.Hook
 	}{
-		{o.In, ProgIn, ebpf.AttachTCXIngress},
-		{o.Out, ProgOut, ebpf.AttachTCXEgress},
+		{o.In, ProgIn, loader.HookTCX},
+		{o.Out, ProgOut, loader.HookTCXEgress},
 	} {
-		if err := upsertTCX(a.prog, a.name, a.typ, ifindex, filepath.Join(dir, a.name)); err != nil {
-			return err
+		l, err := loader.UpsertLink(filepath.Join(dir, a.name), a.prog, a.hook, link.Tail(), ifindex, fmt.Sprintf("ifindex %d", ifindex))
+		if err != nil {
+			return fmt.Errorf("attaching %s: %w", a.name, err)
 		}
-	}
-	return nil
-}
-
-func upsertTCX(prog *ebpf.Program, name string, typ ebpf.AttachType, ifindex int, pin string) error {
-	l, err := link.LoadPinnedLink(pin, nil)
-	switch {
-	case err == nil:
-		uerr := updateIfSameDevice(l, prog, ifindex)
 		l.Close()
-		if uerr == nil {
-			return nil
-		}
-		if !errors.Is(uerr, os.ErrNotExist) {
-			return fmt.Errorf("updating %s at %s: %w", name, pin, uerr)
-		}
-		// Defunct or another device's link: replace it.
-		if err := os.Remove(pin); err != nil {
-			return fmt.Errorf("removing stale link pin %s: %w", pin, err)
-		}
-	case !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("loading pinned link %s: %w", pin, err)
-	}
-	l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: typ, Anchor: link.Tail()})
-	if err != nil {
-		return fmt.Errorf("attaching %s to ifindex %d: %w", name, ifindex, err)
-	}
-	defer l.Close()
-	if err := l.Pin(pin); err != nil {
-		return fmt.Errorf("pinning link at %s for program %s: %w", pin, name, err)
-	}
-	return nil
-}
-
-// updateIfSameDevice swaps the program of a pinned link still attached to
-// ifindex; a link of another (or a deleted) device gives os.ErrNotExist.
-func updateIfSameDevice(l link.Link, prog *ebpf.Program, ifindex int) error {
-	info, err := l.Info()
-	if err != nil {
-		return fmt.Errorf("reading link info: %w", err)
-	}
-	if tcx := info.TCX(); tcx == nil || int(tcx.Ifindex) != ifindex {
-		return os.ErrNotExist
-	}
-	if err := l.Update(prog); err != nil {
-		// The kernel reports a link whose device is gone as ENOLINK.
-		if errors.Is(err, unix.ENOLINK) {
-			return os.ErrNotExist
-		}
-		return err
 	}
 	return nil
 }
@@ -104,20 +54,9 @@ func updateIfSameDevice(l link.Link, prog *ebpf.Program, ifindex int) error {
 func Detach(dir string) error {
 	var errs []error
 	for _, name := range []string{ProgIn, ProgOut} {
-		pin := filepath.Join(dir, name)
-		l, err := link.LoadPinnedLink(pin, nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
+		if err := loader.Unpin(filepath.Join(dir, name)); err != nil {
+			errs = append(errs, err)
 		}
-		if err != nil {
-			// Unreadable pin: removing it still drops the last reference.
-			errs = append(errs, os.Remove(pin))
-			continue
-		}
-		if err := l.Unpin(); err != nil {
-			errs = append(errs, fmt.Errorf("unpinning %s: %w", pin, err))
-		}
-		l.Close()
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("removing link dir %s: %w", dir, err))
