@@ -15,6 +15,7 @@ TEST_TIMEOUT ?= 40m
 BUF_VERSION          := v1.75.0
 PROTOC_GEN_GO        := v1.36.12
 PROTOC_GEN_CONNECT   := v1.21.1
+GOLANGCI_LINT        := v2.15.0
 CLANG                ?= clang
 
 # Debian packages: what builds and tests need, and what the demo needs.
@@ -86,10 +87,12 @@ bench: deps build ## run the benchmarks and print figures for BENCHMARKS.md
 	./tools/bench/run.sh
 
 .PHONY: lint
-lint: tools ## go vet, gofmt, buf lint
-	$(GO) vet ./...
-	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$'); exit 1; }
+lint: tools $(TOOLS)/golangci-lint ## golangci-lint (.golangci.yml: vet, errcheck, staticcheck, unused, gofmt) and buf lint
+	$(TOOLS)/golangci-lint run ./...
 	cd api && $(TOOLS)/buf lint
+
+$(TOOLS)/golangci-lint:
+	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT)
 
 .PHONY: format
 format: ## gofmt the Go sources

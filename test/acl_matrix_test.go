@@ -34,9 +34,8 @@ spec:
 // aclEnds is who a class's frames go between: the port under test (the
 // walled guest, or the control guest with no PortSecurity) and a peer.
 type aclEnds struct {
-	self, peer       *guest.Guest
-	selfIP, peerIP   netip.Addr
-	server, serverLL netip.Addr
+	self, peer     *guest.Guest
+	selfIP, peerIP netip.Addr
 }
 
 // aclClass is one kind of frame the ACL's always-allowed classes might

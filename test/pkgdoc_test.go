@@ -38,9 +38,10 @@ func TestPackageDocs(t *testing.T) {
 	}
 	for dir := range dirs {
 		rel, _ := filepath.Rel(root, dir)
-		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi os.FileInfo) bool {
-			return !strings.HasSuffix(fi.Name(), "_test.go")
-		}, parser.ParseComments|parser.PackageClauseOnly)
+		pkgs, err := parser.ParseDir( //nolint:staticcheck // build tags do not matter for doc.go lookups
+			token.NewFileSet(), dir, func(fi os.FileInfo) bool {
+				return !strings.HasSuffix(fi.Name(), "_test.go")
+			}, parser.ParseComments|parser.PackageClauseOnly)
 		if err != nil {
 			t.Errorf("%s: %v", rel, err)
 			continue

@@ -79,7 +79,7 @@ func Query(socket string, timeout time.Duration) (VM, error) {
 	if err := mon.Connect(); err != nil {
 		return vm, fmt.Errorf("QMP handshake on %s: %w", socket, err)
 	}
-	defer mon.Disconnect()
+	defer func() { _ = mon.Disconnect() }()
 	r := raw.NewMonitor(mon)
 	if n, err := r.QueryName(); err == nil && n.Name != nil && *n.Name != "" {
 		vm.Name = *n.Name

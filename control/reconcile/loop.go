@@ -74,7 +74,12 @@ func (l *Loop) Run(ctx context.Context) error {
 		l.Cache = NewCache(l.Store, l.Log)
 		errc := make(chan error, 1)
 		go func() { errc <- l.Cache.Run(ctx) }()
-		defer func() { <-errc }()
+		defer func() {
+			// The cache stops with ctx; any other end is worth a line.
+			if err := <-errc; err != nil && ctx.Err() == nil {
+				l.Log.Warn("store cache stopped", "reconciler", l.ID, "err", err)
+			}
+		}()
 	}
 	kick := l.kicks()
 	changed := l.Cache.Subscribe(l.Kinds, l.React)

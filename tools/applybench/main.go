@@ -57,7 +57,7 @@ func run(pivirtd, pivirtctl string, n, singles int, extra []string) error {
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		return fmt.Errorf("adding netns: %w: %s", err, out)
 	}
-	defer exec.Command("ip", "netns", "del", ns).Run()
+	defer func() { _ = exec.Command("ip", "netns", "del", ns).Run() }()
 
 	sock := filepath.Join(dir, "pivirtd.sock")
 	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
@@ -90,7 +90,7 @@ func run(pivirtd, pivirtctl string, n, singles int, extra []string) error {
 	}
 	if os.Getenv("APPLYBENCH_PAUSE") != "" {
 		fmt.Fprintln(os.Stderr, "daemon up in netns", ns, "; press enter to start")
-		fmt.Scanln()
+		_, _ = fmt.Scanln()
 	}
 	start := time.Now()
 	out, err := exec.Command(pivirtctl, "--socket", sock, "apply", "-f", file).CombinedOutput()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store"
@@ -160,7 +161,7 @@ func (s *Store) view(ctx context.Context, fn func(*bbolt.Tx) error) error {
 		return ErrClosed
 	}
 	err := s.db.View(fn)
-	if errors.Is(err, bbolt.ErrDatabaseNotOpen) {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return ErrClosed
 	}
 	return err

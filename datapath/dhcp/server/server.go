@@ -562,9 +562,7 @@ func (st *segState) bind(id []byte, l Lease, offered bool) *lease {
 
 // forget drops the previous-address memory of id.
 func (st *segState) forget(id []byte) {
-	if _, ok := st.last[string(id)]; ok {
-		delete(st.last, string(id))
-	}
+	delete(st.last, string(id))
 }
 
 // drop forgets a lease (offer or bound) and frees its address.
