@@ -13,7 +13,6 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
 
@@ -111,12 +110,7 @@ func aclClasses() []aclClass {
 func TestPrivilegedACLAlwaysAllowedMatrix(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter", "dhclient")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	if r := d.CtlStdin([]byte(aclMatrixManifests), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	host, d := daemonWith(t, aclMatrixManifests, 1)
 	peer := guest.Attach(t, host, "br-aclm", "", net.HardwareAddr{0x52, 0x54, 0, 0x94, 0, 0x0b})
 	walled := guest.Attach(t, host, "br-aclm", "hpwall", net.HardwareAddr{0x52, 0x54, 0, 0x94, 0, 0x0a})
 	ctl := guest.Attach(t, host, "br-aclm", "", net.HardwareAddr{0x52, 0x54, 0, 0x94, 0, 0x0c})

@@ -353,3 +353,25 @@ func TestPrivilegedKillDuringLargeApply(t *testing.T) {
 		t.Errorf("json list has %d items, want at least %d", len(list.Items), len(acked)-1)
 	}
 }
+
+// daemonWith starts pivirtd in a new host namespace, applies manifests
+// and waits until segments of its segments are Ready.
+func daemonWith(t *testing.T, manifests string, segments int) (*testutil.NetNS, *harness.Daemon) {
+	t.Helper()
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+	if r := d.CtlStdin([]byte(manifests), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	waitFor(t, 15*time.Second, "segments Ready", func() bool { return strings.Count(d.Ctl("get", "segments").Stdout, "Ready") >= segments })
+	return host, d
+}
+
+// waitForwarding waits until n bridge ports of host forward.
+func waitForwarding(t *testing.T, host *testutil.NetNS, n int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "ports forwarding", func() bool {
+		out, _ := host.Exec("bridge", "link", "show")
+		return strings.Count(string(out), "state forwarding") >= n
+	})
+}

@@ -21,7 +21,6 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
 
@@ -277,12 +276,7 @@ func matrixClasses() []matrixClass {
 func TestPrivilegedGuardAdversarialMatrix(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter", "dhclient")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	if r := d.CtlStdin([]byte(matrixManifests), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	host, d := daemonWith(t, matrixManifests, 1)
 	victim := guest.Attach(t, host, "br-adv", "", net.HardwareAddr{0x52, 0x54, 0, 0x90, 0, 0x0b})
 	atk := guest.Attach(t, host, "br-adv", "hpatk", net.HardwareAddr{0x52, 0x54, 0, 0x90, 0, 0x0a})
 	ctl := guest.Attach(t, host, "br-adv", "", net.HardwareAddr{0x52, 0x54, 0, 0x90, 0, 0x0c}) // no PortSecurity: the control

@@ -240,10 +240,7 @@ func TestPrivilegedReservationAcrossSegmentRecreate(t *testing.T) {
 				t.Fatalf("apply reservation: %s", r)
 			}
 			g := guest.Attach(t, host, "virbr10", "", mac)
-			waitFor(t, 10*time.Second, "port forwarding", func() bool {
-				out, _ := host.Exec("bridge", "link", "show")
-				return strings.Contains(string(out), "state forwarding")
-			})
+			waitForwarding(t, host, 1)
 			c := newRawClient(t, g)
 			if ack, _ := c.dora(); !ack.YourIPAddr.Equal(ip.AsSlice()) {
 				t.Fatalf("reserved client got %s, want %s", ack.YourIPAddr, ip)

@@ -356,10 +356,7 @@ func (r *orderRun) segmentBack() {
 
 // waitForwarding waits until every client's port forwards on the bridge.
 func (r *orderRun) waitForwarding() {
-	waitFor(r.t, 10*time.Second, "ports forwarding", func() bool {
-		out, _ := r.host.Exec("bridge", "link", "show")
-		return strings.Count(string(out), "state forwarding") >= len(r.clients)
-	})
+	waitForwarding(r.t, r.host, len(r.clients))
 }
 
 func (r *orderRun) kill9() {

@@ -18,7 +18,6 @@ import (
 	"github.com/mdlayher/packet"
 
 	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
 
@@ -39,12 +38,7 @@ func TestPrivilegedPinsSurviveUnrelatedSyncs(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
 	const guests, frames, wantApplies = 4, 100, 40
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	if r := d.CtlStdin([]byte(pinRaceSegment), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	host, d := daemonWith(t, pinRaceSegment, 1)
 	var gs []*guest.Guest
 	var ps strings.Builder
 	for i := range guests {
@@ -59,10 +53,7 @@ func TestPrivilegedPinsSurviveUnrelatedSyncs(t *testing.T) {
 	waitFor(t, 15*time.Second, "ports guarded", func() bool {
 		return strings.Count(d.Ctl("get", "portsec", "-o", "yaml").Stdout, "attach: tcx") == guests
 	})
-	waitFor(t, 10*time.Second, "ports forwarding", func() bool {
-		out, _ := host.Exec("bridge", "link", "show")
-		return strings.Count(string(out), "state forwarding") >= guests
-	})
+	waitForwarding(t, host, guests)
 
 	// Unrelated applies, two at a time, wantApplies in all: a
 	// PortSecurity of an interface not there, its address and label

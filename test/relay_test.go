@@ -18,7 +18,6 @@ import (
 
 	"pivirt.hu/dataplane/datapath/dhcp/wire"
 	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
 
@@ -84,17 +83,9 @@ func watchReplies(t *testing.T, g *guest.Guest, marker []byte) *serverReplies {
 func TestPrivilegedGuestPosingAsRelay(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	if r := d.CtlStdin([]byte(relaySegments), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	waitFor(t, 15*time.Second, "segments Ready", func() bool { return strings.Count(d.Ctl("get", "segments").Stdout, "Ready") == 2 })
+	host, d := daemonWith(t, relaySegments, 2)
 	g := guest.Attach(t, host, "br-rela", "", net.HardwareAddr{0x52, 0x54, 0, 0x95, 0, 1})
-	waitFor(t, 10*time.Second, "port forwarding", func() bool {
-		out, _ := host.Exec("bridge", "link", "show")
-		return strings.Contains(string(out), "state forwarding")
-	})
+	waitForwarding(t, host, 1)
 	c := newRawClient(t, g)
 	ack, srvMAC := c.dora()
 	own, _ := netip.AddrFromSlice(ack.YourIPAddr.To4())

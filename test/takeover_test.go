@@ -12,7 +12,6 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
 	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
 
@@ -38,22 +37,14 @@ spec: {interface: hptko, macAddress: "52:54:00:93:00:0a"}
 func TestPrivilegedTakeoverChain(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	if r := d.CtlStdin([]byte(takeoverManifests), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	host, d := daemonWith(t, takeoverManifests, 1)
 	victim := guest.Attach(t, host, "br-tko", "", net.HardwareAddr{0x52, 0x54, 0, 0x93, 0, 0x0b})
 	guarded := guest.Attach(t, host, "br-tko", "hptko", net.HardwareAddr{0x52, 0x54, 0, 0x93, 0, 0x0a})
 	open := guest.Attach(t, host, "br-tko", "", net.HardwareAddr{0x52, 0x54, 0, 0x93, 0, 0x0c})
 	waitFor(t, 10*time.Second, "the attacker's port guarded", func() bool {
 		return strings.Contains(d.Ctl("get", "portsec", "tko-attacker", "-o", "yaml").Stdout, "attach: tcx")
 	})
-	waitFor(t, 10*time.Second, "ports forwarding", func() bool {
-		out, _ := host.Exec("bridge", "link", "show")
-		return strings.Count(string(out), "state forwarding") >= 3
-	})
+	waitForwarding(t, host, 3)
 
 	vc := newRawClient(t, victim)
 	vAck, srvMAC := vc.dora()

@@ -72,23 +72,26 @@ func (g *Guest) Replug(t *testing.T, host *testutil.NetNS, bridge string) {
 // it starts a VM on a bridge that exists already.
 func (g *Guest) Enslave(t *testing.T, host *testutil.NetNS, bridge string) {
 	t.Helper()
-	err := host.Do(func() error {
-		br, err := netlink.LinkByName(bridge)
-		if err != nil {
-			return fmt.Errorf("finding bridge %s: %w", bridge, err)
-		}
-		h, err := netlink.LinkByName(g.HostSide)
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetMaster(h, br); err != nil {
-			return fmt.Errorf("enslaving %s to %s: %w", g.HostSide, bridge, err)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := host.Do(func() error { return g.enslave(bridge) }); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// enslave makes bridge the master of the host side; run in the host's
+// namespace.
+func (g *Guest) enslave(bridge string) error {
+	br, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return fmt.Errorf("finding bridge %s: %w", bridge, err)
+	}
+	h, err := netlink.LinkByName(g.HostSide)
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetMaster(h, br); err != nil {
+		return fmt.Errorf("enslaving %s to %s: %w", g.HostSide, bridge, err)
+	}
+	return nil
 }
 
 // plug creates the veth pair, enslaves its host end to bridge and moves
@@ -99,16 +102,12 @@ func (g *Guest) plug(host *testutil.NetNS, bridge string) error {
 		if err := netlink.LinkAdd(v); err != nil {
 			return fmt.Errorf("adding veth %s: %w", g.HostSide, err)
 		}
-		br, err := netlink.LinkByName(bridge)
-		if err != nil {
-			return fmt.Errorf("finding bridge %s: %w", bridge, err)
+		if err := g.enslave(bridge); err != nil {
+			return err
 		}
 		h, err := netlink.LinkByName(g.HostSide)
 		if err != nil {
 			return err
-		}
-		if err := netlink.LinkSetMaster(h, br); err != nil {
-			return fmt.Errorf("enslaving %s to %s: %w", g.HostSide, bridge, err)
 		}
 		if err := netlink.LinkSetUp(h); err != nil {
 			return err
