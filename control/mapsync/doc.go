@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package mapsync converges live eBPF maps to the desired content compile
-// produced, touching only the difference: missing keys are added, changed
-// values updated and stale keys deleted. Nothing is flushed, so a daemon
-// restart converges without a gap in enforcement.
+// Package mapsync converges the guard's live eBPF maps to the desired
+// content compile produced, and reports their drift (`inspect desired`),
+// with the one sync every map uses (datapath/maps/typed: Sync and
+// SyncTogether touch only the difference: missing keys are added, changed
+// values updated and stale keys deleted; nothing is flushed, so a daemon
+// restart converges without a gap in enforcement).
 //
 // Who owns which map: the guard's maps (pv_allow4, pv_allow6, pv_ports,
 // pv_acl, pv_leases) converge here, from control/portguard, and nothing else
@@ -14,5 +16,6 @@
 // taken in that moment does not undo it, the desired pv_leases is the
 // snapshot's leases overlaid with the acknowledged changes the snapshot
 // lacks (control/dhcpd OverlayLeases, through guard.Controller.Acked).
-// The NAT maps are converged by control/externalip.
+// The NAT maps are converged by control/externalip, through natmap.Sync
+// (the same typed.SyncTogether).
 package mapsync

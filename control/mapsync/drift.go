@@ -5,6 +5,7 @@ package mapsync
 import (
 	"errors"
 	"fmt"
+	"pivirt.hu/dataplane/datapath/maps/typed"
 	"slices"
 
 	"pivirt.hu/dataplane/control/compile"
@@ -22,16 +23,16 @@ type DriftReport struct {
 	Same   int      `json:"same"`
 }
 
-func report[K, V comparable](name string, m Map[K, V], desired map[K]V, eq Equal[V]) (DriftReport, error) {
-	live, err := Read(m)
+func report[K, V comparable](name string, m typed.Table[K, V], desired map[K]V, eq typed.Equal[V]) (DriftReport, error) {
+	live, err := typed.Read(m)
 	if err != nil {
 		return DriftReport{Map: name}, fmt.Errorf("reading %s: %w", name, err)
 	}
 	return reportLive(name, live, desired, eq), nil
 }
 
-func reportLive[K, V comparable](name string, live, desired map[K]V, eq Equal[V]) DriftReport {
-	d := Diff(desired, live, eq)
+func reportLive[K, V comparable](name string, live, desired map[K]V, eq typed.Equal[V]) DriftReport {
+	d := typed.Diff(desired, live, eq)
 	r := DriftReport{Map: name, Same: d.Same}
 	for k, v := range d.Add {
 		r.Add = append(r.Add, fmt.Sprintf("%v %v", k, v))
@@ -65,7 +66,7 @@ func GuardDrift(ms GuardMaps, d compile.Desired) ([]DriftReport, error) {
 	add(report(guard.MapACL, ms.ACL, d.ACL, nil))
 	// Compile leaves counter slots 0: compare each port with the slot sync
 	// would give it (a live port's own), so a slot alone is no drift.
-	live, err := Read(ms.Ports)
+	live, err := typed.Read(ms.Ports)
 	if err != nil {
 		add(DriftReport{Map: guard.MapPorts}, fmt.Errorf("reading %s: %w", guard.MapPorts, err))
 	} else {

@@ -5,6 +5,7 @@ package mapsync
 import (
 	"errors"
 	"fmt"
+	"pivirt.hu/dataplane/datapath/maps/typed"
 
 	"pivirt.hu/dataplane/control/compile"
 	"pivirt.hu/dataplane/datapath/guard"
@@ -17,12 +18,12 @@ import (
 // GuardMaps are the live guard maps sync writes; loader.Maps provides
 // them. Of pv_counters_v3 sync only zeroes the slots it gives to ports.
 type GuardMaps struct {
-	Ports    Map[portmap.Key, portmap.Value]
-	Allow4   Map[allowmap.Key4, allowmap.Value]
-	Allow6   Map[allowmap.Key6, allowmap.Value]
-	Leases   Map[leasemap.Key, leasemap.Value]
+	Ports    typed.Table[portmap.Key, portmap.Value]
+	Allow4   typed.Table[allowmap.Key4, allowmap.Value]
+	Allow6   typed.Table[allowmap.Key6, allowmap.Value]
+	Leases   typed.Table[leasemap.Key, leasemap.Value]
 	Counters Counters
-	ACL      Map[aclmap.Key, aclmap.Value]
+	ACL      typed.Table[aclmap.Key, aclmap.Value]
 	// Conntrack may be nil (nothing to forget).
 	Conntrack Conntrack
 }
@@ -50,10 +51,10 @@ func SyncGuard(ms GuardMaps, d compile.Desired) (map[string]Result, error) {
 			errs = append(errs, fmt.Errorf("syncing %s: %w", name, err))
 		}
 	}
-	run(guard.MapAllow4, func() (Result, error) { return Sync(ms.Allow4, d.Allow4, nil) })
-	run(guard.MapAllow6, func() (Result, error) { return Sync(ms.Allow6, d.Allow6, nil) })
-	run(guard.MapLeases, func() (Result, error) { return Sync(ms.Leases, d.Leases, compile.LeaseEqual) })
-	run(guard.MapACL, func() (Result, error) { return Sync(ms.ACL, d.ACL, nil) })
+	run(guard.MapAllow4, func() (Result, error) { return typed.Sync(ms.Allow4, d.Allow4, nil) })
+	run(guard.MapAllow6, func() (Result, error) { return typed.Sync(ms.Allow6, d.Allow6, nil) })
+	run(guard.MapLeases, func() (Result, error) { return typed.Sync(ms.Leases, d.Leases, compile.LeaseEqual) })
+	run(guard.MapACL, func() (Result, error) { return typed.Sync(ms.ACL, d.ACL, nil) })
 	if res[guard.MapACL].Deleted > 0 && ms.Conntrack != nil {
 		// A device that later gets the ifindex must inherit no flows.
 		keep := map[uint32]bool{}

@@ -3,8 +3,6 @@
 package mapsync_test
 
 import (
-	"errors"
-	"iter"
 	"net/netip"
 	"testing"
 	"time"
@@ -22,140 +20,10 @@ import (
 	"pivirt.hu/dataplane/datapath/maps/ctmap"
 	"pivirt.hu/dataplane/datapath/maps/leasemap"
 	"pivirt.hu/dataplane/datapath/maps/portmap"
+	"pivirt.hu/dataplane/datapath/maps/typed"
 	"pivirt.hu/dataplane/test/testutil"
 )
 
-// fakeMap is an in-memory Map that records writes and can fail chosen keys.
-type fakeMap struct {
-	m       map[string]int
-	writes  []string
-	failPut map[string]bool
-	failDel map[string]bool
-	iterErr error
-}
-
-func (f *fakeMap) All(err *error) iter.Seq2[string, int] {
-	return func(yield func(string, int) bool) {
-		for k, v := range f.m {
-			if !yield(k, v) {
-				return
-			}
-		}
-		*err = f.iterErr
-	}
-}
-
-func (f *fakeMap) Put(k string, v int) error {
-	if f.failPut[k] {
-		return errors.New("put refused")
-	}
-	f.writes = append(f.writes, "put "+k)
-	f.m[k] = v
-	return nil
-}
-
-func (f *fakeMap) Delete(k string) error {
-	if f.failDel[k] {
-		return ebpf.ErrKeyNotExist
-	}
-	f.writes = append(f.writes, "del "+k)
-	delete(f.m, k)
-	return nil
-}
-
-func TestSync(t *testing.T) {
-	tests := []struct {
-		name      string
-		live      map[string]int
-		desired   map[string]int
-		failPut   map[string]bool
-		failDel   map[string]bool
-		want      mapsync.Result
-		wantLive  map[string]int
-		wantErr   bool
-		wantWrite int
-	}{
-		{
-			name:      "converged map is not written",
-			live:      map[string]int{"a": 1, "b": 2},
-			desired:   map[string]int{"a": 1, "b": 2},
-			want:      mapsync.Result{Unchanged: 2},
-			wantLive:  map[string]int{"a": 1, "b": 2},
-			wantWrite: 0,
-		},
-		{
-			name:      "add update delete only the difference",
-			live:      map[string]int{"keep": 1, "change": 2, "stale": 3},
-			desired:   map[string]int{"keep": 1, "change": 20, "new": 4},
-			want:      mapsync.Result{Added: 1, Updated: 1, Deleted: 1, Unchanged: 1},
-			wantLive:  map[string]int{"keep": 1, "change": 20, "new": 4},
-			wantWrite: 3,
-		},
-		{
-			name:      "empty desired deletes everything",
-			live:      map[string]int{"a": 1},
-			desired:   map[string]int{},
-			want:      mapsync.Result{Deleted: 1},
-			wantLive:  map[string]int{},
-			wantWrite: 1,
-		},
-		{
-			name:      "partial failures are joined, the rest applied",
-			live:      map[string]int{"stale": 3, "gone": 4},
-			desired:   map[string]int{"bad": 1, "good": 2},
-			failPut:   map[string]bool{"bad": true},
-			failDel:   map[string]bool{"gone": true},
-			want:      mapsync.Result{Added: 1, Deleted: 1},
-			wantLive:  map[string]int{"good": 2, "gone": 4},
-			wantErr:   true,
-			wantWrite: 2,
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeMap{m: tc.live, failPut: tc.failPut, failDel: tc.failDel}
-			got, err := mapsync.Sync[string, int](f, tc.desired, nil)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
-			}
-			if tc.wantErr && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				t.Errorf("joined error lost the sentinel: %v", err)
-			}
-			if got != tc.want {
-				t.Errorf("result %s, want %s", got, tc.want)
-			}
-			if diff := cmp.Diff(tc.wantLive, f.m); diff != "" {
-				t.Errorf("live (-want +got):\n%s", diff)
-			}
-			if len(f.writes) != tc.wantWrite {
-				t.Errorf("writes %v, want %d", f.writes, tc.wantWrite)
-			}
-		})
-	}
-}
-
-func TestSyncReadError(t *testing.T) {
-	f := &fakeMap{m: map[string]int{"a": 1}, iterErr: errors.New("iteration aborted")}
-	if _, err := mapsync.Sync[string, int](f, map[string]int{}, nil); err == nil {
-		t.Fatal("no error from a failed walk")
-	}
-	if len(f.writes) != 0 {
-		t.Errorf("wrote after a failed walk: %v", f.writes)
-	}
-}
-
-func TestSyncCustomEqual(t *testing.T) {
-	f := &fakeMap{m: map[string]int{"a": 11}}
-	sameTens := func(d, l int) bool { return d/10 == l/10 }
-	r, err := mapsync.Sync[string, int](f, map[string]int{"a": 10}, sameTens)
-	if err != nil || r.Changed() {
-		t.Errorf("result %s, %v; want unchanged", r, err)
-	}
-}
-
-// TestPrivilegedSyncGuard syncs compiled objects into real guard maps,
-// then a changed object set, and checks the live maps match exactly and
-// that a DHCP-server binding of a static reservation survives a sync.
 func TestPrivilegedSyncGuard(t *testing.T) {
 	testutil.RequireBPF(t)
 	spec, err := guard.TypesSpec()
@@ -192,12 +60,12 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 		t.Helper()
 		for name, eq := range map[string]func() (bool, error){
 			guard.MapPorts: func() (bool, error) {
-				l, err := mapsync.Read(ms.Ports)
+				l, err := typed.Read(ms.Ports)
 				return cmp.Equal(withoutSlots(t, l), d.Ports), err
 			},
-			guard.MapAllow4: func() (bool, error) { l, err := mapsync.Read(ms.Allow4); return cmp.Equal(l, d.Allow4), err },
-			guard.MapAllow6: func() (bool, error) { l, err := mapsync.Read(ms.Allow6); return cmp.Equal(l, d.Allow6), err },
-			guard.MapACL:    func() (bool, error) { l, err := mapsync.Read(ms.ACL); return cmp.Equal(l, d.ACL), err },
+			guard.MapAllow4: func() (bool, error) { l, err := typed.Read(ms.Allow4); return cmp.Equal(l, d.Allow4), err },
+			guard.MapAllow6: func() (bool, error) { l, err := typed.Read(ms.Allow6); return cmp.Equal(l, d.Allow6), err },
+			guard.MapACL:    func() (bool, error) { l, err := typed.Read(ms.ACL); return cmp.Equal(l, d.ACL), err },
 		} {
 			ok, err := eq()
 			if err != nil || !ok {
@@ -288,7 +156,7 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 	if r := res[guard.MapConntrack]; r.Deleted != 2 {
 		t.Errorf("conntrack: %s, want the 2 flows of p1 forgotten", r)
 	}
-	if live, err := mapsync.Read[ctmap.Key, ctmap.Value](ct); err != nil || len(live) != 1 {
+	if live, err := typed.Read[ctmap.Key, ctmap.Value](ct); err != nil || len(live) != 1 {
 		t.Errorf("conntrack after p1 went: %v, %v; want only the flow of port 7", live, err)
 	} else if _, ok := live[flow(7, 40002)]; !ok {
 		t.Errorf("the flow of port 7, which still has an ACL, was forgotten: %v", live)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"pivirt.hu/dataplane/datapath/maps/typed"
 	"slices"
 
 	"pivirt.hu/dataplane/datapath/guard"
@@ -82,8 +83,8 @@ func byIfindex(a, b portmap.Key) int { return cmp.Compare(a.Ifindex, b.Ifindex) 
 // against the live entries, zeroing every newly given slot before any
 // port entry is written, so a reused slot never shows its previous
 // port's counts.
-func syncPorts(ports Map[portmap.Key, portmap.Value], counters Counters, desired map[portmap.Key]portmap.Value) (Result, error) {
-	live, err := Read(ports)
+func syncPorts(ports typed.Table[portmap.Key, portmap.Value], counters Counters, desired map[portmap.Key]portmap.Value) (Result, error) {
+	live, err := typed.Read(ports)
 	if err != nil {
 		return Result{}, fmt.Errorf("reading live entries: %w", err)
 	}
@@ -111,7 +112,7 @@ func syncPorts(ports Map[portmap.Key, portmap.Value], counters Counters, desired
 			}
 		}
 	}
-	r, err := apply(ports, want, live, nil)
+	r, err := typed.Apply(ports, want, live, nil)
 	return r, errors.Join(append(errs, err)...)
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"pivirt.hu/dataplane/datapath/maps/typed"
 	"pivirt.hu/dataplane/datapath/nat"
 )
 
@@ -138,95 +139,81 @@ type Changes struct {
 }
 
 // Sync makes the live maps hold exactly desired, writing only what
-// differs: a restart converges without flushing, and counters of a
-// mapping that stays are kept. New entries are written before stale ones
-// are deleted, so a changed mapping never passes through "no mapping".
+// differs (typed.SyncTogether): a restart converges without flushing, and
+// counters of a mapping that stays are kept. Both translation maps are
+// one change, so a changed mapping never passes through "no mapping";
+// counters are created (zeroed) for new public keys first and deleted
+// for gone ones last.
 func (m *Map) Sync(d Desired) (Changes, error) {
 	var ch Changes
 	var errs []error
-	for _, t := range []struct {
-		name string
-		m    *ebpf.Map
-		want map[nat.Key]nat.Val
-	}{{nat.MapSNAT, m.SNAT, d.SNAT}, {nat.MapDNAT, m.DNAT, d.DNAT}} {
-		for k, v := range t.want {
-			var live nat.Val
-			if err := t.m.Lookup(&k, &live); err == nil && live == v {
-				continue
-			}
-			if err := t.m.Put(&k, &v); err != nil {
-				errs = append(errs, fmt.Errorf("writing %s %s: %w", t.name, k, err))
-				continue
-			}
-			ch.Updated++
+	if m.Stats != nil {
+		n, err := m.ensureStats(d.Stats)
+		ch.Updated += n
+		if err != nil {
+			errs = append(errs, err)
 		}
+	}
+	rs, err := typed.SyncTogether[nat.Key, nat.Val](nil,
+		typed.Target[nat.Key, nat.Val]{Name: nat.MapSNAT, Map: typed.New[nat.Key, nat.Val](m.SNAT), Desired: d.SNAT},
+		typed.Target[nat.Key, nat.Val]{Name: nat.MapDNAT, Map: typed.New[nat.Key, nat.Val](m.DNAT), Desired: d.DNAT})
+	for _, r := range rs {
+		ch.Updated += r.Added + r.Updated
+		ch.Deleted += r.Deleted
+	}
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if m.Stats != nil {
-		cpus, err := ebpf.PossibleCPU()
-		if err != nil {
-			return ch, fmt.Errorf("counting CPUs: %w", err)
-		}
-		zero := make([]nat.Traffic, cpus)
-		for k := range d.Stats {
-			err := m.Stats.Update(&k, zero, ebpf.UpdateNoExist)
-			switch {
-			case err == nil:
-				ch.Updated++
-			case !errors.Is(err, ebpf.ErrKeyExist):
-				errs = append(errs, fmt.Errorf("creating %s %s: %w", nat.MapStats, k, err))
-			}
-		}
-	}
-	for _, t := range []struct {
-		name string
-		m    *ebpf.Map
-		keep func(nat.Key) bool
-	}{
-		{nat.MapDNAT, m.DNAT, func(k nat.Key) bool { _, ok := d.DNAT[k]; return ok }},
-		{nat.MapSNAT, m.SNAT, func(k nat.Key) bool { _, ok := d.SNAT[k]; return ok }},
-		{nat.MapStats, m.Stats, func(k nat.Key) bool { return d.Stats[k] }},
-	} {
-		if t.m == nil {
-			continue
-		}
-		n, err := prune(t.m, t.keep)
+		n, err := m.pruneStats(d.Stats)
 		ch.Deleted += n
 		if err != nil {
-			errs = append(errs, fmt.Errorf("pruning %s: %w", t.name, err))
+			errs = append(errs, err)
 		}
 	}
 	return ch, errors.Join(errs...)
 }
 
-// prune deletes every key of m that keep rejects. Keys are collected
-// first: deleting while iterating a hash map can restart the walk.
-func prune(m *ebpf.Map, keep func(nat.Key) bool) (int, error) {
-	var (
-		prev  any // nil: the first key
-		stale []nat.Key
-	)
-	for i := 0; ; i++ {
-		var k nat.Key
-		err := m.NextKey(prev, &k)
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break
+// ensureStats creates a zeroed counter for each wanted key that has none
+// (an existing one keeps its traffic).
+func (m *Map) ensureStats(want map[nat.Key]bool) (int, error) {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 0, fmt.Errorf("counting CPUs: %w", err)
+	}
+	zero := make([]nat.Traffic, cpus)
+	n := 0
+	var errs []error
+	for k := range want {
+		err := m.Stats.Update(&k, zero, ebpf.UpdateNoExist)
+		switch {
+		case err == nil:
+			n++
+		case !errors.Is(err, ebpf.ErrKeyExist):
+			errs = append(errs, fmt.Errorf("creating %s %s: %w", nat.MapStats, k, err))
 		}
-		if err != nil {
-			return 0, err
-		}
-		if i > int(m.MaxEntries())*2 {
-			return 0, fmt.Errorf("walking keys: no end after %d keys", i)
-		}
-		if !keep(k) {
+	}
+	return n, errors.Join(errs...)
+}
+
+// pruneStats deletes the counters of keys no longer wanted.
+func (m *Map) pruneStats(want map[nat.Key]bool) (int, error) {
+	stats := typed.New[nat.Key, []nat.Traffic](m.Stats)
+	var err error
+	var stale []nat.Key
+	for k := range stats.All(&err) {
+		if !want[k] {
 			stale = append(stale, k)
 		}
-		prev = k
 	}
-	var errs []error
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", nat.MapStats, err)
+	}
 	n := 0
+	var errs []error
 	for _, k := range stale {
-		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
+		if err := stats.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("deleting %s %s: %w", nat.MapStats, k, err))
 			continue
 		}
 		n++

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package mapsync
+package typed
 
 import (
 	"errors"
@@ -8,9 +8,13 @@ import (
 	"iter"
 )
 
-// Map is what sync needs of a live map. The typed map packages
-// (datapath/maps/...) satisfy it.
-type Map[K comparable, V any] interface {
+// Converging a map to desired content, the one way every feature writes
+// its maps (control/mapsync for the guard's, natmap for NAT's): missing
+// keys are added, changed values updated, stale keys deleted, nothing
+// flushed, so a restart converges without a gap in enforcement.
+
+// Table is what sync needs of a live map; Map satisfies it.
+type Table[K comparable, V any] interface {
 	All(err *error) iter.Seq2[K, V]
 	Put(K, V) error
 	Delete(K) error
@@ -69,7 +73,7 @@ func Diff[K, V comparable](desired, live map[K]V, eq Equal[V]) Drift[K, V] {
 }
 
 // Read collects the live content of m.
-func Read[K comparable, V any](m Map[K, V]) (map[K]V, error) {
+func Read[K comparable, V any](m Table[K, V]) (map[K]V, error) {
 	var err error
 	live := map[K]V{}
 	for k, v := range m.All(&err) {
@@ -81,16 +85,16 @@ func Read[K comparable, V any](m Map[K, V]) (map[K]V, error) {
 // Sync makes m hold exactly desired, writing only the difference: adds
 // and updates first, then deletes. It keeps going past failed operations
 // and returns them joined.
-func Sync[K, V comparable](m Map[K, V], desired map[K]V, eq Equal[V]) (Result, error) {
+func Sync[K, V comparable](m Table[K, V], desired map[K]V, eq Equal[V]) (Result, error) {
 	live, err := Read(m)
 	if err != nil {
 		return Result{}, fmt.Errorf("reading live entries: %w", err)
 	}
-	return apply(m, desired, live, eq)
+	return Apply(m, desired, live, eq)
 }
 
-// apply is Sync given the live content just read.
-func apply[K, V comparable](m Map[K, V], desired, live map[K]V, eq Equal[V]) (Result, error) {
+// Apply is Sync given the live content just read.
+func Apply[K, V comparable](m Table[K, V], desired, live map[K]V, eq Equal[V]) (Result, error) {
 	d := Diff(desired, live, eq)
 	r := Result{Unchanged: d.Same}
 	var errs []error
@@ -116,4 +120,57 @@ func apply[K, V comparable](m Map[K, V], desired, live map[K]V, eq Equal[V]) (Re
 		r.Deleted++
 	}
 	return r, errors.Join(errs...)
+}
+
+// Target is one map of a SyncTogether and what it must hold.
+type Target[K, V comparable] struct {
+	Name    string
+	Map     Table[K, V]
+	Desired map[K]V
+}
+
+// SyncTogether syncs maps that change together as one change: the adds
+// and updates of all of them first, in order, then their deletes, so an
+// entry whose job moves from one to another never passes through neither.
+// The results are in the order of ts.
+func SyncTogether[K, V comparable](eq Equal[V], ts ...Target[K, V]) ([]Result, error) {
+	lives := make([]map[K]V, len(ts))
+	for i, t := range ts {
+		live, err := Read(t.Map)
+		if err != nil {
+			return nil, fmt.Errorf("reading live entries of %s: %w", t.Name, err)
+		}
+		lives[i] = live
+	}
+	drifts := make([]Drift[K, V], len(ts))
+	rs := make([]Result, len(ts))
+	var errs []error
+	for i, t := range ts {
+		drifts[i] = Diff(t.Desired, lives[i], eq)
+		rs[i].Unchanged = drifts[i].Same
+		rs[i].Added, errs = putAll(t, drifts[i].Add, errs)
+		rs[i].Updated, errs = putAll(t, drifts[i].Update, errs)
+	}
+	for i, t := range ts {
+		for _, k := range drifts[i].Delete {
+			if err := t.Map.Delete(k); err != nil {
+				errs = append(errs, fmt.Errorf("deleting %v from %s: %w", k, t.Name, err))
+				continue
+			}
+			rs[i].Deleted++
+		}
+	}
+	return rs, errors.Join(errs...)
+}
+
+func putAll[K, V comparable](t Target[K, V], kv map[K]V, errs []error) (int, []error) {
+	n := 0
+	for k, v := range kv {
+		if err := t.Map.Put(k, v); err != nil {
+			errs = append(errs, fmt.Errorf("writing %v to %s: %w", k, t.Name, err))
+			continue
+		}
+		n++
+	}
+	return n, errs
 }
