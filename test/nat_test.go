@@ -25,7 +25,9 @@ package test
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -294,6 +296,28 @@ spec:
 		t.Errorf("no translated packet forwarded by the program: %v", e.reasons(scope))
 	} else if !redirect && n != 0 {
 		t.Errorf("%d packets forwarded by the program with --nat-redirect=false", n)
+	}
+
+	// inspect desired covers the NAT maps: in sync, and an entry taken
+	// out of the live map behind pivirtd's back shows as missing.
+	if r := e.d.Ctl("inspect", "desired", nat.MapDNAT); r.Code != 0 || !strings.Contains(r.Stdout, nat.MapDNAT+": 3 desired entries, in sync") {
+		t.Errorf("inspect desired %s: %s", nat.MapDNAT, r)
+	}
+	o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	gone := nat.Key{Scope: scope, Addr: nat.BE32(netip.MustParseAddr("203.0.113.10"))}
+	var kept nat.Val
+	if err := o.DNAT.LookupAndDelete(&gone, &kept); err != nil {
+		t.Fatalf("taking %s out of %s: %v", gone, nat.MapDNAT, err)
+	}
+	if r := e.d.Ctl("inspect", "desired", nat.MapDNAT); !strings.Contains(r.Stdout, "drift: 1 missing, 0 stale, 0 differ") || !strings.Contains(r.Stdout, "+ "+gone.String()) {
+		t.Errorf("inspect desired after a live entry went missing: %s", r)
+	}
+	if err := o.DNAT.Put(&gone, &kept); err != nil {
+		t.Fatal(err)
 	}
 
 	e.delete(pivirtv1.KindExternalIP, "vm-public")

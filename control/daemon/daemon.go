@@ -57,6 +57,7 @@ type Daemon struct {
 	index  *admission.Index // every write of the daemon goes through it
 	loader *loader.Loader
 	guard  *portguard.Controller
+	nat    *externalip.Controller
 	dhcp   *dhcpd.Manager
 	reg    *prometheus.Registry
 }
@@ -169,6 +170,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	d.guard = guards
 	d.reg.MustRegister(guards, d.dhcp)
 	cache := reconcile.NewCache(d.store, d.log)
+	d.nat = externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
+		NoRedirect: !d.cfg.NATRedirect})
 	guardLoop := &reconcile.Loop{
 		ID: "guard", Cache: cache, Log: d.log,
 		Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity},
@@ -186,8 +189,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		},
 		guardLoop,
 		controllerFunc{"link-watch", func(ctx context.Context) error { return portguard.WatchLinks(ctx, guardLoop.Trigger) }},
-		externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
-			NoRedirect: !d.cfg.NATRedirect}),
+		d.nat,
 	}, nil
 }
 
@@ -207,7 +209,7 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 	opts := apiserver.HandlerOptions(connect.WithInterceptors(logErrors(d.log)))
 	path, h := resourcev1connect.NewResourceServiceHandler(rs, opts...)
 	mux.Handle(path, h)
-	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard}, opts...)
+	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard, NAT: d.nat}, opts...)
 	mux.Handle(path, h)
 
 	var tokens apiserver.Tokens

@@ -19,6 +19,7 @@ import (
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/mapsync"
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/store"
 	"pivirt.hu/dataplane/datapath/maps/natmap"
@@ -125,37 +126,16 @@ func (c *Controller) record(kind, name, typ, reason, msg string) {
 // NetworkSegment.
 func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) error {
 	var errs []error
-	var eips []ExternalIP
-	eipObj := map[string]*pivirtv1.Object{}
-	for _, o := range snap.Of(pivirtv1.KindExternalIP) {
-		e, err := DecodeExternalIP(o)
-		if err != nil {
-			errs = append(errs, c.setStatus(ctx, o, ExternalIPStatus{Status: failed(o, err.Error())}))
-			continue
-		}
-		eips = append(eips, e)
-		eipObj[e.Name] = o
-	}
-	var routers []Router
-	routerObj := map[string]*pivirtv1.Object{}
-	for _, o := range snap.Of(pivirtv1.KindVPCRouter) {
-		r, err := DecodeRouter(o)
-		if err != nil {
-			errs = append(errs, c.setStatus(ctx, o, VPCRouterStatus{Status: failed(o, err.Error())}))
-			continue
-		}
-		routers = append(routers, r)
-		routerObj[r.Name] = o
-	}
-	var segments []netip.Prefix
-	for _, o := range snap.Of(pivirtv1.KindNetworkSegment) {
-		if s, err := o.DecodeSpec(); err == nil {
-			if p, err := netip.ParsePrefix(s.(*pivirtv1.NetworkSegmentSpec).HostIP); err == nil {
-				segments = append(segments, p.Masked())
-			}
+	in := decodeInputs(snap.Of(pivirtv1.KindExternalIP), snap.Of(pivirtv1.KindVPCRouter), snap.Of(pivirtv1.KindNetworkSegment))
+	for _, b := range in.bad {
+		if b.o.Kind == pivirtv1.KindExternalIP {
+			errs = append(errs, c.setStatus(ctx, b.o, ExternalIPStatus{Status: failed(b.o, b.err.Error())}))
+		} else {
+			errs = append(errs, c.setStatus(ctx, b.o, VPCRouterStatus{Status: failed(b.o, b.err.Error())}))
 		}
 	}
-	res := Compile(eips, routers, segments)
+	eips, eipObj, routers, routerObj := in.eips, in.eipObj, in.routers, in.routerObj
+	res := Compile(eips, routers, in.segments)
 
 	// Routers first: their uplinks carry the programs.
 	routerErr := map[string]string{}
@@ -259,6 +239,76 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		errs = append(errs, c.setStatus(ctx, o, st))
 	}
 	return errors.Join(errs...)
+}
+
+// inputs are the decoded objects Compile takes, and the ExternalIPs and
+// VPCRouters that failed to decode.
+type inputs struct {
+	eips      []ExternalIP
+	eipObj    map[string]*pivirtv1.Object
+	routers   []Router
+	routerObj map[string]*pivirtv1.Object
+	segments  []netip.Prefix // the segments' host subnets
+	bad       []badObject
+}
+
+type badObject struct {
+	o   *pivirtv1.Object
+	err error
+}
+
+func decodeInputs(ext, rts, segs []*pivirtv1.Object) inputs {
+	in := inputs{eipObj: map[string]*pivirtv1.Object{}, routerObj: map[string]*pivirtv1.Object{}}
+	for _, o := range ext {
+		e, err := DecodeExternalIP(o)
+		if err != nil {
+			in.bad = append(in.bad, badObject{o, err})
+			continue
+		}
+		in.eips = append(in.eips, e)
+		in.eipObj[e.Name] = o
+	}
+	for _, o := range rts {
+		r, err := DecodeRouter(o)
+		if err != nil {
+			in.bad = append(in.bad, badObject{o, err})
+			continue
+		}
+		in.routers = append(in.routers, r)
+		in.routerObj[r.Name] = o
+	}
+	for _, o := range segs {
+		if s, err := o.DecodeSpec(); err == nil {
+			if p, ok := s.(*pivirtv1.NetworkSegmentSpec).HostPrefix(); ok {
+				in.segments = append(in.segments, p.Masked())
+			}
+		}
+	}
+	return in
+}
+
+// Desired compiles the store as Reconcile would, without writing, and
+// reports the drift of the NAT translation maps from it (`inspect
+// desired`).
+func (c *Controller) Desired(ctx context.Context) (natmap.Desired, []mapsync.DriftReport, int64, error) {
+	var lists [3][]*pivirtv1.Object
+	var rev int64
+	for i, k := range []string{pivirtv1.KindExternalIP, pivirtv1.KindVPCRouter, pivirtv1.KindNetworkSegment} {
+		os, r, err := c.store.List(ctx, k, nil)
+		if err != nil {
+			return natmap.Desired{}, nil, 0, fmt.Errorf("listing %s: %w", k, err)
+		}
+		lists[i], rev = os, max(rev, r)
+	}
+	in := decodeInputs(lists[0], lists[1], lists[2])
+	d := Compile(in.eips, in.routers, in.segments).Maps
+	o, err := nat.OpenMaps(filepath.Join(c.bpffs, "maps"))
+	if err != nil {
+		return d, nil, rev, fmt.Errorf("opening the NAT maps: %w", err)
+	}
+	defer o.Close()
+	drift, err := mapsync.NATDrift(natmap.New(o), d)
+	return d, drift, rev, err
 }
 
 func failed(o *pivirtv1.Object, msg string) pivirtv1.Status {

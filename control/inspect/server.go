@@ -18,6 +18,7 @@ import (
 
 	inspectv1 "pivirt.hu/dataplane/api/inspect/v1"
 	"pivirt.hu/dataplane/api/inspect/v1/inspectv1connect"
+	"pivirt.hu/dataplane/control/externalip"
 	"pivirt.hu/dataplane/control/mapsync"
 	"pivirt.hu/dataplane/control/portguard"
 	"pivirt.hu/dataplane/datapath/guard"
@@ -31,6 +32,7 @@ import (
 type Server struct {
 	Loader *loader.Loader
 	Guard  *portguard.Controller
+	NAT    *externalip.Controller // nil: no NAT maps in `inspect desired`
 }
 
 var _ inspectv1connect.InspectServiceHandler = (*Server)(nil)
@@ -171,6 +173,14 @@ func (s *Server) Desired(ctx context.Context, req *connect.Request[inspectv1.Des
 		guard.MapAllow6: entries(d.Allow6),
 		guard.MapLeases: entries(d.Leases),
 		guard.MapACL:    entries(d.ACL),
+	}
+	if s.NAT != nil {
+		nd, ndrift, nrev, err := s.NAT.Desired(ctx)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		desired[nat.MapDNAT], desired[nat.MapSNAT] = entries(nd.DNAT), entries(nd.SNAT)
+		drift, rev = append(drift, ndrift...), max(rev, nrev)
 	}
 	out := &inspectv1.DesiredResponse{Revision: rev}
 	for _, r := range drift {

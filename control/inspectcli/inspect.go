@@ -179,7 +179,8 @@ the desired entries and the drift from the live pinned map:
   ~ differ   in both with another value (the live value is shown)
 Drift is normally empty; it is repaired by the next reconcile pass.`,
 		Example: `  pivirtctl inspect desired
-  pivirtctl inspect desired pv_leases`,
+  pivirtctl inspect desired pv_leases
+  pivirtctl inspect desired pv_nat_dnat`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := client()

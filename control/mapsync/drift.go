@@ -5,11 +5,15 @@ package mapsync
 import (
 	"errors"
 	"fmt"
-	"pivirt.hu/dataplane/datapath/maps/typed"
 	"slices"
+
+	"github.com/cilium/ebpf"
 
 	"pivirt.hu/dataplane/control/compile"
 	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/maps/natmap"
+	"pivirt.hu/dataplane/datapath/maps/typed"
+	"pivirt.hu/dataplane/datapath/nat"
 )
 
 // DriftReport is the drift of one map in printable form, for
@@ -71,6 +75,25 @@ func GuardDrift(ms GuardMaps, d compile.Desired) ([]DriftReport, error) {
 		add(DriftReport{Map: guard.MapPorts}, fmt.Errorf("reading %s: %w", guard.MapPorts, err))
 	} else {
 		add(reportLive(guard.MapPorts, live, withLiveSlots(d.Ports, live), nil), nil)
+	}
+	return out, errors.Join(errs...)
+}
+
+// NATDrift reports how the live NAT translation maps differ from d,
+// without writing anything (the counters are traffic, not desired state).
+func NATDrift(m *natmap.Map, d natmap.Desired) ([]DriftReport, error) {
+	var out []DriftReport
+	var errs []error
+	for _, t := range []struct {
+		name string
+		live *ebpf.Map
+		want map[nat.Key]nat.Val
+	}{{nat.MapDNAT, m.DNAT, d.DNAT}, {nat.MapSNAT, m.SNAT, d.SNAT}} {
+		r, err := report(t.name, typed.Table[nat.Key, nat.Val](typed.New[nat.Key, nat.Val](t.live)), t.want, nil)
+		out = append(out, r)
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return out, errors.Join(errs...)
 }

@@ -5,7 +5,6 @@ package mapsync
 import (
 	"errors"
 	"fmt"
-	"pivirt.hu/dataplane/datapath/maps/typed"
 
 	"pivirt.hu/dataplane/control/compile"
 	"pivirt.hu/dataplane/datapath/guard"
@@ -13,6 +12,7 @@ import (
 	"pivirt.hu/dataplane/datapath/maps/allowmap"
 	"pivirt.hu/dataplane/datapath/maps/leasemap"
 	"pivirt.hu/dataplane/datapath/maps/portmap"
+	"pivirt.hu/dataplane/datapath/maps/typed"
 )
 
 // GuardMaps are the live guard maps sync writes; loader.Maps provides

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"pivirt.hu/dataplane/datapath/maps/typed"
 	"slices"
 
 	"pivirt.hu/dataplane/datapath/guard"
 	"pivirt.hu/dataplane/datapath/maps/portmap"
+	"pivirt.hu/dataplane/datapath/maps/typed"
 )
 
 // Counters is what sync needs of pv_counters_v3 (countermap.Map satisfies
