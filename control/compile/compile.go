@@ -99,13 +99,9 @@ type ACLStatus struct {
 }
 
 type segment struct {
-	name    string
-	id      uint32
-	spec    *pivirtv1.NetworkSegmentSpec
-	host    netip.Prefix
-	first   netip.Addr // allowed lease range, inclusive
-	last    netip.Addr
-	leaseTm time.Duration
+	pivirtv1.Segment
+	id    uint32
+	lease pivirtv1.AddrRange // where its leases may lie
 }
 
 // Compile computes the desired guard maps from objects (other kinds are
@@ -135,10 +131,10 @@ func Compile(objs []*pivirtv1.Object, host Host) Desired {
 		if err != nil {
 			continue // the segment controller reports it
 		}
-		byBridge[s.spec.Bridge] = s
-		segs[s.spec.Bridge] = s
-		if s.spec.NetworkRef != "" {
-			segs[s.spec.NetworkRef] = s
+		byBridge[s.Spec.Bridge] = s
+		segs[s.Spec.Bridge] = s
+		if s.Spec.NetworkRef != "" {
+			segs[s.Spec.NetworkRef] = s
 		}
 	}
 
@@ -152,35 +148,15 @@ func decodeSegment(o *pivirtv1.Object, h Host) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec := sp.(*pivirtv1.NetworkSegmentSpec)
-	host, err := netip.ParsePrefix(spec.HostIP)
-	if err != nil || !host.Addr().Is4() {
-		return nil, fmt.Errorf("parsing hostIP %q: %v", spec.HostIP, err)
+	seg, err := pivirtv1.NewSegment(o, sp.(*pivirtv1.NetworkSegmentSpec))
+	if err != nil {
+		return nil, err
 	}
-	s := &segment{name: o.Metadata.Name, id: SegmentID(o.Metadata.Name), spec: spec, host: host,
-		leaseTm: time.Duration(spec.DHCP.LeaseTime()) * time.Second}
-	first, err1 := netip.ParseAddr(spec.DHCP.DelegatedRangeStart)
-	last, err2 := netip.ParseAddr(spec.DHCP.DelegatedRangeEnd)
-	if err1 == nil && err2 == nil {
-		s.first, s.last = first, last
-	} else {
-		// No delegated range: the host subnet without network and broadcast.
-		s.first = host.Masked().Addr().Next()
-		s.last = lastAddr(host).Prev()
-	}
-	return s, nil
-}
-
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().As4()
-	for i := p.Bits(); i < 32; i++ {
-		b[i/8] |= 1 << (7 - i%8)
-	}
-	return netip.AddrFrom4(b)
+	return &segment{Segment: seg, id: SegmentID(seg.Name), lease: seg.LeaseRange()}, nil
 }
 
 func (s *segment) inRange(a netip.Addr) bool {
-	return a.Is4() && s.first.Compare(a) <= 0 && a.Compare(s.last) <= 0 && a != s.host.Addr()
+	return a.Is4() && s.lease.Contains(a) && a != s.HostIP.Addr()
 }
 
 func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment, host Host) {
@@ -220,11 +196,11 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 			continue
 		}
 		if !seg.inRange(ip) {
-			d.Status[ref] = Status{Phase: pivirtv1.PhasePending, Segment: seg.name, SegID: seg.id,
-				Message: fmt.Sprintf("spec.ipAddress: %s is outside the range %s-%s of segment %s", ip, seg.first, seg.last, seg.name)}
+			d.Status[ref] = Status{Phase: pivirtv1.PhasePending, Segment: seg.Name, SegID: seg.id,
+				Message: fmt.Sprintf("spec.ipAddress: %s is outside the range %s of segment %s", ip, seg.lease, seg.Name)}
 			continue
 		}
-		lt := seg.leaseTm
+		lt := seg.LeaseTime
 		if spec.LeaseTime > 0 {
 			lt = time.Duration(spec.LeaseTime) * time.Second
 		}
@@ -237,7 +213,7 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 			flags = guard.LeaseStatic
 		case pivirtv1.LeaseDynamic:
 			if spec.ExpiresAt == nil {
-				d.Status[ref] = Status{Phase: pivirtv1.PhasePending, Segment: seg.name, SegID: seg.id,
+				d.Status[ref] = Status{Phase: pivirtv1.PhasePending, Segment: seg.Name, SegID: seg.id,
 					Message: "dynamic lease without expiresAt"}
 				continue
 			}
@@ -253,7 +229,7 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 		}
 		cands = append(cands, cand{name: o.Metadata.Name, key: leasemap.NewKey(seg.id, mac),
 			val: leasemap.NewValue(ip, flags, expires, lt, host.ClockOffset), stat: flags == guard.LeaseStatic, obj: o})
-		d.Status[ref] = Status{Phase: pivirtv1.PhaseReady, Segment: seg.name, SegID: seg.id}
+		d.Status[ref] = Status{Phase: pivirtv1.PhaseReady, Segment: seg.Name, SegID: seg.id}
 	}
 	// One lease per MAC and segment: a static reservation beats a dynamic
 	// lease, then the first name wins; admission should prevent this.
@@ -448,9 +424,9 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 	var segID uint32
 	var server netip.Addr
 	if seg, ok := byBridge[ln.Master]; ok && ln.Master != "" {
-		segID, st.Segment, st.SegID = seg.id, seg.name, seg.id
-		if seg.spec.DHCP.IsEnabled() {
-			server = seg.host.Addr()
+		segID, st.Segment, st.SegID = seg.id, seg.Name, seg.id
+		if seg.Spec.DHCP.IsEnabled() {
+			server = seg.HostIP.Addr()
 		}
 		if isTrue(spec.LearnFromDHCP) {
 			flags |= guard.PortLearnDHCP

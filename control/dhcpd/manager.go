@@ -149,7 +149,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 	heldObjs := heldLeases(snap)
 	resDirty := m.resDirty.Swap(false)
 	for _, seg := range segments {
-		if !seg.RangeStart.IsValid() {
+		if !seg.HasRange() {
 			continue // DHCP on but no delegated range: nothing to hand out
 		}
 		want[seg.Name] = true
@@ -610,7 +610,7 @@ func serverSegment(seg segment.Segment) (server.Segment, error) {
 	d := seg.Spec.DHCP
 	cfg := server.Segment{
 		Name: seg.Name, ID: compile.SegmentID(seg.Name), Bridge: seg.Spec.Bridge, HostIP: seg.HostIP,
-		RangeStart: seg.RangeStart, RangeEnd: seg.RangeEnd,
+		RangeStart: seg.Range.Start, RangeEnd: seg.Range.End,
 		LeaseTime:        time.Duration(d.LeaseTime()) * time.Second,
 		DeclineProbation: time.Duration(d.DeclineProbation) * time.Second,
 		Domain:           d.DomainName, Search: d.DomainSearch, MTU: uint16(d.MTU),

@@ -279,8 +279,8 @@ func decodeInputs(ext, rts, segs []*pivirtv1.Object) inputs {
 	}
 	for _, o := range segs {
 		if s, err := o.DecodeSpec(); err == nil {
-			if p, ok := s.(*pivirtv1.NetworkSegmentSpec).HostPrefix(); ok {
-				in.segments = append(in.segments, p.Masked())
+			if seg, err := pivirtv1.NewSegment(o, s.(*pivirtv1.NetworkSegmentSpec)); err == nil {
+				in.segments = append(in.segments, seg.HostIP.Masked())
 			}
 		}
 	}

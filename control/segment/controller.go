@@ -35,15 +35,8 @@ type Status struct {
 	DHCPSocketDrops uint64 `json:"dhcpSocketDrops,omitempty"`
 }
 
-// Segment is a decoded, defaulted NetworkSegment.
-type Segment struct {
-	Name       string
-	Generation int64
-	Spec       pivirtv1.NetworkSegmentSpec
-	HostIP     netip.Prefix
-	RangeStart netip.Addr
-	RangeEnd   netip.Addr
-}
+// Segment is the decoded NetworkSegment every controller shares.
+type Segment = pivirtv1.Segment
 
 // DHCP starts, reconfigures and stops the responders. Sync is handed every
 // segment whose DHCP is enabled and whose bridge is up, and stops the rest.
@@ -198,30 +191,7 @@ func decode(o *pivirtv1.Object, snap reconcile.Snapshot) (Segment, error) {
 	if err != nil {
 		return Segment{}, err
 	}
-	spec := s.(*pivirtv1.NetworkSegmentSpec)
-	seg := Segment{Name: o.Metadata.Name, Generation: o.Metadata.Generation, Spec: *spec}
-	if seg.HostIP, err = netip.ParsePrefix(spec.HostIP); err != nil {
-		return Segment{}, fmt.Errorf("segment %s: spec.hostIP: %w", o.Metadata.Name, err)
-	}
-	if spec.DHCP.DelegatedRangeStart != "" {
-		if seg.RangeStart, err = netip.ParseAddr(spec.DHCP.DelegatedRangeStart); err != nil {
-			return Segment{}, fmt.Errorf("segment %s: spec.dhcp.delegatedRangeStart: %w", o.Metadata.Name, err)
-		}
-		if seg.RangeEnd, err = netip.ParseAddr(spec.DHCP.DelegatedRangeEnd); err != nil {
-			return Segment{}, fmt.Errorf("segment %s: spec.dhcp.delegatedRangeEnd: %w", o.Metadata.Name, err)
-		}
-	}
-	return seg, nil
-}
-
-// InRange reports whether ip lies in the delegated range.
-func (s Segment) InRange(ip netip.Addr) bool {
-	return s.RangeStart.IsValid() && s.RangeStart.Compare(ip) <= 0 && ip.Compare(s.RangeEnd) <= 0
-}
-
-// Names reports whether a lease's spec.network names this segment.
-func (s Segment) Names(network string) bool {
-	return network == s.Spec.Bridge || (s.Spec.NetworkRef != "" && network == s.Spec.NetworkRef)
+	return pivirtv1.NewSegment(o, s.(*pivirtv1.NetworkSegmentSpec))
 }
 
 // Renewal reports a change the segment counts do not see: the DHCP
@@ -234,10 +204,10 @@ func Renewal(c reconcile.Change) bool {
 // usage counts the range, static reservations in it, and unexpired
 // dynamic leases in it.
 func usage(seg Segment, snap reconcile.Snapshot, now time.Time) (size, reserved, inUse int) {
-	if !seg.RangeStart.IsValid() {
+	if !seg.HasRange() {
 		return 0, 0, 0
 	}
-	a, b := seg.RangeStart.As4(), seg.RangeEnd.As4()
+	a, b := seg.Range.Start.As4(), seg.Range.End.As4()
 	size = int(be32(b)-be32(a)) + 1
 	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
 		s, err := snap.Spec(o)
