@@ -19,7 +19,7 @@ GOLANGCI_LINT        := v2.15.0
 CLANG                ?= clang
 
 # Debian packages: what builds and tests need, and what the demo needs.
-TEST_DEBS := clang llvm libbpf-dev bpftool iproute2 iputils-ping util-linux curl isc-dhcp-client udhcpc busybox dhcpcd-base tcpdump \
+TEST_DEBS := clang llvm bpftool iproute2 iputils-ping util-linux curl isc-dhcp-client udhcpc busybox dhcpcd-base tcpdump \
              kea-admin kea-dhcp4-server dnsmasq-base nftables iptables ebtables iperf3 bc etcd-server gcc qemu-system-x86
 DEMO_DEBS := iproute2 isc-dhcp-client bpftool iputils-ping util-linux
 # The VM demo boots QEMU; tools/vm/mkguest.sh fetches the guest's kernel and
@@ -61,7 +61,7 @@ build: ## build bin/pivirtd and bin/pivirtctl
 
 .PHONY: generate
 generate: tools ## regenerate the bpf2go bindings/objects (clang) and the API code (buf)
-	@./tools/install-debs.sh clang llvm libbpf-dev
+	@./tools/install-debs.sh clang llvm
 	BPF2GO_CC=$(CLANG) $(GO) generate ./...
 	cd api && PATH=$(TOOLS):$$PATH buf generate
 
