@@ -205,6 +205,7 @@ spec: {networkRef: adopted-net, bridge: br-adopt, hostIP: 10.72.0.1/24, dhcp: {d
 
 	t.Run("created bridge keeps its MAC", func(t *testing.T) {
 		g := guest.Attach(t, host, "br-made", "", nil)
+		waitPortForwarding(t, host, g.HostSide)
 		c := newRawClient(t, g)
 		ack, srvMAC := c.dora()
 		lowMACPort(t, host, "br-made")
@@ -218,6 +219,7 @@ spec: {networkRef: adopted-net, bridge: br-adopt, hostIP: 10.72.0.1/24, dhcp: {d
 	})
 	t.Run("adopted bridge: replies follow its MAC", func(t *testing.T) {
 		g := guest.Attach(t, host, "br-adopt", "", nil)
+		waitPortForwarding(t, host, g.HostSide)
 		c := newRawClient(t, g)
 		_, before := c.dora()
 		lowMACPort(t, host, "br-adopt")

@@ -375,3 +375,12 @@ func waitForwarding(t *testing.T, host *testutil.NetNS, n int) {
 		return strings.Count(string(out), "state forwarding") >= n
 	})
 }
+
+// waitPortForwarding waits until the bridge port port of host forwards.
+func waitPortForwarding(t *testing.T, host *testutil.NetNS, port string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, port+" forwarding", func() bool {
+		out, _ := host.Exec("bridge", "link", "show", "dev", port)
+		return strings.Contains(string(out), "state forwarding")
+	})
+}

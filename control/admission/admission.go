@@ -41,6 +41,10 @@ type Options struct {
 	Now time.Time
 	// NewUID returns a fresh metadata.uid; nil means a random UUID.
 	NewUID func() string
+	// Clustered: pivirtd shares its store with other nodes (--store
+	// etcd), so a NetworkSegment that serves DHCP must be placed on one
+	// (label pivirt.hu/node), or every node would answer for its range.
+	Clustered bool
 }
 
 func (o Options) now() time.Time {

@@ -398,3 +398,40 @@ func TestUpdateStatus(t *testing.T) {
 		t.Errorf("bad JSON status accepted")
 	}
 }
+
+// TestClusteredSegmentPlacement: with nodes sharing the store, a segment
+// that serves DHCP must be placed on one node (pivirt.hu/node); one that
+// does not serve DHCP, or any segment on a single node, need not be.
+func TestClusteredSegmentPlacement(t *testing.T) {
+	placed := "  labels: {pivirt.hu/node: n1}\n"
+	seg := func(labels, dhcp string) string {
+		return "apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata:\n  name: s1\n" + labels +
+			"spec: {networkRef: net, bridge: br1, hostIP: 10.1.0.1/24, dhcp: {enabled: " + dhcp + ", delegatedRangeStart: 10.1.0.10, delegatedRangeEnd: 10.1.0.20}}\n"
+	}
+	tests := []struct {
+		name      string
+		doc       string
+		clustered bool
+		wantErr   string
+	}{
+		{"clustered, DHCP, unplaced", seg("", "true"), true, "metadata.labels[pivirt.hu/node]: is required on a NetworkSegment serving DHCP"},
+		{"clustered, DHCP, placed", seg(placed, "true"), true, ""},
+		{"clustered, no DHCP, unplaced", seg("", "false"), true, ""},
+		{"single node, DHCP, unplaced", seg("", "true"), false, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tx := newFakeTx()
+			_, _, err := Apply(tx, m(t, tc.doc), Options{Privileged: true, Clustered: tc.clustered})
+			var ve *pivirtv1.ValidationError
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("Apply: %v", err)
+			case tc.wantErr != "" && (!errors.As(err, &ve) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("err = %v, want a ValidationError containing %q", err, tc.wantErr)
+			case tc.wantErr != "" && len(tx.objs[pivirtv1.KindNetworkSegment]) != 0:
+				t.Error("a refused segment was stored")
+			}
+		})
+	}
+}

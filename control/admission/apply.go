@@ -94,6 +94,11 @@ func (b *Batch) apply(obj *pivirtv1.Object, in pivirtv1.Object, kind pivirtv1.Ki
 	if err != nil {
 		return nil, "", err
 	}
+	if s, ok := spec.(*pivirtv1.NetworkSegmentSpec); ok && b.opts.Clustered && s.DHCP.IsEnabled() && labels[pivirtv1.NodeLabel] == "" {
+		var errs pivirtv1.ErrorList
+		errs.Add("metadata.labels["+pivirtv1.NodeLabel+"]", "", "is required on a NetworkSegment serving DHCP when nodes share the store (--store etcd): each node serves its own delegated range")
+		return nil, "", &pivirtv1.ValidationError{Kind: kind.Kind, Name: name, Errors: errs}
+	}
 	if l, ok := spec.(*pivirtv1.DHCPLeaseSpec); ok && l.Type == pivirtv1.LeaseDynamic && l.ExpiresAt == nil {
 		if in.Spec, err = b.defaultExpiry(l, old); err != nil {
 			return nil, "", fmt.Errorf("applying %s: %w", what, err)

@@ -30,6 +30,8 @@ type ResourceServer struct {
 	Recorder *events.Recorder
 	Log      *slog.Logger
 	Now      func() time.Time
+	// Clustered: other nodes share the store (admission.Options.Clustered).
+	Clustered bool
 }
 
 var _ resourcev1connect.ResourceServiceHandler = (*ResourceServer)(nil)
@@ -77,6 +79,7 @@ func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourc
 		Privileged: RoleFrom(ctx) == RoleCluster,
 		DryRun:     req.Msg.DryRun,
 		Now:        s.now(),
+		Clustered:  s.Clustered,
 	}
 	var anyStored bool
 	rev, err := s.Index.Update(ctx, s.Store, opts, func(b *admission.Batch) error {
@@ -169,7 +172,7 @@ func (s *ResourceServer) Delete(ctx context.Context, req *connect.Request[resour
 	if err != nil {
 		return nil, connectError(err)
 	}
-	opts := admission.Options{Privileged: RoleFrom(ctx) == RoleCluster, DryRun: req.Msg.DryRun, Now: s.now()}
+	opts := admission.Options{Privileged: RoleFrom(ctx) == RoleCluster, DryRun: req.Msg.DryRun, Now: s.now(), Clustered: s.Clustered}
 	var deleted []string
 	_, err = s.Index.Update(ctx, s.Store, opts, func(b *admission.Batch) error {
 		var err error

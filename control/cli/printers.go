@@ -380,6 +380,14 @@ var leaseColumns = []column{
 		}
 		return "in " + HumanDuration(e.Sub(r.now))
 	}},
+	// The node that serves it (label pivirt.hu/node): dynamic leases are
+	// stamped by the pivirtd that ACKed them, reservations may be placed.
+	{name: "NODE", value: func(r row) string {
+		if n := r.obj.Metadata.Labels[pivirtv1.NodeLabel]; n != "" {
+			return n
+		}
+		return none
+	}},
 	colPhase,
 	colAge,
 	{name: "HOSTNAME", wide: true, value: func(r row) string { return leaseSpec(r).Hostname }},

@@ -161,15 +161,16 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	perMAC, perPort := d.cfg.DHCPLimits()
 	relays, _ := d.cfg.TrustedRelays() // Validate checked them
 	d.dhcp = &dhcpd.Manager{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Leases: d.loader.Maps().Leases,
-		PerMAC: perMAC, PerPort: perPort, Relays: relays, JournalDir: d.cfg.LeaseJournalDir()}
+		PerMAC: perMAC, PerPort: perPort, Relays: relays, JournalDir: d.cfg.LeaseJournalDir(), Node: d.cfg.Node}
 	// Reservations reach the responders before `apply` returns.
 	d.index.BeforeCommit = d.dhcp.BeforeCommit
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp, Node: d.cfg.Node}
 	guards := &portguard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
-		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp}
+		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp, Node: d.cfg.Node}
 	d.guard = guards
 	d.reg.MustRegister(guards, d.dhcp)
 	cache := reconcile.NewCache(d.store, d.log)
+	cache.Node = d.cfg.Node
 	d.nat = externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
 		NoRedirect: !d.cfg.NATRedirect})
 	guardLoop := &reconcile.Loop{
@@ -204,7 +205,7 @@ func (c controllerFunc) Run(ctx context.Context) error { return c.run(ctx) }
 
 // serveAPI starts the unix socket, TCP and metrics listeners.
 func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Server, error) {
-	rs := &apiserver.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log}
+	rs := &apiserver.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log, Clustered: d.cfg.Store == "etcd"}
 	mux := http.NewServeMux()
 	opts := apiserver.HandlerOptions(connect.WithInterceptors(logErrors(d.log)))
 	path, h := resourcev1connect.NewResourceServiceHandler(rs, opts...)

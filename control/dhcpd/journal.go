@@ -207,10 +207,11 @@ func (m *Manager) writeQueued(ctx context.Context) error {
 // nothing was stored.
 func (m *Manager) storeRecords(ctx context.Context, recs []record) error {
 	var refused []refusal
-	rev, err := m.Index.Update(ctx, m.Store, admission.Options{Now: m.now()}, func(b *admission.Batch) error {
+	// Privileged: the daemon's own objects carry its pivirt.hu/node label.
+	rev, err := m.Index.Update(ctx, m.Store, admission.Options{Now: m.now(), Privileged: true}, func(b *admission.Batch) error {
 		refused = refused[:0]
 		for i, r := range recs {
-			err := storeRecord(b, r)
+			err := storeRecord(b, r, m.Node)
 			if err == nil {
 				continue
 			}
@@ -257,7 +258,8 @@ type refusal struct {
 }
 
 // storeRecord writes one change through b; nothing is written on error.
-func storeRecord(b *admission.Batch, r record) error {
+// A lease the server made is stamped with the node that served it.
+func storeRecord(b *admission.Batch, r record, node string) error {
 	ch := r.Change
 	name := LeaseName(ch.Lease.MAC)
 	switch ch.Kind {
@@ -266,6 +268,9 @@ func storeRecord(b *admission.Batch, r record) error {
 		// manifests, and the status rides in the same write (half the
 		// store work per lease).
 		o, spec := leaseObject(name, r.Network, ch.Lease)
+		if node != "" {
+			o.Metadata.Labels[pivirtv1.NodeLabel] = node
+		}
 		if cur, err := b.Get(pivirtv1.KindDHCPLease, name); err == nil && cur != nil {
 			// What an operator added to the object stays.
 			keepMeta(&o.Metadata, cur.Metadata)

@@ -138,6 +138,7 @@ pivirt_dhcp_journal_pending 4
 	crashed.journal.Close()
 
 	restarted, _ := newManager(t, st, ix, dir)
+	restarted.Node = "n1" // stamps the leases it stores
 	if err := restarted.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +155,9 @@ pivirt_dhcp_journal_pending 4
 	if spec.IPAddress != "192.168.100.101" || spec.Type != pivirtv1.LeaseDynamic || spec.ExpiresAt == nil ||
 		!spec.ExpiresAt.Equal(exp.Add(time.Hour)) || spec.Network != "br-vm" {
 		t.Errorf("recovered spec %s: want the renewal's expiry %s", o.Spec, exp.Add(time.Hour))
+	}
+	if l := o.Metadata.Labels; l[LabelNetwork] != "br-vm" || l[pivirtv1.NodeLabel] != "n1" {
+		t.Errorf("recovered labels %v: want network=br-vm and %s=n1", l, pivirtv1.NodeLabel)
 	}
 	if status.Phase != pivirtv1.PhaseReady || status.SegmentID != 7 || status.ObservedGeneration != o.Metadata.Generation {
 		t.Errorf("recovered status %s (generation %d)", o.Status, o.Metadata.Generation)

@@ -46,7 +46,10 @@ type Manager struct {
 	Events *events.Recorder
 	Leases LeaseMap
 	Log    *slog.Logger
-	Now    func() time.Time
+	// Node is this pivirtd's --node, stamped on the leases it serves
+	// (label pivirt.hu/node).
+	Node string
+	Now  func() time.Time
 	// PerMAC and PerPort are the responders' rate limits (zero: the
 	// responder's defaults).
 	PerMAC, PerPort responder.Limit

@@ -291,14 +291,9 @@ func decodeInputs(ext, rts, segs []*pivirtv1.Object) inputs {
 // reports the drift of the NAT translation maps from it (`inspect
 // desired`).
 func (c *Controller) Desired(ctx context.Context) (natmap.Desired, []mapsync.DriftReport, int64, error) {
-	var lists [3][]*pivirtv1.Object
-	var rev int64
-	for i, k := range []string{pivirtv1.KindExternalIP, pivirtv1.KindVPCRouter, pivirtv1.KindNetworkSegment} {
-		os, r, err := c.store.List(ctx, k, nil)
-		if err != nil {
-			return natmap.Desired{}, nil, 0, fmt.Errorf("listing %s: %w", k, err)
-		}
-		lists[i], rev = os, max(rev, r)
+	lists, rev, err := reconcile.ListPlaced(ctx, c.store, c.cache.Node, pivirtv1.KindExternalIP, pivirtv1.KindVPCRouter, pivirtv1.KindNetworkSegment)
+	if err != nil {
+		return natmap.Desired{}, nil, 0, err
 	}
 	in := decodeInputs(lists[0], lists[1], lists[2])
 	d := Compile(in.eips, in.routers, in.segments).Maps

@@ -74,6 +74,9 @@ type Controller struct {
 	// that a snapshot does not hold yet (control/dhcpd), so a sync never
 	// unpins a client between its ACK and its store write.
 	Acked LeaseOverlay
+	// Node is this pivirtd's --node: Desired leaves out what is placed
+	// on other nodes, as the cache's snapshots do.
+	Node string
 
 	mu       sync.Mutex                   // Loader is not safe for concurrent use
 	attached map[string]loader.Attachment // by interface

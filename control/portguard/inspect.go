@@ -4,24 +4,23 @@ package portguard
 
 import (
 	"context"
-	"fmt"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/compile"
 	"pivirt.hu/dataplane/control/mapsync"
+	"pivirt.hu/dataplane/control/reconcile"
 )
 
 // Desired compiles the store as Reconcile would, without writing, and
 // reports the drift of every guard map from it (`inspect desired`).
 func (c *Controller) Desired(ctx context.Context) (compile.Desired, []mapsync.DriftReport, int64, error) {
+	lists, rev, err := reconcile.ListPlaced(ctx, c.Store, c.Node, pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity)
+	if err != nil {
+		return compile.Desired{}, nil, 0, err
+	}
 	var objs []*pivirtv1.Object
-	var rev int64
-	for _, k := range []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity} {
-		os, r, err := c.Store.List(ctx, k, nil)
-		if err != nil {
-			return compile.Desired{}, nil, 0, fmt.Errorf("listing %s: %w", k, err)
-		}
-		objs, rev = append(objs, os...), max(rev, r)
+	for _, l := range lists {
+		objs = append(objs, l...)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

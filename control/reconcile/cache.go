@@ -21,6 +21,10 @@ import (
 type Cache struct {
 	Store store.Store
 	Log   *slog.Logger
+	// Node is this pivirtd's --node: snapshots leave out objects placed
+	// on another node (label pivirt.hu/node naming it), which that node
+	// realizes. Objects without the label are every node's.
+	Node string
 
 	mu     sync.RWMutex
 	objs   map[string]map[string]*pivirtv1.Object // kind -> name -> object
@@ -88,6 +92,9 @@ func (c *Cache) Snapshot(kinds []string) Snapshot {
 		byName := c.objs[k]
 		list := make([]*pivirtv1.Object, 0, len(byName))
 		for _, o := range byName {
+			if pivirtv1.PlacedElsewhere(o, c.Node) {
+				continue
+			}
 			list = append(list, o)
 		}
 		snap.Objects[k] = list
@@ -208,4 +215,26 @@ func notify(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// ListPlaced lists kinds from st as a snapshot of this node would hold
+// them (leaving out objects placed on other nodes), with the newest
+// revision among the lists: for views that compile from the store
+// directly, such as `inspect desired`.
+func ListPlaced(ctx context.Context, st store.Store, node string, kinds ...string) ([][]*pivirtv1.Object, int64, error) {
+	out := make([][]*pivirtv1.Object, len(kinds))
+	var rev int64
+	for i, k := range kinds {
+		objs, r, err := st.List(ctx, k, nil)
+		if err != nil {
+			return nil, 0, fmt.Errorf("listing %s: %w", k, err)
+		}
+		for _, o := range objs {
+			if !pivirtv1.PlacedElsewhere(o, node) {
+				out[i] = append(out[i], o)
+			}
+		}
+		rev = max(rev, r)
+	}
+	return out, rev, nil
 }

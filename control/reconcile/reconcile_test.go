@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,4 +120,48 @@ func TestCacheAndLoop(t *testing.T) {
 	before := last.Load()
 	loop.Trigger()
 	waitUntil(t, "triggered pass", func() bool { return last.Load() != before })
+}
+
+// TestSnapshotPlacement: a node's snapshots and ListPlaced hold its own
+// objects and the unplaced ones, never those placed on another node.
+func TestSnapshotPlacement(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for name, node := range map[string]string{"mine": "n1", "theirs": "n2", "everyones": ""} {
+		o := lease(name, "10.0.0.1")
+		if node != "" {
+			o.Metadata.Labels = map[string]string{pivirtv1.NodeLabel: node}
+		}
+		put(t, st, o)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := NewCache(st, slog.Default())
+	c.Node = "n1"
+	go func() { _ = c.Run(ctx) }()
+	<-c.Synced()
+	names := func(objs []*pivirtv1.Object) []string {
+		var out []string
+		for _, o := range objs {
+			out = append(out, o.Metadata.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	want := []string{"everyones", "mine"}
+	if got := names(c.Snapshot([]string{pivirtv1.KindDHCPLease}).Of(pivirtv1.KindDHCPLease)); !slices.Equal(got, want) {
+		t.Errorf("snapshot of n1: %v, want %v", got, want)
+	}
+	lists, _, err := ListPlaced(ctx, st, "n1", pivirtv1.KindDHCPLease)
+	if err != nil || !slices.Equal(names(lists[0]), want) {
+		t.Errorf("ListPlaced for n1: %v %v, want %v", names(lists[0]), err, want)
+	}
+	// Without a node name (a single pivirtd), everything is its own.
+	c.Node = ""
+	if got := names(c.Snapshot([]string{pivirtv1.KindDHCPLease}).Of(pivirtv1.KindDHCPLease)); len(got) != 3 {
+		t.Errorf("snapshot without a node: %v, want all three", got)
+	}
 }

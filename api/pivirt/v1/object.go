@@ -49,6 +49,10 @@ type OwnerReference struct {
 const (
 	// ReservedLabelPrefix marks labels only the cluster tier may set.
 	ReservedLabelPrefix = "pivirt.hu/"
+	// NodeLabel places an object on one node (seed 002: the scheduled
+	// host node); only the pivirtd whose --node it names realizes it.
+	// pivirtd stamps the dynamic leases it serves with it.
+	NodeLabel = ReservedLabelPrefix + "node"
 	// LabelGeneration is carried opaquely for the cluster tier and never
 	// causes drift.
 	LabelGeneration = "pivirt.hu/generation"
@@ -87,4 +91,12 @@ const (
 type DHCPLeaseStatus struct {
 	Status
 	SegmentID uint32 `json:"segmentID,omitempty"`
+}
+
+// PlacedElsewhere reports whether o is placed (NodeLabel) on a node other
+// than node; an object without the label, or any object when node is "",
+// is not.
+func PlacedElsewhere(o *Object, node string) bool {
+	n, ok := o.Metadata.Labels[NodeLabel]
+	return ok && node != "" && n != node
 }
