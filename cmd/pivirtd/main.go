@@ -83,7 +83,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "TLS certificate for --listen")
 	f.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "TLS key for --listen")
 	f.StringVar(&cfg.BPFFS, "bpffs", cfg.BPFFS, "where maps and links are pinned (bpffs is mounted there if needed)")
-	f.StringVar(&cfg.Node, "node", cfg.Node, "this node's name")
+	f.StringVar(&cfg.Node, "node", cfg.Node, "this node's name: it realizes the objects labelled pivirt.hu/node=<name> (and those without the label) and stamps the leases it serves with it")
 	f.StringVar(&cfg.Store, "store", cfg.Store, "store backend: bbolt or etcd")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", cfg.EtcdEndpoints, "etcd URLs for --store etcd")
 	f.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "serve Prometheus /metrics (and /debug/pprof) on this address")
