@@ -185,16 +185,12 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 				Message: fmt.Sprintf("network %q: no NetworkSegment with that bridge or networkRef", spec.Network)}
 			continue
 		}
-		mac, err := typed.ParseMAC(spec.MACAddress)
+		l, err := pivirtv1.NewLease(o, spec)
 		if err != nil {
-			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf("spec.macAddress: %v", err)}
+			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: err.Error()}
 			continue
 		}
-		ip, err := netip.ParseAddr(spec.IPAddress)
-		if err != nil || !ip.Is4() {
-			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf("spec.ipAddress: %q is not an IPv4 address", spec.IPAddress)}
-			continue
-		}
+		mac, ip := [6]byte(l.MAC), l.IP
 		if !seg.inRange(ip) {
 			d.Status[ref] = Status{Phase: pivirtv1.PhasePending, Segment: seg.Name, SegID: seg.id,
 				Message: fmt.Sprintf("spec.ipAddress: %s is outside the range %s of segment %s", ip, seg.lease, seg.Name)}

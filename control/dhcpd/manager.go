@@ -251,24 +251,18 @@ func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, sn
 		if err != nil {
 			continue
 		}
-		l := s.(*pivirtv1.DHCPLeaseSpec)
-		if !seg.Names(l.Network) {
-			continue
-		}
-		mac, err1 := net.ParseMAC(l.MACAddress)
-		ip, err2 := netip.ParseAddr(l.IPAddress)
-		if err1 != nil || err2 != nil || !seg.InRange(ip) {
+		l, err := pivirtv1.NewLease(o, s.(*pivirtv1.DHCPLeaseSpec))
+		if err != nil || !seg.Names(l.Spec.Network) || !seg.InRange(l.IP) {
 			continue // Pending: never served
 		}
-		if l.Type == pivirtv1.LeaseDynamic {
-			if l.ExpiresAt == nil {
+		if l.Dynamic() {
+			if l.Spec.ExpiresAt == nil {
 				continue
 			}
-			cid, _ := hex.DecodeString(l.ClientID)
-			dynamic = append(dynamic, server.Lease{IP: ip, MAC: mac, ClientID: cid, Hostname: l.Hostname, Expires: *l.ExpiresAt})
+			dynamic = append(dynamic, server.Lease{IP: l.IP, MAC: l.MAC, ClientID: l.ClientID, Hostname: l.Spec.Hostname, Expires: *l.Spec.ExpiresAt})
 			continue
 		}
-		static = append(static, server.Reservation{MAC: mac, IP: ip, Hostname: l.Hostname})
+		static = append(static, server.Reservation{MAC: l.MAC, IP: l.IP, Hostname: l.Spec.Hostname})
 	}
 	return static, dynamic
 }
@@ -309,12 +303,8 @@ func (m *Manager) segmentHeld(seg segment.Segment, held []*pivirtv1.Object, snap
 		if err != nil {
 			continue
 		}
-		l := s.(*pivirtv1.DHCPLeaseSpec)
-		if !seg.Names(l.Network) {
-			continue
-		}
-		if mac, err := net.ParseMAC(l.MACAddress); err == nil {
-			out = append(out, mac)
+		if l, err := pivirtv1.NewLease(o, s.(*pivirtv1.DHCPLeaseSpec)); err == nil && seg.Names(l.Spec.Network) {
+			out = append(out, l.MAC)
 		}
 	}
 	return out

@@ -214,14 +214,13 @@ func usage(seg Segment, snap reconcile.Snapshot, now time.Time) (size, reserved,
 		if err != nil {
 			continue
 		}
-		l := s.(*pivirtv1.DHCPLeaseSpec)
-		ip, err := netip.ParseAddr(l.IPAddress)
-		if err != nil || !seg.Names(l.Network) || !seg.InRange(ip) {
+		l, err := pivirtv1.NewLease(o, s.(*pivirtv1.DHCPLeaseSpec))
+		if err != nil || !seg.Names(l.Spec.Network) || !seg.InRange(l.IP) {
 			continue
 		}
 		switch {
-		case l.Type == pivirtv1.LeaseDynamic:
-			if l.ExpiresAt != nil && l.ExpiresAt.After(now) {
+		case l.Dynamic():
+			if l.Spec.ExpiresAt != nil && l.Spec.ExpiresAt.After(now) {
 				inUse++
 			}
 		default:

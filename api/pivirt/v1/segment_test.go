@@ -70,3 +70,36 @@ func TestNewSegment(t *testing.T) {
 		})
 	}
 }
+
+func TestNewLease(t *testing.T) {
+	tests := []struct {
+		name, mac, ip, clientID, typ string
+		wantErr                      string
+	}{
+		{name: "static", mac: "52:54:00:12:34:56", ip: "192.168.100.10"},
+		{name: "dynamic with a client id", mac: "52-54-00-12-34-56", ip: "192.168.100.10", clientID: "01525400123456", typ: pivirtv1.LeaseDynamic},
+		{name: "bad MAC", mac: "52:54:00", ip: "192.168.100.10", wantErr: `spec.macAddress: "52:54:00"`},
+		{name: "IPv6 address", mac: "52:54:00:12:34:56", ip: "2001:db8::1", wantErr: `spec.ipAddress: "2001:db8::1" is not an IPv4 address`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &pivirtv1.DHCPLeaseSpec{Network: "br0", MACAddress: tc.mac, IPAddress: tc.ip, ClientID: tc.clientID, Type: tc.typ}
+			l, err := pivirtv1.NewLease(&pivirtv1.Object{Metadata: pivirtv1.ObjectMeta{Name: "l"}}, spec)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.MAC.String() != "52:54:00:12:34:56" || l.IP != netip.MustParseAddr(tc.ip) || l.Dynamic() != (tc.typ == pivirtv1.LeaseDynamic) {
+				t.Errorf("lease %+v", l)
+			}
+			if (tc.clientID != "") != (len(l.ClientID) == 7) {
+				t.Errorf("client id %x from %q", l.ClientID, tc.clientID)
+			}
+		})
+	}
+}
