@@ -28,9 +28,10 @@ const (
 var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters, MapACL, MapConntrack, MapFrags}
 
 // RetiredMapNames are the guard maps of older layouts that a _vN name
-// replaced: pv_ports (struct pv_port without counter_slot) and
-// pv_counters (a per-CPU hash keyed by ifindex).
-var RetiredMapNames = []string{"pv_ports", "pv_counters"}
+// replaced: pv_ports (struct pv_port without counter_slot), pv_counters
+// (a per-CPU hash keyed by ifindex) and pv_counters_v2 (24 reasons a
+// slot, before the tunnel reason).
+var RetiredMapNames = []string{"pv_ports", "pv_counters", "pv_counters_v2"}
 
 // MaxPorts is PV_MAX_PORTS: the capacity of pv_ports_v2, and the highest
 // counter slot (pv_counters_v3 has MaxPorts+1 entries; slot 0 is the

@@ -296,6 +296,7 @@ func TestPrivilegedLoaderOldLayouts(t *testing.T) {
 	pin(&ebpf.MapSpec{Name: "pv_counters", Type: ebpf.PerCPUHash, KeySize: 4, ValueSize: 192,
 		MaxEntries: 65536, Flags: unix.BPF_F_NO_PREALLOC})
 	pin(&ebpf.MapSpec{Name: "pv_ports", Type: ebpf.Hash, KeySize: 4, ValueSize: 40, MaxEntries: 65536})
+	pin(&ebpf.MapSpec{Name: "pv_counters_v2", Type: ebpf.Array, KeySize: 4, ValueSize: 24 * 8, MaxEntries: 65537})
 
 	l, err := loader.Open(base)
 	if err != nil {
