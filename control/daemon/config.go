@@ -24,6 +24,9 @@ type Config struct {
 	Node          string   // --node
 	Store         string   // --store: bbolt | etcd
 	EtcdEndpoints []string // --etcd-endpoints
+	EtcdCert      string   // --etcd-cert: client certificate (PEM) etcd checks
+	EtcdKey       string   // --etcd-key: its key
+	EtcdCA        string   // --etcd-ca: CAs of etcd's server certificate
 	Metrics       string   // --metrics: Prometheus /metrics address
 	Attach        string   // --attach: auto | xdp | tc
 	QMPDir        string   // --qmp-dir: the VMs' QMP sockets, <name>.qmp (vmRef)
@@ -61,6 +64,9 @@ func (c *Config) Validate() error {
 	case "etcd":
 		if len(c.EtcdEndpoints) == 0 {
 			errs = append(errs, errors.New("--store etcd needs --etcd-endpoints"))
+		}
+		if (c.EtcdCert == "") != (c.EtcdKey == "") {
+			errs = append(errs, errors.New("--etcd-cert and --etcd-key go together"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--store %q: want bbolt or etcd", c.Store))

@@ -147,7 +147,11 @@ func (d *Daemon) openStore() (store.Store, error) {
 		// version kept alive.
 		return bolt.Open(d.cfg.StatePath(), bolt.Options{Logger: d.log, HistorySize: 2048})
 	case "etcd":
-		return etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{})
+		tlsCfg, err := etcd.ClientTLS(d.cfg.EtcdCert, d.cfg.EtcdKey, d.cfg.EtcdCA)
+		if err != nil {
+			return nil, err
+		}
+		return etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{TLS: tlsCfg})
 	}
 	return nil, fmt.Errorf("--store %s: this build has no %s backend yet", d.cfg.Store, d.cfg.Store)
 }

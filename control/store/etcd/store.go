@@ -4,6 +4,7 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +38,9 @@ type Options struct {
 	Prefix string
 	// DialTimeout bounds connecting in Open (default 5s).
 	DialTimeout time.Duration
+	// TLS, when set, is the client's TLS (ClientTLS builds it from the
+	// --etcd-cert, --etcd-key and --etcd-ca files); https endpoints need it.
+	TLS *tls.Config
 }
 
 // Store is the etcd backend of store.Store.
@@ -55,7 +59,7 @@ func Open(endpoints []string, opts Options) (*Store, error) {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = DefaultDialTimeout
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: opts.DialTimeout})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: opts.DialTimeout, TLS: opts.TLS})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
 	}

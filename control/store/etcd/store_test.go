@@ -4,6 +4,7 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os/exec"
@@ -35,18 +36,25 @@ func freePort(t *testing.T) int {
 // killed by PID in Cleanup, and returns its client URL once it serves.
 func startEtcd(t *testing.T) string {
 	t.Helper()
+	return startEtcdWith(t, "http", nil, nil)
+}
+
+// startEtcdWith starts etcd with its client URL in scheme and extra
+// flags; ready is the client config that proves it serves (nil: plain).
+func startEtcdWith(t *testing.T, scheme string, extra []string, ready *tls.Config) string {
+	t.Helper()
 	testutil.RequireTool(t, "etcd")
 	dir := t.TempDir()
-	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	client := fmt.Sprintf("%s://127.0.0.1:%d", scheme, freePort(t))
 	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	cmd := exec.Command("etcd",
+	cmd := exec.Command("etcd", append([]string{
 		"--name", "storetest",
 		"--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "storetest="+peer,
+		"--initial-cluster", "storetest=" + peer,
 		"--log-level", "error",
-	)
+	}, extra...)...)
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -59,7 +67,7 @@ func startEtcd(t *testing.T) string {
 		<-exited
 	})
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second, TLS: ready})
 	if err != nil {
 		t.Fatal(err)
 	}
