@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"reflect"
@@ -387,7 +388,7 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 	for _, l := range m.srv.Leases(segID) {
 		mac := l.MAC.String()
 		if reserved[mac] || have[l.IP] {
-			continue // the reservation's binding: its object is the static lease
+			continue // stored; or a reservation's binding, whose object is the static lease
 		}
 		m.pmu.Lock()
 		_, pending := m.pendingSeq[LeaseName(l.MAC)]
@@ -414,10 +415,13 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 }
 
 // noteSnapshot records that the store held these dynamic leases at rev,
-// unless the writer stored the end of one after rev.
+// unless the writer stored the end of one after rev. Snapshots come in
+// rising revisions, so the ends stored before rev can guard no later one
+// and are forgotten (m.unstored stays as small as the store's lag).
 func (m *Manager) noteSnapshot(leases []server.Lease, rev int64) {
 	m.pmu.Lock()
 	defer m.pmu.Unlock()
+	defer maps.DeleteFunc(m.unstored, func(_ string, r int64) bool { return r < rev })
 	for _, l := range leases {
 		mac := l.MAC.String()
 		if m.unstored[mac] >= rev {

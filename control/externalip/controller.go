@@ -126,7 +126,7 @@ func (c *Controller) record(kind, name, typ, reason, msg string) {
 // NetworkSegment.
 func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) error {
 	var errs []error
-	in := decodeInputs(snap.Of(pivirtv1.KindExternalIP), snap.Of(pivirtv1.KindVPCRouter), snap.Of(pivirtv1.KindNetworkSegment))
+	in := decodeInputs(snap.Of(pivirtv1.KindExternalIP), snap.Of(pivirtv1.KindVPCRouter), snap.Of(pivirtv1.KindNetworkSegment), snap.Spec)
 	for _, b := range in.bad {
 		if b.o.Kind == pivirtv1.KindExternalIP {
 			errs = append(errs, c.setStatus(ctx, b.o, ExternalIPStatus{Status: failed(b.o, b.err.Error())}))
@@ -257,7 +257,9 @@ type badObject struct {
 	err error
 }
 
-func decodeInputs(ext, rts, segs []*pivirtv1.Object) inputs {
+// decodeInputs decodes the objects; segment specs through spec (a
+// snapshot's memoized decode, or DefaultedSpec).
+func decodeInputs(ext, rts, segs []*pivirtv1.Object, spec func(*pivirtv1.Object) (pivirtv1.Spec, error)) inputs {
 	in := inputs{eipObj: map[string]*pivirtv1.Object{}, routerObj: map[string]*pivirtv1.Object{}}
 	for _, o := range ext {
 		e, err := DecodeExternalIP(o)
@@ -278,7 +280,7 @@ func decodeInputs(ext, rts, segs []*pivirtv1.Object) inputs {
 		in.routerObj[r.Name] = o
 	}
 	for _, o := range segs {
-		if s, err := o.DecodeSpec(); err == nil {
+		if s, err := spec(o); err == nil {
 			if seg, err := pivirtv1.NewSegment(o, s.(*pivirtv1.NetworkSegmentSpec)); err == nil {
 				in.segments = append(in.segments, seg.HostIP.Masked())
 			}
@@ -295,7 +297,7 @@ func (c *Controller) Desired(ctx context.Context) (natmap.Desired, []mapsync.Dri
 	if err != nil {
 		return natmap.Desired{}, nil, 0, err
 	}
-	in := decodeInputs(lists[0], lists[1], lists[2])
+	in := decodeInputs(lists[0], lists[1], lists[2], (*pivirtv1.Object).DefaultedSpec)
 	d := Compile(in.eips, in.routers, in.segments).Maps
 	o, err := nat.OpenMaps(filepath.Join(c.bpffs, "maps"))
 	if err != nil {
