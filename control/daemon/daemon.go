@@ -164,8 +164,9 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	}
 	perMAC, perPort := d.cfg.DHCPLimits()
 	relays, _ := d.cfg.TrustedRelays() // Validate checked them
-	d.dhcp = &dhcpd.Manager{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Leases: d.loader.Maps().Leases,
-		PerMAC: perMAC, PerPort: perPort, Relays: relays, JournalDir: d.cfg.LeaseJournalDir(), Node: d.cfg.Node}
+	d.dhcp = &dhcpd.Manager{Config: dhcpd.Config{Store: d.store, Index: d.index, Events: d.events, Log: d.log,
+		Leases: d.loader.Maps().Leases, PerMAC: perMAC, PerPort: perPort, Relays: relays,
+		JournalDir: d.cfg.LeaseJournalDir(), Node: d.cfg.Node}}
 	// Reservations reach the responders before `apply` returns.
 	d.index.BeforeCommit = d.dhcp.BeforeCommit
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp, Node: d.cfg.Node}

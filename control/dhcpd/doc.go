@@ -1,11 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package dhcpd runs the DHCP responders of this node's NetworkSegments
-// (datapath/dhcp) and connects them to the rest of pivirtd: segment
-// settings and static reservations come from the store; every lease the
-// state machine binds, renews or frees is journaled (one fdatasync per
-// group) and programmed into the guard's pv_leases map before its ACK
-// leaves, then stored as a DHCPLease (lease-<mac-with-dashes>, type
-// dynamic) by a writer that batches them (journal.go); deleting a dynamic
-// DHCPLease releases it.
+// (datapath/dhcp) and connects them to the rest of pivirtd. Two jobs, one
+// type each:
+//
+//   - Manager (manager.go, parked.go) starts, reconfigures and stops one
+//     responder per segment and feeds it the segment's settings, static
+//     reservations and the operator's deletions from the store.
+//   - ledger (ledger.go, journal.go, overlay.go) makes what the responders
+//     acknowledge durable and visible: every lease the state machine
+//     binds, renews or frees is journaled (one fdatasync per group) and
+//     programmed into the guard's pv_leases map before its ACK leaves,
+//     then stored as a DHCPLease (lease-<mac-with-dashes>, type dynamic)
+//     by a writer that batches them; it knows which changes the store
+//     holds yet, which the guard's sync of pv_leases (OverlayLeases) and
+//     the operator's deletions need.
+//
+// They share one Config and one server.Server (the lease tables).
 package dhcpd

@@ -37,12 +37,10 @@ type record struct {
 	seq     uint64 // journal sequence number, not encoded
 }
 
-// Recover opens the journal in m.JournalDir, stores what it holds and
-// starts the writer; call it once before the reconcilers read the store.
-func (m *Manager) Recover(ctx context.Context) error {
-	m.init()
-	m.loadParked()
-	log, old, err := wal.Open(m.JournalDir, wal.Options{})
+// recover opens the journal in JournalDir, stores what it holds and
+// starts the writer.
+func (lg *ledger) recover(ctx context.Context) error {
+	log, old, err := wal.Open(lg.JournalDir, wal.Options{})
 	if err != nil {
 		return fmt.Errorf("opening the lease journal: %w", err)
 	}
@@ -50,7 +48,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	for i, b := range old {
 		r, err := parseRecord(b)
 		if err != nil {
-			m.Log.Warn("skipping an unreadable lease journal record", "seq", i+1, "err", err)
+			lg.Log.Warn("skipping an unreadable lease journal record", "seq", i+1, "err", err)
 			continue
 		}
 		r.seq = uint64(i + 1)
@@ -62,40 +60,40 @@ func (m *Manager) Recover(ctx context.Context) error {
 	// writer, which retries them while DHCP serves.
 	var queued []record
 	if len(recs) > 0 {
-		if err := m.storeRecords(ctx, recs); err != nil {
-			m.storeErrors.Add(1)
-			m.Log.Warn("storing journaled lease changes at start; the writer retries them", "changes", len(recs), "err", err)
+		if err := lg.storeRecords(ctx, recs); err != nil {
+			lg.storeErrors.Add(1)
+			lg.Log.Warn("storing journaled lease changes at start; the writer retries them", "changes", len(recs), "err", err)
 			queued = recs
 		} else {
-			m.Log.Info("stored lease changes from the journal", "changes", len(recs))
+			lg.Log.Info("stored lease changes from the journal", "changes", len(recs))
 		}
 	}
 	if len(queued) == 0 {
 		if err := log.Trim(log.Last()); err != nil {
-			m.Log.Warn("trimming the lease journal", "err", err)
+			lg.Log.Warn("trimming the lease journal", "err", err)
 		}
 	} else {
-		m.pmu.Lock()
+		lg.pmu.Lock()
 		for _, r := range queued {
-			m.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
+			lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
 		}
-		m.pmu.Unlock()
-		m.queue = queued
-		m.wake <- struct{}{}
+		lg.pmu.Unlock()
+		lg.queue = queued
+		lg.wake <- struct{}{}
 	}
-	m.journal = log
+	lg.journal = log
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m.stopWriter = cancel
-	m.writerDone = make(chan struct{})
-	go m.writeLoop(wctx)
+	lg.stopWriter = cancel
+	lg.writerDone = make(chan struct{})
+	go lg.writeLoop(wctx)
 	return nil
 }
 
 // journalChanges appends the changes that make DHCPLease objects (not
 // those of reservations, which are the operator's) and queues them for
 // the writer. It returns when they are durable.
-func (m *Manager) journalChanges(changes []server.LeaseChange, segs map[uint32]segInfo) error {
-	if m.journal == nil {
+func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]segInfo) error {
+	if lg.journal == nil {
 		return errors.New("lease journal not open (Recover was not called)")
 	}
 	recs := make([]record, 0, len(changes))
@@ -120,23 +118,23 @@ func (m *Manager) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	}
 	// Appends and queueing in one order: the writer stores a MAC's changes
 	// in the order the server made them.
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	last, err := m.journal.Append(enc...)
+	lg.qmu.Lock()
+	defer lg.qmu.Unlock()
+	last, err := lg.journal.Append(enc...)
 	if err != nil {
 		return err
 	}
 	first := last - uint64(len(recs)) + 1
-	m.pmu.Lock()
+	lg.pmu.Lock()
 	for i := range recs {
 		recs[i].seq = first + uint64(i)
-		m.pendingSeq[LeaseName(recs[i].Change.Lease.MAC)] = recs[i].seq
+		lg.pendingSeq[LeaseName(recs[i].Change.Lease.MAC)] = recs[i].seq
 	}
-	m.noteJournaled(recs)
-	m.pmu.Unlock()
-	m.queue = append(m.queue, recs...)
+	lg.noteJournaled(recs)
+	lg.pmu.Unlock()
+	lg.queue = append(lg.queue, recs...)
 	select {
-	case m.wake <- struct{}{}:
+	case lg.wake <- struct{}{}:
 	default:
 	}
 	return nil
@@ -149,23 +147,23 @@ func (m *Manager) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 // to hurt: a big batch is a CPU burst of store encoding on the responder's
 // core, and the p99 of REQUEST→ACK at 200/s rose from 0.7–0.9 ms to
 // 0.8–1.5 ms (DISCOVER→OFFER from 0.3 to 0.7–1.4 ms).
-func (m *Manager) writeLoop(ctx context.Context) {
-	defer close(m.writerDone)
+func (lg *ledger) writeLoop(ctx context.Context) {
+	defer close(lg.writerDone)
 	backoff := 50 * time.Millisecond
 	for {
 		select {
-		case <-m.wake:
+		case <-lg.wake:
 		case <-ctx.Done():
-			if err := m.writeQueued(context.Background()); err != nil {
-				m.Log.Warn("lease changes left in the journal for the next start", "err", err)
+			if err := lg.writeQueued(context.Background()); err != nil {
+				lg.Log.Warn("lease changes left in the journal for the next start", "err", err)
 			}
 			return
 		}
-		if err := m.writeQueued(ctx); err != nil {
-			m.storeErrors.Add(1)
-			m.Log.Warn("storing journaled lease changes; retrying", "err", err, "retry_in", backoff)
+		if err := lg.writeQueued(ctx); err != nil {
+			lg.storeErrors.Add(1)
+			lg.Log.Warn("storing journaled lease changes; retrying", "err", err, "retry_in", backoff)
 			select {
-			case m.wake <- struct{}{}:
+			case lg.wake <- struct{}{}:
 			default:
 			}
 			select {
@@ -181,21 +179,21 @@ func (m *Manager) writeLoop(ctx context.Context) {
 
 // writeQueued stores everything queued in one transaction and trims the
 // journal up to it. On failure the records stay queued.
-func (m *Manager) writeQueued(ctx context.Context) error {
-	m.qmu.Lock()
-	batch := m.queue
-	m.queue = nil
-	m.qmu.Unlock()
+func (lg *ledger) writeQueued(ctx context.Context) error {
+	lg.qmu.Lock()
+	batch := lg.queue
+	lg.queue = nil
+	lg.qmu.Unlock()
 	if len(batch) == 0 {
 		return nil
 	}
-	if err := m.storeRecords(ctx, batch); err != nil {
-		m.qmu.Lock()
-		m.queue = append(batch, m.queue...)
-		m.qmu.Unlock()
+	if err := lg.storeRecords(ctx, batch); err != nil {
+		lg.qmu.Lock()
+		lg.queue = append(batch, lg.queue...)
+		lg.qmu.Unlock()
 		return err
 	}
-	return m.journal.Trim(batch[len(batch)-1].seq)
+	return lg.journal.Trim(batch[len(batch)-1].seq)
 }
 
 // storeRecords writes records as DHCPLease objects (creates, renewals,
@@ -205,13 +203,13 @@ func (m *Manager) writeQueued(ctx context.Context) error {
 // never blocks the others: it is resolved by resolveRefused, logged and
 // recorded as an event. Only a store failure returns an error, and then
 // nothing was stored.
-func (m *Manager) storeRecords(ctx context.Context, recs []record) error {
+func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	var refused []refusal
 	// Privileged: the daemon's own objects carry its pivirt.hu/node label.
-	rev, err := m.Index.Update(ctx, m.Store, admission.Options{Now: m.now(), Privileged: true}, func(b *admission.Batch) error {
+	rev, err := lg.Index.Update(ctx, lg.Store, admission.Options{Now: lg.now(), Privileged: true}, func(b *admission.Batch) error {
 		refused = refused[:0]
 		for i, r := range recs {
-			err := storeRecord(b, r, m.Node)
+			err := storeRecord(b, r, lg.Node)
 			if err == nil {
 				continue
 			}
@@ -225,28 +223,28 @@ func (m *Manager) storeRecords(ctx context.Context, recs []record) error {
 	if err != nil {
 		return fmt.Errorf("storing %d lease changes: %w", len(recs), err)
 	}
-	m.pmu.Lock()
-	m.noteStored(recs, rev)
+	lg.pmu.Lock()
+	lg.noteStored(recs, rev)
 	for _, r := range recs {
 		name := LeaseName(r.Change.Lease.MAC)
-		if seq, ok := m.pendingSeq[name]; ok && seq > r.seq {
+		if seq, ok := lg.pendingSeq[name]; ok && seq > r.seq {
 			continue // a newer change of it is still queued
 		}
-		delete(m.pendingSeq, name)
+		delete(lg.pendingSeq, name)
 		mac := r.Change.Lease.MAC.String()
 		switch r.Change.Kind {
 		case server.Bound, server.Renewed:
-			if from, ok := m.stored[mac]; !ok || from > rev {
-				m.stored[mac] = rev
+			if from, ok := lg.stored[mac]; !ok || from > rev {
+				lg.stored[mac] = rev
 			}
 		default:
-			delete(m.stored, mac)
-			m.unstored[mac] = rev
+			delete(lg.stored, mac)
+			lg.unstored[mac] = rev
 		}
 	}
-	m.pmu.Unlock()
+	lg.pmu.Unlock()
 	for _, f := range refused {
-		m.resolveRefused(*f.rec, f.err)
+		lg.resolveRefused(*f.rec, f.err)
 	}
 	return nil
 }
@@ -329,31 +327,31 @@ func isRefusal(err error) bool {
 //   - a release, expiry or decline of a lease the store still holds (the
 //     provisioning interlock, set meanwhile) is undone: the lease is bound
 //     again in the server and pv_leases until the lock lets go.
-func (m *Manager) resolveRefused(r record, err error) {
+func (lg *ledger) resolveRefused(r record, err error) {
 	ch := r.Change
 	name := LeaseName(ch.Lease.MAC)
-	m.journalRefused.Add(1)
+	lg.journalRefused.Add(1)
 	rule := ""
 	switch ch.Kind {
 	case server.Bound, server.Renewed:
 		rule = "the lease is dropped by the DHCP server; the client is NAKed at its next renewal"
-		m.pmu.Lock()
-		if e, ok := m.recent[name]; ok && e.seq == r.seq {
-			delete(m.recent, name) // no overlay pins what the store refused
+		lg.pmu.Lock()
+		if e, ok := lg.recent[name]; ok && e.seq == r.seq {
+			delete(lg.recent, name) // no overlay pins what the store refused
 		}
-		m.pmu.Unlock()
-		if _, rerr := m.srv.Release(m.now(), ch.Segment, ch.Lease.IP); rerr == nil && !ch.Static {
-			m.pinMu.Lock()
-			lerr := m.Leases.Release(ch.Segment, [6]byte(ch.Lease.MAC))
-			m.pinMu.Unlock()
+		lg.pmu.Unlock()
+		if _, rerr := lg.srv.Release(lg.now(), ch.Segment, ch.Lease.IP); rerr == nil && !ch.Static {
+			lg.pinMu.Lock()
+			lerr := lg.Leases.Release(ch.Segment, [6]byte(ch.Lease.MAC))
+			lg.pinMu.Unlock()
 			if lerr != nil {
-				m.Log.Warn("releasing a refused lease in pv_leases", "lease", name, "err", lerr)
+				lg.Log.Warn("releasing a refused lease in pv_leases", "lease", name, "err", lerr)
 			}
 		}
 	default:
 		rule = "the stored lease stays bound"
 		exp := ch.Lease.Expires
-		if o, gerr := m.Store.Get(context.Background(), pivirtv1.KindDHCPLease, name); gerr == nil {
+		if o, gerr := lg.Store.Get(context.Background(), pivirtv1.KindDHCPLease, name); gerr == nil {
 			var spec pivirtv1.DHCPLeaseSpec
 			if jerr := json.Unmarshal(o.Spec, &spec); jerr == nil && spec.ExpiresAt != nil && spec.ExpiresAt.After(exp) {
 				exp = *spec.ExpiresAt
@@ -363,19 +361,19 @@ func (m *Manager) resolveRefused(r record, err error) {
 		l.Expires = exp
 		// Before the responders run (Recover) the segment is unknown: the
 		// server loads the stored lease when it starts.
-		if lerr := m.srv.LoadLeases(m.now(), ch.Segment, []server.Lease{l}); lerr != nil && !errors.Is(lerr, server.ErrNoSegment) {
+		if lerr := lg.srv.LoadLeases(lg.now(), ch.Segment, []server.Lease{l}); lerr != nil && !errors.Is(lerr, server.ErrNoSegment) {
 			rule += "; the server could not bind it again: " + lerr.Error()
 		}
-		m.pinMu.Lock()
-		berr := m.Leases.BindAll([]leasemap.Binding{{Segment: ch.Segment, MAC: [6]byte(l.MAC), IP: l.IP, Expires: m.pinExpiry(ch.Segment, l)}})
-		m.pinMu.Unlock()
+		lg.pinMu.Lock()
+		berr := lg.Leases.BindAll([]leasemap.Binding{{Segment: ch.Segment, MAC: [6]byte(l.MAC), IP: l.IP, Expires: lg.pinExpiry(ch.Segment, l)}})
+		lg.pinMu.Unlock()
 		if berr != nil {
-			m.Log.Warn("binding a held lease in pv_leases", "lease", name, "err", berr)
+			lg.Log.Warn("binding a held lease in pv_leases", "lease", name, "err", berr)
 		}
 	}
 	msg := fmt.Sprintf("%s of %s for %s not stored: %v; %s", ch.Kind, ch.Lease.IP, ch.Lease.MAC, err, rule)
-	m.Log.Warn("journaled lease change refused by the store", "lease", name, "change", ch.Kind.String(), "err", err, "rule", rule)
-	m.Events.Record(pivirtv1.KindDHCPLease, name, events.Warning, "LeaseChangeRefused", msg)
+	lg.Log.Warn("journaled lease change refused by the store", "lease", name, "change", ch.Kind.String(), "err", err, "rule", rule)
+	lg.Events.Record(pivirtv1.KindDHCPLease, name, events.Warning, "LeaseChangeRefused", msg)
 }
 
 // keepMeta carries over the labels, annotations and owner references an

@@ -53,9 +53,9 @@ func (l *leaseMap) Release(_ uint32, mac [6]uint8) error {
 func newManager(t *testing.T, st store.Store, ix *admission.Index, dir string) (*Manager, *leaseMap) {
 	t.Helper()
 	lm := &leaseMap{bound: map[string]netip.Addr{}}
-	m := &Manager{Store: st, Index: ix, Leases: lm, Log: slog.Default(), JournalDir: dir}
+	m := &Manager{Config: Config{Store: st, Index: ix, Leases: lm, Log: slog.Default(), JournalDir: dir}}
 	m.init()
-	m.infos.Store(&map[uint32]segInfo{7: {bridge: "br-vm", leaseTime: time.Hour}})
+	m.ledger.setSegments(map[uint32]segInfo{7: {bridge: "br-vm", leaseTime: time.Hour}})
 	return m, lm
 }
 
@@ -110,10 +110,10 @@ spec: {networkRef: net-vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {d
 
 	// The crashed daemon: journal open, its writer never ran.
 	crashed, lm := newManager(t, st, ix, dir)
-	if crashed.journal, _, err = wal.Open(dir, wal.Options{}); err != nil {
+	if crashed.ledger.journal, _, err = wal.Open(dir, wal.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := crashed.persist(ctx, []server.LeaseChange{
+	if err := crashed.ledger.Persist(ctx, []server.LeaseChange{
 		change(server.Bound, "52:54:00:00:00:01", "192.168.100.101", exp),
 		change(server.Bound, "52:54:00:00:00:02", "192.168.100.102", exp),
 		change(server.Released, "52:54:00:00:00:02", "192.168.100.102", exp),
@@ -135,7 +135,7 @@ pivirt_dhcp_journal_pending 4
 `), "pivirt_dhcp_journal_pending"); err != nil {
 		t.Error(err)
 	}
-	crashed.journal.Close()
+	crashed.ledger.journal.Close()
 
 	restarted, _ := newManager(t, st, ix, dir)
 	restarted.Node = "n1" // stamps the leases it stores
@@ -168,12 +168,12 @@ pivirt_dhcp_journal_pending 4
 	if o := storedLease(t, st, "lease-52-54-00-00-00-99"); o != nil {
 		t.Errorf("a reservation's ACK made a dynamic lease: %s", o.Spec)
 	}
-	if n := restarted.journal.Last(); n != 4 {
+	if n := restarted.ledger.journal.Last(); n != 4 {
 		t.Errorf("journal held %d records, want 4 (the reservation is not journaled)", n)
 	}
 
 	// The running writer stores new changes without a restart and trims.
-	if err := restarted.persist(ctx, []server.LeaseChange{change(server.Bound, "52:54:00:00:00:03", "192.168.100.103", exp)}); err != nil {
+	if err := restarted.ledger.Persist(ctx, []server.LeaseChange{change(server.Bound, "52:54:00:00:00:03", "192.168.100.103", exp)}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/netip"
 	"reflect"
@@ -26,7 +25,6 @@ import (
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/segment"
 	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/wal"
 	"pivirt.hu/dataplane/datapath/dhcp/responder"
 	"pivirt.hu/dataplane/datapath/dhcp/server"
 	"pivirt.hu/dataplane/datapath/maps/leasemap"
@@ -39,9 +37,8 @@ type LeaseMap interface {
 	Decoded() ([]leasemap.Entry, error)
 }
 
-// Manager starts, reconfigures and stops one responder per segment; it
-// implements segment.DHCP.
-type Manager struct {
+// Config is what a Manager needs; its ledger shares it.
+type Config struct {
 	Store  store.Store
 	Index  *admission.Index
 	Events *events.Recorder
@@ -58,50 +55,19 @@ type Manager struct {
 	Relays []netip.Prefix
 	// JournalDir holds the lease journal (see journal.go).
 	JournalDir string
+}
 
-	once    sync.Once
-	srv     *server.Server
+// Manager starts, reconfigures and stops one responder per segment; it
+// implements segment.DHCP.
+type Manager struct {
+	Config
+
+	once   sync.Once
+	srv    *server.Server
+	ledger *ledger // makes the responders' lease changes durable
+
 	mu      sync.Mutex          // Sync and Stop
 	running map[string]*running // by segment name
-
-	// infos is what persist (on the responders' goroutines) needs of the
-	// running segments, swapped whole by Sync so persist never waits for
-	// a Sync that may itself be waiting for a responder to stop.
-	infos atomic.Pointer[map[uint32]segInfo]
-
-	pmu sync.Mutex
-	// stored is, by MAC, the store revision from which the store is known
-	// to hold the MAC's dynamic lease: written by the journal's writer
-	// (storeRecords) or seen in a Sync's snapshot. Only such a lease,
-	// absent from a snapshot at least as new, was deleted by the operator
-	// (releaseDeleted); a lease the server bound and the journal has not
-	// registered yet is in no snapshot and not here either.
-	stored map[string]int64
-	// unstored is, by MAC, the revision at which the writer stored the
-	// end of its lease: an older snapshot that still has it must not
-	// mark it stored again.
-	unstored map[string]int64
-	// pendingSeq is the journal sequence number of each lease's newest
-	// change not yet stored: no snapshot has such a lease yet either.
-	pendingSeq map[string]uint64
-	// recent holds each lease's newest change until a snapshot the guard
-	// syncs from holds it (overlay.go).
-	recent map[string]recentChange
-
-	// pinMu orders lease changes against the guard's sync (overlay.go).
-	pinMu sync.Mutex
-
-	journal    *wal.Log
-	qmu        sync.Mutex // journal appends and queue
-	queue      []record   // journaled, not yet stored
-	wake       chan struct{}
-	stopWriter context.CancelFunc
-	writerDone chan struct{}
-	// storeErrors counts failed store writes of journaled changes.
-	storeErrors atomic.Uint64
-	// journalRefused counts journaled changes the store refused (each
-	// resolved by a rule, see resolveRefused).
-	journalRefused atomic.Uint64
 	// resDirty: a reservation reached the server before the store
 	// (BeforeCommit); the next Sync sets every segment's from the store.
 	resDirty atomic.Bool
@@ -133,12 +99,16 @@ func (m *Manager) init() {
 	m.once.Do(func() {
 		m.srv, _ = server.New()
 		m.running = map[string]*running{}
-		m.stored = map[string]int64{}
-		m.unstored = map[string]int64{}
-		m.pendingSeq = map[string]uint64{}
-		m.recent = map[string]recentChange{}
-		m.wake = make(chan struct{}, 1)
+		m.ledger = newLedger(m)
 	})
+}
+
+// Recover opens the lease journal in JournalDir, stores what it holds and
+// starts its writer; call it once before the reconcilers read the store.
+func (m *Manager) Recover(ctx context.Context) error {
+	m.init()
+	m.loadParked()
+	return m.ledger.recover(ctx)
 }
 
 // Sync makes the responders match segments (those with DHCP on and a
@@ -176,7 +146,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				continue
 			}
 			if len(changes) > 0 {
-				if err := m.persist(ctx, changes); err != nil {
+				if err := m.ledger.Persist(ctx, changes); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -205,7 +175,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			errs = append(errs, err)
 		} else if len(due) > 0 {
 			// Releases the interlock held back happen now.
-			if err := m.persist(ctx, due); err != nil {
+			if err := m.ledger.Persist(ctx, due); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -225,7 +195,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		} else {
 			m.releaseDeleted(ctx, cfg.ID, dynamic, reserved, snap.Revision)
 		}
-		m.noteSnapshot(storedDyn, snap.Revision)
+		m.ledger.noteSnapshot(storedDyn, snap.Revision)
 		r = m.running[seg.Name]
 		r.seg, r.cfg, r.reserved, r.static = seg, cfg, reserved, static
 		r.held = map[string]bool{}
@@ -367,7 +337,7 @@ func (m *Manager) keepUnreserved(ctx context.Context, segID uint32, before, afte
 	if len(changes) == 0 {
 		return nil
 	}
-	return m.persist(ctx, changes)
+	return m.ledger.Persist(ctx, changes)
 }
 
 func sameReservation(a, b server.Reservation) bool {
@@ -377,7 +347,7 @@ func sameReservation(a, b server.Reservation) bool {
 // releaseDeleted frees the leases the server holds but the store no
 // longer has: the operator deleted them (`pivirtctl delete lease`). Only
 // a lease the store is known to have held from a revision no newer than
-// rev counts (m.stored): one the server bound a moment ago may be in no
+// rev counts (ledger.storedBy): one the server bound a moment ago may be in no
 // snapshot yet, and its ACK must not be undone. The binding of a reserved
 // MAC is its static lease's, not a dynamic one.
 func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []server.Lease, reserved map[string]bool, rev int64) {
@@ -390,46 +360,17 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 		if reserved[mac] || have[l.IP] {
 			continue // stored; or a reservation's binding, whose object is the static lease
 		}
-		m.pmu.Lock()
-		_, pending := m.pendingSeq[LeaseName(l.MAC)]
-		from, known := m.stored[mac]
-		m.pmu.Unlock()
-		if pending || !known || from > rev {
+		if !m.ledger.storedBy(l.MAC, rev) {
 			continue
 		}
 		ch, err := m.srv.Release(m.now(), segID, l.IP)
 		if err != nil {
 			continue
 		}
-		m.pinMu.Lock()
-		err = m.Leases.Release(segID, [6]byte(ch.Lease.MAC))
-		m.pinMu.Unlock()
-		if err != nil {
+		if err := m.ledger.unpinDeleted(segID, ch.Lease.MAC); err != nil {
 			m.Log.Warn("releasing lease in pv_leases", "mac", mac, "err", err)
 		}
-		m.pmu.Lock()
-		delete(m.stored, mac)
-		m.pmu.Unlock()
 		m.Log.Info("lease released by deletion", "ip", l.IP, "mac", mac)
-	}
-}
-
-// noteSnapshot records that the store held these dynamic leases at rev,
-// unless the writer stored the end of one after rev. Snapshots come in
-// rising revisions, so the ends stored before rev can guard no later one
-// and are forgotten (m.unstored stays as small as the store's lag).
-func (m *Manager) noteSnapshot(leases []server.Lease, rev int64) {
-	m.pmu.Lock()
-	defer m.pmu.Unlock()
-	defer maps.DeleteFunc(m.unstored, func(_ string, r int64) bool { return r < rev })
-	for _, l := range leases {
-		mac := l.MAC.String()
-		if m.unstored[mac] >= rev {
-			continue
-		}
-		if from, ok := m.stored[mac]; !ok || from > rev {
-			m.stored[mac] = rev
-		}
 	}
 }
 
@@ -438,7 +379,7 @@ func (m *Manager) start(seg segment.Segment, id uint32, reserved map[string]bool
 		Interface: seg.Spec.Bridge,
 		Segment:   id,
 		Server:    m.srv,
-		Persister: responder.PersistFunc(m.persist),
+		Persister: m.ledger,
 		PerMAC:    m.PerMAC,
 		Relays:    m.Relays,
 		PerPort:   m.PerPort,
@@ -488,86 +429,7 @@ func (m *Manager) Stop() {
 	for name := range m.running {
 		m.stop(name)
 	}
-	if m.journal == nil {
-		return
-	}
-	m.stopWriter()
-	select {
-	case <-m.writerDone:
-	case <-time.After(5 * time.Second):
-		m.Log.Warn("lease writer did not finish; the journal keeps the rest")
-	}
-	if err := m.journal.Close(); err != nil {
-		m.Log.Warn("closing the lease journal", "err", err)
-	}
-}
-
-// persist makes one group of lease changes durable in the journal (one
-// fdatasync), then programs pv_leases; the responder sends the group's
-// ACKs only after this returns. The DHCPLease objects follow shortly.
-func (m *Manager) persist(ctx context.Context, changes []server.LeaseChange) error {
-	m.pinMu.Lock()
-	defer m.pinMu.Unlock()
-	segs := m.segmentsByID()
-	if err := m.journalChanges(changes, segs); err != nil {
-		return fmt.Errorf("journaling %d lease changes: %w", len(changes), err)
-	}
-	// Bindings go in batches; a release first writes the bindings before
-	// it, so the map ends as the changes, in order, leave it.
-	var errs []error
-	binds := make([]leasemap.Binding, 0, len(changes)) // persist runs per segment, concurrently
-	flush := func() {
-		if err := m.Leases.BindAll(binds); err != nil {
-			errs = append(errs, err)
-		}
-		binds = binds[:0]
-	}
-	for _, ch := range changes {
-		mac := [6]byte(ch.Lease.MAC)
-		switch ch.Kind {
-		case server.Bound, server.Renewed:
-			ttl := time.Duration(0)
-			if s, ok := segs[ch.Segment]; ok {
-				ttl = s.leaseTime
-			}
-			binds = append(binds, leasemap.Binding{Segment: ch.Segment, MAC: mac, IP: ch.Lease.IP,
-				Expires: pinExpiry(segs, ch.Segment, ch.Lease), LeaseTime: ttl})
-		default:
-			flush()
-			if err := m.Leases.Release(ch.Segment, mac); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	flush()
-	return errors.Join(errs...)
-}
-
-// segInfo is what persist and BeforeCommit need of a running segment.
-type segInfo struct {
-	seg       segment.Segment
-	bridge    string
-	leaseTime time.Duration
-	held      map[string]bool // MACs whose lease the interlock holds
-}
-
-// pinExpiry is when the guard's pin of l should lapse.
-func pinExpiry(segs map[uint32]segInfo, seg uint32, l server.Lease) time.Time {
-	if s, ok := segs[seg]; ok && s.held[l.MAC.String()] {
-		return l.Expires.Add(pivirtv1.HeldPinLifetime) // as compile pins it
-	}
-	return l.Expires
-}
-
-func (m *Manager) pinExpiry(seg uint32, l server.Lease) time.Time {
-	return pinExpiry(m.segmentsByID(), seg, l)
-}
-
-func (m *Manager) segmentsByID() map[uint32]segInfo {
-	if p := m.infos.Load(); p != nil {
-		return *p
-	}
-	return nil
+	m.ledger.close()
 }
 
 // publishInfos swaps in the segInfo of every running segment; m.mu held.
@@ -576,7 +438,7 @@ func (m *Manager) publishInfos() {
 	for _, r := range m.running {
 		out[r.id] = segInfo{seg: r.seg, bridge: r.seg.Spec.Bridge, leaseTime: time.Duration(r.seg.Spec.DHCP.LeaseTime()) * time.Second, held: r.held}
 	}
-	m.infos.Store(&out)
+	m.ledger.setSegments(out)
 }
 
 // LabelNetwork is the label naming the network of a lease the server made.
@@ -637,7 +499,7 @@ func serverSegment(seg segment.Segment) (server.Segment, error) {
 // the store as usual.
 func (m *Manager) BeforeCommit(ws []admission.Written) {
 	m.init()
-	segs := m.segmentsByID()
+	segs := m.ledger.segmentsByID()
 	for _, w := range ws {
 		l, ok := w.Spec.(*pivirtv1.DHCPLeaseSpec)
 		if !ok || w.Object.Kind != pivirtv1.KindDHCPLease || w.Deleted || l.Type == pivirtv1.LeaseDynamic {

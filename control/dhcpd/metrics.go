@@ -30,12 +30,13 @@ func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector with the responders' counters.
 func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 	m.init()
-	m.qmu.Lock()
-	pending := len(m.queue)
-	m.qmu.Unlock()
+	lg := m.ledger
+	lg.qmu.Lock()
+	pending := len(lg.queue)
+	lg.qmu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending))
-	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(m.storeErrors.Load()))
-	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(m.journalRefused.Load()))
+	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(lg.storeErrors.Load()))
+	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(lg.journalRefused.Load()))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, r := range m.running {

@@ -29,8 +29,12 @@ import (
 // while no lease change is being journaled and bound.
 func (m *Manager) WhilePinsHeld(f func() error) error {
 	m.init()
-	m.pinMu.Lock()
-	defer m.pinMu.Unlock()
+	return m.ledger.whilePinsHeld(f)
+}
+
+func (lg *ledger) whilePinsHeld(f func() error) error {
+	lg.pinMu.Lock()
+	defer lg.pinMu.Unlock()
 	return f()
 }
 
@@ -43,19 +47,19 @@ type recentChange struct {
 }
 
 // noteJournaled records changes the journal now holds; pmu held.
-func (m *Manager) noteJournaled(recs []record) {
+func (lg *ledger) noteJournaled(recs []record) {
 	for _, r := range recs {
-		m.recent[LeaseName(r.Change.Lease.MAC)] = recentChange{ch: r.Change, seq: r.seq}
+		lg.recent[LeaseName(r.Change.Lease.MAC)] = recentChange{ch: r.Change, seq: r.seq}
 	}
 }
 
 // noteStored records the revision that stored records; pmu held.
-func (m *Manager) noteStored(recs []record, rev int64) {
+func (lg *ledger) noteStored(recs []record, rev int64) {
 	for _, r := range recs {
 		name := LeaseName(r.Change.Lease.MAC)
-		if e, ok := m.recent[name]; ok && e.seq == r.seq {
+		if e, ok := lg.recent[name]; ok && e.seq == r.seq {
 			e.rev = rev
-			m.recent[name] = e
+			lg.recent[name] = e
 		}
 	}
 }
@@ -67,12 +71,16 @@ func (m *Manager) noteStored(recs []record, rev int64) {
 // so the overlay stays as small as the store's lag.
 func (m *Manager) OverlayLeases(rev int64, leases map[leasemap.Key]leasemap.Value, clockOffset time.Duration) {
 	m.init()
-	segs := m.segmentsByID()
-	m.pmu.Lock()
-	defer m.pmu.Unlock()
-	for name, e := range m.recent {
+	m.ledger.overlayLeases(rev, leases, clockOffset)
+}
+
+func (lg *ledger) overlayLeases(rev int64, leases map[leasemap.Key]leasemap.Value, clockOffset time.Duration) {
+	segs := lg.segmentsByID()
+	lg.pmu.Lock()
+	defer lg.pmu.Unlock()
+	for name, e := range lg.recent {
 		if e.rev != 0 && e.rev <= rev {
-			delete(m.recent, name)
+			delete(lg.recent, name)
 			continue
 		}
 		k := leasemap.NewKey(e.ch.Segment, [6]byte(e.ch.Lease.MAC))

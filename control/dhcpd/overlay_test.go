@@ -30,12 +30,12 @@ func TestOverlayLeases(t *testing.T) {
 	}
 	defer st.Close()
 	m, _ := newManager(t, st, admission.NewIndex(), t.TempDir())
-	if m.journal, _, err = wal.Open(filepath.Join(t.TempDir(), "j"), wal.Options{}); err != nil {
+	if m.ledger.journal, _, err = wal.Open(filepath.Join(t.TempDir(), "j"), wal.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	defer m.journal.Close()
+	defer m.ledger.journal.Close()
 	exp := time.Now().Add(time.Hour)
-	if err := m.persist(ctx, []server.LeaseChange{
+	if err := m.ledger.Persist(ctx, []server.LeaseChange{
 		change(server.Bound, "52:54:00:00:00:01", "192.168.100.101", exp),
 		change(server.Bound, "52:54:00:00:00:02", "192.168.100.102", exp),
 		change(server.Released, "52:54:00:00:00:03", "192.168.100.103", exp),
@@ -63,7 +63,7 @@ func TestOverlayLeases(t *testing.T) {
 	}
 
 	// Stored at some revision: a snapshot at least that new forgets them.
-	if err := m.storeRecords(ctx, m.queue); err != nil {
+	if err := m.ledger.storeRecords(ctx, m.ledger.queue); err != nil {
 		t.Fatal(err)
 	}
 	older := map[leasemap.Key]leasemap.Value{}
@@ -73,8 +73,8 @@ func TestOverlayLeases(t *testing.T) {
 	}
 	newer := map[leasemap.Key]leasemap.Value{}
 	m.OverlayLeases(1<<40, newer, 0)
-	if len(newer) != 0 || len(m.recent) != 0 {
-		t.Errorf("the overlay kept %d changes a newer snapshot holds", len(m.recent))
+	if len(newer) != 0 || len(m.ledger.recent) != 0 {
+		t.Errorf("the overlay kept %d changes a newer snapshot holds", len(m.ledger.recent))
 	}
 }
 

@@ -78,10 +78,7 @@ func (m *Manager) reservationBindings(cfg server.Segment, static []server.Reserv
 	}
 	// Their pins went with the segment: bound again, the guard's sync
 	// keeps them over the reservations' unbound entries (LeaseEqual).
-	m.pinMu.Lock()
-	err := m.Leases.BindAll(binds)
-	m.pinMu.Unlock()
-	if err != nil {
+	if err := m.ledger.bind(binds); err != nil {
 		m.Log.Warn("pinning the bindings of reservations again", "segment", cfg.Name, "err", err)
 	}
 	return out

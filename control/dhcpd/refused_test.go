@@ -110,13 +110,13 @@ func TestJournalRefusalsNeverJam(t *testing.T) {
 			}
 			dir := filepath.Join(t.TempDir(), "journal")
 			crashed, _ := newManager(t, st, ix, dir)
-			if crashed.journal, _, err = wal.Open(dir, wal.Options{}); err != nil {
+			if crashed.ledger.journal, _, err = wal.Open(dir, wal.Options{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := crashed.persist(ctx, tc.changes); err != nil {
+			if err := crashed.ledger.Persist(ctx, tc.changes); err != nil {
 				t.Fatal(err)
 			}
-			crashed.journal.Close()
+			crashed.ledger.journal.Close()
 
 			restarted, lm := newManager(t, st, ix, dir)
 			restarted.Events = events.NewRecorder(5)
@@ -144,7 +144,7 @@ func TestJournalRefusalsNeverJam(t *testing.T) {
 					}
 				}
 			}
-			if got := restarted.journalRefused.Load(); got != uint64(tc.refused) {
+			if got := restarted.ledger.journalRefused.Load(); got != uint64(tc.refused) {
 				t.Errorf("refused %d changes, want %d", got, tc.refused)
 			}
 			if tc.refused > 0 {
@@ -163,7 +163,7 @@ func TestJournalRefusalsNeverJam(t *testing.T) {
 					t.Errorf("pv_leases %s = %v, want %s", mac, got, ip)
 				}
 			}
-			if n := restarted.journal.Last(); n != 0 {
+			if n := restarted.ledger.journal.Last(); n != 0 {
 				// Recover trims what it resolved; the journal restarts empty.
 				_, left, _ := wal.Open(dir, wal.Options{})
 				if len(left) != 0 {
@@ -171,7 +171,7 @@ func TestJournalRefusalsNeverJam(t *testing.T) {
 				}
 			}
 			// And the writer is not jammed: a new change is stored.
-			if err := restarted.persist(ctx, []server.LeaseChange{change(server.Bound, "52:54:00:00:00:42", "192.168.100.142", exp)}); err != nil {
+			if err := restarted.ledger.Persist(ctx, []server.LeaseChange{change(server.Bound, "52:54:00:00:00:42", "192.168.100.142", exp)}); err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(5 * time.Second)

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/segment"
+	"pivirt.hu/dataplane/control/wal"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
+)
+
+// ledger makes the responders' lease changes durable. It is the
+// responders' Persister.
+type ledger struct {
+	*Config // the Manager's
+	srv     *server.Server
+
+	// segs is what persist (on the responders' goroutines) needs of the
+	// running segments, swapped whole by the Manager's Sync, so persist
+	// never waits for a Sync that may be waiting for a responder to stop.
+	segs atomic.Pointer[map[uint32]segInfo]
+
+	// pinMu orders lease changes against the guard's sync (overlay.go).
+	pinMu sync.Mutex
+
+	qmu        sync.Mutex // journal appends and queue
+	journal    *wal.Log
+	queue      []record // journaled, not yet stored
+	wake       chan struct{}
+	stopWriter context.CancelFunc
+	writerDone chan struct{}
+
+	pmu sync.Mutex
+	// stored is, by MAC, the store revision from which the store is known
+	// to hold the MAC's dynamic lease: written by the journal's writer
+	// (storeRecords) or seen in a Sync's snapshot. Only such a lease,
+	// absent from a snapshot at least as new, was deleted by the operator
+	// (storedBy); a lease the server bound and the journal has not
+	// registered yet is in no snapshot and not here either.
+	stored map[string]int64
+	// unstored is, by MAC, the revision at which the writer stored the
+	// end of its lease: an older snapshot that still has it must not
+	// mark it stored again.
+	unstored map[string]int64
+	// pendingSeq is the journal sequence number of each lease's newest
+	// change not yet stored: no snapshot has such a lease yet either.
+	pendingSeq map[string]uint64
+	// recent holds each lease's newest change until a snapshot the guard
+	// syncs from holds it (overlay.go).
+	recent map[string]recentChange
+
+	// storeErrors counts failed store writes of journaled changes.
+	storeErrors atomic.Uint64
+	// journalRefused counts journaled changes the store refused (each
+	// resolved by a rule, see resolveRefused).
+	journalRefused atomic.Uint64
+}
+
+func newLedger(m *Manager) *ledger {
+	return &ledger{Config: &m.Config, srv: m.srv,
+		stored: map[string]int64{}, unstored: map[string]int64{}, pendingSeq: map[string]uint64{},
+		recent: map[string]recentChange{}, wake: make(chan struct{}, 1)}
+}
+
+func (lg *ledger) now() time.Time {
+	if lg.Now != nil {
+		return lg.Now()
+	}
+	return time.Now()
+}
+
+// Persist makes one group of lease changes durable in the journal (one
+// fdatasync), then programs pv_leases; the responder sends the group's
+// ACKs only after this returns. The DHCPLease objects follow shortly.
+func (lg *ledger) Persist(_ context.Context, changes []server.LeaseChange) error {
+	lg.pinMu.Lock()
+	defer lg.pinMu.Unlock()
+	segs := lg.segmentsByID()
+	if err := lg.journalChanges(changes, segs); err != nil {
+		return fmt.Errorf("journaling %d lease changes: %w", len(changes), err)
+	}
+	// Bindings go in batches; a release first writes the bindings before
+	// it, so the map ends as the changes, in order, leave it.
+	var errs []error
+	binds := make([]leasemap.Binding, 0, len(changes)) // persist runs per segment, concurrently
+	flush := func() {
+		if err := lg.Leases.BindAll(binds); err != nil {
+			errs = append(errs, err)
+		}
+		binds = binds[:0]
+	}
+	for _, ch := range changes {
+		mac := [6]byte(ch.Lease.MAC)
+		switch ch.Kind {
+		case server.Bound, server.Renewed:
+			ttl := time.Duration(0)
+			if s, ok := segs[ch.Segment]; ok {
+				ttl = s.leaseTime
+			}
+			binds = append(binds, leasemap.Binding{Segment: ch.Segment, MAC: mac, IP: ch.Lease.IP,
+				Expires: pinExpiry(segs, ch.Segment, ch.Lease), LeaseTime: ttl})
+		default:
+			flush()
+			if err := lg.Leases.Release(ch.Segment, mac); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	flush()
+	return errors.Join(errs...)
+}
+
+// bind pins bindings the server holds but pv_leases lost (a reservation's,
+// given back when its segment returns).
+func (lg *ledger) bind(binds []leasemap.Binding) error {
+	lg.pinMu.Lock()
+	defer lg.pinMu.Unlock()
+	return lg.Leases.BindAll(binds)
+}
+
+// storedBy reports whether the store is known to have held mac's dynamic
+// lease at a revision no newer than rev (and no change of it is pending):
+// only then does a snapshot at rev without it mean the operator deleted it.
+func (lg *ledger) storedBy(mac net.HardwareAddr, rev int64) bool {
+	lg.pmu.Lock()
+	defer lg.pmu.Unlock()
+	if _, pending := lg.pendingSeq[LeaseName(mac)]; pending {
+		return false
+	}
+	from, known := lg.stored[mac.String()]
+	return known && from <= rev
+}
+
+// unpinDeleted drops the pin of a lease the operator deleted, and what
+// the ledger knew of it.
+func (lg *ledger) unpinDeleted(segID uint32, mac net.HardwareAddr) error {
+	lg.pinMu.Lock()
+	err := lg.Leases.Release(segID, [6]byte(mac))
+	lg.pinMu.Unlock()
+	lg.pmu.Lock()
+	delete(lg.stored, mac.String())
+	lg.pmu.Unlock()
+	return err
+}
+
+// noteSnapshot records that the store held these dynamic leases at rev,
+// unless the writer stored the end of one after rev. Snapshots come in
+// rising revisions, so the ends stored before rev can guard no later one
+// and are forgotten (unstored stays as small as the store's lag).
+func (lg *ledger) noteSnapshot(leases []server.Lease, rev int64) {
+	lg.pmu.Lock()
+	defer lg.pmu.Unlock()
+	defer maps.DeleteFunc(lg.unstored, func(_ string, r int64) bool { return r < rev })
+	for _, l := range leases {
+		mac := l.MAC.String()
+		if lg.unstored[mac] >= rev {
+			continue
+		}
+		if from, ok := lg.stored[mac]; !ok || from > rev {
+			lg.stored[mac] = rev
+		}
+	}
+}
+
+// close stops the writer after it stored what it can, and closes the
+// journal (what is left in it is stored by the next recover).
+func (lg *ledger) close() {
+	if lg.journal == nil {
+		return
+	}
+	lg.stopWriter()
+	select {
+	case <-lg.writerDone:
+	case <-time.After(5 * time.Second):
+		lg.Log.Warn("lease writer did not finish; the journal keeps the rest")
+	}
+	if err := lg.journal.Close(); err != nil {
+		lg.Log.Warn("closing the lease journal", "err", err)
+	}
+}
+
+// segInfo is what persist and BeforeCommit need of a running segment.
+type segInfo struct {
+	seg       segment.Segment
+	bridge    string
+	leaseTime time.Duration
+	held      map[string]bool // MACs whose lease the interlock holds
+}
+
+// pinExpiry is when the guard's pin of l should lapse.
+func pinExpiry(segs map[uint32]segInfo, seg uint32, l server.Lease) time.Time {
+	if s, ok := segs[seg]; ok && s.held[l.MAC.String()] {
+		return l.Expires.Add(pivirtv1.HeldPinLifetime) // as compile pins it
+	}
+	return l.Expires
+}
+
+func (lg *ledger) pinExpiry(seg uint32, l server.Lease) time.Time {
+	return pinExpiry(lg.segmentsByID(), seg, l)
+}
+
+func (lg *ledger) segmentsByID() map[uint32]segInfo {
+	if p := lg.segs.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setSegments swaps in the running segments.
+func (lg *ledger) setSegments(segs map[uint32]segInfo) { lg.segs.Store(&segs) }
