@@ -32,13 +32,6 @@
 /* A tracked flow's last-seen time is rewritten at most once a second. */
 #define ACL_REFRESH_NS		ACL_NS
 
-#define ICMP_ECHOREPLY		0
-#define ICMP_DEST_UNREACH	3
-#define ICMP_SOURCE_QUENCH	4
-#define ICMP_REDIRECT		5
-#define ICMP_ECHO		8
-#define ICMP_TIME_EXCEEDED	11
-#define ICMP_PARAMETERPROB	12
 #define ICMPV6_ERROR_MAX	4   /* 1-4: unreachable, too big, time, param */
 #define ICMPV6_ECHO_REQUEST	128
 #define ICMPV6_ECHO_REPLY	129
@@ -153,12 +146,6 @@ static __always_inline int acl_tcp_flags(const __u8 *h, const void *end, struct 
 		return -1;
 	p->tcp_flags = h[13];
 	return 0;
-}
-
-static __always_inline int acl_is_icmp4_error(int t)
-{
-	return t == ICMP_DEST_UNREACH || t == ICMP_SOURCE_QUENCH || t == ICMP_REDIRECT ||
-	       t == ICMP_TIME_EXCEEDED || t == ICMP_PARAMETERPROB;
 }
 
 /* acl_inner4 fills k with the flow an ICMP error quotes: the quoted
@@ -357,7 +344,7 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 		    acl_dhcp4_ok(p->ct.ifindex, dir, p->peer4))
 			return ACL_ALWAYS;
 	}
-	if (ip->protocol == IPPROTO_ICMP && acl_is_icmp4_error(t))
+	if (ip->protocol == IPPROTO_ICMP && icmp4_is_error(t))
 		return acl_inner4(cur, &p->ct, dir) < 0 ? ACL_UNTRACKED : ACL_RELATED;
 	return ACL_TRACK;
 }

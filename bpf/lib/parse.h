@@ -31,6 +31,23 @@
 #define ARPOP_REQUEST	1
 #define ARPOP_REPLY	2
 
+/* From <linux/icmp.h>, which drags in libc headers. */
+#define ICMP_ECHOREPLY		0
+#define ICMP_DEST_UNREACH	3
+#define ICMP_SOURCE_QUENCH	4
+#define ICMP_REDIRECT		5
+#define ICMP_ECHO		8
+#define ICMP_TIME_EXCEEDED	11
+#define ICMP_PARAMETERPROB	12
+
+/* struct icmphdr: the fixed 8 bytes of an ICMP message (RFC 792). */
+struct icmphdr {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be32 rest;
+};
+
 /* struct arp_eth: an Ethernet/IPv4 ARP payload (RFC 826). */
 struct arp_eth {
 	__be16 htype;
@@ -68,6 +85,15 @@ static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
 	const __u16 *x = (const __u16 *)a, *y = (const __u16 *)b;
 
 	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2];
+}
+
+/* icmp4_is_error reports whether an ICMP type is an error, which quotes
+ * the packet it is about.
+ */
+static __always_inline int icmp4_is_error(int type)
+{
+	return type == ICMP_DEST_UNREACH || type == ICMP_SOURCE_QUENCH || type == ICMP_REDIRECT ||
+	       type == ICMP_TIME_EXCEEDED || type == ICMP_PARAMETERPROB;
 }
 
 /* ipv6_is_unspec reports whether a is ::. */
