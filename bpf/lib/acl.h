@@ -51,7 +51,7 @@
 enum {
 	ACL_TRACK = 0,   /* an IP flow: match the ACL, track it if stateful */
 	ACL_RELATED = 1, /* an ICMP error: pass if its inner flow is tracked,
-			  * else match the ACL as ICMP, never track */
+			    * else match the ACL as ICMP, never track */
 	ACL_UNTRACKED = 2, /* IP without ports (a later fragment whose first
 			    * fragment was not seen): match only rules
 			    * without ports, never track */
@@ -66,7 +66,7 @@ struct acl_pkt {
 	__u16 dport;         /* host order: the rules' port ranges */
 	__u8 family;         /* 4 or 6 */
 	__u8 proto;          /* for the rules: ICMPv6 counts as ICMP */
-	__u8 have_ports;
+	__u8 have_ports;     /* dport is a port: rules with ports may match */
 	__u8 tcp_flags;      /* of a TCP segment (not of a quoted one) */
 };
 

@@ -31,8 +31,8 @@ static __always_inline __u16 csum_upd32(__u16 hc, __u32 from, __u32 to)
 {
 	__u32 s = (__u32)(__u16)~hc;
 
-	s += (__u16)~(from & 0xffff);
-	s += (__u16)~(from >> 16);
+	s += (__u16)(~(from & 0xffff));
+	s += (__u16)(~(from >> 16));
 	s += to & 0xffff;
 	s += to >> 16;
 	return ~csum_fold32(s);

@@ -79,12 +79,12 @@ enum nat_step {
 
 /* struct nat_pkt: an IPv4 packet as nat_handle's steps see it. */
 struct nat_pkt {
-	struct iphdr *ip;
+	struct iphdr *ip;  /* in the linear data, all 20 bytes */
 	void *l4;          /* where the L4 header starts (maybe not there) */
 	void *end;         /* of the linear data */
 	__u32 len;         /* skb->len, for the mapping's stats */
 	__u32 l4off;       /* of l4 from the frame's start */
-	__u8 proto;
+	__u8 proto;        /* the IPv4 header's protocol */
 	int first;         /* offset 0: the fragment with the L4 header */
 	int more;          /* MF: more fragments follow */
 };
@@ -273,12 +273,12 @@ static __always_inline int nat_translate(struct __sk_buff *skb, const int in,
  */
 struct nat_icmp {
 	struct iphdr *ip;     /* the error's own header */
-	struct icmphdr *icmp;
+	struct icmphdr *icmp; /* the error's ICMP header */
 	struct iphdr *iip;    /* the quoted packet's */
 	__be16 *ports;        /* the quoted TCP/UDP ports, NULL if none */
 	__u16 *lcp;           /* the quoted L4 checksum, NULL if cut off or none */
-	void *end;
-	__u32 ihlen;
+	void *end;            /* of the linear data */
+	__u32 ihlen;          /* the quoted IPv4 header's length */
 	__be32 to;            /* what the quoted side's address translates to */
 	__be16 pto;           /* and its port, when ported */
 	int ported;           /* a port forward matched: ports translate too */

@@ -121,8 +121,16 @@ static __always_inline int ipv6_is_eui64_ll(const struct in6_addr *a, const __u8
 struct ipv6_frag {
 	__u32 id;      /* host order */
 	__u8 nexthdr;  /* the fragmented packet's upper-layer protocol */
-	__u8 present;
+	__u8 present;  /* a fragment header was met */
 	__u8 more;     /* M flag: more fragments follow */
+};
+
+/* struct frag_hdr: the IPv6 fragment header (RFC 8200 4.5). */
+struct frag_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off;
+	__be32 id;
 };
 
 /* ipv6_walk_ext walks up to PV_IPV6_MAX_EXT extension headers from the
@@ -138,12 +146,7 @@ static __always_inline int ipv6_walk_ext(struct hdr_cursor *cur, __u8 nexthdr, s
 #pragma unroll
 	for (i = 0; i < PV_IPV6_MAX_EXT; i++) {
 		struct ipv6_opt_hdr *h;
-		struct frag_hdr {
-			__u8 nexthdr;
-			__u8 reserved;
-			__be16 frag_off;
-			__be32 id;
-		} *f;
+		struct frag_hdr *f;
 
 		switch (nexthdr) {
 		case NEXTHDR_HOP:
