@@ -42,8 +42,8 @@
 /* From <linux/socket.h> and <linux/if_packet.h>, which drag in libc
  * headers.
  */
-#define AF_INET		2
-#define PACKET_HOST	0
+#define AF_INET     2
+#define PACKET_HOST 0
 
 /* Set per uplink by the loader (CollectionSpec.Variables). */
 volatile const __u32 pv_nat_scope = 0;
@@ -56,14 +56,14 @@ volatile const __u8 pv_nat_redirect = 1;
 /* Linear bytes the fast path parses: Ethernet, IPv4 with options, TCP up
  * to its checksum. An ICMP error needs its inner IPv4 and ports as well.
  */
-#define NAT_PULL	(ETH_HLEN + 60 + 20)
-#define NAT_PULL_ICMP	(ETH_HLEN + 60 + 8 + 60 + 20)
+#define NAT_PULL      (ETH_HLEN + 60 + 20)
+#define NAT_PULL_ICMP (ETH_HLEN + 60 + 8 + 60 + 20)
 
-#define IP_MF		0x2000
-#define IP_OFFSET	0x1fff
+#define IP_MF     0x2000
+#define IP_OFFSET 0x1fff
 
 /* nat_map is the translation map of a direction. */
-#define nat_map(in)	((in) ? (void *)&pv_nat_dnat : (void *)&pv_nat_snat)
+#define nat_map(in) ((in) ? (void *)&pv_nat_dnat : (void *)&pv_nat_snat)
 
 /* What an operation on a packet found (nat_rewrite, nat_icmp_error). */
 enum { NAT_DONE = 0, NAT_NOMATCH = 1, NAT_BAD = -1 };
@@ -79,14 +79,14 @@ enum nat_step {
 
 /* struct nat_pkt: an IPv4 packet as nat_handle's steps see it. */
 struct nat_pkt {
-	struct iphdr *ip;  /* in the linear data, all 20 bytes */
-	void *l4;          /* where the L4 header starts (maybe not there) */
-	void *end;         /* of the linear data */
-	__u32 len;         /* skb->len, for the mapping's stats */
-	__u32 l4off;       /* of l4 from the frame's start */
-	__u8 proto;        /* the IPv4 header's protocol */
-	int first;         /* offset 0: the fragment with the L4 header */
-	int more;          /* MF: more fragments follow */
+	struct iphdr *ip; /* in the linear data, all 20 bytes */
+	void *l4;         /* where the L4 header starts (maybe not there) */
+	void *end;        /* of the linear data */
+	__u32 len;        /* skb->len, for the mapping's stats */
+	__u32 l4off;      /* of l4 from the frame's start */
+	__u8 proto;       /* the IPv4 header's protocol */
+	int first;        /* offset 0: the fragment with the L4 header */
+	int more;         /* MF: more fragments follow */
 };
 
 /* nat_pull makes the headers the program parses linear, so direct
@@ -122,8 +122,7 @@ static __always_inline void nat_count(__u32 reason)
 /* nat_account adds a packet to a mapping's stats (keyed by its public
  * side). The entry is created with the mapping, never here.
  */
-static __always_inline void nat_account(const struct pv_nat_key *pub, __u32 len,
-					const int in)
+static __always_inline void nat_account(const struct pv_nat_key *pub, __u32 len, const int in)
 {
 	struct pv_nat_traffic *s = bpf_map_lookup_elem(&pv_nat_stats, pub);
 
@@ -205,9 +204,8 @@ static __always_inline int nat_l4_short(const struct nat_pkt *p)
  * That saves two or three helper calls a packet over doing it all with
  * helpers. Packet pointers are invalid afterwards.
  */
-static __always_inline int nat_rewrite(struct __sk_buff *skb, const int in, __u32 l4off,
-				       __u8 proto, int l4, __be32 from, __be32 to,
-				       __be16 pfrom, __be16 pto)
+static __always_inline int nat_rewrite(struct __sk_buff *skb, const int in, __u32 l4off, __u8 proto, int l4,
+				       __be32 from, __be32 to, __be16 pfrom, __be16 pto)
 {
 	void *data = ctx_data(skb), *end = ctx_data_end(skb);
 	struct iphdr *ip = data + ETH_HLEN;
@@ -238,11 +236,9 @@ static __always_inline int nat_rewrite(struct __sk_buff *skb, const int in, __u3
 	else
 		ip->saddr = to;
 	if (csum_off >= 0) {
-		if (bpf_l4_csum_replace(skb, csum_off, from, to,
-					BPF_F_PSEUDO_HDR | mangled | sizeof(to)))
+		if (bpf_l4_csum_replace(skb, csum_off, from, to, BPF_F_PSEUDO_HDR | mangled | sizeof(to)))
 			return NAT_BAD;
-		if (pfrom != pto &&
-		    bpf_l4_csum_replace(skb, csum_off, pfrom, pto, mangled | sizeof(pto)))
+		if (pfrom != pto && bpf_l4_csum_replace(skb, csum_off, pfrom, pto, mangled | sizeof(pto)))
 			return NAT_BAD;
 	}
 	return NAT_DONE;
@@ -252,9 +248,8 @@ static __always_inline int nat_rewrite(struct __sk_buff *skb, const int in, __u3
  * adds it to the mapping's stats, which are keyed by the public side: k
  * inbound, the translated address and port outbound (k becomes that).
  */
-static __always_inline int nat_translate(struct __sk_buff *skb, const int in,
-					 const struct nat_pkt *p, struct pv_nat_key *k,
-					 __u32 l4off, int l4, __be32 to, __be16 pto)
+static __always_inline int nat_translate(struct __sk_buff *skb, const int in, const struct nat_pkt *p,
+					 struct pv_nat_key *k, __u32 l4off, int l4, __be32 to, __be16 pto)
 {
 	if (nat_rewrite(skb, in, l4off, p->proto, l4, k->addr, to, k->port, pto))
 		return NAT_BAD;
@@ -317,14 +312,12 @@ static __always_inline int nat_icmp_parse(struct __sk_buff *skb, struct nat_icmp
  * forward they match (*pm, when the address has port forwards), and the
  * quoted L4 checksum, which follows the addresses and ports it covers.
  */
-static __always_inline int nat_icmp_quoted_l4(struct nat_icmp *e, const int in,
-					      struct pv_nat_key *k, const struct pv_nat_val *m,
-					      struct pv_nat_val **pm)
+static __always_inline int nat_icmp_quoted_l4(struct nat_icmp *e, const int in, struct pv_nat_key *k,
+					      const struct pv_nat_val *m, struct pv_nat_val **pm)
 {
 	__u8 proto = e->iip->protocol;
 
-	if ((proto != IPPROTO_TCP && proto != IPPROTO_UDP) ||
-	    (e->iip->frag_off & bpf_htons(IP_OFFSET)))
+	if ((proto != IPPROTO_TCP && proto != IPPROTO_UDP) || (e->iip->frag_off & bpf_htons(IP_OFFSET)))
 		return NAT_DONE;
 	e->ports = (void *)e->iip + e->ihlen;
 	if ((void *)(e->ports + 2) > e->end)
@@ -337,8 +330,8 @@ static __always_inline int nat_icmp_quoted_l4(struct nat_icmp *e, const int in,
 	/* The quoted L4 header carries its checksum only if long enough
 	 * (RFC 792 quotes 8 bytes: UDP's, not TCP's).
 	 */
-	e->lcp = (void *)e->ports + (proto == IPPROTO_TCP ? offsetof(struct tcphdr, check) :
-							     offsetof(struct udphdr, check));
+	e->lcp = (void *)e->ports +
+		 (proto == IPPROTO_TCP ? offsetof(struct tcphdr, check) : offsetof(struct udphdr, check));
 	if ((void *)(e->lcp + 1) > e->end || (proto == IPPROTO_UDP && *e->lcp == 0))
 		e->lcp = NULL;
 	return NAT_DONE;
@@ -349,8 +342,7 @@ static __always_inline int nat_icmp_quoted_l4(struct nat_icmp *e, const int in,
  * egress one the target received (inner destination = private side). A
  * port forward of its ports wins over the address's 1:1 mapping.
  */
-static __always_inline int nat_icmp_lookup(struct nat_icmp *e, const int in,
-					   struct pv_nat_key *k)
+static __always_inline int nat_icmp_lookup(struct nat_icmp *e, const int in, struct pv_nat_key *k)
 {
 	struct pv_nat_val *m, *pm = NULL;
 
@@ -476,8 +468,8 @@ static __always_inline int nat_arp(struct __sk_buff *skb)
 
 	if ((void *)(arp + 1) > end)
 		return CTX_ACT_OK;
-	if (arp->htype != bpf_htons(ARPHRD_ETHER) || arp->ptype != bpf_htons(ETH_P_IP) ||
-	    arp->hlen != 6 || arp->plen != 4 || arp->op != bpf_htons(ARPOP_REQUEST))
+	if (arp->htype != bpf_htons(ARPHRD_ETHER) || arp->ptype != bpf_htons(ETH_P_IP) || arp->hlen != 6 ||
+	    arp->plen != 4 || arp->op != bpf_htons(ARPOP_REQUEST))
 		return CTX_ACT_OK;
 	__builtin_memcpy(&spa, arp->spa, 4);
 	__builtin_memcpy(&tpa, arp->tpa, 4);
@@ -652,8 +644,7 @@ stack:
  * TTL runs out) quotes the private address, so its inner packet is
  * translated; everything else passes as it is.
  */
-static __always_inline void nat_miss(struct __sk_buff *skb, const int in,
-				     const struct nat_pkt *p)
+static __always_inline void nat_miss(struct __sk_buff *skb, const int in, const struct nat_pkt *p)
 {
 	struct iphdr *ip = p->ip;
 	struct icmphdr *icmp = (void *)(ip + 1);
@@ -669,22 +660,22 @@ static __always_inline void nat_miss(struct __sk_buff *skb, const int in,
 /* nat_port_forward translates a TCP/UDP packet whose (protocol, port)
  * the address forwards; m only says the address has port forwards.
  */
-static __always_inline int nat_port_forward(struct __sk_buff *skb, const int in,
-					    const struct nat_pkt *p, const struct pv_nat_key *k,
-					    const struct pv_nat_val *m)
+static __always_inline int nat_port_forward(struct __sk_buff *skb, const int in, const struct nat_pkt *p,
+					    const struct pv_nat_key *k, const struct pv_nat_val *m)
 {
 	__be16 *ports = p->l4;
 	struct pv_nat_val *pm;
 
-	if (!(m->flags & PV_NAT_PORTS) || !p->first ||
-	    (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP))
+	if (!(m->flags & PV_NAT_PORTS) || !p->first || (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP))
 		return NAT_NEXT;
 	if ((void *)(ports + 2) > p->end)
 		return NAT_MALFORMED;
 
 	struct pv_nat_key pk = {
-		.scope = k->scope, .addr = k->addr,
-		.port = in ? ports[1] : ports[0], .proto = p->proto,
+		.scope = k->scope,
+		.addr = k->addr,
+		.port = in ? ports[1] : ports[0],
+		.proto = p->proto,
 	};
 
 	pm = bpf_map_lookup_elem(nat_map(in), &pk);
@@ -705,9 +696,8 @@ static __always_inline int nat_port_forward(struct __sk_buff *skb, const int in,
 /* nat_icmp translates an ICMP error about a mapped address by its inner
  * packet; other ICMP is for the 1:1 mapping, as any other packet.
  */
-static __always_inline int nat_icmp(struct __sk_buff *skb, const int in,
-				    const struct nat_pkt *p, struct pv_nat_key *k,
-				    const struct pv_nat_val *m)
+static __always_inline int nat_icmp(struct __sk_buff *skb, const int in, const struct nat_pkt *p,
+				    struct pv_nat_key *k, const struct pv_nat_val *m)
 {
 	struct icmphdr *icmp = p->l4;
 	int one_to_one = m->flags & PV_NAT_ONE_TO_ONE;
@@ -740,9 +730,8 @@ static __always_inline int nat_icmp(struct __sk_buff *skb, const int in,
  * just the IPv4 header, the first one its L4 checksum as well (it sums
  * the whole datagram).
  */
-static __always_inline int nat_one_to_one(struct __sk_buff *skb, const int in,
-					  const struct nat_pkt *p, struct pv_nat_key *k,
-					  const struct pv_nat_val *m)
+static __always_inline int nat_one_to_one(struct __sk_buff *skb, const int in, const struct nat_pkt *p,
+					  struct pv_nat_key *k, const struct pv_nat_val *m)
 {
 	if (!(m->flags & PV_NAT_ONE_TO_ONE))
 		return NAT_PASS;
