@@ -77,7 +77,11 @@ enum nat_step {
 	NAT_DROPPED,   /* drop, counted by the step */
 };
 
-/* struct nat_pkt: an IPv4 packet as nat_handle's steps see it. */
+/* struct nat_pkt: an IPv4 packet as nat_handle's steps see it. The
+ * address's lookup key is kept apart (nat_handle's k): a helper reads the
+ * key, so it lives on the stack, and a struct holding it would keep l4off
+ * there too, where the verifier loses its bounds.
+ */
 struct nat_pkt {
 	struct iphdr *ip; /* in the linear data, all 20 bytes */
 	void *l4;         /* where the L4 header starts (maybe not there) */
