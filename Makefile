@@ -17,6 +17,8 @@ PROTOC_GEN_GO        := v1.36.12
 PROTOC_GEN_CONNECT   := v1.21.1
 GOLANGCI_LINT        := v2.15.0
 CLANG                ?= clang
+# The programs' own C (bpf/vendor/ is third-party), formatted by bpf/.clang-format.
+BPF_SOURCES          := $(wildcard bpf/*.c bpf/lib/*.h)
 
 # Debian packages: what builds and tests need, and what the demo needs.
 TEST_DEBS := clang llvm bpftool iproute2 iputils-ping util-linux curl isc-dhcp-client udhcpc busybox dhcpcd-base tcpdump \
@@ -87,7 +89,9 @@ bench: deps build ## run the benchmarks and print figures for BENCHMARKS.md
 	./tools/bench/run.sh
 
 .PHONY: lint
-lint: tools $(TOOLS)/golangci-lint ## golangci-lint (.golangci.yml: vet, errcheck, staticcheck, unused, gofmt) and buf lint
+lint: tools $(TOOLS)/golangci-lint ## clang-format on bpf/ (bpf/.clang-format), golangci-lint (.golangci.yml: vet, errcheck, staticcheck, unused, gofmt) and buf lint
+	@./tools/install-debs.sh clang-format
+	clang-format --dry-run -Werror $(BPF_SOURCES)
 	$(TOOLS)/golangci-lint run ./...
 	cd api && $(TOOLS)/buf lint
 
@@ -95,8 +99,10 @@ $(TOOLS)/golangci-lint:
 	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT)
 
 .PHONY: format
-format: ## gofmt the Go sources
+format: ## gofmt the Go sources, clang-format the BPF C
 	gofmt -w $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$')
+	@./tools/install-debs.sh clang-format
+	clang-format -i $(BPF_SOURCES)
 
 .PHONY: demo
 demo: demo-deps build ## netns topology + pivirtd + manifests + a real DHCP client through the guard + inspect

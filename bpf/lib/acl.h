@@ -28,42 +28,35 @@
 #define PV_ACL_SIM 0
 #endif
 
-#define ACL_NS			1000000000ull
+#define ACL_NS         1000000000ull
 /* A tracked flow's last-seen time is rewritten at most once a second. */
-#define ACL_REFRESH_NS		ACL_NS
+#define ACL_REFRESH_NS ACL_NS
 
-#define ICMP_ECHOREPLY		0
-#define ICMP_DEST_UNREACH	3
-#define ICMP_SOURCE_QUENCH	4
-#define ICMP_REDIRECT		5
-#define ICMP_ECHO		8
-#define ICMP_TIME_EXCEEDED	11
-#define ICMP_PARAMETERPROB	12
-#define ICMPV6_ERROR_MAX	4   /* 1-4: unreachable, too big, time, param */
-#define ICMPV6_ECHO_REQUEST	128
-#define ICMPV6_ECHO_REPLY	129
-#define ICMPV6_MLD_QUERY	130
-#define ICMPV6_ND_REDIRECT	137
-#define ICMPV6_MLD2_REPORT	143
-#define ICMPV6_ND_RS		133
-#define ICMPV6_ND_NS		135
-#define ICMPV6_ND_NA		136
+#define ICMPV6_ERROR_MAX    4 /* 1-4: unreachable, too big, time, param */
+#define ICMPV6_ECHO_REQUEST 128
+#define ICMPV6_ECHO_REPLY   129
+#define ICMPV6_MLD_QUERY    130
+#define ICMPV6_ND_REDIRECT  137
+#define ICMPV6_MLD2_REPORT  143
+#define ICMPV6_ND_RS        133
+#define ICMPV6_ND_NS        135
+#define ICMPV6_ND_NA        136
 /* The longest RS, NS or NA the ACL lets through unasked: 24 bytes of
  * message and room for the options a host sends (link-layer address,
  * nonce). Anything longer is data riding on ND, for the rules to judge.
  */
-#define ACL_ND_MAX_LEN		96
+#define ACL_ND_MAX_LEN      96
 
 /* acl_verdict: what the parser found. */
 enum {
-	ACL_TRACK = 0,   /* an IP flow: match the ACL, track it if stateful */
-	ACL_RELATED = 1, /* an ICMP error: pass if its inner flow is tracked,
-			  * else match the ACL as ICMP, never track */
+	ACL_TRACK = 0,     /* an IP flow: match the ACL, track it if stateful */
+	ACL_RELATED = 1,   /* an ICMP error: pass if its inner flow is tracked,
+			    * else match the ACL as ICMP, never track */
 	ACL_UNTRACKED = 2, /* IP without ports (a later fragment whose first
 			    * fragment was not seen): match only rules
 			    * without ports, never track */
-	ACL_ALWAYS = 3,  /* not for the ACL (ARP, DHCP, ND, ...): pass */
-	ACL_BAD = 4,     /* truncated or malformed */
+	ACL_ALWAYS = 3,    /* not for the ACL (ARP, DHCP, ND, ...): pass */
+	ACL_BAD = 4,       /* truncated or malformed */
 };
 
 /* struct acl_pkt: what the ACL needs of a packet. */
@@ -73,14 +66,14 @@ struct acl_pkt {
 	__u16 dport;         /* host order: the rules' port ranges */
 	__u8 family;         /* 4 or 6 */
 	__u8 proto;          /* for the rules: ICMPv6 counts as ICMP */
-	__u8 have_ports;
+	__u8 have_ports;     /* dport is a port: rules with ports may match */
 	__u8 tcp_flags;      /* of a TCP segment (not of a quoted one) */
 };
 
-#define TCP_FLAG_FIN	0x01
-#define TCP_FLAG_SYN	0x02
-#define TCP_FLAG_RST	0x04
-#define TCP_FLAG_ACK	0x10
+#define TCP_FLAG_FIN 0x01
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_ACK 0x10
 
 static __always_inline void acl_addr4(__u8 *dst, __be32 a)
 {
@@ -115,8 +108,8 @@ static __always_inline void acl_ports(struct pv_ct_key *k, __u32 dir, __be16 spo
  * the cursor into k for direction dir; returns 0, or -1 if truncated.
  * *dport gets the destination port, *icmp_type the ICMP type or -1.
  */
-static __always_inline int acl_l4(struct hdr_cursor *cur, struct pv_ct_key *k, __u32 dir,
-				  __u8 proto, __u16 *dport, int *icmp_type)
+static __always_inline int acl_l4(struct hdr_cursor *cur, struct pv_ct_key *k, __u32 dir, __u8 proto,
+				  __u16 *dport, int *icmp_type)
 {
 	*icmp_type = -1;
 	*dport = 0;
@@ -133,8 +126,8 @@ static __always_inline int acl_l4(struct hdr_cursor *cur, struct pv_ct_key *k, _
 		if (!h)
 			return -1;
 		*icmp_type = h[0];
-		if (h[0] == ICMP_ECHO || h[0] == ICMP_ECHOREPLY ||
-		    h[0] == ICMPV6_ECHO_REQUEST || h[0] == ICMPV6_ECHO_REPLY) {
+		if (h[0] == ICMP_ECHO || h[0] == ICMP_ECHOREPLY || h[0] == ICMPV6_ECHO_REQUEST ||
+		    h[0] == ICMPV6_ECHO_REPLY) {
 			/* Both ways an echo carries the same identifier. */
 			__builtin_memcpy(&k->vm_port, h + 4, 2);
 			k->peer_port = 0;
@@ -153,12 +146,6 @@ static __always_inline int acl_tcp_flags(const __u8 *h, const void *end, struct 
 		return -1;
 	p->tcp_flags = h[13];
 	return 0;
-}
-
-static __always_inline int acl_is_icmp4_error(int t)
-{
-	return t == ICMP_DEST_UNREACH || t == ICMP_SOURCE_QUENCH || t == ICMP_REDIRECT ||
-	       t == ICMP_TIME_EXCEEDED || t == ICMP_PARAMETERPROB;
 }
 
 /* acl_inner4 fills k with the flow an ICMP error quotes: the quoted
@@ -204,8 +191,8 @@ static __always_inline int acl_inner6(struct hdr_cursor *cur, struct pv_ct_key *
 	return acl_l4(cur, k, dir, l4, &dport, &t);
 }
 
-#define IP_MF		0x2000
-#define IP_OFFSET	0x1fff
+#define IP_MF     0x2000
+#define IP_OFFSET 0x1fff
 
 /* acl_later_fragment gives a later fragment the ports its packet's first
  * fragment carried, if that one was seen: returns 1, else 0.
@@ -234,7 +221,8 @@ static __always_inline void acl_first_fragment(const struct pv_frag_key *fk, con
 		bpf_map_update_elem(&pv_acl_frags, fk, &f, BPF_ANY);
 }
 
-static __always_inline void acl_frag_key4(struct pv_frag_key *fk, const struct iphdr *ip, __u32 ifindex, __u32 dir)
+static __always_inline void acl_frag_key4(struct pv_frag_key *fk, const struct iphdr *ip, __u32 ifindex,
+					  __u32 dir)
 {
 	fk->ifindex = ifindex;
 	fk->id = bpf_ntohs(ip->id);
@@ -357,7 +345,7 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 		    acl_dhcp4_ok(p->ct.ifindex, dir, p->peer4))
 			return ACL_ALWAYS;
 	}
-	if (ip->protocol == IPPROTO_ICMP && acl_is_icmp4_error(t))
+	if (ip->protocol == IPPROTO_ICMP && icmp4_is_error(t))
 		return acl_inner4(cur, &p->ct, dir) < 0 ? ACL_UNTRACKED : ACL_RELATED;
 	return ACL_TRACK;
 }
@@ -412,7 +400,8 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 		 */
 		if ((dir == PV_ACL_EGRESS && sport == 546 && p->dport == 547 &&
 		     (ip6_is_linkscope_mcast(p->ct.peer_addr) || ip6_is_linklocal(p->ct.peer_addr))) ||
-		    (dir == PV_ACL_INGRESS && sport == 547 && p->dport == 546 && ip6_is_linklocal(p->ct.peer_addr)))
+		    (dir == PV_ACL_INGRESS && sport == 547 && p->dport == 546 &&
+		     ip6_is_linklocal(p->ct.peer_addr)))
 			return ACL_ALWAYS;
 	}
 	if (l4 == IPPROTO_ICMPV6) {
@@ -520,7 +509,7 @@ static __always_inline int acl_tracked(const struct pv_acl_set *acl, struct acl_
  * in direction dir: PV_R_PASS_TO_VM or PV_R_PASS for what passes.
  */
 static __always_inline __u32 pv_acl_check(struct __sk_buff *ctx, __u32 dir, __u32 ifindex,
-					   const struct pv_acl_set *acl)
+					  const struct pv_acl_set *acl)
 {
 	struct hdr_cursor cur = { .pos = ctx_data(ctx), .end = ctx_data_end(ctx) };
 	struct ethhdr *eth = cur_pull(&cur, sizeof(*eth));
@@ -555,7 +544,9 @@ static __always_inline __u32 pv_acl_check(struct __sk_buff *ctx, __u32 dir, __u3
 	if (pv_acl_match(acl, &p) != PV_ACL_ALLOW)
 		return dir == PV_ACL_INGRESS ? PV_R_ACL_INGRESS : PV_R_ACL_EGRESS;
 	if (!PV_ACL_SIM && stateful && kind == ACL_TRACK) {
-		struct pv_ct v = { .seen_mono_ns = now, .version = acl->version, .origin = dir,
+		struct pv_ct v = { .seen_mono_ns = now,
+				   .version = acl->version,
+				   .origin = dir,
 				   .tcp = p.ct.proto == IPPROTO_TCP ? acl_tcp_end(p.tcp_flags, dir) : 0 };
 
 		bpf_map_update_elem(&pv_conntrack, &p.ct, &v, BPF_ANY);

@@ -16,9 +16,9 @@
 
 #if defined(PV_CTX_XDP)
 
-#define __ctx_buff	xdp_md
-#define CTX_ACT_OK	XDP_PASS
-#define CTX_ACT_DROP	XDP_DROP
+#define __ctx_buff   xdp_md
+#define CTX_ACT_OK   XDP_PASS
+#define CTX_ACT_DROP XDP_DROP
 
 static __always_inline __u32 ctx_ifindex(const struct xdp_md *ctx)
 {
@@ -38,12 +38,12 @@ static __always_inline void ctx_pull(struct xdp_md *ctx)
 
 #elif defined(PV_CTX_SKB)
 
-#define __ctx_buff	__sk_buff
+#define __ctx_buff   __sk_buff
 /* TCX_NEXT, not TCX_PASS: later programs on the same hook (the port ACL)
  * still run; with none left the kernel passes the frame.
  */
-#define CTX_ACT_OK	TC_ACT_UNSPEC
-#define CTX_ACT_DROP	TC_ACT_SHOT
+#define CTX_ACT_OK   TC_ACT_UNSPEC
+#define CTX_ACT_DROP TC_ACT_SHOT
 
 static __always_inline __u32 ctx_ifindex(const struct __sk_buff *ctx)
 {

@@ -16,20 +16,20 @@
 #include "lib/parse.h"
 #include "pivirt/maps.h"
 
-#define DHCP_SERVER_PORT	bpf_htons(67)
-#define DHCP_CLIENT_PORT	bpf_htons(68)
-#define DHCP6_SERVER_PORT	bpf_htons(547)
-#define BOOTREPLY		2
-#define ICMPV6_RS		133
-#define ICMPV6_RA		134
-#define ICMPV6_NS		135
-#define ICMPV6_NA		136
-#define ICMPV6_REDIRECT		137
-#define ICMPV6_MLD2_REPORT	143
-#define ND_OPT_SLLA		1
-#define ND_OPT_TLLA		2
-#define ND_MAX_OPTS		4
-#define DHCP6_CLIENT_PORT	bpf_htons(546)
+#define DHCP_SERVER_PORT   bpf_htons(67)
+#define DHCP_CLIENT_PORT   bpf_htons(68)
+#define DHCP6_SERVER_PORT  bpf_htons(547)
+#define BOOTREPLY          2
+#define ICMPV6_RS          133
+#define ICMPV6_RA          134
+#define ICMPV6_NS          135
+#define ICMPV6_NA          136
+#define ICMPV6_REDIRECT    137
+#define ICMPV6_MLD2_REPORT 143
+#define ND_OPT_SLLA        1
+#define ND_OPT_TLLA        2
+#define ND_MAX_OPTS        4
+#define DHCP6_CLIENT_PORT  bpf_htons(546)
 
 /* struct bootp_head: a BOOTP/DHCP message up to its client MAC. */
 struct bootp_head {
@@ -52,8 +52,7 @@ struct bootp_head {
  * (one exact lookup per prefix length the port uses), cheapest first:
  * each map lookup is a helper call.
  */
-static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port *port,
-					     __be32 addr)
+static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port *port, __be32 addr)
 {
 	int expired = 0, i;
 
@@ -113,12 +112,10 @@ static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port 
  */
 static __always_inline int pv_is_tunnel(__u8 proto)
 {
-	return proto == IPPROTO_IPIP || proto == IPPROTO_IPV6 ||
-	       proto == IPPROTO_GRE || proto == IPPROTO_MH;
+	return proto == IPPROTO_IPIP || proto == IPPROTO_IPV6 || proto == IPPROTO_GRE || proto == IPPROTO_MH;
 }
 
-static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex,
-					    const struct pv_port *port)
+static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex, const struct pv_port *port)
 {
 	struct iphdr *ip = cur->pos;
 	__u32 hlen, r;
@@ -164,10 +161,8 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 		/* A client without an address yet: DISCOVER/REQUEST from
 		 * 0.0.0.0 to broadcast or to the segment's server.
 		 */
-		if (ip->saddr == 0 && udp->source == DHCP_CLIENT_PORT &&
-		    udp->dest == DHCP_SERVER_PORT &&
-		    (ip->daddr == 0xffffffff ||
-		     (port->dhcp_server && ip->daddr == port->dhcp_server)))
+		if (ip->saddr == 0 && udp->source == DHCP_CLIENT_PORT && udp->dest == DHCP_SERVER_PORT &&
+		    (ip->daddr == 0xffffffff || (port->dhcp_server && ip->daddr == port->dhcp_server)))
 			return PV_R_PASS_DHCP;
 	}
 	if (ip->saddr == 0)
@@ -178,8 +173,7 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 	return r;
 }
 
-static __always_inline __u32 pv_guard_arp(struct hdr_cursor *cur, __u32 ifindex,
-					   const struct pv_port *port)
+static __always_inline __u32 pv_guard_arp(struct hdr_cursor *cur, __u32 ifindex, const struct pv_port *port)
 {
 	struct arp_eth *arp = cur_pull(cur, sizeof(*arp));
 	__be32 spa;
@@ -189,8 +183,8 @@ static __always_inline __u32 pv_guard_arp(struct hdr_cursor *cur, __u32 ifindex,
 		return PV_R_MALFORMED;
 	if (!(port->flags & PV_PORT_ARP_GUARD))
 		return PV_R_PASS;
-	if (arp->htype != bpf_htons(ARPHRD_ETHER) || arp->ptype != bpf_htons(ETH_P_IP) ||
-	    arp->hlen != 6 || arp->plen != 4)
+	if (arp->htype != bpf_htons(ARPHRD_ETHER) || arp->ptype != bpf_htons(ETH_P_IP) || arp->hlen != 6 ||
+	    arp->plen != 4)
 		return PV_R_MALFORMED;
 	if (arp->op != bpf_htons(ARPOP_REQUEST) && arp->op != bpf_htons(ARPOP_REPLY))
 		return PV_R_ARP_OP;
@@ -273,8 +267,8 @@ static __always_inline int pv_nd_lladdr_ok(struct hdr_cursor *cur, const struct 
  * Advertisement only for an address the port may use, link-layer
  * options only with its MAC, no Redirect (a guest is not a router).
  */
-static __noinline __u32 pv_guard_nd(struct hdr_cursor *cur, __u32 ifindex,
-					  const struct pv_port *port, int icmp_type)
+static __noinline __u32 pv_guard_nd(struct hdr_cursor *cur, __u32 ifindex, const struct pv_port *port,
+				    int icmp_type)
 {
 	struct in6_addr *target;
 
@@ -299,8 +293,7 @@ static __noinline __u32 pv_guard_nd(struct hdr_cursor *cur, __u32 ifindex,
 	return pv_nd_lladdr_ok(cur, port) ? PV_R_PASS : PV_R_ND_SPOOF;
 }
 
-static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex,
-					    const struct pv_port *port)
+static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex, const struct pv_port *port)
 {
 	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
 	int l4, icmp_type = -1;
@@ -345,8 +338,7 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 		/* Before it has an address a host sends RS, DAD NS and MLD
 		 * reports from :: (RFC 4861, 4862, 3810).
 		 */
-		if (icmp_type == ICMPV6_RS || icmp_type == ICMPV6_NS ||
-		    icmp_type == ICMPV6_MLD2_REPORT)
+		if (icmp_type == ICMPV6_RS || icmp_type == ICMPV6_NS || icmp_type == ICMPV6_MLD2_REPORT)
 			return PV_R_PASS_UNSPEC6;
 		return PV_R_IP6_SRC;
 	}
@@ -360,8 +352,7 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 }
 
 /* pv_guard returns the enum pv_reason for a frame from a guarded port. */
-static __always_inline __u32 pv_guard(struct __ctx_buff *ctx, __u32 ifindex,
-				      const struct pv_port *port)
+static __always_inline __u32 pv_guard(struct __ctx_buff *ctx, __u32 ifindex, const struct pv_port *port)
 {
 	struct hdr_cursor cur = { .pos = ctx_data(ctx), .end = ctx_data_end(ctx) };
 	struct ethhdr *eth = cur_pull(&cur, sizeof(*eth));

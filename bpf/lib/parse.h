@@ -18,18 +18,35 @@
 #include "pivirt/consts.h"
 
 #ifndef NEXTHDR_HOP
-#define NEXTHDR_HOP		0
-#define NEXTHDR_ROUTING		43
-#define NEXTHDR_FRAGMENT	44
-#define NEXTHDR_AUTH		51
-#define NEXTHDR_NONE		59
-#define NEXTHDR_DEST		60
+#define NEXTHDR_HOP      0
+#define NEXTHDR_ROUTING  43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_AUTH     51
+#define NEXTHDR_NONE     59
+#define NEXTHDR_DEST     60
 #endif
 
 /* From <linux/if_arp.h>, which drags in libc headers. */
-#define ARPHRD_ETHER	1
-#define ARPOP_REQUEST	1
-#define ARPOP_REPLY	2
+#define ARPHRD_ETHER  1
+#define ARPOP_REQUEST 1
+#define ARPOP_REPLY   2
+
+/* From <linux/icmp.h>, which drags in libc headers. */
+#define ICMP_ECHOREPLY     0
+#define ICMP_DEST_UNREACH  3
+#define ICMP_SOURCE_QUENCH 4
+#define ICMP_REDIRECT      5
+#define ICMP_ECHO          8
+#define ICMP_TIME_EXCEEDED 11
+#define ICMP_PARAMETERPROB 12
+
+/* struct icmphdr: the fixed 8 bytes of an ICMP message (RFC 792). */
+struct icmphdr {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be32 rest;
+};
 
 /* struct arp_eth: an Ethernet/IPv4 ARP payload (RFC 826). */
 struct arp_eth {
@@ -51,14 +68,15 @@ struct hdr_cursor {
 };
 
 /* cur_pull returns the next len bytes and advances, or NULL if truncated. */
-#define cur_pull(cur, len) ({						\
-	void *__p = (cur)->pos;						\
-	if (__p + (len) > (cur)->end)					\
-		__p = NULL;						\
-	else								\
-		(cur)->pos = __p + (len);				\
-	__p;								\
-})
+#define cur_pull(cur, len)                        \
+	({                                        \
+		void *__p = (cur)->pos;           \
+		if (__p + (len) > (cur)->end)     \
+			__p = NULL;               \
+		else                              \
+			(cur)->pos = __p + (len); \
+		__p;                              \
+	})
 
 /* mac_eq compares a frame MAC with a map MAC, as three 16-bit loads (frame
  * MACs are 2-byte aligned).
@@ -70,11 +88,20 @@ static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
 	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2];
 }
 
+/* icmp4_is_error reports whether an ICMP type is an error, which quotes
+ * the packet it is about.
+ */
+static __always_inline int icmp4_is_error(int type)
+{
+	return type == ICMP_DEST_UNREACH || type == ICMP_SOURCE_QUENCH || type == ICMP_REDIRECT ||
+	       type == ICMP_TIME_EXCEEDED || type == ICMP_PARAMETERPROB;
+}
+
 /* ipv6_is_unspec reports whether a is ::. */
 static __always_inline int ipv6_is_unspec(const struct in6_addr *a)
 {
-	return (a->in6_u.u6_addr32[0] | a->in6_u.u6_addr32[1] |
-		a->in6_u.u6_addr32[2] | a->in6_u.u6_addr32[3]) == 0;
+	return (a->in6_u.u6_addr32[0] | a->in6_u.u6_addr32[1] | a->in6_u.u6_addr32[2] |
+		a->in6_u.u6_addr32[3]) == 0;
 }
 
 /* ipv6_is_eui64_ll reports whether a is fe80::/64 with the modified
@@ -86,17 +113,24 @@ static __always_inline int ipv6_is_eui64_ll(const struct in6_addr *a, const __u8
 
 	if (a->in6_u.u6_addr32[0] != bpf_htonl(0xfe800000) || a->in6_u.u6_addr32[1] != 0)
 		return 0;
-	return b[8] == (mac[0] ^ 0x02) && b[9] == mac[1] && b[10] == mac[2] &&
-	       b[11] == 0xff && b[12] == 0xfe &&
-	       b[13] == mac[3] && b[14] == mac[4] && b[15] == mac[5];
+	return b[8] == (mac[0] ^ 0x02) && b[9] == mac[1] && b[10] == mac[2] && b[11] == 0xff &&
+	       b[12] == 0xfe && b[13] == mac[3] && b[14] == mac[4] && b[15] == mac[5];
 }
 
 /* struct ipv6_frag: the fragment header ipv6_walk_ext met, if any. */
 struct ipv6_frag {
-	__u32 id;      /* host order */
-	__u8 nexthdr;  /* the fragmented packet's upper-layer protocol */
-	__u8 present;
-	__u8 more;     /* M flag: more fragments follow */
+	__u32 id;     /* host order */
+	__u8 nexthdr; /* the fragmented packet's upper-layer protocol */
+	__u8 present; /* a fragment header was met */
+	__u8 more;    /* M flag: more fragments follow */
+};
+
+/* struct frag_hdr: the IPv6 fragment header (RFC 8200 4.5). */
+struct frag_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off;
+	__be32 id;
 };
 
 /* ipv6_walk_ext walks up to PV_IPV6_MAX_EXT extension headers from the
@@ -112,12 +146,7 @@ static __always_inline int ipv6_walk_ext(struct hdr_cursor *cur, __u8 nexthdr, s
 #pragma unroll
 	for (i = 0; i < PV_IPV6_MAX_EXT; i++) {
 		struct ipv6_opt_hdr *h;
-		struct frag_hdr {
-			__u8 nexthdr;
-			__u8 reserved;
-			__be16 frag_off;
-			__be32 id;
-		} *f;
+		struct frag_hdr *f;
 
 		switch (nexthdr) {
 		case NEXTHDR_HOP:
