@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"pivirt.hu/dataplane/control/cli"
+	"pivirt.hu/dataplane/control/daemon"
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+func TestConfigValidate(t *testing.T) {
+	base := daemon.Defaults()
+	base.StateDir = t.TempDir()
+	for _, tc := range []struct {
+		name string
+		edit func(c *daemon.Config)
+		want []string // substrings of the error; none: valid
+	}{
+		{"defaults", func(*daemon.Config) {}, nil},
+		{"unknown store", func(c *daemon.Config) { c.Store = "sqlite" }, []string{`--store "sqlite": want bbolt or etcd`}},
+		{"etcd without endpoints", func(c *daemon.Config) { c.Store = "etcd" }, []string{"--store etcd needs --etcd-endpoints"}},
+		{"etcd cert without key", func(c *daemon.Config) {
+			c.Store, c.EtcdEndpoints, c.EtcdCert = "etcd", []string{"https://127.0.0.1:2379"}, "c.pem"
+		}, []string{"--etcd-cert and --etcd-key go together"}},
+		{"attach mode", func(c *daemon.Config) { c.Attach = "bpfilter" }, []string{`--attach "bpfilter": want auto, xdp or tc`}},
+		{"tcp without tokens", func(c *daemon.Config) { c.Listen = "127.0.0.1:7443" }, []string{"--listen 127.0.0.1:7443 needs --token-file"}},
+		{"no API at all", func(c *daemon.Config) { c.Socket = "" }, []string{"neither --socket nor --listen"}},
+		{"rate limit", func(c *daemon.Config) { c.DHCPRatePerMAC = "fast" }, []string{"--dhcp-rate-per-mac"}},
+		{"relay", func(c *daemon.Config) { c.DHCPTrustedRelays = []string{"10.0.0.300"} }, []string{"10.0.0.300"}},
+		{"every error at once", func(c *daemon.Config) { c.Store, c.Attach, c.StateDir = "x", "y", "" },
+			[]string{`--store "x"`, `--attach "y"`, "--state-dir is empty"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base
+			tc.edit(&c)
+			err := c.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate accepted %+v", c)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestRunRefusesBadConfig: a bad flag stops Run before it creates or
+// opens anything.
+func TestRunRefusesBadConfig(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	c := daemon.Defaults()
+	c.StateDir, c.Socket, c.Attach = dir, filepath.Join(t.TempDir(), "s.sock"), "bogus"
+	err := daemon.Run(context.Background(), c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "--attach") {
+		t.Fatalf("Run: %v, want the --attach error", err)
+	}
+	if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("state dir %s exists after a refused start (%v)", dir, serr)
+	}
+}
+
+// TestPrivilegedDaemonLifecycle runs pivirtd in process on a private
+// bpffs and state directory: it serves the API on its socket, stores what
+// is applied, keeps it across a restart, and
+// returns from Run when its context ends. It creates no link (no
+// NetworkSegment), so it is safe in the test's own network namespace.
+func TestPrivilegedDaemonLifecycle(t *testing.T) {
+	testutil.RequireBPF(t)
+	c := daemon.Defaults()
+	c.StateDir = t.TempDir()
+	c.Socket = filepath.Join(t.TempDir(), "pivirtd.sock")
+	c.BPFFS = testutil.TempBPFFS(t)
+	c.Node = "n1"
+	c.QMPDir = t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	start := func() (stop func() error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- daemon.Run(ctx, c, log) }()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, err := ctl(t, c.Socket, "", "get", "leases"); err == nil {
+				break
+			}
+			select {
+			case err := <-done:
+				cancel()
+				t.Fatalf("Run returned before serving: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatal("pivirtd did not serve its socket within 20 s")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return func() error {
+			cancel()
+			select {
+			case err := <-done:
+				return err
+			case <-time.After(15 * time.Second):
+				return errors.New("Run did not return within 15 s of its context ending")
+			}
+		}
+	}
+
+	stop := start()
+	manifest := `apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata: {name: vm1-reservation}
+spec: {network: br-lab, macAddress: "52:54:00:aa:bb:01", ipAddress: 10.80.0.50, type: static}
+`
+	if out, err := ctl(t, c.Socket, manifest, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	} else if !strings.Contains(out, "dhcplease/vm1-reservation created") {
+		t.Errorf("apply said %q", out)
+	}
+	// Bad input: named field and value, nothing stored.
+	bad := strings.Replace(manifest, "10.80.0.50", "10.80.0.500", 1)
+	bad = strings.Replace(bad, "vm1-reservation", "vm2", 1)
+	if out, err := ctl(t, c.Socket, bad, "apply", "-f", "-"); err == nil || !strings.Contains(out, "spec.ipAddress") || !strings.Contains(out, "10.80.0.500") {
+		t.Errorf("apply of a bad address: err %v, output %q: want spec.ipAddress and the value named", err, out)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("stopping: %v", err)
+	}
+
+	stop = start()
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	out, err := ctl(t, c.Socket, "", "get", "leases", "-o", "name")
+	if err != nil {
+		t.Fatalf("get leases after restart: %v\n%s", err, out)
+	}
+	if strings.TrimSpace(out) != "dhcplease/vm1-reservation" {
+		t.Errorf("leases after restart: %q, want only dhcplease/vm1-reservation", out)
+	}
+	// The maps are pinned where --bpffs says, and outlive nothing of the test.
+	if _, err := os.Stat(filepath.Join(c.BPFFS, "maps")); err != nil {
+		entries, _ := os.ReadDir(c.BPFFS)
+		t.Errorf("no maps pinned under %s (%v): %v", c.BPFFS, err, entries)
+	}
+}
+
+// ctl runs pivirtctl in process against socket, with stdin, and returns
+// what it wrote to stdout and stderr.
+func ctl(t *testing.T, socket, stdin string, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	r := cli.New(cli.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &out})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if code := r.Execute(ctx, append([]string{"--socket", socket}, args...)); code != 0 {
+		return out.String(), errors.New("pivirtctl " + strings.Join(args, " ") + " failed")
+	}
+	return out.String(), nil
+}
