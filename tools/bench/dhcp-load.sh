@@ -17,7 +17,8 @@
 # ACK, and at least 97% of the offered DISCOVERs sent), interleaved.
 #
 # Per server: start, wait for one DORA, warm-up (every client holds a
-# lease: measured runs are steady-state re-DORAs of known clients), then
+# lease: measured runs are steady-state re-DORAs of known clients), a
+# fdatasync probe (tools/fsyncprobe) on the server's core, then
 # per round a ladder search for the highest passing rate (SEARCH_PERIOD s a
 # step, then BISECT halvings to STEP), a PERIOD s run at that rate, and a
 # PERIOD s run at each of AT_RATES (the same offered load for every server).
@@ -58,7 +59,8 @@ GEN=$OUT/bin/dhcpload
 mkdir -p "$OUT/bin" || exit 1
 RES=$OUT/results.tsv; : > "$RES"
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/log" >&2; }
-(cd "$ROOT" && go build -o "$GEN" ./tools/dhcpload) || { log "building dhcpload failed"; exit 1; }
+(cd "$ROOT" && go build -o "$GEN" ./tools/dhcpload && go build -o "$OUT/bin/fsyncprobe" ./tools/fsyncprobe) ||
+	{ log "building dhcpload and fsyncprobe failed"; exit 1; }
 
 declare -A PIDS=()
 kill_ns() { # TERM every process in one of our namespaces, KILL after 5 s
@@ -187,6 +189,10 @@ for round in $(seq "$ROUNDS"); do
 		start_server "$s" || continue
 		if ! wait_ready "$s"; then log "$s: not ready (see $OUT/$s/stdout)"; stop_server "$s"; continue; fi
 		MODE=batch; record "$s" warmup "$(gen 500 4)"
+		# What one fdatasync of a journaled lease costs this disk now: the
+		# floor of a durable REQUEST→ACK (pivirtd's), against which its
+		# latency is read; measured on the server's core beside each server.
+		record "$s" fsync "round=$round $(taskset -c $SRV_CPU "$OUT/bin/fsyncprobe" -dir "$OUT/$s/fsyncprobe" -n 300 -gap 5ms 2>&1 | tr '\n' ' ')"
 		for MODE in $ARRIVALS; do
 			m=$(search "$s")
 			log "$s round $round $MODE: max passing rate $m"
@@ -206,4 +212,6 @@ done
 			"$(kv dora_s "$line")" "$(kv drop_pct "$line")" "$(kv srv_cpu_pct "$line")" "$(kv gen_cpu_pct "$line")" \
 			"$(kv srv_core_busy "$line")" "$(kv gen_core_busy "$line")" "$(kv ra_p50 "$line")" "$(kv ra_p99 "$line")"
 	done
+	echo "fdatasync of one journaled lease (tools/fsyncprobe, 300 appends at 200/s, ms), measured before each server's round:"
+	awk -F'\t' '$2 == "fsync" { print "  " $1, $3 }' "$RES"
 } | tee "$OUT/summary.txt"
