@@ -162,7 +162,7 @@ record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$RES"; log "$1 $2: $3"; }
 wait_ready() {
 	local i
 	for i in $(seq 40); do
-		[ -n "$(ip netns pids $NS_SRV)" ] || { log "$1 exited"; return 1; }
+		kill -0 "${PIDS[$1]}" 2>/dev/null || { log "$1 exited"; return 1; }
 		[ "$(kv ra_recv "$(gen 20 1)")" -gt 0 ] 2>/dev/null && return 0
 		sleep 0.5
 	done
