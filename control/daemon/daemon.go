@@ -70,6 +70,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry()}
+	d.index.Shared = cfg.Store == "etcd" // other nodes write it too
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	st, err := d.openStore()

@@ -64,6 +64,15 @@ type Tx interface {
 	Delete(kind, name, resourceVersion string) error
 	// Revision is the revision this transaction will commit as.
 	Revision() int64
+	// DependOn makes the commit depend on kind as if fn had listed it:
+	// when another transaction writes or deletes an object of kind after
+	// this one's snapshot (Revision()-1), this one does not commit and
+	// Update runs fn again. A caller that keeps its own copy of a kind
+	// between transactions (admission.Index) calls it instead of List, so
+	// what it decided from that copy holds across processes sharing the
+	// store. A store that runs transactions one after another has nothing
+	// to do.
+	DependOn(kind string) error
 }
 
 // Selector filters objects by labels (see api/labels).

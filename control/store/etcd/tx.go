@@ -146,6 +146,16 @@ func (t *tx) List(kind string, sel store.Selector) ([]*pivirtv1.Object, error) {
 	return filterSort(kvs, sel, extra)
 }
 
+// DependOn adds the compares of a List of kind (see compares) without
+// reading it.
+func (t *tx) DependOn(kind string) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	t.listed[kind] = true
+	return nil
+}
+
 func (t *tx) Create(obj *pivirtv1.Object) error {
 	key, err := t.key(obj)
 	if err != nil {

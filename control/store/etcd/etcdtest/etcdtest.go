@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package etcdtest runs a real one-member etcd (Debian etcd-server) on
+// loopback for tests.
+package etcdtest
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+// Server is an etcd the test started; Cleanup kills it by PID.
+type Server struct {
+	URL    string // the client URL
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start runs a one-member etcd on loopback with a temporary data dir and
+// returns it once it serves.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartWith(t, "http", nil, nil)
+}
+
+// StartWith starts etcd with its client URL in scheme and extra flags;
+// ready is the client TLS that proves it serves (nil: plain).
+func StartWith(t testing.TB, scheme string, extra []string, ready *tls.Config) *Server {
+	t.Helper()
+	testutil.RequireTool(t, "etcd")
+	dir := t.TempDir()
+	client := fmt.Sprintf("%s://127.0.0.1:%d", scheme, freePort(t))
+	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	cmd := exec.Command("etcd", append([]string{
+		"--name", "storetest",
+		"--data-dir", filepath.Join(dir, "data"),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "storetest=" + peer,
+		"--log-level", "error",
+	}, extra...)...)
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting etcd: %v", err)
+	}
+	s := &Server{URL: client, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	t.Cleanup(s.Stop)
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second, TLS: ready})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cli.Get(ctx, "ready")
+		cancel()
+		if err == nil {
+			return s
+		}
+		select {
+		case <-s.exited:
+			t.Fatalf("etcd exited: %s", logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd not serving within 30s: %v\n%s", err, logs.String())
+		}
+	}
+}
+
+// Stop kills etcd (by its PID) and waits for it to exit; stopping it
+// again does nothing.
+func (s *Server) Stop() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
