@@ -19,6 +19,10 @@ var (
 	ErrConflict = errors.New("resourceVersion conflict: the object was modified; re-read and retry")
 	// ErrCompacted: Watch from a revision older than the history kept.
 	ErrCompacted = errors.New("requested revision has been compacted")
+	// ErrUnavailable: a shared store (etcd) did not answer in time or is
+	// unreachable. A write failing with it wrote nothing, unless only the
+	// answer to its commit was lost: a re-read tells.
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Store is the manifest store, shaped after etcd: one global revision that

@@ -7,11 +7,14 @@ package etcdtest
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,4 +107,26 @@ func (s *Server) Stop() {
 	}
 	_ = s.cmd.Process.Kill()
 	<-s.exited
+}
+
+// Freeze stops etcd (SIGSTOP) without closing its connections: calls
+// reach it and get no answer, as across a partition. It returns once
+// the kernel shows it stopped. Stop ends it still.
+func (s *Server) Freeze() error {
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stopping etcd: %w", err)
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
+	for range 500 { // 5s
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return fmt.Errorf("reading etcd's state: %w", err)
+		}
+		// pid (comm) state ...: comm has no ")" here.
+		if _, rest, ok := strings.Cut(string(b), ") "); ok && strings.HasPrefix(rest, "T") {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return errors.New("etcd not stopped 5s after SIGSTOP")
 }
