@@ -81,8 +81,8 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := etcdtest.StartWith(t, "https", []string{"--cert-file", srvCert, "--key-file", srvKey,
-		"--trusted-ca-file", ca, "--client-cert-auth"}, good).URL
+	url := etcdtest.StartWith(t, etcdtest.Options{Scheme: "https", Extra: []string{"--cert-file", srvCert, "--key-file", srvKey,
+		"--trusted-ca-file", ca, "--client-cert-auth"}, Ready: good}).URL
 
 	st, err := Open([]string{url}, Options{TLS: good, Prefix: "/tls/"})
 	if err != nil {

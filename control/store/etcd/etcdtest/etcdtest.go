@@ -45,25 +45,44 @@ func freePort(t testing.TB) int {
 // returns it once it serves.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	return StartWith(t, "http", nil, nil)
+	return StartWith(t, Options{})
 }
 
-// StartWith starts etcd with its client URL in scheme and extra flags;
-// ready is the client TLS that proves it serves (nil: plain).
-func StartWith(t testing.TB, scheme string, extra []string, ready *tls.Config) *Server {
+// Options of StartWith; the zero value is Start's.
+type Options struct {
+	Scheme string      // of the client URL: "http" (default) or "https"
+	Extra  []string    // more etcd flags
+	Ready  *tls.Config // client TLS of the default readiness probe
+	// Command builds the etcd command line (default exec.Command); a
+	// test runs etcd in a network namespace of its own with
+	// testutil.NetNS.Command, and then gives a Probe that works there.
+	Command func(name string, args ...string) *exec.Cmd
+	// Probe reports whether etcd serves at the client URL (default: an
+	// etcd client's Get).
+	Probe func(url string) error
+}
+
+// StartWith starts etcd as opts say and returns it once it serves.
+func StartWith(t testing.TB, opts Options) *Server {
 	t.Helper()
 	testutil.RequireTool(t, "etcd")
+	if opts.Scheme == "" {
+		opts.Scheme = "http"
+	}
+	if opts.Command == nil {
+		opts.Command = exec.Command
+	}
 	dir := t.TempDir()
-	client := fmt.Sprintf("%s://127.0.0.1:%d", scheme, freePort(t))
+	client := fmt.Sprintf("%s://127.0.0.1:%d", opts.Scheme, freePort(t))
 	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	cmd := exec.Command("etcd", append([]string{
+	cmd := opts.Command("etcd", append([]string{
 		"--name", "storetest",
 		"--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "storetest=" + peer,
 		"--log-level", "error",
-	}, extra...)...)
+	}, opts.Extra...)...)
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -73,16 +92,23 @@ func StartWith(t testing.TB, scheme string, extra []string, ready *tls.Config) *
 	go func() { _ = cmd.Wait(); close(s.exited) }()
 	t.Cleanup(s.Stop)
 
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second, TLS: ready})
-	if err != nil {
-		t.Fatal(err)
+	probe := opts.Probe
+	if probe == nil {
+		probe = func(url string) error {
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, TLS: opts.Ready})
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err = cli.Get(ctx, "ready")
+			return err
+		}
 	}
-	defer cli.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := cli.Get(ctx, "ready")
-		cancel()
+		err := probe(client)
 		if err == nil {
 			return s
 		}
@@ -94,6 +120,7 @@ func StartWith(t testing.TB, scheme string, extra []string, ready *tls.Config) *
 		if time.Now().After(deadline) {
 			t.Fatalf("etcd not serving within 30s: %v\n%s", err, logs.String())
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
