@@ -152,7 +152,7 @@ func (d *Daemon) openStore() (store.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{TLS: tlsCfg})
+		return etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{TLS: tlsCfg, Prefix: d.cfg.EtcdPrefix})
 	}
 	return nil, fmt.Errorf("--store %s: this build has no %s backend yet", d.cfg.Store, d.cfg.Store)
 }
