@@ -7,9 +7,8 @@ import (
 	"testing"
 )
 
-// TestValidateEtcd: --store etcd needs endpoints, the client certificate
-// with its key, and a key prefix that starts and ends in "/".
-func TestValidateEtcd(t *testing.T) {
+// TestValidateEtcdPrefix: --etcd-prefix starts and ends in "/".
+func TestValidateEtcdPrefix(t *testing.T) {
 	tests := []struct {
 		name    string
 		edit    func(*Config)
@@ -17,8 +16,6 @@ func TestValidateEtcd(t *testing.T) {
 	}{
 		{"defaults", func(*Config) {}, ""},
 		{"other prefix", func(c *Config) { c.EtcdPrefix = "/lab-a/" }, ""},
-		{"no endpoints", func(c *Config) { c.EtcdEndpoints = nil }, "--store etcd needs --etcd-endpoints"},
-		{"cert without key", func(c *Config) { c.EtcdCert = "c.pem" }, "--etcd-cert and --etcd-key go together"},
 		{"prefix without trailing slash", func(c *Config) { c.EtcdPrefix = "/lab-a" }, `--etcd-prefix "/lab-a": want a key prefix that starts and ends in "/"`},
 		{"relative prefix", func(c *Config) { c.EtcdPrefix = "lab-a/" }, `--etcd-prefix "lab-a/"`},
 	}
