@@ -89,6 +89,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringVar(&cfg.EtcdCert, "etcd-cert", cfg.EtcdCert, "client certificate (PEM) for etcd's --client-cert-auth")
 	f.StringVar(&cfg.EtcdKey, "etcd-key", cfg.EtcdKey, "key of --etcd-cert (PEM)")
 	f.StringVar(&cfg.EtcdCA, "etcd-ca", cfg.EtcdCA, "CA certificates (PEM) that sign etcd's server certificate (default: the system's)")
+	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "prefix of every etcd key: the nodes of one cluster share it, another cluster on the same etcd takes another")
 	f.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "serve Prometheus /metrics (and /debug/pprof) on this address")
 	f.StringVar(&cfg.Attach, "attach", cfg.Attach, "guard attach mode: auto (tcx on veth, XDP driver mode elsewhere), xdp or tc")
 	f.StringVar(&cfg.QMPDir, "qmp-dir", cfg.QMPDir, "directory of the VMs' QMP sockets (<vm-name>.qmp), through which a PortSecurity vmRef finds its tap; empty disables")

@@ -73,12 +73,13 @@ type Batch struct {
 	tx    store.Tx
 	opts  Options
 	kinds map[string]*kindCache
+	used  map[string]bool    // kinds this transaction listed or depends on
 	undo  map[undoKey]*entry // nil unless the batch runs on an Index
 }
 
 // NewBatch starts admitting writes through tx.
 func NewBatch(tx store.Tx, opts Options) *Batch {
-	return &Batch{tx: tx, opts: opts, kinds: map[string]*kindCache{}}
+	return &Batch{tx: tx, opts: opts, kinds: map[string]*kindCache{}, used: map[string]bool{}}
 }
 
 // Apply admits obj and writes it through tx unless opts.DryRun. action is

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -430,6 +431,77 @@ func TestClusteredSegmentPlacement(t *testing.T) {
 			case tc.wantErr != "" && (!errors.As(err, &ve) || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("err = %v, want a ValidationError containing %q", err, tc.wantErr)
 			case tc.wantErr != "" && len(tx.objs[pivirtv1.KindNetworkSegment]) != 0:
+				t.Error("a refused segment was stored")
+			}
+		})
+	}
+}
+
+// TestDelegatedRanges: in clustered mode one network has a segment on
+// each node (seed 003): they share hostIP's subnet and gateway and their
+// delegated ranges are disjoint; two on one node (or on a single node)
+// stay refused. Errors name the field, the value, the other segment and
+// its node.
+func TestDelegatedRanges(t *testing.T) {
+	seg := func(name, node, host, start, end string) string {
+		labels := ""
+		if node != "" {
+			labels = "  labels: {pivirt.hu/node: " + node + "}\n"
+		}
+		return "apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata:\n  name: " + name + "\n" + labels +
+			"spec: {networkRef: cluster-overlay, bridge: virbr10, hostIP: " + host + ", dhcp: {enabled: " +
+			strconv.FormatBool(node != "") + ", delegatedRangeStart: " + start + ", delegatedRangeEnd: " + end + "}}\n"
+	}
+	first := seg("prod-segment-node-01", "node-01", "192.168.100.1/24", "192.168.100.10", "192.168.100.50")
+	tests := []struct {
+		name      string
+		doc       string
+		clustered bool
+		wantErr   []string // substrings; none: accepted
+	}{
+		{"second node, disjoint", seg("prod-segment-node-02", "node-02", "192.168.100.1/24", "192.168.100.51", "192.168.100.99"), true, nil},
+		{"second node, overlapping", seg("prod-segment-node-02", "node-02", "192.168.100.1/24", "192.168.100.50", "192.168.100.99"), true,
+			[]string{`spec.dhcp: 192.168.100.50-192.168.100.99 overlaps the delegated range 192.168.100.10-192.168.100.50 of segment prod-segment-node-01 on node node-01`}},
+		{"second node, other gateway", seg("prod-segment-node-02", "node-02", "192.168.100.2/24", "192.168.100.51", "192.168.100.99"), true,
+			[]string{`spec.hostIP: 192.168.100.2/24 differs from the gateway 192.168.100.1 of segment prod-segment-node-01 on node node-01`}},
+		{"second node, other subnet", seg("prod-segment-node-02", "node-02", "192.168.100.1/25", "192.168.100.51", "192.168.100.99"), true,
+			[]string{`spec.hostIP: 192.168.100.1/25 has the subnet 192.168.100.0/25, not 192.168.100.0/24 as segment prod-segment-node-01 on node node-01`}},
+		{"second node, overlapping and other gateway", seg("prod-segment-node-02", "node-02", "192.168.100.2/24", "192.168.100.20", "192.168.100.30"), true,
+			[]string{"spec.hostIP:", "spec.dhcp:"}},
+		{"same node", seg("prod-segment-b", "node-01", "192.168.100.1/24", "192.168.100.51", "192.168.100.99"), true,
+			[]string{`spec.networkRef: cluster-overlay is already the networkRef of segment prod-segment-node-01 on node node-01: a network has one segment per node`}},
+		{"unplaced, so on every node", seg("prod-segment-all", "", "192.168.100.1/24", "192.168.100.51", "192.168.100.99"), true,
+			[]string{`is already the networkRef of segment prod-segment-node-01 on node node-01`}},
+		{"single node mode", seg("prod-segment-node-02", "node-02", "192.168.100.1/24", "192.168.100.51", "192.168.100.99"), false,
+			[]string{`spec.networkRef: cluster-overlay is already the networkRef of segment prod-segment-node-01`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tx := newFakeTx()
+			opts := Options{Privileged: true, Clustered: tc.clustered}
+			if _, _, err := Apply(tx, m(t, first), opts); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := Apply(tx, m(t, tc.doc), opts)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Apply: %v", err)
+				}
+				if len(tx.objs[pivirtv1.KindNetworkSegment]) != 2 {
+					t.Errorf("stored %d segments, want 2", len(tx.objs[pivirtv1.KindNetworkSegment]))
+				}
+				return
+			}
+			var ve *pivirtv1.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("err = %v, want a ValidationError", err)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("err = %v\nwant it to contain %q", err, want)
+				}
+			}
+			if len(tx.objs[pivirtv1.KindNetworkSegment]) != 1 {
 				t.Error("a refused segment was stored")
 			}
 		})

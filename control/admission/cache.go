@@ -43,14 +43,24 @@ const (
 )
 
 // kind returns the cache of a canonical kind, listing it on first use.
+// A cache an Index kept from an earlier transaction becomes, on first use,
+// a dependency of this transaction's commit (Tx.DependOn), as a listed
+// kind is.
 func (b *Batch) kind(kind string) (*kindCache, error) {
 	if c, ok := b.kinds[kind]; ok {
+		if !b.used[kind] {
+			if err := b.tx.DependOn(kind); err != nil {
+				return nil, fmt.Errorf("depending on %s: %w", kind, err)
+			}
+			b.used[kind] = true
+		}
 		return c, nil
 	}
 	info, err := pivirtv1.LookupKind(kind)
 	if err != nil {
 		return nil, err
 	}
+	b.used[info.Kind] = true
 	objs, err := b.tx.List(info.Kind, nil)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", info.Plural, err)

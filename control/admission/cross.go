@@ -17,7 +17,7 @@ import (
 func (b *Batch) crossCheck(o *pivirtv1.Object, spec pivirtv1.Spec, old *entry) (errs pivirtv1.ErrorList, superseded []*entry, err error) {
 	switch s := spec.(type) {
 	case *pivirtv1.NetworkSegmentSpec:
-		errs, err = b.checkSegment(o.Metadata.Name, s, old)
+		errs, err = b.checkSegment(o.Metadata.Name, o.Metadata.Labels[pivirtv1.NodeLabel], s, old)
 	case *pivirtv1.DHCPLeaseSpec:
 		return b.checkLease(o.Metadata.Name, s, old)
 	case *pivirtv1.ExternalIPSpec:
@@ -41,9 +41,10 @@ func leaseSpec(e *entry) *pivirtv1.DHCPLeaseSpec {
 }
 
 // checkSegment: ranges on one bridge are disjoint, a networkRef names one
-// segment and is no other segment's bridge, and an update leaves no
-// served static lease outside every range.
-func (b *Batch) checkSegment(name string, s *pivirtv1.NetworkSegmentSpec, old *entry) (pivirtv1.ErrorList, error) {
+// segment (in clustered mode one per node, see checkDelegated) and is no
+// other segment's bridge, and an update leaves no served static lease
+// outside every range. node is the segment's pivirt.hu/node label.
+func (b *Batch) checkSegment(name, node string, s *pivirtv1.NetworkSegmentSpec, old *entry) (pivirtv1.ErrorList, error) {
 	segs, err := b.kind(pivirtv1.KindNetworkSegment)
 	if err != nil {
 		return nil, err
@@ -51,6 +52,9 @@ func (b *Batch) checkSegment(name string, s *pivirtv1.NetworkSegmentSpec, old *e
 	var errs pivirtv1.ErrorList
 	if r, ok := s.DelegatedRange(); ok {
 		for _, e := range segs.lookup(keyBridge+s.Bridge, name) {
+			if b.opts.Clustered && !sameNode(node, nodeOf(e)) {
+				continue // a bridge is host-local: another node's is another bridge
+			}
 			if or, ok := segSpec(e).DelegatedRange(); ok && r.Overlaps(or) {
 				errs.Add("spec.dhcp", r, "overlaps the delegated range %s of segment %s on bridge %s", or, e.obj.Metadata.Name, s.Bridge)
 				break
@@ -59,7 +63,7 @@ func (b *Batch) checkSegment(name string, s *pivirtv1.NetworkSegmentSpec, old *e
 	}
 	if s.NetworkRef != "" {
 		if es := segs.lookup(keyRef+s.NetworkRef, name); len(es) > 0 {
-			errs.Add("spec.networkRef", s.NetworkRef, "is already the networkRef of segment %s", es[0].obj.Metadata.Name)
+			errs = append(errs, b.checkDelegated(node, s, es)...)
 		} else if es := segs.lookup(keyBridge+s.NetworkRef, name); len(es) > 0 && s.NetworkRef != s.Bridge {
 			errs.Add("spec.networkRef", s.NetworkRef, "is the bridge of segment %s, so leases naming it would be ambiguous", es[0].obj.Metadata.Name)
 		}
@@ -77,6 +81,66 @@ func (b *Batch) checkSegment(name string, s *pivirtv1.NetworkSegmentSpec, old *e
 		}
 	}
 	return errs, nil
+}
+
+// checkDelegated checks segment s (placed on node) against the other
+// segments of its network. On one node a network has one segment. In
+// clustered mode a network spans nodes with one segment on each (seed 003,
+// delegated range partitioning): they share the subnet and the gateway
+// address (spec.hostIP) and their delegated ranges are disjoint. That
+// this holds across nodes applying at once is the store's part: the
+// commit fails, and admission runs again, if another segment was written
+// meanwhile (store.Tx.DependOn, through the Batch's kind cache).
+func (b *Batch) checkDelegated(node string, s *pivirtv1.NetworkSegmentSpec, others []*entry) pivirtv1.ErrorList {
+	var errs pivirtv1.ErrorList
+	var hostDone, rangeDone bool
+	for _, e := range others {
+		other, on := e.obj.Metadata.Name, nodeOf(e)
+		if !b.opts.Clustered {
+			errs.Add("spec.networkRef", s.NetworkRef, "is already the networkRef of segment %s", other)
+			return errs
+		}
+		if sameNode(node, on) {
+			errs.Add("spec.networkRef", s.NetworkRef, "is already the networkRef of segment %s %s: a network has one segment per node", other, nodePhrase(on))
+			return errs
+		}
+		o := segSpec(e)
+		if o == nil {
+			continue
+		}
+		p, ok1 := s.HostPrefix()
+		op, ok2 := o.HostPrefix()
+		switch {
+		case hostDone || !ok1 || !ok2:
+		case p.Masked() != op.Masked():
+			hostDone = true
+			errs.Add("spec.hostIP", s.HostIP, "has the subnet %s, not %s as segment %s %s: the segments of network %s share the subnet and the gateway", p.Masked(), op.Masked(), other, nodePhrase(on), s.NetworkRef)
+		case p.Addr() != op.Addr():
+			hostDone = true
+			errs.Add("spec.hostIP", s.HostIP, "differs from the gateway %s of segment %s %s: the segments of network %s share the subnet and the gateway", op.Addr(), other, nodePhrase(on), s.NetworkRef)
+		}
+		r, ok1 := s.DelegatedRange()
+		or, ok2 := o.DelegatedRange()
+		if !rangeDone && ok1 && ok2 && r.Overlaps(or) {
+			rangeDone = true
+			errs.Add("spec.dhcp", r, "overlaps the delegated range %s of segment %s %s: the nodes of network %s serve disjoint ranges", or, other, nodePhrase(on), s.NetworkRef)
+		}
+	}
+	return errs
+}
+
+// nodeOf is the node a stored object is placed on ("": every node).
+func nodeOf(e *entry) string { return e.obj.Metadata.Labels[pivirtv1.NodeLabel] }
+
+// sameNode reports whether objects placed on a and b meet on some node:
+// an unplaced object is on every node.
+func sameNode(a, b string) bool { return a == "" || b == "" || a == b }
+
+func nodePhrase(node string) string {
+	if node == "" {
+		return "on every node (no " + pivirtv1.NodeLabel + " label)"
+	}
+	return "on node " + node
 }
 
 // checkSegmentShrink refuses an update that leaves a static lease, served

@@ -39,6 +39,8 @@ func (f *fakeTx) Revision() int64 {
 	return f.rev + 1
 }
 
+func (f *fakeTx) DependOn(string) error { return nil }
+
 func (f *fakeTx) Get(kind, name string) (*pivirtv1.Object, error) {
 	b, ok := f.objs[kind][name]
 	if !ok {

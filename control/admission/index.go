@@ -19,13 +19,25 @@ import (
 // the revision the transaction starts from (tx.Revision()-1), which holds
 // when every write of the store since went through this Index. Any other
 // write (another process, an Update without the Index, a rolled-back
-// group commit) leaves the revisions out of step, and the caches are
-// dropped and listed again. Stores whose revisions do not advance by one
-// per Update simply never reuse them.
+// group commit, a commit that landed at another revision than expected)
+// leaves the revisions out of step, and the caches are dropped and listed
+// again. A cache used in a transaction is a dependency of its commit
+// (Tx.DependOn), as a listed kind is: a store shared with other writers
+// re-runs the transaction when one of them changed the kind meanwhile,
+// and the re-run lists it again.
 type Index struct {
 	mu    sync.Mutex
 	rev   int64 // the store revision kinds reflects; 0: none
 	kinds map[string]*kindCache
+
+	// Shared: other processes write the store too (pivirtd nodes on one
+	// etcd), so a transaction may commit later than tx.Revision() says,
+	// or not at all after fn returned. Updates then run one at a time,
+	// and the caches count for the next one only once the commit is
+	// known to have landed where fn expected. (With one writer, fns of a
+	// group commit reuse the caches of the fn before them.)
+	Shared bool
+	serial sync.Mutex // held across a Shared Update
 
 	// BeforeCommit, when set, is told every object a successful, not
 	// dry-run Update wrote or deleted, inside the transaction just before
@@ -52,15 +64,25 @@ func NewIndex() *Index { return &Index{kinds: map[string]*kindCache{}} }
 // index in step with it: the batch's writes are kept when fn returns nil
 // (and opts.DryRun is false), and taken back out otherwise.
 func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn func(*Batch) error) (int64, error) {
+	if x.Shared {
+		x.serial.Lock()
+		defer x.serial.Unlock()
+	}
 	published := false
+	runs := 0
+	var expect int64 // the revision the last successful fn expected to commit as
+	var wrote bool
 	rev, err := st.Update(ctx, func(tx store.Tx) error {
 		x.mu.Lock()
 		defer x.mu.Unlock()
-		if x.rev == 0 || x.rev != tx.Revision()-1 {
+		runs++
+		// A second run means the first one's commit failed: its writes
+		// are in the caches.
+		if runs > 1 || x.rev == 0 || x.rev != tx.Revision()-1 {
 			x.kinds = map[string]*kindCache{}
 		}
 		x.rev = 0 // until this transaction is known to be good
-		b := &Batch{tx: tx, opts: opts, kinds: x.kinds, undo: map[undoKey]*entry{}}
+		b := &Batch{tx: tx, opts: opts, kinds: x.kinds, used: map[string]bool{}, undo: map[undoKey]*entry{}}
 		ok := false
 		defer func() {
 			if !ok || opts.DryRun {
@@ -69,6 +91,7 @@ func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn fun
 			if ok {
 				// Every successful Update advances the revision, writes or not.
 				x.rev, published = tx.Revision(), true
+				expect, wrote = tx.Revision(), len(b.undo) > 0 && !opts.DryRun
 			} else {
 				// A failed fn commits nothing: the caches are the base again.
 				x.rev = tx.Revision() - 1
@@ -83,10 +106,16 @@ func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn fun
 		}
 		return nil
 	})
-	if err != nil && published {
-		// fn succeeded but the commit did not: forget what it wrote.
+	if published && (err != nil || rev != expect) {
 		x.mu.Lock()
-		x.rev, x.kinds = 0, map[string]*kindCache{}
+		if err == nil && !wrote && rev == expect-1 && x.rev == expect {
+			// Nothing to commit, and the store kept its revision.
+			x.rev = rev
+		} else {
+			// The commit failed, or landed after another writer's: the
+			// caches hold fn's writes at the wrong revision.
+			x.rev, x.kinds = 0, map[string]*kindCache{}
+		}
 		x.mu.Unlock()
 	}
 	return rev, err

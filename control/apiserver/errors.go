@@ -32,6 +32,8 @@ func code(err error) connect.Code {
 		return connect.CodePermissionDenied
 	case errors.Is(err, admission.ErrBlocked):
 		return connect.CodeFailedPrecondition
+	case errors.Is(err, store.ErrUnavailable):
+		return connect.CodeUnavailable
 	}
 	return connect.CodeInternal
 }

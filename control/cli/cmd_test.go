@@ -265,6 +265,36 @@ Status:
 Conditions:              <none>
 Events:                  <none>
 `},
+		{name: "describe segment of a network on several nodes", setup: []string{segmentDoc, siblingSegment("lan-n2", "n2", "10", "49", "leasesInUse: 3, rangeSize: 40"),
+			siblingSegment("lan-n3", "n3", "50", "99", ""), siblingSegment("other", "n2", "10", "20", "")},
+			args: []string{"describe", "segment", "lan"},
+			wantOut: `Name:                 lan
+Kind:                 NetworkSegment
+API Version:          pivirt.hu/v1
+Labels:               <none>
+Annotations:          <none>
+Owner References:     <none>
+UID:                  uid-lan
+Generation:           1
+Resource Version:     1
+Creation Timestamp:   Wed, 02 Dec 2026 16:55:00 +0000 (5m ago)
+Spec:
+  bridge: br0
+  dhcp:
+    dnsServers: null
+  hostIP: 192.168.100.1/24
+  networkRef: net-lan
+Status:
+  Phase:                 <none>
+  Observed Generation:   <none>
+Conditions:              <none>
+Network net-lan, other segments:
+  Name     Node   Range                           Leases (in use/size)
+  ----     ----   -----                           --------------------
+  lan-n2   n2     192.168.100.10-192.168.100.49   3/40
+  lan-n3   n3     192.168.100.50-192.168.100.99   <none>
+Events:   <none>
+`},
 		{name: "describe missing", args: []string{"describe", "segment", "lan"},
 			wantErr: "Error from server (NotFound): networksegment \"lan\" not found\n", wantCode: 1},
 
@@ -454,4 +484,20 @@ func sorted(s []string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return out
+}
+
+// siblingSegment is a segment of net-lan (or of other-net, when name is
+// "other") placed on node, with a delegated range 192.168.100.start-end
+// and, when status is not empty, these status fields.
+func siblingSegment(name, node, start, end, status string) string {
+	ref := "net-lan"
+	if name == "other" {
+		ref = "other-net"
+	}
+	doc := "apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata:\n  name: " + name + "\n  labels: {pivirt.hu/node: " + node + "}\n" +
+		"spec: {networkRef: " + ref + ", bridge: br-" + name + ", hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100." + start + ", delegatedRangeEnd: 192.168.100." + end + "}}\n"
+	if status != "" {
+		doc += "status: {" + status + "}\n"
+	}
+	return doc
 }

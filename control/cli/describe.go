@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -83,6 +84,20 @@ func (r *Root) describe(ctx context.Context, kind string, names []string, select
 		return err
 	}
 	items, missing = append(items, named...), missing+nmissing
+	var segments []*pivirtv1.Object // every segment, for a segment's network
+	if kind == pivirtv1.KindNetworkSegment && len(items) > 0 {
+		resp, err := client.List(ctx, connect.NewRequest(&resourcev1.ListRequest{Kind: kind}))
+		if err != nil {
+			return err
+		}
+		for _, raw := range resp.Msg.GetObjects() {
+			it, err := decodeItem(raw)
+			if err != nil {
+				return err
+			}
+			segments = append(segments, it.Obj)
+		}
+	}
 	for i, it := range items {
 		if i > 0 {
 			fmt.Fprintln(r.streams.Out)
@@ -95,7 +110,7 @@ func (r *Root) describe(ctx context.Context, kind string, names []string, select
 		} else {
 			events = resp.Msg.GetEvents()
 		}
-		if err := Describe(r.streams.Out, it.Obj, events, evErr, now()); err != nil {
+		if err := Describe(r.streams.Out, it.Obj, segments, events, evErr, now()); err != nil {
 			return err
 		}
 	}
@@ -107,7 +122,10 @@ func (r *Root) describe(ctx context.Context, kind string, names []string, select
 
 // Describe writes the kubectl-style description of o with its events. A
 // non-nil evErr says the events could not be read; it is shown in place.
-func Describe(w io.Writer, o *pivirtv1.Object, events []*resourcev1.Event, evErr error, now time.Time) error {
+// For a NetworkSegment, segments are every segment pivirtd has: those of
+// its network on other nodes (seed 003's delegated ranges) are listed
+// with their use.
+func Describe(w io.Writer, o *pivirtv1.Object, segments []*pivirtv1.Object, events []*resourcev1.Event, evErr error, now time.Time) error {
 	tw := newTabWriter(w)
 	m := o.Metadata
 	fmt.Fprintf(tw, "Name:\t%s\n", m.Name)
@@ -175,6 +193,8 @@ func Describe(w io.Writer, o *pivirtv1.Object, events []*resourcev1.Event, evErr
 		}
 	}
 
+	writeNetworkSegments(tw, o, segments)
+
 	switch {
 	case evErr != nil:
 		fmt.Fprintf(tw, "Events:\t<unavailable: %s>\n", strings.TrimPrefix(Message(evErr, ""), "error: "))
@@ -191,6 +211,63 @@ func Describe(w io.Writer, o *pivirtv1.Object, events []*resourcev1.Event, evErr
 		}
 	}
 	return tw.Flush()
+}
+
+// writeNetworkSegments lists the other segments of a segment's network
+// (one per node in clustered mode): name, node, delegated range and leases
+// in use of the range's size, from the status their node writes. Nothing
+// is written when there are none, as on a single node.
+func writeNetworkSegments(w io.Writer, o *pivirtv1.Object, segments []*pivirtv1.Object) {
+	ref := segmentNetwork(o)
+	if o.Kind != pivirtv1.KindNetworkSegment || ref == "" {
+		return
+	}
+	var rows []string
+	for _, s := range segments {
+		if s.Metadata.Name == o.Metadata.Name || segmentNetwork(s) != ref {
+			continue
+		}
+		var spec pivirtv1.NetworkSegmentSpec
+		_ = json.Unmarshal(s.Spec, &spec) // pivirtd stored it: it decodes
+		rng := none
+		if r, ok := spec.DelegatedRange(); ok {
+			rng = r.String()
+		}
+		use := none
+		var st struct {
+			RangeSize   *int `json:"rangeSize"`
+			LeasesInUse *int `json:"leasesInUse"`
+		}
+		if json.Unmarshal(s.Status, &st) == nil && st.RangeSize != nil && st.LeasesInUse != nil {
+			use = fmt.Sprintf("%d/%d", *st.LeasesInUse, *st.RangeSize)
+		}
+		rows = append(rows, fmt.Sprintf("  %s\t%s\t%s\t%s\n", s.Metadata.Name, orNone(s.Metadata.Labels[pivirtv1.NodeLabel]), rng, use))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	// A table of its own: its columns must not widen the description's.
+	var buf bytes.Buffer
+	tw := newTabWriter(&buf)
+	fmt.Fprintln(tw, "  Name\tNode\tRange\tLeases (in use/size)")
+	fmt.Fprintln(tw, "  ----\t----\t-----\t--------------------")
+	for _, r := range rows {
+		fmt.Fprint(tw, r)
+	}
+	_ = tw.Flush() // into a buffer: cannot fail
+	fmt.Fprintf(w, "Network %s, other segments:\n%s", ref, buf.Bytes())
+}
+
+// segmentNetwork is a NetworkSegment's spec.networkRef ("" for others).
+func segmentNetwork(o *pivirtv1.Object) string {
+	if o.Kind != pivirtv1.KindNetworkSegment {
+		return ""
+	}
+	var spec struct {
+		NetworkRef string `json:"networkRef"`
+	}
+	_ = json.Unmarshal(o.Spec, &spec)
+	return spec.NetworkRef
 }
 
 // eventAge is kubectl's event age: "5m", or "5m (x3 over 10m)" for a

@@ -8,7 +8,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"pivirt.hu/dataplane/control/store/etcd"
 	"pivirt.hu/dataplane/datapath/dhcp/responder"
 )
 
@@ -27,6 +29,7 @@ type Config struct {
 	EtcdCert      string   // --etcd-cert: client certificate (PEM) etcd checks
 	EtcdKey       string   // --etcd-key: its key
 	EtcdCA        string   // --etcd-ca: CAs of etcd's server certificate
+	EtcdPrefix    string   // --etcd-prefix: of every key; one cluster's nodes share it
 	Metrics       string   // --metrics: Prometheus /metrics address
 	Attach        string   // --attach: auto | xdp | tc
 	QMPDir        string   // --qmp-dir: the VMs' QMP sockets, <name>.qmp (vmRef)
@@ -47,6 +50,7 @@ func Defaults() Config {
 		BPFFS:       "/sys/fs/bpf/pivirt",
 		Node:        host,
 		Store:       "bbolt",
+		EtcdPrefix:  etcd.DefaultPrefix,
 		Attach:      "auto",
 		QMPDir:      "/run/pivirt/qmp",
 		NATRedirect: true,
@@ -67,6 +71,9 @@ func (c *Config) Validate() error {
 		}
 		if (c.EtcdCert == "") != (c.EtcdKey == "") {
 			errs = append(errs, errors.New("--etcd-cert and --etcd-key go together"))
+		}
+		if !strings.HasPrefix(c.EtcdPrefix, "/") || !strings.HasSuffix(c.EtcdPrefix, "/") {
+			errs = append(errs, fmt.Errorf("--etcd-prefix %q: want a key prefix that starts and ends in \"/\", such as %s", c.EtcdPrefix, etcd.DefaultPrefix))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--store %q: want bbolt or etcd", c.Store))

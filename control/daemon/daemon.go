@@ -70,6 +70,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry()}
+	d.index.Shared = cfg.Store == "etcd" // other nodes write it too
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	st, err := d.openStore()
@@ -151,7 +152,7 @@ func (d *Daemon) openStore() (store.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{TLS: tlsCfg})
+		return etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{TLS: tlsCfg, Prefix: d.cfg.EtcdPrefix})
 	}
 	return nil, fmt.Errorf("--store %s: this build has no %s backend yet", d.cfg.Store, d.cfg.Store)
 }

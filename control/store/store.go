@@ -19,6 +19,10 @@ var (
 	ErrConflict = errors.New("resourceVersion conflict: the object was modified; re-read and retry")
 	// ErrCompacted: Watch from a revision older than the history kept.
 	ErrCompacted = errors.New("requested revision has been compacted")
+	// ErrUnavailable: a shared store (etcd) did not answer in time or is
+	// unreachable. A write failing with it wrote nothing, unless only the
+	// answer to its commit was lost: a re-read tells.
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Store is the manifest store, shaped after etcd: one global revision that
@@ -64,6 +68,15 @@ type Tx interface {
 	Delete(kind, name, resourceVersion string) error
 	// Revision is the revision this transaction will commit as.
 	Revision() int64
+	// DependOn makes the commit depend on kind as if fn had listed it:
+	// when another transaction writes or deletes an object of kind after
+	// this one's snapshot (Revision()-1), this one does not commit and
+	// Update runs fn again. A caller that keeps its own copy of a kind
+	// between transactions (admission.Index) calls it instead of List, so
+	// what it decided from that copy holds across processes sharing the
+	// store. A store that runs transactions one after another has nothing
+	// to do.
+	DependOn(kind string) error
 }
 
 // Selector filters objects by labels (see api/labels).

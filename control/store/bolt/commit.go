@@ -215,6 +215,15 @@ func (t *tx) Get(kind, name string) (*pivirtv1.Object, error) {
 	return decode(data)
 }
 
+// DependOn does nothing: one committer runs every transaction after the
+// one before it, so no other write can come between fn and its commit.
+func (t *tx) DependOn(string) error {
+	if t.done {
+		return errTxDone
+	}
+	return nil
+}
+
 func (t *tx) List(kind string, sel store.Selector) ([]*pivirtv1.Object, error) {
 	if t.done {
 		return nil, errTxDone

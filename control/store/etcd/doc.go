@@ -15,7 +15,13 @@
 // if they hold; otherwise fn runs again on a fresh snapshot. So fn may run
 // more than once. Tx.Revision is R+1, exact unless another writer commits
 // in between; objects passed to Create/Put get the real revision after the
-// commit.
+// commit. Tx.DependOn adds a listed kind's compares without reading it.
+//
+// Every etcd call is bounded by Options.RequestTimeout (listing a kind by
+// ten times it) and fails at once while no endpoint is reachable: etcd's
+// client would otherwise wait for a connection as long as the caller's
+// context allows. Such failures are store.ErrUnavailable, naming the
+// endpoints.
 //
 // Watch uses etcd's watch. etcd's client buffers events of a slow consumer
 // in memory; a watch whose history was compacted ends with its channel

@@ -16,6 +16,9 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store"
@@ -28,6 +31,12 @@ var ErrClosed = errors.New("store is closed")
 const (
 	DefaultPrefix      = "/pivirt/"
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultRequestTimeout bounds one etcd call, so a write fails fast
+	// (store.ErrUnavailable) when etcd does not answer.
+	DefaultRequestTimeout = 2 * time.Second
+	// listFactor: listing a kind (up to 100,000 objects) may take this
+	// many request timeouts.
+	listFactor = 10
 	// maxAttempts bounds how often Update re-runs fn on conflicts.
 	maxAttempts = 1000
 )
@@ -38,6 +47,10 @@ type Options struct {
 	Prefix string
 	// DialTimeout bounds connecting in Open (default 5s).
 	DialTimeout time.Duration
+	// RequestTimeout bounds each etcd call (default 2s; listing a kind
+	// gets ten times as long): past it, or at once when no endpoint is
+	// reachable, the call fails with store.ErrUnavailable.
+	RequestTimeout time.Duration
 	// TLS, when set, is the client's TLS (ClientTLS builds it from the
 	// --etcd-cert, --etcd-key and --etcd-ca files); https endpoints need it.
 	TLS *tls.Config
@@ -48,6 +61,7 @@ type Store struct {
 	cli    *clientv3.Client
 	owned  bool // Close closes cli
 	prefix string
+	reqTO  time.Duration
 	ctx    context.Context // ends watches on Close
 	cancel context.CancelFunc
 }
@@ -77,11 +91,14 @@ func New(cli *clientv3.Client, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
 	if !strings.HasSuffix(opts.Prefix, "/") {
 		return nil, fmt.Errorf("etcd key prefix %q must end in \"/\"", opts.Prefix)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Store{cli: cli, prefix: opts.Prefix, ctx: ctx, cancel: cancel}, nil
+	return &Store{cli: cli, prefix: opts.Prefix, reqTO: opts.RequestTimeout, ctx: ctx, cancel: cancel}, nil
 }
 
 // Close ends every Watch and, for a Store made by Open, the connection.
@@ -132,7 +149,9 @@ func (s *Store) Get(ctx context.Context, kind, name string) (*pivirtv1.Object, e
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	resp, err := s.cli.Get(ctx, s.objectKey(kind, name))
+	resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return s.cli.Get(ctx, s.objectKey(kind, name))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("getting %s/%s: %w", kind, name, err)
 	}
@@ -147,7 +166,9 @@ func (s *Store) List(ctx context.Context, kind string, sel store.Selector) ([]*p
 	if err := s.check(ctx); err != nil {
 		return nil, 0, err
 	}
-	resp, err := s.cli.Get(ctx, s.kindPrefix(kind), clientv3.WithPrefix())
+	resp, err := call(ctx, s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return s.cli.Get(ctx, s.kindPrefix(kind), clientv3.WithPrefix())
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("listing %s: %w", kind, err)
 	}
@@ -160,7 +181,9 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	resp, err := s.cli.Get(ctx, s.prefix, clientv3.WithCountOnly())
+	resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return s.cli.Get(ctx, s.prefix, clientv3.WithCountOnly())
+	})
 	if err != nil {
 		return 0, fmt.Errorf("reading etcd revision: %w", err)
 	}
@@ -169,7 +192,9 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 
 // Compact discards etcd's history before rev (storetest.Compactor).
 func (s *Store) Compact(ctx context.Context, rev int64) error {
-	if _, err := s.cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+	if _, err := call(ctx, s, true, func(ctx context.Context) (*clientv3.CompactResponse, error) {
+		return s.cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
+	}); err != nil {
 		return fmt.Errorf("compacting etcd at %d: %w", rev, err)
 	}
 	return nil
@@ -200,6 +225,43 @@ func filterSort(kvs []*mvccpb.KeyValue, sel store.Selector, extra []*pivirtv1.Ob
 		return strings.Compare(a.Kind, b.Kind)
 	})
 	return out, nil
+}
+
+// call runs one etcd call within the request timeout (long: listing a
+// kind, listFactor times it). When etcd does not answer in time, or no
+// endpoint is reachable, it fails at once with store.ErrUnavailable
+// rather than wait for the caller's deadline: the client otherwise waits
+// for a connection as long as ctx lets it.
+func call[T any](ctx context.Context, s *Store, long bool, op func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if st := s.cli.ActiveConnection().GetState(); st == connectivity.TransientFailure {
+		return zero, fmt.Errorf("%w: etcd at %s is unreachable (connection %s)", store.ErrUnavailable, strings.Join(s.cli.Endpoints(), ","), st)
+	}
+	d := s.reqTO
+	if long {
+		d *= listFactor
+	}
+	cctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	v, err := op(cctx)
+	if err != nil && ctx.Err() == nil && unanswered(err) {
+		return zero, fmt.Errorf("%w: etcd at %s did not answer within %s: %v", store.ErrUnavailable, strings.Join(s.cli.Endpoints(), ","), d, err)
+	}
+	return v, err
+}
+
+// unanswered reports whether err says etcd did not answer (a deadline,
+// no connection, no leader) rather than that it refused the request.
+func unanswered(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	code := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	return code == codes.Unavailable || code == codes.DeadlineExceeded
 }
 
 func isCompacted(err error) bool {

@@ -20,6 +20,7 @@ import (
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
 )
 
 // certs writes a CA, a server certificate for 127.0.0.1 and a client
@@ -80,8 +81,8 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := startEtcdWith(t, "https", []string{"--cert-file", srvCert, "--key-file", srvKey,
-		"--trusted-ca-file", ca, "--client-cert-auth"}, good)
+	url := etcdtest.StartWith(t, etcdtest.Options{Scheme: "https", Extra: []string{"--cert-file", srvCert, "--key-file", srvKey,
+		"--trusted-ca-file", ca, "--client-cert-auth"}, Ready: good}).URL
 
 	st, err := Open([]string{url}, Options{TLS: good, Prefix: "/tls/"})
 	if err != nil {

@@ -36,7 +36,9 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (int64, err
 		if len(t.writes) == 0 {
 			return rev, nil
 		}
-		resp, err := s.cli.Txn(ctx).If(t.compares()...).Then(t.ops()...).Commit()
+		resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			return s.cli.Txn(ctx).If(t.compares()...).Then(t.ops()...).Commit()
+		})
 		if err != nil {
 			return 0, fmt.Errorf("committing: %w", err)
 		}
@@ -86,7 +88,9 @@ func (t *tx) read(key string) ([]byte, int64, error) {
 	if w, ok := t.writes[key]; ok {
 		return w.data, t.Revision(), nil
 	}
-	resp, err := t.s.cli.Get(t.ctx, key, clientv3.WithRev(t.rev))
+	resp, err := call(t.ctx, t.s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return t.s.cli.Get(ctx, key, clientv3.WithRev(t.rev))
+	})
 	if err != nil {
 		t.err = fmt.Errorf("reading %s at revision %d: %w", key, t.rev, err)
 		return nil, 0, t.err
@@ -121,7 +125,9 @@ func (t *tx) List(kind string, sel store.Selector) ([]*pivirtv1.Object, error) {
 		return nil, err
 	}
 	prefix := t.s.kindPrefix(kind)
-	resp, err := t.s.cli.Get(t.ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(t.rev))
+	resp, err := call(t.ctx, t.s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return t.s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(t.rev))
+	})
 	if err != nil {
 		t.err = fmt.Errorf("listing %s at revision %d: %w", kind, t.rev, err)
 		return nil, t.err
@@ -144,6 +150,16 @@ func (t *tx) List(kind string, sel store.Selector) ([]*pivirtv1.Object, error) {
 		}
 	}
 	return filterSort(kvs, sel, extra)
+}
+
+// DependOn adds the compares of a List of kind (see compares) without
+// reading it.
+func (t *tx) DependOn(kind string) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	t.listed[kind] = true
+	return nil
 }
 
 func (t *tx) Create(obj *pivirtv1.Object) error {

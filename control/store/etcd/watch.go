@@ -29,7 +29,9 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 			return nil, err
 		}
 		if fromRev <= cur {
-			_, err := s.cli.Get(ctx, s.prefix, clientv3.WithCountOnly(), clientv3.WithRev(fromRev))
+			_, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
+				return s.cli.Get(ctx, s.prefix, clientv3.WithCountOnly(), clientv3.WithRev(fromRev))
+			})
 			if isCompacted(err) {
 				return nil, fmt.Errorf("watching from revision %d: %w", fromRev, store.ErrCompacted)
 			}

@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"WatchConcurrentWrites", testWatchConcurrentWrites},
 		{"ConcurrentReadModifyWrite", testConcurrentReadModifyWrite},
+		{"DependOnKeptCopy", testDependOnKeptCopy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -633,6 +634,62 @@ func testConcurrentReadModifyWrite(t *testing.T, s store.Store) {
 	}
 	if got, want := string(get(t, s, kindA, "counter").Spec), fmt.Sprintf(`{"n":%d}`, workers*each); got != want {
 		t.Errorf("counter = %s, want %s", got, want)
+	}
+}
+
+// testDependOnKeptCopy: writers that decide from a copy of a kind read in
+// an earlier Update (trusted only while the store has not moved on since,
+// as admission.Index does) and DependOn it instead of listing it again,
+// keep an invariant over the kind under concurrency: of workers that each
+// add an object while fewer than limit exist, exactly limit succeed.
+func testDependOnKeptCopy(t *testing.T, s store.Store) {
+	const workers, limit, attempts = 8, 3, 500
+	errStale := errors.New("copy is stale")
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for range attempts {
+				// The copy: the kind's size at revision rev.
+				objs, rev, err := s.List(t.Context(), kindA, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(objs) >= limit {
+					return
+				}
+				_, err = s.Update(t.Context(), func(tx store.Tx) error {
+					if tx.Revision()-1 != rev {
+						return errStale // the store moved on: read again
+					}
+					if err := tx.DependOn(kindA); err != nil {
+						return err
+					}
+					return tx.Create(newObj(kindA, fmt.Sprintf("w%d", w), nil))
+				})
+				switch {
+				case err == nil:
+					return
+				case !errors.Is(err, errStale):
+					errs <- err
+					return
+				}
+			}
+			errs <- fmt.Errorf("worker %d: the copy was stale %d times", w, attempts)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	objs, _, err := s.List(t.Context(), kindA, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != limit {
+		t.Errorf("%d objects stored (%v), want %d", len(objs), names(objs), limit)
 	}
 }
 

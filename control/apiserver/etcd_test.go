@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package apiserver
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
+	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/store/etcd"
+	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+)
+
+// TestEtcdDown: with etcd gone (stopped: connections refused) or hung
+// (frozen: connections open, no answer), API writes fail with Unavailable
+// naming etcd instead of hanging until the caller gives up; with etcd
+// stopped, reads do too. The bound is generous: it shows the call does not
+// hang, it is no speed target.
+func TestEtcdDown(t *testing.T) {
+	for _, mode := range []string{"stopped", "frozen"} {
+		t.Run(mode, func(t *testing.T) { testEtcdDown(t, mode == "frozen") })
+	}
+}
+
+func testEtcdDown(t *testing.T, frozen bool) {
+	srv := etcdtest.Start(t)
+	st, err := etcd.Open([]string{srv.URL}, etcd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	index := admission.NewIndex()
+	index.Shared = true
+	rs := &ResourceServer{Store: st, Index: index, Recorder: events.NewRecorder(5), Clustered: true}
+	mux := http.NewServeMux()
+	mux.Handle(resourcev1connect.NewResourceServiceHandler(rs, HandlerOptions()...))
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	client := resourcev1connect.NewResourceServiceClient(hs.Client(), hs.URL)
+
+	lease := func(name, mac, ip string) []byte {
+		return []byte(`{"apiVersion":"pivirt.hu/v1","kind":"DHCPLease","metadata":{"name":"` + name +
+			`"},"spec":{"network":"br-x","macAddress":"` + mac + `","ipAddress":"` + ip + `"}}`)
+	}
+	resp, err := client.Apply(t.Context(), connect.NewRequest(&resourcev1.ApplyRequest{Objects: [][]byte{lease("before", "52:54:00:00:00:01", "10.0.0.5")}}))
+	if err != nil || resp.Msg.Results[0].Error != "" {
+		t.Fatalf("apply with etcd up: %v %v", err, resp.Msg.GetResults())
+	}
+	if frozen {
+		if err := srv.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		srv.Stop()
+	}
+
+	const bound = 5 * time.Second
+	calls := []struct {
+		name  string
+		write bool
+		call  func(ctx context.Context) error
+	}{
+		{"apply", true, func(ctx context.Context) error {
+			_, err := client.Apply(ctx, connect.NewRequest(&resourcev1.ApplyRequest{Objects: [][]byte{lease("after", "52:54:00:00:00:02", "10.0.0.6")}}))
+			return err
+		}},
+		{"delete", true, func(ctx context.Context) error {
+			_, err := client.Delete(ctx, connect.NewRequest(&resourcev1.DeleteRequest{Kind: "lease", Name: "before"}))
+			return err
+		}},
+		{"get", false, func(ctx context.Context) error {
+			_, err := client.Get(ctx, connect.NewRequest(&resourcev1.GetRequest{Kind: "lease", Name: "before"}))
+			return err
+		}},
+		{"list", false, func(ctx context.Context) error {
+			_, err := client.List(ctx, connect.NewRequest(&resourcev1.ListRequest{Kind: "leases"}))
+			return err
+		}},
+	}
+	for _, c := range calls {
+		if frozen && !c.write {
+			continue // a read may wait longer (listing a kind: 10 request timeouts)
+		}
+		t.Run(c.name, func(t *testing.T) {
+			// The caller would wait a minute: the answer must come first.
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			err := c.call(ctx)
+			took := time.Since(start)
+			if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "etcd") {
+				t.Errorf("err = %v (code %v), want Unavailable naming etcd", err, connect.CodeOf(err))
+			}
+			if took > bound {
+				t.Errorf("answered after %v, want within %v", took, bound)
+			}
+			t.Logf("%s: %v after %v", c.name, err, took.Round(time.Millisecond))
+		})
+	}
+}
