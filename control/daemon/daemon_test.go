@@ -33,6 +33,15 @@ func TestConfigValidate(t *testing.T) {
 		{"etcd cert without key", func(c *daemon.Config) {
 			c.Store, c.EtcdEndpoints, c.EtcdCert = "etcd", []string{"https://127.0.0.1:2379"}, "c.pem"
 		}, []string{"--etcd-cert and --etcd-key go together"}},
+		{"etcd prefix", func(c *daemon.Config) {
+			c.Store, c.EtcdEndpoints, c.EtcdPrefix = "etcd", []string{"http://127.0.0.1:2379"}, "/lab-a/"
+		}, nil},
+		{"etcd prefix without trailing slash", func(c *daemon.Config) {
+			c.Store, c.EtcdEndpoints, c.EtcdPrefix = "etcd", []string{"http://127.0.0.1:2379"}, "/lab-a"
+		}, []string{`--etcd-prefix "/lab-a": want a key prefix that starts and ends in "/"`}},
+		{"relative etcd prefix", func(c *daemon.Config) {
+			c.Store, c.EtcdEndpoints, c.EtcdPrefix = "etcd", []string{"http://127.0.0.1:2379"}, "lab-a/"
+		}, []string{`--etcd-prefix "lab-a/"`}},
 		{"attach mode", func(c *daemon.Config) { c.Attach = "bpfilter" }, []string{`--attach "bpfilter": want auto, xdp or tc`}},
 		{"tcp without tokens", func(c *daemon.Config) { c.Listen = "127.0.0.1:7443" }, []string{"--listen 127.0.0.1:7443 needs --token-file"}},
 		{"no API at all", func(c *daemon.Config) { c.Socket = "" }, []string{"neither --socket nor --listen"}},
