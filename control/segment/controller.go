@@ -31,8 +31,9 @@ type Status struct {
 	Free          int    `json:"free"`
 	// DHCPSocketDrops counts requests the kernel dropped before the
 	// responder read them (its receive buffer was full), as of this
-	// status's write (pivirt_dhcp_socket_drops_total is live).
-	DHCPSocketDrops uint64 `json:"dhcpSocketDrops,omitempty"`
+	// status's write (pivirt_dhcp_socket_drops_total is live); set, 0
+	// included, while the segment serves DHCP.
+	DHCPSocketDrops *uint64 `json:"dhcpSocketDrops,omitempty"`
 }
 
 // Segment is the decoded NetworkSegment every controller shares.
@@ -128,8 +129,9 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		st.RangeSize, st.Reserved, st.LeasesInUse = usage(seg, snap, now)
 		st.Free = max(st.RangeSize-st.Reserved-st.LeasesInUse, 0)
-		if c.DHCP != nil {
-			st.DHCPSocketDrops = c.DHCP.SocketDrops(seg.Name)
+		if c.DHCP != nil && st.DHCP == "running" {
+			d := c.DHCP.SocketDrops(seg.Name)
+			st.DHCPSocketDrops = &d
 		}
 		updates = append(updates, update{o, st})
 	}

@@ -117,6 +117,9 @@ spec: {networkRef: net-a, bridge: br-sega, hostIP: 10.70.0.1/24, dhcp: {delegate
 	if err := got.DecodeStatus(&status); err != nil || status.Phase != pivirtv1.PhaseReady || status.DHCP != "running" || status.RangeSize != 11 {
 		t.Errorf("status %+v (%v), want Ready, DHCP running, range of 11", status, err)
 	}
+	if status.DHCPSocketDrops == nil || *status.DHCPSocketDrops != 0 {
+		t.Errorf("status dhcpSocketDrops %v, want 0 shown while DHCP runs", status.DHCPSocketDrops)
+	}
 	if want := [][]string{{"seg-a"}, nil}; !slices.EqualFunc(dhcp.calls, want, slices.Equal[[]string]) {
 		t.Errorf("DHCP syncs %v, want %v", dhcp.calls, want)
 	}
