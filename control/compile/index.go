@@ -426,3 +426,15 @@ func (x *Index) resolvePort(i uint32, ch *Changed, status map[Ref]bool) {
 		ch.ACL = append(ch.ACL, k)
 	}
 }
+
+// PortInterfaces are the interfaces the ports name (in their status), so
+// a guard on any other may be detached.
+func (x *Index) PortInterfaces() map[string]bool {
+	out := make(map[string]bool, len(x.ports))
+	for n := range x.ports {
+		if ifc := x.d.Status[Ref{pivirtv1.KindPortSecurity, n}].Interface; ifc != "" {
+			out[ifc] = true
+		}
+	}
+	return out
+}

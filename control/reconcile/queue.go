@@ -38,6 +38,9 @@ type Delta struct {
 	Objects map[Ref]*pivirtv1.Object
 	// Decode is Snapshot.Decode.
 	Decode func(*pivirtv1.Object) (pivirtv1.Spec, error)
+	// Get returns the cached object kind/name now, or nil: for the
+	// statuses of objects a change affects without changing them.
+	Get func(kind, name string) *pivirtv1.Object
 	// Full is set when the cache re-listed since the last pass (its
 	// watch fell behind): what changed is not known, so the reconciler
 	// must take a Snapshot.
@@ -99,7 +102,7 @@ func (q *Queue) Delta() Delta {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	dirty, full := q.take()
-	d := Delta{Revision: c.rev, Objects: make(map[Ref]*pivirtv1.Object, len(dirty)), Decode: c.decode, Full: full}
+	d := Delta{Revision: c.rev, Objects: make(map[Ref]*pivirtv1.Object, len(dirty)), Decode: c.decode, Get: c.Get, Full: full}
 	for r := range dirty {
 		o := c.objs[r.Kind][r.Name]
 		if o != nil && pivirtv1.PlacedElsewhere(o, c.Node) {
