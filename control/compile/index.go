@@ -39,8 +39,10 @@ type Index struct {
 	byBridge map[string]*segment
 
 	leases map[string]*leaseOut // by name
-	byKey  map[leasemap.Key]map[string]*leaseOut
-	byIP   map[segIP]map[string]*leaseOut
+	// Leases by key and by address; nearly every group has one lease, so
+	// a slice (the memory of 10,000 leases is most of the index's).
+	byKey map[leasemap.Key][]*leaseOut
+	byIP  map[segIP][]*leaseOut
 
 	ports     map[string]*portOut // by name
 	byIfindex map[uint32]map[string]*portOut
@@ -94,7 +96,7 @@ type Changed struct {
 // NewIndex compiles objs (other kinds are ignored) against host.
 func NewIndex(objs []*pivirtv1.Object, host Host) *Index {
 	x := &Index{host: host, segs: map[string]*segment{}, byBridge: map[string]*segment{},
-		leases: map[string]*leaseOut{}, byKey: map[leasemap.Key]map[string]*leaseOut{}, byIP: map[segIP]map[string]*leaseOut{},
+		leases: map[string]*leaseOut{}, byKey: map[leasemap.Key][]*leaseOut{}, byIP: map[segIP][]*leaseOut{},
 		ports: map[string]*portOut{}, byIfindex: map[uint32]map[string]*portOut{}, owner: map[uint32]*portOut{},
 		d: Desired{
 			Ports:  map[portmap.Key]portmap.Value{},
@@ -158,8 +160,8 @@ func (x *Index) Update(changed map[Ref]*pivirtv1.Object) (Changed, error) {
 		case pivirtv1.KindDHCPLease:
 			if old := x.leases[r.Name]; old != nil && old.cand {
 				keys[old.key], ips[old.ipKey()] = true, true
-				delete(x.byKey[old.key], r.Name)
-				delete(x.byIP[old.ipKey()], r.Name)
+				removeFrom(x.byKey, old.key, old)
+				removeFrom(x.byIP, old.ipKey(), old)
 			}
 			delete(x.leases, r.Name)
 			delete(x.d.Status, r)
@@ -172,8 +174,8 @@ func (x *Index) Update(changed map[Ref]*pivirtv1.Object) (Changed, error) {
 			status[r] = true
 			if l.cand {
 				keys[l.key], ips[l.ipKey()] = true, true
-				addTo(x.byKey, l.key, r.Name, l)
-				addTo(x.byIP, l.ipKey(), r.Name, l)
+				x.byKey[l.key] = append(x.byKey[l.key], l)
+				x.byIP[l.ipKey()] = append(x.byIP[l.ipKey()], l)
 			}
 		case pivirtv1.KindPortSecurity:
 			if old := x.ports[r.Name]; old != nil && old.ifindex != 0 {
@@ -196,23 +198,19 @@ func (x *Index) Update(changed map[Ref]*pivirtv1.Object) (Changed, error) {
 		}
 	}
 	for k := range keys {
-		for n := range x.byKey[k] {
-			status[Ref{pivirtv1.KindDHCPLease, n}] = true
+		for _, l := range x.byKey[k] {
+			status[Ref{pivirtv1.KindDHCPLease, l.name}] = true
 		}
 		if w := x.winner(k); w != nil {
 			x.d.Leases[k] = w.val
 		} else {
 			delete(x.d.Leases, k)
-			delete(x.byKey, k)
 		}
 		ch.Leases = append(ch.Leases, k)
 	}
 	for a := range ips {
-		for n := range x.byIP[a] {
-			status[Ref{pivirtv1.KindDHCPLease, n}] = true
-		}
-		if len(x.byIP[a]) == 0 {
-			delete(x.byIP, a)
+		for _, l := range x.byIP[a] {
+			status[Ref{pivirtv1.KindDHCPLease, l.name}] = true
 		}
 	}
 	for r := range status {
@@ -244,6 +242,17 @@ func uniq[K comparable](ks []K) []K {
 		}
 	}
 	return out
+}
+
+// removeFrom takes l out of its group k, and the group out of m once
+// it is empty.
+func removeFrom[K comparable](m map[K][]*leaseOut, k K, l *leaseOut) {
+	g := slices.DeleteFunc(m[k], func(o *leaseOut) bool { return o == l })
+	if len(g) == 0 {
+		delete(m, k)
+		return
+	}
+	m[k] = g
 }
 
 func addTo[K comparable, V any](m map[K]map[string]V, k K, name string, v V) {

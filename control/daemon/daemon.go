@@ -198,6 +198,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 			Func:  segments.Reconcile,
 		},
 		guardLoop,
+		controllerFunc{"guard-status", guards.RunStatus},
 		controllerFunc{"link-watch", func(ctx context.Context) error { return portguard.WatchLinks(ctx, guardLoop.Trigger) }},
 		d.nat,
 	}, nil

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -87,6 +88,15 @@ type Controller struct {
 	idx *compile.Index
 	// repairs counts, per map, the entries resync passes wrote.
 	repairs map[string]uint64
+	// pending are the statuses Changes passes computed, by object, for
+	// RunStatus to write; epoch counts full passes, whose statuses
+	// supersede them.
+	pending     map[compile.Ref]reconcile.StatusUpdate
+	epoch       atomic.Uint64
+	statusMu    sync.Mutex // orders status writes
+	statusKick  chan struct{}
+	statusOnce  sync.Once
+	asyncStatus atomic.Bool
 }
 
 // Reconcile is a reconcile.Func over NetworkSegment, DHCPLease and
@@ -138,7 +148,13 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			updates = append(updates, u)
 		}
 	}
-	if err := reconcile.SetStatuses(ctx, c.Store, c.Index, updates); err != nil {
+	// Every status is here: those Changes left for RunStatus are older.
+	c.epoch.Add(1)
+	c.pending = nil
+	c.statusMu.Lock()
+	err = reconcile.SetStatuses(ctx, c.Store, c.Index, updates)
+	c.statusMu.Unlock()
+	if err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -214,7 +230,7 @@ func (c *Controller) Changes(ctx context.Context, d reconcile.Delta) error {
 		}
 		updates = append(updates, pu...)
 	}
-	if err := reconcile.SetStatuses(ctx, c.Store, c.Index, updates); err != nil {
+	if err := c.writeStatuses(ctx, updates); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -125,7 +125,8 @@ spec: {interface: %s, macAddress: "52:54:00:00:00:01", ipAddresses: [10.1.0.5]}
 // does, from a store cache through a loop with Changes, in a namespace of
 // its own: after the first full pass a reservation and a PortSecurity
 // reach the maps (and get their statuses) through Changes alone; resync
-// passes over maps written that way repair nothing; an entry changed
+// passes over maps written that way repair nothing (statuses written in
+// batches by RunStatus, as in pivirtd); an entry changed
 // and one added behind the controller's back are repaired by the next
 // resync, and pivirt_resync_repairs_total counts both.
 func TestPrivilegedIncrementalAndResync(t *testing.T) {
@@ -173,10 +174,11 @@ func TestPrivilegedIncrementalAndResync(t *testing.T) {
 			}
 			return err
 		}}
-	done := make(chan struct{}, 2)
+	done := make(chan struct{}, 3)
 	go func() { _ = cache.Run(ctx); done <- struct{}{} }()
 	go func() { _ = ns.Do(func() error { return loop.Run(ctx) }); done <- struct{}{} }()
-	defer func() { cancel(); <-done; <-done }()
+	go func() { _ = c.RunStatus(ctx); done <- struct{}{} }()
+	defer func() { cancel(); <-done; <-done; <-done }()
 	waitUntil := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
