@@ -124,11 +124,11 @@ spec: {interface: %s, macAddress: "52:54:00:00:00:01", ipAddresses: [10.1.0.5]}
 // TestPrivilegedIncrementalAndResync runs the guard the way pivirtd
 // does, from a store cache through a loop with Changes, in a namespace of
 // its own: after the first full pass a reservation and a PortSecurity
-// reach the maps (and get their statuses) through Changes alone; resync
-// passes over maps written that way repair nothing (statuses written in
-// batches by RunStatus, as in pivirtd); an entry changed
-// and one added behind the controller's back are repaired by the next
-// resync, and pivirt_resync_repairs_total counts both.
+// reach the maps (and get their statuses, batched by RunStatus as in
+// pivirtd) through Changes alone; resync passes over maps written that
+// way repair nothing; an entry changed and one added behind the
+// controller's back are repaired by the next resync, and
+// pivirt_resync_repairs_total counts both.
 func TestPrivilegedIncrementalAndResync(t *testing.T) {
 	testutil.RequireBPF(t)
 	ns := testutil.NewNetNS(t)

@@ -52,14 +52,15 @@ func main() {
 	singles := flag.Int("singles", 500, "single applies timed for the latency figures")
 	maplat := flag.Int("maplat", 300, "single applies timed until their entry is in the map, per kind")
 	extra := flag.String("pivirtd-args", "", "extra pivirtd flags, space separated (e.g. --metrics 127.0.0.1:9977 for pprof)")
+	daemonLog := flag.String("daemon-log", "", "write pivirtd's log to this file (with --log-level debug in -pivirtd-args: every pass)")
 	flag.Parse()
-	if err := run(*pivirtd, *pivirtctl, *n, *singles, *maplat, strings.Fields(*extra)); err != nil {
+	if err := run(*pivirtd, *pivirtctl, *n, *singles, *maplat, strings.Fields(*extra), *daemonLog); err != nil {
 		fmt.Fprintln(os.Stderr, "applybench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(pivirtd, pivirtctl string, n, singles, maplat int, extra []string) error {
+func run(pivirtd, pivirtctl string, n, singles, maplat int, extra []string, daemonLog string) error {
 	dir, err := os.MkdirTemp("", "applybench-")
 	if err != nil {
 		return err
@@ -96,6 +97,14 @@ func run(pivirtd, pivirtctl string, n, singles, maplat int, extra []string) erro
 	d := exec.Command("nsenter", args...)
 	var dlog bytes.Buffer
 	d.Stdout, d.Stderr = &dlog, &dlog
+	if daemonLog != "" {
+		f, err := os.Create(daemonLog)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		d.Stdout, d.Stderr = f, f
+	}
 	if err := d.Start(); err != nil {
 		return fmt.Errorf("starting pivirtd: %w", err)
 	}
