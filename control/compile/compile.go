@@ -106,7 +106,12 @@ type segment struct {
 // Compile computes the desired guard maps from objects (other kinds are
 // ignored) and host facts. Objects that cannot be compiled do not stop
 // the others; their status says why.
-func Compile(objs []*pivirtv1.Object, host Host) Desired { return NewIndex(objs, host).d }
+func Compile(objs []*pivirtv1.Object, host Host) Desired {
+	x := NewIndex(objs, host)
+	d := x.d
+	d.Status = x.Statuses()
+	return d
+}
 
 func decodeSegment(o *pivirtv1.Object, h Host) (*segment, error) {
 	sp, err := h.spec(o)

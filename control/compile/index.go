@@ -57,15 +57,20 @@ var ErrSegmentChanged = errors.New("a NetworkSegment changed: the index must be 
 
 type segIP struct{ seg, ip uint32 }
 
-// leaseOut is one lease compiled on its own.
+// leaseOut is one lease compiled on its own. It is kept for every lease,
+// so it holds no more than its status needs (not the object: that would
+// keep each lease's previous version alive beside the cache's).
 type leaseOut struct {
-	name string
-	obj  *pivirtv1.Object
-	st   Status // before other leases are considered
-	cand bool   // it has an entry (key, val)
-	key  leasemap.Key
-	val  leasemap.Value
-	stat bool
+	name    string
+	created *time.Time
+	// Its status before other leases are considered: phase, message and
+	// the segment it was placed on, if any.
+	phase, msg string
+	seg        *segment
+	cand       bool // it has an entry (key, val)
+	stat       bool
+	key        leasemap.Key
+	val        leasemap.Value
 }
 
 // portOut is one port compiled on its own.
@@ -132,8 +137,32 @@ func NewIndex(objs []*pivirtv1.Object, host Host) *Index {
 }
 
 // Desired is the content every guard map should have. It is the Index's
-// own: the caller must not modify it.
+// own: the caller must not modify it. Its Status holds the ports' only
+// (a lease's is computed when asked for: Status, Statuses).
 func (x *Index) Desired() Desired { return x.d }
+
+// Status returns the status of r, false if the index has no such object.
+func (x *Index) Status(r Ref) (Status, bool) {
+	if r.Kind == pivirtv1.KindDHCPLease {
+		l, ok := x.leases[r.Name]
+		if !ok {
+			return Status{}, false
+		}
+		return x.leaseStatus(l), true
+	}
+	st, ok := x.d.Status[r]
+	return st, ok
+}
+
+// Statuses returns the status of every object.
+func (x *Index) Statuses() map[Ref]Status {
+	out := make(map[Ref]Status, len(x.d.Status)+len(x.leases))
+	maps.Copy(out, x.d.Status)
+	for n, l := range x.leases {
+		out[Ref{pivirtv1.KindDHCPLease, n}] = x.leaseStatus(l)
+	}
+	return out
+}
 
 // Host are the facts the Index was compiled against.
 func (x *Index) Host() Host { return x.host }
@@ -170,7 +199,6 @@ func (x *Index) Update(changed map[Ref]*pivirtv1.Object) (Changed, error) {
 			}
 			l := x.compileLease(o)
 			x.leases[r.Name] = l
-			x.d.Status[r] = l.st
 			status[r] = true
 			if l.cand {
 				keys[l.key], ips[l.ipKey()] = true, true
@@ -213,16 +241,11 @@ func (x *Index) Update(changed map[Ref]*pivirtv1.Object) (Changed, error) {
 			status[Ref{pivirtv1.KindDHCPLease, l.name}] = true
 		}
 	}
-	for r := range status {
-		if l := x.leases[r.Name]; r.Kind == pivirtv1.KindDHCPLease && l != nil {
-			x.d.Status[r] = x.leaseStatus(l)
-		}
-	}
 	for i := range ifindexes {
 		x.resolvePort(i, &ch, status)
 	}
 	for r := range status {
-		if _, ok := x.d.Status[r]; ok {
+		if _, ok := x.Status(r); ok {
 			ch.Status = append(ch.Status, r)
 		}
 	}
@@ -294,13 +317,16 @@ func (x *Index) holder(a segIP) *leaseOut {
 // address another MAC still holds dynamically is AddressHeld, and a lease
 // that loses its key to another is Failed.
 func (x *Index) leaseStatus(l *leaseOut) Status {
-	st := l.st
+	st := Status{Phase: l.phase, Message: l.msg}
+	if l.seg != nil {
+		st.Segment, st.SegID = l.seg.Name, l.seg.id
+	}
 	if !l.cand {
 		return st
 	}
 	if h := x.holder(l.ipKey()); l.stat && h != nil && h.key.Mac != l.key.Mac {
-		since := l.obj.Metadata.CreationTimestamp
-		if t := h.obj.Metadata.CreationTimestamp; since == nil || (t != nil && t.After(*since)) {
+		since := l.created
+		if t := h.created; since == nil || (t != nil && t.After(*since)) {
 			since = t
 		}
 		cond := pivirtv1.Condition{Type: ConditionAddressHeld, Status: "True", Reason: "DynamicLease",
@@ -319,9 +345,9 @@ func (x *Index) leaseStatus(l *leaseOut) Status {
 
 // compileLease compiles one lease on its own.
 func (x *Index) compileLease(o *pivirtv1.Object) *leaseOut {
-	l := &leaseOut{name: o.Metadata.Name, obj: o}
+	l := &leaseOut{name: o.Metadata.Name, created: o.Metadata.CreationTimestamp}
 	fail := func(phase string, format string, a ...any) *leaseOut {
-		l.st.Phase, l.st.Message = phase, fmt.Sprintf(format, a...)
+		l.phase, l.msg = phase, fmt.Sprintf(format, a...)
 		return l
 	}
 	sp, err := x.host.spec(o)
@@ -339,7 +365,7 @@ func (x *Index) compileLease(o *pivirtv1.Object) *leaseOut {
 	}
 	mac, ip := [6]byte(ls.MAC), ls.IP
 	if !seg.inRange(ip) {
-		l.st.Segment, l.st.SegID = seg.Name, seg.id
+		l.seg = seg
 		return fail(pivirtv1.PhasePending, "spec.ipAddress: %s is outside the range %s of segment %s", ip, seg.lease, seg.Name)
 	}
 	lt := seg.LeaseTime
@@ -355,7 +381,7 @@ func (x *Index) compileLease(o *pivirtv1.Object) *leaseOut {
 		flags = guard.LeaseStatic
 	case pivirtv1.LeaseDynamic:
 		if spec.ExpiresAt == nil {
-			l.st.Segment, l.st.SegID = seg.Name, seg.id
+			l.seg = seg
 			return fail(pivirtv1.PhasePending, "dynamic lease without expiresAt")
 		}
 		expires = *spec.ExpiresAt
@@ -369,7 +395,7 @@ func (x *Index) compileLease(o *pivirtv1.Object) *leaseOut {
 	}
 	l.cand, l.key, l.stat = true, leasemap.NewKey(seg.id, mac), flags == guard.LeaseStatic
 	l.val = leasemap.NewValue(ip, flags, expires, lt, x.host.ClockOffset)
-	l.st = Status{Phase: pivirtv1.PhaseReady, Segment: seg.Name, SegID: seg.id}
+	l.phase, l.seg = pivirtv1.PhaseReady, seg
 	return l
 }
 

@@ -66,7 +66,7 @@ func TestIndexUpdateMatchesCompile(t *testing.T) {
 	for step := range 600 {
 		before := x.Desired()
 		before = compile.Desired{Ports: maps.Clone(before.Ports), Allow4: maps.Clone(before.Allow4), Allow6: maps.Clone(before.Allow6),
-			Leases: maps.Clone(before.Leases), ACL: maps.Clone(before.ACL), Status: maps.Clone(before.Status)}
+			Leases: maps.Clone(before.Leases), ACL: maps.Clone(before.ACL), Status: x.Statuses()}
 		changes := map[compile.Ref]*pivirtv1.Object{}
 		for range 1 + rng.IntN(2) {
 			r := refs[rng.IntN(len(refs))]
@@ -84,6 +84,7 @@ func TestIndexUpdateMatchesCompile(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, want := x.Desired(), compile.Compile(all(), host)
+		got.Status = x.Statuses()
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("step %d (%d changes): index differs from Compile (-compile +index):\n%s", step, len(changes), diff)
 		}

@@ -144,7 +144,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		errs = append(errs, err)
 	}
 	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
-		if u, ok := leaseStatus(o, desired, snap.Decode); ok {
+		if u, ok := leaseStatus(o, c.idx, snap.Decode); ok {
 			updates = append(updates, u)
 		}
 	}
@@ -214,7 +214,7 @@ func (c *Controller) Changes(ctx context.Context, d reconcile.Delta) error {
 		}
 		if r.Kind == pivirtv1.KindPortSecurity {
 			portObjs = append(portObjs, o)
-		} else if u, ok := leaseStatus(o, desired, d.Decode); ok {
+		} else if u, ok := leaseStatus(o, c.idx, d.Decode); ok {
 			updates = append(updates, u)
 		}
 	}
@@ -268,12 +268,12 @@ func (c *Controller) syncMaps(rev int64, d compile.Desired, clockOffset time.Dur
 // those get their status from the DHCP server, in the transaction that
 // stores them, and writing it again here would double the store writes
 // of every ACK.
-func leaseStatus(o *pivirtv1.Object, desired compile.Desired, decode func(*pivirtv1.Object) (pivirtv1.Spec, error)) (reconcile.StatusUpdate, bool) {
+func leaseStatus(o *pivirtv1.Object, idx *compile.Index, decode func(*pivirtv1.Object) (pivirtv1.Spec, error)) (reconcile.StatusUpdate, bool) {
 	spec := (reconcile.Snapshot{Decode: decode}).Spec
 	if sp, err := spec(o); err == nil && sp.(*pivirtv1.DHCPLeaseSpec).Type == pivirtv1.LeaseDynamic {
 		return reconcile.StatusUpdate{}, false
 	}
-	st := desired.Status[compile.Ref{Kind: o.Kind, Name: o.Metadata.Name}]
+	st, _ := idx.Status(compile.Ref{Kind: o.Kind, Name: o.Metadata.Name})
 	ls := pivirtv1.DHCPLeaseStatus{Status: pivirtv1.Status{Phase: st.Phase, Message: st.Message, ObservedGeneration: o.Metadata.Generation,
 		Conditions: st.Conditions}, SegmentID: st.SegID}
 	return reconcile.StatusUpdate{Object: o, Status: ls}, true
