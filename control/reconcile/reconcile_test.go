@@ -59,13 +59,13 @@ func TestCacheAndLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() })
 	put(t, st, lease("a", "10.0.0.1"))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := NewCache(st, slog.Default())
-	go func() { _ = c.Run(ctx) }()
+	start(t, cancel, func() { _ = c.Run(ctx) })
 
 	var last atomic.Pointer[Snapshot]
 	var fails atomic.Int32
@@ -78,7 +78,7 @@ func TestCacheAndLoop(t *testing.T) {
 			last.Store(&s)
 			return nil
 		}}
-	go func() { _ = loop.Run(ctx) }()
+	start(t, cancel, func() { _ = loop.Run(ctx) })
 
 	ips := func() map[string]string {
 		s := last.Load()
@@ -129,7 +129,7 @@ func TestSnapshotPlacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() })
 	for name, node := range map[string]string{"mine": "n1", "theirs": "n2", "everyones": ""} {
 		o := lease(name, "10.0.0.1")
 		if node != "" {
@@ -141,7 +141,7 @@ func TestSnapshotPlacement(t *testing.T) {
 	defer cancel()
 	c := NewCache(st, slog.Default())
 	c.Node = "n1"
-	go func() { _ = c.Run(ctx) }()
+	start(t, cancel, func() { _ = c.Run(ctx) })
 	<-c.Synced()
 	names := func(objs []*pivirtv1.Object) []string {
 		var out []string
@@ -176,12 +176,12 @@ func TestQueueAndChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() })
 	put(t, st, lease("a", "10.0.0.1"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := NewCache(st, slog.Default())
-	go func() { _ = c.Run(ctx) }()
+	start(t, cancel, func() { _ = c.Run(ctx) })
 
 	var fulls atomic.Int32
 	deltas := make(chan Delta, 16)
@@ -196,7 +196,7 @@ func TestQueueAndChanges(t *testing.T) {
 			}
 			return nil
 		}}
-	go func() { _ = loop.Run(ctx) }()
+	start(t, cancel, func() { _ = loop.Run(ctx) })
 	waitUntil(t, "the first full pass", func() bool { return fulls.Load() == 1 })
 	next := func() Delta {
 		t.Helper()
@@ -243,4 +243,20 @@ func TestQueueAndChanges(t *testing.T) {
 		t.Errorf("unexpected delta %v", names(d))
 	case <-time.After(50 * time.Millisecond):
 	}
+}
+
+// start runs f until the test ends: its cleanup cancels ctx and waits
+// for f, so the cleanups registered before it (the store's Close) run
+// once nothing uses the store any more.
+func start(t *testing.T, cancel context.CancelFunc, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 }
