@@ -3,7 +3,6 @@
 package compile
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -108,38 +107,9 @@ type segment struct {
 // ignored) and host facts. Objects that cannot be compiled do not stop
 // the others; their status says why.
 func Compile(objs []*pivirtv1.Object, host Host) Desired {
-	d := Desired{
-		Ports:  map[portmap.Key]portmap.Value{},
-		Allow4: map[allowmap.Key4]allowmap.Value{},
-		Allow6: map[allowmap.Key6]allowmap.Value{},
-		Leases: map[leasemap.Key]leasemap.Value{},
-		ACL:    map[aclmap.Key]aclmap.Value{},
-		Status: map[Ref]Status{},
-	}
-	objs = slices.Clone(objs)
-	slices.SortFunc(objs, func(a, b *pivirtv1.Object) int {
-		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Metadata.Name, b.Metadata.Name))
-	})
-
-	segs := map[string]*segment{} // by bridge and by networkRef
-	byBridge := map[string]*segment{}
-	for _, o := range objs {
-		if o.Kind != pivirtv1.KindNetworkSegment {
-			continue
-		}
-		s, err := decodeSegment(o, host)
-		if err != nil {
-			continue // the segment controller reports it
-		}
-		byBridge[s.Spec.Bridge] = s
-		segs[s.Spec.Bridge] = s
-		if s.Spec.NetworkRef != "" {
-			segs[s.Spec.NetworkRef] = s
-		}
-	}
-
-	compileLeases(&d, objs, segs, host)
-	compilePorts(&d, objs, byBridge, host)
+	x := NewIndex(objs, host)
+	d := x.d
+	d.Status = x.Statuses()
 	return d
 }
 
@@ -159,153 +129,17 @@ func (s *segment) inRange(a netip.Addr) bool {
 	return a.Is4() && s.lease.Contains(a) && a != s.HostIP.Addr()
 }
 
-func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment, host Host) {
-	type cand struct {
-		name string
-		key  leasemap.Key
-		val  leasemap.Value
-		stat bool
-		obj  *pivirtv1.Object
-	}
-	var cands []cand
-	for _, o := range objs {
-		if o.Kind != pivirtv1.KindDHCPLease {
-			continue
-		}
-		ref := Ref{pivirtv1.KindDHCPLease, o.Metadata.Name}
-		sp, err := host.spec(o)
-		if err != nil {
-			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: err.Error()}
-			continue
-		}
-		spec := sp.(*pivirtv1.DHCPLeaseSpec)
-		seg, ok := segs[spec.Network]
-		if !ok {
-			d.Status[ref] = Status{Phase: pivirtv1.PhasePending,
-				Message: fmt.Sprintf("network %q: no NetworkSegment with that bridge or networkRef", spec.Network)}
-			continue
-		}
-		l, err := pivirtv1.NewLease(o, spec)
-		if err != nil {
-			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: err.Error()}
-			continue
-		}
-		mac, ip := [6]byte(l.MAC), l.IP
-		if !seg.inRange(ip) {
-			d.Status[ref] = Status{Phase: pivirtv1.PhasePending, Segment: seg.Name, SegID: seg.id,
-				Message: fmt.Sprintf("spec.ipAddress: %s is outside the range %s of segment %s", ip, seg.lease, seg.Name)}
-			continue
-		}
-		lt := seg.LeaseTime
-		if spec.LeaseTime > 0 {
-			lt = time.Duration(spec.LeaseTime) * time.Second
-		}
-		var (
-			flags   guard.LeaseFlags
-			expires time.Time
-		)
-		switch spec.Type {
-		case pivirtv1.LeaseStatic:
-			flags = guard.LeaseStatic
-		case pivirtv1.LeaseDynamic:
-			if spec.ExpiresAt == nil {
-				d.Status[ref] = Status{Phase: pivirtv1.PhasePending, Segment: seg.Name, SegID: seg.id,
-					Message: "dynamic lease without expiresAt"}
-				continue
-			}
-			expires = *spec.ExpiresAt
-			if pivirtv1.IsProvisioning(o) {
-				// The interlock holds it: the pin must not lapse (as
-				// control/dhcpd binds it).
-				expires = expires.Add(pivirtv1.HeldPinLifetime)
-			}
-		default:
-			d.Status[ref] = Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf("spec.type: unknown %q", spec.Type)}
-			continue
-		}
-		cands = append(cands, cand{name: o.Metadata.Name, key: leasemap.NewKey(seg.id, mac),
-			val: leasemap.NewValue(ip, flags, expires, lt, host.ClockOffset), stat: flags == guard.LeaseStatic, obj: o})
-		d.Status[ref] = Status{Phase: pivirtv1.PhaseReady, Segment: seg.Name, SegID: seg.id}
-	}
-	// One lease per MAC and segment: a static reservation beats a dynamic
-	// lease, then the first name wins; admission should prevent this.
-	slices.SortStableFunc(cands, func(a, b cand) int {
-		if a.stat != b.stat {
-			if a.stat {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.name, b.name)
-	})
-	// A reservation whose address another MAC still holds dynamically.
-	type segIP struct {
-		seg uint32
-		ip  uint32
-	}
-	dynamicAt := map[segIP]cand{}
-	for _, c := range cands {
-		if !c.stat {
-			dynamicAt[segIP{c.key.SegId, c.val.Ip}] = c
-		}
-	}
-	for _, c := range cands {
-		holder, ok := dynamicAt[segIP{c.key.SegId, c.val.Ip}]
-		if !c.stat || !ok || holder.key.Mac == c.key.Mac {
-			continue
-		}
-		since := c.obj.Metadata.CreationTimestamp
-		if t := holder.obj.Metadata.CreationTimestamp; since == nil || (t != nil && t.After(*since)) {
-			since = t
-		}
-		cond := pivirtv1.Condition{Type: ConditionAddressHeld, Status: "True", Reason: "DynamicLease",
-			Message: fmt.Sprintf("%s is still held by %s (%s) until that lease ends or is released; it is offered to no one else",
-				c.val.IP(), holder.name, typed.MAC(holder.key.Mac))}
-		if since != nil {
-			cond.LastTransitionTime = *since
-		}
-		ref := Ref{pivirtv1.KindDHCPLease, c.name}
-		st := d.Status[ref]
-		st.Conditions = append(st.Conditions, cond)
-		d.Status[ref] = st
-	}
-	owner := map[leasemap.Key]string{}
-	for _, c := range cands {
-		if o, dup := owner[c.key]; dup {
-			ref := Ref{pivirtv1.KindDHCPLease, c.name}
-			st := d.Status[ref]
-			st.Phase, st.Message = pivirtv1.PhaseFailed, fmt.Sprintf("MAC already leased on this segment by %s", o)
-			d.Status[ref] = st
-			continue
-		}
-		owner[c.key] = c.name
-		d.Leases[c.key] = c.val
-	}
-}
-
 func isTrue(b *bool) bool { return b == nil || *b }
 
-func compilePorts(d *Desired, objs []*pivirtv1.Object, byBridge map[string]*segment, host Host) {
-	owner := map[uint32]string{}
-	for _, o := range objs {
-		if o.Kind != pivirtv1.KindPortSecurity {
-			continue
-		}
-		ref := Ref{pivirtv1.KindPortSecurity, o.Metadata.Name}
-		st, ok := compilePort(d, o, byBridge, host, owner)
-		d.Status[ref] = st
-		if ok {
-			owner[st.Ifindex] = o.Metadata.Name
-		}
+// compilePort compiles one port on its own: its status and entries as if
+// no other port guarded its interface (resolvePort settles that).
+func (x *Index) compilePort(o *pivirtv1.Object) *portOut {
+	p := &portOut{name: o.Metadata.Name}
+	fail := func(format string, a ...any) *portOut {
+		p.st = Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf(format, a...)}
+		return p
 	}
-}
-
-// compilePort adds one port's entries and returns its status; ok reports
-// whether entries were added.
-func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, host Host, owner map[uint32]string) (Status, bool) {
-	fail := func(format string, a ...any) (Status, bool) {
-		return Status{Phase: pivirtv1.PhaseFailed, Message: fmt.Sprintf(format, a...)}, false
-	}
+	host, byBridge := x.host, x.byBridge
 	sp, err := host.spec(o)
 	if err != nil {
 		return fail("%v", err)
@@ -316,8 +150,9 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 	if ifname == "" && spec.VMRef != nil {
 		n, ok := host.VMInterfaces[*spec.VMRef]
 		if !ok {
-			return Status{Phase: pivirtv1.PhasePending,
-				Message: fmt.Sprintf("vmRef %s nic %d is not resolved to an interface yet", spec.VMRef.Name, spec.VMRef.NIC)}, false
+			p.st = Status{Phase: pivirtv1.PhasePending,
+				Message: fmt.Sprintf("vmRef %s nic %d is not resolved to an interface yet", spec.VMRef.Name, spec.VMRef.NIC)}
+			return p
 		}
 		ifname = n
 	}
@@ -330,14 +165,13 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 	}
 	ln, ok := host.Links[ifname]
 	if !ok {
-		return Status{Phase: pivirtv1.PhasePending, Interface: ifname,
-			Message: fmt.Sprintf("interface %s does not exist", ifname)}, false
+		p.st = Status{Phase: pivirtv1.PhasePending, Interface: ifname,
+			Message: fmt.Sprintf("interface %s does not exist", ifname)}
+		return p
 	}
+	// From here on the port contends for its interface (resolvePort).
+	p.ifindex, p.ifname = ln.Index, ifname
 	st := Status{Phase: pivirtv1.PhaseReady, Interface: ifname, Ifindex: ln.Index}
-	if o, dup := owner[ln.Index]; dup {
-		st.Phase, st.Message = pivirtv1.PhaseFailed, fmt.Sprintf("interface %s is already guarded by %s", ifname, o)
-		return st, false
-	}
 
 	// Collect the allowed prefixes first, so a bad one leaves nothing
 	// half-programmed.
@@ -436,7 +270,8 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 		var err error
 		if acl, st.ACL, err = compileACL(spec.ACL); err != nil {
 			st.Phase, st.Message = pivirtv1.PhaseFailed, err.Error()
-			return st, false
+			p.st = st
+			return p
 		}
 	}
 
@@ -444,21 +279,19 @@ func compilePort(d *Desired, o *pivirtv1.Object, byBridge map[string]*segment, h
 	if err := pv.SetPrefixLens(slices.Collect(maps.Keys(lens4)), slices.Collect(maps.Keys(lens6))); err != nil {
 		st.Phase, st.Message = pivirtv1.PhaseFailed,
 			fmt.Sprintf("ipAddresses, ipv6Addresses and allowedAddressPairs use %v per address family", err)
-		return st, false
+		p.st = st
+		return p
 	}
-	d.Ports[portmap.NewKey(ln.Index)] = pv
-	for k, v := range a4 {
-		d.Allow4[k] = v
-	}
-	for k, v := range a6 {
-		d.Allow6[k] = v
-	}
+	p.ok, p.port, p.a4, p.a6 = true, pv, a4, a6
 	if st.ACL != nil {
-		d.ACL[aclmap.NewKey(ln.Index, guard.ACLIngress)] = acl[guard.ACLIngress]
-		d.ACL[aclmap.NewKey(ln.Index, guard.ACLEgress)] = acl[guard.ACLEgress]
+		p.acl = map[aclmap.Key]aclmap.Value{
+			aclmap.NewKey(ln.Index, guard.ACLIngress): acl[guard.ACLIngress],
+			aclmap.NewKey(ln.Index, guard.ACLEgress):  acl[guard.ACLEgress],
+		}
 	}
 	st.Message = strings.Join(notes, "; ")
-	return st, true
+	p.st = st
+	return p
 }
 
 // compileACL compiles both directions of spec.acl, indexed by

@@ -5,4 +5,10 @@
 // the desired content of every port guard map, plus per-object status
 // facts. It is a pure function: no kernel, no clock, no store, so it runs
 // in unit tests, in `pivirtctl inspect desired`, and before every sync.
+//
+// Compile does every object at once; an Index keeps the result and
+// recompiles object by object (Update), reporting exactly which map keys
+// and statuses a change touched, so the guard writes a change in about a
+// millisecond instead of recompiling the store. Both give the same
+// content: Compile is an Index of every object.
 package compile

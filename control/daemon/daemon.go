@@ -182,9 +182,14 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	guardLoop := &reconcile.Loop{
 		ID: "guard", Cache: cache, Log: d.log,
 		Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity},
-		// The DHCP server programs its own leases into pv_leases.
-		React: reconcile.Unless(reconcile.StatusOnly, reconcile.DynamicLease),
-		Func:  guards.Reconcile,
+		// Changes are compiled and written object by object (a full pass
+		// at start, on link changes and every Resync, which counts what
+		// it repairs). The DHCP server programs its own leases into
+		// pv_leases: their changes wait in the queue for the next pass.
+		Keep:    reconcile.Unless(reconcile.StatusOnly),
+		React:   reconcile.Unless(reconcile.StatusOnly, reconcile.DynamicLease),
+		Func:    guards.Reconcile,
+		Changes: guards.Changes,
 	}
 	return []Controller{
 		cache,
@@ -195,6 +200,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 			Func:  segments.Reconcile,
 		},
 		guardLoop,
+		controllerFunc{"guard-status", guards.RunStatus},
 		controllerFunc{"link-watch", func(ctx context.Context) error { return portguard.WatchLinks(ctx, guardLoop.Trigger) }},
 		d.nat,
 	}, nil

@@ -16,6 +16,10 @@
 // taken in that moment does not undo it, the desired pv_leases is the
 // snapshot's leases overlaid with the acknowledged changes the snapshot
 // lacks (control/dhcpd OverlayLeases, through guard.Controller.Acked).
+// The same holds per object: SyncGuardKeys writes only the keys a
+// compile.Index update reported, and their desired pv_leases entries are
+// overlaid the same way, under the same pin lock, before they are
+// compared with the live ones.
 // The NAT maps are converged by control/externalip, through natmap.Sync
 // (the same typed.SyncTogether).
 package mapsync

@@ -82,11 +82,25 @@ func byIfindex(a, b portmap.Key) int { return cmp.Compare(a.Ifindex, b.Ifindex) 
 // syncPorts converges pv_ports_v2 to desired with counter slots assigned
 // against the live entries, zeroing every newly given slot before any
 // port entry is written, so a reused slot never shows its previous
-// port's counts.
-func syncPorts(ports typed.Table[portmap.Key, portmap.Value], counters Counters, desired map[portmap.Key]portmap.Value) (Result, error) {
+// port's counts. With keys, only those keys are converged (a new one
+// still gets a slot no live port holds).
+func syncPorts(ports typed.Table[portmap.Key, portmap.Value], counters Counters, desired map[portmap.Key]portmap.Value, keys []portmap.Key) (Result, error) {
 	live, err := typed.Read(ports)
 	if err != nil {
 		return Result{}, fmt.Errorf("reading live entries: %w", err)
+	}
+	compare := live
+	if keys != nil {
+		sub, liveSub := map[portmap.Key]portmap.Value{}, map[portmap.Key]portmap.Value{}
+		for _, k := range keys {
+			if v, ok := desired[k]; ok {
+				sub[k] = v
+			}
+			if v, ok := live[k]; ok {
+				liveSub[k] = v
+			}
+		}
+		desired, compare = sub, liveSub
 	}
 	want, fresh, slotErr := assignSlots(desired, live, guard.MaxPorts)
 	var errs []error
@@ -112,7 +126,7 @@ func syncPorts(ports typed.Table[portmap.Key, portmap.Value], counters Counters,
 			}
 		}
 	}
-	r, err := typed.Apply(ports, want, live, nil)
+	r, err := typed.Apply(ports, want, compare, nil)
 	return r, errors.Join(append(errs, err)...)
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/go-cmp/cmp"
 
 	"pivirt.hu/dataplane/control/compile"
@@ -115,6 +116,13 @@ type logMap[K comparable, V any] struct {
 }
 
 func (f *logMap[K, V]) All(err *error) iter.Seq2[K, V] { return maps.All(f.m) }
+func (f *logMap[K, V]) Lookup(k K) (V, error) {
+	v, ok := f.m[k]
+	if !ok {
+		return v, ebpf.ErrKeyNotExist
+	}
+	return v, nil
+}
 func (f *logMap[K, V]) Put(k K, v V) error {
 	*f.log = append(*f.log, fmt.Sprintf("put %s %v", f.name, k))
 	f.m[k] = v

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -81,6 +84,19 @@ type Controller struct {
 	mu       sync.Mutex                   // Loader is not safe for concurrent use
 	attached map[string]loader.Attachment // by interface
 	withACL  map[string]bool              // interfaces with the ACL attached
+	// idx is the last full pass's compile, kept up to date by Changes.
+	idx *compile.Index
+	// repairs counts, per map, the entries resync passes wrote.
+	repairs map[string]uint64
+	// pending are the statuses Changes passes computed, by object, for
+	// RunStatus to write; epoch counts full passes, whose statuses
+	// supersede them.
+	pending     map[compile.Ref]reconcile.StatusUpdate
+	epoch       atomic.Uint64
+	statusMu    sync.Mutex // orders status writes
+	statusKick  chan struct{}
+	statusOnce  sync.Once
+	asyncStatus atomic.Bool
 }
 
 // Reconcile is a reconcile.Func over NetworkSegment, DHCPLease and
@@ -104,68 +120,175 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		objs = append(objs, snap.Of(k)...)
 	}
 	host.Decode = snap.Decode
-	desired := compile.Compile(objs, host)
+	prev := c.idx
+	c.idx = compile.NewIndex(objs, host)
+	desired := c.idx.Desired()
 
 	var errs []error
-	m := c.Loader.Maps()
-	var res map[string]mapsync.Result
-	sync := func() error {
-		if c.Acked != nil {
-			c.Acked.OverlayLeases(snap.Revision, desired.Leases, host.ClockOffset)
-		}
-		var err error
-		res, err = mapsync.SyncGuard(guardMaps(m), desired)
-		return err
-	}
-	if c.Acked != nil {
-		err = c.Acked.WhilePinsHeld(sync)
-	} else {
-		err = sync()
-	}
+	// The overlay is written into the copy of pv_leases' content, never
+	// into the index's own.
+	synced := desired
+	synced.Leases = maps.Clone(desired.Leases)
+	res, err := c.syncMaps(snap.Revision, synced, host.ClockOffset, func(d compile.Desired) (map[string]mapsync.Result, error) {
+		return mapsync.SyncGuard(guardMaps(c.Loader.Maps()), d)
+	})
 	if err != nil {
 		errs = append(errs, err)
 	}
-	for name, r := range res {
-		if r.Changed() {
-			c.Log.Debug("map synced", "map", name, "result", r.String(), "rev", snap.Revision)
-		}
+	if snap.Resync && prev != nil && sameHost(prev.Host(), host) {
+		c.countRepairs(res, snap.Revision)
 	}
 
-	updates, err := c.syncPorts(snap, desired)
+	updates, err := c.syncPorts(snap.Of(pivirtv1.KindPortSecurity), desired, c.idx.PortInterfaces())
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
-		// Dynamic leases get their status from the DHCP server, in the
-		// transaction that stores them: writing it again here would double
-		// the store writes of every ACK.
-		if sp, err := snap.Spec(o); err == nil && sp.(*pivirtv1.DHCPLeaseSpec).Type == pivirtv1.LeaseDynamic {
-			continue
+		if u, ok := leaseStatus(o, c.idx, snap.Decode); ok {
+			updates = append(updates, u)
 		}
-		st := desired.Status[compile.Ref{Kind: o.Kind, Name: o.Metadata.Name}]
-		ls := pivirtv1.DHCPLeaseStatus{Status: pivirtv1.Status{Phase: st.Phase, Message: st.Message, ObservedGeneration: o.Metadata.Generation,
-			Conditions: st.Conditions}, SegmentID: st.SegID}
-		updates = append(updates, reconcile.StatusUpdate{Object: o, Status: ls})
 	}
-	if err := reconcile.SetStatuses(ctx, c.Store, c.Index, updates); err != nil {
+	// Every status is here: those Changes left for RunStatus are older.
+	c.epoch.Add(1)
+	c.pending = nil
+	c.statusMu.Lock()
+	err = reconcile.SetStatuses(ctx, c.Store, c.Index, updates)
+	c.statusMu.Unlock()
+	if err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// syncPorts attaches every compiled port whose interface exists, detaches
-// the ports no PortSecurity names any more, and returns their statuses.
-func (c *Controller) syncPorts(snap reconcile.Snapshot, desired compile.Desired) ([]reconcile.StatusUpdate, error) {
+// Changes is the guard Loop's reconcile.Loop.Changes: it recompiles the
+// changed leases and ports, and those contending with them, into the
+// index of the last full pass, and writes just the map keys and statuses
+// that changed, so an applied reservation or PortSecurity reaches the
+// maps in about a millisecond. A segment change, or a port whose
+// interface the index has stale facts about, takes a full pass.
+func (c *Controller) Changes(ctx context.Context, d reconcile.Delta) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.idx == nil {
+		return reconcile.ErrFullPass
+	}
+	changed := make(map[compile.Ref]*pivirtv1.Object, len(d.Objects))
+	var ports []*pivirtv1.Object
+	for r, o := range d.Objects {
+		if r.Kind == pivirtv1.KindNetworkSegment {
+			return reconcile.ErrFullPass
+		}
+		changed[compile.Ref(r)] = o
+		if r.Kind == pivirtv1.KindPortSecurity && o != nil {
+			ports = append(ports, o)
+		}
+	}
+	if c.hostStale(ports, d.Decode) {
+		return reconcile.ErrFullPass
+	}
+	ch, err := c.idx.Update(changed)
+	if err != nil {
+		return fmt.Errorf("%w: %w", reconcile.ErrFullPass, err)
+	}
+	desired := c.idx.Desired()
+	synced := desired
+	synced.Leases = make(map[leasemap.Key]leasemap.Value, len(ch.Leases))
+	for _, k := range ch.Leases {
+		if v, ok := desired.Leases[k]; ok {
+			synced.Leases[k] = v
+		}
+	}
+	var errs []error
+	if _, err := c.syncMaps(d.Revision, synced, c.idx.Host().ClockOffset, func(dd compile.Desired) (map[string]mapsync.Result, error) {
+		return mapsync.SyncGuardKeys(guardMaps(c.Loader.Maps()), dd, ch)
+	}); err != nil {
+		errs = append(errs, err)
+	}
+
+	var portObjs []*pivirtv1.Object
+	var updates []reconcile.StatusUpdate
+	for _, r := range ch.Status {
+		o := d.Get(r.Kind, r.Name)
+		if o == nil {
+			continue // deleted meanwhile: the next Delta has it
+		}
+		if r.Kind == pivirtv1.KindPortSecurity {
+			portObjs = append(portObjs, o)
+		} else if u, ok := leaseStatus(o, c.idx, d.Decode); ok {
+			updates = append(updates, u)
+		}
+	}
+	// A port that went leaves no status to write, but maybe a guard to
+	// detach.
+	portGone := slices.ContainsFunc(slices.Collect(maps.Keys(changed)), func(r compile.Ref) bool {
+		return r.Kind == pivirtv1.KindPortSecurity && changed[r] == nil
+	})
+	if len(portObjs) > 0 || portGone {
+		pu, err := c.syncPorts(portObjs, desired, c.idx.PortInterfaces())
+		if err != nil {
+			errs = append(errs, err)
+		}
+		updates = append(updates, pu...)
+	}
+	if err := c.writeStatuses(ctx, updates); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// syncMaps runs sync on d, whose pv_leases content (the caller's own
+// copy) is first overlaid with the leases the DHCP server acknowledged
+// that revision rev does not hold yet, while no ACK is being bound.
+func (c *Controller) syncMaps(rev int64, d compile.Desired, clockOffset time.Duration,
+	sync func(compile.Desired) (map[string]mapsync.Result, error)) (map[string]mapsync.Result, error) {
+	var res map[string]mapsync.Result
+	run := func() error {
+		if c.Acked != nil {
+			c.Acked.OverlayLeases(rev, d.Leases, clockOffset)
+		}
+		var err error
+		res, err = sync(d)
+		return err
+	}
+	var err error
+	if c.Acked != nil {
+		err = c.Acked.WhilePinsHeld(run)
+	} else {
+		err = run()
+	}
+	for name, r := range res {
+		if r.Changed() {
+			c.Log.Debug("map synced", "map", name, "result", r.String(), "rev", rev)
+		}
+	}
+	return res, err
+}
+
+// leaseStatus is the status update of lease o, false for a dynamic lease:
+// those get their status from the DHCP server, in the transaction that
+// stores them, and writing it again here would double the store writes
+// of every ACK.
+func leaseStatus(o *pivirtv1.Object, idx *compile.Index, decode func(*pivirtv1.Object) (pivirtv1.Spec, error)) (reconcile.StatusUpdate, bool) {
+	spec := (reconcile.Snapshot{Decode: decode}).Spec
+	if sp, err := spec(o); err == nil && sp.(*pivirtv1.DHCPLeaseSpec).Type == pivirtv1.LeaseDynamic {
+		return reconcile.StatusUpdate{}, false
+	}
+	st, _ := idx.Status(compile.Ref{Kind: o.Kind, Name: o.Metadata.Name})
+	ls := pivirtv1.DHCPLeaseStatus{Status: pivirtv1.Status{Phase: st.Phase, Message: st.Message, ObservedGeneration: o.Metadata.Generation,
+		Conditions: st.Conditions}, SegmentID: st.SegID}
+	return reconcile.StatusUpdate{Object: o, Status: ls}, true
+}
+
+// syncPorts attaches every port of objs whose interface exists, detaches
+// the interfaces no PortSecurity names any more (want lists those that
+// one does), and returns the statuses of objs.
+func (c *Controller) syncPorts(objs []*pivirtv1.Object, desired compile.Desired, want map[string]bool) ([]reconcile.StatusUpdate, error) {
 	var errs []error
 	var updates []reconcile.StatusUpdate
-	want := map[string]bool{}
-	for _, o := range snap.Of(pivirtv1.KindPortSecurity) {
+	for _, o := range objs {
 		cs := desired.Status[compile.Ref{Kind: o.Kind, Name: o.Metadata.Name}]
 		st := PortStatus{Status: pivirtv1.Status{Phase: cs.Phase, Message: cs.Message, ObservedGeneration: o.Metadata.Generation},
 			Interface: cs.Interface, Ifindex: cs.Ifindex, Segment: cs.Segment}
-		if cs.Interface != "" {
-			want[cs.Interface] = true
-		}
 		if cs.Phase == pivirtv1.PhaseReady {
 			a, err := c.Loader.Attach(cs.Interface, c.Mode)
 			if err != nil {

@@ -32,6 +32,7 @@ type Cache struct {
 	rev    int64
 	synced chan struct{}
 	subs   []subscriber
+	queues []*Queue
 }
 
 type subscriber struct {
@@ -46,11 +47,27 @@ type Change struct {
 	Object *pivirtv1.Object // as stored; for Deleted, as last stored
 	Old    *pivirtv1.Object // the cached version it replaces, nil if none
 	cache  *Cache
+	memo   *decoded // Object's spec once a filter decoded it
+}
+
+type decoded struct {
+	spec pivirtv1.Spec
+	err  error
+	done bool
 }
 
 // Spec returns Object's defaulted spec, decoded once (the next snapshot
 // reuses it).
-func (c Change) Spec() (pivirtv1.Spec, error) { return c.cache.decode(c.Object) }
+func (c Change) Spec() (pivirtv1.Spec, error) {
+	if c.memo == nil {
+		return c.cache.decode(c.Object)
+	}
+	if !c.memo.done {
+		c.memo.spec, c.memo.err = c.cache.decode(c.Object)
+		c.memo.done = true
+	}
+	return c.memo.spec, c.memo.err
+}
 
 // Filter says whether a subscriber reacts to a change. A change it does
 // not react to is still in the next snapshot; it only does not start a
@@ -87,6 +104,11 @@ func (c *Cache) Synced() <-chan struct{} { return c.synced }
 func (c *Cache) Snapshot(kinds []string) Snapshot {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	return c.snapshot(kinds)
+}
+
+// snapshot is Snapshot with c.mu held.
+func (c *Cache) snapshot(kinds []string) Snapshot {
 	snap := Snapshot{Revision: c.rev, Objects: map[string][]*pivirtv1.Object{}, Decode: c.decode}
 	for _, k := range kinds {
 		byName := c.objs[k]
@@ -172,16 +194,39 @@ func (c *Cache) replace(objs []*pivirtv1.Object, rev int64) {
 		c.put(o)
 	}
 	c.rev = rev
-	subs := c.subs
+	subs, queues := c.subs, c.queues
+	for _, q := range queues {
+		q.resync() // the next Delta cannot know what the re-list changed
+	}
 	c.mu.Unlock()
 	for _, s := range subs {
 		notify(s.ch)
 	}
+	for _, q := range queues {
+		notify(q.ch)
+	}
 }
 
+// apply runs on Run's goroutine only, so the cached version it reads
+// first is still the cached one when it writes.
 func (c *Cache) apply(ev store.Event) {
-	c.mu.Lock()
+	c.mu.RLock()
 	old := c.objs[ev.Object.Kind][ev.Object.Metadata.Name]
+	queues := c.queues
+	c.mu.RUnlock()
+	ch := Change{Type: ev.Type, Object: ev.Object, Old: old, cache: c, memo: &decoded{}}
+	// Queue filters run before the change is cached, so that a Delta,
+	// taken under the lock, never sees a cached change its queue lacks.
+	var keep, wake []*Queue
+	for _, q := range queues {
+		if q.kinds[ev.Object.Kind] && (q.keep == nil || q.keep(ch)) {
+			keep = append(keep, q)
+			if q.react == nil || q.react(ch) {
+				wake = append(wake, q)
+			}
+		}
+	}
+	c.mu.Lock()
 	if old != nil {
 		delete(c.specs, old)
 	}
@@ -189,11 +234,19 @@ func (c *Cache) apply(ev store.Event) {
 		delete(c.objs[ev.Object.Kind], ev.Object.Metadata.Name)
 	} else {
 		c.put(ev.Object)
+		if ch.memo.done && ch.memo.err == nil {
+			c.specs[ev.Object] = ch.memo.spec // decoded by a filter: keep it
+		}
 	}
 	c.rev = max(c.rev, ev.Revision)
+	for _, q := range keep {
+		q.add(Ref{ev.Object.Kind, ev.Object.Metadata.Name})
+	}
 	subs := c.subs
 	c.mu.Unlock()
-	ch := Change{Type: ev.Type, Object: ev.Object, Old: old, cache: c}
+	for _, q := range wake {
+		notify(q.ch)
+	}
 	for _, s := range subs {
 		if s.kinds[ev.Object.Kind] && (s.react == nil || s.react(ch)) {
 			notify(s.ch)

@@ -5,4 +5,11 @@
 // one revision) whenever something changed, and makes the host match it.
 // Compile being pure, a whole-snapshot reconcile is simple and restartable:
 // after a crash the first snapshot converges everything.
+//
+// A reconciler whose whole-snapshot pass is too slow to run per change
+// (the guard, at 10,000 leases) also gets a queue per key, as a Kubernetes
+// controller's informer feeds its workqueue: Loop.Changes is handed a
+// Delta, just the objects changed since the last pass, at once and with
+// no settle. The whole-snapshot pass stays for start, triggers, errors
+// and the periodic resync, which makes it the safety net.
 package reconcile

@@ -64,13 +64,13 @@ func TestSubscribeFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := NewCache(st, slog.Default())
 	all := c.Subscribe([]string{pivirtv1.KindDHCPLease}, nil)
 	specOnly := c.Subscribe([]string{pivirtv1.KindDHCPLease}, Unless(StatusOnly))
-	go func() { _ = c.Run(ctx) }()
+	start(t, cancel, func() { _ = c.Run(ctx) })
 	<-c.Synced()
 	drain := func() { // the initial List signals everyone
 		for _, ch := range []<-chan struct{}{all, specOnly} {

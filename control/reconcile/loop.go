@@ -4,6 +4,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -18,6 +19,9 @@ type Snapshot struct {
 	// Decode returns an object's defaulted spec, memoized by the Cache;
 	// the spec is shared and must not be modified.
 	Decode func(*pivirtv1.Object) (pivirtv1.Spec, error)
+	// Resync is set on a pass the Resync period alone started: nothing
+	// the loop heard of changed, so what it writes is drift repaired.
+	Resync bool
 }
 
 // Spec returns o's defaulted spec (through Decode when set).
@@ -34,6 +38,11 @@ func (s Snapshot) Of(kind string) []*pivirtv1.Object { return s.Objects[kind] }
 // Func makes the host match a snapshot. An error is retried with backoff.
 type Func func(ctx context.Context, snap Snapshot) error
 
+// ErrFullPass is returned by a Loop's Changes when it cannot handle a
+// Delta on its own (a change that other objects depend on): the loop
+// then runs Func on a snapshot.
+var ErrFullPass = errors.New("changes need a full pass")
+
 // Loop drives one reconciler from the shared Cache.
 type Loop struct {
 	ID    string // names the reconciler in logs
@@ -45,7 +54,16 @@ type Loop struct {
 	// Filter); Resync still runs passes.
 	React Filter
 	Func  Func
-	Log   *slog.Logger
+	// Changes, when set, handles the passes store changes start, object
+	// by object (a queue per key, no Debounce): it gets only the objects
+	// changed since the last pass. It returns ErrFullPass to have Func
+	// run on a snapshot instead. Func still runs first, on Trigger, on
+	// every Resync and after an error.
+	Changes func(ctx context.Context, d Delta) error
+	// Keep, with Changes, picks the changes of Kinds a Delta holds (nil:
+	// all); of those, React picks the ones that start a pass.
+	Keep Filter
+	Log  *slog.Logger
 	// Debounce groups bursts of changes (a large apply) into one pass.
 	Debounce time.Duration
 	// Resync runs a pass even without changes, to repair drift the store
@@ -80,6 +98,9 @@ func (l *Loop) Run(ctx context.Context) error {
 				l.Log.Warn("store cache stopped", "reconciler", l.ID, "err", err)
 			}
 		}()
+	}
+	if l.Changes != nil {
+		return l.runQueued(ctx)
 	}
 	kick := l.kicks()
 	changed := l.Cache.Subscribe(l.Kinds, l.React)
@@ -117,6 +138,80 @@ func (l *Loop) Run(ctx context.Context) error {
 		if !waitForChange(ctx, changed, kick, debounce, resync) {
 			return nil
 		}
+	}
+	return nil
+}
+
+// runQueued is Run with Changes: a pass per burst of changes, given the
+// changed objects, and a full pass at start, on Trigger, on Resync and
+// after a failed pass (whose changes are then redone from a snapshot).
+func (l *Loop) runQueued(ctx context.Context) error {
+	kick := l.kicks()
+	q := l.Cache.Queue(l.Kinds, l.Keep, l.React)
+	resync := l.Resync
+	if resync == 0 {
+		resync = 30 * time.Second
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-l.Cache.Synced():
+	}
+	backoff := 100 * time.Millisecond
+	full, timed := true, false
+	for ctx.Err() == nil {
+		start := time.Now()
+		var (
+			err error
+			rev int64
+			n   = -1 // objects in a Delta; -1 for a snapshot
+		)
+		if !full {
+			d := q.Delta()
+			rev, n, full = d.Revision, len(d.Objects), d.Full
+			if !full && n > 0 {
+				if err = l.Changes(ctx, d); errors.Is(err, ErrFullPass) {
+					full, err = true, nil
+				}
+			}
+		}
+		if full {
+			snap := q.Snapshot()
+			snap.Resync = timed
+			rev, n = snap.Revision, -1
+			err = l.Func(ctx, snap)
+		}
+		l.Log.Debug("reconciled", "reconciler", l.ID, "rev", rev, "objects", n, "resync", timed, "took", time.Since(start), "err", err)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			l.Log.Warn("reconcile failed; retrying", "reconciler", l.ID, "rev", rev, "err", err, "retry_in", backoff)
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+			backoff = min(backoff*2, 10*time.Second)
+			full, timed = true, false
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		full, timed = false, false
+		timer := time.NewTimer(resync)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-kick:
+			full = true
+		case <-timer.C:
+			select {
+			case <-q.C(): // changes first: a resync must see only drift
+			default:
+				full, timed = true, true
+			}
+		case <-q.C():
+		}
+		timer.Stop()
 	}
 	return nil
 }

@@ -59,13 +59,13 @@ func TestCacheAndLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() })
 	put(t, st, lease("a", "10.0.0.1"))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := NewCache(st, slog.Default())
-	go func() { _ = c.Run(ctx) }()
+	start(t, cancel, func() { _ = c.Run(ctx) })
 
 	var last atomic.Pointer[Snapshot]
 	var fails atomic.Int32
@@ -78,7 +78,7 @@ func TestCacheAndLoop(t *testing.T) {
 			last.Store(&s)
 			return nil
 		}}
-	go func() { _ = loop.Run(ctx) }()
+	start(t, cancel, func() { _ = loop.Run(ctx) })
 
 	ips := func() map[string]string {
 		s := last.Load()
@@ -129,7 +129,7 @@ func TestSnapshotPlacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() })
 	for name, node := range map[string]string{"mine": "n1", "theirs": "n2", "everyones": ""} {
 		o := lease(name, "10.0.0.1")
 		if node != "" {
@@ -141,7 +141,7 @@ func TestSnapshotPlacement(t *testing.T) {
 	defer cancel()
 	c := NewCache(st, slog.Default())
 	c.Node = "n1"
-	go func() { _ = c.Run(ctx) }()
+	start(t, cancel, func() { _ = c.Run(ctx) })
 	<-c.Synced()
 	names := func(objs []*pivirtv1.Object) []string {
 		var out []string
@@ -164,4 +164,99 @@ func TestSnapshotPlacement(t *testing.T) {
 	if got := names(c.Snapshot([]string{pivirtv1.KindDHCPLease}).Of(pivirtv1.KindDHCPLease)); len(got) != 3 {
 		t.Errorf("snapshot without a node: %v, want all three", got)
 	}
+}
+
+// TestQueueAndChanges: a loop with Changes runs Func once at start, then
+// gets each burst of changes as a Delta of just the changed objects (a
+// deleted one as nil), skips what Keep leaves out, holds what React
+// ignores until the next change it reacts to, and runs Func when Changes
+// asks for a full pass.
+func TestQueueAndChanges(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	put(t, st, lease("a", "10.0.0.1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := NewCache(st, slog.Default())
+	start(t, cancel, func() { _ = c.Run(ctx) })
+
+	var fulls atomic.Int32
+	deltas := make(chan Delta, 16)
+	loop := &Loop{ID: "test", Cache: c, Kinds: []string{pivirtv1.KindDHCPLease}, Log: slog.Default(),
+		Keep:  Unless(StatusOnly),
+		React: Unless(StatusOnly, func(ch Change) bool { return ch.Object.Metadata.Name == "quiet" }),
+		Func:  func(context.Context, Snapshot) error { fulls.Add(1); return nil },
+		Changes: func(_ context.Context, d Delta) error {
+			deltas <- d
+			if _, ok := d.Objects[Ref{pivirtv1.KindDHCPLease, "full"}]; ok {
+				return ErrFullPass
+			}
+			return nil
+		}}
+	start(t, cancel, func() { _ = loop.Run(ctx) })
+	waitUntil(t, "the first full pass", func() bool { return fulls.Load() == 1 })
+	next := func() Delta {
+		t.Helper()
+		select {
+		case d := <-deltas:
+			return d
+		case <-time.After(5 * time.Second):
+			t.Fatal("no delta")
+			return Delta{}
+		}
+	}
+	names := func(d Delta) map[string]bool {
+		out := map[string]bool{}
+		for r, o := range d.Objects {
+			out[r.Name] = o != nil
+		}
+		return out
+	}
+
+	put(t, st, lease("b", "10.0.0.2"))
+	if got := names(next()); len(got) != 1 || !got["b"] {
+		t.Errorf("delta after creating b: %v", got)
+	}
+	// A status write is not kept; a change React ignores waits.
+	a := lease("a", "10.0.0.1")
+	a.Status = json.RawMessage(`{"phase":"Ready"}`)
+	put(t, st, a)
+	put(t, st, lease("quiet", "10.0.0.3"))
+	if _, err := st.Update(ctx, func(tx store.Tx) error { return tx.Delete(pivirtv1.KindDHCPLease, "b", "") }); err != nil {
+		t.Fatal(err)
+	}
+	d := next()
+	if got := names(d); len(got) != 2 || !got["quiet"] || got["b"] {
+		t.Errorf("delta after a status write, a quiet create and b's delete: %v, want quiet and b (deleted)", got)
+	}
+	if d.Objects[Ref{pivirtv1.KindDHCPLease, "quiet"}] == nil || d.Revision == 0 {
+		t.Errorf("delta %+v lacks the quiet lease or a revision", d)
+	}
+	put(t, st, lease("full", "10.0.0.4"))
+	next()
+	waitUntil(t, "the full pass Changes asked for", func() bool { return fulls.Load() == 2 })
+	select {
+	case d := <-deltas:
+		t.Errorf("unexpected delta %v", names(d))
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// start runs f until the test ends: its cleanup cancels ctx and waits
+// for f, so the cleanups registered before it (the store's Close) run
+// once nothing uses the store any more.
+func start(t *testing.T, cancel context.CancelFunc, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 }

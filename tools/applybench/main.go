@@ -5,7 +5,11 @@
 // it creates, so segment bridges stay there), applies N DHCPLease objects
 // in one multi-document file through the real pivirtctl, times it until
 // every object is stored, measures the latency of single applies through
-// the API, and reads the daemon's RSS afterwards.
+// the API, and reads the daemon's RSS afterwards. Then, with the 10,000
+// leases still stored, it measures apply-to-map: how long a single
+// applied reservation or PortSecurity takes to appear in the pinned
+// pv_leases or pv_ports_v2 (polled), from the API call's start and from
+// its return.
 //
 //	applybench -pivirtd bin/pivirtd -pivirtctl bin/pivirtctl -n 10000
 package main
@@ -19,6 +23,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,10 +33,16 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+	"pivirt.hu/dataplane/control/compile"
+	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/dataplane/datapath/loader"
+	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	"pivirt.hu/dataplane/datapath/maps/portmap"
 )
 
 func main() {
@@ -39,15 +50,17 @@ func main() {
 	pivirtctl := flag.String("pivirtctl", "bin/pivirtctl", "pivirtctl binary")
 	n := flag.Int("n", 10000, "objects in the bulk apply")
 	singles := flag.Int("singles", 500, "single applies timed for the latency figures")
+	maplat := flag.Int("maplat", 300, "single applies timed until their entry is in the map, per kind")
 	extra := flag.String("pivirtd-args", "", "extra pivirtd flags, space separated (e.g. --metrics 127.0.0.1:9977 for pprof)")
+	daemonLog := flag.String("daemon-log", "", "write pivirtd's log to this file (with --log-level debug in -pivirtd-args: every pass)")
 	flag.Parse()
-	if err := run(*pivirtd, *pivirtctl, *n, *singles, strings.Fields(*extra)); err != nil {
+	if err := run(*pivirtd, *pivirtctl, *n, *singles, *maplat, strings.Fields(*extra), *daemonLog); err != nil {
 		fmt.Fprintln(os.Stderr, "applybench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(pivirtd, pivirtctl string, n, singles int, extra []string) error {
+func run(pivirtd, pivirtctl string, n, singles, maplat int, extra []string, daemonLog string) error {
 	dir, err := os.MkdirTemp("", "applybench-")
 	if err != nil {
 		return err
@@ -63,11 +76,35 @@ func run(pivirtd, pivirtctl string, n, singles int, extra []string) error {
 	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		return fmt.Errorf("setting lo up: %w: %s", err, out)
 	}
+	// Ports for the PortSecurity figures, there before pivirtd starts.
+	ifindexes := make([]uint32, benchPorts)
+	for i := range ifindexes {
+		name := fmt.Sprintf("pvdum%d", i)
+		// veth, not dummy: not every kernel has dummy.
+		if out, err := exec.Command("ip", "-n", ns, "link", "add", name, "up", "type", "veth", "peer", "name", name+"p").CombinedOutput(); err != nil {
+			return fmt.Errorf("adding %s: %w: %s", name, err, out)
+		}
+		out, err := exec.Command("ip", "-n", ns, "-o", "link", "show", "dev", name).Output()
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", name, err)
+		}
+		if _, err := fmt.Sscanf(string(out), "%d:", &ifindexes[i]); err != nil {
+			return fmt.Errorf("reading the ifindex of %s from %q: %w", name, out, err)
+		}
+	}
 	args := append([]string{"--net=/run/netns/" + ns, "--", pivirtd, "--state-dir", filepath.Join(dir, "state"), "--socket", sock,
 		"--bpffs", filepath.Join(dir, "bpffs"), "--log-level", "warn"}, extra...)
 	d := exec.Command("nsenter", args...)
 	var dlog bytes.Buffer
 	d.Stdout, d.Stderr = &dlog, &dlog
+	if daemonLog != "" {
+		f, err := os.Create(daemonLog)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		d.Stdout, d.Stderr = f, f
+	}
 	if err := d.Start(); err != nil {
 		return fmt.Errorf("starting pivirtd: %w", err)
 	}
@@ -92,12 +129,23 @@ func run(pivirtd, pivirtctl string, n, singles int, extra []string) error {
 		fmt.Fprintln(os.Stderr, "daemon up in netns", ns, "; press enter to start")
 		_, _ = fmt.Scanln()
 	}
+	bpffs := filepath.Join(dir, "bpffs")
+	raw, err := ebpf.LoadPinnedMap(loader.MapPath(bpffs, guard.MapLeases), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("opening pv_leases: %w", err)
+	}
+	defer raw.Close()
+	leases := leasemap.New(raw)
 	start := time.Now()
 	out, err := exec.Command(pivirtctl, "--socket", sock, "apply", "-f", file).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("bulk apply: %w: %s", err, lastLines(out, 5))
 	}
 	bulk := time.Since(start)
+	bulkMap, err := waitAllPinned(leases, n, 30*time.Second)
+	if err != nil {
+		return err
+	}
 	list, err := client.List(context.Background(), connect.NewRequest(&resourcev1.ListRequest{Kind: "DHCPLease"}))
 	if err != nil {
 		return fmt.Errorf("listing: %w", err)
@@ -135,11 +183,146 @@ func run(pivirtd, pivirtctl string, n, singles int, extra []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("bulk apply of %d DHCPLeases via pivirtctl: %.2f s (%.0f objects/s)\n", n, bulk.Seconds(), float64(n)/bulk.Seconds())
+	fmt.Printf("bulk apply of %d DHCPLeases via pivirtctl: %.2f s (%.0f objects/s); all in pv_leases %.2f s after it returned\n",
+		n, bulk.Seconds(), float64(n)/bulk.Seconds(), bulkMap.Seconds())
 	fmt.Printf("single apply via the API (%d, create then update): p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", singles,
 		ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]))
 	fmt.Printf("pivirtd RSS after: %.1f MiB\n", float64(rss)/1024)
+
+	resLat, err := reservationToMap(client, leases, maplat)
+	if err != nil {
+		return err
+	}
+	resLat.print(fmt.Sprintf("apply-to-map, DHCPLease reservation (%d at %d leases, create then update of its address), in pv_leases", maplat, n))
+	rawPorts, err := ebpf.LoadPinnedMap(loader.MapPath(bpffs, guard.MapPorts), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("opening pv_ports_v2: %w", err)
+	}
+	defer rawPorts.Close()
+	psLat, err := portToMap(client, portmap.New(rawPorts), ifindexes, maplat)
+	if err != nil {
+		return err
+	}
+	psLat.print(fmt.Sprintf("apply-to-map, PortSecurity (%d at %d leases, over %d veth ports, a new address each), in pv_ports_v2", maplat, n, benchPorts))
+	if rss, err = rssKiB(d.Process.Pid); err != nil {
+		return err
+	}
+	fmt.Printf("pivirtd RSS at the end: %.1f MiB\n", float64(rss)/1024)
 	return nil
+}
+
+// benchPorts veth interfaces take the PortSecurity applies.
+const benchPorts = 10
+
+// mapLatency are apply-to-map times: until the entry is in the map,
+// counted from the API call's start (call) and from its return (ret).
+type mapLatency struct{ call, ret []time.Duration }
+
+func (l mapLatency) print(what string) {
+	slices.Sort(l.call)
+	slices.Sort(l.ret)
+	p := func(d []time.Duration) string {
+		return fmt.Sprintf("p50 %.2f ms, p99 %.2f ms, max %.2f ms", ms(d[len(d)/2]), ms(d[len(d)*99/100]), ms(d[len(d)-1]))
+	}
+	fmt.Printf("%s: from the call %s; from its return %s\n", what, p(l.call), p(l.ret))
+}
+
+// timeToMap applies obj and polls until visible reports the entry is
+// in the map.
+func timeToMap(client resourcev1connect.ResourceServiceClient, obj []byte, visible func() bool, l *mapLatency) error {
+	t0 := time.Now()
+	resp, err := client.Apply(context.Background(), connect.NewRequest(&resourcev1.ApplyRequest{Objects: [][]byte{obj}}))
+	if err != nil {
+		return fmt.Errorf("apply: %w", err)
+	}
+	if e := resp.Msg.Results[0].Error; e != "" {
+		return fmt.Errorf("apply refused: %s", e)
+	}
+	t1 := time.Now()
+	for !visible() {
+		if time.Since(t1) > 10*time.Second {
+			return fmt.Errorf("%s not in the map 10 s after its apply returned", obj)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	t2 := time.Now()
+	l.call, l.ret = append(l.call, t2.Sub(t0)), append(l.ret, t2.Sub(t1))
+	// Let the pass's status write end, so the next apply is timed alone.
+	time.Sleep(5 * time.Millisecond)
+	return nil
+}
+
+// reservationToMap creates count/2 reservations, then moves each to
+// another address, timing each until pv_leases holds it.
+func reservationToMap(client resourcev1connect.ResourceServiceClient, leases *leasemap.Map, count int) (mapLatency, error) {
+	var l mapLatency
+	half := count / 2
+	seg := compile.SegmentID("big-net")
+	for i := range count {
+		j, third := i, 220
+		if i >= half {
+			j, third = i-half, 230
+		}
+		mac := [6]byte{0x52, 0x54, 0x03, 0, byte(j >> 8), byte(j)}
+		ip := netip.AddrFrom4([4]byte{10, 20, byte(third + j/250), byte(1 + j%250)})
+		obj, _ := json.Marshal(map[string]any{
+			"apiVersion": "pivirt.hu/v1", "kind": "DHCPLease",
+			"metadata": map[string]any{"name": fmt.Sprintf("maplat-%d", j)},
+			"spec":     map[string]any{"network": "br-big", "macAddress": net.HardwareAddr(mac[:]).String(), "ipAddress": ip.String()},
+		})
+		key := leasemap.NewKey(seg, mac)
+		if err := timeToMap(client, obj, func() bool { v, err := leases.Lookup(key); return err == nil && v.IP() == ip }, &l); err != nil {
+			return l, fmt.Errorf("reservation %d: %w", i, err)
+		}
+	}
+	return l, nil
+}
+
+// portToMap applies count PortSecurities over the veth ports, each
+// with a new address, timing each until pv_ports_v2 holds it.
+func portToMap(client resourcev1connect.ResourceServiceClient, ports *portmap.Map, ifindexes []uint32, count int) (mapLatency, error) {
+	var l mapLatency
+	for i := range count {
+		p := i % len(ifindexes)
+		ip := netip.AddrFrom4([4]byte{10, 30, byte(i / 250), byte(1 + i%250)})
+		obj, _ := json.Marshal(map[string]any{
+			"apiVersion": "pivirt.hu/v1", "kind": "PortSecurity",
+			"metadata": map[string]any{"name": fmt.Sprintf("maplat-port-%d", p)},
+			"spec": map[string]any{"interface": fmt.Sprintf("pvdum%d", p), "macAddress": fmt.Sprintf("52:54:04:00:00:%02x", p),
+				"ipAddresses": []string{ip.String()}},
+		})
+		key := portmap.NewKey(ifindexes[p])
+		if err := timeToMap(client, obj, func() bool {
+			v, err := ports.Lookup(key)
+			return err == nil && slices.Contains(v.Addrs4(), ip)
+		}, &l); err != nil {
+			return l, fmt.Errorf("port %d: %w", i, err)
+		}
+	}
+	return l, nil
+}
+
+// waitAllPinned polls pv_leases until it holds n entries and returns how
+// long that took.
+func waitAllPinned(leases *leasemap.Map, n int, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		var err error
+		c := 0
+		for range leases.All(&err) {
+			c++
+		}
+		if err != nil {
+			return 0, fmt.Errorf("walking pv_leases: %w", err)
+		}
+		if c >= n {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			return 0, fmt.Errorf("pv_leases holds %d of %d leases %s after the bulk apply", c, n, timeout)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

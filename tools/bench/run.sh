@@ -4,7 +4,8 @@
 # make bench: every benchmark of BENCHMARKS.md, peers in the same run.
 # Parts (BENCH_PARTS, default all): control, testrun, dhcp, dhcp-load, guard, nat, vm.
 #   control  tools/applybench: 10,000 DHCPLeases through pivirtctl, single
-#            apply latency, pivirtd RSS
+#            apply latency, apply-to-map latency (a reservation, a
+#            PortSecurity, polled in the pinned maps), pivirtd RSS
 #   testrun  go benchmarks through BPF_PROG_TEST_RUN (guard at 1/1k/64k
 #            ports, NAT at 1/10k ExternalIPs) and the store
 #   dhcp     ../shared/bench/dhcp-peers.sh: perfdhcp against dnsmasq, Kea

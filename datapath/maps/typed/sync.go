@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+
+	"github.com/cilium/ebpf"
 )
 
 // Converging a map to desired content, the one way every feature writes
@@ -173,4 +175,53 @@ func putAll[K, V comparable](t Target[K, V], kv map[K]V, errs []error) (int, []e
 		n++
 	}
 	return n, errs
+}
+
+// Keyed is a Table that also looks up one key; Map satisfies it.
+type Keyed[K comparable, V any] interface {
+	Table[K, V]
+	Lookup(K) (V, error)
+}
+
+// SyncKeys makes m hold desired for exactly keys, touching no other key:
+// a key in desired is added or updated unless its live value already
+// equals it, a key missing from desired is deleted. It is the per-object
+// form of Sync, for a caller that knows which keys a change touched, and
+// costs a lookup per key instead of a walk of the map.
+func SyncKeys[K, V comparable](m Keyed[K, V], keys []K, desired map[K]V, eq Equal[V]) (Result, error) {
+	if eq == nil {
+		eq = func(a, b V) bool { return a == b }
+	}
+	var r Result
+	var errs []error
+	for _, k := range keys {
+		live, err := m.Lookup(k)
+		present := err == nil
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("looking up %v: %w", k, err))
+			continue
+		}
+		want, ok := desired[k]
+		switch {
+		case ok && present && eq(want, live):
+			r.Unchanged++
+		case ok:
+			if err := m.Put(k, want); err != nil {
+				errs = append(errs, fmt.Errorf("writing %v: %w", k, err))
+				continue
+			}
+			if present {
+				r.Updated++
+			} else {
+				r.Added++
+			}
+		case present:
+			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, fmt.Errorf("deleting %v: %w", k, err))
+				continue
+			}
+			r.Deleted++
+		}
+	}
+	return r, errors.Join(errs...)
 }

@@ -180,3 +180,32 @@ func (r recorder) Delete(k string) error {
 	*r.order = append(*r.order, "del "+r.name+"/"+k)
 	return r.fakeMap.Delete(k)
 }
+
+func (f *fakeMap) Lookup(k string) (int, error) {
+	v, ok := f.m[k]
+	if !ok {
+		return 0, ebpf.ErrKeyNotExist
+	}
+	return v, nil
+}
+
+// TestSyncKeys: only the named keys are touched; each is added, updated,
+// deleted or left as it is, and a key absent on both sides is no write.
+func TestSyncKeys(t *testing.T) {
+	f := &fakeMap{m: map[string]int{"same": 1, "changed": 2, "stale": 3, "other": 4}}
+	desired := map[string]int{"same": 1, "changed": 20, "new": 5, "other": 40}
+	r, err := typed.SyncKeys(f, []string{"same", "changed", "stale", "new", "absent"}, desired, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (typed.Result{Added: 1, Updated: 1, Deleted: 1, Unchanged: 1}); r != want {
+		t.Errorf("result %v, want %v", r, want)
+	}
+	if diff := cmp.Diff(map[string]int{"same": 1, "changed": 20, "new": 5, "other": 4}, f.m); diff != "" {
+		t.Errorf("map after SyncKeys (-want +got):\n%s", diff)
+	}
+	f.failPut = map[string]bool{"new2": true}
+	if _, err := typed.SyncKeys(f, []string{"new2"}, map[string]int{"new2": 1}, nil); err == nil {
+		t.Error("a refused put was not reported")
+	}
+}
