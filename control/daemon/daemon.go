@@ -27,6 +27,7 @@ import (
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
 	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/apiserver"
+	"pivirt.hu/dataplane/control/collision"
 	"pivirt.hu/dataplane/control/dhcpd"
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/externalip"
@@ -174,7 +175,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	guards := &portguard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
 		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp, Node: d.cfg.Node}
 	d.guard = guards
-	d.reg.MustRegister(guards, d.dhcp)
+	collisions := &collision.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Node: d.cfg.Node}
+	d.reg.MustRegister(guards, d.dhcp, collisions)
 	cache := reconcile.NewCache(d.store, d.log)
 	cache.Node = d.cfg.Node
 	d.nat = externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
@@ -195,6 +197,14 @@ func (d *Daemon) controllers() ([]Controller, error) {
 			Func:  segments.Reconcile,
 		},
 		guardLoop,
+		&reconcile.Loop{
+			// Every node's leases and ports, every change (a renewal may
+			// end a conflict, another node's write start one): the report
+			// is due within a second.
+			ID: "collisions", Cache: cache, Log: d.log, AllNodes: true,
+			Kinds: collision.Kinds, Debounce: 50 * time.Millisecond,
+			Func: collisions.Reconcile,
+		},
 		controllerFunc{"link-watch", func(ctx context.Context) error { return portguard.WatchLinks(ctx, guardLoop.Trigger) }},
 		d.nat,
 	}, nil

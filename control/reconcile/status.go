@@ -38,6 +38,9 @@ func SetStatuses(ctx context.Context, st store.Store, ix *admission.Index, updat
 	var changes []change
 	for _, u := range updates {
 		b, err := json.Marshal(u.Status)
+		if err == nil {
+			b, err = KeepConditions(b, u.Object.Status, pivirtv1.ConditionConflict)
+		}
 		if err != nil {
 			return fmt.Errorf("encoding status of %s %q: %w", u.Object.Kind, u.Object.Metadata.Name, err)
 		}
@@ -59,4 +62,49 @@ func SetStatuses(ctx context.Context, st store.Store, ix *admission.Index, updat
 		return nil
 	})
 	return err
+}
+
+// KeepConditions adds to status the conditions of type typ that stored
+// holds and status does not: another controller owns them (collision's
+// Conflict), and a writer of the rest of the status must not drop them.
+// Without any to keep, status is returned as it is.
+func KeepConditions(status, stored json.RawMessage, typ string) (json.RawMessage, error) {
+	keep := pivirtv1.ConditionsOf(stored, typ)
+	if len(keep) == 0 {
+		return status, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(status, &fields); err != nil {
+		return nil, err
+	}
+	if fields == nil {
+		fields = map[string]json.RawMessage{}
+	}
+	var conds []pivirtv1.Condition
+	if raw, ok := fields["conditions"]; ok {
+		if err := json.Unmarshal(raw, &conds); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range conds {
+		if c.Type == typ {
+			return status, nil // the writer set them itself
+		}
+	}
+	return SetConditions(fields, append(conds, keep...))
+}
+
+// SetConditions replaces the conditions in a decoded status, and encodes
+// it (keys sorted, so equal statuses are equal bytes).
+func SetConditions(fields map[string]json.RawMessage, conds []pivirtv1.Condition) (json.RawMessage, error) {
+	if len(conds) == 0 {
+		delete(fields, "conditions")
+	} else {
+		b, err := json.Marshal(conds)
+		if err != nil {
+			return nil, err
+		}
+		fields["conditions"] = b
+	}
+	return json.Marshal(fields)
 }
