@@ -124,6 +124,9 @@ func (h *handler) newLease(ip netip.Addr, prevHost string, ttl time.Duration) Le
 }
 
 func (h *handler) discover() (Reply, []LeaseChange) {
+	if h.st.heldElsewhere(h.mac()) {
+		return Reply{Ignored: IgnoreHeld}, h.in.Changes // its lease is frozen on another node
+	}
 	ip, ok := h.st.choose(h.id, h.mac(), optAddr(h.m, dhcpv4.OptionRequestedIPAddress), h.now)
 	if !ok {
 		return Reply{Ignored: IgnoreExhausted}, h.in.Changes

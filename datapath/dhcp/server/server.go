@@ -116,11 +116,13 @@ type segState struct {
 	resByMAC map[string]Reservation
 	resByIP  map[netip.Addr]string
 	quar     map[netip.Addr]time.Time
-	last     map[string]netip.Addr // previous address of an identity
-	held     map[string]bool       // MACs whose lease the provisioning interlock holds
-	static   dhcpv4.Options        // options every reply of this segment carries
-	leaseOpt [3][]byte             // encoded 51, 58, 59
-	ipTable  []byte                // 4 bytes per range address, for yiaddr without allocating
+	last     map[string]netip.Addr    // previous address of an identity
+	held     map[string]bool          // MACs whose lease the provisioning interlock holds
+	away     map[netip.Addr][]Holding // held elsewhere in the cluster (SetElsewhere)
+	awayMAC  map[string]Holding
+	static   dhcpv4.Options // options every reply of this segment carries
+	leaseOpt [3][]byte      // encoded 51, 58, 59
+	ipTable  []byte         // 4 bytes per range address, for yiaddr without allocating
 }
 
 // Server owns the lease tables of its segments. Its methods are safe for
@@ -192,6 +194,12 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 	}
 	_ = st.setReservations(res) // the ones outside the new range are dropped
 	st.held = old.held
+	st.away, st.awayMAC = old.away, old.awayMAC
+	for ip := range st.away {
+		if st.pool.Contains(ip) {
+			st.pool.Take(ip)
+		}
+	}
 	now := time.Time{}
 	for _, l := range old.byID {
 		if l.offered {
@@ -473,6 +481,9 @@ func (st *segState) loadable(id []byte, mac net.HardwareAddr, ip netip.Addr) boo
 
 // assignable reports whether ip may be given to the client id/mac now.
 func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, now time.Time) bool {
+	if st.takenElsewhere(ip, mac) || st.heldElsewhere(mac) {
+		return false // the cluster shows it another MAC's; or the MAC's lease stays where it is
+	}
 	if r, ok := st.resByMAC[string(mac)]; ok {
 		if ip != r.IP {
 			return false
@@ -491,10 +502,13 @@ func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, n
 		}
 	}
 	if !st.pool.Contains(ip) {
-		return false
+		return st.movable(ip, mac) // a migrated client's address from another node's range
 	}
 	if _, q := st.quar[ip]; q {
 		return false
+	}
+	if own, _ := st.ownElsewhere(ip, mac); own {
+		return true // its bit is set for everyone else
 	}
 	if _, reserved := st.resByMAC[string(mac)]; reserved {
 		return true // its bit is set by the reservation itself
@@ -587,7 +601,7 @@ func (st *segState) drop(l *lease) {
 
 // maybeFree returns ip to the pool unless something still holds it.
 func (st *segState) maybeFree(ip netip.Addr) {
-	if st.byIP[ip] != nil || st.resByIP[ip] != "" {
+	if st.byIP[ip] != nil || st.resByIP[ip] != "" || st.away[ip] != nil {
 		return
 	}
 	if _, q := st.quar[ip]; q {
