@@ -191,7 +191,11 @@ func compileLeases(d *Desired, objs []*pivirtv1.Object, segs map[string]*segment
 			continue
 		}
 		mac, ip := [6]byte(l.MAC), l.IP
-		if !seg.inRange(ip) {
+		// A dynamic lease placed on this node (snapshots hold no other
+		// node's) outside its range came with a migrated client, whose
+		// address the DHCP server kept (issue 17): pinned as the range's.
+		moved := spec.Type == pivirtv1.LeaseDynamic && o.Metadata.Labels[pivirtv1.NodeLabel] != "" && seg.HostIP.Contains(ip)
+		if !seg.inRange(ip) && !moved {
 			d.Status[ref] = Status{Phase: pivirtv1.PhasePending, Segment: seg.Name, SegID: seg.id,
 				Message: fmt.Sprintf("spec.ipAddress: %s is outside the range %s of segment %s", ip, seg.lease, seg.Name)}
 			continue

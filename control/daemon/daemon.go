@@ -205,6 +205,17 @@ func (d *Daemon) controllers() ([]Controller, error) {
 			Kinds: collision.Kinds, Debounce: 50 * time.Millisecond,
 			Func: collisions.Reconcile,
 		},
+		&reconcile.Loop{
+			// The addresses other nodes' objects hold, for the responders.
+			// This node's own leases are the server's already.
+			ID: "dhcp-elsewhere", Cache: cache, Log: d.log, AllNodes: true,
+			Kinds: collision.Kinds, Debounce: 50 * time.Millisecond,
+			React: func(c reconcile.Change) bool {
+				return c.Object.Kind != pivirtv1.KindDHCPLease || pivirtv1.PlacedElsewhere(c.Object, d.cfg.Node) ||
+					(c.Old != nil && pivirtv1.PlacedElsewhere(c.Old, d.cfg.Node))
+			},
+			Func: d.dhcp.SyncElsewhere,
+		},
 		controllerFunc{"link-watch", func(ctx context.Context) error { return portguard.WatchLinks(ctx, guardLoop.Trigger) }},
 		d.nat,
 	}, nil

@@ -87,5 +87,11 @@ func (st *segState) heldElsewhere(mac net.HardwareAddr) bool {
 // the subnet.
 func (st *segState) movable(ip netip.Addr, mac net.HardwareAddr) bool {
 	own, held := st.ownElsewhere(ip, mac)
-	return own && !held && st.subnet.Contains(ip) && ip != st.subnet.Addr() && ip != st.bcast && ip != st.cfg.HostIP.Addr()
+	return own && !held && st.hostAddr(ip)
+}
+
+// hostAddr reports whether ip is a guest's address in the subnet (not the
+// network's, the broadcast or the server's own).
+func (st *segState) hostAddr(ip netip.Addr) bool {
+	return st.subnet.Contains(ip) && ip != st.subnet.Addr() && ip != st.bcast && ip != st.cfg.HostIP.Addr()
 }

@@ -346,6 +346,17 @@ func (st *segState) isStatic(mac net.HardwareAddr) bool {
 // its address across a restart. Expired ones are skipped; ones that
 // conflict are skipped and reported.
 func (s *Server) LoadLeases(now time.Time, seg uint32, leases []Lease) error {
+	return s.load(now, seg, leases, false)
+}
+
+// LoadMoved is LoadLeases for leases that clients brought from another
+// node's range (SetElsewhere) and this server ACKed: they are bound
+// outside the range.
+func (s *Server) LoadMoved(now time.Time, seg uint32, leases []Lease) error {
+	return s.load(now, seg, leases, true)
+}
+
+func (s *Server) load(now time.Time, seg uint32, leases []Lease, moved bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
@@ -358,7 +369,7 @@ func (s *Server) LoadLeases(now time.Time, seg uint32, leases []Lease) error {
 			continue
 		}
 		id := appendIdentity(nil, l.ClientID, l.MAC)
-		if !st.loadable(id, l.MAC, l.IP) {
+		if !st.loadable(id, l.MAC, l.IP, moved) {
 			errs = append(errs, fmt.Errorf("loading lease %s for %s: %w", l.IP, l.MAC, ErrAddrInUse))
 			continue
 		}
@@ -466,15 +477,18 @@ func appendIdentity(dst, clientID []byte, mac net.HardwareAddr) []byte {
 // address is in the range and held by no one else. A reservation of the
 // address made since does not take it from its holder, whose renewals are
 // NAKed until it ends; a reservation of its MAC elsewhere does.
-func (st *segState) loadable(id []byte, mac net.HardwareAddr, ip netip.Addr) bool {
+func (st *segState) loadable(id []byte, mac net.HardwareAddr, ip netip.Addr, moved bool) bool {
 	if r, ok := st.resByMAC[string(mac)]; ok && r.IP != ip {
 		return false
 	}
 	if l := st.byIP[ip]; l != nil && l.id != string(id) {
 		return false
 	}
-	if _, q := st.quar[ip]; q || !st.pool.Contains(ip) {
+	if _, q := st.quar[ip]; q {
 		return false
+	}
+	if !st.pool.Contains(ip) {
+		return moved && st.hostAddr(ip)
 	}
 	return st.pool.Available(ip) || st.resByIP[ip] != "" || st.byIP[ip] != nil
 }
