@@ -10,6 +10,7 @@ package test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+	"pivirt.hu/dataplane/test/guest"
 	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
@@ -175,4 +177,82 @@ spec: {network: cluster-overlay, macAddress: "52:54:00:77:00:02", ipAddress: 10.
 	})
 	out, _, _ := n2.ctl(t, "", "describe", "segment", "cl-n2")
 	wantContains(t, "describe cl-n2", out, "Network cluster-overlay, other segments:", "cl-n1", "n1", "10.77.0.10-10.77.0.50")
+}
+
+// clusterLease is a lease as any node's API shows it.
+type clusterLease struct {
+	Metadata struct {
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Network   string `json:"network"`
+		IPAddress string `json:"ipAddress"`
+	} `json:"spec"`
+	Status json.RawMessage `json:"status"`
+}
+
+func (n clusterNode) lease(t *testing.T, name string) (clusterLease, bool) {
+	t.Helper()
+	var l clusterLease
+	out, _, err := n.ctl(t, "", "get", "lease", name, "-o", "json")
+	if err != nil {
+		return l, false
+	}
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("decoding %s: %v\n%s", name, err, out)
+	}
+	return l, true
+}
+
+// TestPrivilegedClusterMigration: a guest gets a lease from n1's range,
+// then its port moves to n2's bridge and its dhclient INIT-REBOOTs: n2
+// ACKs the same address because the cluster store shows it the MAC's,
+// re-homes the lease (label pivirt.hu/node=n2) and pins it in its
+// pv_leases, and n1 drops its pin. A lease the provisioning interlock
+// holds stays on n1 (no ACK, no other address from n2).
+func TestPrivilegedClusterMigration(t *testing.T) {
+	testutil.RequireTool(t, "dhclient")
+	nodes := startCluster(t, "n1", "n2")
+	n1, n2 := nodes[0], nodes[1]
+	for i, doc := range []string{clusterSeg("cl-n1", "n1", "br-cl1", "10", "50"), clusterSeg("cl-n2", "n2", "br-cl2", "51", "99")} {
+		if _, errOut, err := nodes[i].ctl(t, doc, "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply segment: %v: %s", err, errOut)
+		}
+	}
+	waitFor(t, 20*time.Second, "both segments Ready", func() bool {
+		out, _, _ := n1.ctl(t, "", "get", "segments")
+		return strings.Count(out, "Ready") == 2
+	})
+
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x01, 0x01}
+	g := guest.Attach(t, n1.ns, "br-cl1", "", mac)
+	g.Dhclient(t)
+	addr := g.Addr(t)
+	if !inRange(addr, "10.77.0.10", "10.77.0.50") {
+		t.Fatalf("guest on n1 got %v, want an address of n1's range", addr)
+	}
+	name := leaseName(mac)
+	waitFor(t, 10*time.Second, "lease on n1, pinned there", func() bool {
+		l, ok := n2.lease(t, name)
+		return ok && l.Metadata.Labels["pivirt.hu/node"] == "n1" &&
+			strings.Contains(n1.d.MustCtl("inspect", "map", "pv_leases"), mac.String())
+	})
+
+	// The VM moves: its dhclient stops (no RELEASE), its port goes to
+	// n2's bridge, and it starts again from its lease file (INIT-REBOOT).
+	guest.KillPidFile(filepath.Join(g.Dir, "pid"))
+	g.Enslave(t, n1.ns, "br-cl2")
+	out := g.Dhclient(t)
+	if got := g.Addr(t); got != addr {
+		t.Fatalf("after the move the guest has %v, want %v kept\n%s", got, addr, out)
+	}
+	waitFor(t, 10*time.Second, "lease re-homed to n2, pinned on n2 only", func() bool {
+		l, ok := n1.lease(t, name)
+		return ok && l.Metadata.Labels["pivirt.hu/node"] == "n2" && l.Spec.Network == "br-cl2" && l.Spec.IPAddress == addr.String() &&
+			strings.Contains(n2.d.MustCtl("inspect", "map", "pv_leases"), mac.String()) &&
+			!strings.Contains(n1.d.MustCtl("inspect", "map", "pv_leases"), mac.String())
+	})
+	// The pin stays on n2 past its guard's next pass.
+	time.Sleep(2 * time.Second)
+	wantContains(t, "n2 pv_leases", n2.d.MustCtl("inspect", "map", "pv_leases"), mac.String(), addr.String())
 }
