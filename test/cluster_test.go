@@ -255,4 +255,46 @@ func TestPrivilegedClusterMigration(t *testing.T) {
 	// The pin stays on n2 past its guard's next pass.
 	time.Sleep(2 * time.Second)
 	wantContains(t, "n2 pv_leases", n2.d.MustCtl("inspect", "map", "pv_leases"), mac.String(), addr.String())
+
+	// The interlock keeps a lease on its node: the same move gets no ACK
+	// (and no other address) from n2, and the lease's status says why.
+	mac2 := net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x01, 0x02}
+	h := guest.Attach(t, n1.ns, "br-cl1", "", mac2)
+	h.Dhclient(t)
+	hAddr, name2 := h.Addr(t), leaseName(mac2)
+	waitFor(t, 10*time.Second, "h's lease stored", func() bool { _, ok := n1.lease(t, name2); return ok })
+	y, errOut, err := n1.ctl(t, "", "get", "lease", name2, "-o", "yaml")
+	if err != nil {
+		t.Fatalf("get lease: %v: %s", err, errOut)
+	}
+	y = strings.Replace(y, "metadata:\n", "metadata:\n  annotations:\n    pivirtd.pilab.hu/is-provisioning: \"true\"\n", 1)
+	if _, errOut, err := n1.ctl(t, y, "apply", "-f", "-"); err != nil {
+		t.Fatalf("annotating h's lease: %v: %s\n%s", err, errOut, y)
+	}
+	time.Sleep(time.Second) // n2 learns of the lock through its watch
+	guest.KillPidFile(filepath.Join(h.Dir, "pid"))
+	h.Enslave(t, n1.ns, "br-cl2")
+	// A short try: n2 NAKs the INIT-REBOOT and ignores the DISCOVERs; the
+	// client may fall back to its recorded lease, which is its business.
+	conf := filepath.Join(h.Dir, "short.conf")
+	if err := os.WriteFile(conf, []byte("timeout 6;\nretry 1;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { guest.KillPidFile(filepath.Join(h.Dir, "pid2")) })
+	out2, _ := h.NS.Command("dhclient", "-4", "-1", "-v", "-cf", conf, "-lf", filepath.Join(h.Dir, "leases"),
+		"-pf", filepath.Join(h.Dir, "pid2"), "-sf", h.Hook(t), h.Ifc).CombinedOutput()
+	if strings.Contains(string(out2), "DHCPACK") {
+		t.Errorf("n2 ACKed a lease the interlock holds on n1:\n%s", out2)
+	}
+	waitFor(t, 10*time.Second, "the status says why the lease stayed on n1", func() bool {
+		l, ok := n2.lease(t, name2)
+		return ok && l.Metadata.Labels["pivirt.hu/node"] == "n1" && l.Spec.IPAddress == hAddr.String() &&
+			strings.Contains(string(l.Status), `Relocated`) && strings.Contains(string(l.Status), "ProvisioningInterlock")
+	})
+	wantContains(t, "n1 pv_leases keeps the held lease", n1.d.MustCtl("inspect", "map", "pv_leases"), mac2.String())
+	if strings.Contains(n2.d.MustCtl("inspect", "map", "pv_leases"), mac2.String()) {
+		t.Error("n2 pinned a lease the interlock holds on n1")
+	}
+	out, _, _ = n2.ctl(t, "", "describe", "lease", name2)
+	wantContains(t, "describe on n2", out, "NotRelocated", "provisioning interlock")
 }

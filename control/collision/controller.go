@@ -170,34 +170,11 @@ func sameConflict(status json.RawMessage, msg string) bool {
 // (none when msg is ""); the rest of the status, which other controllers
 // write, stays as stored.
 func withConflict(status json.RawMessage, msg string, now time.Time) (json.RawMessage, bool, error) {
-	if sameConflict(status, msg) {
-		return status, false, nil
-	}
-	fields := map[string]json.RawMessage{}
-	if len(status) > 0 {
-		if err := json.Unmarshal(status, &fields); err != nil {
-			return nil, false, err
-		}
-	}
-	var conds []pivirtv1.Condition
-	if raw, ok := fields["conditions"]; ok {
-		if err := json.Unmarshal(raw, &conds); err != nil {
-			return nil, false, err
-		}
-	}
-	since := now.UTC().Truncate(time.Second)
-	conds = slices.DeleteFunc(conds, func(c pivirtv1.Condition) bool {
-		if c.Type == pivirtv1.ConditionConflict && c.Status == "True" {
-			since = c.LastTransitionTime // still in conflict: the transition was then
-		}
-		return c.Type == pivirtv1.ConditionConflict
-	})
+	c := pivirtv1.Condition{Type: pivirtv1.ConditionConflict}
 	if msg != "" {
-		conds = append(conds, pivirtv1.Condition{Type: pivirtv1.ConditionConflict, Status: "True", Reason: ReasonConflict,
-			Message: msg, LastTransitionTime: since})
+		c.Status, c.Reason, c.Message = "True", ReasonConflict, msg
 	}
-	b, err := reconcile.SetConditions(fields, conds)
-	return b, err == nil, err
+	return reconcile.SetCondition(status, c, now)
 }
 
 // Describe implements prometheus.Collector.

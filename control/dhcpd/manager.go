@@ -78,6 +78,9 @@ type Manager struct {
 	// away is, by network, the addresses other nodes' objects hold
 	// (SyncElsewhere), for the segments Sync starts.
 	away map[string][]server.Holding
+
+	nmu      sync.Mutex
+	notMoved map[string]bool // clients told why they were not relocated (relocate.go)
 }
 
 type running struct {
@@ -102,6 +105,7 @@ func (m *Manager) now() time.Time {
 func (m *Manager) init() {
 	m.once.Do(func() {
 		m.srv, _ = server.New()
+		m.srv.HeldElsewhere = m.heldElsewhere
 		m.running = map[string]*running{}
 		m.ledger = newLedger(m)
 	})
@@ -280,6 +284,9 @@ func (m *Manager) SyncElsewhere(_ context.Context, snap reconcile.Snapshot) erro
 			}
 		}
 	}
+	m.nmu.Lock()
+	m.notMoved = nil // the holdings changed: report again
+	m.nmu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.away = away

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/admission"
@@ -107,4 +108,49 @@ func SetConditions(fields map[string]json.RawMessage, conds []pivirtv1.Condition
 		fields["conditions"] = b
 	}
 	return json.Marshal(fields)
+}
+
+// SetCondition returns a stored status with its condition of c.Type
+// replaced by c (removed when c.Status is ""), the rest of the status as
+// stored: the writer owns that condition only. The transition time is
+// kept while the condition's status stays; changed is false when the
+// stored status says c already.
+func SetCondition(status json.RawMessage, c pivirtv1.Condition, now time.Time) (out json.RawMessage, changed bool, err error) {
+	fields := map[string]json.RawMessage{}
+	if len(status) > 0 {
+		if err := json.Unmarshal(status, &fields); err != nil {
+			return nil, false, err
+		}
+	}
+	var conds []pivirtv1.Condition
+	if raw, ok := fields["conditions"]; ok {
+		if err := json.Unmarshal(raw, &conds); err != nil {
+			return nil, false, err
+		}
+	}
+	c.LastTransitionTime = now.UTC().Truncate(time.Second)
+	found := false
+	for i, o := range conds {
+		if o.Type != c.Type {
+			continue
+		}
+		if c.Status != "" && o.Status == c.Status {
+			if o.Reason == c.Reason && o.Message == c.Message {
+				return status, false, nil
+			}
+			c.LastTransitionTime = o.LastTransitionTime
+		}
+		found = true
+		conds = append(conds[:i], conds[i+1:]...)
+		break
+	}
+	if c.Status == "" {
+		if !found {
+			return status, false, nil
+		}
+	} else {
+		conds = append(conds, c)
+	}
+	out, err = SetConditions(fields, conds)
+	return out, err == nil, err
 }

@@ -3,7 +3,9 @@
 package server
 
 import (
+	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -28,6 +30,7 @@ func TestElsewhere(t *testing.T) {
 		wantYI   string
 		wantIgn  Ignore
 		wantCh   []ChangeKind
+		wantHeld bool // Server.HeldElsewhere told
 	}{
 		{
 			name:     "allocator skips an address another node's lease holds",
@@ -36,74 +39,95 @@ func TestElsewhere(t *testing.T) {
 			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.11",
 		},
 		{
-			name:     "a requested address held by another MAC is not offered",
-			away:     []Holding{away("192.168.100.11", macB, false)},
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeDiscover, macA, reqIP("192.168.100.11")) },
+			name: "a requested address held by another MAC is not offered",
+			away: []Holding{away("192.168.100.11", macB, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeDiscover, macA, reqIP("192.168.100.11"))
+			},
 			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.10",
 		},
 		{
-			name:     "init-reboot for an address held by another MAC is NAKed",
-			away:     []Holding{away("192.168.100.10", macB, false)},
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.10")) },
+			name: "init-reboot for an address held by another MAC is NAKed",
+			away: []Holding{away("192.168.100.10", macB, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.10"))
+			},
 			wantType: dhcpv4.MessageTypeNak,
 		},
 		{
-			name:     "renewal of a local lease another node's object holds too is NAKed and the lease dropped",
-			setup:    bound,
-			away:     []Holding{away("192.168.100.10", macB, false)},
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.10")) },
+			name:  "renewal of a local lease another node's object holds too is NAKed and the lease dropped",
+			setup: bound,
+			away:  []Holding{away("192.168.100.10", macB, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.10"))
+			},
 			unicast:  true,
 			wantType: dhcpv4.MessageTypeNak, wantCh: []ChangeKind{Released},
 		},
 		{
-			name:     "renewal of a local lease its own MAC holds elsewhere too (a port's pin) is ACKed",
-			setup:    bound,
-			away:     []Holding{away("192.168.100.10", macA, false)},
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.10")) },
+			name:  "renewal of a local lease its own MAC holds elsewhere too (a port's pin) is ACKed",
+			setup: bound,
+			away:  []Holding{away("192.168.100.10", macA, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.10"))
+			},
 			unicast:  true,
 			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.10", wantCh: []ChangeKind{Renewed},
 		},
 		{
-			name:     "migrated client's init-reboot outside the range is ACKed",
-			away:     []Holding{away("192.168.100.50", macA, false)},
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50")) },
+			name: "migrated client's init-reboot outside the range is ACKed",
+			away: []Holding{away("192.168.100.50", macA, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
+			},
 			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.50", wantCh: []ChangeKind{Bound},
 		},
 		{
-			name:     "migrated client's renewal outside the range is ACKed",
-			away:     []Holding{away("192.168.100.50", macA, false)},
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.50")) },
+			name: "migrated client's renewal outside the range is ACKed",
+			away: []Holding{away("192.168.100.50", macA, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.50"))
+			},
 			unicast:  true,
 			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.50", wantCh: []ChangeKind{Bound},
 		},
 		{
-			name:     "migrated client's discover asking its address is offered it",
-			away:     []Holding{away("192.168.100.50", macA, false)},
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeDiscover, macA, reqIP("192.168.100.50")) },
+			name: "migrated client's discover asking its address is offered it",
+			away: []Holding{away("192.168.100.50", macA, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeDiscover, macA, reqIP("192.168.100.50"))
+			},
 			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.50",
 		},
 		{
-			name:     "an address outside the range the store does not show as the MAC's is NAKed",
-			away:     []Holding{away("192.168.100.50", macB, false)},
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50")) },
+			name: "an address outside the range the store does not show as the MAC's is NAKed",
+			away: []Holding{away("192.168.100.50", macB, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
+			},
 			wantType: dhcpv4.MessageTypeNak,
 		},
 		{
-			name:     "the interlock keeps a lease on its node: NAK",
+			name: "the interlock keeps a lease on its node: NAK",
+			away: []Holding{away("192.168.100.50", macA, true)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
+			},
+			wantType: dhcpv4.MessageTypeNak, wantHeld: true,
+		},
+		{
+			name:     "the interlock keeps a lease on its node: no other address offered",
 			away:     []Holding{away("192.168.100.50", macA, true)},
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50")) },
-			wantType: dhcpv4.MessageTypeNak,
+			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeDiscover, macA) },
+			wantIgn:  IgnoreHeld,
+			wantHeld: true,
 		},
 		{
-			name:    "the interlock keeps a lease on its node: no other address offered",
-			away:    []Holding{away("192.168.100.50", macA, true)},
-			req:     func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeDiscover, macA) },
-			wantIgn: IgnoreHeld,
-		},
-		{
-			name:     "the subnet's broadcast address never moves",
-			away:     []Holding{away("192.168.100.255", macA, false)},
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.255")) },
+			name: "the subnet's broadcast address never moves",
+			away: []Holding{away("192.168.100.255", macA, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.255"))
+			},
 			wantType: dhcpv4.MessageTypeNak,
 		},
 	}
@@ -115,6 +139,10 @@ func TestElsewhere(t *testing.T) {
 			}
 			if err := s.SetElsewhere(1, tc.away); err != nil {
 				t.Fatal(err)
+			}
+			var told []string
+			s.HeldElsewhere = func(seg uint32, mac net.HardwareAddr, ip netip.Addr) {
+				told = append(told, fmt.Sprint(seg, mac, ip))
 			}
 			m := tc.req(t)
 			in := Request{Segment: 1, Msg: m, SrcMAC: m.ClientHWAddr}
@@ -138,6 +166,9 @@ func TestElsewhere(t *testing.T) {
 			}
 			if !slices.Equal(kinds, tc.wantCh) {
 				t.Errorf("changes %v, want %v", kinds, tc.wantCh)
+			}
+			if want := fmt.Sprint(1, macA, ip("192.168.100.50")); tc.wantHeld != slices.Equal(told, []string{want}) {
+				t.Errorf("HeldElsewhere told %q, want it told %q: %v", told, want, tc.wantHeld)
 			}
 		})
 	}

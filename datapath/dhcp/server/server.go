@@ -128,6 +128,12 @@ type segState struct {
 // Server owns the lease tables of its segments. Its methods are safe for
 // concurrent use; Handle is meant to be called from one responder loop.
 type Server struct {
+	// HeldElsewhere, when set, is told of a client this server gave
+	// nothing because the interlock holds its lease on another node
+	// (SetElsewhere). It runs under the server's lock: it must not block
+	// or call the server.
+	HeldElsewhere func(seg uint32, mac net.HardwareAddr, ip netip.Addr)
+
 	mu    sync.Mutex
 	segs  map[uint32]*segState
 	idBuf [1 + 255]byte // identity key of the request being handled
