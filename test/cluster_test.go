@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -209,7 +210,8 @@ func (n clusterNode) lease(t *testing.T, name string) (clusterLease, bool) {
 // ACKs the same address because the cluster store shows it the MAC's,
 // re-homes the lease (label pivirt.hu/node=n2) and pins it in its
 // pv_leases, and n1 drops its pin. A lease the provisioning interlock
-// holds stays on n1 (no ACK, no other address from n2).
+// holds stays on n1 (no ACK, no other address from n2). Before that, n2
+// offers no address a lease of n1 holds.
 func TestPrivilegedClusterMigration(t *testing.T) {
 	testutil.RequireTool(t, "dhclient")
 	nodes := startCluster(t, "n1", "n2")
@@ -223,6 +225,26 @@ func TestPrivilegedClusterMigration(t *testing.T) {
 		out, _, _ := n1.ctl(t, "", "get", "segments")
 		return strings.Count(out, "Ready") == 2
 	})
+
+	// An address the store shows another MAC's (here a lease n1 holds in
+	// n2's range) is never offered by n2: its first free address is the
+	// next one.
+	taken := `apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata:
+  name: lease-52-54-00-77-01-ff
+  labels: {pivirt.hu/node: n1}
+spec: {network: br-cl1, macAddress: "52:54:00:77:01:ff", ipAddress: 10.77.0.51, type: dynamic, expiresAt: "2099-01-01T00:00:00Z"}
+`
+	if _, errOut, err := n1.ctl(t, taken, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply the lease in n2's range: %v: %s", err, errOut)
+	}
+	time.Sleep(time.Second) // n2 learns of it through its watch
+	o := guest.Attach(t, n1.ns, "br-cl2", "", net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x01, 0x03})
+	o.Dhclient(t)
+	if got := o.Addr(t); got != netip.MustParseAddr("10.77.0.52") {
+		t.Errorf("a guest on n2 got %v, want 10.77.0.52 (10.77.0.51 is held by another MAC through n1)", got)
+	}
 
 	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x01, 0x01}
 	g := guest.Attach(t, n1.ns, "br-cl1", "", mac)
