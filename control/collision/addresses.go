@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/reconcile"
+	"pivirt.hu/dataplane/control/store"
 )
 
 // Kinds are the kinds Collect reads.
@@ -141,4 +144,45 @@ func Conflicting(hs []Holder) bool {
 		}
 	}
 	return false
+}
+
+// Changes is the Filter of the loops over Collect: a change that cannot
+// change who holds which address, or a Conflict condition, starts no
+// pass (a lease's renewal, a port's counters), so the steady stream of
+// DHCP ACKs does not recompute a network's addresses each time.
+func Changes(c reconcile.Change) bool {
+	if c.Type != store.Modified || c.Old == nil {
+		return true
+	}
+	k := c.Object.Kind
+	if k != pivirtv1.KindDHCPLease && k != pivirtv1.KindPortSecurity {
+		return true
+	}
+	return holdingOf(c.Old) != holdingOf(c.Object)
+}
+
+// holdingOf sums up what Collect and the Conflict condition read of o.
+func holdingOf(o *pivirtv1.Object) string {
+	s, err := o.DefaultedSpec()
+	if err != nil {
+		return "invalid " + err.Error()
+	}
+	conds, _ := json.Marshal(pivirtv1.ConditionsOf(o.Status, pivirtv1.ConditionConflict))
+	key := []string{o.Metadata.Labels[pivirtv1.NodeLabel], strconv.FormatBool(pivirtv1.IsProvisioning(o)), string(conds)}
+	switch sp := s.(type) {
+	case *pivirtv1.DHCPLeaseSpec:
+		exp := ""
+		if sp.Type == pivirtv1.LeaseDynamic && sp.ExpiresAt == nil {
+			exp = "none"
+		}
+		key = append(key, sp.Network, sp.MACAddress, sp.IPAddress, sp.Type, exp)
+	case *pivirtv1.PortSecuritySpec:
+		var st struct {
+			Segment string `json:"segment"`
+		}
+		_ = json.Unmarshal(o.Status, &st)
+		key = append(key, sp.MACAddress, st.Segment)
+		key = append(key, sp.IPAddresses...)
+	}
+	return strings.Join(key, "\x00")
 }

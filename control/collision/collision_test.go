@@ -49,7 +49,7 @@ func startNode(t testing.TB, ctx context.Context, url, name string) *node {
 	cache := reconcile.NewCache(st, log)
 	cache.Node = name
 	loop := &reconcile.Loop{ID: "collisions", Cache: cache, Log: log, AllNodes: true, Kinds: collision.Kinds,
-		Debounce: 50 * time.Millisecond, Func: n.ctl.Reconcile}
+		React: collision.Changes, Debounce: 100 * time.Millisecond, Func: n.ctl.Reconcile}
 	go func() { _ = cache.Run(ctx) }()
 	go func() { _ = loop.Run(ctx) }()
 	return n

@@ -198,21 +198,22 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		},
 		guardLoop,
 		&reconcile.Loop{
-			// Every node's leases and ports, every change (a renewal may
-			// end a conflict, another node's write start one): the report
+			// Every node's leases and ports, on every change of who holds
+			// what (another node's write may start a conflict): the report
 			// is due within a second.
 			ID: "collisions", Cache: cache, Log: d.log, AllNodes: true,
-			Kinds: collision.Kinds, Debounce: 50 * time.Millisecond,
+			Kinds: collision.Kinds, React: collision.Changes, Debounce: 100 * time.Millisecond,
 			Func: collisions.Reconcile,
 		},
 		&reconcile.Loop{
 			// The addresses other nodes' objects hold, for the responders.
 			// This node's own leases are the server's already.
 			ID: "dhcp-elsewhere", Cache: cache, Log: d.log, AllNodes: true,
-			Kinds: collision.Kinds, Debounce: 50 * time.Millisecond,
+			Kinds: collision.Kinds, Debounce: 100 * time.Millisecond,
 			React: func(c reconcile.Change) bool {
-				return c.Object.Kind != pivirtv1.KindDHCPLease || pivirtv1.PlacedElsewhere(c.Object, d.cfg.Node) ||
+				elsewhere := c.Object.Kind != pivirtv1.KindDHCPLease || pivirtv1.PlacedElsewhere(c.Object, d.cfg.Node) ||
 					(c.Old != nil && pivirtv1.PlacedElsewhere(c.Old, d.cfg.Node))
+				return elsewhere && collision.Changes(c)
 			},
 			Func: d.dhcp.SyncElsewhere,
 		},
