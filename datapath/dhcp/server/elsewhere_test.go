@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 )
@@ -205,5 +206,24 @@ func TestElsewhereFreed(t *testing.T) {
 	}
 	if st, _ := s.Stats(1); st.Free != 2 { // .12 reserved, .11 offered: .10 and .13 free
 		t.Errorf("free %d after the holding went, want 2", st.Free)
+	}
+}
+
+// TestLoadMoved: after a restart, the node a client moved to binds the
+// lease it took over outside its range again (LoadMoved) and renews it;
+// LoadLeases still refuses an address outside the range.
+func TestLoadMoved(t *testing.T) {
+	l := Lease{IP: ip("192.168.100.50"), MAC: macA, Expires: t0.Add(time.Hour)}
+	s := newServer(t)
+	if err := s.LoadLeases(t0, 1, []Lease{l}); err == nil {
+		t.Fatal("LoadLeases bound an address outside the range")
+	}
+	if err := s.LoadMoved(t0, 1, []Lease{l, {IP: ip("192.168.100.255"), MAC: macB, Expires: t0.Add(time.Hour)}}); err == nil {
+		t.Error("LoadMoved bound the broadcast address")
+	}
+	m := msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.50"))
+	r, _ := s.Handle(t0.Add(time.Minute), Request{Segment: 1, Msg: m, SrcMAC: macA, SrcIP: ip("192.168.100.50")})
+	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeAck || r.Msg.YourIPAddr.String() != "192.168.100.50" {
+		t.Fatalf("renewal of the moved lease: %+v", r)
 	}
 }
