@@ -10,9 +10,11 @@ package test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"time"
 
 	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+	"pivirt.hu/dataplane/test/guest"
 	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
@@ -175,4 +178,145 @@ spec: {network: cluster-overlay, macAddress: "52:54:00:77:00:02", ipAddress: 10.
 	})
 	out, _, _ := n2.ctl(t, "", "describe", "segment", "cl-n2")
 	wantContains(t, "describe cl-n2", out, "Network cluster-overlay, other segments:", "cl-n1", "n1", "10.77.0.10-10.77.0.50")
+}
+
+// clusterLease is a lease as any node's API shows it.
+type clusterLease struct {
+	Metadata struct {
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Network   string `json:"network"`
+		IPAddress string `json:"ipAddress"`
+	} `json:"spec"`
+	Status json.RawMessage `json:"status"`
+}
+
+func (n clusterNode) lease(t *testing.T, name string) (clusterLease, bool) {
+	t.Helper()
+	var l clusterLease
+	out, _, err := n.ctl(t, "", "get", "lease", name, "-o", "json")
+	if err != nil {
+		return l, false
+	}
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("decoding %s: %v\n%s", name, err, out)
+	}
+	return l, true
+}
+
+// TestPrivilegedClusterMigration: a guest gets a lease from n1's range,
+// then its port moves to n2's bridge and its dhclient INIT-REBOOTs: n2
+// ACKs the same address because the cluster store shows it the MAC's,
+// re-homes the lease (label pivirt.hu/node=n2) and pins it in its
+// pv_leases, and n1 drops its pin. A lease the provisioning interlock
+// holds stays on n1 (no ACK, no other address from n2). Before that, n2
+// offers no address a lease of n1 holds.
+func TestPrivilegedClusterMigration(t *testing.T) {
+	testutil.RequireTool(t, "dhclient")
+	nodes := startCluster(t, "n1", "n2")
+	n1, n2 := nodes[0], nodes[1]
+	for i, doc := range []string{clusterSeg("cl-n1", "n1", "br-cl1", "10", "50"), clusterSeg("cl-n2", "n2", "br-cl2", "51", "99")} {
+		if _, errOut, err := nodes[i].ctl(t, doc, "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply segment: %v: %s", err, errOut)
+		}
+	}
+	waitFor(t, 20*time.Second, "both segments Ready", func() bool {
+		out, _, _ := n1.ctl(t, "", "get", "segments")
+		return strings.Count(out, "Ready") == 2
+	})
+
+	// An address the store shows another MAC's (here a lease n1 holds in
+	// n2's range) is never offered by n2: its first free address is the
+	// next one.
+	taken := `apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata:
+  name: lease-52-54-00-77-01-ff
+  labels: {pivirt.hu/node: n1}
+spec: {network: br-cl1, macAddress: "52:54:00:77:01:ff", ipAddress: 10.77.0.51, type: dynamic, expiresAt: "2099-01-01T00:00:00Z"}
+`
+	if _, errOut, err := n1.ctl(t, taken, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply the lease in n2's range: %v: %s", err, errOut)
+	}
+	time.Sleep(time.Second) // n2 learns of it through its watch
+	o := guest.Attach(t, n1.ns, "br-cl2", "", net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x01, 0x03})
+	o.Dhclient(t)
+	if got := o.Addr(t); got != netip.MustParseAddr("10.77.0.52") {
+		t.Errorf("a guest on n2 got %v, want 10.77.0.52 (10.77.0.51 is held by another MAC through n1)", got)
+	}
+
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x01, 0x01}
+	g := guest.Attach(t, n1.ns, "br-cl1", "", mac)
+	g.Dhclient(t)
+	addr := g.Addr(t)
+	if !inRange(addr, "10.77.0.10", "10.77.0.50") {
+		t.Fatalf("guest on n1 got %v, want an address of n1's range", addr)
+	}
+	name := leaseName(mac)
+	waitFor(t, 10*time.Second, "lease on n1, pinned there", func() bool {
+		l, ok := n2.lease(t, name)
+		return ok && l.Metadata.Labels["pivirt.hu/node"] == "n1" &&
+			strings.Contains(n1.d.MustCtl("inspect", "map", "pv_leases"), mac.String())
+	})
+
+	// The VM moves: its dhclient stops (no RELEASE), its port goes to
+	// n2's bridge, and it starts again from its lease file (INIT-REBOOT).
+	guest.KillPidFile(filepath.Join(g.Dir, "pid"))
+	g.Enslave(t, n1.ns, "br-cl2")
+	out := g.Dhclient(t)
+	if got := g.Addr(t); got != addr {
+		t.Fatalf("after the move the guest has %v, want %v kept\n%s", got, addr, out)
+	}
+	waitFor(t, 10*time.Second, "lease re-homed to n2, pinned on n2 only", func() bool {
+		l, ok := n1.lease(t, name)
+		return ok && l.Metadata.Labels["pivirt.hu/node"] == "n2" && l.Spec.Network == "br-cl2" && l.Spec.IPAddress == addr.String() &&
+			strings.Contains(n2.d.MustCtl("inspect", "map", "pv_leases"), mac.String()) &&
+			!strings.Contains(n1.d.MustCtl("inspect", "map", "pv_leases"), mac.String())
+	})
+	// The pin stays on n2 past its guard's next pass.
+	time.Sleep(2 * time.Second)
+	wantContains(t, "n2 pv_leases", n2.d.MustCtl("inspect", "map", "pv_leases"), mac.String(), addr.String())
+
+	// The interlock keeps a lease on its node: the same move gets no ACK
+	// (and no other address) from n2, and the lease's status says why.
+	mac2 := net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x01, 0x02}
+	h := guest.Attach(t, n1.ns, "br-cl1", "", mac2)
+	h.Dhclient(t)
+	hAddr, name2 := h.Addr(t), leaseName(mac2)
+	waitFor(t, 10*time.Second, "h's lease stored", func() bool { _, ok := n1.lease(t, name2); return ok })
+	y, errOut, err := n1.ctl(t, "", "get", "lease", name2, "-o", "yaml")
+	if err != nil {
+		t.Fatalf("get lease: %v: %s", err, errOut)
+	}
+	y = strings.Replace(y, "metadata:\n", "metadata:\n  annotations:\n    pivirtd.pilab.hu/is-provisioning: \"true\"\n", 1)
+	if _, errOut, err := n1.ctl(t, y, "apply", "-f", "-"); err != nil {
+		t.Fatalf("annotating h's lease: %v: %s\n%s", err, errOut, y)
+	}
+	time.Sleep(time.Second) // n2 learns of the lock through its watch
+	guest.KillPidFile(filepath.Join(h.Dir, "pid"))
+	h.Enslave(t, n1.ns, "br-cl2")
+	// A short try: n2 NAKs the INIT-REBOOT and ignores the DISCOVERs; the
+	// client may fall back to its recorded lease, which is its business.
+	conf := filepath.Join(h.Dir, "short.conf")
+	if err := os.WriteFile(conf, []byte("timeout 6;\nretry 1;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { guest.KillPidFile(filepath.Join(h.Dir, "pid2")) })
+	out2, _ := h.NS.Command("dhclient", "-4", "-1", "-v", "-cf", conf, "-lf", filepath.Join(h.Dir, "leases"),
+		"-pf", filepath.Join(h.Dir, "pid2"), "-sf", h.Hook(t), h.Ifc).CombinedOutput()
+	if strings.Contains(string(out2), "DHCPACK") {
+		t.Errorf("n2 ACKed a lease the interlock holds on n1:\n%s", out2)
+	}
+	waitFor(t, 10*time.Second, "the status says why the lease stayed on n1", func() bool {
+		l, ok := n2.lease(t, name2)
+		return ok && l.Metadata.Labels["pivirt.hu/node"] == "n1" && l.Spec.IPAddress == hAddr.String() &&
+			strings.Contains(string(l.Status), `Relocated`) && strings.Contains(string(l.Status), "ProvisioningInterlock")
+	})
+	wantContains(t, "n1 pv_leases keeps the held lease", n1.d.MustCtl("inspect", "map", "pv_leases"), mac2.String())
+	if strings.Contains(n2.d.MustCtl("inspect", "map", "pv_leases"), mac2.String()) {
+		t.Error("n2 pinned a lease the interlock holds on n1")
+	}
+	out, _, _ = n2.ctl(t, "", "describe", "lease", name2)
+	wantContains(t, "describe on n2", out, "NotRelocated", "provisioning interlock")
 }

@@ -132,3 +132,55 @@ func TestDelegatedRangesAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestMigratedLeaseAcrossNodes: a dynamic lease may move to another node
+// of its network keeping an address of the first node's range (a migrated
+// client, issue 17); a static one, or an address no segment of the
+// network delegates, is still refused.
+func TestMigratedLeaseAcrossNodes(t *testing.T) {
+	srv := etcdtest.Start(t)
+	st, err := etcd.Open([]string{srv.URL}, etcd.Options{Prefix: "/migrated/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	n := node{st: st, index: admission.NewIndex()}
+	n.index.Shared = true
+	for _, doc := range []string{clusterSegment("m-n1", "mnet", "br-m1", "n1", 10, 49), clusterSegment("m-n2", "mnet", "br-m2", "n2", 50, 99)} {
+		if err := n.apply(t, doc, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease := func(node, bridge, typ, ip string) string {
+		exp := ""
+		if typ == "dynamic" {
+			exp = `, expiresAt: "2099-01-01T00:00:00Z"`
+		}
+		return fmt.Sprintf(`apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata: {name: lease-52-54-00-20-00-01, labels: {pivirt.hu/node: %s}}
+spec: {network: %s, macAddress: "52:54:00:20:00:01", ipAddress: %s, type: %s%s}
+`, node, bridge, ip, typ, exp)
+	}
+	if err := n.apply(t, lease("n1", "br-m1", "dynamic", "10.20.0.20"), false); err != nil {
+		t.Fatalf("the lease on n1: %v", err)
+	}
+	cases := []struct {
+		name, doc, wantErr string
+	}{
+		{"dynamic lease re-homed to n2 keeps n1's address", lease("n2", "br-m2", "dynamic", "10.20.0.20"), ""},
+		{"static lease outside its segment's range", lease("n2", "br-m2", "static", "10.20.0.21"), "is outside the delegated range 10.20.0.50-10.20.0.99 of segment m-n2"},
+		{"address no segment of the network delegates", lease("n2", "br-m2", "dynamic", "10.20.1.20"), "is outside the delegated range"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := n.apply(t, tc.doc, true)
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -241,6 +241,29 @@ func (b *Batch) segmentsFor(network, subst string, substSpec *pivirtv1.NetworkSe
 	return out, nil
 }
 
+// migrated reports whether a dynamic lease's address lies in the range of
+// another segment of its segments' network (networkRef): a client that
+// moved to another node keeps its address there (issue 17). One node has
+// one segment per networkRef, so this takes a cluster.
+func (b *Batch) migrated(l *pivirtv1.DHCPLeaseSpec, segs []namedSeg, ip netip.Addr) (bool, error) {
+	if l.Type != pivirtv1.LeaseDynamic {
+		return false, nil
+	}
+	for _, s := range segs {
+		if s.spec.NetworkRef == "" || s.spec.NetworkRef == l.Network {
+			continue
+		}
+		all, err := b.segmentsFor(s.spec.NetworkRef, "", nil)
+		if err != nil {
+			return false, err
+		}
+		if covers(all, ip) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func covers(segs []namedSeg, ip netip.Addr) bool {
 	for _, s := range segs {
 		if r, ok := s.spec.DelegatedRange(); ok && r.Contains(ip) {
@@ -267,7 +290,11 @@ func (b *Batch) checkLease(name string, l *pivirtv1.DHCPLeaseSpec, old *entry) (
 	}
 	var errs pivirtv1.ErrorList
 	ip := netip.MustParseAddr(pivirtv1.CanonicalIPv4(l.IPAddress))
-	if len(segs) > 0 && !covers(segs, ip) {
+	moved, err := b.migrated(l, segs, ip)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(segs) > 0 && !covers(segs, ip) && !moved {
 		var where []string
 		for _, s := range segs {
 			if r, ok := s.spec.DelegatedRange(); ok {

@@ -146,14 +146,14 @@ spec:
 
 		// get
 		{name: "get table", setup: []string{leaseDoc, dbLease}, args: []string{"get", "leases"},
-			wantOut: `NAME     NETWORK   MAC                 IP               TYPE     EXPIRES   NODE     PHASE    AGE
-db-01    br0       52:54:00:12:34:57   192.168.100.11   static   <none>    <none>   <none>   5m
-web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>   5m
+			wantOut: `NAME     NETWORK   MAC                 IP               TYPE     EXPIRES   NODE     CONFLICT   PHASE    AGE
+db-01    br0       52:54:00:12:34:57   192.168.100.11   static   <none>    <none>   <none>     <none>   5m
+web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>     <none>   5m
 `},
 		{name: "get alias is case-insensitive", setup: []string{leaseDoc}, args: []string{"get", "DHCPLeases", "-o", "name"},
 			wantOut: "dhcplease/web-01\n"},
 		{name: "get by selector", setup: []string{webLabelled, dbLease}, args: []string{"get", "lease", "-l", "app=web", "--no-headers"},
-			wantOut: "web-01   br0   52:54:00:12:34:56   192.168.100.10   static   <none>   <none>   <none>   5m\n"},
+			wantOut: "web-01   br0   52:54:00:12:34:56   192.168.100.10   static   <none>   <none>   <none>   <none>   5m\n"},
 		{name: "get missing", args: []string{"get", "lease", "x"},
 			wantErr: "Error from server (NotFound): dhcplease \"x\" not found\n", wantCode: 1},
 		{name: "get some missing", setup: []string{leaseDoc}, args: []string{"get", "lease", "web-01", "x", "-o", "name"},

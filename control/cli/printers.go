@@ -388,6 +388,14 @@ var leaseColumns = []column{
 		}
 		return none
 	}},
+	// Another MAC that holds the address too, as MAC@node (its Conflict
+	// condition, control/collision).
+	{name: "CONFLICT", value: func(r row) string {
+		if c := pivirtv1.ConflictSummary(r.obj.Status); c != "" {
+			return c
+		}
+		return none
+	}},
 	colPhase,
 	colAge,
 	{name: "HOSTNAME", wide: true, value: func(r row) string { return leaseSpec(r).Hostname }},

@@ -118,15 +118,15 @@ lan    br0   192.168.100.1/24   192.168.100.100-192.168.100.200   true    Ready 
 dark   br9   10.9.0.1/24        <none>                            false   <none>   5m    <none>
 `},
 		{"leases", []string{leaseYAML, dynLeaseYAML, expiredLeaseYAML}, PrintOptions{}, `
-NAME                      NETWORK   MAC                 IP                TYPE      EXPIRES   NODE     PHASE     AGE
-web-01                    br0       52:54:00:12:34:56   192.168.100.10    static    <none>    <none>   Pending   5m
-lease-52-54-00-00-00-01   br0       52:54:00:00:00:01   192.168.100.101   dynamic   in 23h    <none>   Ready     5m
-lease-52-54-00-00-00-02   br0       52:54:00:00:00:02   192.168.100.102   dynamic   expired   <none>   <none>    5m
+NAME                      NETWORK   MAC                 IP                TYPE      EXPIRES   NODE     CONFLICT   PHASE     AGE
+web-01                    br0       52:54:00:12:34:56   192.168.100.10    static    <none>    <none>   <none>     Pending   5m
+lease-52-54-00-00-00-01   br0       52:54:00:00:00:01   192.168.100.101   dynamic   in 23h    <none>   <none>     Ready     5m
+lease-52-54-00-00-00-02   br0       52:54:00:00:00:02   192.168.100.102   dynamic   expired   <none>   <none>     <none>    5m
 `},
 		{"leases wide", []string{leaseYAML, dynLeaseYAML}, PrintOptions{Output: OutputWide}, `
-NAME                      NETWORK   MAC                 IP                TYPE      EXPIRES   NODE     PHASE     AGE   HOSTNAME
-web-01                    br0       52:54:00:12:34:56   192.168.100.10    static    <none>    <none>   Pending   5m    web-01
-lease-52-54-00-00-00-01   br0       52:54:00:00:00:01   192.168.100.101   dynamic   in 23h    <none>   Ready     5m    <none>
+NAME                      NETWORK   MAC                 IP                TYPE      EXPIRES   NODE     CONFLICT   PHASE     AGE   HOSTNAME
+web-01                    br0       52:54:00:12:34:56   192.168.100.10    static    <none>    <none>   <none>     Pending   5m    web-01
+lease-52-54-00-00-00-01   br0       52:54:00:00:00:01   192.168.100.101   dynamic   in 23h    <none>   <none>     Ready     5m    <none>
 `},
 		{"port security", []string{portSecYAML, portSecVMYAML}, PrintOptions{}, `
 NAME          INTERFACE     MAC                 IPS                             PHASE    AGE
@@ -151,8 +151,8 @@ vpc-a   vpcbr-a:10.10.0.1/24   br-ext:198.51.100.2/24   true   Failed   5m
 NAME                 BRIDGE   HOSTIP             RANGE                             DHCP   PHASE   AGE
 networksegment/lan   br0      192.168.100.1/24   192.168.100.100-192.168.100.200   true   Ready   5m
 
-NAME               NETWORK   MAC                 IP               TYPE     EXPIRES   NODE     PHASE     AGE
-dhcplease/web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   Pending   5m
+NAME               NETWORK   MAC                 IP               TYPE     EXPIRES   NODE     CONFLICT   PHASE     AGE
+dhcplease/web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>     Pending   5m
 `},
 		{"names", []string{segYAML, leaseYAML, routerYAML}, PrintOptions{Output: OutputName}, `
 networksegment/lan

@@ -136,15 +136,15 @@ func TestGetWatch(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"table keeps widths", []string{"get", "leases", "--watch"}, `NAME     NETWORK   MAC                 IP               TYPE     EXPIRES   NODE     PHASE    AGE
-web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>   5m
-db-01    br0       52:54:00:12:34:57   192.168.100.11   static   <none>    <none>   <none>   5m
-web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>   5m
+		{"table keeps widths", []string{"get", "leases", "--watch"}, `NAME     NETWORK   MAC                 IP               TYPE     EXPIRES   NODE     CONFLICT   PHASE    AGE
+web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>     <none>   5m
+db-01    br0       52:54:00:12:34:57   192.168.100.11   static   <none>    <none>   <none>     <none>   5m
+web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>     <none>   5m
 `},
-		{"events", []string{"get", "leases", "-w", "--output-watch-events"}, `EVENT      NAME     NETWORK   MAC                 IP               TYPE     EXPIRES   NODE     PHASE    AGE
-ADDED      web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>   5m
-ADDED      db-01    br0       52:54:00:12:34:57   192.168.100.11   static   <none>    <none>   <none>   5m
-DELETED    web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>   5m
+		{"events", []string{"get", "leases", "-w", "--output-watch-events"}, `EVENT      NAME     NETWORK   MAC                 IP               TYPE     EXPIRES   NODE     CONFLICT   PHASE    AGE
+ADDED      web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>     <none>   5m
+ADDED      db-01    br0       52:54:00:12:34:57   192.168.100.11   static   <none>    <none>   <none>     <none>   5m
+DELETED    web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>     <none>   5m
 `},
 		{"one name", []string{"get", "lease", "web-01", "-w", "-o", "name", "--output-watch-events"}, "ADDED\tdhcplease/web-01\nDELETED\tdhcplease/web-01\n"},
 		{"json events", []string{"get", "lease", "-w", "-o", "json", "--output-watch-events"}, "DELETED"},

@@ -364,7 +364,11 @@ func (x *Index) compileLease(o *pivirtv1.Object) *leaseOut {
 		return fail(pivirtv1.PhaseFailed, "%v", err)
 	}
 	mac, ip := [6]byte(ls.MAC), ls.IP
-	if !seg.inRange(ip) {
+	// A dynamic lease placed on this node (snapshots hold no other
+	// node's) outside its range came with a migrated client, whose
+	// address the DHCP server kept (issue 17): pinned as the range's.
+	moved := spec.Type == pivirtv1.LeaseDynamic && o.Metadata.Labels[pivirtv1.NodeLabel] != "" && seg.HostIP.Contains(ip)
+	if !seg.inRange(ip) && !moved {
 		l.seg = seg
 		return fail(pivirtv1.PhasePending, "spec.ipAddress: %s is outside the range %s of segment %s", ip, seg.lease, seg.Name)
 	}

@@ -27,6 +27,7 @@ import (
 	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
 	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/apiserver"
+	"pivirt.hu/dataplane/control/collision"
 	"pivirt.hu/dataplane/control/dhcpd"
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/externalip"
@@ -174,7 +175,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	guards := &portguard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
 		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp, Node: d.cfg.Node}
 	d.guard = guards
-	d.reg.MustRegister(guards, d.dhcp)
+	collisions := &collision.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Node: d.cfg.Node}
+	d.reg.MustRegister(guards, d.dhcp, collisions)
 	cache := reconcile.NewCache(d.store, d.log)
 	cache.Node = d.cfg.Node
 	d.nat = externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
@@ -201,6 +203,26 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		},
 		guardLoop,
 		controllerFunc{"guard-status", guards.RunStatus},
+		&reconcile.Loop{
+			// Every node's leases and ports, on every change of who holds
+			// what (another node's write may start a conflict): the report
+			// is due within a second.
+			ID: "collisions", Cache: cache, Log: d.log, AllNodes: true,
+			Kinds: collision.Kinds, React: collision.Changes, Debounce: 100 * time.Millisecond,
+			Func: collisions.Reconcile,
+		},
+		&reconcile.Loop{
+			// The addresses other nodes' objects hold, for the responders.
+			// This node's own leases are the server's already.
+			ID: "dhcp-elsewhere", Cache: cache, Log: d.log, AllNodes: true,
+			Kinds: collision.Kinds, Debounce: 100 * time.Millisecond,
+			React: func(c reconcile.Change) bool {
+				elsewhere := c.Object.Kind != pivirtv1.KindDHCPLease || pivirtv1.PlacedElsewhere(c.Object, d.cfg.Node) ||
+					(c.Old != nil && pivirtv1.PlacedElsewhere(c.Old, d.cfg.Node))
+				return elsewhere && collision.Changes(c)
+			},
+			Func: d.dhcp.SyncElsewhere,
+		},
 		controllerFunc{"link-watch", func(ctx context.Context) error { return portguard.WatchLinks(ctx, guardLoop.Trigger) }},
 		d.nat,
 	}, nil

@@ -269,13 +269,16 @@ func storeRecord(b *admission.Batch, r record, node string) error {
 		if node != "" {
 			o.Metadata.Labels[pivirtv1.NodeLabel] = node
 		}
+		var conflict []pivirtv1.Condition
 		if cur, err := b.Get(pivirtv1.KindDHCPLease, name); err == nil && cur != nil {
-			// What an operator added to the object stays.
+			// What an operator added to the object stays, and so does the
+			// Conflict condition control/collision owns.
 			keepMeta(&o.Metadata, cur.Metadata)
+			conflict = pivirtv1.ConditionsOf(cur.Status, pivirtv1.ConditionConflict)
 		}
 		status := func(next *pivirtv1.Object) any {
 			return pivirtv1.DHCPLeaseStatus{SegmentID: ch.Segment,
-				Status: pivirtv1.Status{Phase: pivirtv1.PhaseReady, ObservedGeneration: next.Metadata.Generation}}
+				Status: pivirtv1.Status{Phase: pivirtv1.PhaseReady, ObservedGeneration: next.Metadata.Generation, Conditions: conflict}}
 		}
 		_, _, err := b.ApplyTyped(o, spec, status)
 		if hasField(err, "spec.hostname") {

@@ -20,6 +20,7 @@ import (
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/collision"
 	"pivirt.hu/dataplane/control/compile"
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/reconcile"
@@ -74,6 +75,12 @@ type Manager struct {
 	// parked holds, by segment id, the bindings of reservations whose
 	// segment was deleted (parked.go).
 	parked map[uint32][]server.Lease
+	// away is, by network, the addresses other nodes' objects hold
+	// (SyncElsewhere), for the segments Sync starts.
+	away map[string][]server.Holding
+
+	nmu      sync.Mutex
+	notMoved map[string]bool // clients told why they were not relocated (relocate.go)
 }
 
 type running struct {
@@ -98,6 +105,7 @@ func (m *Manager) now() time.Time {
 func (m *Manager) init() {
 	m.once.Do(func() {
 		m.srv, _ = server.New()
+		m.srv.HeldElsewhere = m.heldElsewhere
 		m.running = map[string]*running{}
 		m.ledger = newLedger(m)
 	})
@@ -154,8 +162,8 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				r.static = nil // the new tables hold no reservations yet
 			}
 		}
-		static, dynamic := m.segmentLeases(seg, leases, snap)
-		storedDyn := dynamic[:len(dynamic):len(dynamic)] // what the snapshot holds
+		static, dynamic, moved := m.segmentLeases(seg, leases, snap)
+		storedDyn := slices.Concat(dynamic, moved) // what the snapshot holds
 		reserved := map[string]bool{}
 		for _, res := range static {
 			reserved[res.MAC.String()] = true
@@ -180,12 +188,16 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			}
 		}
 		if fresh {
+			if err := m.srv.SetElsewhere(cfg.ID, m.away[collision.NetworkOf(seg)]); err != nil {
+				errs = append(errs, err)
+			}
 			// Leases stored before a restart: same client, same address.
 			// A reservation's ACKs are not stored (the object is the
 			// operator's): their bindings come back from pv_leases, which
 			// outlives the daemon.
 			dynamic = append(dynamic, m.reservationBindings(cfg, static)...)
-			if err := m.srv.LoadLeases(m.now(), cfg.ID, dynamic); err != nil {
+			err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, dynamic), m.srv.LoadMoved(m.now(), cfg.ID, moved))
+			if err != nil {
 				m.Log.Warn("some stored leases were not loaded", "segment", seg.Name, "err", err)
 			}
 			if err := m.start(seg, cfg.ID, reserved); err != nil {
@@ -193,7 +205,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				continue
 			}
 		} else {
-			m.releaseDeleted(ctx, cfg.ID, dynamic, reserved, snap.Revision)
+			m.releaseDeleted(ctx, cfg.ID, storedDyn, reserved, snap.Revision)
 		}
 		m.ledger.noteSnapshot(storedDyn, snap.Revision)
 		r = m.running[seg.Name]
@@ -212,30 +224,79 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 	return errors.Join(errs...)
 }
 
-// segmentLeases splits the stored leases of a segment into reservations
-// and dynamic leases.
-func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, snap reconcile.Snapshot) ([]server.Reservation, []server.Lease) {
+// segmentLeases splits the stored leases of a segment into reservations,
+// dynamic leases of its range, and dynamic leases clients brought from
+// another node's range (migrated).
+func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, snap reconcile.Snapshot) ([]server.Reservation, []server.Lease, []server.Lease) {
 	var static []server.Reservation
-	var dynamic []server.Lease
+	var dynamic, moved []server.Lease
 	for _, o := range objs {
 		s, err := snap.Spec(o)
 		if err != nil {
 			continue
 		}
 		l, err := pivirtv1.NewLease(o, s.(*pivirtv1.DHCPLeaseSpec))
-		if err != nil || !seg.Names(l.Spec.Network) || !seg.InRange(l.IP) {
+		if err != nil || !seg.Names(l.Spec.Network) {
+			continue
+		}
+		in := seg.InRange(l.IP)
+		if !in && !m.migrated(o, l, seg) {
 			continue // Pending: never served
 		}
 		if l.Dynamic() {
 			if l.Spec.ExpiresAt == nil {
 				continue
 			}
-			dynamic = append(dynamic, server.Lease{IP: l.IP, MAC: l.MAC, ClientID: l.ClientID, Hostname: l.Spec.Hostname, Expires: *l.Spec.ExpiresAt})
+			sl := server.Lease{IP: l.IP, MAC: l.MAC, ClientID: l.ClientID, Hostname: l.Spec.Hostname, Expires: *l.Spec.ExpiresAt}
+			if in {
+				dynamic = append(dynamic, sl)
+			} else {
+				moved = append(moved, sl)
+			}
 			continue
 		}
 		static = append(static, server.Reservation{MAC: l.MAC, IP: l.IP, Hostname: l.Spec.Hostname})
 	}
-	return static, dynamic
+	return static, dynamic, moved
+}
+
+// migrated reports whether l is a dynamic lease this node took over from
+// another node's range (a VM moved here kept its address: SetElsewhere).
+func (m *Manager) migrated(o *pivirtv1.Object, l pivirtv1.Lease, seg segment.Segment) bool {
+	return m.Node != "" && l.Dynamic() && o.Metadata.Labels[pivirtv1.NodeLabel] == m.Node && seg.HostIP.Contains(l.IP)
+}
+
+// SyncElsewhere tells the responders which addresses of their networks
+// other nodes' leases and ports hold (a snapshot of all nodes: Loop
+// AllNodes), so none is offered or ACKed to another MAC, and a MAC that
+// moved here keeps its own (server.SetElsewhere). Single-node mode has
+// no elsewhere.
+func (m *Manager) SyncElsewhere(_ context.Context, snap reconcile.Snapshot) error {
+	if m.Node == "" {
+		return nil
+	}
+	m.init()
+	away := map[string][]server.Holding{}
+	for k, hs := range collision.Collect(snap, m.now()) {
+		for _, h := range hs {
+			if pivirtv1.PlacedElsewhere(h.Object, m.Node) {
+				away[k.Network] = append(away[k.Network], server.Holding{IP: k.IP, MAC: h.MAC, Held: h.Held})
+			}
+		}
+	}
+	m.nmu.Lock()
+	m.notMoved = nil // the holdings changed: report again
+	m.nmu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.away = away
+	var errs []error
+	for _, r := range m.running {
+		if err := m.srv.SetElsewhere(r.id, away[collision.NetworkOf(r.seg)]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // heldLeases returns the leases the provisioning interlock holds: the

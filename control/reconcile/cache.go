@@ -101,20 +101,26 @@ func (c *Cache) Synced() <-chan struct{} { return c.synced }
 
 // Snapshot returns the objects of kinds at the cache's revision, in no
 // particular order (those that need one sort: compile does).
-func (c *Cache) Snapshot(kinds []string) Snapshot {
+func (c *Cache) Snapshot(kinds []string) Snapshot { return c.snapshot(kinds, false) }
+
+// SnapshotAll is Snapshot with the objects placed on other nodes too:
+// for what looks across nodes (collisions, addresses held elsewhere).
+func (c *Cache) SnapshotAll(kinds []string) Snapshot { return c.snapshot(kinds, true) }
+
+func (c *Cache) snapshot(kinds []string, all bool) Snapshot {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.snapshot(kinds)
+	return c.snapshotLocked(kinds, all)
 }
 
-// snapshot is Snapshot with c.mu held.
-func (c *Cache) snapshot(kinds []string) Snapshot {
+// snapshotLocked is snapshot with c.mu held.
+func (c *Cache) snapshotLocked(kinds []string, all bool) Snapshot {
 	snap := Snapshot{Revision: c.rev, Objects: map[string][]*pivirtv1.Object{}, Decode: c.decode}
 	for _, k := range kinds {
 		byName := c.objs[k]
 		list := make([]*pivirtv1.Object, 0, len(byName))
 		for _, o := range byName {
-			if pivirtv1.PlacedElsewhere(o, c.Node) {
+			if !all && pivirtv1.PlacedElsewhere(o, c.Node) {
 				continue
 			}
 			list = append(list, o)

@@ -69,6 +69,9 @@ type Loop struct {
 	// Resync runs a pass even without changes, to repair drift the store
 	// cannot see (a map edited by hand, a device that came back).
 	Resync time.Duration
+	// AllNodes gives Func the objects placed on other nodes too
+	// (Cache.SnapshotAll).
+	AllNodes bool
 
 	kick chan struct{}
 }
@@ -120,6 +123,9 @@ func (l *Loop) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		snap := l.Cache.Snapshot(l.Kinds)
+		if l.AllNodes {
+			snap = l.Cache.SnapshotAll(l.Kinds)
+		}
 		start := time.Now()
 		err := l.Func(ctx, snap)
 		l.Log.Debug("reconciled", "reconciler", l.ID, "rev", snap.Revision, "took", time.Since(start), "err", err)

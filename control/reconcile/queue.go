@@ -92,7 +92,7 @@ func (q *Queue) Snapshot() Snapshot {
 	q.c.mu.RLock()
 	defer q.c.mu.RUnlock()
 	q.take()
-	return q.c.snapshot(keysOf(q.kinds))
+	return q.c.snapshotLocked(keysOf(q.kinds), false)
 }
 
 // Delta returns the objects queued since the last Snapshot or Delta, as

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/admission"
@@ -37,14 +38,18 @@ func SetStatuses(ctx context.Context, st store.Store, ix *admission.Index, updat
 	}
 	var changes []change
 	for _, u := range updates {
-		b, err := json.Marshal(u.Status)
+		raw, err := json.Marshal(u.Status)
+		var b json.RawMessage
+		if err == nil {
+			b, err = KeepConditions(raw, u.Object.Status, pivirtv1.ConditionConflict)
+		}
 		if err != nil {
 			return fmt.Errorf("encoding status of %s %q: %w", u.Object.Kind, u.Object.Metadata.Name, err)
 		}
 		// Stored statuses went through json.Marshal too, so equal
 		// statuses are equal bytes.
 		if !bytes.Equal(u.Object.Status, b) {
-			changes = append(changes, change{u.Object.Kind, u.Object.Metadata.Name, b})
+			changes = append(changes, change{u.Object.Kind, u.Object.Metadata.Name, raw})
 		}
 	}
 	if len(changes) == 0 {
@@ -52,6 +57,15 @@ func SetStatuses(ctx context.Context, st store.Store, ix *admission.Index, updat
 	}
 	_, err := ix.Update(ctx, st, admission.Options{}, func(batch *admission.Batch) error {
 		for _, c := range changes {
+			// Conditions other writers own (Conflict) stay as stored now,
+			// not as the snapshot had them.
+			if cur, err := batch.Get(c.kind, c.name); err == nil && cur != nil {
+				kept, err := KeepConditions(c.b, cur.Status, pivirtv1.ConditionConflict)
+				if err != nil {
+					return fmt.Errorf("encoding status of %s %q: %w", c.kind, c.name, err)
+				}
+				c.b = kept
+			}
 			if err := batch.UpdateStatus(c.kind, c.name, c.b); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("writing status of %s %q: %w", c.kind, c.name, err)
 			}
@@ -59,4 +73,94 @@ func SetStatuses(ctx context.Context, st store.Store, ix *admission.Index, updat
 		return nil
 	})
 	return err
+}
+
+// KeepConditions adds to status the conditions of type typ that stored
+// holds and status does not: another controller owns them (collision's
+// Conflict), and a writer of the rest of the status must not drop them.
+// Without any to keep, status is returned as it is.
+func KeepConditions(status, stored json.RawMessage, typ string) (json.RawMessage, error) {
+	keep := pivirtv1.ConditionsOf(stored, typ)
+	if len(keep) == 0 {
+		return status, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(status, &fields); err != nil {
+		return nil, err
+	}
+	if fields == nil {
+		fields = map[string]json.RawMessage{}
+	}
+	var conds []pivirtv1.Condition
+	if raw, ok := fields["conditions"]; ok {
+		if err := json.Unmarshal(raw, &conds); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range conds {
+		if c.Type == typ {
+			return status, nil // the writer set them itself
+		}
+	}
+	return SetConditions(fields, append(conds, keep...))
+}
+
+// SetConditions replaces the conditions in a decoded status, and encodes
+// it (keys sorted, so equal statuses are equal bytes).
+func SetConditions(fields map[string]json.RawMessage, conds []pivirtv1.Condition) (json.RawMessage, error) {
+	if len(conds) == 0 {
+		delete(fields, "conditions")
+	} else {
+		b, err := json.Marshal(conds)
+		if err != nil {
+			return nil, err
+		}
+		fields["conditions"] = b
+	}
+	return json.Marshal(fields)
+}
+
+// SetCondition returns a stored status with its condition of c.Type
+// replaced by c (removed when c.Status is ""), the rest of the status as
+// stored: the writer owns that condition only. The transition time is
+// kept while the condition's status stays; changed is false when the
+// stored status says c already.
+func SetCondition(status json.RawMessage, c pivirtv1.Condition, now time.Time) (out json.RawMessage, changed bool, err error) {
+	fields := map[string]json.RawMessage{}
+	if len(status) > 0 {
+		if err := json.Unmarshal(status, &fields); err != nil {
+			return nil, false, err
+		}
+	}
+	var conds []pivirtv1.Condition
+	if raw, ok := fields["conditions"]; ok {
+		if err := json.Unmarshal(raw, &conds); err != nil {
+			return nil, false, err
+		}
+	}
+	c.LastTransitionTime = now.UTC().Truncate(time.Second)
+	found := false
+	for i, o := range conds {
+		if o.Type != c.Type {
+			continue
+		}
+		if c.Status != "" && o.Status == c.Status {
+			if o.Reason == c.Reason && o.Message == c.Message {
+				return status, false, nil
+			}
+			c.LastTransitionTime = o.LastTransitionTime
+		}
+		found = true
+		conds = append(conds[:i], conds[i+1:]...)
+		break
+	}
+	if c.Status == "" {
+		if !found {
+			return status, false, nil
+		}
+	} else {
+		conds = append(conds, c)
+	}
+	out, err = SetConditions(fields, conds)
+	return out, err == nil, err
 }

@@ -44,7 +44,7 @@ func (s *Server) Handle(now time.Time, in Request) (Reply, []LeaseChange) {
 	if st == nil {
 		return Reply{Ignored: IgnoreNoSegment}, in.Changes
 	}
-	h := handler{st: st, seg: segID, now: now, in: in, m: m}
+	h := handler{st: st, seg: segID, now: now, in: in, m: m, onHeld: s.HeldElsewhere}
 	h.id = appendIdentity(s.idBuf[:0], m.Options.Get(dhcpv4.OptionClientIdentifier), m.ClientHWAddr)
 	switch msgTypeOf(m) {
 	case dhcpv4.MessageTypeDiscover:
@@ -68,6 +68,21 @@ type handler struct {
 	in  Request
 	m   *dhcpv4.DHCPv4
 	id  []byte // in Server.idBuf, valid while the lock is held
+
+	onHeld func(seg uint32, mac net.HardwareAddr, ip netip.Addr) // Server.HeldElsewhere
+}
+
+// heldElsewhere reports whether the interlock holds the client's lease on
+// another node, and tells Server.HeldElsewhere.
+func (h *handler) heldElsewhere() bool {
+	hold, ok := h.st.awayMAC[string(h.mac())]
+	if !ok || !hold.Held {
+		return false
+	}
+	if h.onHeld != nil {
+		h.onHeld(h.seg, hold.MAC, hold.IP)
+	}
+	return true
 }
 
 func addr4(ip net.IP) netip.Addr {
@@ -124,6 +139,9 @@ func (h *handler) newLease(ip netip.Addr, prevHost string, ttl time.Duration) Le
 }
 
 func (h *handler) discover() (Reply, []LeaseChange) {
+	if h.heldElsewhere() {
+		return Reply{Ignored: IgnoreHeld}, h.in.Changes // its lease is frozen on another node
+	}
 	ip, ok := h.st.choose(h.id, h.mac(), optAddr(h.m, dhcpv4.OptionRequestedIPAddress), h.now)
 	if !ok {
 		return Reply{Ignored: IgnoreExhausted}, h.in.Changes
@@ -180,7 +198,7 @@ func (h *handler) request() (Reply, []LeaseChange) {
 // confirm ACKs ip if the client may hold it, else NAKs (we are
 // authoritative for the segment, so a wrong address is refused, not ignored).
 func (h *handler) confirm(state State, ip netip.Addr) (Reply, []LeaseChange) {
-	if !ip.IsValid() || !h.st.subnet.Contains(ip) || !h.st.assignable(h.id, h.mac(), ip, h.now) {
+	if !ip.IsValid() || !h.st.subnet.Contains(ip) || h.heldElsewhere() || !h.st.assignable(h.id, h.mac(), ip, h.now) {
 		changes := h.in.Changes
 		if l := h.st.byID[string(h.id)]; l != nil && l.IP == ip && !l.offered && !h.st.held[string(l.MAC)] {
 			// Its own lease, which a reservation has taken since: NAKed

@@ -116,16 +116,24 @@ type segState struct {
 	resByMAC map[string]Reservation
 	resByIP  map[netip.Addr]string
 	quar     map[netip.Addr]time.Time
-	last     map[string]netip.Addr // previous address of an identity
-	held     map[string]bool       // MACs whose lease the provisioning interlock holds
-	static   dhcpv4.Options        // options every reply of this segment carries
-	leaseOpt [3][]byte             // encoded 51, 58, 59
-	ipTable  []byte                // 4 bytes per range address, for yiaddr without allocating
+	last     map[string]netip.Addr    // previous address of an identity
+	held     map[string]bool          // MACs whose lease the provisioning interlock holds
+	away     map[netip.Addr][]Holding // held elsewhere in the cluster (SetElsewhere)
+	awayMAC  map[string]Holding
+	static   dhcpv4.Options // options every reply of this segment carries
+	leaseOpt [3][]byte      // encoded 51, 58, 59
+	ipTable  []byte         // 4 bytes per range address, for yiaddr without allocating
 }
 
 // Server owns the lease tables of its segments. Its methods are safe for
 // concurrent use; Handle is meant to be called from one responder loop.
 type Server struct {
+	// HeldElsewhere, when set, is told of a client this server gave
+	// nothing because the interlock holds its lease on another node
+	// (SetElsewhere). It runs under the server's lock: it must not block
+	// or call the server.
+	HeldElsewhere func(seg uint32, mac net.HardwareAddr, ip netip.Addr)
+
 	mu    sync.Mutex
 	segs  map[uint32]*segState
 	idBuf [1 + 255]byte // identity key of the request being handled
@@ -192,6 +200,12 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 	}
 	_ = st.setReservations(res) // the ones outside the new range are dropped
 	st.held = old.held
+	st.away, st.awayMAC = old.away, old.awayMAC
+	for ip := range st.away {
+		if st.pool.Contains(ip) {
+			st.pool.Take(ip)
+		}
+	}
 	now := time.Time{}
 	for _, l := range old.byID {
 		if l.offered {
@@ -338,6 +352,17 @@ func (st *segState) isStatic(mac net.HardwareAddr) bool {
 // its address across a restart. Expired ones are skipped; ones that
 // conflict are skipped and reported.
 func (s *Server) LoadLeases(now time.Time, seg uint32, leases []Lease) error {
+	return s.load(now, seg, leases, false)
+}
+
+// LoadMoved is LoadLeases for leases that clients brought from another
+// node's range (SetElsewhere) and this server ACKed: they are bound
+// outside the range.
+func (s *Server) LoadMoved(now time.Time, seg uint32, leases []Lease) error {
+	return s.load(now, seg, leases, true)
+}
+
+func (s *Server) load(now time.Time, seg uint32, leases []Lease, moved bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
@@ -350,7 +375,7 @@ func (s *Server) LoadLeases(now time.Time, seg uint32, leases []Lease) error {
 			continue
 		}
 		id := appendIdentity(nil, l.ClientID, l.MAC)
-		if !st.loadable(id, l.MAC, l.IP) {
+		if !st.loadable(id, l.MAC, l.IP, moved) {
 			errs = append(errs, fmt.Errorf("loading lease %s for %s: %w", l.IP, l.MAC, ErrAddrInUse))
 			continue
 		}
@@ -458,21 +483,27 @@ func appendIdentity(dst, clientID []byte, mac net.HardwareAddr) []byte {
 // address is in the range and held by no one else. A reservation of the
 // address made since does not take it from its holder, whose renewals are
 // NAKed until it ends; a reservation of its MAC elsewhere does.
-func (st *segState) loadable(id []byte, mac net.HardwareAddr, ip netip.Addr) bool {
+func (st *segState) loadable(id []byte, mac net.HardwareAddr, ip netip.Addr, moved bool) bool {
 	if r, ok := st.resByMAC[string(mac)]; ok && r.IP != ip {
 		return false
 	}
 	if l := st.byIP[ip]; l != nil && l.id != string(id) {
 		return false
 	}
-	if _, q := st.quar[ip]; q || !st.pool.Contains(ip) {
+	if _, q := st.quar[ip]; q {
 		return false
+	}
+	if !st.pool.Contains(ip) {
+		return moved && st.hostAddr(ip)
 	}
 	return st.pool.Available(ip) || st.resByIP[ip] != "" || st.byIP[ip] != nil
 }
 
 // assignable reports whether ip may be given to the client id/mac now.
 func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, now time.Time) bool {
+	if st.takenElsewhere(ip, mac) || st.heldElsewhere(mac) {
+		return false // the cluster shows it another MAC's; or the MAC's lease stays where it is
+	}
 	if r, ok := st.resByMAC[string(mac)]; ok {
 		if ip != r.IP {
 			return false
@@ -491,10 +522,13 @@ func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, n
 		}
 	}
 	if !st.pool.Contains(ip) {
-		return false
+		return st.movable(ip, mac) // a migrated client's address from another node's range
 	}
 	if _, q := st.quar[ip]; q {
 		return false
+	}
+	if own, _ := st.ownElsewhere(ip, mac); own {
+		return true // its bit is set for everyone else
 	}
 	if _, reserved := st.resByMAC[string(mac)]; reserved {
 		return true // its bit is set by the reservation itself
@@ -587,7 +621,7 @@ func (st *segState) drop(l *lease) {
 
 // maybeFree returns ip to the pool unless something still holds it.
 func (st *segState) maybeFree(ip netip.Addr) {
-	if st.byIP[ip] != nil || st.resByIP[ip] != "" {
+	if st.byIP[ip] != nil || st.resByIP[ip] != "" || st.away[ip] != nil {
 		return
 	}
 	if _, q := st.quar[ip]; q {
