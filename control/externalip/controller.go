@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -110,6 +111,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		Kinds: []string{pivirtv1.KindExternalIP, pivirtv1.KindVPCRouter, pivirtv1.KindNetworkSegment},
 		// Segment statuses change with every new lease; NAT reads specs.
 		React: reconcile.Unless(reconcile.StatusOnly),
+		// No lease wakes this loop, and a pass compiles only NAT's own
+		// objects: a short settle groups an apply's burst, and an applied
+		// ExternalIP reaches its maps without the 250 ms default.
+		Debounce: 10 * time.Millisecond,
 		Func:  c.Reconcile,
 		Log:   c.log,
 	}
