@@ -82,7 +82,11 @@ func TestPrivilegedQEMUVMRef(t *testing.T) {
 		return err == nil && host.Do(func() error { _, err := netlink.LinkByName("tq1"); return err }) == nil
 	})
 	// The VMM puts the NIC's tap on the segment's bridge (a link event
-	// that makes pivirtd look again).
+	// that makes pivirtd look again), once the bridge exists: the port's
+	// Pending status no longer waits for the segment's pass.
+	waitFor(t, 10*time.Second, "segment q-net Ready (bridge br-q)", func() bool {
+		return strings.Contains(d.Ctl("get", "segment", "q-net", "-o", "yaml").Stdout, "phase: Ready")
+	})
 	enslave(t, host, "tq1", "br-q")
 	if _, err := host.Exec("ip", "link", "set", "tq1", "up"); err != nil {
 		t.Fatal(err)
