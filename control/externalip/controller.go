@@ -115,8 +115,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		// objects: a short settle groups an apply's burst, and an applied
 		// ExternalIP reaches its maps without the 250 ms default.
 		Debounce: 10 * time.Millisecond,
-		Func:  c.Reconcile,
-		Log:   c.log,
+		Func:     c.Reconcile,
+		Log:      c.log,
 	}
 	return l.Run(ctx)
 }
