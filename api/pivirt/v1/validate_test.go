@@ -71,7 +71,7 @@ var (
 		"uplink": map[string]any{"bridge": "br-ext", "ip": "198.51.100.2/24", "gateway": "198.51.100.1"},
 	})
 	goodOverlay = obj(KindOverlayNetwork, map[string]any{"vni": 4242})
-	rule = func(kv ...any) []any {
+	rule        = func(kv ...any) []any {
 		return []any{with(map[string]any{"action": "allow", "protocol": "tcp"}, kv...)}
 	}
 	fwd = func(kv ...any) []any {
