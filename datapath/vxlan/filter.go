@@ -44,7 +44,7 @@ func dhcpStopInsns() asm.Instructions {
 		asm.LoadAbs(20, asm.Half), // flags and fragment offset
 		asm.And.Imm(asm.R0, 0x1fff),
 		asm.JNE.Imm(asm.R0, 0, "pass"), // a later fragment has no UDP header
-		asm.LoadAbs(14, asm.Byte), // version and IHL
+		asm.LoadAbs(14, asm.Byte),      // version and IHL
 		asm.And.Imm(asm.R0, 0x0f),
 		asm.LSh.Imm(asm.R0, 2),
 		asm.Mov.Reg(asm.R7, asm.R0),
