@@ -49,13 +49,16 @@ func FDB(h *netlink.Handle, ifindex int) ([]Entry, error) {
 		}
 		out = append(out, Entry{MAC: n.HardwareAddr.String(), Dst: dst.Unmap()})
 	}
-	slices.SortFunc(out, func(a, b Entry) int {
-		if a.MAC != b.MAC {
-			return cmp.Compare(a.MAC, b.MAC)
-		}
-		return a.Dst.Compare(b.Dst)
-	})
+	slices.SortFunc(out, compareEntries)
 	return out, nil
+}
+
+// compareEntries orders entries by MAC, then destination.
+func compareEntries(a, b Entry) int {
+	if c := cmp.Compare(a.MAC, b.MAC); c != 0 {
+		return c
+	}
+	return a.Dst.Compare(b.Dst)
 }
 
 // SyncFDB makes the device's own FDB entries exactly want: stale entries
