@@ -211,7 +211,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		},
 		// Its own cache, of every node's objects: the FDB follows the
 		// other nodes' VTEPs (their segments' status) and leases.
-		&reconcile.Loop{ID: "overlay", Store: d.store, Log: d.log, Kinds: overlay.Kinds, Func: overlays.Reconcile},
+		&reconcile.Loop{ID: "overlay", Store: d.store, Log: d.log, Kinds: overlay.Kinds, React: overlay.React, Func: overlays.Reconcile},
 		guardLoop,
 		controllerFunc{"guard-status", guards.RunStatus},
 		controllerFunc{"link-watch", func(ctx context.Context) error { return portguard.WatchLinks(ctx, guardLoop.Trigger) }},

@@ -27,6 +27,17 @@ import (
 // Kinds are what the controller reads, from every node.
 var Kinds = []string{pivirtv1.KindOverlayNetwork, pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease}
 
+// React is the overlay loop's filter: status-only changes start no pass
+// except a NetworkSegment's (its status carries the phase and VTEP the
+// FDB follows), nor do the DHCP server's renewals of its leases (a
+// lease that moves changes its node label, which is seen).
+func React(c reconcile.Change) bool {
+	if reconcile.StatusOnly(c) {
+		return c.Object.Kind == pivirtv1.KindNetworkSegment
+	}
+	return !(c.Type == store.Modified && reconcile.DynamicLease(c))
+}
+
 // ConditionTunnel is the overlay condition saying whether this kernel can
 // create the overlay's tunnel type.
 const ConditionTunnel = "TunnelSupported"
