@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -35,7 +36,10 @@ import (
 	"pivirt.hu/dataplane/control/segment"
 	"pivirt.hu/dataplane/control/store"
 	"pivirt.hu/dataplane/control/store/bolt"
+	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
 	"pivirt.hu/dataplane/datapath/vxlan"
+	"pivirt.hu/dataplane/test/guest"
+	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
 
@@ -364,4 +368,136 @@ spec: {network: ov-net, macAddress: "%[2]s", ipAddress: %[3]s}`, n.name, n.gMAC,
 
 func ipCmd(args ...string) ([]byte, error) {
 	return exec.Command("ip", args...).CombinedOutput()
+}
+
+// TestPrivilegedOverlayPivirtd: three real pivirtd, each in its node's
+// namespace with --vtep-address, on one etcd reached over the underlay.
+// Guests get their address by DHCP from their own node's range only (the
+// tunnel carries no DHCP), with the overlay's MTU in option 26; their
+// leases put their MACs into the other nodes' FDBs; they ping each other
+// across the tunnels; get overlays shows the three VTEPs.
+//
+//   ovu: br-u 10.99.0.254, etcd
+//    ├─ n1 10.99.0.1: pivirtd n1 ── br-ov + pvx4343 ── guest (dhclient)
+//    ├─ n2 10.99.0.2: pivirtd n2 ── br-ov + pvx4343 ── guest (dhclient)
+//    └─ n3 10.99.0.3: pivirtd n3 ── br-ov + pvx4343
+func TestPrivilegedOverlayPivirtd(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "ip", "ping", "bridge", "nsenter", "dhclient")
+	under := testutil.NewNetNS(t)
+	for _, args := range [][]string{
+		{"-n", under.Name, "link", "add", "br-u", "type", "bridge"},
+		{"-n", under.Name, "addr", "add", "10.99.0.254/24", "dev", "br-u"},
+		{"-n", under.Name, "link", "set", "br-u", "up"},
+		{"-n", under.Name, "link", "set", "lo", "up"},
+	} {
+		if out, err := ipCmd(args...); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	// etcd listens on the underlay, where every node reaches it.
+	onUnderlay := func(s string) string { return strings.Replace(s, "127.0.0.1", "10.99.0.254", 1) }
+	srv := etcdtest.StartWith(t, etcdtest.Options{
+		Command: func(name string, args ...string) *exec.Cmd {
+			for i := 1; i < len(args); i++ {
+				if args[i-1] == "--listen-client-urls" || args[i-1] == "--advertise-client-urls" {
+					args[i] = onUnderlay(args[i])
+				}
+			}
+			return under.Command(name, args...)
+		},
+		Probe: func(url string) error {
+			return under.Do(func() error {
+				c, err := net.DialTimeout("tcp", strings.TrimPrefix(onUnderlay(url), "http://"), time.Second)
+				if err != nil {
+					return err
+				}
+				return c.Close()
+			})
+		},
+	})
+	dir := t.TempDir()
+	const token = "cluster-token-overlay-0123"
+	tokens, tokenFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "token")
+	if err := os.WriteFile(tokens, []byte("cluster "+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bins := harness.Build(t)
+	var nodes []clusterNode
+	manifest := "apiVersion: pivirt.hu/v1\nkind: OverlayNetwork\nmetadata: {name: ov-e}\nspec: {vni: 4343}\n"
+	for i := 1; i <= 3; i++ {
+		ns := testutil.NewNetNS(t)
+		pu := fmt.Sprintf("pe%d", i)
+		for _, args := range [][]string{
+			{"link", "add", "eth-u", "netns", ns.Name, "type", "veth", "peer", "name", pu, "netns", under.Name},
+			{"-n", under.Name, "link", "set", pu, "master", "br-u", "up"},
+			{"-n", ns.Name, "addr", "add", fmt.Sprintf("10.99.0.%d/24", i), "dev", "eth-u"},
+			{"-n", ns.Name, "link", "set", "eth-u", "up"},
+			{"-n", ns.Name, "link", "set", "lo", "up"},
+		} {
+			if out, err := ipCmd(args...); err != nil {
+				t.Fatalf("ip %v: %v: %s", args, err, out)
+			}
+		}
+		d := harness.StartDaemon(t, bins, harness.Options{NetNS: ns.Path(), Args: []string{
+			"--store", "etcd", "--etcd-endpoints", onUnderlay(srv.URL), "--node", fmt.Sprintf("n%d", i),
+			"--vtep-address", fmt.Sprintf("10.99.0.%d", i), "--listen", "127.0.0.1:7701", "--token-file", tokens}})
+		nodes = append(nodes, clusterNode{d: d, ns: ns, bins: bins, server: "http://127.0.0.1:7701", token: tokenFile})
+		manifest += fmt.Sprintf(`---
+apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: ove-n%[1]d, labels: {pivirt.hu/node: n%[1]d}}
+spec: {networkRef: ove-net, overlay: ov-e, bridge: br-ov, hostIP: 10.51.0.1/24, dhcp: {delegatedRangeStart: 10.51.0.%[2]d, delegatedRangeEnd: 10.51.0.%[3]d}}
+`, i, 10+40*(i-1), 49+40*(i-1))
+	}
+	if _, errOut, err := nodes[0].ctl(t, manifest, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply: %v: %s", err, errOut)
+	}
+	waitFor(t, 30*time.Second, "get overlays: ov-e Ready with 3 VTEPs", func() bool {
+		out, _, _ := nodes[1].ctl(t, "", "get", "overlays")
+		f := strings.Fields(out)
+		// NAME TYPE VNI MTU PORT VTEPS PHASE AGE
+		return len(f) >= 16 && slices.Equal(f[8:15], []string{"ov-e", "vxlan", "4343", "1450", "4789", "3", "Ready"})
+	})
+	fdb := func(n clusterNode) string {
+		out, _ := n.ns.Exec("bridge", "fdb", "show", "dev", "pvx4343")
+		return string(out)
+	}
+	waitFor(t, 20*time.Second, "every node floods to the two others", func() bool {
+		for i, n := range nodes {
+			for j := range nodes {
+				if has := strings.Contains(fdb(n), fmt.Sprintf("00:00:00:00:00:00 dst 10.99.0.%d ", j+1)); has != (i != j) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	g1 := guest.Attach(t, nodes[0].ns, "br-ov", "", net.HardwareAddr{0x52, 0x54, 0, 0x51, 0, 1})
+	g2 := guest.Attach(t, nodes[1].ns, "br-ov", "", net.HardwareAddr{0x52, 0x54, 0, 0x51, 0, 2})
+	g1.Dhclient(t)
+	g2.Dhclient(t)
+	if a := g1.Addr(t); !inRange(a, "10.51.0.10", "10.51.0.49") {
+		t.Errorf("guest on n1 got %v, want n1's range 10.51.0.10-49", a)
+	}
+	if a := g2.Addr(t); !inRange(a, "10.51.0.50", "10.51.0.89") {
+		t.Errorf("guest on n2 got %v, want n2's range 10.51.0.50-89", a)
+	}
+	for _, g := range []*guest.Guest{g1, g2} {
+		b, err := os.ReadFile(filepath.Join(g.Dir, "leases"))
+		if err != nil || !strings.Contains(string(b), "option interface-mtu 1450;") {
+			t.Errorf("lease of %s: want option interface-mtu 1450 (26) from the overlay (%v):\n%s", g.MAC, err, b)
+		}
+	}
+	waitFor(t, 20*time.Second, "n3's FDB places both guests' MACs", func() bool {
+		f := fdb(nodes[2])
+		return strings.Contains(f, g1.MAC.String()+" dst 10.99.0.1 ") && strings.Contains(f, g2.MAC.String()+" dst 10.99.0.2 ")
+	})
+	if _, err := g1.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", g2.Addr(t).String()); err != nil {
+		t.Errorf("guest on n1 cannot ping the guest on n2 across the tunnel: %v", err)
+	}
 }
