@@ -377,10 +377,10 @@ func ipCmd(args ...string) ([]byte, error) {
 // leases put their MACs into the other nodes' FDBs; they ping each other
 // across the tunnels; get overlays shows the three VTEPs.
 //
-//   ovu: br-u 10.99.0.254, etcd
-//    ├─ n1 10.99.0.1: pivirtd n1 ── br-ov + pvx4343 ── guest (dhclient)
-//    ├─ n2 10.99.0.2: pivirtd n2 ── br-ov + pvx4343 ── guest (dhclient)
-//    └─ n3 10.99.0.3: pivirtd n3 ── br-ov + pvx4343
+//	ovu: br-u 10.99.0.254, etcd
+//	 ├─ n1 10.99.0.1: pivirtd n1 ── br-ov + pvx4343 ── guest (dhclient)
+//	 ├─ n2 10.99.0.2: pivirtd n2 ── br-ov + pvx4343 ── guest (dhclient)
+//	 └─ n3 10.99.0.3: pivirtd n3 ── br-ov + pvx4343
 func TestPrivilegedOverlayPivirtd(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "ip", "ping", "bridge", "nsenter", "dhclient")
