@@ -57,7 +57,6 @@ type ovNode struct {
 	ovl    *overlay.Controller
 	mine   *reconcile.Cache // this node's objects
 	all    *reconcile.Cache // every node's
-	ifaceU string
 }
 
 // pass runs both controllers of every node once on their caches.
