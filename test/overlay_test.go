@@ -46,17 +46,17 @@ import (
 const ovVNI = 4242
 
 type ovNode struct {
-	name   string
-	vtep   netip.Addr
-	ns     *testutil.NetNS // the node
-	guest  *testutil.NetNS
-	gIP    string
-	gMAC   string
-	nl     *netlink.Handle
-	segs   *segment.Controller
-	ovl    *overlay.Controller
-	mine   *reconcile.Cache // this node's objects
-	all    *reconcile.Cache // every node's
+	name  string
+	vtep  netip.Addr
+	ns    *testutil.NetNS // the node
+	guest *testutil.NetNS
+	gIP   string
+	gMAC  string
+	nl    *netlink.Handle
+	segs  *segment.Controller
+	ovl   *overlay.Controller
+	mine  *reconcile.Cache // this node's objects
+	all   *reconcile.Cache // every node's
 }
 
 // pass runs both controllers of every node once on their caches.
