@@ -149,7 +149,7 @@ func (c *Config) VTEP() (netip.Addr, error) {
 		return netip.Addr{}, nil
 	}
 	a, err := netip.ParseAddr(c.VTEPAddress)
-	if err != nil || !a.Is4() || !a.IsGlobalUnicast() && !a.IsPrivate() {
+	if err != nil || !a.Is4() || !a.IsGlobalUnicast() {
 		return netip.Addr{}, fmt.Errorf("--vtep-address %q: want this node's unicast IPv4 address on the underlay", c.VTEPAddress)
 	}
 	return a, nil
