@@ -149,7 +149,7 @@ func TestPrivilegedOverlayThreeNodes(t *testing.T) {
 		}
 		t.Cleanup(n.nl.Close)
 		n.segs = &segment.Controller{Store: st, Index: ix, Events: events.NewRecorder(10), Log: log, Node: n.name, VTEP: n.vtep,
-			Tunnels: func(typ string) error { return vxlan.Supported(n.nl, typ) }}
+			Tunnels: func(typ string) error { return overlay.Realizable(n.nl, typ) }}
 		n.ovl = &overlay.Controller{Store: st, Index: ix, Events: events.NewRecorder(10), Log: log, Netlink: n.nl, Node: n.name, VTEP: n.vtep}
 		n.mine, n.all = reconcile.NewCache(st, log), reconcile.NewCache(st, log)
 		n.mine.Node = n.name

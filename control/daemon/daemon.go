@@ -40,7 +40,6 @@ import (
 	"pivirt.hu/dataplane/control/store/bolt"
 	"pivirt.hu/dataplane/control/store/etcd"
 	"pivirt.hu/dataplane/datapath/loader"
-	"pivirt.hu/dataplane/datapath/vxlan"
 	"pivirt.hu/dataplane/vmm"
 )
 
@@ -179,7 +178,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	}
 	vtep, _ := d.cfg.VTEP() // Validate checked it
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp, Node: d.cfg.Node,
-		VTEP: vtep, Tunnels: func(typ string) error { return vxlan.Supported(nl, typ) }}
+		VTEP: vtep, Tunnels: func(typ string) error { return overlay.Realizable(nl, typ) }}
 	overlays := &overlay.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Netlink: nl, Node: d.cfg.Node, VTEP: vtep}
 	guards := &portguard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
 		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp, Node: d.cfg.Node}

@@ -38,6 +38,24 @@ func React(c reconcile.Change) bool {
 	return !(c.Type == store.Modified && reconcile.DynamicLease(c))
 }
 
+// ErrNotImplemented wraps a tunnel type the kernel has and this pivirtd
+// does not realize yet.
+var ErrNotImplemented = errors.New("not realized by this pivirtd yet")
+
+// Realizable says whether this node makes tunnels of typ: the kernel must
+// create the device (vxlan.Supported, which wraps vxlan.ErrUnsupported),
+// and only VXLAN is realized so far (ErrNotImplemented for a kernel with
+// Geneve).
+func Realizable(h *netlink.Handle, typ string) error {
+	if err := vxlan.Supported(h, typ); err != nil {
+		return err
+	}
+	if typ != pivirtv1.OverlayVXLAN {
+		return fmt.Errorf("%s tunnels: %w", typ, ErrNotImplemented)
+	}
+	return nil
+}
+
 // ConditionTunnel is the overlay condition saying whether this kernel can
 // create the overlay's tunnel type.
 const ConditionTunnel = "TunnelSupported"
@@ -115,8 +133,8 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		ov := s.(*pivirtv1.OverlayNetworkSpec)
 		name := o.Metadata.Name
-		tunnelErr := vxlan.Supported(c.Netlink, ov.Type)
-		updates = append(updates, reconcile.StatusUpdate{Object: o, Status: c.status(o, tunnelErr, members[name], now)})
+		tunnelErr := Realizable(c.Netlink, ov.Type)
+		updates = append(updates, reconcile.StatusUpdate{Object: o, Status: c.status(o, ov.Type, tunnelErr, members[name], now)})
 		if tunnelErr != nil {
 			continue
 		}
@@ -257,18 +275,17 @@ func (c *Controller) sweep(desired map[string]int) error {
 
 // status derives the overlay's status from the store and this kernel;
 // every node computes the same, so their writes agree.
-func (c *Controller) status(o *pivirtv1.Object, tunnelErr error, ms []member, now time.Time) pivirtv1.OverlayNetworkStatus {
+func (c *Controller) status(o *pivirtv1.Object, typ string, tunnelErr error, ms []member, now time.Time) pivirtv1.OverlayNetworkStatus {
 	st := pivirtv1.OverlayNetworkStatus{Status: pivirtv1.Status{ObservedGeneration: o.Metadata.Generation, Phase: pivirtv1.PhaseReady}}
 	cond := pivirtv1.Condition{Type: ConditionTunnel, Status: "True", Reason: "KernelSupportsType"}
-	if tunnelErr != nil {
-		typ := "the tunnel type"
-		var spec pivirtv1.OverlayNetworkSpec
-		if json.Unmarshal(o.Spec, &spec) == nil {
-			typ = spec.Type
-		}
+	switch {
+	case errors.Is(tunnelErr, vxlan.ErrUnsupported):
 		st.Phase = pivirtv1.PhasePending
 		st.Message = fmt.Sprintf("this node's kernel cannot create %s devices: %v", typ, tunnelErr)
 		cond = pivirtv1.Condition{Type: ConditionTunnel, Status: "False", Reason: "KernelLacks" + titleCase(typ), Message: st.Message}
+	case tunnelErr != nil:
+		st.Phase, st.Message = pivirtv1.PhasePending, tunnelErr.Error()
+		cond = pivirtv1.Condition{Type: ConditionTunnel, Status: "False", Reason: "NotImplemented", Message: st.Message}
 	}
 	// Keep the transition time while the condition holds, so that a pass
 	// changes nothing and writes nothing.
