@@ -93,6 +93,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "serve Prometheus /metrics (and /debug/pprof) on this address")
 	f.StringVar(&cfg.Attach, "attach", cfg.Attach, "guard attach mode: auto (tcx on veth, XDP driver mode elsewhere), xdp or tc")
 	f.StringVar(&cfg.QMPDir, "qmp-dir", cfg.QMPDir, "directory of the VMs' QMP sockets (<vm-name>.qmp), through which a PortSecurity vmRef finds its tap; empty disables")
+	f.StringVar(&cfg.VTEPAddress, "vtep-address", cfg.VTEPAddress, "this node's IPv4 address on the underlay: the local end of the VXLAN tunnels of OverlayNetworks its segments ride on, published in their status for the other nodes; empty: segments on an overlay stay Pending")
 	f.BoolVar(&cfg.NATRedirect, "nat-redirect", cfg.NATRedirect, "the NAT program forwards translated inbound packets itself (fib lookup + redirect); false hands them to the kernel's IP forwarding, so netfilter FORWARD/POSTROUTING rules see them")
 	f.StringVar(&cfg.DHCPRatePerMAC, "dhcp-rate-per-mac", cfg.DHCPRatePerMAC, "DHCP messages per second from one client MAC, as RATE[:BURST]; 0 disables")
 	f.StringVar(&cfg.DHCPRatePerPort, "dhcp-rate-per-port", cfg.DHCPRatePerPort, "DHCP messages per second from one Ethernet source (relays exempt), as RATE[:BURST]; 0 disables")

@@ -57,8 +57,8 @@ func TestDelete(t *testing.T) {
 		wantLeft    []string
 	}{
 		{name: "missing", kind: "lease", obj: "nope", wantErr: store.ErrNotFound, wantMsg: "deleting dhcplease/nope: not found"},
-		{name: "unknown kind", kind: "frob", obj: "x", wantMsg: `deleting frob/x: unknown kind "frob" (known: dhcplease, dhcpleases, externalip, externalips, extip, ippool, ippools, lease, leases, networksegment, networksegments, portsec, portsecurities, portsecurity, router, routers, segment, segments, vpcrouter, vpcrouters)`},
-		{name: "kind of another tier", kind: "bridge", obj: "x", wantMsg: `deleting bridge/x: Network (bridge) is not served by this pivirtd: it serves NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter (Network belongs to the cluster agent, which realizes it here as NetworkSegments)`},
+		{name: "unknown kind", kind: "frob", obj: "x", wantMsg: `deleting frob/x: unknown kind "frob" (known: dhcplease, dhcpleases, externalip, externalips, extip, ippool, ippools, lease, leases, networksegment, networksegments, overlay, overlaynetwork, overlaynetworks, overlays, portsec, portsecurities, portsecurity, router, routers, segment, segments, vpcrouter, vpcrouters)`},
+		{name: "kind of another tier", kind: "bridge", obj: "x", wantMsg: `deleting bridge/x: Network (bridge) is not served by this pivirtd: it serves OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter (Network belongs to the cluster agent, which realizes it here as NetworkSegments)`},
 		{name: "stale resourceVersion", setup: []string{vmNet}, kind: "segment", obj: "vm-net", rv: "1", wantErr: store.ErrConflict,
 			wantLeft: []string{"NetworkSegment/vm-net"}},
 		{name: "plain", setup: []string{vmNet, lease("web", "br-vm", "52:54:00:12:34:56", "192.168.100.150")}, kind: "segments", obj: "vm-net",

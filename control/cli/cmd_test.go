@@ -199,11 +199,11 @@ kind: List
 		{name: "get all", setup: []string{leaseDoc, segmentDoc}, args: []string{"get", "all", "-o", "name"},
 			wantOut: "dhcplease/web-01\nnetworksegment/lan\n"},
 		{name: "get a kind of another tier", args: []string{"get", "vm"}, wantCode: 1,
-			wantErr: "error: VirtualMachine (vm) is not served by this pivirtd: it serves NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter (VirtualMachine belongs to the host tier's VM runtime)\n"},
+			wantErr: "error: VirtualMachine (vm) is not served by this pivirtd: it serves OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter (VirtualMachine belongs to the host tier's VM runtime)\n"},
 		{name: "get a misspelt kind", args: []string{"get", "leses"}, wantCode: 1,
 			wantErr: "error: unknown kind \"leses\": did you mean \"leases\"? (pivirtctl api-resources lists the kinds)\n"},
 		{name: "get unknown kind", args: []string{"get", "pods"}, wantCode: 1,
-			wantErr: `error: unknown kind "pods" (known: dhcplease, dhcpleases, externalip, externalips, extip, ippool, ippools, lease, leases, networksegment, networksegments, portsec, portsecurities, portsecurity, router, routers, segment, segments, vpcrouter, vpcrouters)` + "\n"},
+			wantErr: `error: unknown kind "pods" (known: dhcplease, dhcpleases, externalip, externalips, extip, ippool, ippools, lease, leases, networksegment, networksegments, overlay, overlaynetwork, overlaynetworks, overlays, portsec, portsecurities, portsecurity, router, routers, segment, segments, vpcrouter, vpcrouters)` + "\n"},
 		{name: "get names and selector", args: []string{"get", "lease", "a", "-l", "x=y"}, wantCode: 1,
 			wantErr: "error: names cannot be given together with a selector (-l)\nSee 'pivirtctl get --help' for usage.\n"},
 		{name: "get bad output", args: []string{"get", "lease", "-o", "table"}, wantCode: 1,
@@ -375,6 +375,7 @@ Events:   <none>
 		// misc
 		{name: "api-resources", args: []string{"api-resources"},
 			wantOut: `NAME              SHORTNAMES                        APIVERSION     KIND
+overlaynetworks   overlaynetwork,overlay,overlays   pivirt.hu/v1   OverlayNetwork
 networksegments   networksegment,segment,segments   pivirt.hu/v1   NetworkSegment
 dhcpleases        dhcplease,lease,leases            pivirt.hu/v1   DHCPLease
 portsecurities    portsecurity,portsec              pivirt.hu/v1   PortSecurity
@@ -382,32 +383,32 @@ externalips       externalip,ippool,ippools,extip   pivirt.hu/v1   ExternalIP
 vpcrouters        vpcrouter,router,routers          pivirt.hu/v1   VPCRouter
 `},
 		{name: "api-resources --all marks the kinds of other tiers", args: []string{"api-resources", "--all"},
-			wantOut: `NAME              SHORTNAMES                                        APIVERSION     KIND             SERVED
-networksegments   networksegment,segment,segments                   pivirt.hu/v1   NetworkSegment   true
-dhcpleases        dhcplease,lease,leases                            pivirt.hu/v1   DHCPLease        true
-portsecurities    portsecurity,portsec                              pivirt.hu/v1   PortSecurity     true
-externalips       externalip,ippool,ippools,extip                   pivirt.hu/v1   ExternalIP       true
-vpcrouters        vpcrouter,router,routers                          pivirt.hu/v1   VPCRouter        true
-virtualmachines   vm,vms,virtualmachine,virtualmachines             pivirt.hu/v1   VirtualMachine   false
-storagepools      pool,pools,storagepool,storagepools               pivirt.hu/v1   StoragePool      false
-virtualdisks      disk,disks,virtualdisk,virtualdisks               pivirt.hu/v1   VirtualDisk      false
-networks          net,nets,network,networks,bridge                  pivirt.hu/v1   Network          false
-overlaynetworks   overlay,overlays,overlaynetwork,overlaynetworks   pivirt.hu/v1   OverlayNetwork   false
-snapshots         snap,snaps,snapshot,snapshots                     pivirt.hu/v1   Snapshot         false
-<none>            <none>                                            pivirt.hu/v1   IPPool           false
-ipallocations     ipallocation,ipallocations                        pivirt.hu/v1   IPAllocation     false
-ipreservations    ipreservation,ipreservations                      pivirt.hu/v1   IPReservation    false
-datastores        datastore,datastores                              pivirt.hu/v1   Datastore        false
-portgroups        portgroup,portgroups                              pivirt.hu/v1   PortGroup        false
-tasks             task,tasks                                        pivirt.hu/v1   Task             false
-organizations     organization,organizations                        pivirt.hu/v1   Organization     false
-projects          project,projects                                  pivirt.hu/v1   Project          false
-quotas            quota,quotas                                      pivirt.hu/v1   Quota            false
-rolebindings      rolebinding,rolebindings                          pivirt.hu/v1   RoleBinding      false
-vpcs              vpc,vpcs                                          pivirt.hu/v1   VPC              false
-subnets           subnet,subnets                                    pivirt.hu/v1   Subnet           false
-floatingips       floatingip,floatingips                            pivirt.hu/v1   FloatingIP       false
-securitygroups    securitygroup,securitygroups                      pivirt.hu/v1   SecurityGroup    false
+			wantOut: `NAME              SHORTNAMES                              APIVERSION     KIND             SERVED
+overlaynetworks   overlaynetwork,overlay,overlays         pivirt.hu/v1   OverlayNetwork   true
+networksegments   networksegment,segment,segments         pivirt.hu/v1   NetworkSegment   true
+dhcpleases        dhcplease,lease,leases                  pivirt.hu/v1   DHCPLease        true
+portsecurities    portsecurity,portsec                    pivirt.hu/v1   PortSecurity     true
+externalips       externalip,ippool,ippools,extip         pivirt.hu/v1   ExternalIP       true
+vpcrouters        vpcrouter,router,routers                pivirt.hu/v1   VPCRouter        true
+virtualmachines   vm,vms,virtualmachine,virtualmachines   pivirt.hu/v1   VirtualMachine   false
+storagepools      pool,pools,storagepool,storagepools     pivirt.hu/v1   StoragePool      false
+virtualdisks      disk,disks,virtualdisk,virtualdisks     pivirt.hu/v1   VirtualDisk      false
+networks          net,nets,network,networks,bridge        pivirt.hu/v1   Network          false
+snapshots         snap,snaps,snapshot,snapshots           pivirt.hu/v1   Snapshot         false
+<none>            <none>                                  pivirt.hu/v1   IPPool           false
+ipallocations     ipallocation,ipallocations              pivirt.hu/v1   IPAllocation     false
+ipreservations    ipreservation,ipreservations            pivirt.hu/v1   IPReservation    false
+datastores        datastore,datastores                    pivirt.hu/v1   Datastore        false
+portgroups        portgroup,portgroups                    pivirt.hu/v1   PortGroup        false
+tasks             task,tasks                              pivirt.hu/v1   Task             false
+organizations     organization,organizations              pivirt.hu/v1   Organization     false
+projects          project,projects                        pivirt.hu/v1   Project          false
+quotas            quota,quotas                            pivirt.hu/v1   Quota            false
+rolebindings      rolebinding,rolebindings                pivirt.hu/v1   RoleBinding      false
+vpcs              vpc,vpcs                                pivirt.hu/v1   VPC              false
+subnets           subnet,subnets                          pivirt.hu/v1   Subnet           false
+floatingips       floatingip,floatingips                  pivirt.hu/v1   FloatingIP       false
+securitygroups    securitygroup,securitygroups            pivirt.hu/v1   SecurityGroup    false
 `},
 		{name: "version", args: []string{"version"}, wantOut: "Client Version: dev"},
 		{name: "unknown command", args: []string{"frob"}, wantCode: 1,

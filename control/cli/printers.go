@@ -318,6 +318,8 @@ func columnsOf(kind string) []column {
 		return externalIPColumns
 	case "vpcrouter":
 		return routerColumns
+	case "overlaynetwork":
+		return overlayColumns
 	}
 	return []column{colName, colPhase, colAge}
 }
@@ -519,6 +521,29 @@ var routerColumns = []column{
 	{name: "INSIDE", value: func(r row) string { return routerSide(routerSpec(r).Inside) }},
 	{name: "UPLINK", value: func(r row) string { return routerSide(routerSpec(r).Uplink) }},
 	{name: "MASQ", value: func(r row) string { return strconv.FormatBool(routerSpec(r).Masquerade) }},
+	colPhase,
+	colAge,
+}
+
+func overlaySpec(r row) *pivirtv1.OverlayNetworkSpec {
+	if s, ok := r.spec.(*pivirtv1.OverlayNetworkSpec); ok {
+		return s
+	}
+	return &pivirtv1.OverlayNetworkSpec{}
+}
+
+// overlayColumns: VTEPS counts the nodes whose segment on the overlay
+// published its tunnel endpoint (status.vteps).
+var overlayColumns = []column{
+	colName,
+	{name: "TYPE", value: func(r row) string { return overlaySpec(r).Type }},
+	{name: "VNI", value: func(r row) string { return strconv.Itoa(overlaySpec(r).VNI) }},
+	{name: "MTU", value: func(r row) string { return strconv.Itoa(overlaySpec(r).MTU) }},
+	{name: "PORT", value: func(r row) string { return strconv.Itoa(overlaySpec(r).Port) }},
+	{name: "VTEPS", value: func(r row) string {
+		v, _ := r.status["vteps"].([]any)
+		return strconv.Itoa(len(v))
+	}},
 	colPhase,
 	colAge,
 }

@@ -34,6 +34,9 @@ type Config struct {
 	Attach        string   // --attach: auto | xdp | tc
 	QMPDir        string   // --qmp-dir: the VMs' QMP sockets, <name>.qmp (vmRef)
 	NATRedirect   bool     // --nat-redirect: the NAT program forwards what it translates
+	// --vtep-address: this node's underlay address, the local end of its
+	// overlay tunnels, published in the status of its segments on one.
+	VTEPAddress string
 	// --dhcp-rate-per-mac, --dhcp-rate-per-port: responder.ParseLimit form.
 	DHCPRatePerMAC  string
 	DHCPRatePerPort string
@@ -101,6 +104,9 @@ func (c *Config) Validate() error {
 	if _, err := c.TrustedRelays(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := c.VTEP(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("--state-dir is empty"))
 	}
@@ -135,4 +141,16 @@ func (c *Config) TrustedRelays() ([]netip.Prefix, error) {
 		out = append(out, netip.PrefixFrom(a, 32))
 	}
 	return out, nil
+}
+
+// VTEP parses --vtep-address (zero when unset).
+func (c *Config) VTEP() (netip.Addr, error) {
+	if c.VTEPAddress == "" {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(c.VTEPAddress)
+	if err != nil || !a.Is4() || !a.IsGlobalUnicast() {
+		return netip.Addr{}, fmt.Errorf("--vtep-address %q: want this node's unicast IPv4 address on the underlay", c.VTEPAddress)
+	}
+	return a, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"pivirt.hu/dataplane/api/inspect/v1/inspectv1connect"
@@ -32,6 +33,7 @@ import (
 	"pivirt.hu/dataplane/control/events"
 	"pivirt.hu/dataplane/control/externalip"
 	"pivirt.hu/dataplane/control/inspect"
+	"pivirt.hu/dataplane/control/overlay"
 	"pivirt.hu/dataplane/control/portguard"
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/segment"
@@ -171,7 +173,14 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		JournalDir: d.cfg.LeaseJournalDir(), Node: d.cfg.Node}}
 	// Reservations reach the responders before `apply` returns.
 	d.index.BeforeCommit = d.dhcp.BeforeCommit
-	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp, Node: d.cfg.Node}
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("opening netlink: %w", err)
+	}
+	vtep, _ := d.cfg.VTEP() // Validate checked it
+	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp, Node: d.cfg.Node,
+		VTEP: vtep, Tunnels: func(typ string) error { return overlay.Realizable(nl, typ) }}
+	overlays := &overlay.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Netlink: nl, Node: d.cfg.Node, VTEP: vtep}
 	guards := &portguard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
 		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp, Node: d.cfg.Node}
 	d.guard = guards
@@ -197,10 +206,13 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		cache,
 		&reconcile.Loop{
 			ID: "segments", Cache: cache, Log: d.log,
-			Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease},
+			Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindOverlayNetwork},
 			React: reconcile.Unless(reconcile.StatusOnly, segment.Renewal),
 			Func:  segments.Reconcile,
 		},
+		// Its own cache, of every node's objects: the FDB follows the
+		// other nodes' VTEPs (their segments' status) and leases.
+		&reconcile.Loop{ID: "overlay", Store: d.store, Log: d.log, Kinds: overlay.Kinds, React: overlay.React, Func: overlays.Reconcile},
 		guardLoop,
 		controllerFunc{"guard-status", guards.RunStatus},
 		&reconcile.Loop{

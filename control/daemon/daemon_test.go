@@ -47,6 +47,10 @@ func TestConfigValidate(t *testing.T) {
 		{"no API at all", func(c *daemon.Config) { c.Socket = "" }, []string{"neither --socket nor --listen"}},
 		{"rate limit", func(c *daemon.Config) { c.DHCPRatePerMAC = "fast" }, []string{"--dhcp-rate-per-mac"}},
 		{"relay", func(c *daemon.Config) { c.DHCPTrustedRelays = []string{"10.0.0.300"} }, []string{"10.0.0.300"}},
+		{"vtep address", func(c *daemon.Config) { c.VTEPAddress = "10.99.0.1" }, nil},
+		{"vtep not an address", func(c *daemon.Config) { c.VTEPAddress = "eth0" }, []string{`--vtep-address "eth0": want this node's unicast IPv4 address on the underlay`}},
+		{"vtep loopback", func(c *daemon.Config) { c.VTEPAddress = "127.0.0.1" }, []string{`--vtep-address "127.0.0.1"`}},
+		{"vtep IPv6", func(c *daemon.Config) { c.VTEPAddress = "2001:db8::1" }, []string{`--vtep-address "2001:db8::1"`}},
 		{"every error at once", func(c *daemon.Config) { c.Store, c.Attach, c.StateDir = "x", "y", "" },
 			[]string{`--store "x"`, `--attach "y"`, "--state-dir is empty"}},
 	} {

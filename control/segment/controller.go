@@ -34,6 +34,10 @@ type Status struct {
 	// status's write (pivirt_dhcp_socket_drops_total is live); set, 0
 	// included, while the segment serves DHCP.
 	DHCPSocketDrops *uint64 `json:"dhcpSocketDrops,omitempty"`
+	// VTEP is this node's tunnel endpoint (--vtep-address), published
+	// while the segment rides on an overlay and is Ready: the other
+	// nodes on the overlay send its frames there (control/overlay).
+	VTEP string `json:"vtep,omitempty"`
 }
 
 // Segment is the decoded NetworkSegment every controller shares.
@@ -58,6 +62,12 @@ type Controller struct {
 	// Node names this node: the bridges it creates get a MAC derived
 	// from it and the bridge's name (bridge.StableMAC).
 	Node string
+	// VTEP is --vtep-address: this node's address on the underlay, the
+	// local end of the tunnels of the overlays its segments ride on.
+	VTEP netip.Addr
+	// Tunnels, when set, says whether the kernel can make a tunnel of
+	// an overlay's type (vxlan.Supported); nil allows every type.
+	Tunnels func(typ string) error
 
 	realized     map[string]Segment // by segment name, what is on the host
 	sweptOrphans bool
@@ -90,14 +100,22 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		st := Status{Status: pivirtv1.Status{ObservedGeneration: o.Metadata.Generation}, Bridge: seg.Spec.Bridge}
 		if seg.Spec.Overlay != "" {
-			// Seed 003: the bridge would be the overlay's. Until this
-			// node realizes OverlayNetworks, say so and touch nothing.
-			st.Phase = pivirtv1.PhasePending
-			st.Message = fmt.Sprintf("overlay %q: this pivirtd does not realize OverlayNetworks yet, so the segment's bridge, address and DHCP wait for it", seg.Spec.Overlay)
-			if err := reconcile.SetStatus(ctx, c.Store, c.Index, o, st); err != nil {
-				errs = append(errs, err)
+			// Seed 003: the bridge is the overlay's; control/overlay adds
+			// the tunnel once this segment is Ready with its VTEP.
+			ov, why := c.overlay(seg.Spec.Overlay, snap)
+			if why != "" {
+				st.Phase, st.Message = pivirtv1.PhasePending, why
+				if err := reconcile.SetStatus(ctx, c.Store, c.Index, o, st); err != nil {
+					errs = append(errs, err)
+				}
+				continue
 			}
-			continue
+			st.VTEP = c.VTEP.String()
+			if seg.Spec.DHCP.MTU == 0 {
+				// Guests learn the tunnel's MTU (option 26) so that
+				// they do not send frames the tunnel would drop.
+				seg.Spec.DHCP.MTU = ov.MTU
+			}
 		}
 		desired[seg.Name] = true
 		old, had := c.realized[seg.Name]
@@ -181,6 +199,31 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// overlay returns the OverlayNetwork a segment names, or why the segment
+// must wait for it.
+func (c *Controller) overlay(name string, snap reconcile.Snapshot) (*pivirtv1.OverlayNetworkSpec, string) {
+	for _, o := range snap.Of(pivirtv1.KindOverlayNetwork) {
+		if o.Metadata.Name != name {
+			continue
+		}
+		s, err := snap.Spec(o)
+		if err != nil {
+			return nil, fmt.Sprintf("overlay %q: %v", name, err)
+		}
+		ov := s.(*pivirtv1.OverlayNetworkSpec)
+		if c.Tunnels != nil {
+			if err := c.Tunnels(ov.Type); err != nil {
+				return nil, fmt.Sprintf("overlay %q is of type %s, which this node cannot realize: %v", name, ov.Type, err)
+			}
+		}
+		if !c.VTEP.IsValid() {
+			return nil, fmt.Sprintf("overlay %q: this pivirtd has no --vtep-address, the underlay address its tunnels start from", name)
+		}
+		return ov, ""
+	}
+	return nil, fmt.Sprintf("overlay %q does not exist: the segment's bridge, address and DHCP wait for the OverlayNetwork", name)
 }
 
 // Decode turns a stored NetworkSegment into a Segment.

@@ -4,10 +4,14 @@ package segment_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"maps"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -30,6 +34,7 @@ type fakeDHCP struct {
 	// was still there when its responder was told to stop.
 	bridgeAtStop map[string]bool
 	running      map[string]string // segment -> bridge
+	mtu          map[string]int    // segment -> dhcp.mtu handed to the responder
 }
 
 func (f *fakeDHCP) Sync(_ context.Context, segs []segment.Segment, _ reconcile.Snapshot) error {
@@ -38,6 +43,9 @@ func (f *fakeDHCP) Sync(_ context.Context, segs []segment.Segment, _ reconcile.S
 	for _, s := range segs {
 		names = append(names, s.Name)
 		now[s.Name] = s.Spec.Bridge
+		if f.mtu != nil {
+			f.mtu[s.Name] = s.Spec.DHCP.MTU
+		}
 	}
 	for name, br := range f.running {
 		if _, ok := now[name]; !ok {
@@ -133,5 +141,103 @@ spec: {networkRef: net-a, bridge: br-sega, hostIP: 10.70.0.1/24, dhcp: {delegate
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPrivilegedSegmentOnOverlay: a segment naming an OverlayNetwork
+// waits, Pending with the reason, while the overlay is missing, of a type
+// the node cannot make, or the node has no VTEP; otherwise it is realized,
+// publishes the VTEP, and its responder advertises the overlay's MTU
+// unless the segment sets its own.
+func TestPrivilegedSegmentOnOverlay(t *testing.T) {
+	testutil.RequireRoot(t)
+	ns := testutil.NewNetNS(t)
+	ctx := context.Background()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ix := admission.NewIndex()
+	var objs []*pivirtv1.Object
+	for _, doc := range []string{
+		`--- {apiVersion: pivirt.hu/v1, kind: OverlayNetwork, metadata: {name: ov-v}, spec: {vni: 10}}`,
+		`--- {apiVersion: pivirt.hu/v1, kind: OverlayNetwork, metadata: {name: ov-g}, spec: {type: geneve, vni: 11}}`,
+		`--- {apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: s-missing}, spec: {networkRef: n1, overlay: ov-none, bridge: br-o1, hostIP: 10.71.1.1/24, dhcp: {enabled: false}}}`,
+		`--- {apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: s-geneve}, spec: {networkRef: n2, overlay: ov-g, bridge: br-o2, hostIP: 10.71.2.1/24, dhcp: {enabled: false}}}`,
+		`--- {apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: s-vx}, spec: {networkRef: n3, overlay: ov-v, bridge: br-o3, hostIP: 10.71.3.1/24, dhcp: {delegatedRangeStart: 10.71.3.10, delegatedRangeEnd: 10.71.3.20}}}`,
+		`--- {apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: s-vx-mtu}, spec: {networkRef: n4, overlay: ov-v, bridge: br-o4, hostIP: 10.71.4.1/24, dhcp: {mtu: 1400, delegatedRangeStart: 10.71.4.10, delegatedRangeEnd: 10.71.4.20}}}`,
+	} {
+		o, err := pivirtv1.DecodeObject([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stored *pivirtv1.Object
+		if _, err := ix.Update(ctx, st, admission.Options{}, func(b *admission.Batch) error {
+			var err error
+			stored, _, err = b.Apply(o)
+			return err
+		}); err != nil {
+			t.Fatalf("applying %s: %v", o.Metadata.Name, err)
+		}
+		objs = append(objs, stored)
+	}
+	snap := reconcile.Snapshot{Revision: 1, Objects: map[string][]*pivirtv1.Object{
+		pivirtv1.KindOverlayNetwork: objs[:2], pivirtv1.KindNetworkSegment: objs[2:]}}
+	noGeneve := func(typ string) error {
+		if typ == pivirtv1.OverlayGeneve {
+			return errors.New("creating a geneve device: not supported by this kernel")
+		}
+		return nil
+	}
+	tests := []struct {
+		name string
+		vtep string
+		want map[string]string // segment -> phase: message substring, or vtep
+	}{
+		{"no --vtep-address", "", map[string]string{
+			"s-missing": `Pending: overlay "ov-none" does not exist`,
+			"s-geneve":  `Pending: overlay "ov-g" is of type geneve, which this node cannot realize: creating a geneve device: not supported`,
+			"s-vx":      `Pending: overlay "ov-v": this pivirtd has no --vtep-address`,
+		}},
+		{"with a VTEP", "10.99.0.7", map[string]string{
+			"s-missing": `Pending: overlay "ov-none" does not exist`,
+			"s-vx":      "Ready: vtep 10.99.0.7",
+			"s-vx-mtu":  "Ready: vtep 10.99.0.7",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dhcp := &fakeDHCP{bridgeAtStop: map[string]bool{}, mtu: map[string]int{}}
+			c := &segment.Controller{Store: st, Index: ix, Events: events.NewRecorder(10), Log: slog.Default(), DHCP: dhcp, Node: "n1", Tunnels: noGeneve}
+			if tc.vtep != "" {
+				c.VTEP = netip.MustParseAddr(tc.vtep)
+			}
+			if err := ns.Do(func() error { return c.Reconcile(ctx, snap) }); err != nil {
+				t.Fatal(err)
+			}
+			for seg, want := range tc.want {
+				got, err := st.Get(ctx, pivirtv1.KindNetworkSegment, seg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var status segment.Status
+				if err := got.DecodeStatus(&status); err != nil {
+					t.Fatal(err)
+				}
+				line := status.Phase + ": " + status.Message
+				if status.Phase == pivirtv1.PhaseReady {
+					line = status.Phase + ": vtep " + status.VTEP
+				}
+				if !strings.HasPrefix(line, want) {
+					t.Errorf("%s: status %q, want %q", seg, line, want)
+				}
+			}
+			if tc.vtep != "" {
+				if want := map[string]int{"s-vx": 1450, "s-vx-mtu": 1400}; !maps.Equal(dhcp.mtu, want) {
+					t.Errorf("dhcp.mtu handed to the responders %v, want %v (the overlay's unless the segment sets one)", dhcp.mtu, want)
+				}
+			}
+		})
 	}
 }

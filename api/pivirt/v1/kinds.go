@@ -17,6 +17,7 @@ const (
 	KindPortSecurity   = "PortSecurity"
 	KindExternalIP     = "ExternalIP"
 	KindVPCRouter      = "VPCRouter"
+	KindOverlayNetwork = "OverlayNetwork"
 )
 
 // KindInfo describes one kind: its canonical name, the lower-case aliases the
@@ -29,8 +30,10 @@ type KindInfo struct {
 }
 
 // Kinds lists every kind in the order the CLI and compile walk them
-// (segments before the leases that name them).
+// (overlays before the segments that name them, segments before the
+// leases that name them).
 var Kinds = []KindInfo{
+	{KindOverlayNetwork, "overlaynetworks", []string{"overlaynetwork", "overlaynetworks", "overlay", "overlays"}, func() Spec { return &OverlayNetworkSpec{} }},
 	{KindNetworkSegment, "networksegments", []string{"networksegment", "networksegments", "segment", "segments"}, func() Spec { return &NetworkSegmentSpec{} }},
 	{KindDHCPLease, "dhcpleases", []string{"dhcplease", "dhcpleases", "lease", "leases"}, func() Spec { return &DHCPLeaseSpec{} }},
 	{KindPortSecurity, "portsecurities", []string{"portsecurity", "portsecurities", "portsec"}, func() Spec { return &PortSecuritySpec{} }},
@@ -55,7 +58,6 @@ var OtherKinds = []OtherKind{
 	{"StoragePool", []string{"pool", "pools", "storagepool", "storagepools"}, "host tier's storage"},
 	{"VirtualDisk", []string{"disk", "disks", "virtualdisk", "virtualdisks"}, "host tier's storage"},
 	{"Network", []string{"net", "nets", "network", "networks", "bridge"}, "cluster agent, which realizes it here as NetworkSegments"},
-	{"OverlayNetwork", []string{"overlay", "overlays", "overlaynetwork", "overlaynetworks"}, "overlay tier, not realized by this pivirtd yet"},
 	{"Snapshot", []string{"snap", "snaps", "snapshot", "snapshots"}, "host tier's VM runtime"},
 	{"IPPool", nil, "cluster IPAM"},
 	{"IPAllocation", []string{"ipallocation", "ipallocations"}, "cluster IPAM"},

@@ -24,8 +24,10 @@ type NetworkSegmentSpec struct {
 	// HostIP is the host's address on the bridge with its prefix
 	// ("192.168.100.1/24"); it is also the router and DHCP server id.
 	HostIP string `json:"hostIP"`
-	// Overlay names the OverlayNetwork the segment rides on (seed 003).
-	// This node realizes no overlays yet: such a segment stays Pending.
+	// Overlay names the OverlayNetwork the segment rides on (seed 003):
+	// the overlay's tunnel device joins Bridge, whose MTU becomes the
+	// overlay's. The segment stays Pending while the overlay is missing
+	// or not realizable here.
 	Overlay string   `json:"overlay,omitempty"`
 	DHCP    DHCPSpec `json:"dhcp"`
 }

@@ -70,7 +70,8 @@ var (
 		"inside": map[string]any{"bridge": "vpcbr-a", "ip": "10.10.0.1/24"},
 		"uplink": map[string]any{"bridge": "br-ext", "ip": "198.51.100.2/24", "gateway": "198.51.100.1"},
 	})
-	rule = func(kv ...any) []any {
+	goodOverlay = obj(KindOverlayNetwork, map[string]any{"vni": 4242})
+	rule        = func(kv ...any) []any {
 		return []any{with(map[string]any{"action": "allow", "protocol": "tcp"}, kv...)}
 	}
 	fwd = func(kv ...any) []any {
@@ -118,8 +119,8 @@ func TestValidateObjectBad(t *testing.T) {
 		// envelope and metadata
 		{"apiVersion wrong", with(goodSegment, "apiVersion", "pivirt.hu/v2"), "apiVersion: pivirt.hu/v2 is not supported (want pivirt.hu/v1)"},
 		{"apiVersion missing", with(goodSegment, "apiVersion", del), "apiVersion: required (want pivirt.hu/v1)"},
-		{"kind unknown", with(goodSegment, "kind", "Bridge"), "kind: Bridge is not a known kind (one of NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter)"},
-		{"kind missing", with(goodSegment, "kind", del), "kind: required (one of NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter)"},
+		{"kind unknown", with(goodSegment, "kind", "Bridge"), "kind: Bridge is not a known kind (one of OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter)"},
+		{"kind missing", with(goodSegment, "kind", del), "kind: required (one of OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter)"},
 		{"name missing", with(goodSegment, "metadata.name", del), "metadata.name: required"},
 		{"name upper", with(goodSegment, "metadata.name", "Web_01"), "metadata.name: Web_01 is not a DNS-1123 subdomain (at most 253 lowercase alphanumerics, '-' or '.', starting and ending alphanumeric)"},
 		{"name too long", with(goodSegment, "metadata.name", long), "metadata.name: " + long + " is not a DNS-1123 subdomain (at most 253 lowercase alphanumerics, '-' or '.', starting and ending alphanumeric)"},
@@ -263,6 +264,12 @@ func TestValidateObjectBad(t *testing.T) {
 		{"inside gateway", with(goodRouter, "spec.inside.gateway", "10.10.0.254"), "spec.inside.gateway: 10.10.0.254 is not allowed: only the uplink has a gateway"},
 		{"gateway outside", with(goodRouter, "spec.uplink.gateway", "198.51.101.1"), "spec.uplink.gateway: 198.51.101.1 is outside uplink subnet 198.51.100.0/24"},
 		{"gateway self", with(goodRouter, "spec.uplink.gateway", "198.51.100.2"), "spec.uplink.gateway: 198.51.100.2 is the uplink's own address"},
+		// OverlayNetwork
+		{"overlay type", with(goodOverlay, "spec.type", "gre"), "spec.type: gre is not one of vxlan, geneve"},
+		{"overlay vni missing", with(goodOverlay, "spec.vni", del), "spec.vni: 0 is out of range 1-16777215 (required: the 24-bit network identifier)"},
+		{"overlay vni too big", with(goodOverlay, "spec.vni", 16777216), "spec.vni: 16777216 is out of range 1-16777215 (required: the 24-bit network identifier)"},
+		{"overlay mtu", with(goodOverlay, "spec.mtu", 67), "spec.mtu: 67 is outside 68-65535"},
+		{"overlay port", with(goodOverlay, "spec.port", 70000), "spec.port: 70000 is out of range 1-65535"},
 		{"subnets overlap", with(goodRouter, "spec.uplink", map[string]any{"bridge": "br-ext", "ip": "10.10.0.2/16", "gateway": "10.10.255.254"}), "spec.uplink.ip: 10.10.0.2/16 overlaps inside subnet 10.10.0.0/24"},
 	}
 	for _, tc := range tests {
@@ -302,6 +309,8 @@ func TestPrepareObjectDefaults(t *testing.T) {
 		{"portsecurity no acl", with(goodPortSec, "spec.acl", del), `{"interface":"tap-web01-0","macAddress":"52:54:00:12:34:56","ipAddresses":["192.168.100.10"],"learnFromDHCP":true,"dhcpGuard":true,"arpGuard":true,"raGuard":true}`},
 		{"externalip", goodExtIP, `{"address":"203.0.113.10","interface":"uplink0","target":"192.168.100.10","mode":"oneToOne"}`},
 		{"externalip forward", with(goodExtIP, "spec.mode", "portForward", "spec.ports", append(fwd(), fwd("protocol", "udp", "port", 53, "targetPort", 5353)...)), `{"address":"203.0.113.10","interface":"uplink0","target":"192.168.100.10","mode":"portForward","ports":[{"protocol":"tcp","port":443,"targetPort":443},{"protocol":"udp","port":53,"targetPort":5353}]}`},
+		{"overlay", goodOverlay, `{"type":"vxlan","vni":4242,"mtu":1450,"port":4789}`},
+		{"overlay geneve", with(goodOverlay, "spec.type", "geneve", "spec.mtu", 1400, "spec.port", 6081), `{"type":"geneve","vni":4242,"mtu":1400,"port":6081}`},
 		{"vpcrouter", goodRouter, `{"inside":{"bridge":"vpcbr-a","ip":"10.10.0.1/24"},"uplink":{"bridge":"br-ext","ip":"198.51.100.2/24","gateway":"198.51.100.1"}}`},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package overlay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/reconcile"
+	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/datapath/vxlan"
+)
+
+// Kinds are what the controller reads, from every node.
+var Kinds = []string{pivirtv1.KindOverlayNetwork, pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease}
+
+// React is the overlay loop's filter: status-only changes start no pass
+// except a NetworkSegment's (its status carries the phase and VTEP the
+// FDB follows), nor do the DHCP server's renewals of its leases (a
+// lease that moves changes its node label, which is seen).
+func React(c reconcile.Change) bool {
+	if reconcile.StatusOnly(c) {
+		return c.Object.Kind == pivirtv1.KindNetworkSegment
+	}
+	return !(c.Type == store.Modified && reconcile.DynamicLease(c))
+}
+
+// ErrNotImplemented wraps a tunnel type the kernel has and this pivirtd
+// does not realize yet.
+var ErrNotImplemented = errors.New("not realized by this pivirtd yet")
+
+// Realizable says whether this node makes tunnels of typ: the kernel must
+// create the device (vxlan.Supported, which wraps vxlan.ErrUnsupported),
+// and only VXLAN is realized so far (ErrNotImplemented for a kernel with
+// Geneve).
+func Realizable(h *netlink.Handle, typ string) error {
+	if err := vxlan.Supported(h, typ); err != nil {
+		return err
+	}
+	if typ != pivirtv1.OverlayVXLAN {
+		return fmt.Errorf("%s tunnels: %w", typ, ErrNotImplemented)
+	}
+	return nil
+}
+
+// ConditionTunnel is the overlay condition saying whether this kernel can
+// create the overlay's tunnel type.
+const ConditionTunnel = "TunnelSupported"
+
+// Controller keeps this node's tunnels and their FDBs.
+type Controller struct {
+	Store  store.Store
+	Index  *admission.Index
+	Events *events.Recorder
+	Log    *slog.Logger
+	// Netlink is the handle of the namespace the bridges live in.
+	Netlink *netlink.Handle
+	Node    string     // --node
+	VTEP    netip.Addr // --vtep-address
+	Now     func() time.Time
+
+	realized map[string]int // overlay name -> VNI of its device here
+	swept    bool
+}
+
+// segmentStatus is the part of a NetworkSegment's status read here
+// (control/segment writes it).
+type segmentStatus struct {
+	Phase string `json:"phase"`
+	VTEP  string `json:"vtep"`
+}
+
+// member is one segment on an overlay.
+type member struct {
+	name, node, bridge, networkRef string
+	local, ready                   bool
+	vtep                           netip.Addr
+}
+
+// Reconcile is a reconcile.Func over Kinds, on a snapshot of every node's
+// objects.
+func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) error {
+	if c.realized == nil {
+		c.realized = map[string]int{}
+	}
+	now := time.Now()
+	if c.Now != nil {
+		now = c.Now()
+	}
+	members := map[string][]member{}
+	for _, o := range snap.Of(pivirtv1.KindNetworkSegment) {
+		s, err := snap.Spec(o)
+		if err != nil {
+			continue
+		}
+		spec := s.(*pivirtv1.NetworkSegmentSpec)
+		if spec.Overlay == "" {
+			continue
+		}
+		var st segmentStatus
+		_ = json.Unmarshal(o.Status, &st) // no status yet: not ready
+		m := member{name: o.Metadata.Name, node: o.Metadata.Labels[pivirtv1.NodeLabel], bridge: spec.Bridge, networkRef: spec.NetworkRef,
+			local: !pivirtv1.PlacedElsewhere(o, c.Node), ready: st.Phase == pivirtv1.PhaseReady}
+		m.vtep, _ = netip.ParseAddr(st.VTEP)
+		members[spec.Overlay] = append(members[spec.Overlay], m)
+	}
+	for _, ms := range members {
+		slices.SortFunc(ms, func(a, b member) int { return strings.Compare(a.name, b.name) })
+	}
+	leases := c.leases(snap, now)
+
+	var errs []error
+	desired := map[string]int{}
+	var updates []reconcile.StatusUpdate
+	for _, o := range snap.Of(pivirtv1.KindOverlayNetwork) {
+		s, err := snap.Spec(o)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ov := s.(*pivirtv1.OverlayNetworkSpec)
+		name := o.Metadata.Name
+		tunnelErr := Realizable(c.Netlink, ov.Type)
+		updates = append(updates, reconcile.StatusUpdate{Object: o, Status: c.status(o, ov.Type, tunnelErr, members[name], now)})
+		if tunnelErr != nil {
+			continue
+		}
+		i := slices.IndexFunc(members[name], func(m member) bool { return m.local && m.ready && m.vtep.IsValid() })
+		if i < 0 {
+			continue // no segment of this node rides on it (yet)
+		}
+		local := members[name][i]
+		desired[name] = ov.VNI
+		if err := c.realize(name, ov, local, members[name], leases); err != nil {
+			errs = append(errs, err)
+			c.Events.Record(pivirtv1.KindOverlayNetwork, name, events.Warning, "RealizeFailed", err.Error())
+		}
+	}
+	if err := c.sweep(desired); err != nil {
+		errs = append(errs, err)
+	}
+	if err := reconcile.SetStatuses(ctx, c.Store, c.Index, updates); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// lease is a live DHCPLease placed on a node.
+type lease struct {
+	network, node, mac string
+}
+
+// leases returns the leases that say where their MAC is: placed on a node,
+// and not expired.
+func (c *Controller) leases(snap reconcile.Snapshot, now time.Time) []lease {
+	var out []lease
+	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
+		node := o.Metadata.Labels[pivirtv1.NodeLabel]
+		if node == "" {
+			continue // a reservation not placed anywhere: its MAC could be on any node
+		}
+		s, err := snap.Spec(o)
+		if err != nil {
+			continue
+		}
+		l := s.(*pivirtv1.DHCPLeaseSpec)
+		if l.Type == pivirtv1.LeaseDynamic && l.ExpiresAt != nil && !l.ExpiresAt.After(now) {
+			continue
+		}
+		mac, err := netParseMAC(l.MACAddress)
+		if err != nil {
+			continue
+		}
+		out = append(out, lease{network: l.Network, node: node, mac: mac})
+	}
+	return out
+}
+
+// realize makes the tunnel of overlay name on local's bridge and programs
+// its FDB from the other members and the leases on them.
+func (c *Controller) realize(name string, ov *pivirtv1.OverlayNetworkSpec, local member, ms []member, leases []lease) error {
+	ifindex, err := vxlan.Ensure(c.Netlink, vxlan.Config{Overlay: name, VNI: ov.VNI, Port: ov.Port, Local: c.VTEP, MTU: ov.MTU, Bridge: local.bridge})
+	if err != nil {
+		return fmt.Errorf("realizing overlay %s: %w", name, err)
+	}
+	if old, ok := c.realized[name]; !ok || old != ov.VNI {
+		if ok {
+			if err := vxlan.Remove(c.Netlink, old); err != nil {
+				return err
+			}
+		}
+		c.Events.Record(pivirtv1.KindOverlayNetwork, name, events.Normal, "Realized",
+			fmt.Sprintf("%s (vni %d, local %s, dstport %d, mtu %d) on bridge %s", vxlan.DevName(ov.VNI), ov.VNI, c.VTEP, ov.Port, ov.MTU, local.bridge))
+		c.realized[name] = ov.VNI
+	}
+	var want []vxlan.Entry
+	vtepOf := map[string]netip.Addr{} // node -> VTEP on this overlay
+	for _, m := range ms {
+		if m.local || !m.ready || !m.vtep.IsValid() || m.vtep == c.VTEP {
+			continue
+		}
+		vtepOf[m.node] = m.vtep
+		want = append(want, vxlan.Flood(m.vtep))
+	}
+	for _, l := range leases {
+		vtep, ok := vtepOf[l.node]
+		if !ok || l.node == c.Node || !namesMember(l.network, l.node, ms) {
+			continue
+		}
+		want = append(want, vxlan.Entry{MAC: l.mac, Dst: vtep})
+	}
+	added, removed, err := vxlan.SyncFDB(c.Netlink, ifindex, want)
+	if added+removed > 0 {
+		c.Log.Info("overlay fdb synced", "overlay", name, "added", added, "removed", removed, "entries", len(want))
+	}
+	if err != nil {
+		return fmt.Errorf("programming the FDB of overlay %s: %w", name, err)
+	}
+	return nil
+}
+
+// namesMember reports whether a lease's network names a segment of the
+// overlay on the lease's node (its networkRef or bridge).
+func namesMember(network, node string, ms []member) bool {
+	for _, m := range ms {
+		if m.node == node && (network == m.networkRef || network == m.bridge) {
+			return true
+		}
+	}
+	return false
+}
+
+// sweep removes the tunnels of overlays this node no longer rides on,
+// including, once, those a previous pivirtd left behind.
+func (c *Controller) sweep(desired map[string]int) error {
+	if !c.swept {
+		owned, err := vxlan.Owned(c.Netlink)
+		if err != nil {
+			return err
+		}
+		for name, vni := range owned {
+			if _, ok := c.realized[name]; !ok {
+				c.realized[name] = vni
+			}
+		}
+		c.swept = true
+	}
+	var errs []error
+	for name, vni := range c.realized {
+		if want, ok := desired[name]; ok && want == vni {
+			continue
+		}
+		if err := vxlan.Remove(c.Netlink, vni); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.Log.Info("overlay tunnel removed", "overlay", name, "device", vxlan.DevName(vni))
+		delete(c.realized, name)
+	}
+	return errors.Join(errs...)
+}
+
+// status derives the overlay's status from the store and this kernel;
+// every node computes the same, so their writes agree.
+func (c *Controller) status(o *pivirtv1.Object, typ string, tunnelErr error, ms []member, now time.Time) pivirtv1.OverlayNetworkStatus {
+	st := pivirtv1.OverlayNetworkStatus{Status: pivirtv1.Status{ObservedGeneration: o.Metadata.Generation, Phase: pivirtv1.PhaseReady}}
+	cond := pivirtv1.Condition{Type: ConditionTunnel, Status: "True", Reason: "KernelSupportsType"}
+	switch {
+	case errors.Is(tunnelErr, vxlan.ErrUnsupported):
+		st.Phase = pivirtv1.PhasePending
+		st.Message = fmt.Sprintf("this node's kernel cannot create %s devices: %v", typ, tunnelErr)
+		cond = pivirtv1.Condition{Type: ConditionTunnel, Status: "False", Reason: "KernelLacks" + titleCase(typ), Message: st.Message}
+	case tunnelErr != nil:
+		st.Phase, st.Message = pivirtv1.PhasePending, tunnelErr.Error()
+		cond = pivirtv1.Condition{Type: ConditionTunnel, Status: "False", Reason: "NotImplemented", Message: st.Message}
+	}
+	// Keep the transition time while the condition holds, so that a pass
+	// changes nothing and writes nothing.
+	var old pivirtv1.Status
+	_ = json.Unmarshal(o.Status, &old)
+	cond.LastTransitionTime = now.UTC().Truncate(time.Second)
+	for _, oc := range old.Conditions {
+		if oc.Type == cond.Type && oc.Status == cond.Status {
+			cond.LastTransitionTime = oc.LastTransitionTime
+		}
+	}
+	st.Conditions = []pivirtv1.Condition{cond}
+	for _, m := range ms {
+		if m.ready && m.vtep.IsValid() {
+			st.VTEPs = append(st.VTEPs, pivirtv1.OverlayVTEP{Node: m.node, Address: m.vtep.String(), Segment: m.name})
+		}
+	}
+	slices.SortFunc(st.VTEPs, func(a, b pivirtv1.OverlayVTEP) int { return strings.Compare(a.Node+a.Segment, b.Node+b.Segment) })
+	return st
+}
+
+func titleCase(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// netParseMAC canonicalizes a MAC as the FDB lists it.
+func netParseMAC(s string) (string, error) {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		return "", err
+	}
+	return m.String(), nil
+}

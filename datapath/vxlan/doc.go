@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package vxlan realizes an OverlayNetwork's tunnel on one node through
+// netlink: the kernel VXLAN device (nolearning, so the control plane and
+// not flooding decides where a MAC lives) enslaved to the segment's
+// bridge, its forwarding database (the all-zeros flood list to every other
+// VTEP plus one entry per known remote MAC, as flannel's VXLAN backend
+// programs them), and a tc flower filter that keeps DHCP off the tunnel.
+// Every call takes a *netlink.Handle, so tests drive it inside a netns.
+package vxlan

@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package vxlan
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/vishvananda/netlink"
+
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+// frame serializes an Ethernet frame around ip and its payload layers.
+func frame(t *testing.T, ip *layers.IPv4, rest ...gopacket.SerializableLayer) []byte {
+	t.Helper()
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}, DstMAC: layers.EthernetBroadcast, EthernetType: layers.EthernetTypeIPv4}
+	buf := gopacket.NewSerializeBuffer()
+	for _, l := range rest {
+		switch l4 := l.(type) {
+		case *layers.UDP:
+			_ = l4.SetNetworkLayerForChecksum(ip)
+		case *layers.TCP:
+			_ = l4.SetNetworkLayerForChecksum(ip)
+		}
+	}
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+		append([]gopacket.SerializableLayer{eth, ip}, rest...)...); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func ipv4(proto layers.IPProtocol) *layers.IPv4 {
+	return &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: proto, SrcIP: net.IPv4zero, DstIP: net.IPv4bcast}
+}
+
+// TestDHCPStopProgram runs the tunnel's DHCP filter on packets: UDP to
+// port 67 or 68 is dropped (also behind IP options); other UDP, TCP to 67,
+// a later fragment, ARP and runt frames pass.
+func TestDHCPStopProgram(t *testing.T) {
+	testutil.RequireBPF(t)
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: FilterName, Type: ebpf.SchedCLS, License: "Apache-2.0", Instructions: dhcpStopInsns()})
+	testutil.SkipIfNotSupported(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	payload := gopacket.Payload(make([]byte, 240))
+	withOptions := ipv4(layers.IPProtocolUDP)
+	withOptions.IHL = 6
+	withOptions.Options = []layers.IPv4Option{{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 0}}
+	fragment := ipv4(layers.IPProtocolUDP)
+	fragment.FragOffset = 185
+	arp := gopacket.NewSerializeBuffer()
+	_ = gopacket.SerializeLayers(arp, gopacket.SerializeOptions{FixLengths: true},
+		&layers.Ethernet{SrcMAC: net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}, DstMAC: layers.EthernetBroadcast, EthernetType: layers.EthernetTypeARP},
+		&layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4, Operation: 1,
+			SourceHwAddress: []byte{0x52, 0x54, 0, 0, 0, 1}, SourceProtAddress: []byte{10, 0, 0, 1}, DstHwAddress: make([]byte, 6), DstProtAddress: []byte{10, 0, 0, 2}})
+	tests := []struct {
+		name string
+		in   []byte
+		want uint32
+	}{
+		{"discover 68->67", frame(t, ipv4(layers.IPProtocolUDP), &layers.UDP{SrcPort: 68, DstPort: 67}, payload), 2},
+		{"offer 67->68", frame(t, ipv4(layers.IPProtocolUDP), &layers.UDP{SrcPort: 67, DstPort: 68}, payload), 2},
+		{"discover behind IP options", frame(t, withOptions, &layers.UDP{SrcPort: 68, DstPort: 67}, payload), 2},
+		{"other UDP", frame(t, ipv4(layers.IPProtocolUDP), &layers.UDP{SrcPort: 68, DstPort: 9067}, payload), 0},
+		{"TCP to 67", frame(t, ipv4(layers.IPProtocolTCP), &layers.TCP{SrcPort: 68, DstPort: 67}, payload), 0},
+		{"later fragment", frame(t, fragment, gopacket.Payload([]byte{0, 68, 0, 67, 0, 8, 0, 0})), 0},
+		{"ARP", arp.Bytes(), 0},
+		{"UDP header missing", frame(t, ipv4(layers.IPProtocolUDP)), 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := prog.Run(&ebpf.RunOptions{Data: tc.in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("verdict %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPrivilegedEnsureSyncFDB drives the device and its FDB in a netns:
+// Ensure is idempotent and recreates a device whose local address
+// changed; SyncFDB appends flood entries, moves a MAC to its new VTEP and
+// removes what is no longer wanted; Remove deletes only what it made.
+func TestPrivilegedEnsureSyncFDB(t *testing.T) {
+	testutil.RequireRoot(t)
+	ns := testutil.NewNetNS(t)
+	h, err := netlink.NewHandleAt(ns.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-t"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Overlay: "ov-t", VNI: 77, Port: 4789, Local: netip.MustParseAddr("10.99.1.1"), MTU: 1400, Bridge: "br-t"}
+	idx, err := Ensure(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := Ensure(h, cfg); err != nil || again != idx {
+		t.Errorf("second Ensure = %d, %v; want the same device %d", again, err, idx)
+	}
+	br, _ := h.LinkByName("br-t")
+	if br.Attrs().MTU != 1400 {
+		t.Errorf("bridge MTU %d, want 1400", br.Attrs().MTU)
+	}
+
+	a, b, c := netip.MustParseAddr("10.99.1.2"), netip.MustParseAddr("10.99.1.3"), netip.MustParseAddr("10.99.1.4")
+	vm := "52:54:00:aa:00:01"
+	steps := []struct {
+		name string
+		want []Entry
+		add  int
+		del  int
+	}{
+		{"flood to two VTEPs and a MAC", []Entry{Flood(a), Flood(b), {vm, a}}, 3, 0},
+		{"unchanged", []Entry{Flood(a), Flood(b), {vm, a}}, 0, 0},
+		{"MAC moves, a VTEP joins", []Entry{Flood(a), Flood(b), Flood(c), {vm, b}}, 2, 1},
+		{"a VTEP and the MAC leave", []Entry{Flood(b), Flood(c)}, 0, 2},
+	}
+	for _, s := range steps {
+		added, removed, err := SyncFDB(h, idx, s.want)
+		if err != nil || added != s.add || removed != s.del {
+			t.Errorf("%s: SyncFDB = +%d -%d, %v; want +%d -%d", s.name, added, removed, err, s.add, s.del)
+		}
+		got, err := FDB(h, idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Clone(s.want)
+		slices.SortFunc(want, compareEntries)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: FDB %v, want %v", s.name, got, want)
+		}
+	}
+
+	cfg.Local = netip.MustParseAddr("10.99.1.9")
+	if idx2, err := Ensure(h, cfg); err != nil || idx2 == idx {
+		t.Errorf("Ensure with a new local address = %d, %v; want a new device", idx2, err)
+	}
+	if owned, err := Owned(h); err != nil || owned["ov-t"] != 77 {
+		t.Errorf("Owned = %v, %v; want ov-t: 77", owned, err)
+	}
+	if err := Remove(h, 77); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.LinkByName(DevName(77)); err == nil {
+		t.Error("device still there after Remove")
+	}
+}
+
+// TestPrivilegedSupported: Supported agrees with what iproute2 gets from
+// the kernel for each tunnel type (on this machine: vxlan yes, geneve no).
+func TestPrivilegedSupported(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "ip")
+	ns := testutil.NewNetNS(t)
+	h, err := netlink.NewHandleAt(ns.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, tc := range []struct{ kind, args string }{{"vxlan", "id 5 dstport 4789"}, {"geneve", "id 5 remote 192.0.2.9"}} {
+		args := append([]string{"-n", ns.Name, "link", "add", "probe-" + tc.kind, "type", tc.kind}, strings.Fields(tc.args)...)
+		ipErr := exec.Command("ip", args...).Run()
+		err := Supported(h, tc.kind)
+		if (ipErr == nil) != (err == nil) {
+			t.Errorf("%s: Supported = %v, ip link add: %v", tc.kind, err, ipErr)
+		}
+		if err != nil && !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: %v does not wrap ErrUnsupported", tc.kind, err)
+		}
+	}
+}

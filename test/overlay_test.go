@@ -1,0 +1,502 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+// OverlayNetwork across three nodes: each node is a namespace whose
+// segment controller and overlay controller run on one shared store, as
+// three pivirtd on one etcd would (each with its own --node and
+// --vtep-address); the underlay is a plain bridged link.
+//
+//   ovu (underlay bridge br-u)
+//    ├─ n1 eth-u 10.99.0.1 ── br-ov + pvx4242 ── g1 10.50.0.11
+//    ├─ n2 eth-u 10.99.0.2 ── br-ov + pvx4242 ── g2 10.50.0.51
+//    └─ n3 eth-u 10.99.0.3 ── br-ov + pvx4242 ── g3 10.50.0.91
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/events"
+	"pivirt.hu/dataplane/control/overlay"
+	"pivirt.hu/dataplane/control/reconcile"
+	"pivirt.hu/dataplane/control/segment"
+	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/control/store/bolt"
+	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+	"pivirt.hu/dataplane/datapath/vxlan"
+	"pivirt.hu/dataplane/test/guest"
+	"pivirt.hu/dataplane/test/harness"
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+const ovVNI = 4242
+
+type ovNode struct {
+	name  string
+	vtep  netip.Addr
+	ns    *testutil.NetNS // the node
+	guest *testutil.NetNS
+	gIP   string
+	gMAC  string
+	nl    *netlink.Handle
+	segs  *segment.Controller
+	ovl   *overlay.Controller
+	mine  *reconcile.Cache // this node's objects
+	all   *reconcile.Cache // every node's
+}
+
+// pass runs both controllers of every node once on their caches.
+func ovPass(ctx context.Context, nodes []*ovNode) error {
+	for _, n := range nodes {
+		segSnap := n.mine.Snapshot([]string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindOverlayNetwork})
+		if err := n.ns.Do(func() error { return n.segs.Reconcile(ctx, segSnap) }); err != nil {
+			return fmt.Errorf("segments of %s: %w", n.name, err)
+		}
+		if err := n.ovl.Reconcile(ctx, n.all.Snapshot(overlay.Kinds)); err != nil {
+			return fmt.Errorf("overlay of %s: %w", n.name, err)
+		}
+	}
+	return nil
+}
+
+func ovApply(t *testing.T, ctx context.Context, st store.Store, ix *admission.Index, manifest string) {
+	t.Helper()
+	for _, doc := range strings.Split(manifest, "\n---\n") {
+		o, err := pivirtv1.DecodeObject([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ix.Update(ctx, st, admission.Options{Clustered: true, Privileged: true}, func(b *admission.Batch) error { _, _, err := b.Apply(o); return err }); err != nil {
+			t.Fatalf("applying %s %s: %v", o.Kind, o.Metadata.Name, err)
+		}
+	}
+}
+
+func ovFDB(t *testing.T, n *ovNode) []string {
+	t.Helper()
+	l, err := n.nl.LinkByName(vxlan.DevName(ovVNI))
+	if err != nil {
+		return nil
+	}
+	es, err := vxlan.FDB(n.nl, l.Attrs().Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.String())
+	}
+	return out
+}
+
+// TestPrivilegedOverlayThreeNodes: guests on different nodes ping each
+// other across the VXLAN tunnels; every tunnel floods to the two other
+// VTEPs and holds one entry per remote leased MAC, which goes with its
+// lease; a DHCP broadcast on node 2 never reaches nodes 1 and 3 while
+// another broadcast does; the overlay reports its VTEPs; deleting the
+// segments removes the tunnels.
+func TestPrivilegedOverlayThreeNodes(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "ip", "ping")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	under := testutil.NewNetNS(t)
+	mustIP := func(args ...string) {
+		t.Helper()
+		if out, err := ipCmd(args...); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	mustIP("-n", under.Name, "link", "add", "br-u", "type", "bridge")
+	mustIP("-n", under.Name, "link", "set", "br-u", "up")
+
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ix := admission.NewIndex()
+	log := slog.Default()
+
+	var nodes []*ovNode
+	for i := 1; i <= 3; i++ {
+		n := &ovNode{name: fmt.Sprintf("n%d", i), vtep: netip.MustParseAddr(fmt.Sprintf("10.99.0.%d", i)),
+			ns: testutil.NewNetNS(t), guest: testutil.NewNetNS(t),
+			gIP: fmt.Sprintf("10.50.0.%d", 11+40*(i-1)), gMAC: fmt.Sprintf("52:54:00:50:00:0%d", i)}
+		pu := fmt.Sprintf("pu%d", i)
+		mustIP("link", "add", "eth-u", "netns", n.ns.Name, "type", "veth", "peer", "name", pu, "netns", under.Name)
+		mustIP("-n", under.Name, "link", "set", pu, "master", "br-u", "up")
+		mustIP("-n", n.ns.Name, "addr", "add", n.vtep.String()+"/24", "dev", "eth-u")
+		mustIP("-n", n.ns.Name, "link", "set", "eth-u", "up")
+		mustIP("-n", n.ns.Name, "link", "set", "lo", "up")
+		if n.nl, err = netlink.NewHandleAt(n.ns.Handle()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.nl.Close)
+		n.segs = &segment.Controller{Store: st, Index: ix, Events: events.NewRecorder(10), Log: log, Node: n.name, VTEP: n.vtep,
+			Tunnels: func(typ string) error { return overlay.Realizable(n.nl, typ) }}
+		n.ovl = &overlay.Controller{Store: st, Index: ix, Events: events.NewRecorder(10), Log: log, Netlink: n.nl, Node: n.name, VTEP: n.vtep}
+		n.mine, n.all = reconcile.NewCache(st, log), reconcile.NewCache(st, log)
+		n.mine.Node = n.name
+		go func() { _ = n.mine.Run(ctx) }()
+		go func() { _ = n.all.Run(ctx) }()
+		nodes = append(nodes, n)
+	}
+
+	manifest := `apiVersion: pivirt.hu/v1
+kind: OverlayNetwork
+metadata: {name: ov-a}
+spec: {type: vxlan, vni: 4242}`
+	for i, n := range nodes {
+		manifest += fmt.Sprintf(`
+---
+apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: ov-seg-%[1]s, labels: {pivirt.hu/node: %[1]s}}
+spec: {networkRef: ov-net, overlay: ov-a, bridge: br-ov, hostIP: 10.50.0.1/24, dhcp: {delegatedRangeStart: 10.50.0.%[2]d, delegatedRangeEnd: 10.50.0.%[3]d}}`,
+			n.name, 10+40*i, 49+40*i)
+	}
+	ovApply(t, ctx, st, ix, manifest)
+
+	// Three passes at most: segments Ready publish VTEPs, then the
+	// tunnels see each other.
+	waitFor(t, 20*time.Second, "every tunnel floods to the two other VTEPs", func() bool {
+		if err := ovPass(ctx, nodes); err != nil {
+			t.Logf("pass: %v", err)
+			return false
+		}
+		for _, n := range nodes {
+			if len(ovFDB(t, n)) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range nodes {
+		var want []string
+		for _, o := range nodes {
+			if o != n {
+				want = append(want, "00:00:00:00:00:00 dst "+o.vtep.String())
+			}
+		}
+		if got := ovFDB(t, n); !slices.Equal(got, want) {
+			t.Errorf("%s FDB %v, want %v", n.name, got, want)
+		}
+		dev, err := n.nl.LinkByName(vxlan.DevName(ovVNI))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := dev.(*netlink.Vxlan)
+		br, _ := n.nl.LinkByName("br-ov")
+		if v.Learning || v.VxlanId != ovVNI || v.Port != 4789 || !v.SrcAddr.Equal(n.vtep.AsSlice()) || v.MTU != 1450 ||
+			v.MasterIndex != br.Attrs().Index || br.Attrs().MTU != 1450 {
+			t.Errorf("%s tunnel: learning %v vni %d port %d local %s mtu %d master %d (bridge %d, mtu %d)",
+				n.name, v.Learning, v.VxlanId, v.Port, v.SrcAddr, v.MTU, v.MasterIndex, br.Attrs().Index, br.Attrs().MTU)
+		}
+		if ok, err := vxlan.HasDHCPFilter(n.nl, ovVNI); err != nil || !ok {
+			t.Errorf("%s: DHCP filter on the tunnel: %v, %v", n.name, ok, err)
+		}
+		// The guest: a veth on the node's bridge.
+		mustIP("link", "add", "eth0", "netns", n.guest.Name, "address", n.gMAC, "type", "veth", "peer", "name", "g-"+n.name, "netns", n.ns.Name)
+		mustIP("-n", n.ns.Name, "link", "set", "g-"+n.name, "master", "br-ov", "up")
+		mustIP("-n", n.guest.Name, "addr", "add", n.gIP+"/24", "dev", "eth0")
+		mustIP("-n", n.guest.Name, "link", "set", "eth0", "mtu", "1450", "up")
+		mustIP("-n", n.guest.Name, "route", "add", "default", "dev", "eth0") // for 255.255.255.255
+	}
+	var ov struct {
+		Phase string                 `json:"phase"`
+		VTEPs []pivirtv1.OverlayVTEP `json:"vteps"`
+	}
+	got, err := st.Get(ctx, pivirtv1.KindOverlayNetwork, "ov-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := got.DecodeStatus(&ov); err != nil || ov.Phase != pivirtv1.PhaseReady || len(ov.VTEPs) != 3 || ov.VTEPs[1].Address != "10.99.0.2" {
+		t.Errorf("overlay status %+v (%v), want Ready with 3 VTEPs", ov, err)
+	}
+	var segSt segment.Status
+	if got, err := st.Get(ctx, pivirtv1.KindNetworkSegment, "ov-seg-n2"); err != nil || got.DecodeStatus(&segSt) != nil || segSt.VTEP != "10.99.0.2" {
+		t.Errorf("segment ov-seg-n2 status %+v (%v), want vtep 10.99.0.2", segSt, err)
+	}
+
+	// Guests on different nodes reach each other across the tunnels.
+	for _, pair := range [][2]int{{0, 2}, {1, 0}, {2, 1}} {
+		a, b := nodes[pair[0]], nodes[pair[1]]
+		if out, err := a.guest.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", b.gIP); err != nil {
+			t.Errorf("ping %s (on %s) -> %s (on %s): %v\n%s", a.gIP, a.name, b.gIP, b.name, err, out)
+		}
+	}
+	// A full-size frame of the overlay MTU crosses without fragmenting.
+	if out, err := nodes[0].guest.Exec("ping", "-c", "1", "-W", "2", "-M", "do", "-s", "1422", nodes[1].gIP); err != nil {
+		t.Errorf("ping of 1450 bytes with DF across the tunnel: %v\n%s", err, out)
+	}
+
+	// Leases place the guests' MACs: each tunnel gets an entry per remote one.
+	var leases []string
+	for _, n := range nodes {
+		leases = append(leases, fmt.Sprintf(`apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata: {name: ov-lease-%[1]s, labels: {pivirt.hu/node: %[1]s}}
+spec: {network: ov-net, macAddress: "%[2]s", ipAddress: %[3]s}`, n.name, n.gMAC, n.gIP))
+	}
+	ovApply(t, ctx, st, ix, strings.Join(leases, "\n---\n"))
+	wantMAC := func(of *ovNode) string { return of.gMAC + " dst " + of.vtep.String() }
+	waitFor(t, 20*time.Second, "every tunnel has the two remote leased MACs", func() bool {
+		if err := ovPass(ctx, nodes); err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			fdb := ovFDB(t, n)
+			for _, o := range nodes {
+				if slices.Contains(fdb, wantMAC(o)) != (o != n) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	// DHCP stays on its node: a broadcast to port 67 from g2 reaches n2's
+	// bridge but not g1 or g3, while one to port 9067 reaches them.
+	seen := func(ns *testutil.NetNS, port int) chan string {
+		ch := make(chan string, 1)
+		ready := make(chan struct{})
+		go func() {
+			_ = ns.Do(func() error {
+				c, err := net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+				close(ready)
+				if err != nil {
+					ch <- "listen: " + err.Error()
+					return nil
+				}
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				b := make([]byte, 1500)
+				n, _, err := c.ReadFromUDP(b)
+				if err != nil {
+					ch <- ""
+					return nil
+				}
+				ch <- string(b[:n])
+				return nil
+			})
+		}()
+		<-ready
+		return ch
+	}
+	send := func(port int, msg string) {
+		t.Helper()
+		err := nodes[1].guest.Do(func() error {
+			c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4bcast, Port: port})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte(msg))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		port   int
+		remote bool // seen on n1's and n3's guests
+	}{{9067, true}, {67, false}} {
+		msg := fmt.Sprintf("broadcast to %d", tc.port)
+		chans := []chan string{seen(nodes[0].guest, tc.port), seen(nodes[2].guest, tc.port), seen(nodes[1].ns, tc.port)}
+		send(tc.port, msg)
+		for i, who := range []string{"g1 on n1", "g3 on n3", "n2's bridge"} {
+			got := <-chans[i]
+			want := i == 2 || tc.remote
+			if (got == msg) != want {
+				t.Errorf("%s: %s got %q, want seen=%v", msg, who, got, want)
+			}
+		}
+	}
+
+	// A lease that ends takes its FDB entry with it on the other nodes.
+	if _, err := ix.Update(ctx, st, admission.Options{Clustered: true, Privileged: true}, func(b *admission.Batch) error {
+		_, err := b.Delete(pivirtv1.KindDHCPLease, "ov-lease-n1", "")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "n1's MAC gone from n2 and n3", func() bool {
+		if err := ovPass(ctx, nodes); err != nil {
+			return false
+		}
+		return !slices.Contains(ovFDB(t, nodes[1]), wantMAC(nodes[0])) &&
+			!slices.Contains(ovFDB(t, nodes[2]), wantMAC(nodes[0])) &&
+			slices.Contains(ovFDB(t, nodes[2]), wantMAC(nodes[1]))
+	})
+
+	// Node 3 leaves the overlay: its tunnel goes, and the others stop
+	// flooding to it.
+	if _, err := ix.Update(ctx, st, admission.Options{Clustered: true, Privileged: true}, func(b *admission.Batch) error {
+		_, err := b.Delete(pivirtv1.KindNetworkSegment, "ov-seg-n3", "")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "n3's tunnel gone and nobody floods to it", func() bool {
+		if err := ovPass(ctx, nodes); err != nil {
+			return false
+		}
+		if _, err := nodes[2].nl.LinkByName(vxlan.DevName(ovVNI)); err == nil {
+			return false
+		}
+		return !slices.ContainsFunc(ovFDB(t, nodes[0]), func(s string) bool { return strings.HasSuffix(s, "dst 10.99.0.3") })
+	})
+}
+
+func ipCmd(args ...string) ([]byte, error) {
+	return exec.Command("ip", args...).CombinedOutput()
+}
+
+// TestPrivilegedOverlayPivirtd: three real pivirtd, each in its node's
+// namespace with --vtep-address, on one etcd reached over the underlay.
+// Guests get their address by DHCP from their own node's range only (the
+// tunnel carries no DHCP), with the overlay's MTU in option 26; their
+// leases put their MACs into the other nodes' FDBs; they ping each other
+// across the tunnels; get overlays shows the three VTEPs.
+//
+//	ovu: br-u 10.99.0.254, etcd
+//	 ├─ n1 10.99.0.1: pivirtd n1 ── br-ov + pvx4343 ── guest (dhclient)
+//	 ├─ n2 10.99.0.2: pivirtd n2 ── br-ov + pvx4343 ── guest (dhclient)
+//	 └─ n3 10.99.0.3: pivirtd n3 ── br-ov + pvx4343
+func TestPrivilegedOverlayPivirtd(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "ip", "ping", "bridge", "nsenter", "dhclient")
+	under := testutil.NewNetNS(t)
+	for _, args := range [][]string{
+		{"-n", under.Name, "link", "add", "br-u", "type", "bridge"},
+		{"-n", under.Name, "addr", "add", "10.99.0.254/24", "dev", "br-u"},
+		{"-n", under.Name, "link", "set", "br-u", "up"},
+		{"-n", under.Name, "link", "set", "lo", "up"},
+	} {
+		if out, err := ipCmd(args...); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	// etcd listens on the underlay, where every node reaches it.
+	onUnderlay := func(s string) string { return strings.Replace(s, "127.0.0.1", "10.99.0.254", 1) }
+	srv := etcdtest.StartWith(t, etcdtest.Options{
+		Command: func(name string, args ...string) *exec.Cmd {
+			for i := 1; i < len(args); i++ {
+				if args[i-1] == "--listen-client-urls" || args[i-1] == "--advertise-client-urls" {
+					args[i] = onUnderlay(args[i])
+				}
+			}
+			return under.Command(name, args...)
+		},
+		Probe: func(url string) error {
+			return under.Do(func() error {
+				c, err := net.DialTimeout("tcp", strings.TrimPrefix(onUnderlay(url), "http://"), time.Second)
+				if err != nil {
+					return err
+				}
+				return c.Close()
+			})
+		},
+	})
+	dir := t.TempDir()
+	const token = "cluster-token-overlay-0123"
+	tokens, tokenFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "token")
+	if err := os.WriteFile(tokens, []byte("cluster "+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bins := harness.Build(t)
+	var nodes []clusterNode
+	manifest := "apiVersion: pivirt.hu/v1\nkind: OverlayNetwork\nmetadata: {name: ov-e}\nspec: {vni: 4343}\n"
+	for i := 1; i <= 3; i++ {
+		ns := testutil.NewNetNS(t)
+		pu := fmt.Sprintf("pe%d", i)
+		for _, args := range [][]string{
+			{"link", "add", "eth-u", "netns", ns.Name, "type", "veth", "peer", "name", pu, "netns", under.Name},
+			{"-n", under.Name, "link", "set", pu, "master", "br-u", "up"},
+			{"-n", ns.Name, "addr", "add", fmt.Sprintf("10.99.0.%d/24", i), "dev", "eth-u"},
+			{"-n", ns.Name, "link", "set", "eth-u", "up"},
+			{"-n", ns.Name, "link", "set", "lo", "up"},
+		} {
+			if out, err := ipCmd(args...); err != nil {
+				t.Fatalf("ip %v: %v: %s", args, err, out)
+			}
+		}
+		d := harness.StartDaemon(t, bins, harness.Options{NetNS: ns.Path(), Args: []string{
+			"--store", "etcd", "--etcd-endpoints", onUnderlay(srv.URL), "--node", fmt.Sprintf("n%d", i),
+			"--vtep-address", fmt.Sprintf("10.99.0.%d", i), "--listen", "127.0.0.1:7701", "--token-file", tokens}})
+		nodes = append(nodes, clusterNode{d: d, ns: ns, bins: bins, server: "http://127.0.0.1:7701", token: tokenFile})
+		manifest += fmt.Sprintf(`---
+apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: ove-n%[1]d, labels: {pivirt.hu/node: n%[1]d}}
+spec: {networkRef: ove-net, overlay: ov-e, bridge: br-ov, hostIP: 10.51.0.1/24, dhcp: {delegatedRangeStart: 10.51.0.%[2]d, delegatedRangeEnd: 10.51.0.%[3]d}}
+`, i, 10+40*(i-1), 49+40*(i-1))
+	}
+	if _, errOut, err := nodes[0].ctl(t, manifest, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply: %v: %s", err, errOut)
+	}
+	waitFor(t, 30*time.Second, "get overlays: ov-e Ready with 3 VTEPs", func() bool {
+		out, _, _ := nodes[1].ctl(t, "", "get", "overlays")
+		f := strings.Fields(out)
+		// NAME TYPE VNI MTU PORT VTEPS PHASE AGE
+		return len(f) >= 16 && slices.Equal(f[8:15], []string{"ov-e", "vxlan", "4343", "1450", "4789", "3", "Ready"})
+	})
+	fdb := func(n clusterNode) string {
+		out, _ := n.ns.Exec("bridge", "fdb", "show", "dev", "pvx4343")
+		return string(out)
+	}
+	waitFor(t, 20*time.Second, "every node floods to the two others", func() bool {
+		for i, n := range nodes {
+			for j := range nodes {
+				if has := strings.Contains(fdb(n), fmt.Sprintf("00:00:00:00:00:00 dst 10.99.0.%d ", j+1)); has != (i != j) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	g1 := guest.Attach(t, nodes[0].ns, "br-ov", "", net.HardwareAddr{0x52, 0x54, 0, 0x51, 0, 1})
+	g2 := guest.Attach(t, nodes[1].ns, "br-ov", "", net.HardwareAddr{0x52, 0x54, 0, 0x51, 0, 2})
+	g1.Dhclient(t)
+	g2.Dhclient(t)
+	if a := g1.Addr(t); !inRange(a, "10.51.0.10", "10.51.0.49") {
+		t.Errorf("guest on n1 got %v, want n1's range 10.51.0.10-49", a)
+	}
+	if a := g2.Addr(t); !inRange(a, "10.51.0.50", "10.51.0.89") {
+		t.Errorf("guest on n2 got %v, want n2's range 10.51.0.50-89", a)
+	}
+	for _, g := range []*guest.Guest{g1, g2} {
+		b, err := os.ReadFile(filepath.Join(g.Dir, "leases"))
+		if err != nil || !strings.Contains(string(b), "option interface-mtu 1450;") {
+			t.Errorf("lease of %s: want option interface-mtu 1450 (26) from the overlay (%v):\n%s", g.MAC, err, b)
+		}
+	}
+	waitFor(t, 20*time.Second, "n3's FDB places both guests' MACs", func() bool {
+		f := fdb(nodes[2])
+		return strings.Contains(f, g1.MAC.String()+" dst 10.99.0.1 ") && strings.Contains(f, g2.MAC.String()+" dst 10.99.0.2 ")
+	})
+	if _, err := g1.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", g2.Addr(t).String()); err != nil {
+		t.Errorf("guest on n1 cannot ping the guest on n2 across the tunnel: %v", err)
+	}
+}
