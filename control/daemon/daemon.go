@@ -210,9 +210,10 @@ func (d *Daemon) controllers() ([]Controller, error) {
 			React: reconcile.Unless(reconcile.StatusOnly, segment.Renewal),
 			Func:  segments.Reconcile,
 		},
-		// Its own cache, of every node's objects: the FDB follows the
-		// other nodes' VTEPs (their segments' status) and leases.
-		&reconcile.Loop{ID: "overlay", Store: d.store, Log: d.log, Kinds: overlay.Kinds, React: overlay.React, Func: overlays.Reconcile},
+		// Every node's objects: the FDB follows the other nodes' VTEPs
+		// (their segments' status) and leases.
+		&reconcile.Loop{ID: "overlay", Cache: cache, AllNodes: true, Log: d.log, Kinds: overlay.Kinds, React: overlay.React,
+			Func: overlays.Reconcile},
 		guardLoop,
 		controllerFunc{"guard-status", guards.RunStatus},
 		&reconcile.Loop{
