@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"time"
 
@@ -140,6 +141,9 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	return nil
 }
 
+// storeYield is how many records the writer stores between yields.
+const storeYield = 8
+
 // writeLoop stores queued records until ctx is done, then once more. It
 // commits as soon as it is woken: under load the queue grows while a
 // commit runs, so batches grow with load anyway, while at low load no
@@ -209,6 +213,12 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	rev, err := lg.Index.Update(ctx, lg.Store, admission.Options{Now: lg.now(), Privileged: true}, func(b *admission.Batch) error {
 		refused = refused[:0]
 		for i, r := range recs {
+			if i%storeYield == storeYield-1 {
+				// A batch is a CPU burst on the responders' core: let
+				// them run between its records (Go schedules goroutines
+				// without priorities).
+				runtime.Gosched()
+			}
 			err := storeRecord(b, r, lg.Node)
 			if err == nil {
 				continue

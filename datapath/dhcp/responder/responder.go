@@ -202,8 +202,13 @@ func (r *Responder) Run(ctx context.Context) error {
 		default:
 			return fmt.Errorf("receiving on %s: %w", r.cfg.Interface, err)
 		}
-		if len(frames) > 0 {
-			r.serve(now, frames)
+		// Replies leave as their requests are handled, a few at a time,
+		// not as one burst per read: a relay's or client's socket takes a
+		// steady stream, where a train of 64 replies can overflow it.
+		for len(frames) > 0 {
+			n := min(len(frames), replyChunk)
+			r.serve(now, frames[:n])
+			frames = frames[n:]
 		}
 		if !now.Before(nextExpire) {
 			r.syncMAC()
@@ -220,6 +225,10 @@ func (r *Responder) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// replyChunk is how many requests of a read are handled before their
+// replies are sent.
+const replyChunk = 8
 
 // serve processes one batch: replies that need no durability (OFFER, NAK,
 // INFORM ACK) leave at once; lease changes and ACKs go to the committer.
