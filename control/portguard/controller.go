@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,9 +219,10 @@ func (c *Controller) Changes(ctx context.Context, d reconcile.Delta) error {
 	}
 	// A port that went leaves no status to write, but maybe a guard to
 	// detach.
-	portGone := slices.ContainsFunc(slices.Collect(maps.Keys(changed)), func(r compile.Ref) bool {
-		return r.Kind == pivirtv1.KindPortSecurity && changed[r] == nil
-	})
+	portGone := false
+	for r, o := range changed {
+		portGone = portGone || (r.Kind == pivirtv1.KindPortSecurity && o == nil)
+	}
 	if len(portObjs) > 0 || portGone {
 		pu, err := c.syncPorts(portObjs, desired, c.idx.PortInterfaces())
 		if err != nil {
