@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package etcdtest runs a real one-member etcd (Debian etcd-server) on
-// loopback for tests.
+// Package etcdtest runs real etcd (Debian etcd-server) for tests: one
+// member on loopback (Start), or a cluster of several (StartCluster).
 package etcdtest
 
 import (
@@ -94,17 +94,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 
 	probe := opts.Probe
 	if probe == nil {
-		probe = func(url string) error {
-			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, TLS: opts.Ready})
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_, err = cli.Get(ctx, "ready")
-			return err
-		}
+		probe = func(url string) error { return probeGet(url, opts.Ready) }
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -156,4 +146,192 @@ func (s *Server) Freeze() error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return errors.New("etcd not stopped 5s after SIGSTOP")
+}
+
+// Cluster is a real etcd cluster of several members the test started.
+// Members talk to each other over loopback TCP (in the namespace
+// ClusterOptions.Command puts them in) and serve clients on unix sockets
+// in one directory: a socket file reaches across network namespaces, so
+// pivirtd in namespaces of their own use the cluster without a network
+// to it, and a member that is gone refuses at once (no dial timeout).
+type Cluster struct {
+	Members   []*Member
+	Endpoints []string // every member's client URL, unix:///dir/<name>:2379
+	opts      ClusterOptions
+}
+
+// Member is one etcd of a Cluster, on its own data dir.
+type Member struct {
+	Name     string
+	Endpoint string // its client URL
+	args     []string
+	dir      string // its socket directory: etcd's working directory
+	c        *Cluster
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	logs     *strings.Builder
+}
+
+// ClusterOptions of StartCluster.
+type ClusterOptions struct {
+	Members int // default 3
+	// Command builds a member's command line (default exec.Command),
+	// e.g. testutil.NetNS.Command for a namespace of the test's.
+	Command func(name string, args ...string) *exec.Cmd
+}
+
+// StartCluster starts a new cluster and returns it once every member
+// serves. Cleanup kills the members by PID.
+func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
+	t.Helper()
+	testutil.RequireTool(t, "etcd")
+	if opts.Members <= 0 {
+		opts.Members = 3
+	}
+	if opts.Command == nil {
+		opts.Command = exec.Command
+	}
+	// Short: the client's socket paths must fit sun_path (108 bytes).
+	sock, err := os.MkdirTemp("", "etcd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sock) })
+	data := t.TempDir()
+	c := &Cluster{opts: opts}
+	var initial []string
+	peers := make([]string, opts.Members)
+	for i := range peers {
+		peers[i] = fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+		initial = append(initial, fmt.Sprintf("m%d=%s", i+1, peers[i]))
+	}
+	for i := range opts.Members {
+		name := fmt.Sprintf("m%d", i+1)
+		// etcd 3.4 takes a unix URL only in the host:port form and makes
+		// the socket in its working directory; the client takes the
+		// absolute path (clientv3's unix:///path).
+		client := "unix://" + name + ":2379"
+		m := &Member{Name: name, Endpoint: "unix://" + filepath.Join(sock, name+":2379"), dir: sock, c: c,
+			args: []string{
+				"--name", name,
+				"--data-dir", filepath.Join(data, name),
+				"--listen-client-urls", client, "--advertise-client-urls", client,
+				"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
+				"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+				"--initial-cluster-token", filepath.Base(sock),
+				"--log-level", "error",
+			}}
+		c.Members = append(c.Members, m)
+		c.Endpoints = append(c.Endpoints, m.Endpoint)
+		t.Cleanup(m.Kill9)
+	}
+	c.StartAll(t)
+	return c
+}
+
+// StartAll starts every member that is not running, on its data dir, and
+// returns once every member serves.
+func (c *Cluster) StartAll(t testing.TB) {
+	t.Helper()
+	for _, m := range c.Members {
+		if m.running() {
+			continue
+		}
+		m.start(t)
+	}
+	for _, m := range c.Members {
+		m.waitReady(t)
+	}
+}
+
+// StopAll stops every member (SIGTERM, SIGKILL after 10 s) and waits for
+// them to exit; their data dirs stay for StartAll.
+func (c *Cluster) StopAll() {
+	for _, m := range c.Members {
+		if m.running() {
+			_ = m.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, m := range c.Members {
+		if m.cmd == nil {
+			continue
+		}
+		select {
+		case <-m.exited:
+		case <-time.After(10 * time.Second):
+			m.Kill9()
+		}
+	}
+}
+
+func (m *Member) running() bool {
+	if m.cmd == nil {
+		return false
+	}
+	select {
+	case <-m.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (m *Member) start(t testing.TB) {
+	t.Helper()
+	// A socket file a killed member left would refuse the new listener.
+	os.Remove(strings.TrimPrefix(m.Endpoint, "unix://"))
+	cmd := m.c.opts.Command("etcd", m.args...)
+	cmd.Dir = m.dir
+	m.logs = &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = m.logs, m.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting etcd %s: %v", m.Name, err)
+	}
+	m.cmd, m.exited = cmd, make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(cmd, m.exited)
+}
+
+// waitReady waits (30 s at most) until the member answers a read, which
+// takes a quorum of members running.
+func (m *Member) waitReady(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := probeGet(m.Endpoint, nil)
+		if err == nil {
+			return
+		}
+		select {
+		case <-m.exited:
+			t.Fatalf("etcd %s exited: %s", m.Name, m.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd %s not serving within 30s: %v\n%s", m.Name, err, m.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Kill9 kills the member (SIGKILL, by its PID), as a crash would, and
+// waits for it to exit; on a stopped member it does nothing.
+func (m *Member) Kill9() {
+	if !m.running() {
+		return
+	}
+	_ = m.cmd.Process.Kill()
+	<-m.exited
+}
+
+// probeGet reports whether an etcd client's linearizable Get succeeds at url.
+func probeGet(url string, tlsCfg *tls.Config) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, TLS: tlsCfg})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = cli.Get(ctx, "ready")
+	return err
 }

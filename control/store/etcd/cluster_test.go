@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package etcd
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+)
+
+// TestClusterOutage: a Store on a 3-member cluster keeps reading, writing
+// and watching when one member is killed -9 (whichever its connection was
+// on); with every member stopped its calls fail fast with ErrUnavailable;
+// once the members are back on their data dirs it works again and its
+// watch (re-opened after the outage) sees new writes.
+func TestClusterOutage(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.ClusterOptions{})
+	s, err := Open(c.Endpoints, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	n := 0
+	put := func() error {
+		n++
+		_, err := s.Update(ctx, func(tx store.Tx) error {
+			return tx.Create(&pivirtv1.Object{Kind: "NetworkSegment", Metadata: pivirtv1.ObjectMeta{Name: fmt.Sprintf("s%d", n)}})
+		})
+		return err
+	}
+	watch := func() <-chan store.Event {
+		t.Helper()
+		rev, err := s.Revision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := s.Watch(ctx, rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	seen := func(ch <-chan store.Event, name string) {
+		t.Helper()
+		timeout := time.After(20 * time.Second)
+		for {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					t.Fatalf("watch ended before %s came", name)
+				}
+				if ev.Object.Metadata.Name == name {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("watch: no event of %s within 20s", name)
+			}
+		}
+	}
+	if err := put(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Each member in turn is the one killed (and brought back): one of
+	// them is the one the client talks to, and the leader.
+	for _, m := range c.Members {
+		ch := watch()
+		m.Kill9()
+		if err := put(); err != nil {
+			t.Fatalf("write with %s killed: %v", m.Name, err)
+		}
+		if _, err := s.Get(ctx, "NetworkSegment", fmt.Sprintf("s%d", n)); err != nil {
+			t.Fatalf("read with %s killed: %v", m.Name, err)
+		}
+		seen(ch, fmt.Sprintf("s%d", n))
+		c.StartAll(t)
+	}
+
+	c.StopAll()
+	start := time.Now()
+	err = put()
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("write with every member stopped: %v, want ErrUnavailable", err)
+	}
+	// DefaultRequestTimeout is 2 s; clearly above it is not fast.
+	if d := time.Since(start); d > 4*DefaultRequestTimeout {
+		t.Errorf("the write failed after %v, want about the request timeout (%v) at most", d, DefaultRequestTimeout)
+	}
+	t.Logf("write with etcd down failed after %v: %v", time.Since(start), err)
+	c.StartAll(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for err = put(); err != nil && time.Now().Before(deadline); err = put() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("write after etcd returned: %v", err)
+	}
+	ch := watch()
+	if err := put(); err != nil {
+		t.Fatal(err)
+	}
+	seen(ch, fmt.Sprintf("s%d", n))
+}
