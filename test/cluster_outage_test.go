@@ -1,0 +1,558 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+// Clustered mode as operators run it: a real 3-member etcd cluster and
+// three pivirtd, each in its node's namespace with its own bpffs, their
+// segment bridges joined into one L2 by a veth fabric, and real dhclient
+// and udhcpc guests on each node.
+//
+//   pvt-etcd: etcd m1 m2 m3 (peers on loopback; clients on unix sockets
+//             in one directory, which every namespace reaches)
+//   pvt-fab:  br-fab ── fp1 ── n1 fab0 ── br-ot (10.78.0.1) ── guests
+//                    ├─ fp2 ── n2 fab0 ── br-ot (10.78.0.1) ── guests
+//                    └─ fp3 ── n3 fab0 ── br-ot (10.78.0.1) ── guests
+//
+// The fabric keeps DHCP and the shared gateway address on each node (its
+// bridge forwards no UDP 67/68 and no ARP about 10.78.0.1), as the
+// overlay's pv_dhcp_stop does on a tunnel: every node answers only from
+// its own range.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+	"pivirt.hu/dataplane/test/guest"
+	"pivirt.hu/dataplane/test/harness"
+	"pivirt.hu/dataplane/test/testutil"
+)
+
+// otFabricRules keep DHCP and the gateway address on each node: the
+// fabric forwards neither.
+const otFabricRules = `table bridge fabric {
+	chain forward {
+		type filter hook forward priority 0; policy accept;
+		udp dport { 67, 68 } drop
+		arp daddr ip 10.78.0.1 drop
+		arp saddr ip 10.78.0.1 drop
+	}
+}
+`
+
+// otRange is node i's (1-based) delegated range of 10.78.0.0/24.
+func otRange(i int) (lo, hi string) {
+	return fmt.Sprintf("10.78.0.%d", 10+40*(i-1)), fmt.Sprintf("10.78.0.%d", 49+40*(i-1))
+}
+
+// otGuest is a guest and the node whose range it is served from.
+type otGuest struct {
+	*guest.Guest
+	node   int // 1-based
+	client string
+	udhcpc *os.Process // the running udhcpc
+}
+
+// acked is the address of the guest's last ACK (its hook's log) and how
+// many ACKs it had.
+func (g otGuest) acked(t *testing.T) (netip.Addr, int) {
+	t.Helper()
+	b, _ := os.ReadFile(g.Events())
+	var last netip.Addr
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		switch f[0] {
+		case "BOUND", "RENEW", "REBIND", "REBOOT", "bound", "renew":
+			a, err := netip.ParseAddr(f[1])
+			if err != nil {
+				t.Fatalf("hook log of %s: %q", g.MAC, l)
+			}
+			last, n = a, n+1
+		}
+	}
+	return last, n
+}
+
+// udhcpcRunning starts busybox udhcpc in the foreground (it renews) and
+// waits for its first lease; Cleanup stops it by its PID.
+func udhcpcRunning(t *testing.T, g *guest.Guest) *os.Process {
+	t.Helper()
+	cmd := g.NS.Command("udhcpc", "-f", "-i", g.Ifc, "-s", g.Hook(t), "-t", "10", "-T", "1", "-A", "1")
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM) // ip netns exec execs udhcpc: this is its PID
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("udhcpc of %s:\n%s", g.MAC, out.String())
+		}
+	})
+	g.WaitEvent(t, "bound", guest.ClientTimeout)
+	return cmd.Process
+}
+
+// etcdLeases is every DHCPLease in etcd, read with the test's own client.
+func etcdLeases(t *testing.T, cli *clientv3.Client) []pivirtv1.Object {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "/pivirt/o/"+pivirtv1.KindDHCPLease+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("reading the leases from etcd: %v", err)
+	}
+	out := make([]pivirtv1.Object, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		if err := json.Unmarshal(kv.Value, &out[i]); err != nil {
+			t.Fatalf("decoding %s: %v", kv.Key, err)
+		}
+	}
+	return out
+}
+
+func leaseSpecOf(t *testing.T, o pivirtv1.Object) pivirtv1.DHCPLeaseSpec {
+	t.Helper()
+	var s pivirtv1.DHCPLeaseSpec
+	if err := json.Unmarshal(o.Spec, &s); err != nil {
+		t.Fatalf("spec of %s: %v", o.Metadata.Name, err)
+	}
+	return s
+}
+
+// checkLeases: every guest's last ACKed address is in etcd once, as its
+// MAC's lease on the node that serves it, and no address or MAC of the
+// network is in two leases. It returns what is wrong ("" when nothing).
+func checkLeases(t *testing.T, cli *clientv3.Client, gs []otGuest) string {
+	t.Helper()
+	byIP, byMAC := map[string][]string{}, map[string][]string{}
+	objs := map[string]pivirtv1.Object{}
+	for _, o := range etcdLeases(t, cli) {
+		s := leaseSpecOf(t, o)
+		byIP[s.IPAddress] = append(byIP[s.IPAddress], o.Metadata.Name)
+		byMAC[strings.ToLower(s.MACAddress)] = append(byMAC[strings.ToLower(s.MACAddress)], o.Metadata.Name)
+		objs[o.Metadata.Name] = o
+	}
+	var bad []string
+	for ip, names := range byIP {
+		if len(names) > 1 {
+			bad = append(bad, fmt.Sprintf("%s is in %d leases: %v", ip, len(names), names))
+		}
+	}
+	for mac, names := range byMAC {
+		if len(names) > 1 {
+			bad = append(bad, fmt.Sprintf("%s has %d leases: %v", mac, len(names), names))
+		}
+	}
+	for _, g := range gs {
+		ip, _ := g.acked(t)
+		name := leaseName(g.MAC)
+		o, ok := objs[name]
+		if !ok {
+			bad = append(bad, fmt.Sprintf("%s (%s on n%d) was ACKed %v; no lease in etcd", name, g.client, g.node, ip))
+			continue
+		}
+		if s := leaseSpecOf(t, o); s.IPAddress != ip.String() || o.Metadata.Labels[pivirtv1.NodeLabel] != fmt.Sprintf("n%d", g.node) {
+			bad = append(bad, fmt.Sprintf("%s (%s) was ACKed %v by n%d; etcd has %s on %s", name, g.client, ip, g.node, s.IPAddress, o.Metadata.Labels[pivirtv1.NodeLabel]))
+		}
+	}
+	return strings.Join(bad, "\n")
+}
+
+// leaderOf is the member that leads the cluster now.
+func leaderOf(t *testing.T, ec *etcdtest.Cluster, cli *clientv3.Client) *etcdtest.Member {
+	t.Helper()
+	for _, m := range ec.Members {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := cli.Status(ctx, m.Endpoint)
+		cancel()
+		if err == nil && st.Leader == st.Header.MemberId {
+			return m
+		}
+	}
+	t.Fatal("no etcd member leads")
+	return nil
+}
+
+// TestPrivilegedClusterThreeNodes walks issue 17's promises on a real
+// cluster: each guest gets its node's range; every node lists every
+// node's leases and filters them by node; a collision written behind
+// admission's back is reported on both nodes involved (within 1 s, see
+// collisionBudget); a guest whose port moves to another node keeps its
+// address; with every etcd member stopped for 30 s guests on two nodes
+// still DORA and renew and API writes fail fast as Unavailable, and once
+// etcd is back every ACKed lease is in etcd exactly once; with one member
+// killed -9 DHCP, API reads and writes go on.
+func TestPrivilegedClusterThreeNodes(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "ip", "nft", "nsenter", "dhclient", "udhcpc", "ping")
+	mustIP := func(args ...string) {
+		t.Helper()
+		if out, err := ipCmd(args...); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	etcdNS := testutil.NewNetNS(t)
+	ec := etcdtest.StartCluster(t, etcdtest.ClusterOptions{Command: etcdNS.Command})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: ec.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+
+	dir := t.TempDir()
+	const token = "cluster-token-outage-0123"
+	tokens, tokenFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "token")
+	if err := os.WriteFile(tokens, []byte("cluster "+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bins := harness.Build(t)
+	var nodes []clusterNode
+	manifest := ""
+	for i := 1; i <= 3; i++ {
+		ns := testutil.NewNetNS(t)
+		d := harness.StartDaemon(t, bins, harness.Options{NetNS: ns.Path(), Args: []string{ // its own bpffs (harness)
+			"--store", "etcd", "--etcd-endpoints", strings.Join(ec.Endpoints, ","), "--node", fmt.Sprintf("n%d", i),
+			"--listen", "127.0.0.1:7701", "--token-file", tokens}})
+		nodes = append(nodes, clusterNode{d: d, ns: ns, bins: bins, server: "http://127.0.0.1:7701", token: tokenFile})
+		lo, hi := otRange(i)
+		manifest += fmt.Sprintf(`---
+apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: ot-n%[1]d, labels: {pivirt.hu/node: n%[1]d}}
+spec: {networkRef: ot-net, bridge: br-ot, hostIP: 10.78.0.1/24, dhcp: {delegatedRangeStart: %[2]s, delegatedRangeEnd: %[3]s, defaultLeaseTime: 20}}
+`, i, lo, hi)
+	}
+	if _, errOut, err := nodes[0].ctl(t, manifest, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply: %v: %s", err, errOut)
+	}
+	waitFor(t, 30*time.Second, "the three segments Ready", func() bool {
+		out, _, _ := nodes[2].ctl(t, "", "get", "segments")
+		return strings.Count(out, "Ready") == 3
+	})
+
+	// The fabric.
+	fab := testutil.NewNetNS(t)
+	mustIP("-n", fab.Name, "link", "add", "br-fab", "type", "bridge")
+	mustIP("-n", fab.Name, "link", "set", "br-fab", "up")
+	for i, n := range nodes {
+		fp := fmt.Sprintf("fp%d", i+1)
+		mustIP("link", "add", "fab0", "netns", n.ns.Name, "type", "veth", "peer", "name", fp, "netns", fab.Name)
+		mustIP("-n", n.ns.Name, "link", "set", "fab0", "master", "br-ot", "up")
+		mustIP("-n", fab.Name, "link", "set", fp, "master", "br-fab", "up")
+	}
+	nft := fab.Command("nft", "-f", "-")
+	nft.Stdin = strings.NewReader(otFabricRules)
+	if out, err := nft.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+
+	// A dhclient and a udhcpc guest on each node, from its own range.
+	var guests []otGuest
+	mac := func(node, k int) net.HardwareAddr { return net.HardwareAddr{0x52, 0x54, 0, 0x78, byte(node), byte(k)} }
+	attach := func(node int, client string) otGuest {
+		t.Helper()
+		g := otGuest{Guest: guest.Attach(t, nodes[node-1].ns, "br-ot", "", mac(node, len(guests)+1)), node: node, client: client}
+		if client == "dhclient" {
+			g.Dhclient(t)
+		} else {
+			g.udhcpc = udhcpcRunning(t, g.Guest)
+		}
+		lo, hi := otRange(node)
+		if a, _ := g.acked(t); !inRange(a, lo, hi) || g.Addr(t) != a {
+			t.Fatalf("%s guest on n%d was ACKed %v and has %v, want one address of n%d's range %s-%s", client, node, a, g.Addr(t), node, lo, hi)
+		}
+		guests = append(guests, g)
+		return g
+	}
+	for i := 1; i <= 3; i++ {
+		attach(i, "dhclient")
+		attach(i, "udhcpc")
+	}
+	// One L2: a guest on n1 reaches guests on n2 and n3 across the fabric.
+	for _, g := range []otGuest{guests[2], guests[5]} {
+		if out, err := guests[0].NS.Exec("ping", "-c", "1", "-W", "2", g.Addr(t).String()); err != nil {
+			t.Errorf("guest on n1 cannot reach %s on n%d across the fabric: %v\n%s", g.Addr(t), g.node, err, out)
+		}
+	}
+
+	// Every node lists every node's leases, and filters them by node.
+	waitFor(t, 20*time.Second, "every node lists the six guests' leases", func() bool {
+		for _, n := range nodes {
+			out, _, err := n.ctl(t, "", "get", "leases")
+			if err != nil || !strings.Contains(out, "NODE") {
+				return false
+			}
+			for _, g := range guests {
+				if !strings.Contains(out, leaseName(g.MAC)) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	for _, n := range nodes {
+		out, errOut, err := n.ctl(t, "", "get", "leases", "-l", "pivirt.hu/node=n2")
+		if err != nil {
+			t.Fatalf("get leases -l: %v: %s", err, errOut)
+		}
+		for _, g := range guests {
+			if has := strings.Contains(out, leaseName(g.MAC)); has != (g.node == 2) {
+				t.Errorf("get leases -l pivirt.hu/node=n2 on %s lists %s (n%d): %v\n%s", n.ns.Name, leaseName(g.MAC), g.node, has, out)
+			}
+		}
+	}
+	if msg := checkLeases(t, cli, guests); msg != "" {
+		t.Fatalf("leases in etcd:\n%s", msg)
+	}
+
+	otCollision(t, cli, nodes, guests[0], 2, 1)
+	otMove(t, nodes, &guests[1]) // n1's udhcpc guest goes to n2
+
+	// etcd down for 30 s: new guests DORA and the running ones renew on
+	// n1 and n2; the API refuses writes at once, as Unavailable.
+	running := guests[:4] // on n1 and n2 (n1's udhcpc guest moved to n2)
+	before := make([]int, len(running))
+	for i, g := range running {
+		_, before[i] = g.acked(t)
+	}
+	ec.StopAll()
+	down := time.Now()
+	start := time.Now()
+	_, errOut, err := nodes[0].ctl(t, "apiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: ot-ps}\nspec: {interface: nothere0, macAddress: \"52:54:00:78:09:09\", ipAddresses: [10.78.0.200]}\n", "apply", "-f", "-")
+	took := time.Since(start)
+	t.Logf("an API write with etcd down failed after %v: %s", took, strings.TrimSpace(errOut))
+	if err == nil {
+		t.Error("an API write succeeded with every etcd member stopped")
+	} else if !strings.Contains(strings.ToLower(errOut), "unavailable") {
+		t.Errorf("an API write with etcd down: want a clear Unavailable error, got: %s", errOut)
+	}
+	// The store's request timeout is 2 s; a write that waits far longer
+	// is not failing fast (generous: 2 shared cores).
+	if took > 10*time.Second {
+		t.Errorf("an API write with etcd down took %v to fail, want about the 2 s request timeout", took)
+	}
+	attach(1, "dhclient")
+	attach(2, "udhcpc")
+	// A quarter of the outage is the lease time's renewal (T1 = 10 s);
+	// wait until the running guests on n1 and n2 renewed at least once.
+	for time.Since(down) < 30*time.Second {
+		time.Sleep(time.Second)
+	}
+	for i, g := range running {
+		if _, n := g.acked(t); n <= before[i] {
+			t.Errorf("the %s guest %s on n%d was ACKed no renewal during the outage (%d ACKs before, %d after)", g.client, g.MAC, g.node, before[i], n)
+		}
+	}
+	ec.StartAll(t)
+	t.Logf("etcd was down for %v", time.Since(down))
+	back := time.Now()
+	waitLeases(t, cli, guests, "every ACKed lease in etcd exactly once")
+	t.Logf("etcd held every ACKed lease %v after it returned", time.Since(back))
+	// Every node's view of the others came back: a collision across n2
+	// and n3 is reported as before.
+	otCollision(t, cli, nodes, guests[2], 3, 2)
+
+	// One member killed -9 (the leader): nothing notices.
+	leader := leaderOf(t, ec, cli)
+	leader.Kill9()
+	t.Logf("killed etcd %s, the leader", leader.Name)
+	attach(3, "dhclient")
+	for _, n := range nodes {
+		if out, errOut, err := n.ctl(t, "", "get", "leases"); err != nil || !strings.Contains(out, leaseName(guests[0].MAC)) {
+			t.Errorf("get leases on %s with one member killed: %v: %s\n%s", n.ns.Name, err, errOut, out)
+		}
+	}
+	if _, errOut, err := nodes[1].ctl(t, "apiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: ot-ps, labels: {pivirt.hu/node: n2}}\nspec: {interface: nothere0, macAddress: \"52:54:00:78:09:09\", ipAddresses: [10.78.0.60]}\n", "apply", "-f", "-"); err != nil {
+		t.Errorf("an API write with one member killed: %v: %s", err, errOut)
+	}
+	waitLeases(t, cli, guests, "the lease of the guest started after the kill in etcd")
+	otCollision(t, cli, nodes, guests[4], 1, 3) // n3's dhclient guest, an intruder on n1
+}
+
+// waitLeases waits (30 s at most) until checkLeases finds nothing wrong.
+func waitLeases(t *testing.T, cli *clientv3.Client, gs []otGuest, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		msg := checkLeases(t, cli, gs)
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 30s waiting for %s:\n%s", what, msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// collisionBudget: issue 17 promises a collision reported within 1 s.
+// The test runs on two cores shared with other jobs, so it logs the time
+// and fails only when it is clearly above the promise.
+const collisionBudget = 3 * time.Second
+
+// otCollision writes, behind admission's back (as a node cut off from
+// etcd's other writers would), a lease of another MAC (52:54:00:78:ff:k)
+// on node `on` (1-based) with the address of g's lease: both nodes report
+// it on their object with a Conflict condition naming the other object
+// and node, and get leases shows it; when the intruder goes, so do the
+// conditions.
+func otCollision(t *testing.T, cli *clientv3.Client, nodes []clusterNode, g otGuest, on int, k byte) {
+	t.Helper()
+	ip, _ := g.acked(t)
+	intruderMAC := net.HardwareAddr{0x52, 0x54, 0, 0x78, 0xff, k}.String()
+	intruder := leaseName(net.HardwareAddr{0x52, 0x54, 0, 0x78, 0xff, k})
+	gNode, iNode := fmt.Sprintf("n%d", g.node), fmt.Sprintf("n%d", on)
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	spec, err := json.Marshal(pivirtv1.DHCPLeaseSpec{Network: "br-ot", MACAddress: intruderMAC, IPAddress: ip.String(), Type: "dynamic", ExpiresAt: &exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := pivirtv1.Object{APIVersion: "pivirt.hu/v1", Kind: pivirtv1.KindDHCPLease,
+		Metadata: pivirtv1.ObjectMeta{Name: intruder, Labels: map[string]string{pivirtv1.NodeLabel: iNode}}, Spec: spec}
+	y, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Admission, which sees the whole cluster, refuses it.
+	if _, errOut, err := nodes[on-1].ctl(t, string(y), "apply", "-f", "-"); err == nil {
+		t.Fatalf("%s admitted a lease of %s, which %s holds on %s", iNode, ip, g.MAC, gNode)
+	} else {
+		t.Logf("admission on %s refuses the colliding lease: %s", iNode, strings.TrimSpace(errOut))
+	}
+	now := time.Now().UTC()
+	o.Metadata.CreationTimestamp = &now
+	o.Metadata.Generation = 1
+	b, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, theirs := "/pivirt/o/DHCPLease/"+leaseName(g.MAC), "/pivirt/o/DHCPLease/"+intruder
+	conflict := func(key string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, key)
+		if err != nil || len(resp.Kvs) == 0 {
+			return ""
+		}
+		var o pivirtv1.Object
+		if err := json.Unmarshal(resp.Kvs[0].Value, &o); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range pivirtv1.ConditionsOf(o.Status, pivirtv1.ConditionConflict) {
+			if c.Status == "True" {
+				return c.Message
+			}
+		}
+		return ""
+	}
+	start := time.Now()
+	if _, err := cli.Put(context.Background(), theirs, string(b)); err != nil {
+		t.Fatal(err)
+	}
+	var mineMsg, theirMsg string
+	for mineMsg == "" || theirMsg == "" {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("collision not reported on both nodes within 20s: %s's lease %q, %s's %q", gNode, mineMsg, iNode, theirMsg)
+		}
+		time.Sleep(10 * time.Millisecond)
+		mineMsg, theirMsg = conflict(mine), conflict(theirs)
+	}
+	took := time.Since(start)
+	t.Logf("collision of %s@%s and %s@%s reported on both nodes %v after the write (issue 17: within 1 s)", g.MAC, gNode, intruderMAC, iNode, took)
+	if took > collisionBudget {
+		t.Errorf("collision reported after %v, clearly above issue 17's 1 s", took)
+	}
+	wantContains(t, gNode+"'s Conflict", mineMsg, ip.String(), intruderMAC+"@"+iNode+" (DHCPLease "+intruder+")")
+	wantContains(t, iNode+"'s Conflict", theirMsg, ip.String(), g.MAC.String()+"@"+gNode+" (DHCPLease "+leaseName(g.MAC)+")")
+	for _, n := range []clusterNode{nodes[g.node-1], nodes[on-1]} {
+		out, errOut, err := n.ctl(t, "", "get", "leases")
+		if err != nil {
+			t.Fatalf("get leases: %v: %s", err, errOut)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, leaseName(g.MAC)+" ") && !strings.Contains(l, intruderMAC+"@"+iNode) ||
+				strings.HasPrefix(l, intruder+" ") && !strings.Contains(l, g.MAC.String()+"@"+gNode) {
+				t.Errorf("get leases on %s: the CONFLICT column does not name the other holder:\n%s", n.ns.Name, out)
+			}
+		}
+	}
+	if _, errOut, err := nodes[on-1].ctl(t, "", "delete", "lease", intruder); err != nil {
+		t.Fatalf("deleting the intruder: %v: %s", err, errOut)
+	}
+	waitFor(t, 20*time.Second, gNode+"'s Conflict condition gone with the intruder", func() bool { return conflict(mine) == "" })
+}
+
+// otMove moves the running udhcpc guest g from its node's bridge to n2's
+// (its port goes to n2's namespace) and has it renew (SIGUSR1): it keeps
+// its address, n2 ACKs it, the lease is re-homed to n2 and pinned there,
+// and n1 drops its pin.
+func otMove(t *testing.T, nodes []clusterNode, g *otGuest) {
+	t.Helper()
+	from, to := nodes[g.node-1], nodes[1]
+	ip, acks := g.acked(t)
+	if out, err := ipCmd("-n", from.ns.Name, "link", "set", g.HostSide, "netns", to.ns.Name); err != nil {
+		t.Fatalf("moving %s: %v: %s", g.HostSide, err, out)
+	}
+	if out, err := ipCmd("-n", to.ns.Name, "link", "set", g.HostSide, "master", "br-ot", "up"); err != nil {
+		t.Fatalf("enslaving %s on n2: %v: %s", g.HostSide, err, out)
+	}
+	// The guest forgets n1's gateway MAC, as it would once the old
+	// entry went stale; its renewal goes to n2's.
+	if out, err := g.NS.Exec("ip", "neigh", "flush", "dev", g.Ifc); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	g.node = 2
+	if err := g.udhcpc.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		a, n := g.acked(t)
+		if n > acks {
+			if a != ip {
+				t.Fatalf("after the move to n2 the guest was ACKed %v, want %v kept", a, ip)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the moved guest got no ACK from n2 within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	name := leaseName(g.MAC)
+	waitFor(t, 10*time.Second, "the moved lease re-homed to n2, pinned on n2 only", func() bool {
+		l, ok := from.lease(t, name)
+		return ok && l.Metadata.Labels[pivirtv1.NodeLabel] == "n2" && l.Spec.IPAddress == ip.String() &&
+			strings.Contains(to.d.MustCtl("inspect", "map", "pv_leases"), g.MAC.String()) &&
+			!strings.Contains(from.d.MustCtl("inspect", "map", "pv_leases"), g.MAC.String())
+	})
+}
