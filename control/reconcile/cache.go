@@ -131,18 +131,62 @@ func (c *Cache) snapshotLocked(kinds []string, all bool) Snapshot {
 }
 
 // Run keeps the cache in step with the store until ctx is done,
-// re-listing when the watch falls behind or ends.
+// re-listing when the watch falls behind or ends. Only the first list
+// failing ends it: once synced, the cache keeps its last state while the
+// store is unreachable (etcd down or partitioned, when the node goes on
+// serving DHCP from it) and re-lists, with a backoff, until it answers.
 func (c *Cache) Run(ctx context.Context) error {
-	first := true
+	retry := minRelistBackoff
 	for ctx.Err() == nil {
+		err := c.listWatch(ctx)
+		if err != nil && !c.isSynced() {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			retry = minRelistBackoff
+			c.Log.Info("store watch ended; re-listing", "rev", c.revision())
+		} else {
+			c.Log.Warn("store unreachable; the cache keeps its last state and retries", "rev", c.revision(), "err", err, "retry_in", retry)
+		}
+		if !sleep(ctx, retry) {
+			return nil
+		}
+		if err != nil {
+			retry = min(2*retry, maxRelistBackoff)
+		}
+	}
+	return nil
+}
+
+// Backoff of Run's re-lists while the store fails.
+const (
+	minRelistBackoff = 100 * time.Millisecond
+	maxRelistBackoff = 2 * time.Second
+)
+
+func (c *Cache) isSynced() bool {
+	select {
+	case <-c.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// listWatch lists the store into the cache and applies its watch until
+// the watch ends (nil) or a list or watch call fails.
+func (c *Cache) listWatch(ctx context.Context) error {
+	for {
 		objs, rev, err := c.Store.List(ctx, "", nil)
 		if err != nil {
 			return fmt.Errorf("listing store: %w", err)
 		}
 		c.replace(objs, rev)
-		if first {
+		if !c.isSynced() {
 			close(c.synced)
-			first = false
 		}
 		watch, err := c.Store.Watch(ctx, rev)
 		if errors.Is(err, store.ErrCompacted) {
@@ -154,14 +198,8 @@ func (c *Cache) Run(ctx context.Context) error {
 		for ev := range watch {
 			c.apply(ev)
 		}
-		if ctx.Err() == nil {
-			c.Log.Info("store watch ended; re-listing", "rev", c.revision())
-			if !sleep(ctx, 100*time.Millisecond) {
-				return nil
-			}
-		}
+		return nil
 	}
-	return nil
 }
 
 // decode returns o's defaulted spec, decoding it once per stored version:

@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -259,4 +261,109 @@ func start(t *testing.T, cancel context.CancelFunc, f func()) {
 		cancel()
 		<-done
 	})
+}
+
+// flaky is a store whose List and Watch fail while down is set, and whose
+// running watches end when it goes down (as etcd's do).
+type flaky struct {
+	store.Store
+	down  atomic.Bool
+	mu    sync.Mutex
+	ended chan struct{} // closed when it goes down
+}
+
+func (f *flaky) set(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if down {
+		close(f.ended)
+	} else {
+		f.ended = make(chan struct{})
+	}
+	f.down.Store(down)
+}
+
+func (f *flaky) List(ctx context.Context, kind string, sel store.Selector) ([]*pivirtv1.Object, int64, error) {
+	if f.down.Load() {
+		return nil, 0, fmt.Errorf("listing: %w", store.ErrUnavailable)
+	}
+	return f.Store.List(ctx, kind, sel)
+}
+
+func (f *flaky) Watch(ctx context.Context, rev int64) (<-chan store.Event, error) {
+	if f.down.Load() {
+		return nil, fmt.Errorf("watching: %w", store.ErrUnavailable)
+	}
+	in, err := f.Store.Watch(ctx, rev)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan store.Event)
+	f.mu.Lock()
+	ended := f.ended
+	f.mu.Unlock()
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- ev:
+				case <-ended:
+					return
+				}
+			case <-ended:
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// TestCacheOutlivesStoreOutage: once synced, a cache whose store becomes
+// unreachable (its watch ends, lists and watches fail) keeps running with
+// its last state, and catches up when the store answers again. Only a
+// first list that fails ends Run.
+func TestCacheOutlivesStoreOutage(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	f := &flaky{Store: st, ended: make(chan struct{})}
+
+	f.down.Store(true)
+	if err := NewCache(f, slog.Default()).Run(t.Context()); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Run with the store down from the start: %v, want ErrUnavailable", err)
+	}
+	f.down.Store(false)
+
+	put(t, st, lease("a", "10.0.0.1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := NewCache(f, slog.Default())
+	runErr := make(chan error, 1)
+	start(t, cancel, func() { runErr <- c.Run(ctx) })
+	has := func(names ...string) bool {
+		got := c.Snapshot([]string{pivirtv1.KindDHCPLease}).Of(pivirtv1.KindDHCPLease)
+		return len(got) == len(names) && !slices.ContainsFunc(got, func(o *pivirtv1.Object) bool { return !slices.Contains(names, o.Metadata.Name) })
+	}
+	waitUntil(t, "first sync", func() bool { return has("a") })
+
+	f.set(true)
+	put(t, st, lease("b", "10.0.0.2")) // written by another node meanwhile
+	time.Sleep(300 * time.Millisecond) // a few failed re-lists
+	select {
+	case err := <-runErr:
+		t.Fatalf("Run ended while the store was down: %v", err)
+	default:
+	}
+	if !has("a") {
+		t.Fatal("the cache lost its state while the store was down")
+	}
+	f.set(false)
+	waitUntil(t, "the cache caught up once the store answered", func() bool { return has("a", "b") })
 }
