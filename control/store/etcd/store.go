@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
@@ -40,6 +42,13 @@ const (
 	// maxAttempts bounds how often Update re-runs fn on conflicts.
 	maxAttempts = 1000
 )
+
+// reconnectBackoff paces the client's reconnection to unreachable
+// members. gRPC's default grows to 120 s between tries, so after a long
+// outage a node would go on failing every call for up to two minutes
+// after etcd came back (calls fail at once while no connection is up);
+// one try a second per member costs nothing.
+var reconnectBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}
 
 // Options tune a Store; the zero value is fine.
 type Options struct {
@@ -73,7 +82,8 @@ func Open(endpoints []string, opts Options) (*Store, error) {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = DefaultDialTimeout
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: opts.DialTimeout, TLS: opts.TLS})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: opts.DialTimeout, TLS: opts.TLS,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: opts.DialTimeout})}})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
 	}
