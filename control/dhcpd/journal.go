@@ -141,6 +141,12 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	return nil
 }
 
+// maxWriteBackoff bounds the writer's wait between failed stores: a
+// failing store (etcd down) fails at once, so trying every 2 s costs
+// nothing, and what was ACKed meanwhile is in the store at most 2 s after
+// etcd is back (it was 5 s).
+const maxWriteBackoff = 2 * time.Second
+
 // storeYield is how many records the writer stores between yields.
 const storeYield = 8
 
@@ -174,7 +180,7 @@ func (lg *ledger) writeLoop(ctx context.Context) {
 			case <-time.After(backoff):
 			case <-ctx.Done():
 			}
-			backoff = min(2*backoff, 5*time.Second)
+			backoff = min(2*backoff, maxWriteBackoff)
 			continue
 		}
 		backoff = 50 * time.Millisecond
