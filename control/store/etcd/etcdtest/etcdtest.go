@@ -129,11 +129,14 @@ func (s *Server) Stop() {
 // Freeze stops etcd (SIGSTOP) without closing its connections: calls
 // reach it and get no answer, as across a partition. It returns once
 // the kernel shows it stopped. Stop ends it still.
-func (s *Server) Freeze() error {
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+func (s *Server) Freeze() error { return freeze(s.cmd.Process) }
+
+// freeze stops p (SIGSTOP) and returns once the kernel shows it stopped.
+func freeze(p *os.Process) error {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("stopping etcd: %w", err)
 	}
-	stat := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
+	stat := fmt.Sprintf("/proc/%d/stat", p.Pid)
 	for range 500 { // 5s
 		b, err := os.ReadFile(stat)
 		if err != nil {
@@ -311,6 +314,28 @@ func (m *Member) waitReady(t testing.TB) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// FreezeAll stops every member (SIGSTOP) without closing a connection:
+// calls reach the cluster and get no answer, as across a partition.
+// ThawAll ends it.
+func (c *Cluster) FreezeAll() error {
+	for _, m := range c.Members {
+		if err := freeze(m.cmd.Process); err != nil {
+			return fmt.Errorf("etcd %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// ThawAll lets frozen members go on (SIGCONT).
+func (c *Cluster) ThawAll() error {
+	for _, m := range c.Members {
+		if err := m.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			return fmt.Errorf("continuing etcd %s: %w", m.Name, err)
+		}
+	}
+	return nil
 }
 
 // Kill9 kills the member (SIGKILL, by its PID), as a crash would, and
