@@ -26,6 +26,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -294,9 +295,12 @@ spec: {networkRef: ot-net, bridge: br-ot, hostIP: 10.78.0.1/24, dhcp: {delegated
 			g.udhcpc = udhcpcRunning(t, g.Guest)
 		}
 		lo, hi := otRange(node)
-		if a, _ := g.acked(t); !inRange(a, lo, hi) || g.Addr(t) != a {
-			t.Fatalf("%s guest on n%d was ACKed %v and has %v, want one address of n%d's range %s-%s", client, node, a, g.Addr(t), node, lo, hi)
+		a, _ := g.acked(t)
+		if !inRange(a, lo, hi) {
+			t.Fatalf("%s guest on n%d was ACKed %v, want one address of n%d's range %s-%s", client, node, a, node, lo, hi)
 		}
+		// The hook logs the event before it sets the address.
+		waitFor(t, 5*time.Second, fmt.Sprintf("%s on the guest's interface", a), func() bool { return g.Addr(t) == a })
 		guests = append(guests, g)
 		return g
 	}
@@ -341,8 +345,10 @@ spec: {networkRef: ot-net, bridge: br-ot, hostIP: 10.78.0.1/24, dhcp: {delegated
 		t.Fatalf("leases in etcd:\n%s", msg)
 	}
 
-	otCollision(t, cli, nodes, guests[0], 2, 1)
-	otMove(t, nodes, &guests[1]) // n1's udhcpc guest goes to n2
+	otCollision(t, cli, nodes, 1, 2, 1)
+	otMove(t, nodes, &guests[1], 2) // n1's udhcpc guest goes to n2, etcd up
+	waitLeases(t, cli, guests, "the moved lease re-homed to n2")
+	otPinned(t, nodes, guests[1])
 
 	// etcd down for 30 s: new guests DORA and the running ones renew on
 	// n1 and n2; the API refuses writes at once, as Unavailable.
@@ -351,11 +357,21 @@ spec: {networkRef: ot-net, bridge: br-ot, hostIP: 10.78.0.1/24, dhcp: {delegated
 	for i, g := range running {
 		_, before[i] = g.acked(t)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	atDown, err := cli.Get(ctx, "/pivirt/", clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ec.StopAll()
 	down := time.Now()
 	otWriteFails(t, nodes[0], "with etcd stopped")
 	attach(1, "dhclient")
 	attach(2, "udhcpc")
+	// A guest moves while etcd is down: n3 takes its lease over from its
+	// cache, and n1, which no longer hears from it, lets its copy expire
+	// before etcd is back. n3's ACK must win.
+	otMove(t, nodes, &guests[0], 3)
 	// Leases that end while etcd is down end in etcd too once it is back:
 	// one released (bound before the outage: a delete to replay), one
 	// bound and left to expire (its client killed: no RELEASE).
@@ -381,9 +397,11 @@ spec: {networkRef: ot-net, bridge: br-ot, hostIP: 10.78.0.1/24, dhcp: {delegated
 	back := time.Now()
 	waitLeases(t, cli, guests, "every ACKed lease in etcd exactly once")
 	t.Logf("etcd held every ACKed lease %v after it returned", time.Since(back))
+	otPinned(t, nodes, guests[0])
+	otReplayed(t, cli, atDown.Header.Revision, guests)
 	// Every node's view of the others came back: a collision across n2
 	// and n3 is reported as before.
-	otCollision(t, cli, nodes, guests[2], 3, 2)
+	otCollision(t, cli, nodes, 2, 3, 2)
 
 	// Partitioned (every member frozen: connections stay open, nothing
 	// answers): writes fail as Unavailable after the store's request
@@ -412,7 +430,7 @@ spec: {networkRef: ot-net, bridge: br-ot, hostIP: 10.78.0.1/24, dhcp: {delegated
 		t.Errorf("an API write with one member killed: %v: %s", err, errOut)
 	}
 	waitLeases(t, cli, guests, "the lease of the guest started after the kill in etcd")
-	otCollision(t, cli, nodes, guests[5], 1, 3) // n3's udhcpc guest, an intruder on n1
+	otCollision(t, cli, nodes, 3, 1, 3)
 }
 
 // otWriteFails: an API write through n fails fast with a clear
@@ -456,32 +474,50 @@ func waitLeases(t *testing.T, cli *clientv3.Client, gs []otGuest, what string) {
 // and fails only when it is clearly above the promise.
 const collisionBudget = 3 * time.Second
 
-// otCollision writes, behind admission's back (as a node cut off from
-// etcd's other writers would), a lease of another MAC (52:54:00:78:ff:k)
-// on node `on` (1-based) with the address of g's lease: both nodes report
-// it on their object with a Conflict condition naming the other object
-// and node, and get leases shows it; when the intruder goes, so do the
-// conditions.
-func otCollision(t *testing.T, cli *clientv3.Client, nodes []clusterNode, g otGuest, on int, k byte) {
+// otLease is a dynamic lease of mac and ip on node (1-based), an hour long.
+func otLease(t *testing.T, mac net.HardwareAddr, ip netip.Addr, node int) pivirtv1.Object {
 	t.Helper()
-	ip, _ := g.acked(t)
-	intruderMAC := net.HardwareAddr{0x52, 0x54, 0, 0x78, 0xff, k}.String()
-	intruder := leaseName(net.HardwareAddr{0x52, 0x54, 0, 0x78, 0xff, k})
-	gNode, iNode := fmt.Sprintf("n%d", g.node), fmt.Sprintf("n%d", on)
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	spec, err := json.Marshal(pivirtv1.DHCPLeaseSpec{Network: "br-ot", MACAddress: intruderMAC, IPAddress: ip.String(), Type: "dynamic", ExpiresAt: &exp})
+	spec, err := json.Marshal(pivirtv1.DHCPLeaseSpec{Network: "br-ot", MACAddress: mac.String(), IPAddress: ip.String(), Type: "dynamic", ExpiresAt: &exp})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := pivirtv1.Object{APIVersion: "pivirt.hu/v1", Kind: pivirtv1.KindDHCPLease,
-		Metadata: pivirtv1.ObjectMeta{Name: intruder, Labels: map[string]string{pivirtv1.NodeLabel: iNode}}, Spec: spec}
+	return pivirtv1.Object{APIVersion: "pivirt.hu/v1", Kind: pivirtv1.KindDHCPLease,
+		Metadata: pivirtv1.ObjectMeta{Name: leaseName(mac), Labels: map[string]string{pivirtv1.NodeLabel: fmt.Sprintf("n%d", node)}}, Spec: spec}
+}
+
+// otCollision applies a lease of 52:54:00:78:ee:k on node victim (no
+// guest renews it, so no NAK moves it meanwhile), then writes, behind
+// admission's back (as a node cut off from etcd's other writers would), a
+// lease of 52:54:00:78:ff:k on node `on` with the same address: both
+// nodes report it on their object with a Conflict condition naming the
+// other object and node, and get leases shows it; when the intruder
+// goes, so do the conditions.
+func otCollision(t *testing.T, cli *clientv3.Client, nodes []clusterNode, victim, on int, k byte) {
+	t.Helper()
+	vMAC, iMAC := net.HardwareAddr{0x52, 0x54, 0, 0x78, 0xee, k}, net.HardwareAddr{0x52, 0x54, 0, 0x78, 0xff, k}
+	lo, _ := otRange(victim)
+	ip := netip.MustParseAddr(lo)
+	for range 35 + int(k) {
+		ip = ip.Next()
+	}
+	v, err := json.Marshal(otLease(t, vMAC, ip, victim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, err := nodes[victim-1].ctl(t, string(v), "apply", "-f", "-"); err != nil {
+		t.Fatalf("applying the victim lease: %v: %s", err, errOut)
+	}
+	intruderMAC, intruder := iMAC.String(), leaseName(iMAC)
+	gNode, iNode := fmt.Sprintf("n%d", victim), fmt.Sprintf("n%d", on)
+	o := otLease(t, iMAC, ip, on)
 	y, err := json.Marshal(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Admission, which sees the whole cluster, refuses it.
 	if _, errOut, err := nodes[on-1].ctl(t, string(y), "apply", "-f", "-"); err == nil {
-		t.Fatalf("%s admitted a lease of %s, which %s holds on %s", iNode, ip, g.MAC, gNode)
+		t.Fatalf("%s admitted a lease of %s, which %s holds on %s", iNode, ip, vMAC, gNode)
 	} else {
 		t.Logf("admission on %s refuses the colliding lease: %s", iNode, strings.TrimSpace(errOut))
 	}
@@ -492,7 +528,7 @@ func otCollision(t *testing.T, cli *clientv3.Client, nodes []clusterNode, g otGu
 	if err != nil {
 		t.Fatal(err)
 	}
-	mine, theirs := "/pivirt/o/DHCPLease/"+leaseName(g.MAC), "/pivirt/o/DHCPLease/"+intruder
+	mine, theirs := "/pivirt/o/DHCPLease/"+leaseName(vMAC), "/pivirt/o/DHCPLease/"+intruder
 	conflict := func(key string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -524,20 +560,20 @@ func otCollision(t *testing.T, cli *clientv3.Client, nodes []clusterNode, g otGu
 		mineMsg, theirMsg = conflict(mine), conflict(theirs)
 	}
 	took := time.Since(start)
-	t.Logf("collision of %s@%s and %s@%s reported on both nodes %v after the write (issue 17: within 1 s)", g.MAC, gNode, intruderMAC, iNode, took)
+	t.Logf("collision of %s@%s and %s@%s reported on both nodes %v after the write (issue 17: within 1 s)", vMAC, gNode, intruderMAC, iNode, took)
 	if took > collisionBudget {
 		t.Errorf("collision reported after %v, clearly above issue 17's 1 s", took)
 	}
 	wantContains(t, gNode+"'s Conflict", mineMsg, ip.String(), intruderMAC+"@"+iNode+" (DHCPLease "+intruder+")")
-	wantContains(t, iNode+"'s Conflict", theirMsg, ip.String(), g.MAC.String()+"@"+gNode+" (DHCPLease "+leaseName(g.MAC)+")")
-	for _, n := range []clusterNode{nodes[g.node-1], nodes[on-1]} {
+	wantContains(t, iNode+"'s Conflict", theirMsg, ip.String(), vMAC.String()+"@"+gNode+" (DHCPLease "+leaseName(vMAC)+")")
+	for _, n := range []clusterNode{nodes[victim-1], nodes[on-1]} {
 		out, errOut, err := n.ctl(t, "", "get", "leases")
 		if err != nil {
 			t.Fatalf("get leases: %v: %s", err, errOut)
 		}
 		for _, l := range strings.Split(out, "\n") {
-			if strings.HasPrefix(l, leaseName(g.MAC)+" ") && !strings.Contains(l, intruderMAC+"@"+iNode) ||
-				strings.HasPrefix(l, intruder+" ") && !strings.Contains(l, g.MAC.String()+"@"+gNode) {
+			if strings.HasPrefix(l, leaseName(vMAC)+" ") && !strings.Contains(l, intruderMAC+"@"+iNode) ||
+				strings.HasPrefix(l, intruder+" ") && !strings.Contains(l, vMAC.String()+"@"+gNode) {
 				t.Errorf("get leases on %s: the CONFLICT column does not name the other holder:\n%s", n.ns.Name, out)
 			}
 		}
@@ -546,29 +582,37 @@ func otCollision(t *testing.T, cli *clientv3.Client, nodes []clusterNode, g otGu
 		t.Fatalf("deleting the intruder: %v: %s", err, errOut)
 	}
 	waitFor(t, 20*time.Second, gNode+"'s Conflict condition gone with the intruder", func() bool { return conflict(mine) == "" })
+	if _, errOut, err := nodes[victim-1].ctl(t, "", "delete", "lease", leaseName(vMAC)); err != nil {
+		t.Fatalf("deleting the victim: %v: %s", err, errOut)
+	}
 }
 
-// otMove moves the running udhcpc guest g from its node's bridge to n2's
-// (its port goes to n2's namespace) and has it renew (SIGUSR1): it keeps
-// its address, n2 ACKs it, the lease is re-homed to n2 and pinned there,
-// and n1 drops its pin.
-func otMove(t *testing.T, nodes []clusterNode, g *otGuest) {
+// otMove moves guest g from its node's bridge to node to's (its port
+// goes to that node's namespace) and has its client ask again: udhcpc
+// renews (SIGUSR1), dhclient starts again from its lease file
+// (INIT-REBOOT). It keeps its address, ACKed by the new node.
+func otMove(t *testing.T, nodes []clusterNode, g *otGuest, to int) {
 	t.Helper()
-	from, to := nodes[g.node-1], nodes[1]
+	from, dst := nodes[g.node-1], nodes[to-1]
 	ip, acks := g.acked(t)
-	if out, err := ipCmd("-n", from.ns.Name, "link", "set", g.HostSide, "netns", to.ns.Name); err != nil {
+	if g.client == "dhclient" {
+		guest.KillPidFile(filepath.Join(g.Dir, "pid")) // no RELEASE
+	}
+	if out, err := ipCmd("-n", from.ns.Name, "link", "set", g.HostSide, "netns", dst.ns.Name); err != nil {
 		t.Fatalf("moving %s: %v: %s", g.HostSide, err, out)
 	}
-	if out, err := ipCmd("-n", to.ns.Name, "link", "set", g.HostSide, "master", "br-ot", "up"); err != nil {
-		t.Fatalf("enslaving %s on n2: %v: %s", g.HostSide, err, out)
+	if out, err := ipCmd("-n", dst.ns.Name, "link", "set", g.HostSide, "master", "br-ot", "up"); err != nil {
+		t.Fatalf("enslaving %s on n%d: %v: %s", g.HostSide, to, err, out)
 	}
-	// The guest forgets n1's gateway MAC, as it would once the old
-	// entry went stale; its renewal goes to n2's.
+	// The guest forgets the old node's gateway MAC, as it would once the
+	// entry went stale; its renewal goes to the new node's.
 	if out, err := g.NS.Exec("ip", "neigh", "flush", "dev", g.Ifc); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	g.node = 2
-	if err := g.udhcpc.Signal(syscall.SIGUSR1); err != nil {
+	g.node = to
+	if g.client == "dhclient" {
+		g.Dhclient(t)
+	} else if err := g.udhcpc.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -576,20 +620,86 @@ func otMove(t *testing.T, nodes []clusterNode, g *otGuest) {
 		a, n := g.acked(t)
 		if n > acks {
 			if a != ip {
-				t.Fatalf("after the move to n2 the guest was ACKed %v, want %v kept", a, ip)
+				t.Fatalf("after the move to n%d the guest was ACKed %v, want %v kept", to, a, ip)
 			}
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the moved guest got no ACK from n2 within 30s")
+			t.Fatalf("the moved guest got no ACK from n%d within 30s", to)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	name := leaseName(g.MAC)
-	waitFor(t, 10*time.Second, "the moved lease re-homed to n2, pinned on n2 only", func() bool {
-		l, ok := from.lease(t, name)
-		return ok && l.Metadata.Labels[pivirtv1.NodeLabel] == "n2" && l.Spec.IPAddress == ip.String() &&
-			strings.Contains(to.d.MustCtl("inspect", "map", "pv_leases"), g.MAC.String()) &&
-			!strings.Contains(from.d.MustCtl("inspect", "map", "pv_leases"), g.MAC.String())
+}
+
+// otReplayed checks the lease writes since rev (the outage's start): each
+// guest's lease was written by the node that serves it now (every guest
+// renewed meanwhile), and after that neither deleted nor written by
+// another node: a node's stale change, journaled during the outage, never
+// undoes a newer ACK of another node.
+func otReplayed(t *testing.T, cli *clientv3.Client, rev int64, gs []otGuest) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cur, err := cli.Get(ctx, "/pivirt/", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The history comes at once; it is complete at cur's revision, or
+	// when nothing more came for a second.
+	wch := cli.Watch(ctx, "/pivirt/o/"+pivirtv1.KindDHCPLease+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	history := map[string][]string{} // by key: "delete" or the node label written
+	idle := time.NewTimer(time.Second)
+	defer idle.Stop()
+	for last := int64(0); last < cur.Header.Revision; {
+		var resp clientv3.WatchResponse
+		select {
+		case resp = <-wch:
+		case <-idle.C:
+			last = cur.Header.Revision
+			continue
+		}
+		if err := resp.Err(); err != nil {
+			t.Fatalf("reading the lease history: %v", err)
+		}
+		if resp.Canceled {
+			t.Fatalf("reading the lease history: %v", ctx.Err())
+		}
+		for _, ev := range resp.Events {
+			what := "delete"
+			if ev.Type == clientv3.EventTypePut {
+				var o pivirtv1.Object
+				if err := json.Unmarshal(ev.Kv.Value, &o); err != nil {
+					t.Fatal(err)
+				}
+				what = o.Metadata.Labels[pivirtv1.NodeLabel]
+			}
+			history[string(ev.Kv.Key)] = append(history[string(ev.Kv.Key)], what)
+			last = ev.Kv.ModRevision
+		}
+		idle.Reset(time.Second)
+	}
+	for _, g := range gs {
+		if g.gone {
+			continue
+		}
+		h := history["/pivirt/o/"+pivirtv1.KindDHCPLease+"/"+leaseName(g.MAC)]
+		node := fmt.Sprintf("n%d", g.node)
+		if i := slices.Index(h, node); i < 0 || slices.ContainsFunc(h[i:], func(w string) bool { return w != node }) {
+			t.Errorf("%s (%s, now on %s): its lease was written %v since the outage began; want %s's write, and after it no delete and no other node's", leaseName(g.MAC), g.client, node, h, node)
+		}
+	}
+}
+
+// otPinned waits until g's lease is pinned in the pv_leases of its node
+// and of no other.
+func otPinned(t *testing.T, nodes []clusterNode, g otGuest) {
+	t.Helper()
+	waitFor(t, 20*time.Second, fmt.Sprintf("%s pinned on n%d only", g.MAC, g.node), func() bool {
+		for i, n := range nodes {
+			if strings.Contains(n.d.MustCtl("inspect", "map", "pv_leases"), g.MAC.String()) != (i+1 == g.node) {
+				return false
+			}
+		}
+		return true
 	})
 }

@@ -215,9 +215,10 @@ func (lg *ledger) writeQueued(ctx context.Context) error {
 // nothing was stored.
 func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	var refused []refusal
+	var superseded []record
 	// Privileged: the daemon's own objects carry its pivirt.hu/node label.
 	rev, err := lg.Index.Update(ctx, lg.Store, admission.Options{Now: lg.now(), Privileged: true}, func(b *admission.Batch) error {
-		refused = refused[:0]
+		refused, superseded = refused[:0], superseded[:0]
 		for i, r := range recs {
 			if i%storeYield == storeYield-1 {
 				// A batch is a CPU burst on the responders' core: let
@@ -227,6 +228,10 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 			}
 			err := storeRecord(b, r, lg.Node)
 			if err == nil {
+				continue
+			}
+			if errors.Is(err, errSuperseded) {
+				superseded = append(superseded, r)
 				continue
 			}
 			if !isRefusal(err) {
@@ -262,7 +267,28 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	for _, f := range refused {
 		lg.resolveRefused(*f.rec, f.err)
 	}
+	for _, r := range superseded {
+		lg.Log.Info("journaled lease change not stored: another node serves the lease since", "lease", LeaseName(r.Change.Lease.MAC),
+			"change", r.Change.Kind.String(), "at", r.Change.At)
+	}
 	return nil
+}
+
+// AnnotationAckedAt is when the node in a server-made lease's
+// pivirt.hu/node label last ACKed it (RFC 3339): which of two nodes'
+// changes of a lease is newer, when both were journaled while etcd was
+// away and reach it in either order.
+const AnnotationAckedAt = "pivirtd.pilab.hu/acked-at"
+
+// errSuperseded: the change is older than the lease another node stored
+// (storeRecord). It is dropped, not stored: this node's copy goes with
+// its next snapshot, in which the lease is the other node's.
+var errSuperseded = errors.New("superseded by another node's lease")
+
+// ackedAt is the AnnotationAckedAt of a lease (zero when absent or bad).
+func ackedAt(o *pivirtv1.Object) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, o.Metadata.Annotations[AnnotationAckedAt])
+	return t
 }
 
 // refusal is a journaled change the store refused.
@@ -272,7 +298,13 @@ type refusal struct {
 }
 
 // storeRecord writes one change through b; nothing is written on error.
-// A lease the server made is stamped with the node that served it.
+// A lease the server made is stamped with the node that served it and
+// when (AnnotationAckedAt). A change of a lease that another node serves
+// now is errSuperseded when it is older than that node's ACK, and so is
+// every end (release, expiry, decline) of it: a client that moved on
+// while etcd was away left the old node's copy to expire, and that
+// node's journal reaches etcd after the new node's, or before it, in
+// either order, so the newer ACK must win either way.
 func storeRecord(b *admission.Batch, r record, node string) error {
 	ch := r.Change
 	name := LeaseName(ch.Lease.MAC)
@@ -287,10 +319,19 @@ func storeRecord(b *admission.Batch, r record, node string) error {
 		}
 		var conflict []pivirtv1.Condition
 		if cur, err := b.Get(pivirtv1.KindDHCPLease, name); err == nil && cur != nil {
+			if pivirtv1.PlacedElsewhere(cur, node) && ackedAt(cur).After(ch.At) {
+				return errSuperseded
+			}
 			// What an operator added to the object stays, and so does the
 			// Conflict condition control/collision owns.
 			keepMeta(&o.Metadata, cur.Metadata)
 			conflict = pivirtv1.ConditionsOf(cur.Status, pivirtv1.ConditionConflict)
+		}
+		if node != "" {
+			if o.Metadata.Annotations == nil {
+				o.Metadata.Annotations = map[string]string{}
+			}
+			o.Metadata.Annotations[AnnotationAckedAt] = ch.At.UTC().Format(time.RFC3339Nano)
 		}
 		status := func(next *pivirtv1.Object) any {
 			return pivirtv1.DHCPLeaseStatus{SegmentID: ch.Segment,
@@ -306,6 +347,9 @@ func storeRecord(b *admission.Batch, r record, node string) error {
 			return fmt.Errorf("storing %s: %w", name, err)
 		}
 	default:
+		if cur, err := b.Get(pivirtv1.KindDHCPLease, name); err == nil && cur != nil && pivirtv1.PlacedElsewhere(cur, node) {
+			return errSuperseded
+		}
 		if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("deleting %s: %w", name, err)
 		}

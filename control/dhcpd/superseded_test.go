@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/store/bolt"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
+)
+
+// TestJournalNewerACKWins: a client moved from n1 to n2 while etcd was
+// away. n1 journaled its last renewal and, the client gone, its copy's
+// expiry; n2 journaled the ACK that took the lease over. Whichever node's
+// journal reaches the store first, the lease ends as n2's: n1's older
+// renewal does not take it back and its expiry does not delete it. A
+// later ACK of n1 (the client came back) takes it over again.
+func TestJournalNewerACKWins(t *testing.T) {
+	const mac, ip = "52:54:00:00:00:31", "192.168.100.150"
+	t0 := time.Now().UTC().Truncate(time.Second)
+	at := func(c server.LeaseChange, when time.Time) record {
+		c.At = when
+		return record{Change: c, Network: "br-vm"}
+	}
+	n1Renewed := at(change(server.Renewed, mac, ip, t0.Add(time.Hour)), t0)
+	n1Expired := at(change(server.Expired, mac, ip, t0.Add(time.Hour)), t0.Add(time.Hour))
+	n2Bound := at(change(server.Bound, mac, ip, t0.Add(time.Hour+10*time.Second)), t0.Add(10*time.Second))
+	n1Back := at(change(server.Bound, mac, ip, t0.Add(2*time.Hour)), t0.Add(time.Hour+20*time.Second))
+	type write struct {
+		node string
+		recs []record
+	}
+	cases := []struct {
+		name   string
+		writes []write
+		want   []string // node label of the stored lease after each write ("none": not stored)
+	}{
+		{"n1's journal first", []write{{"n1", []record{n1Renewed, n1Expired}}, {"n2", []record{n2Bound}}}, []string{"none", "n2"}},
+		{"n2's journal first", []write{{"n2", []record{n2Bound}}, {"n1", []record{n1Renewed, n1Expired}}}, []string{"n2", "n2"}},
+		{"n2's journal first, n1's one record at a time", []write{{"n2", []record{n2Bound}}, {"n1", []record{n1Renewed}}, {"n1", []record{n1Expired}}}, []string{"n2", "n2", "n2"}},
+		{"the client back on n1 later", []write{{"n2", []record{n2Bound}}, {"n1", []record{n1Renewed, n1Expired}}, {"n1", []record{n1Back}}}, []string{"n2", "n2", "n1"}},
+		{"n1's own lease ends", []write{{"n1", []record{n1Renewed}}, {"n1", []record{n1Expired}}}, []string{"n1", "none"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			ix := admission.NewIndex()
+			j, err := yaml.YAMLToJSON([]byte(`{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
+				spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seg, err := pivirtv1.DecodeObject(j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ix.Update(ctx, st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(seg); return err }); err != nil {
+				t.Fatal(err)
+			}
+			nodes := map[string]*Manager{}
+			for _, n := range []string{"n1", "n2"} {
+				m, _ := newManager(t, st, ix, t.TempDir())
+				m.Node = n
+				nodes[n] = m
+			}
+			var history []string
+			for _, w := range tc.writes {
+				if err := nodes[w.node].ledger.storeRecords(ctx, w.recs); err != nil {
+					t.Fatal(err)
+				}
+				o := storedLease(t, st, LeaseName(n1Renewed.Change.Lease.MAC))
+				if o == nil {
+					history = append(history, "none")
+				} else {
+					history = append(history, o.Metadata.Labels[pivirtv1.NodeLabel])
+				}
+			}
+			if !slices.Equal(history, tc.want) {
+				t.Errorf("stored lease after each node's writes: %v, want %v", history, tc.want)
+			}
+		})
+	}
+}
