@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
 	"pivirt.hu/dataplane/test/guest"
 	"pivirt.hu/dataplane/test/harness"
@@ -285,12 +286,23 @@ spec: {network: br-cl1, macAddress: "52:54:00:77:01:ff", ipAddress: 10.77.0.51, 
 	h.Dhclient(t)
 	hAddr, name2 := h.Addr(t), leaseName(mac2)
 	waitFor(t, 10*time.Second, "h's lease stored", func() bool { _, ok := n1.lease(t, name2); return ok })
-	y, errOut, err := n1.ctl(t, "", "get", "lease", name2, "-o", "yaml")
+	j, errOut, err := n1.ctl(t, "", "get", "lease", name2, "-o", "json")
 	if err != nil {
 		t.Fatalf("get lease: %v: %s", err, errOut)
 	}
-	y = strings.Replace(y, "metadata:\n", "metadata:\n  annotations:\n    pivirtd.pilab.hu/is-provisioning: \"true\"\n", 1)
-	if _, errOut, err := n1.ctl(t, y, "apply", "-f", "-"); err != nil {
+	var held pivirtv1.Object
+	if err := json.Unmarshal([]byte(j), &held); err != nil {
+		t.Fatal(err)
+	}
+	if held.Metadata.Annotations == nil {
+		held.Metadata.Annotations = map[string]string{}
+	}
+	held.Metadata.Annotations[pivirtv1.AnnotationProvisioning] = "true"
+	y, err := json.Marshal(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, err := n1.ctl(t, string(y), "apply", "-f", "-"); err != nil {
 		t.Fatalf("annotating h's lease: %v: %s\n%s", err, errOut, y)
 	}
 	time.Sleep(time.Second) // n2 learns of the lock through its watch

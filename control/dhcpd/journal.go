@@ -226,7 +226,7 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 				// without priorities).
 				runtime.Gosched()
 			}
-			err := storeRecord(b, r, lg.Node)
+			err := storeRecord(b, r, lg.Node, lg.Index.Shared)
 			if err == nil {
 				continue
 			}
@@ -298,14 +298,14 @@ type refusal struct {
 }
 
 // storeRecord writes one change through b; nothing is written on error.
-// A lease the server made is stamped with the node that served it and
-// when (AnnotationAckedAt). A change of a lease that another node serves
+// A lease the server made is stamped with the node that served it and,
+// in clustered mode, when (AnnotationAckedAt). A change of a lease that another node serves
 // now is errSuperseded when it is older than that node's ACK, and so is
 // every end (release, expiry, decline) of it: a client that moved on
 // while etcd was away left the old node's copy to expire, and that
 // node's journal reaches etcd after the new node's, or before it, in
 // either order, so the newer ACK must win either way.
-func storeRecord(b *admission.Batch, r record, node string) error {
+func storeRecord(b *admission.Batch, r record, node string, clustered bool) error {
 	ch := r.Change
 	name := LeaseName(ch.Lease.MAC)
 	switch ch.Kind {
@@ -327,7 +327,7 @@ func storeRecord(b *admission.Batch, r record, node string) error {
 			keepMeta(&o.Metadata, cur.Metadata)
 			conflict = pivirtv1.ConditionsOf(cur.Status, pivirtv1.ConditionConflict)
 		}
-		if node != "" {
+		if clustered {
 			if o.Metadata.Annotations == nil {
 				o.Metadata.Annotations = map[string]string{}
 			}

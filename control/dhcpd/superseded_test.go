@@ -74,6 +74,7 @@ func TestJournalNewerACKWins(t *testing.T) {
 			for _, n := range []string{"n1", "n2"} {
 				m, _ := newManager(t, st, ix, t.TempDir())
 				m.Node = n
+				m.Index.Shared = true
 				nodes[n] = m
 			}
 			var history []string
