@@ -211,10 +211,14 @@ func leaderOf(t *testing.T, ec *etcdtest.Cluster, cli *clientv3.Client) *etcdtes
 // node's leases and filters them by node; a collision written behind
 // admission's back is reported on both nodes involved (within 1 s, see
 // collisionBudget); a guest whose port moves to another node keeps its
-// address; with every etcd member stopped for 30 s guests on two nodes
-// still DORA and renew and API writes fail fast as Unavailable, and once
-// etcd is back every ACKed lease is in etcd exactly once; with one member
-// killed -9 DHCP, API reads and writes go on.
+// address. With every etcd member stopped for 30 s, guests on two nodes
+// still DORA and renew (and are pinned), a guest moves to a third node,
+// leases end, and API writes fail fast as Unavailable; once etcd is back
+// every ACKed lease is in etcd exactly once, as the node serving it now
+// wrote it, and no node's stale change undid another's newer ACK. With
+// etcd partitioned (members frozen) writes fail after the request timeout
+// and DHCP goes on; with the leader killed -9, DHCP, API reads, writes and
+// collision reports go on.
 func TestPrivilegedClusterThreeNodes(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "ip", "nft", "nsenter", "dhclient", "udhcpc", "ping")
@@ -366,8 +370,10 @@ spec: {networkRef: ot-net, bridge: br-ot, hostIP: 10.78.0.1/24, dhcp: {delegated
 	ec.StopAll()
 	down := time.Now()
 	otWriteFails(t, nodes[0], "with etcd stopped")
-	attach(1, "dhclient")
+	newcomer := attach(1, "dhclient")
 	attach(2, "udhcpc")
+	// The guard pins what was ACKed with etcd away (from the journal).
+	wantContains(t, "n1's pv_leases with etcd down", nodes[0].d.MustCtl("inspect", "map", "pv_leases"), newcomer.MAC.String())
 	// A guest moves while etcd is down: n3 takes its lease over from its
 	// cache, and n1, which no longer hears from it, lets its copy expire
 	// before etcd is back. n3's ACK must win.
