@@ -447,15 +447,13 @@ func otWriteFails(t *testing.T, n clusterNode, when string) {
 	_, errOut, err := n.ctl(t, "apiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: ot-ps}\nspec: {interface: nothere0, macAddress: \"52:54:00:78:09:09\", ipAddresses: [10.78.0.200]}\n", "apply", "-f", "-")
 	took := time.Since(start)
 	t.Logf("an API write %s failed after %v: %s", when, took, strings.TrimSpace(errOut))
+	// Fast: the store's own bound ended it (no member reachable, or none
+	// answering within its request timeout), not pivirtctl's deadline.
 	if err == nil {
 		t.Errorf("an API write %s succeeded", when)
-	} else if !strings.Contains(strings.ToLower(errOut), "unavailable") {
-		t.Errorf("an API write %s: want a clear Unavailable error, got: %s", when, errOut)
-	}
-	// The store's request timeout is 2 s; a write that waits far longer
-	// is not failing fast (generous: 2 shared cores).
-	if took > 10*time.Second {
-		t.Errorf("an API write %s took %v to fail, want about the 2 s request timeout at most", when, took)
+	} else if !strings.Contains(errOut, "ServiceUnavailable") ||
+		!strings.Contains(errOut, "is unreachable") && !strings.Contains(errOut, "did not answer within") {
+		t.Errorf("an API write %s: want a clear Unavailable error from the store's bound, got: %s", when, errOut)
 	}
 }
 
