@@ -64,7 +64,7 @@ func dhcpStopInsns() asm.Instructions {
 		asm.JNE.Imm(asm.R0, unix.IPPROTO_UDP, "pass"),
 		asm.LoadInd(asm.R0, asm.R7, ethLen+6, asm.Half), // flags and fragment offset
 		asm.And.Imm(asm.R0, 0x1fff),
-		asm.JNE.Imm(asm.R0, 0, "pass"), // a later fragment has no UDP header
+		asm.JNE.Imm(asm.R0, 0, "pass"),                // a later fragment has no UDP header
 		asm.LoadInd(asm.R0, asm.R7, ethLen, asm.Byte), // version and IHL
 		asm.And.Imm(asm.R0, 0x0f),
 		asm.LSh.Imm(asm.R0, 2),
