@@ -13,6 +13,7 @@ package test
 //    └─ n3 eth-u 10.99.0.3 ── br-ov + pvx4242 ── g3 10.50.0.91
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 	"github.com/vishvananda/netlink"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
@@ -103,12 +106,16 @@ func ovFDB(t *testing.T, n *ovNode) []string {
 	return out
 }
 
-// TestPrivilegedOverlayThreeNodes: guests on different nodes ping each
-// other across the VXLAN tunnels; every tunnel floods to the two other
-// VTEPs and holds one entry per remote leased MAC, which goes with its
-// lease; a DHCP broadcast on node 2 never reaches nodes 1 and 3 while
-// another broadcast does; the overlay reports its VTEPs; deleting the
-// segments removes the tunnels.
+// TestPrivilegedOverlayThreeNodes: every tunnel floods to the two other
+// VTEPs; no ARP crosses a tunnel (captured on every node's underlay), so
+// a guest no lease places is not found from another node; once leased,
+// each tunnel holds an FDB entry per remote MAC and a neighbour entry per
+// remote address, the guests ping each other across the tunnels with
+// their ARP answered by their own node, and each resolves the shared
+// gateway to its own node's bridge; DHCP, DHCPv6 and tagged DHCP from
+// node 2 never reach nodes 1 and 3 while other broadcasts (tagged too)
+// do; the overlay reports its VTEPs; a lease that ends takes its entries;
+// deleting the segments removes the tunnels.
 func TestPrivilegedOverlayThreeNodes(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "ip", "ping")
@@ -234,19 +241,31 @@ spec: {networkRef: ov-net, overlay: ov-a, bridge: br-ov, hostIP: 10.50.0.1/24, d
 		t.Errorf("segment ov-seg-n2 status %+v (%v), want vtep 10.99.0.2", segSt, err)
 	}
 
-	// Guests on different nodes reach each other across the tunnels.
-	for _, pair := range [][2]int{{0, 2}, {1, 0}, {2, 1}} {
-		a, b := nodes[pair[0]], nodes[pair[1]]
-		if out, err := a.guest.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", b.gIP); err != nil {
-			t.Errorf("ping %s (on %s) -> %s (on %s): %v\n%s", a.gIP, a.name, b.gIP, b.name, err, out)
-		}
+	// Every node's underlay interface, captured: what crosses a tunnel.
+	var caps []*tunnelCapture
+	for _, n := range nodes {
+		caps = append(caps, captureTunnel(t, n.ns, "eth-u"))
 	}
-	// A full-size frame of the overlay MTU crosses without fragmenting.
-	if out, err := nodes[0].guest.Exec("ping", "-c", "1", "-W", "2", "-M", "do", "-s", "1422", nodes[1].gIP); err != nil {
-		t.Errorf("ping of 1450 bytes with DF across the tunnel: %v\n%s", err, out)
+	crossed := func(match func(gopacket.Packet) bool) int {
+		total := 0
+		for _, c := range caps {
+			total += c.count(match)
+		}
+		return total
 	}
 
-	// Leases place the guests' MACs: each tunnel gets an entry per remote one.
+	// ARP never crosses a tunnel (the device is in proxy mode): a guest
+	// whose address no lease or port gives is not found from another
+	// node, and its peers' requests for it stay on their nodes.
+	if out, err := nodes[0].guest.Exec("ping", "-c", "2", "-W", "1", "-i", "0.2", nodes[1].gIP); err == nil {
+		t.Errorf("ping %s -> %s (an address the store does not know) answered across the tunnel:\n%s", nodes[0].gIP, nodes[1].gIP, out)
+	}
+	if n := crossed(isARP); n != 0 {
+		t.Errorf("%d ARP frames crossed a tunnel for an unknown address", n)
+	}
+
+	// Leases place the guests' MACs and addresses: each tunnel gets an FDB
+	// entry per remote MAC and a neighbour entry per remote address.
 	var leases []string
 	for _, n := range nodes {
 		leases = append(leases, fmt.Sprintf(`apiVersion: pivirt.hu/v1
@@ -256,20 +275,70 @@ spec: {network: ov-net, macAddress: "%[2]s", ipAddress: %[3]s}`, n.name, n.gMAC,
 	}
 	ovApply(t, ctx, st, ix, strings.Join(leases, "\n---\n"))
 	wantMAC := func(of *ovNode) string { return of.gMAC + " dst " + of.vtep.String() }
-	waitFor(t, 20*time.Second, "every tunnel has the two remote leased MACs", func() bool {
+	wantNeigh := func(of *ovNode) string { return of.gIP + " lladdr " + of.gMAC }
+	waitFor(t, 20*time.Second, "every tunnel has the two remote leased MACs and addresses", func() bool {
 		if err := ovPass(ctx, nodes); err != nil {
 			return false
 		}
 		for _, n := range nodes {
-			fdb := ovFDB(t, n)
+			fdb, neigh := ovFDB(t, n), ovNeigh(t, n)
 			for _, o := range nodes {
-				if slices.Contains(fdb, wantMAC(o)) != (o != n) {
+				if slices.Contains(fdb, wantMAC(o)) != (o != n) || slices.Contains(neigh, wantNeigh(o)) != (o != n) {
 					return false
 				}
 			}
 		}
 		return true
 	})
+	for _, c := range caps {
+		c.reset()
+	}
+
+	// Guests on different nodes reach each other across the tunnels; the
+	// ARP for the peer is answered by the asking guest's own node, with
+	// the peer's MAC, and never crosses (the pings do).
+	for _, pair := range [][2]int{{0, 2}, {1, 0}, {2, 1}} {
+		a, b := nodes[pair[0]], nodes[pair[1]]
+		if out, err := a.guest.Exec("ip", "neigh", "flush", "dev", "eth0"); err != nil {
+			t.Fatalf("flushing neighbours of %s: %v: %s", a.gIP, err, out)
+		}
+		if out, err := a.guest.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", b.gIP); err != nil {
+			t.Errorf("ping %s (on %s) -> %s (on %s): %v\n%s", a.gIP, a.name, b.gIP, b.name, err, out)
+		}
+		if out, _ := a.guest.Exec("ip", "neigh", "show", b.gIP, "dev", "eth0"); !strings.Contains(string(out), "lladdr "+b.gMAC) {
+			t.Errorf("%s resolved %s to %q, want %s", a.gIP, b.gIP, out, b.gMAC)
+		}
+	}
+	if n := crossed(isICMPv4); n < 12 {
+		t.Errorf("%d ICMP frames seen in the tunnels, want the 12 of the pings at least (is the capture blind?)", n)
+	}
+	if n := crossed(isARP); n != 0 {
+		t.Errorf("%d ARP frames crossed a tunnel; want none (answered by the asking node)", n)
+	}
+	// A full-size frame of the overlay MTU crosses without fragmenting.
+	if out, err := nodes[0].guest.Exec("ping", "-c", "1", "-W", "2", "-M", "do", "-s", "1422", nodes[1].gIP); err != nil {
+		t.Errorf("ping of 1450 bytes with DF across the tunnel: %v\n%s", err, out)
+	}
+
+	// The shared gateway: every node's bridge holds 10.50.0.1, and each
+	// guest resolves it to its own node's bridge; no request for it
+	// crosses a tunnel, so no other node's reply can race the local one.
+	gw := net.IPv4(10, 50, 0, 1)
+	for _, n := range nodes {
+		br, err := n.nl.LinkByName("br-ov")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := n.guest.Exec("ping", "-c", "1", "-W", "2", gw.String()); err != nil {
+			t.Errorf("%s cannot ping its gateway: %v\n%s", n.gIP, err, out)
+		}
+		if out, _ := n.guest.Exec("ip", "neigh", "show", gw.String(), "dev", "eth0"); !strings.Contains(string(out), "lladdr "+br.Attrs().HardwareAddr.String()) {
+			t.Errorf("%s resolved the gateway to %q, want its own node's bridge %s", n.gIP, out, br.Attrs().HardwareAddr)
+		}
+	}
+	if n := crossed(arpFor(gw)); n != 0 {
+		t.Errorf("%d ARP frames for the gateway crossed a tunnel", n)
+	}
 
 	// DHCP stays on its node: a broadcast to port 67 from g2 reaches n2's
 	// bridge but not g1 or g3, while one to port 9067 reaches them.
@@ -299,7 +368,7 @@ spec: {network: ov-net, macAddress: "%[2]s", ipAddress: %[3]s}`, n.name, n.gMAC,
 		<-ready
 		return ch
 	}
-	send := func(port int, msg string) {
+	sendBcast := func(port int, msg string) {
 		t.Helper()
 		err := nodes[1].guest.Do(func() error {
 			c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4bcast, Port: port})
@@ -320,7 +389,7 @@ spec: {network: ov-net, macAddress: "%[2]s", ipAddress: %[3]s}`, n.name, n.gMAC,
 	}{{9067, true}, {67, false}} {
 		msg := fmt.Sprintf("broadcast to %d", tc.port)
 		chans := []chan string{seen(nodes[0].guest, tc.port), seen(nodes[2].guest, tc.port), seen(nodes[1].ns, tc.port)}
-		send(tc.port, msg)
+		sendBcast(tc.port, msg)
 		for i, who := range []string{"g1 on n1", "g3 on n3", "n2's bridge"} {
 			got := <-chans[i]
 			want := i == 2 || tc.remote
@@ -330,7 +399,46 @@ spec: {network: ov-net, macAddress: "%[2]s", ipAddress: %[3]s}`, n.name, n.gMAC,
 		}
 	}
 
-	// A lease that ends takes its FDB entry with it on the other nodes.
+	// DHCPv6 and DHCP behind VLAN tags stay on their node too, while the
+	// same tags around other UDP cross: raw frames from g2, seen (by
+	// their marker) inside the tunnels or not.
+	g2mac, _ := net.ParseMAC(nodes[1].gMAC)
+	q, qinq := []layers.EthernetType{layers.EthernetTypeDot1Q}, []layers.EthernetType{layers.EthernetTypeQinQ, layers.EthernetTypeDot1Q}
+	frames := []struct {
+		marker string
+		frame  []byte
+		cross  bool
+	}{
+		{"q-discover", markedFrame(t, g2mac, false, q, 68, 67, "q-discover"), false},
+		{"qinq-discover", markedFrame(t, g2mac, false, qinq, 68, 67, "qinq-discover"), false},
+		{"solicit", markedFrame(t, g2mac, true, nil, 546, 547, "solicit"), false},
+		{"q-solicit", markedFrame(t, g2mac, true, q, 546, 547, "q-solicit"), false},
+		{"q-other", markedFrame(t, g2mac, false, q, 68, 9067, "q-other"), true},
+		{"v6-other", markedFrame(t, g2mac, true, nil, 546, 9547, "v6-other"), true},
+		{"last", markedFrame(t, g2mac, false, nil, 68, 9067, "last"), true},
+	}
+	var raw [][]byte
+	for _, f := range frames {
+		raw = append(raw, f.frame)
+	}
+	send(t, nodes[1].guest, "eth0", raw...)
+	marked := func(m string) func(gopacket.Packet) bool {
+		return func(p gopacket.Packet) bool { return bytes.Contains(p.Data(), []byte("pvmark:"+m)) }
+	}
+	waitFor(t, 10*time.Second, "the closing frame in the tunnels to n1 and n3", func() bool {
+		return caps[0].count(marked("last")) > 0 && caps[2].count(marked("last")) > 0
+	})
+	for _, f := range frames {
+		if got := crossed(marked(f.marker)); (got > 0) != f.cross {
+			t.Errorf("frame %s seen %d times in the tunnels, want crossing=%v", f.marker, got, f.cross)
+		}
+	}
+	if n := crossed(isDHCP); n != 0 {
+		t.Errorf("%d DHCP frames crossed a tunnel", n)
+	}
+
+	// A lease that ends takes its FDB and neighbour entries with it on the
+	// other nodes.
 	if _, err := ix.Update(ctx, st, admission.Options{Clustered: true, Privileged: true}, func(b *admission.Batch) error {
 		_, err := b.Delete(pivirtv1.KindDHCPLease, "ov-lease-n1", "")
 		return err
@@ -343,6 +451,7 @@ spec: {network: ov-net, macAddress: "%[2]s", ipAddress: %[3]s}`, n.name, n.gMAC,
 		}
 		return !slices.Contains(ovFDB(t, nodes[1]), wantMAC(nodes[0])) &&
 			!slices.Contains(ovFDB(t, nodes[2]), wantMAC(nodes[0])) &&
+			!slices.Contains(ovNeigh(t, nodes[2]), wantNeigh(nodes[0])) &&
 			slices.Contains(ovFDB(t, nodes[2]), wantMAC(nodes[1]))
 	})
 
@@ -363,6 +472,24 @@ spec: {network: ov-net, macAddress: "%[2]s", ipAddress: %[3]s}`, n.name, n.gMAC,
 		}
 		return !slices.ContainsFunc(ovFDB(t, nodes[0]), func(s string) bool { return strings.HasSuffix(s, "dst 10.99.0.3") })
 	})
+}
+
+// ovNeigh lists a node's tunnel neighbour entries as "ip lladdr mac".
+func ovNeigh(t *testing.T, n *ovNode) []string {
+	t.Helper()
+	l, err := n.nl.LinkByName(vxlan.DevName(ovVNI))
+	if err != nil {
+		return nil
+	}
+	ns, err := vxlan.Neighbours(n.nl, l.Attrs().Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ns {
+		out = append(out, e.String())
+	}
+	return out
 }
 
 func ipCmd(args ...string) ([]byte, error) {
