@@ -3,14 +3,23 @@
 package test
 
 import (
+	"bytes"
 	"net"
+	"net/netip"
+	"os/exec"
+	"regexp"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/mdlayher/packet"
+	"github.com/vishvananda/netlink"
 
+	"pivirt.hu/dataplane/test/guest"
+	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
 
@@ -112,17 +121,21 @@ func isDHCP(p gopacket.Packet) bool {
 }
 
 // markedFrame builds a broadcast (or, over IPv6, all-DHCP-agents
-// multicast) UDP frame from src carrying "pvmark:"+marker, behind VLAN
-// tags with these TPIDs (outermost first).
-func markedFrame(t *testing.T, src net.HardwareAddr, v6 bool, tpids []layers.EthernetType, sport, dport int, marker string) []byte {
+// multicast) UDP frame from src (and srcIP, when valid) carrying
+// "pvmark:"+marker, behind VLAN tags with these TPIDs (outermost first).
+func markedFrame(t *testing.T, src net.HardwareAddr, srcIP netip.Addr, tpids []layers.EthernetType, sport, dport int, marker string) []byte {
 	t.Helper()
 	var ip gopacket.NetworkLayer
 	dst, inner := layers.EthernetBroadcast, layers.EthernetTypeIPv4
-	if v6 {
-		ip = &layers.IPv6{Version: 6, HopLimit: 1, NextHeader: layers.IPProtocolUDP, SrcIP: net.ParseIP("fe80::5054:ff:fe00:1"), DstIP: net.ParseIP("ff02::1:2")}
+	if srcIP.Is6() {
+		ip = &layers.IPv6{Version: 6, HopLimit: 1, NextHeader: layers.IPProtocolUDP, SrcIP: srcIP.AsSlice(), DstIP: net.ParseIP("ff02::1:2")}
 		dst, inner = net.HardwareAddr{0x33, 0x33, 0, 1, 0, 2}, layers.EthernetTypeIPv6
 	} else {
-		ip = &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: net.IPv4zero, DstIP: net.IPv4bcast}
+		from := net.IPv4zero
+		if srcIP.IsValid() {
+			from = srcIP.AsSlice()
+		}
+		ip = &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: from, DstIP: net.IPv4bcast}
 	}
 	types := append(append([]layers.EthernetType{}, tpids...), inner)
 	ls := []gopacket.SerializableLayer{&layers.Ethernet{SrcMAC: src, DstMAC: dst, EthernetType: types[0]}}
@@ -152,4 +165,83 @@ func arpFrame(t *testing.T, sha net.HardwareAddr, spa, tpa net.IP, marker string
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// moveGuest moves a guest's port from one node to another, as a VM that
+// migrates: its host side goes into to's namespace (leaving from's
+// bridge), is enslaved to bridge there and set up.
+func moveGuest(t *testing.T, g *guest.Guest, from, to *testutil.NetNS, bridge string) {
+	t.Helper()
+	err := from.Do(func() error {
+		l, err := netlink.LinkByName(g.HostSide)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetNsFd(l, int(to.Handle()))
+	})
+	if err == nil {
+		err = to.Do(func() error {
+			l, err := netlink.LinkByName(g.HostSide)
+			if err != nil {
+				return err
+			}
+			br, err := netlink.LinkByName(bridge)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetMaster(l, br); err != nil {
+				return err
+			}
+			return netlink.LinkSetUp(l)
+		})
+	}
+	if err != nil {
+		t.Fatalf("moving %s to %s's %s: %v", g.HostSide, to.Name, bridge, err)
+	}
+}
+
+// guardCount sums a drop reason's counters in a node's pv_counters_v3.
+func guardCount(t *testing.T, d *harness.Daemon, reason string) int {
+	t.Helper()
+	total := 0
+	for _, m := range regexp.MustCompile(`\b` + regexp.QuoteMeta(reason) + `=(\d+)`).FindAllStringSubmatch(d.MustCtl("inspect", "map", "pv_counters_v3"), -1) {
+		n, _ := strconv.Atoi(m[1])
+		total += n
+	}
+	return total
+}
+
+// pinger is a ping run in the background, bounded by its count.
+type pinger struct {
+	cmd *exec.Cmd
+	out bytes.Buffer
+}
+
+func startPing(t *testing.T, ns *testutil.NetNS, dst string, count int) *pinger {
+	t.Helper()
+	p := &pinger{cmd: ns.Command("ping", "-n", "-i", "0.1", "-W", "1", "-c", strconv.Itoa(count), dst)}
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	return p
+}
+
+var icmpSeqRE = regexp.MustCompile(`bytes from .*icmp_seq=(\d+)`)
+
+// stop interrupts the ping (it prints its summary) and returns the
+// sequence numbers answered and how many it sent.
+func (p *pinger) stop(t *testing.T) (answered []int, sent int) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	_ = p.cmd.Wait()
+	for _, m := range icmpSeqRE.FindAllStringSubmatch(p.out.String(), -1) {
+		n, _ := strconv.Atoi(m[1])
+		answered = append(answered, n)
+	}
+	if m := regexp.MustCompile(`(\d+) packets transmitted`).FindStringSubmatch(p.out.String()); m != nil {
+		sent, _ = strconv.Atoi(m[1])
+	}
+	return answered, sent
 }

@@ -403,19 +403,20 @@ spec: {network: ov-net, macAddress: "%[2]s", ipAddress: %[3]s}`, n.name, n.gMAC,
 	// same tags around other UDP cross: raw frames from g2, seen (by
 	// their marker) inside the tunnels or not.
 	g2mac, _ := net.ParseMAC(nodes[1].gMAC)
+	ll6 := netip.MustParseAddr("fe80::5054:ff:fe50:2")
 	q, qinq := []layers.EthernetType{layers.EthernetTypeDot1Q}, []layers.EthernetType{layers.EthernetTypeQinQ, layers.EthernetTypeDot1Q}
 	frames := []struct {
 		marker string
 		frame  []byte
 		cross  bool
 	}{
-		{"q-discover", markedFrame(t, g2mac, false, q, 68, 67, "q-discover"), false},
-		{"qinq-discover", markedFrame(t, g2mac, false, qinq, 68, 67, "qinq-discover"), false},
-		{"solicit", markedFrame(t, g2mac, true, nil, 546, 547, "solicit"), false},
-		{"q-solicit", markedFrame(t, g2mac, true, q, 546, 547, "q-solicit"), false},
-		{"q-other", markedFrame(t, g2mac, false, q, 68, 9067, "q-other"), true},
-		{"v6-other", markedFrame(t, g2mac, true, nil, 546, 9547, "v6-other"), true},
-		{"last", markedFrame(t, g2mac, false, nil, 68, 9067, "last"), true},
+		{"q-discover", markedFrame(t, g2mac, netip.Addr{}, q, 68, 67, "q-discover"), false},
+		{"qinq-discover", markedFrame(t, g2mac, netip.Addr{}, qinq, 68, 67, "qinq-discover"), false},
+		{"solicit", markedFrame(t, g2mac, ll6, nil, 546, 547, "solicit"), false},
+		{"q-solicit", markedFrame(t, g2mac, ll6, q, 546, 547, "q-solicit"), false},
+		{"q-other", markedFrame(t, g2mac, netip.Addr{}, q, 68, 9067, "q-other"), true},
+		{"v6-other", markedFrame(t, g2mac, ll6, nil, 546, 9547, "v6-other"), true},
+		{"last", markedFrame(t, g2mac, netip.Addr{}, nil, 68, 9067, "last"), true},
 	}
 	var raw [][]byte
 	for _, f := range frames {
@@ -603,15 +604,41 @@ spec: {networkRef: ove-net, overlay: ov-e, bridge: br-ov, hostIP: 10.51.0.1/24, 
 		return true
 	})
 
-	g1 := guest.Attach(t, nodes[0].ns, "br-ov", "", net.HardwareAddr{0x52, 0x54, 0, 0x51, 0, 1})
+	// g1's port is guarded on n1; its MAC and the addresses it gets are
+	// placed on the other nodes by its lease and its PortSecurity.
+	ps := `apiVersion: pivirt.hu/v1
+kind: PortSecurity
+metadata: {name: ove-g1, labels: {pivirt.hu/node: n1}}
+spec: {interface: hp-ove-g1, macAddress: "52:54:00:51:00:01"}
+`
+	if _, errOut, err := nodes[0].ctl(t, ps, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply PortSecurity: %v: %s", err, errOut)
+	}
+	var caps []*tunnelCapture // every node's underlay: what crosses a tunnel
+	for _, n := range nodes {
+		caps = append(caps, captureTunnel(t, n.ns, "eth-u"))
+	}
+	crossed := func(match func(gopacket.Packet) bool) int {
+		total := 0
+		for _, c := range caps {
+			total += c.count(match)
+		}
+		return total
+	}
+	g1 := guest.Attach(t, nodes[0].ns, "br-ov", "hp-ove-g1", net.HardwareAddr{0x52, 0x54, 0, 0x51, 0, 1})
 	g2 := guest.Attach(t, nodes[1].ns, "br-ov", "", net.HardwareAddr{0x52, 0x54, 0, 0x51, 0, 2})
 	g1.Dhclient(t)
 	g2.Dhclient(t)
-	if a := g1.Addr(t); !inRange(a, "10.51.0.10", "10.51.0.49") {
-		t.Errorf("guest on n1 got %v, want n1's range 10.51.0.10-49", a)
+	a1, a2 := g1.Addr(t), g2.Addr(t)
+	if !inRange(a1, "10.51.0.10", "10.51.0.49") {
+		t.Errorf("guest on n1 got %v, want n1's range 10.51.0.10-49", a1)
 	}
-	if a := g2.Addr(t); !inRange(a, "10.51.0.50", "10.51.0.89") {
-		t.Errorf("guest on n2 got %v, want n2's range 10.51.0.50-89", a)
+	// The DISCOVERs stayed on their node: n2 alone answered g2's.
+	if !inRange(a2, "10.51.0.50", "10.51.0.89") {
+		t.Errorf("guest on n2 got %v, want n2's range 10.51.0.50-89", a2)
+	}
+	if n := crossed(isDHCP); n != 0 {
+		t.Errorf("%d DHCP frames crossed a tunnel while the guests got their leases", n)
 	}
 	for _, g := range []*guest.Guest{g1, g2} {
 		b, err := os.ReadFile(filepath.Join(g.Dir, "leases"))
@@ -619,11 +646,128 @@ spec: {networkRef: ove-net, overlay: ov-e, bridge: br-ov, hostIP: 10.51.0.1/24, 
 			t.Errorf("lease of %s: want option interface-mtu 1450 (26) from the overlay (%v):\n%s", g.MAC, err, b)
 		}
 	}
-	waitFor(t, 20*time.Second, "n3's FDB places both guests' MACs", func() bool {
-		f := fdb(nodes[2])
-		return strings.Contains(f, g1.MAC.String()+" dst 10.99.0.1 ") && strings.Contains(f, g2.MAC.String()+" dst 10.99.0.2 ")
+	neigh := func(n clusterNode) string {
+		out, _ := n.ns.Exec("ip", "neigh", "show", "dev", "pvx4343")
+		return string(out)
+	}
+	waitFor(t, 20*time.Second, "n3's FDB and neighbours place both guests", func() bool {
+		f, nb := fdb(nodes[2]), neigh(nodes[2])
+		return strings.Contains(f, g1.MAC.String()+" dst 10.99.0.1 ") && strings.Contains(f, g2.MAC.String()+" dst 10.99.0.2 ") &&
+			strings.Contains(nb, a1.String()+" lladdr "+g1.MAC.String()) && strings.Contains(nb, a2.String()+" lladdr "+g2.MAC.String())
 	})
-	if _, err := g1.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", g2.Addr(t).String()); err != nil {
+	if _, err := g1.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", a2.String()); err != nil {
 		t.Errorf("guest on n1 cannot ping the guest on n2 across the tunnel: %v", err)
+	}
+	if n := crossed(isARP); n != 0 {
+		t.Errorf("%d ARP frames crossed a tunnel", n)
+	}
+
+	// Spoofed frames from g1 never reach the tunnel: its guard on n1
+	// drops an ARP claiming g2's address and a frame from g2's address,
+	// while good frames before and after them reach n3.
+	waitFor(t, 20*time.Second, "g1's port guarded on segment ove-n1", func() bool {
+		out, _, _ := nodes[0].ctl(t, "", "get", "portsec", "ove-g1", "-o", "json")
+		return strings.Contains(out, `"segment": "ove-n1"`) || strings.Contains(out, `"segment":"ove-n1"`)
+	})
+	arpSPA, ipSrc := guardCount(t, nodes[0].d, "arp-spa"), guardCount(t, nodes[0].d, "ipv4-src")
+	send(t, g1.NS, g1.Ifc, markedFrame(t, g1.MAC, a1, nil, 4000, 9067, "good"),
+		arpFrame(t, g1.MAC, a2.AsSlice(), a1.AsSlice(), "spoof-arp"),
+		markedFrame(t, g1.MAC, a2, nil, 4000, 9067, "spoof-ip"),
+		markedFrame(t, g1.MAC, a1, nil, 4000, 9067, "last"))
+	marked := func(m string) func(gopacket.Packet) bool {
+		return func(p gopacket.Packet) bool { return bytes.Contains(p.Data(), []byte("pvmark:"+m)) }
+	}
+	waitFor(t, 10*time.Second, "g1's closing frame on n3's underlay", func() bool { return caps[2].count(marked("last")) > 0 })
+	if caps[2].count(marked("good")) == 0 {
+		t.Error("g1's good frame did not reach n3")
+	}
+	for _, m := range []string{"spoof-arp", "spoof-ip"} {
+		if n := crossed(marked(m)); n != 0 {
+			t.Errorf("g1's %s frame crossed a tunnel %d times", m, n)
+		}
+	}
+	if got := guardCount(t, nodes[0].d, "arp-spa"); got <= arpSPA {
+		t.Errorf("n1's guard arp-spa drops %d -> %d, want more", arpSPA, got)
+	}
+	if got := guardCount(t, nodes[0].d, "ipv4-src"); got <= ipSrc {
+		t.Errorf("n1's guard ipv4-src drops %d -> %d, want more", ipSrc, got)
+	}
+
+	// A port known only by its PortSecurity (a static address, no lease)
+	// is placed by it: n2's tunnel answers ARP for it, g2 reaches it;
+	// deleting the PortSecurity takes its entries on the next event, not
+	// at the 30 s resync.
+	gs := guest.Attach(t, nodes[0].ns, "br-ov", "hp-ove-gs", net.HardwareAddr{0x52, 0x54, 0, 0x51, 0, 0x5})
+	if out, err := gs.NS.Exec("ip", "addr", "add", "10.51.0.200/24", "dev", gs.Ifc); err != nil {
+		t.Fatalf("static address on gs: %v: %s", err, out)
+	}
+	psStatic := `apiVersion: pivirt.hu/v1
+kind: PortSecurity
+metadata: {name: ove-gs, labels: {pivirt.hu/node: n1}}
+spec: {interface: hp-ove-gs, macAddress: "52:54:00:51:00:05", ipAddresses: [10.51.0.200], learnFromDHCP: false}
+`
+	if _, errOut, err := nodes[0].ctl(t, psStatic, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply PortSecurity ove-gs: %v: %s", err, errOut)
+	}
+	waitFor(t, 20*time.Second, "n2 places gs by its PortSecurity", func() bool {
+		return strings.Contains(fdb(nodes[1]), "52:54:00:51:00:05 dst 10.99.0.1 ") && strings.Contains(neigh(nodes[1]), "10.51.0.200 lladdr 52:54:00:51:00:05")
+	})
+	if out, err := g2.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", "10.51.0.200"); err != nil {
+		t.Errorf("g2 cannot reach the static guest gs on n1: %v\n%s", err, out)
+	}
+	if _, errOut, err := nodes[0].ctl(t, "", "delete", "portsec", "ove-gs"); err != nil {
+		t.Fatalf("delete PortSecurity ove-gs: %v: %s", err, errOut)
+	}
+	waitFor(t, 10*time.Second, "gs's entries gone from n2", func() bool {
+		return !strings.Contains(fdb(nodes[1]), "52:54:00:51:00:05") && !strings.Contains(neigh(nodes[1]), "10.51.0.200 ")
+	})
+
+	// A lease that expires takes its entries when it does.
+	expiry := time.Now().Add(3 * time.Second).UTC().Truncate(time.Second)
+	short := fmt.Sprintf(`apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata: {name: lease-52-54-00-51-00-06, labels: {pivirt.hu/node: n1}}
+spec: {network: ove-net, macAddress: "52:54:00:51:00:06", ipAddress: 10.51.0.48, type: dynamic, expiresAt: %q}
+`, expiry.Format(time.RFC3339))
+	if _, errOut, err := nodes[0].ctl(t, short, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply a short lease: %v: %s", err, errOut)
+	}
+	waitFor(t, 10*time.Second, "n3 places the short lease", func() bool {
+		return strings.Contains(fdb(nodes[2]), "52:54:00:51:00:06 dst 10.99.0.1 ") || time.Now().After(expiry)
+	})
+	waitFor(t, 15*time.Second, "the expired lease's entries gone from n3", func() bool {
+		return !strings.Contains(fdb(nodes[2]), "52:54:00:51:00:06") && !strings.Contains(neigh(nodes[2]), "10.51.0.48 ")
+	})
+	if late := time.Since(expiry); late > 10*time.Second {
+		t.Errorf("the expired lease's entries went %v after its expiry, want well before the 30 s resync", late)
+	} else {
+		t.Logf("the expired lease's entries went %v after its expiry", late.Round(10*time.Millisecond))
+	}
+
+	// g2 moves to n3 while g1 pings it: its dhclient stops, its port goes
+	// to n3's bridge, its dhclient INIT-REBOOTs there (n3 ACKs it and
+	// re-homes the lease); n1's and n2's FDBs then point at n3's VTEP and
+	// the pings come back.
+	p := startPing(t, g1.NS, a2.String(), 600)
+	time.Sleep(time.Second)
+	guest.KillPidFile(filepath.Join(g2.Dir, "pid"))
+	moved := time.Now()
+	moveGuest(t, g2, nodes[1].ns, nodes[2].ns, "br-ov")
+	g2.Dhclient(t)
+	if got := g2.Addr(t); got != a2 {
+		t.Errorf("after the move g2 has %v, want %v kept", got, a2)
+	}
+	waitFor(t, 20*time.Second, "n1's and n2's FDBs place g2 behind n3", func() bool {
+		return strings.Contains(fdb(nodes[0]), g2.MAC.String()+" dst 10.99.0.3 ") && strings.Contains(fdb(nodes[1]), g2.MAC.String()+" dst 10.99.0.3 ")
+	})
+	placed := time.Since(moved)
+	time.Sleep(2 * time.Second)
+	answered, sent := p.stop(t)
+	t.Logf("ping across the move: %d sent, %d answered, %d lost; FDBs followed %v after the port moved", sent, len(answered), sent-len(answered), placed.Round(10*time.Millisecond))
+	if len(answered) == 0 || sent-answered[len(answered)-1] > 5 {
+		t.Errorf("the ping did not recover after the move: %d sent, last answered seq %v", sent, answered)
+	}
+	if out, err := g1.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", a2.String()); err != nil {
+		t.Errorf("g1 cannot ping g2 on n3: %v\n%s", err, out)
 	}
 }
