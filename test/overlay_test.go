@@ -718,8 +718,14 @@ spec: {interface: hp-ove-gs, macAddress: "52:54:00:51:00:05", ipAddresses: [10.5
 	if _, errOut, err := nodes[0].ctl(t, "", "delete", "portsec", "ove-gs"); err != nil {
 		t.Fatalf("delete PortSecurity ove-gs: %v: %s", err, errOut)
 	}
+	defer func() {
+		if t.Failed() {
+			out, _, _ := nodes[0].ctl(t, "", "get", "portsec", "-o", "yaml")
+			t.Logf("n2 fdb:\n%s\nn2 neigh:\n%s\nports:\n%s", fdb(nodes[1]), neigh(nodes[1]), out)
+		}
+	}()
 	waitFor(t, 10*time.Second, "gs's entries gone from n2", func() bool {
-		return !strings.Contains(fdb(nodes[1]), "52:54:00:51:00:05") && !strings.Contains(neigh(nodes[1]), "10.51.0.200 ")
+		return !strings.Contains(fdb(nodes[1]), "52:54:00:51:00:05 dst ") && !strings.Contains(neigh(nodes[1]), "10.51.0.200 ")
 	})
 
 	// A lease that expires takes its entries when it does.
@@ -736,7 +742,7 @@ spec: {network: ove-net, macAddress: "52:54:00:51:00:06", ipAddress: 10.51.0.48,
 		return strings.Contains(fdb(nodes[2]), "52:54:00:51:00:06 dst 10.99.0.1 ") || time.Now().After(expiry)
 	})
 	waitFor(t, 15*time.Second, "the expired lease's entries gone from n3", func() bool {
-		return !strings.Contains(fdb(nodes[2]), "52:54:00:51:00:06") && !strings.Contains(neigh(nodes[2]), "10.51.0.48 ")
+		return !strings.Contains(fdb(nodes[2]), "52:54:00:51:00:06 dst ") && !strings.Contains(neigh(nodes[2]), "10.51.0.48 ")
 	})
 	if late := time.Since(expiry); late > 10*time.Second {
 		t.Errorf("the expired lease's entries went %v after its expiry, want well before the 30 s resync", late)
