@@ -498,31 +498,43 @@ func ipCmd(args ...string) ([]byte, error) {
 }
 
 // TestPrivilegedOverlayPivirtd: three real pivirtd, each in its node's
-// namespace with --vtep-address, on one etcd reached over the underlay.
-// Guests get their address by DHCP from their own node's range only (the
-// tunnel carries no DHCP), with the overlay's MTU in option 26; their
-// leases put their MACs into the other nodes' FDBs; they ping each other
-// across the tunnels; get overlays shows the three VTEPs.
+// namespace with --vtep-address, on one etcd reached over the underlay;
+// every node's underlay interface is captured. get overlays shows the
+// three VTEPs. Guests get their address by DHCP from their own node's
+// range only (no DHCP frame crosses a tunnel, so n2 alone answers g2's
+// DISCOVER), with the overlay's MTU in option 26; their leases put their
+// MACs and addresses into the other nodes' FDBs and neighbour entries;
+// they ping each other with no ARP crossing. g1's spoofed ARP and
+// spoofed source address never cross (nothing of them on any underlay)
+// and n1's guard counts them. A static guest is placed by its
+// PortSecurity alone and reached from n2, and its entries go when the
+// PortSecurity does; a lease's entries go when it expires. g2 moves to n3
+// under a running ping: the ping recovers and n1's and n2's FDBs place
+// g2 behind n3.
 //
-//	ovu: br-u 10.99.0.254, etcd
-//	 ├─ n1 10.99.0.1: pivirtd n1 ── br-ov + pvx4343 ── guest (dhclient)
-//	 ├─ n2 10.99.0.2: pivirtd n2 ── br-ov + pvx4343 ── guest (dhclient)
-//	 └─ n3 10.99.0.3: pivirtd n3 ── br-ov + pvx4343
+// The underlay is routed: each node has its own subnet to the underlay
+// namespace, which forwards between them and runs etcd.
+//
+//	ovu: router, lo 10.99.0.254 (etcd)
+//	 ├─ 10.99.1.254 ── n1 10.99.1.1: pivirtd n1 ── br-ov + pvx4343 ── g1 (dhclient, guarded), gs (static)
+//	 ├─ 10.99.2.254 ── n2 10.99.2.1: pivirtd n2 ── br-ov + pvx4343 ── g2 (dhclient), moves to n3
+//	 └─ 10.99.3.254 ── n3 10.99.3.1: pivirtd n3 ── br-ov + pvx4343
 func TestPrivilegedOverlayPivirtd(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "ip", "ping", "bridge", "nsenter", "dhclient")
 	under := testutil.NewNetNS(t)
 	for _, args := range [][]string{
-		{"-n", under.Name, "link", "add", "br-u", "type", "bridge"},
-		{"-n", under.Name, "addr", "add", "10.99.0.254/24", "dev", "br-u"},
-		{"-n", under.Name, "link", "set", "br-u", "up"},
+		{"-n", under.Name, "addr", "add", "10.99.0.254/32", "dev", "lo"},
 		{"-n", under.Name, "link", "set", "lo", "up"},
 	} {
 		if out, err := ipCmd(args...); err != nil {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	// etcd listens on the underlay, where every node reaches it.
+	if out, err := under.Exec("sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+		t.Fatalf("forwarding in the underlay: %v: %s", err, out)
+	}
+	// etcd listens on the underlay router, where every node reaches it.
 	onUnderlay := func(s string) string { return strings.Replace(s, "127.0.0.1", "10.99.0.254", 1) }
 	srv := etcdtest.StartWith(t, etcdtest.Options{
 		Command: func(name string, args ...string) *exec.Cmd {
@@ -560,9 +572,11 @@ func TestPrivilegedOverlayPivirtd(t *testing.T) {
 		pu := fmt.Sprintf("pe%d", i)
 		for _, args := range [][]string{
 			{"link", "add", "eth-u", "netns", ns.Name, "type", "veth", "peer", "name", pu, "netns", under.Name},
-			{"-n", under.Name, "link", "set", pu, "master", "br-u", "up"},
-			{"-n", ns.Name, "addr", "add", fmt.Sprintf("10.99.0.%d/24", i), "dev", "eth-u"},
+			{"-n", under.Name, "addr", "add", fmt.Sprintf("10.99.%d.254/24", i), "dev", pu},
+			{"-n", under.Name, "link", "set", pu, "up"},
+			{"-n", ns.Name, "addr", "add", fmt.Sprintf("10.99.%d.1/24", i), "dev", "eth-u"},
 			{"-n", ns.Name, "link", "set", "eth-u", "up"},
+			{"-n", ns.Name, "route", "add", "default", "via", fmt.Sprintf("10.99.%d.254", i)},
 			{"-n", ns.Name, "link", "set", "lo", "up"},
 		} {
 			if out, err := ipCmd(args...); err != nil {
@@ -571,7 +585,7 @@ func TestPrivilegedOverlayPivirtd(t *testing.T) {
 		}
 		d := harness.StartDaemon(t, bins, harness.Options{NetNS: ns.Path(), Args: []string{
 			"--store", "etcd", "--etcd-endpoints", onUnderlay(srv.URL), "--node", fmt.Sprintf("n%d", i),
-			"--vtep-address", fmt.Sprintf("10.99.0.%d", i), "--listen", "127.0.0.1:7701", "--token-file", tokens}})
+			"--vtep-address", fmt.Sprintf("10.99.%d.1", i), "--listen", "127.0.0.1:7701", "--token-file", tokens}})
 		nodes = append(nodes, clusterNode{d: d, ns: ns, bins: bins, server: "http://127.0.0.1:7701", token: tokenFile})
 		manifest += fmt.Sprintf(`---
 apiVersion: pivirt.hu/v1
@@ -596,7 +610,7 @@ spec: {networkRef: ove-net, overlay: ov-e, bridge: br-ov, hostIP: 10.51.0.1/24, 
 	waitFor(t, 20*time.Second, "every node floods to the two others", func() bool {
 		for i, n := range nodes {
 			for j := range nodes {
-				if has := strings.Contains(fdb(n), fmt.Sprintf("00:00:00:00:00:00 dst 10.99.0.%d ", j+1)); has != (i != j) {
+				if has := strings.Contains(fdb(n), fmt.Sprintf("00:00:00:00:00:00 dst 10.99.%d.1 ", j+1)); has != (i != j) {
 					return false
 				}
 			}
@@ -652,7 +666,7 @@ spec: {interface: hp-ove-g1, macAddress: "52:54:00:51:00:01"}
 	}
 	waitFor(t, 20*time.Second, "n3's FDB and neighbours place both guests", func() bool {
 		f, nb := fdb(nodes[2]), neigh(nodes[2])
-		return strings.Contains(f, g1.MAC.String()+" dst 10.99.0.1 ") && strings.Contains(f, g2.MAC.String()+" dst 10.99.0.2 ") &&
+		return strings.Contains(f, g1.MAC.String()+" dst 10.99.1.1 ") && strings.Contains(f, g2.MAC.String()+" dst 10.99.2.1 ") &&
 			strings.Contains(nb, a1.String()+" lladdr "+g1.MAC.String()) && strings.Contains(nb, a2.String()+" lladdr "+g2.MAC.String())
 	})
 	if _, err := g1.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", a2.String()); err != nil {
@@ -710,7 +724,7 @@ spec: {interface: hp-ove-gs, macAddress: "52:54:00:51:00:05", ipAddresses: [10.5
 		t.Fatalf("apply PortSecurity ove-gs: %v: %s", err, errOut)
 	}
 	waitFor(t, 20*time.Second, "n2 places gs by its PortSecurity", func() bool {
-		return strings.Contains(fdb(nodes[1]), "52:54:00:51:00:05 dst 10.99.0.1 ") && strings.Contains(neigh(nodes[1]), "10.51.0.200 lladdr 52:54:00:51:00:05")
+		return strings.Contains(fdb(nodes[1]), "52:54:00:51:00:05 dst 10.99.1.1 ") && strings.Contains(neigh(nodes[1]), "10.51.0.200 lladdr 52:54:00:51:00:05")
 	})
 	if out, err := g2.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", "10.51.0.200"); err != nil {
 		t.Errorf("g2 cannot reach the static guest gs on n1: %v\n%s", err, out)
@@ -739,7 +753,7 @@ spec: {network: ove-net, macAddress: "52:54:00:51:00:06", ipAddress: 10.51.0.48,
 		t.Fatalf("apply a short lease: %v: %s", err, errOut)
 	}
 	waitFor(t, 10*time.Second, "n3 places the short lease", func() bool {
-		return strings.Contains(fdb(nodes[2]), "52:54:00:51:00:06 dst 10.99.0.1 ") || time.Now().After(expiry)
+		return strings.Contains(fdb(nodes[2]), "52:54:00:51:00:06 dst 10.99.1.1 ") || time.Now().After(expiry)
 	})
 	waitFor(t, 15*time.Second, "the expired lease's entries gone from n3", func() bool {
 		return !strings.Contains(fdb(nodes[2]), "52:54:00:51:00:06 dst ") && !strings.Contains(neigh(nodes[2]), "10.51.0.48 ")
@@ -764,7 +778,7 @@ spec: {network: ove-net, macAddress: "52:54:00:51:00:06", ipAddress: 10.51.0.48,
 		t.Errorf("after the move g2 has %v, want %v kept", got, a2)
 	}
 	waitFor(t, 20*time.Second, "n1's and n2's FDBs place g2 behind n3", func() bool {
-		return strings.Contains(fdb(nodes[0]), g2.MAC.String()+" dst 10.99.0.3 ") && strings.Contains(fdb(nodes[1]), g2.MAC.String()+" dst 10.99.0.3 ")
+		return strings.Contains(fdb(nodes[0]), g2.MAC.String()+" dst 10.99.3.1 ") && strings.Contains(fdb(nodes[1]), g2.MAC.String()+" dst 10.99.3.1 ")
 	})
 	placed := time.Since(moved)
 	time.Sleep(2 * time.Second)
