@@ -204,7 +204,7 @@ func moveGuest(t *testing.T, g *guest.Guest, from, to *testutil.NetNS, bridge st
 func guardCount(t *testing.T, d *harness.Daemon, reason string) int {
 	t.Helper()
 	total := 0
-	for _, m := range regexp.MustCompile(`\b` + regexp.QuoteMeta(reason) + `=(\d+)`).FindAllStringSubmatch(d.MustCtl("inspect", "map", "pv_counters_v3"), -1) {
+	for _, m := range regexp.MustCompile(`\b`+regexp.QuoteMeta(reason)+`=(\d+)`).FindAllStringSubmatch(d.MustCtl("inspect", "map", "pv_counters_v3"), -1) {
 		n, _ := strconv.Atoi(m[1])
 		total += n
 	}

@@ -32,7 +32,7 @@ func TestEntries(t *testing.T) {
 	}
 	leases := []lease{
 		{name: "a", network: "net", node: "n2", mac: "52:54:00:00:00:02", ip: ip("10.50.0.52")},
-		{name: "b", network: "net", node: "n1", mac: "52:54:00:00:00:01", ip: ip("10.50.0.11")},   // local
+		{name: "b", network: "net", node: "n1", mac: "52:54:00:00:00:01", ip: ip("10.50.0.11")},  // local
 		{name: "c", network: "other", node: "n3", mac: "52:54:00:00:00:09", ip: ip("10.60.0.9")}, // not on the overlay
 		{name: "d", network: "net", node: "n4", mac: "52:54:00:00:00:04", ip: ip("10.50.0.94")},  // not Ready
 		{name: "e", network: "net", node: "n3", mac: "52:54:00:00:00:0e", ip: gw},                // claims the gateway
