@@ -112,7 +112,9 @@ func ovFDB(t *testing.T, n *ovNode) []string {
 // each tunnel holds an FDB entry per remote MAC and a neighbour entry per
 // remote address, the guests ping each other across the tunnels with
 // their ARP answered by their own node, and each resolves the shared
-// gateway to its own node's bridge; DHCP, DHCPv6 and tagged DHCP from
+// gateway to its own node's bridge; with IPv6 addresses their ports give,
+// they ping each other with no neighbour solicitation crossing, and the
+// ports' entries go with them; DHCP, DHCPv6 and tagged DHCP from
 // node 2 never reach nodes 1 and 3 while other broadcasts (tagged too)
 // do; the overlay reports its VTEPs; a lease that ends takes its entries;
 // deleting the segments removes the tunnels.
@@ -339,6 +341,94 @@ spec: {network: ov-net, macAddress: "%[2]s", ipAddress: %[3]s}`, n.name, n.gMAC,
 	if n := crossed(arpFor(gw)); n != 0 {
 		t.Errorf("%d ARP frames for the gateway crossed a tunnel", n)
 	}
+
+	// IPv6: ports give the guests addresses; their PortSecurity status
+	// (which a node's guard writes; no guard runs here, so it is written
+	// by hand) places each port on its node's segment. Each tunnel answers
+	// neighbour solicitations for the remote addresses, and none crosses.
+	v6 := func(n *ovNode) string { return fmt.Sprintf("fd50::%s", n.name[1:]) }
+	var ports []string
+	for _, n := range nodes {
+		if out, err := n.guest.Exec("ip", "-6", "addr", "add", v6(n)+"/64", "dev", "eth0", "nodad"); err != nil {
+			t.Fatalf("IPv6 address on %s: %v: %s", n.name, err, out)
+		}
+		ports = append(ports, fmt.Sprintf(`apiVersion: pivirt.hu/v1
+kind: PortSecurity
+metadata: {name: ov-ps-%[1]s, labels: {pivirt.hu/node: %[1]s}}
+spec: {interface: g-%[1]s, macAddress: "%[2]s", ipv6Addresses: ["%[3]s"]}`, n.name, n.gMAC, v6(n)))
+	}
+	ovApply(t, ctx, st, ix, strings.Join(ports, "\n---\n"))
+	for _, n := range nodes {
+		o, err := st.Get(ctx, pivirtv1.KindPortSecurity, "ov-ps-"+n.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reconcile.SetStatus(ctx, st, ix, o, map[string]string{"segment": "ov-seg-" + n.name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 20*time.Second, "every tunnel has the two remote IPv6 addresses", func() bool {
+		if err := ovPass(ctx, nodes); err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			neigh := ovNeigh(t, n)
+			for _, o := range nodes {
+				if slices.Contains(neigh, v6(o)+" lladdr "+o.gMAC) != (o != n) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	isNS := func(p gopacket.Packet) bool {
+		i, ok := p.Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6)
+		return ok && i.TypeCode.Type() == layers.ICMPv6TypeNeighborSolicitation
+	}
+	isEcho6 := func(p gopacket.Packet) bool {
+		i, ok := p.Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6)
+		return ok && i.TypeCode.Type() == layers.ICMPv6TypeEchoRequest
+	}
+	for _, c := range caps {
+		c.reset()
+	}
+	for _, pair := range [][2]int{{0, 2}, {1, 0}} {
+		a, b := nodes[pair[0]], nodes[pair[1]]
+		if out, err := a.guest.Exec("ping", "-6", "-c", "2", "-W", "2", "-i", "0.2", v6(b)); err != nil {
+			t.Errorf("ping %s -> %s: %v\n%s", v6(a), v6(b), err, out)
+		}
+		if out, _ := a.guest.Exec("ip", "-6", "neigh", "show", v6(b), "dev", "eth0"); !strings.Contains(string(out), "lladdr "+b.gMAC) {
+			t.Errorf("%s resolved %s to %q, want %s", v6(a), v6(b), out, b.gMAC)
+		}
+	}
+	if n := crossed(isEcho6); n < 4 {
+		t.Errorf("%d ICMPv6 echo requests seen in the tunnels, want the 4 of the pings at least", n)
+	}
+	if n := crossed(isNS); n != 0 {
+		t.Errorf("%d neighbour solicitations crossed a tunnel; want none (answered by the asking node)", n)
+	}
+	// The ports go: so do their addresses' entries.
+	if _, err := ix.Update(ctx, st, admission.Options{Clustered: true, Privileged: true}, func(b *admission.Batch) error {
+		for _, n := range nodes {
+			if _, err := b.Delete(pivirtv1.KindPortSecurity, "ov-ps-"+n.name, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the IPv6 entries gone with the ports", func() bool {
+		if err := ovPass(ctx, nodes); err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if slices.ContainsFunc(ovNeigh(t, n), func(s string) bool { return strings.HasPrefix(s, "fd50:") }) {
+				return false
+			}
+		}
+		return true
+	})
 
 	// DHCP stays on its node: a broadcast to port 67 from g2 reaches n2's
 	// bridge but not g1 or g3, while one to port 9067 reaches them.
