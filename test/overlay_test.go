@@ -858,6 +858,9 @@ spec: {network: ove-net, macAddress: "52:54:00:51:00:06", ipAddress: 10.51.0.48,
 	// to n3's bridge, its dhclient INIT-REBOOTs there (n3 ACKs it and
 	// re-homes the lease); n1's and n2's FDBs then point at n3's VTEP and
 	// the pings come back.
+	if out, err := g2.NS.Exec("ping", "-c", "1", "-W", "2", "10.51.0.1"); err != nil {
+		t.Errorf("g2 cannot ping its gateway on n2: %v\n%s", err, out)
+	}
 	p := startPing(t, g1.NS, a2.String(), 600)
 	time.Sleep(time.Second)
 	guest.KillPidFile(filepath.Join(g2.Dir, "pid"))
@@ -880,4 +883,19 @@ spec: {network: ove-net, macAddress: "52:54:00:51:00:06", ipAddress: 10.51.0.48,
 	if out, err := g1.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", a2.String()); err != nil {
 		t.Errorf("g1 cannot ping g2 on n3: %v\n%s", err, out)
 	}
+	// The gateway's address is the same on n3; until g2 re-resolves it,
+	// its frames go to n2's bridge MAC, flooded through the tunnels
+	// (no FDB entry names a bridge), and n2 answers.
+	if out, err := g2.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", "10.51.0.1"); err != nil {
+		t.Errorf("g2 on n3 cannot ping the gateway: %v\n%s", err, out)
+	}
+	out, _ := g2.NS.Exec("ip", "neigh", "show", "10.51.0.1")
+	brs := map[string]string{}
+	for i, n := range nodes {
+		b, _ := n.ns.Exec("ip", "-br", "link", "show", "br-ov")
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			brs[f[2]] = fmt.Sprintf("n%d", i+1)
+		}
+	}
+	t.Logf("g2's gateway entry after the move: %s (bridges: %v)", bytes.TrimSpace(out), brs)
 }
