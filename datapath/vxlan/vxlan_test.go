@@ -12,9 +12,11 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"pivirt.hu/dataplane/test/testutil"
 )
@@ -249,6 +251,72 @@ func TestPrivilegedSupported(t *testing.T) {
 		}
 		if err != nil && !errors.Is(err, ErrUnsupported) {
 			t.Errorf("%s: %v does not wrap ErrUnsupported", tc.kind, err)
+		}
+	}
+}
+
+// TestPrivilegedEnsureRepairs: Ensure recreates a device made without
+// proxy mode (the kernel does not change it in place), and replaces a
+// DHCP filter whose program is not this build's (another tag).
+func TestPrivilegedEnsureRepairs(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireBPF(t)
+	ns := testutil.NewNetNS(t)
+	h, err := netlink.NewHandleAt(ns.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br-t"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Overlay: "ov-t", VNI: 78, Port: 4789, Local: netip.MustParseAddr("10.99.1.1"), MTU: 1450, Bridge: "br-t"}
+	old := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: DevName(78)}, VxlanId: 78, Port: 4789, SrcAddr: cfg.Local.AsSlice()}
+	if err := h.LinkAdd(old); err != nil {
+		t.Fatal(err)
+	}
+	oldDev, err := h.LinkByName(DevName(78))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An older filter: same name, a program that passes everything.
+	stale, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: FilterName, Type: ebpf.SchedCLS, License: "Apache-2.0",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	testutil.SkipIfNotSupported(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stale.Close()
+	idx, err := Ensure(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := h.LinkByIndex(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idx == oldDev.Attrs().Index || !dev.(*netlink.Vxlan).Proxy {
+		t.Errorf("device %d (proxy %v) after Ensure on a device without proxy (%d): want a new one with proxy", idx, dev.(*netlink.Vxlan).Proxy, oldDev.Attrs().Index)
+	}
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		f := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: parent, Handle: netlink.MakeHandle(0, 1),
+			Protocol: unix.ETH_P_ALL, Priority: 1}, Fd: stale.FD(), Name: FilterName, DirectAction: true}
+		if err := h.FilterReplace(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := HasDHCPFilter(h, 78); err != nil || ok {
+		t.Fatalf("HasDHCPFilter with an older program = %v, %v; want false", ok, err)
+	}
+	if again, err := Ensure(h, cfg); err != nil || again != idx {
+		t.Fatalf("Ensure = %d, %v; want the same device %d", again, err, idx)
+	}
+	if ok, err := HasDHCPFilter(h, 78); err != nil || !ok {
+		t.Errorf("HasDHCPFilter after Ensure = %v, %v; want this build's filter back", ok, err)
+	}
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		if fs, err := h.FilterList(dev, parent); err != nil || len(fs) != 1 {
+			t.Errorf("filters on parent %x: %v, %v; want one", parent, fs, err)
 		}
 	}
 }
