@@ -600,7 +600,8 @@ func ipCmd(args ...string) ([]byte, error) {
 // PortSecurity alone and reached from n2, and its entries go when the
 // PortSecurity does; a lease's entries go when it expires. g2 moves to n3
 // under a running ping: the ping recovers and n1's and n2's FDBs place
-// g2 behind n3.
+// g2 behind n3, and it still reaches the gateway. n3 leaves the overlay:
+// nothing on n1 and n2 points at it any more.
 //
 // The underlay is routed: each node has its own subnet to the underlay
 // namespace, which forwards between them and runs etcd.
@@ -883,9 +884,9 @@ spec: {network: ove-net, macAddress: "52:54:00:51:00:06", ipAddress: 10.51.0.48,
 	if out, err := g1.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", a2.String()); err != nil {
 		t.Errorf("g1 cannot ping g2 on n3: %v\n%s", err, out)
 	}
-	// The gateway's address is the same on n3; until g2 re-resolves it,
-	// its frames go to n2's bridge MAC, flooded through the tunnels
-	// (no FDB entry names a bridge), and n2 answers.
+	// The gateway's address is the same on n3; until g2 re-resolves it
+	// (its dhclient may have), its frames go to n2's bridge MAC, flooded
+	// through the tunnels (no FDB entry names a bridge), and n2 answers.
 	if out, err := g2.NS.Exec("ping", "-c", "2", "-W", "2", "-i", "0.2", "10.51.0.1"); err != nil {
 		t.Errorf("g2 on n3 cannot ping the gateway: %v\n%s", err, out)
 	}
@@ -898,4 +899,18 @@ spec: {network: ove-net, macAddress: "52:54:00:51:00:06", ipAddress: 10.51.0.48,
 		}
 	}
 	t.Logf("g2's gateway entry after the move: %s (bridges: %v)", bytes.TrimSpace(out), brs)
+
+	// n3 leaves the overlay (its segment is deleted): n1 and n2 stop
+	// flooding to it, and g2's MAC and address, placed on n3, go too.
+	if _, errOut, err := nodes[0].ctl(t, "", "delete", "segment", "ove-n3"); err != nil {
+		t.Fatalf("delete segment ove-n3: %v: %s", err, errOut)
+	}
+	waitFor(t, 20*time.Second, "nothing on n1 and n2 points at n3", func() bool {
+		for _, n := range nodes[:2] {
+			if strings.Contains(fdb(n), "dst 10.99.3.1 ") || strings.Contains(neigh(n), a2.String()+" ") {
+				return false
+			}
+		}
+		return strings.Contains(fdb(nodes[0]), "00:00:00:00:00:00 dst 10.99.2.1 ")
+	})
 }
