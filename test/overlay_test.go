@@ -913,4 +913,10 @@ spec: {network: ove-net, macAddress: "52:54:00:51:00:06", ipAddress: 10.51.0.48,
 		}
 		return strings.Contains(fdb(nodes[0]), "00:00:00:00:00:00 dst 10.99.2.1 ")
 	})
+
+	// Over the whole test (the move's INIT-REBOOT and re-resolutions
+	// included), no DHCP and no ARP crossed a tunnel, while pings did.
+	if n, arp, icmp := crossed(isDHCP), crossed(isARP), crossed(isICMPv4); n != 0 || arp != 0 || icmp < 40 {
+		t.Errorf("in the tunnels over the test: %d DHCP and %d ARP frames (want none), %d ICMP (want the pings')", n, arp, icmp)
+	}
 }
