@@ -202,6 +202,12 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		Func:    guards.Reconcile,
 		Changes: guards.Changes,
 	}
+	// Every node's objects: the FDB and neighbour entries follow the other
+	// nodes' VTEPs (their segments' status), leases and ports; a pass
+	// runs when the next lease they hold expires.
+	overlayLoop := &reconcile.Loop{ID: "overlay", Cache: cache, AllNodes: true, Log: d.log, Kinds: overlay.Kinds, React: overlay.React,
+		Func: overlays.Reconcile}
+	overlays.Wake = overlayLoop.Trigger
 	return []Controller{
 		cache,
 		&reconcile.Loop{
@@ -210,10 +216,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 			React: reconcile.Unless(reconcile.StatusOnly, segment.Renewal),
 			Func:  segments.Reconcile,
 		},
-		// Every node's objects: the FDB follows the other nodes' VTEPs
-		// (their segments' status) and leases.
-		&reconcile.Loop{ID: "overlay", Cache: cache, AllNodes: true, Log: d.log, Kinds: overlay.Kinds, React: overlay.React,
-			Func: overlays.Reconcile},
+		overlayLoop,
 		guardLoop,
 		controllerFunc{"guard-status", guards.RunStatus},
 		&reconcile.Loop{
