@@ -188,6 +188,9 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	d.reg.MustRegister(guards, d.dhcp, collisions)
 	cache := reconcile.NewCache(d.store, d.log)
 	cache.Node = d.cfg.Node
+	// On etcd a node lists and watches the leases of its networks only;
+	// the API lists every node's from etcd itself.
+	cache.Scoped = d.cfg.Store == "etcd"
 	d.nat = externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
 		NoRedirect: !d.cfg.NATRedirect})
 	guardLoop := &reconcile.Loop{
