@@ -40,7 +40,9 @@ func (s *Store) ListScope(ctx context.Context, networks []string) ([]*pivirtv1.O
 			return nil, 0, fmt.Errorf("listing %s..%s: %w", r.start, r.end, err)
 		}
 		kvs = append(kvs, resp.Kvs...)
-		rev = resp.Header.Revision
+		if rev == 0 {
+			rev = resp.Header.Revision // a read at an older revision answers with the newest in its header
+		}
 	}
 	out, err := filterSort(kvs, nil, nil)
 	return out, rev, err
