@@ -82,6 +82,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	d.store = st
 	defer st.Close()
+	if es, ok := st.(*etcd.Store); ok {
+		d.reg.MustRegister(es)
+	}
 
 	// Closing the loader drops only Go handles: pinned maps and links, and
 	// so enforcement, outlive the daemon.

@@ -67,6 +67,8 @@ type Store struct {
 	cancel context.CancelFunc
 	// migrated: ListScope moved leases of the old layout already.
 	migrated atomic.Bool
+	// What the watches received: events, and bytes of keys and values.
+	watchEvents, watchBytes atomic.Uint64
 }
 
 var _ store.Store = (*Store)(nil)

@@ -86,6 +86,8 @@ func (s *Store) watch(ctx context.Context, fromRev int64, ranges []keyRange) (<-
 					return // compacted or cancelled
 				}
 				for _, ev := range resp.Events {
+					s.watchEvents.Add(1)
+					s.watchBytes.Add(uint64(kvBytes(ev.Kv) + kvBytes(ev.PrevKv)))
 					e, err := convert(ev)
 					if err != nil {
 						return
@@ -105,6 +107,13 @@ func (s *Store) watch(ctx context.Context, fromRev int64, ranges []keyRange) (<-
 		close(out)
 	}()
 	return out, nil
+}
+
+func kvBytes(kv *mvccpb.KeyValue) int {
+	if kv == nil {
+		return 0
+	}
+	return len(kv.Key) + len(kv.Value)
 }
 
 func convert(ev *clientv3.Event) (store.Event, error) {
