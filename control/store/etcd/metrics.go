@@ -22,3 +22,9 @@ func (s *Store) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(watchEventsDesc, prometheus.CounterValue, float64(s.watchEvents.Load()))
 	ch <- prometheus.MustNewConstMetric(watchBytesDesc, prometheus.CounterValue, float64(s.watchBytes.Load()))
 }
+
+// WatchStats returns what this Store's watches received so far: events,
+// and bytes of their keys and values.
+func (s *Store) WatchStats() (events, bytes uint64) {
+	return s.watchEvents.Load(), s.watchBytes.Load()
+}
