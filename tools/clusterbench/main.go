@@ -40,6 +40,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store"
@@ -165,7 +166,7 @@ func startEtcd(dir string) (func(), error) {
 		return nil, fmt.Errorf("starting etcd: %w", err)
 	}
 	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logf.Close() }
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		stop()
 		return nil, err
