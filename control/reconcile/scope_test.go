@@ -210,3 +210,46 @@ func TestLeaseLayout(t *testing.T) {
 		t.Fatalf("the old key is still there (%v)", err)
 	}
 }
+
+// TestScopeNetworks: which lease networks a node needs, from the cluster's
+// segments.
+func TestScopeNetworks(t *testing.T) {
+	overlaid := func(o *pivirtv1.Object, overlay string) *pivirtv1.Object {
+		var s pivirtv1.NetworkSegmentSpec
+		_ = json.Unmarshal(o.Spec, &s)
+		s.Overlay = overlay
+		o.Spec, _ = json.Marshal(s)
+		return o
+	}
+	tests := []struct {
+		name string
+		node string
+		segs []*pivirtv1.Object
+		want []string
+	}{
+		{"no segments", "n1", nil, nil},
+		{"own network on two nodes, not the other's",
+			"n1", []*pivirtv1.Object{segmentOn("a1", "n1", "br-a1", "net-a"), segmentOn("a2", "n2", "br-a2", "net-a"), segmentOn("b2", "n2", "br-b2", "net-b")},
+			[]string{"br-a1", "br-a2", "net-a"}},
+		{"an unplaced segment is every node's",
+			"n1", []*pivirtv1.Object{segmentOn("u", "", "br-u", "net-u"), segmentOn("b2", "n2", "br-b2", "net-b")},
+			[]string{"br-u", "net-u"}},
+		{"without a networkRef a segment is a network of its own",
+			"n1", []*pivirtv1.Object{segmentOn("s1", "n1", "br-s1", ""), segmentOn("s2", "n2", "br-s2", "")},
+			[]string{"br-s1"}},
+		{"the other segments of an overlay its segment rides on",
+			"n1", []*pivirtv1.Object{overlaid(segmentOn("o1", "n1", "br-o1", "net-o1"), "ov"), overlaid(segmentOn("o2", "n2", "br-o2", "net-o2"), "ov"),
+				overlaid(segmentOn("p2", "n2", "br-p2", "net-p2"), "other")},
+			[]string{"br-o1", "br-o2", "net-o1", "net-o2"}},
+		{"no node (one node's store): every segment",
+			"", []*pivirtv1.Object{segmentOn("a1", "n1", "br-a1", "net-a"), segmentOn("b2", "n2", "br-b2", "net-b")},
+			[]string{"br-a1", "br-b2", "net-a", "net-b"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ScopeNetworks(tc.segs, tc.node, decodeSpec); !slices.Equal(got, tc.want) {
+				t.Errorf("ScopeNetworks = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
