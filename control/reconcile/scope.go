@@ -15,7 +15,10 @@ import (
 // unplaced) and of the overlays its segments ride on. Their leases are
 // what its DHCP servers, guard, collision reports and overlay FDB read;
 // the leases of networks it has no segment on are not. Sorted, without
-// duplicates.
+// duplicates. A dynamic lease names its node's bridge, and bridge names
+// are only unique per node: where another node uses the same bridge name
+// for a network this node does not serve, its leases come along (more
+// than needed, never less).
 func ScopeNetworks(segs []*pivirtv1.Object, node string, decode func(*pivirtv1.Object) (pivirtv1.Spec, error)) []string {
 	type seg struct {
 		spec   *pivirtv1.NetworkSegmentSpec
