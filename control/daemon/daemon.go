@@ -82,6 +82,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	d.store = st
 	defer st.Close()
+	if es, ok := st.(*etcd.Store); ok {
+		d.reg.MustRegister(es)
+	}
 
 	// Closing the loader drops only Go handles: pinned maps and links, and
 	// so enforcement, outlive the daemon.
@@ -188,6 +191,9 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	d.reg.MustRegister(guards, d.dhcp, collisions)
 	cache := reconcile.NewCache(d.store, d.log)
 	cache.Node = d.cfg.Node
+	// On etcd a node lists and watches the leases of its networks only;
+	// the API lists every node's from etcd itself.
+	cache.Scoped = d.cfg.Store == "etcd"
 	d.nat = externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
 		NoRedirect: !d.cfg.NATRedirect})
 	guardLoop := &reconcile.Loop{

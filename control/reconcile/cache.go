@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,6 +27,10 @@ type Cache struct {
 	// on another node (label pivirt.hu/node naming it), which that node
 	// realizes. Objects without the label are every node's.
 	Node string
+	// Scoped: on a store.Scoped store, list and watch only the leases of
+	// the networks ScopeNetworks names (and every other object), so a
+	// node of a cluster does not receive every node's leases.
+	Scoped bool
 
 	mu     sync.RWMutex
 	objs   map[string]map[string]*pivirtv1.Object // kind -> name -> object
@@ -131,30 +137,66 @@ func (c *Cache) snapshotLocked(kinds []string, all bool) Snapshot {
 }
 
 // Run keeps the cache in step with the store until ctx is done,
-// re-listing when the watch falls behind or ends.
+// re-listing when the watch falls behind or ends, or, when Scoped, when
+// the networks in scope change.
 func (c *Cache) Run(ctx context.Context) error {
+	scoped, _ := c.Store.(store.Scoped)
+	if !c.Scoped {
+		scoped = nil
+	}
 	first := true
+	var nets []string
 	for ctx.Err() == nil {
-		objs, rev, err := c.Store.List(ctx, "", nil)
+		var objs []*pivirtv1.Object
+		var rev int64
+		var err error
+		if scoped != nil {
+			objs, rev, err = scoped.ListScope(ctx, nets)
+		} else {
+			objs, rev, err = c.Store.List(ctx, "", nil)
+		}
 		if err != nil {
 			return fmt.Errorf("listing store: %w", err)
 		}
 		c.replace(objs, rev)
+		if scoped != nil {
+			if now := c.scope(); !slices.Equal(now, nets) {
+				nets = now // the segments listed widen or narrow the scope: list it
+				continue
+			}
+		}
 		if first {
 			close(c.synced)
 			first = false
 		}
-		watch, err := c.Store.Watch(ctx, rev)
+		wctx, cancel := context.WithCancel(ctx)
+		var watch <-chan store.Event
+		if scoped != nil {
+			watch, err = scoped.WatchScope(wctx, rev, nets)
+		} else {
+			watch, err = c.Store.Watch(wctx, rev)
+		}
 		if errors.Is(err, store.ErrCompacted) {
+			cancel()
 			continue
 		}
 		if err != nil {
+			cancel()
 			return fmt.Errorf("watching store: %w", err)
 		}
+		rescope := false
 		for ev := range watch {
 			c.apply(ev)
+			if scoped != nil && !rescope && ev.Object.Kind == pivirtv1.KindNetworkSegment {
+				if now := c.scope(); !slices.Equal(now, nets) {
+					c.Log.Info("networks in scope changed; re-listing", "networks", now, "rev", c.revision())
+					nets, rescope = now, true
+					cancel() // drains the watch, then re-lists
+				}
+			}
 		}
-		if ctx.Err() == nil {
+		cancel()
+		if ctx.Err() == nil && !rescope {
 			c.Log.Info("store watch ended; re-listing", "rev", c.revision())
 			if !sleep(ctx, 100*time.Millisecond) {
 				return nil
@@ -162,6 +204,11 @@ func (c *Cache) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// scope is ScopeNetworks of the cached segments.
+func (c *Cache) scope() []string {
+	return ScopeNetworks(c.SnapshotAll([]string{pivirtv1.KindNetworkSegment}).Of(pivirtv1.KindNetworkSegment), c.Node, c.decode)
 }
 
 // decode returns o's defaulted spec, decoding it once per stored version:
@@ -220,6 +267,9 @@ func (c *Cache) apply(ev store.Event) {
 	old := c.objs[ev.Object.Kind][ev.Object.Metadata.Name]
 	queues := c.queues
 	c.mu.RUnlock()
+	if old != nil && stale(ev, old) {
+		return
+	}
 	ch := Change{Type: ev.Type, Object: ev.Object, Old: old, cache: c, memo: &decoded{}}
 	// Queue filters run before the change is cached, so that a Delta,
 	// taken under the lock, never sees a cached change its queue lacks.
@@ -258,6 +308,18 @@ func (c *Cache) apply(ev store.Event) {
 			notify(s.ch)
 		}
 	}
+}
+
+// stale reports whether ev is older than the cached version of its
+// object, which a scoped watch can deliver: a lease that moved between
+// two watched networks comes as a create under its new key and a delete
+// under its old one, at the same revision, in either order.
+func stale(ev store.Event, cached *pivirtv1.Object) bool {
+	have, err := strconv.ParseInt(cached.Metadata.ResourceVersion, 10, 64)
+	if err != nil {
+		return false
+	}
+	return ev.Revision < have || ev.Type == store.Deleted && ev.Revision == have
 }
 
 func (c *Cache) put(o *pivirtv1.Object) {
