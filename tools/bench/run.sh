@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # make bench: every benchmark of BENCHMARKS.md, peers in the same run.
-# Parts (BENCH_PARTS, default all): control, testrun, dhcp, dhcp-load, guard, nat, vm.
+# Parts (BENCH_PARTS, default all): control, testrun, dhcp, dhcp-load, guard, nat, vm,
+# overlay.
 #   control  tools/applybench: 10,000 DHCPLeases through pivirtctl, single
 #            apply latency, apply-to-map latency (a reservation, a
 #            PortSecurity, polled in the pinned maps), pivirtd RSS
@@ -20,13 +21,17 @@
 #            QEMU (TCG) guest through its ExternalIP, with the guard and
 #            ACL on its tap and without, alternating on one guest; the
 #            ratio is the figure (TCG makes the absolute one meaningless)
+#   overlay  tools/overlaybench: two pivirtd on etcd, guests on one
+#            OverlayNetwork: iperf3 TCP and 64-byte UDP guest to guest
+#            across the VXLAN tunnel vs on one bridge (alternating
+#            rounds, ratio), and lease-to-FDB latency on the other node
 # Raw output goes to $OUT (default /tmp/pivirt-bench.<time>); root needed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 SHARED=${SHARED:-$(cd "$ROOT/../shared/bench" && pwd)}
 OUT=${OUT:-/tmp/pivirt-bench.$(date +%Y%m%d-%H%M%S)}
-PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat vm"}
+PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat vm overlay"}
 mkdir -p "$OUT"
 [ "$(id -u)" -eq 0 ] || { echo "make bench needs root (namespaces, eBPF)" >&2; exit 1; }
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -69,5 +74,9 @@ if part vm; then
 	say "VM: TCP from a TCG guest, guard + ACL on its tap vs none (BenchmarkVMGuard)"
 	go test -count=1 -run '^$' -bench '^BenchmarkVMGuard$' -benchtime 1x -timeout 15m ./test 2>&1 | tee "$OUT/vm.txt" |
 		grep -E '^(Benchmark|ok|FAIL)|vm_(bench_)?test.go' | tee -a "$OUT/summary.txt"
+fi
+if part overlay; then
+	say "overlay: VXLAN tunnel vs one bridge, lease-to-FDB latency (tools/overlaybench)"
+	go run ./tools/overlaybench -pivirtd bin/pivirtd -pivirtctl bin/pivirtctl -out "$OUT/overlay" 2>"$OUT/overlay.log" | tee -a "$OUT/summary.txt"
 fi
 echo "raw results in $OUT"
