@@ -85,7 +85,7 @@ func main() {
 	flag.StringVar(&c.pivirtd, "pivirtd", "bin/pivirtd", "pivirtd binary")
 	flag.StringVar(&c.pivirtctl, "pivirtctl", "bin/pivirtctl", "pivirtctl binary")
 	flag.StringVar(&c.out, "out", "", "directory for raw results (default: a temporary one, kept)")
-	flag.IntVar(&c.rounds, "rounds", 6, "A/B rounds (each: tunnel and bridge, ABBA order)")
+	flag.IntVar(&c.rounds, "rounds", 10, "A/B rounds (each: tunnel and bridge, ABBA order)")
 	flag.DurationVar(&c.dur, "duration", 5*time.Second, "iperf3 run length")
 	flag.StringVar(&c.udpRate, "udp-rate", "0", "iperf3 -b of the 64-byte UDP runs (0: as fast as the sender's core allows)")
 	flag.IntVar(&c.leases, "leases", 200, "DHCPLeases timed from apply to the FDB entry on the other node")

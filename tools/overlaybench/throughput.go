@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,19 +41,28 @@ type sample struct {
 	UDPDevRx   uint64  // packets gb's interface received (socket drops included)
 	UDPUnderTx uint64  // packets n1's underlay sent (≈ UDPDevRx across the tunnel, ≈ 0 on one bridge)
 	UDPBusy    float64 // busy cores of the machine during the run
-	UDPCPU     float64 // CPU seconds of the bench's tasks during the run
-	UDPSoftirq float64 // softirq CPU seconds of the machine during the run (/proc/stat)
-	IdleBusy   float64 // busy cores in the second before the round: the other tenants
-	Load1      float64 // /proc/loadavg before the round
+	UDPCPU     float64 // CPU seconds of the bench's tasks during the run, the sum of:
+	UDPClient  float64 //   the iperf3 client's (its rusage)
+	UDPServer  float64 //   the iperf3 server's (/proc/PID/stat)
+	UDPKsoft   float64 //   the ksoftirqd threads' (/proc/PID/stat)
+	// iperf3's own view of its processes' CPU (cpu_utilization_percent
+	// times the run length), a check on UDPClient and UDPServer.
+	UDPIperfClient, UDPIperfServer float64
+	UDPSoftirq                     float64 // softirq CPU seconds of the machine during the run (/proc/stat)
+	IdleBusy                       float64 // busy cores in the second before the round: the other tenants
+	Load1                          float64 // /proc/loadavg before the round
 }
 
 // nsPerPacket is the bench's CPU time per packet that reached gb's
 // interface.
-func (s sample) nsPerPacket() float64 {
+func (s sample) nsPerPacket() float64 { return perPkt(s, s.UDPCPU) }
+
+// perPkt is CPU seconds per packet that reached gb's interface, in ns.
+func perPkt(s sample, cpu float64) float64 {
 	if s.UDPDevRx == 0 {
 		return 0
 	}
-	return s.UDPCPU * 1e9 / float64(s.UDPDevRx)
+	return cpu * 1e9 / float64(s.UDPDevRx)
 }
 
 // place plugs gb into the node mode asks for: a new veth pair (as a VM
@@ -207,6 +217,9 @@ func (b *bench) measure(ctx context.Context, mode string, round int) (sample, er
 	// Over the iperf3 process's wall time, which is the run plus its
 	// start and end (a few ms).
 	s.UDPBusy, s.UDPCPU, s.UDPSoftirq = udpRun.busy/udpRun.wall, udpRun.cpu, udpRun.softirq
+	s.UDPClient, s.UDPServer, s.UDPKsoft = udpRun.client, udpRun.server, udpRun.ksoftirqd
+	s.UDPIperfClient = udp.End.CPU.HostTotal / 100 * s.UDPSecs
+	s.UDPIperfServer = udp.End.CPU.RemoteTotal / 100 * s.UDPSecs
 	return s, nil
 }
 
@@ -222,16 +235,21 @@ type iperfResult struct {
 			Bytes         uint64  `json:"bytes"`
 			BitsPerSecond float64 `json:"bits_per_second"`
 		} `json:"sum_received"`
+		CPU struct {
+			HostTotal   float64 `json:"host_total"`
+			RemoteTotal float64 `json:"remote_total"`
+		} `json:"cpu_utilization_percent"`
 	} `json:"end"`
 	Error string `json:"error"`
 }
 
 // cost is what one iperf3 run cost.
 type cost struct {
-	wall    float64 // seconds
-	busy    float64 // the machine's busy CPU seconds
-	softirq float64 // of which softirq
-	cpu     float64 // the bench's CPU seconds (benchCPU and the client's)
+	wall                      float64 // seconds
+	busy                      float64 // the machine's busy CPU seconds
+	softirq                   float64 // of which softirq
+	cpu                       float64 // the bench's CPU seconds: client + server + ksoftirqd
+	client, server, ksoftirqd float64
 }
 
 // iperf runs the iperf3 client in ga on core 0 (the server in gb is on
@@ -242,7 +260,7 @@ func (b *bench) iperf(ctx context.Context, tag string, res *iperfResult, args ..
 	if err != nil {
 		return r, err
 	}
-	t0, err := b.benchCPU()
+	srv0, ks0, err := b.benchCPU()
 	if err != nil {
 		return r, err
 	}
@@ -255,7 +273,7 @@ func (b *bench) iperf(ctx context.Context, tag string, res *iperfResult, args ..
 	out, err := cmd.CombinedOutput()
 	r.wall = time.Since(w0).Seconds()
 	m1, merr := readCPU()
-	t1, terr := b.benchCPU()
+	srv1, ks1, terr := b.benchCPU()
 	if werr := os.WriteFile(filepath.Join(b.c.out, "iperf3-"+tag+".json"), out, 0o644); werr != nil && err == nil {
 		err = werr
 	}
@@ -277,7 +295,8 @@ func (b *bench) iperf(ctx context.Context, tag string, res *iperfResult, args ..
 	}
 	client := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	r.busy, r.softirq = float64(m1.busy-m0.busy)/userHZ, float64(m1.softirq-m0.softirq)/userHZ
-	r.cpu = float64(t1-t0)/userHZ + client.Seconds()
+	r.client, r.server, r.ksoftirqd = client.Seconds(), float64(srv1-srv0)/userHZ, float64(ks1-ks0)/userHZ
+	r.cpu = r.client + r.server + r.ksoftirqd
 	return r, nil
 }
 
@@ -288,16 +307,18 @@ func (b *bench) iperf(ctx context.Context, tag string, res *iperfResult, args ..
 // that task's time, and softirq work deferred to ksoftirqd is its; so the
 // client's, the server's and ksoftirqd's time hold nearly all the path's
 // cost, and little of the other tenants'.
-func (b *bench) benchCPU() (uint64, error) {
-	var sum uint64
-	for _, pid := range append([]int{b.serverPID}, b.ksoftirqd...) {
+func (b *bench) benchCPU() (server, ksoftirqd uint64, err error) {
+	if server, err = taskTicks(b.serverPID); err != nil {
+		return 0, 0, err
+	}
+	for _, pid := range b.ksoftirqd {
 		v, err := taskTicks(pid)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		sum += v
+		ksoftirqd += v
 	}
-	return sum, nil
+	return server, ksoftirqd, nil
 }
 
 // taskTicks is utime+stime of a process from /proc/PID/stat.
@@ -400,7 +421,15 @@ func statOf(v []float64) stat {
 	return stat{med: m, lo: v[0], hi: v[len(v)-1]}
 }
 
-func (s stat) String() string { return fmt.Sprintf("%.3g [%.3g–%.3g]", s.med, s.lo, s.hi) }
+func (s stat) String() string { return fmt.Sprintf("%s [%s–%s]", num(s.med), num(s.lo), num(s.hi)) }
+
+// num prints three significant digits without an exponent below 10^7.
+func num(v float64) string {
+	if math.Abs(v) >= 1000 && math.Abs(v) < 1e7 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
 
 func (b *bench) report(all []sample) {
 	pick := func(mode string, f func(sample) float64) []float64 {
@@ -445,6 +474,11 @@ func (b *bench) report(all []sample) {
 		{"UDP64 kpkts on the underlay", func(s sample) float64 { return float64(s.UDPUnderTx) / s.UDPSecs / 1e3 }},
 		{"UDP64 bench cores", func(s sample) float64 { return s.UDPCPU / s.UDPSecs }},
 		{"UDP64 bench ns CPU/packet", func(s sample) float64 { return s.nsPerPacket() }},
+		{"  of which client ns/packet", func(s sample) float64 { return perPkt(s, s.UDPClient) }},
+		{"  of which server ns/packet", func(s sample) float64 { return perPkt(s, s.UDPServer) }},
+		{"  of which ksoftirqd ns/packet", func(s sample) float64 { return perPkt(s, s.UDPKsoft) }},
+		{"  iperf3's own: client ns/packet", func(s sample) float64 { return perPkt(s, s.UDPIperfClient) }},
+		{"  iperf3's own: server ns/packet", func(s sample) float64 { return perPkt(s, s.UDPIperfServer) }},
 		{"UDP64 machine busy cores", func(s sample) float64 { return s.UDPBusy }},
 		{"UDP64 machine softirq cores", func(s sample) float64 { return s.UDPSoftirq / s.UDPSecs }},
 		{"others' busy cores before", func(s sample) float64 { return s.IdleBusy }},
