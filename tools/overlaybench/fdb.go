@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -122,7 +123,7 @@ func (b *bench) fdbLatency(ctx context.Context) error {
 			return err
 		}
 		rows[i].add = at.Sub(t0)
-		pause(ctx, 30*time.Millisecond)
+		pause(ctx, b.gap())
 	}
 	// A check on the notifications: n2's tunnel holds every entry, to n1's
 	// VTEP, and n1's none (the MACs are local there).
@@ -158,7 +159,7 @@ func (b *bench) fdbLatency(ctx context.Context) error {
 			return err
 		}
 		rows[i].del = at.Sub(t0)
-		pause(ctx, 30*time.Millisecond)
+		pause(ctx, b.gap())
 	}
 
 	f, err := os.Create(filepath.Join(b.c.out, "fdb-latency.tsv"))
@@ -172,12 +173,17 @@ func (b *bench) fdbLatency(ctx context.Context) error {
 		fmt.Fprintf(f, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\n", name(i), leaseMAC(i), msOf(r.applyRet), msOf(r.add), msOf(r.delRet), msOf(r.del))
 		apply, add, del, delRet = append(apply, r.applyRet), append(add, r.add), append(del, r.del), append(delRet, r.delRet)
 	}
-	b.sayf("lease on n1 to FDB entry on n2 (%d DHCPLeases one at a time through n1's API; from the Apply call to the netlink RTM_NEWNEIGH on n2's %s, one process, Go monotonic clock)", n, dev)
+	b.sayf("lease on n1 to FDB entry on n2 (%d DHCPLeases one at a time through n1's API, %s–%s apart; from the Apply call to the netlink RTM_NEWNEIGH on n2's %s, one process, Go monotonic clock)",
+		n, b.c.leaseGap, b.c.leaseGap+100*time.Millisecond, dev)
 	b.sayf("  apply returned     %s", pcts(apply))
 	b.sayf("  FDB entry on n2    %s", pcts(add))
 	b.sayf("  delete returned    %s", pcts(delRet))
 	b.sayf("  FDB entry gone     %s", pcts(del))
 	return nil
+}
+
+func (b *bench) gap() time.Duration {
+	return b.c.leaseGap + rand.N(100*time.Millisecond)
 }
 
 func pause(ctx context.Context, d time.Duration) {

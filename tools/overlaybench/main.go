@@ -78,6 +78,8 @@ type config struct {
 	dur                     time.Duration
 	udpRate                 string
 	leases                  int
+	leaseGap                time.Duration
+	logLevel                string
 }
 
 func main() {
@@ -89,6 +91,9 @@ func main() {
 	flag.DurationVar(&c.dur, "duration", 5*time.Second, "iperf3 run length")
 	flag.StringVar(&c.udpRate, "udp-rate", "0", "iperf3 -b of the 64-byte UDP runs (0: as fast as the sender's core allows)")
 	flag.IntVar(&c.leases, "leases", 200, "DHCPLeases timed from apply to the FDB entry on the other node")
+	flag.DurationVar(&c.leaseGap, "lease-gap", 300*time.Millisecond,
+		"pause after each lease's FDB entry (plus up to 100 ms at random): longer than the overlay loop's 250 ms debounce, so each lease finds the loop idle")
+	flag.StringVar(&c.logLevel, "log-level", "warn", "pivirtd's --log-level (its logs go to -out)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	err := run(ctx, c)
@@ -306,7 +311,7 @@ func (b *bench) setup(ctx context.Context) error {
 		bpffs := filepath.Join(b.dir, node+"-bpffs")
 		d := exec.Command("nsenter", "--net=/run/netns/"+n.ns, "--", b.c.pivirtd,
 			"--store", "etcd", "--etcd-endpoints", etcdURL, "--node", node, "--vtep-address", n.vtep,
-			"--socket", b.socket(node), "--state-dir", filepath.Join(b.dir, node+"-state"), "--bpffs", bpffs, "--log-level", "warn",
+			"--socket", b.socket(node), "--state-dir", filepath.Join(b.dir, node+"-state"), "--bpffs", bpffs, "--log-level", b.c.logLevel,
 			"--listen", apiAddr, "--token-file", tokens)
 		// pivirtd mounts a bpffs on --bpffs: unmounted after it is gone.
 		b.defer_(func() { _ = unix.Unmount(bpffs, unix.MNT_DETACH) })
