@@ -76,11 +76,11 @@ func (b *bench) fdbLatency(ctx context.Context) error {
 					return
 				}
 				at := time.Now()
-				if u.Neigh.LinkIndex != idx || u.Neigh.Family != unix.AF_BRIDGE || !strings.HasPrefix(u.Neigh.HardwareAddr.String(), "52:54:00:cd:") {
+				if u.LinkIndex != idx || u.Family != unix.AF_BRIDGE || !strings.HasPrefix(u.HardwareAddr.String(), "52:54:00:cd:") {
 					continue
 				}
 				select {
-				case events <- fdbEvent{add: u.Type == unix.RTM_NEWNEIGH, mac: u.Neigh.HardwareAddr.String(), at: at}:
+				case events <- fdbEvent{add: u.Type == unix.RTM_NEWNEIGH, mac: u.HardwareAddr.String(), at: at}:
 				case <-done:
 					return
 				}

@@ -460,33 +460,38 @@ func (b *bench) report(all []sample) {
 		return statOf(v)
 	}
 	figures := []struct {
-		name string
-		f    func(sample) float64
+		name    string
+		f       func(sample) float64
+		noRatio bool // the bridge's is about 0
 	}{
-		{"TCP Gbit/s (iperf3 receiver)", func(s sample) float64 { return s.TCPbps / 1e9 }},
-		{"TCP Gbit/s (gb's rx_bytes)", func(s sample) float64 { return float64(s.TCPDevRxB) * 8 / b.c.dur.Seconds() / 1e9 }},
-		{"TCP bench cores", func(s sample) float64 { return s.TCPCPU / s.TCPSecs }},
-		{"TCP bench CPU ms per GB", func(s sample) float64 { return s.TCPCPU * 1e3 / (float64(s.TCPDevRxB) / 1e9) }},
-		{"TCP machine busy cores", func(s sample) float64 { return s.TCPBusy }},
-		{"UDP64 kpps received (iperf3)", func(s sample) float64 { return float64(s.UDPRecv) / s.UDPSecs / 1e3 }},
-		{"UDP64 kpps at gb's interface", func(s sample) float64 { return float64(s.UDPDevRx) / s.UDPSecs / 1e3 }},
-		{"UDP64 kpps sent (iperf3)", func(s sample) float64 { return float64(s.UDPSent) / s.UDPSecs / 1e3 }},
-		{"UDP64 kpkts on the underlay", func(s sample) float64 { return float64(s.UDPUnderTx) / s.UDPSecs / 1e3 }},
-		{"UDP64 bench cores", func(s sample) float64 { return s.UDPCPU / s.UDPSecs }},
-		{"UDP64 bench ns CPU/packet", func(s sample) float64 { return s.nsPerPacket() }},
-		{"  of which client ns/packet", func(s sample) float64 { return perPkt(s, s.UDPClient) }},
-		{"  of which server ns/packet", func(s sample) float64 { return perPkt(s, s.UDPServer) }},
-		{"  of which ksoftirqd ns/packet", func(s sample) float64 { return perPkt(s, s.UDPKsoft) }},
-		{"  iperf3's own: client ns/packet", func(s sample) float64 { return perPkt(s, s.UDPIperfClient) }},
-		{"  iperf3's own: server ns/packet", func(s sample) float64 { return perPkt(s, s.UDPIperfServer) }},
-		{"UDP64 machine busy cores", func(s sample) float64 { return s.UDPBusy }},
-		{"UDP64 machine softirq cores", func(s sample) float64 { return s.UDPSoftirq / s.UDPSecs }},
-		{"others' busy cores before", func(s sample) float64 { return s.IdleBusy }},
-		{"load average (1 min)", func(s sample) float64 { return s.Load1 }},
+		{"TCP Gbit/s (iperf3 receiver)", func(s sample) float64 { return s.TCPbps / 1e9 }, false},
+		{"TCP Gbit/s (gb's rx_bytes)", func(s sample) float64 { return float64(s.TCPDevRxB) * 8 / b.c.dur.Seconds() / 1e9 }, false},
+		{"TCP bench cores", func(s sample) float64 { return s.TCPCPU / s.TCPSecs }, false},
+		{"TCP bench CPU ms per GB", func(s sample) float64 { return s.TCPCPU * 1e3 / (float64(s.TCPDevRxB) / 1e9) }, false},
+		{"TCP machine busy cores", func(s sample) float64 { return s.TCPBusy }, false},
+		{"UDP64 kpps received (iperf3)", func(s sample) float64 { return float64(s.UDPRecv) / s.UDPSecs / 1e3 }, false},
+		{"UDP64 kpps at gb's interface", func(s sample) float64 { return float64(s.UDPDevRx) / s.UDPSecs / 1e3 }, false},
+		{"UDP64 kpps sent (iperf3)", func(s sample) float64 { return float64(s.UDPSent) / s.UDPSecs / 1e3 }, false},
+		{"UDP64 kpps on the underlay", func(s sample) float64 { return float64(s.UDPUnderTx) / s.UDPSecs / 1e3 }, true},
+		{"UDP64 bench cores", func(s sample) float64 { return s.UDPCPU / s.UDPSecs }, false},
+		{"UDP64 bench ns CPU/packet", func(s sample) float64 { return s.nsPerPacket() }, false},
+		{"  of which client ns/packet", func(s sample) float64 { return perPkt(s, s.UDPClient) }, false},
+		{"  of which server ns/packet", func(s sample) float64 { return perPkt(s, s.UDPServer) }, false},
+		{"  of which ksoftirqd ns/packet", func(s sample) float64 { return perPkt(s, s.UDPKsoft) }, false},
+		{"  iperf3's own: client ns/packet", func(s sample) float64 { return perPkt(s, s.UDPIperfClient) }, false},
+		{"  iperf3's own: server ns/packet", func(s sample) float64 { return perPkt(s, s.UDPIperfServer) }, false},
+		{"UDP64 machine busy cores", func(s sample) float64 { return s.UDPBusy }, false},
+		{"UDP64 machine softirq cores", func(s sample) float64 { return s.UDPSoftirq / s.UDPSecs }, false},
+		{"others' busy cores before", func(s sample) float64 { return s.IdleBusy }, false},
+		{"load average (1 min)", func(s sample) float64 { return s.Load1 }, false},
 	}
 	b.sayf("overlay: %d rounds ABBA, iperf3 %s per run, sender core 0, receiver core 1; median [min–max]", b.c.rounds, b.c.dur)
 	b.sayf("%-36s %-26s %-26s %s", "", "tunnel (gb on n2)", "bridge (gb on n1)", "tunnel/bridge (per round)")
 	for _, fg := range figures {
-		b.sayf("%-36s %-26s %-26s %s", fg.name, statOf(pick(tunnel, fg.f)), statOf(pick(bridge, fg.f)), ratio(fg.f))
+		r := ratio(fg.f).String()
+		if fg.noRatio {
+			r = "-"
+		}
+		b.sayf("%-36s %-26s %-26s %s", fg.name, statOf(pick(tunnel, fg.f)), statOf(pick(bridge, fg.f)), r)
 	}
 }
