@@ -327,19 +327,32 @@ func taskTicks(pid int) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// pid (comm) state ppid ...: utime and stime are fields 14 and 15,
-	// the 12th and 13th after the comm.
-	_, rest, ok := strings.Cut(string(raw), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, raw)
+	v, err := parseTaskTicks(string(raw))
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	var ut, st uint64
-	if _, err := fmt.Sscan(f[11], &ut); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat utime %q: %w", pid, f[11], err)
+	return v, nil
+}
+
+// parseTaskTicks reads utime+stime from a /proc/PID/stat line: "pid
+// (comm) state ppid ...", utime and stime its fields 14 and 15, the 12th
+// and 13th after the comm (which may hold ") " itself: the last one ends it).
+func parseTaskTicks(line string) (uint64, error) {
+	i := strings.LastIndex(line, ") ")
+	if i < 0 {
+		return 0, fmt.Errorf("no comm in %q", line)
 	}
-	if _, err := fmt.Sscan(f[12], &st); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat stime %q: %w", pid, f[12], err)
+	f := strings.Fields(line[i+2:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%d fields after the comm in %q, want 13 or more", len(f), line)
+	}
+	ut, err := strconv.ParseUint(f[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("utime: %w", err)
+	}
+	st, err := strconv.ParseUint(f[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stime: %w", err)
 	}
 	return ut + st, nil
 }
@@ -377,16 +390,28 @@ func readCPU() (cpuTimes, error) {
 	if err != nil {
 		return cpuTimes{}, err
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
+	c, err := parseCPU(string(b))
+	if err != nil {
+		return cpuTimes{}, fmt.Errorf("/proc/stat: %w", err)
+	}
+	return c, nil
+}
+
+// parseCPU reads the machine's line, the first, of /proc/stat: busy is
+// user, nice, system, irq, softirq and steal; idle and iowait are not.
+func parseCPU(stat string) (cpuTimes, error) {
+	line, _, _ := strings.Cut(stat, "\n")
 	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
-		return cpuTimes{}, fmt.Errorf("/proc/stat starts %q", line)
+		return cpuTimes{}, fmt.Errorf("first line %q, want cpu and 8 or more counters", line)
 	}
 	var v [8]uint64 // user nice system idle iowait irq softirq steal
 	for i := range v {
-		if _, err := fmt.Sscan(f[i+1], &v[i]); err != nil {
-			return cpuTimes{}, fmt.Errorf("/proc/stat field %d %q: %w", i+1, f[i+1], err)
+		n, err := strconv.ParseUint(f[i+1], 10, 64)
+		if err != nil {
+			return cpuTimes{}, fmt.Errorf("field %d: %w", i+1, err)
 		}
+		v[i] = n
 	}
 	busy := v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
 	return cpuTimes{busy: busy, softirq: v[6]}, nil
