@@ -5,18 +5,20 @@
 // namespace, the underlay a point-to-point veth between them:
 //
 //	n1: etcd, pivirtd n1 (VTEP 10.97.0.1) ── eth-u ══ eth-u ── n2: pivirtd n2 (VTEP 10.97.0.2)
-//	    br-ov + pvx4646 ── pa ── ga 10.52.1.10          br-ov + pvx4646 ── pb ── gb 10.52.4.10 (tunnel)
-//	                    ── pb ── gb 10.52.4.10 (bridge)
+//	    br-ov + pvx4646 ── pa ── ga 10.52.1.10          br-ov + pvx4646 ── pb2 ── gb 10.52.4.10 (tunnel)
+//	                    ── pb1 ── gb 10.52.4.10 (bridge)
 //
 // Guests are namespaces with one veth each whose port carries the pivirt
 // guard (a PortSecurity per port). Guest gb is plugged on n2 (the
 // tunnel) or on n1 next to ga (one bridge, the same pivirtd and guard),
-// alternating round by round (ABBA), so the ratio isolates the tunnel.
+// both in every round, ABBA, so the per-round ratio isolates the tunnel.
 // Each placement runs iperf3 TCP (one stream) and UDP with 64-byte
-// payloads at a fixed offered rate that saturates the path, sender and
-// receiver pinned to different cores; the busy CPU time of the machine
-// (/proc/stat) per received packet is the per-packet cost. The counters
-// of gb's interface and of the underlay cross-check iperf3's figures.
+// payloads as fast as the sender goes, sender and receiver pinned to
+// different cores. The per-packet cost is the CPU time of the bench's
+// own tasks (iperf3 client and server, ksoftirqd) per packet, which on a
+// machine shared with other jobs means more than the machine's busy time
+// (also reported, from /proc/stat). The counters of gb's interface and of
+// the underlay, and iperf3's own CPU figures, cross-check.
 //
 // Then it applies DHCPLeases one at a time through n1's API and times
 // each until its FDB entry appears on n2's tunnel device (a netlink
