@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # make bench: every benchmark of BENCHMARKS.md, peers in the same run.
-# Parts (BENCH_PARTS, default all): control, testrun, dhcp, dhcp-load, guard, nat, vm, cluster.
+# Parts (BENCH_PARTS, default all): control, testrun, dhcp, dhcp-load, guard, nat, vm,
+# cluster, overlay.
 #   control  tools/applybench: 10,000 DHCPLeases through pivirtctl, single
 #            apply latency, apply-to-map latency (a reservation, a
 #            PortSecurity, polled in the pinned maps), pivirtd RSS
@@ -26,13 +27,17 @@
 #            highest passing DORA/s per round; tools/clusterbench: collision
 #            to Conflict p50/p99 over 100, get leases and RSS at 100,000
 #            leases, node 1's watch traffic with 1 to 8 nodes
+#   overlay  tools/overlaybench: two pivirtd on etcd, guests on one
+#            OverlayNetwork: iperf3 TCP and 64-byte UDP guest to guest
+#            across the VXLAN tunnel vs on one bridge (alternating
+#            rounds, ratio), and lease-to-FDB latency on the other node
 # Raw output goes to $OUT (default /tmp/pivirt-bench.<time>); root needed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 SHARED=${SHARED:-$(cd "$ROOT/../shared/bench" && pwd)}
 OUT=${OUT:-/tmp/pivirt-bench.$(date +%Y%m%d-%H%M%S)}
-PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat vm cluster"}
+PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat vm cluster overlay"}
 mkdir -p "$OUT"
 [ "$(id -u)" -eq 0 ] || { echo "make bench needs root (namespaces, eBPF)" >&2; exit 1; }
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -92,5 +97,9 @@ if part cluster; then
 		"$OUT/cluster-dora/results.tsv" 2>/dev/null | tee -a "$OUT/summary.txt"
 	go run ./tools/clusterbench -pivirtd bin/pivirtd -pivirtctl bin/pivirtctl 2>"$OUT/clusterbench.log" | tee -a "$OUT/summary.txt"
 	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/summary.txt"
+fi
+if part overlay; then
+	say "overlay: VXLAN tunnel vs one bridge, lease-to-FDB latency (tools/overlaybench)"
+	go run ./tools/overlaybench -pivirtd bin/pivirtd -pivirtctl bin/pivirtctl -out "$OUT/overlay" 2>"$OUT/overlay.log" | tee -a "$OUT/summary.txt"
 fi
 echo "raw results in $OUT"
