@@ -119,6 +119,10 @@ func udhcpcRunning(t *testing.T, g *guest.Guest) *os.Process {
 	return cmd.Process
 }
 
+// otLeaseKey is where the etcd store keeps a lease of the test's network
+// (control/store/etcd: under its spec.network).
+func otLeaseKey(name string) string { return "/pivirt/o/" + pivirtv1.KindDHCPLease + "/br-ot/" + name }
+
 // etcdLeases is every DHCPLease in etcd, read with the test's own client.
 func etcdLeases(t *testing.T, cli *clientv3.Client) []pivirtv1.Object {
 	t.Helper()
@@ -532,7 +536,7 @@ func otCollision(t *testing.T, cli *clientv3.Client, nodes []clusterNode, victim
 	if err != nil {
 		t.Fatal(err)
 	}
-	mine, theirs := "/pivirt/o/DHCPLease/"+leaseName(vMAC), "/pivirt/o/DHCPLease/"+intruder
+	mine, theirs := otLeaseKey(leaseName(vMAC)), otLeaseKey(intruder)
 	conflict := func(key string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -552,7 +556,10 @@ func otCollision(t *testing.T, cli *clientv3.Client, nodes []clusterNode, victim
 		return ""
 	}
 	start := time.Now()
-	if _, err := cli.Put(context.Background(), theirs, string(b)); err != nil {
+	// As the etcd store lays a lease out: the object under its network,
+	// and the index of its name.
+	if _, err := cli.Txn(context.Background()).Then(clientv3.OpPut(theirs, string(b)),
+		clientv3.OpPut("/pivirt/x/"+pivirtv1.KindDHCPLease+"/"+intruder, "br-ot/"+intruder)).Commit(); err != nil {
 		t.Fatal(err)
 	}
 	var mineMsg, theirMsg string
@@ -686,7 +693,7 @@ func otReplayed(t *testing.T, cli *clientv3.Client, rev int64, gs []otGuest) {
 		if g.gone {
 			continue
 		}
-		h := history["/pivirt/o/"+pivirtv1.KindDHCPLease+"/"+leaseName(g.MAC)]
+		h := history[otLeaseKey(leaseName(g.MAC))]
 		node := fmt.Sprintf("n%d", g.node)
 		if i := slices.Index(h, node); i < 0 || slices.ContainsFunc(h[i:], func(w string) bool { return w != node }) {
 			t.Errorf("%s (%s, now on %s): its lease was written %v since the outage began; want %s's write, and after it no delete and no other node's", leaseName(g.MAC), g.client, node, h, node)

@@ -507,3 +507,45 @@ func TestDelegatedRanges(t *testing.T) {
 		})
 	}
 }
+
+// TestPortSecurityInterfacePerNode: interface names repeat across hosts, so
+// the one-PortSecurity-per-interface rule holds per node (an unplaced
+// object is on every node).
+func TestPortSecurityInterfacePerNode(t *testing.T) {
+	ps := func(name, node, mac string) string {
+		labels := ""
+		if node != "" {
+			labels = ", labels: {pivirt.hu/node: " + node + "}"
+		}
+		return "apiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: " + name + labels + "}\nspec: {interface: vnet0, macAddress: \"" + mac + "\"}\n"
+	}
+	tests := []struct {
+		name        string
+		stored, obj string
+		want        string
+	}{
+		{"twice on one node", ps("a", "n1", "52:54:00:00:00:01"), ps("b", "n1", "52:54:00:00:00:02"), "spec.interface: vnet0 is already secured by portsecurity a on node n1"},
+		{"placed beside an unplaced one", ps("a", "", "52:54:00:00:00:01"), ps("b", "n2", "52:54:00:00:00:02"), "spec.interface: vnet0 is already secured by portsecurity a"},
+		{"unplaced beside a placed one", ps("a", "n2", "52:54:00:00:00:01"), ps("b", "", "52:54:00:00:00:02"), "spec.interface: vnet0 is already secured by portsecurity a on node n2"},
+		{"one name on two nodes", ps("a", "n1", "52:54:00:00:00:01"), ps("b", "n2", "52:54:00:00:00:02"), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{Privileged: true, Clustered: true}
+			tx := newFakeTx()
+			mustApply(t, tx, o, tc.stored)
+			_, _, err := Apply(tx, m(t, tc.obj), o)
+			got := ""
+			if err != nil {
+				var ve *pivirtv1.ValidationError
+				if !errors.As(err, &ve) || len(ve.Errors) != 1 {
+					t.Fatalf("Apply = %v, want one field error", err)
+				}
+				got = ve.Errors[0].Error()
+			}
+			if got != tc.want {
+				t.Errorf("Apply error = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

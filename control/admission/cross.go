@@ -23,7 +23,7 @@ func (b *Batch) crossCheck(o *pivirtv1.Object, spec pivirtv1.Spec, old *entry) (
 	case *pivirtv1.ExternalIPSpec:
 		errs, err = b.checkExternalIP(o.Metadata.Name, s)
 	case *pivirtv1.PortSecuritySpec:
-		errs, err = b.checkPortSecurity(o.Metadata.Name, s)
+		errs, err = b.checkPortSecurity(o.Metadata.Name, o.Metadata.Labels[pivirtv1.NodeLabel], s)
 	case *pivirtv1.VPCRouterSpec:
 		errs, err = b.checkVPCRouter(o.Metadata.Name, s)
 	}
@@ -410,16 +410,25 @@ func (b *Batch) checkExternalIP(name string, s *pivirtv1.ExternalIPSpec) (pivirt
 	return errs, nil
 }
 
-// checkPortSecurity: one PortSecurity per port.
-func (b *Batch) checkPortSecurity(name string, s *pivirtv1.PortSecuritySpec) (pivirtv1.ErrorList, error) {
+// checkPortSecurity: one PortSecurity per port. An interface name is a
+// host's (every hypervisor has its vnet0), so two objects placed on
+// different nodes may name the same one; a VM's NIC is one in the cluster.
+func (b *Batch) checkPortSecurity(name, node string, s *pivirtv1.PortSecuritySpec) (pivirtv1.ErrorList, error) {
 	ps, err := b.kind(pivirtv1.KindPortSecurity)
 	if err != nil {
 		return nil, err
 	}
 	var errs pivirtv1.ErrorList
 	if s.Interface != "" {
-		if es := ps.lookup(keyIf+s.Interface, name); len(es) > 0 {
-			errs.Add("spec.interface", s.Interface, "is already secured by portsecurity %s", es[0].obj.Metadata.Name)
+		for _, e := range ps.lookup(keyIf+s.Interface, name) {
+			if other := nodeOf(e); sameNode(node, other) {
+				where := ""
+				if other != "" {
+					where = " " + nodePhrase(other)
+				}
+				errs.Add("spec.interface", s.Interface, "is already secured by portsecurity %s%s", e.obj.Metadata.Name, where)
+				break
+			}
 		}
 	}
 	if s.VMRef != nil {

@@ -47,7 +47,7 @@ func startNode(t testing.TB, ctx context.Context, url, name string) *node {
 	n.ix.Shared = true
 	n.ctl = &collision.Controller{Store: st, Index: n.ix, Events: n.events, Log: log, Node: name}
 	cache := reconcile.NewCache(st, log)
-	cache.Node = name
+	cache.Node, cache.Scoped = name, true // as pivirtd on etcd
 	loop := &reconcile.Loop{ID: "collisions", Cache: cache, Log: log, AllNodes: true, Kinds: collision.Kinds,
 		React: collision.Changes, Debounce: 100 * time.Millisecond, Func: n.ctl.Reconcile}
 	go func() { _ = cache.Run(ctx) }()

@@ -4,6 +4,8 @@ package dhcpd
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"pivirt.hu/dataplane/datapath/dhcp/responder"
 )
 
 var (
@@ -17,12 +19,15 @@ var (
 	descPending  = prometheus.NewDesc("pivirt_dhcp_journal_pending", "Lease changes in the journal not yet stored as DHCPLease objects.", nil, nil)
 	descStoreErr = prometheus.NewDesc("pivirt_dhcp_store_errors_total", "Failed attempts to store journaled lease changes (they stay in the journal and are retried).", nil, nil)
 	descSockDrop = prometheus.NewDesc("pivirt_dhcp_socket_drops_total", "Frames the kernel dropped on the responder's socket before it read them (receive buffer full; PACKET_STATISTICS).", []string{"segment"}, nil)
+	descReadFrm  = prometheus.NewDesc("pivirt_dhcp_read_frames", "Frames per read of the responder's socket (a full batch of 64 means the loop fell behind).", []string{"segment"}, nil)
+	descCommitN  = prometheus.NewDesc("pivirt_dhcp_commit_changes", "Lease changes per durable commit (one journal fdatasync); the ACKs of a commit leave together.", []string{"segment"}, nil)
+	descCommitT  = prometheus.NewDesc("pivirt_dhcp_commit_seconds", "Time of one durable commit of lease changes (journal write and fdatasync, pins).", []string{"segment"}, nil)
 	descRefused  = prometheus.NewDesc("pivirt_dhcp_journal_refused_total", "Journaled lease changes the store refused, each resolved by a rule and recorded as an event (LeaseChangeRefused).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descPending, descStoreErr, descRefused, descSockDrop} {
+	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descPending, descStoreErr, descRefused, descSockDrop, descReadFrm, descCommitN, descCommitT} {
 		ch <- d
 	}
 }
@@ -60,6 +65,11 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		counter(descPersist, s.PersistErrors)
 		counter(descCommits, s.Batches)
 		counter(descSockDrop, s.SocketDrops)
+		c := r.resp.Counters()
+		for d, h := range map[*prometheus.Desc]*responder.Histogram{descReadFrm: c.ReadFrames, descCommitN: c.CommitChanges, descCommitT: c.CommitSeconds} {
+			n, sum, buckets := h.Cumulative()
+			ch <- prometheus.MustNewConstHistogram(d, n, sum, buckets, name)
+		}
 	}
 }
 

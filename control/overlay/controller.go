@@ -25,17 +25,39 @@ import (
 )
 
 // Kinds are what the controller reads, from every node.
-var Kinds = []string{pivirtv1.KindOverlayNetwork, pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease}
+var Kinds = []string{pivirtv1.KindOverlayNetwork, pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity}
 
 // React is the overlay loop's filter: status-only changes start no pass
 // except a NetworkSegment's (its status carries the phase and VTEP the
-// FDB follows), nor do the DHCP server's renewals of its leases (a
-// lease that moves changes its node label, which is seen).
+// FDB follows) and a PortSecurity's whose segment changed (the port
+// joined or left a bridge; its counters change all the time), nor do
+// the DHCP server's renewals of its leases (a lease that moves changes
+// its node label, which is seen; one that expires is seen by the timer
+// Wake answers).
 func React(c reconcile.Change) bool {
 	if reconcile.StatusOnly(c) {
-		return c.Object.Kind == pivirtv1.KindNetworkSegment
+		switch c.Object.Kind {
+		case pivirtv1.KindNetworkSegment:
+			return true
+		case pivirtv1.KindPortSecurity:
+			return portSegment(c.Old) != portSegment(c.Object)
+		}
+		return false
 	}
 	return !(c.Type == store.Modified && reconcile.DynamicLease(c))
+}
+
+// portSegment is the segment a PortSecurity's status places its port on
+// (control/portguard writes it), or "".
+func portSegment(o *pivirtv1.Object) string {
+	if o == nil {
+		return ""
+	}
+	var st struct {
+		Segment string `json:"segment"`
+	}
+	_ = json.Unmarshal(o.Status, &st) // no status yet: on no segment
+	return st.Segment
 }
 
 // ErrNotImplemented wraps a tunnel type the kernel has and this pivirtd
@@ -71,9 +93,14 @@ type Controller struct {
 	Node    string     // --node
 	VTEP    netip.Addr // --vtep-address
 	Now     func() time.Time
+	// Wake, if set, asks for a pass (reconcile.Loop.Trigger): it is
+	// called when the next dynamic lease the FDB holds expires, so its
+	// entries go then and not at the next resync.
+	Wake func()
 
 	realized map[string]int // overlay name -> VNI of its device here
 	swept    bool
+	timer    *time.Timer // calls Wake at the next expiry
 }
 
 // segmentStatus is the part of a NetworkSegment's status read here
@@ -88,6 +115,7 @@ type member struct {
 	name, node, bridge, networkRef string
 	local, ready                   bool
 	vtep                           netip.Addr
+	gateway                        netip.Addr // spec.hostIP's address
 }
 
 // Reconcile is a reconcile.Func over Kinds, on a snapshot of every node's
@@ -115,12 +143,17 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		m := member{name: o.Metadata.Name, node: o.Metadata.Labels[pivirtv1.NodeLabel], bridge: spec.Bridge, networkRef: spec.NetworkRef,
 			local: !pivirtv1.PlacedElsewhere(o, c.Node), ready: st.Phase == pivirtv1.PhaseReady}
 		m.vtep, _ = netip.ParseAddr(st.VTEP)
+		if p, err := netip.ParsePrefix(spec.HostIP); err == nil {
+			m.gateway = p.Addr()
+		}
 		members[spec.Overlay] = append(members[spec.Overlay], m)
 	}
 	for _, ms := range members {
 		slices.SortFunc(ms, func(a, b member) int { return strings.Compare(a.name, b.name) })
 	}
-	leases := c.leases(snap, now)
+	leases, nextExpiry := c.leases(snap, now)
+	ports := c.ports(snap)
+	c.wakeAt(nextExpiry, now)
 
 	var errs []error
 	desired := map[string]int{}
@@ -144,7 +177,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		local := members[name][i]
 		desired[name] = ov.VNI
-		if err := c.realize(name, ov, local, members[name], leases); err != nil {
+		if err := c.realize(name, ov, local, members[name], leases, ports); err != nil {
 			errs = append(errs, err)
 			c.Events.Record(pivirtv1.KindOverlayNetwork, name, events.Warning, "RealizeFailed", err.Error())
 		}
@@ -160,13 +193,15 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 
 // lease is a live DHCPLease placed on a node.
 type lease struct {
-	network, node, mac string
+	name, network, node, mac string
+	ip                       netip.Addr
 }
 
 // leases returns the leases that say where their MAC is: placed on a node,
-// and not expired.
-func (c *Controller) leases(snap reconcile.Snapshot, now time.Time) []lease {
+// and not expired; and the earliest expiry among them (zero if none).
+func (c *Controller) leases(snap reconcile.Snapshot, now time.Time) ([]lease, time.Time) {
 	var out []lease
+	var next time.Time
 	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
 		node := o.Metadata.Labels[pivirtv1.NodeLabel]
 		if node == "" {
@@ -177,21 +212,105 @@ func (c *Controller) leases(snap reconcile.Snapshot, now time.Time) []lease {
 			continue
 		}
 		l := s.(*pivirtv1.DHCPLeaseSpec)
-		if l.Type == pivirtv1.LeaseDynamic && l.ExpiresAt != nil && !l.ExpiresAt.After(now) {
-			continue
+		if l.Type == pivirtv1.LeaseDynamic && l.ExpiresAt != nil {
+			if !l.ExpiresAt.After(now) {
+				continue
+			}
+			if next.IsZero() || l.ExpiresAt.Before(next) {
+				next = *l.ExpiresAt
+			}
 		}
 		mac, err := netParseMAC(l.MACAddress)
 		if err != nil {
 			continue
 		}
-		out = append(out, lease{network: l.Network, node: node, mac: mac})
+		ip, _ := netip.ParseAddr(l.IPAddress)
+		out = append(out, lease{name: o.Metadata.Name, network: l.Network, node: node, mac: mac, ip: ip.Unmap()})
 	}
+	slices.SortFunc(out, func(a, b lease) int { return strings.Compare(a.name, b.name) })
+	return out, next
+}
+
+// wakeAt has Wake called once at (just after) next, replacing an earlier
+// timer; a zero next cancels it.
+func (c *Controller) wakeAt(next, now time.Time) {
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	if c.Wake == nil || next.IsZero() {
+		return
+	}
+	// The clock the leases were judged by may be a test's (Now).
+	c.timer = time.AfterFunc(next.Sub(now)+10*time.Millisecond, c.Wake)
+}
+
+// port is a PortSecurity placed on a node whose status puts its port on
+// a segment there: its MACs live behind that node's VTEP.
+type port struct {
+	name, node, segment string
+	macs                []string          // the port's and its address pairs'
+	addrs               []vxlan.Neighbour // its single addresses, each with its MAC
+}
+
+// ports returns the PortSecurity objects placed on a node and on a
+// segment there, with their MACs and single addresses.
+func (c *Controller) ports(snap reconcile.Snapshot) []port {
+	var out []port
+	for _, o := range snap.Of(pivirtv1.KindPortSecurity) {
+		p := port{name: o.Metadata.Name, node: o.Metadata.Labels[pivirtv1.NodeLabel], segment: portSegment(o)}
+		if p.node == "" || p.segment == "" {
+			continue
+		}
+		s, err := snap.Spec(o)
+		if err != nil {
+			continue
+		}
+		ps := s.(*pivirtv1.PortSecuritySpec)
+		mac, err := netParseMAC(ps.MACAddress)
+		if err != nil {
+			continue
+		}
+		p.macs = append(p.macs, mac)
+		for _, a := range slices.Concat(ps.IPAddresses, ps.IPv6Addresses) {
+			if ip, ok := singleAddr(a); ok {
+				p.addrs = append(p.addrs, vxlan.Neighbour{IP: ip, MAC: mac})
+			}
+		}
+		for _, pair := range ps.AllowedAddressPairs {
+			pmac := mac
+			if pair.MACAddress != "" {
+				if pmac, err = netParseMAC(pair.MACAddress); err != nil {
+					continue
+				}
+				p.macs = append(p.macs, pmac)
+			}
+			if ip, ok := singleAddr(pair.IPAddress); ok {
+				p.addrs = append(p.addrs, vxlan.Neighbour{IP: ip, MAC: pmac})
+			}
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b port) int { return strings.Compare(a.name, b.name) })
 	return out
 }
 
+// singleAddr parses an address, or a prefix that holds one address.
+func singleAddr(s string) (netip.Addr, bool) {
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return ip.Unmap(), true
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil || !p.IsSingleIP() {
+		return netip.Addr{}, false
+	}
+	return p.Addr().Unmap(), true
+}
+
 // realize makes the tunnel of overlay name on local's bridge and programs
-// its FDB from the other members and the leases on them.
-func (c *Controller) realize(name string, ov *pivirtv1.OverlayNetworkSpec, local member, ms []member, leases []lease) error {
+// its FDB and neighbour entries from the other members and the leases and
+// ports on them.
+func (c *Controller) realize(name string, ov *pivirtv1.OverlayNetworkSpec, local member, ms []member, leases []lease, ports []port) error {
 	ifindex, err := vxlan.Ensure(c.Netlink, vxlan.Config{Overlay: name, VNI: ov.VNI, Port: ov.Port, Local: c.VTEP, MTU: ov.MTU, Bridge: local.bridge})
 	if err != nil {
 		return fmt.Errorf("realizing overlay %s: %w", name, err)
@@ -206,30 +325,78 @@ func (c *Controller) realize(name string, ov *pivirtv1.OverlayNetworkSpec, local
 			fmt.Sprintf("%s (vni %d, local %s, dstport %d, mtu %d) on bridge %s", vxlan.DevName(ov.VNI), ov.VNI, c.VTEP, ov.Port, ov.MTU, local.bridge))
 		c.realized[name] = ov.VNI
 	}
-	var want []vxlan.Entry
-	vtepOf := map[string]netip.Addr{} // node -> VTEP on this overlay
-	for _, m := range ms {
-		if m.local || !m.ready || !m.vtep.IsValid() || m.vtep == c.VTEP {
-			continue
-		}
-		vtepOf[m.node] = m.vtep
-		want = append(want, vxlan.Flood(m.vtep))
-	}
-	for _, l := range leases {
-		vtep, ok := vtepOf[l.node]
-		if !ok || l.node == c.Node || !namesMember(l.network, l.node, ms) {
-			continue
-		}
-		want = append(want, vxlan.Entry{MAC: l.mac, Dst: vtep})
-	}
-	added, removed, err := vxlan.SyncFDB(c.Netlink, ifindex, want)
+	fdb, neigh := c.entries(ms, leases, ports)
+	added, removed, err := vxlan.SyncFDB(c.Netlink, ifindex, fdb)
 	if added+removed > 0 {
-		c.Log.Info("overlay fdb synced", "overlay", name, "added", added, "removed", removed, "entries", len(want))
+		c.Log.Info("overlay fdb synced", "overlay", name, "added", added, "removed", removed, "entries", len(fdb))
 	}
 	if err != nil {
 		return fmt.Errorf("programming the FDB of overlay %s: %w", name, err)
 	}
+	set, removed, err := vxlan.SyncNeighbours(c.Netlink, ifindex, neigh)
+	if set+removed > 0 {
+		c.Log.Info("overlay neighbours synced", "overlay", name, "set", set, "removed", removed, "entries", len(neigh))
+	}
+	if err != nil {
+		return fmt.Errorf("programming the neighbours of overlay %s: %w", name, err)
+	}
 	return nil
+}
+
+// entries computes a tunnel's FDB (the flood list to every other Ready
+// member's VTEP, and one entry per MAC a lease or port places on another
+// member) and its neighbour entries (each address of those leases and
+// ports). A MAC or address claimed from two places (a conflict the
+// collision loop reports, or a move half seen) goes where the first lease
+// by name puts it, else the first port by name. No address of a member's gateway (its
+// hostIP: every node's bridge holds it) gets an entry: ARP for it is
+// answered by the asking guest's own node.
+func (c *Controller) entries(ms []member, leases []lease, ports []port) ([]vxlan.Entry, []vxlan.Neighbour) {
+	var fdb []vxlan.Entry
+	vtepOf := map[string]netip.Addr{} // node -> VTEP on this overlay
+	gateways := map[netip.Addr]bool{}
+	for _, m := range ms {
+		gateways[m.gateway] = true
+		if m.local || !m.ready || !m.vtep.IsValid() || m.vtep == c.VTEP {
+			continue
+		}
+		vtepOf[m.node] = m.vtep
+		fdb = append(fdb, vxlan.Flood(m.vtep))
+	}
+	placed := map[string]bool{} // MACs with an entry
+	var neigh []vxlan.Neighbour
+	addNeigh := func(n vxlan.Neighbour) {
+		if n.IP.IsValid() && !gateways[n.IP] {
+			neigh = append(neigh, n) // SyncNeighbours keeps the first per address
+		}
+	}
+	place := func(mac string, vtep netip.Addr) {
+		if !placed[mac] {
+			placed[mac] = true
+			fdb = append(fdb, vxlan.Entry{MAC: mac, Dst: vtep})
+		}
+	}
+	for _, l := range leases {
+		vtep, ok := vtepOf[l.node]
+		if !ok || !namesMember(l.network, l.node, ms) {
+			continue
+		}
+		place(l.mac, vtep)
+		addNeigh(vxlan.Neighbour{IP: l.ip, MAC: l.mac})
+	}
+	for _, p := range ports {
+		vtep, ok := vtepOf[p.node]
+		if !ok || !slices.ContainsFunc(ms, func(m member) bool { return m.node == p.node && m.name == p.segment }) {
+			continue
+		}
+		for _, mac := range p.macs {
+			place(mac, vtep)
+		}
+		for _, n := range p.addrs {
+			addNeigh(n)
+		}
+	}
+	return fdb, neigh
 }
 
 // namesMember reports whether a lease's network names a segment of the

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,6 +27,10 @@ type Cache struct {
 	// on another node (label pivirt.hu/node naming it), which that node
 	// realizes. Objects without the label are every node's.
 	Node string
+	// Scoped: on a store.Scoped store, list and watch only the leases of
+	// the networks ScopeNetworks names (and every other object), so a
+	// node of a cluster does not receive every node's leases.
+	Scoped bool
 
 	mu     sync.RWMutex
 	objs   map[string]map[string]*pivirtv1.Object // kind -> name -> object
@@ -131,31 +137,40 @@ func (c *Cache) snapshotLocked(kinds []string, all bool) Snapshot {
 }
 
 // Run keeps the cache in step with the store until ctx is done,
-// re-listing when the watch falls behind or ends. Only the first list
-// failing ends it: once synced, the cache keeps its last state while the
-// store is unreachable (etcd down or partitioned, when the node goes on
-// serving DHCP from it) and re-lists, with a backoff, until it answers.
+// re-listing when the watch falls behind or ends, or, when Scoped, when
+// the networks in scope change. Only the first list failing ends it:
+// once synced, the cache keeps its last state while the store is
+// unreachable (etcd down or partitioned, when the node goes on serving
+// DHCP from it) and re-lists, with a backoff, until it answers.
 func (c *Cache) Run(ctx context.Context) error {
+	scoped, _ := c.Store.(store.Scoped)
+	if !c.Scoped {
+		scoped = nil
+	}
+	var nets []string
 	retry := minRelistBackoff
 	for ctx.Err() == nil {
-		err := c.listWatch(ctx)
+		rescope, err := c.listWatch(ctx, scoped, &nets)
 		if err != nil && !c.isSynced() {
 			return err
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err == nil {
+		wait := minRelistBackoff
+		switch {
+		case err != nil:
+			c.Log.Warn("store unreachable; the cache keeps its last state and retries", "rev", c.revision(), "err", err, "retry_in", retry)
+			wait, retry = retry, min(2*retry, maxRelistBackoff)
+		case rescope:
+			retry = minRelistBackoff
+			continue
+		default:
 			retry = minRelistBackoff
 			c.Log.Info("store watch ended; re-listing", "rev", c.revision())
-		} else {
-			c.Log.Warn("store unreachable; the cache keeps its last state and retries", "rev", c.revision(), "err", err, "retry_in", retry)
 		}
-		if !sleep(ctx, retry) {
+		if !sleep(ctx, wait) {
 			return nil
-		}
-		if err != nil {
-			retry = min(2*retry, maxRelistBackoff)
 		}
 	}
 	return nil
@@ -176,30 +191,65 @@ func (c *Cache) isSynced() bool {
 	}
 }
 
-// listWatch lists the store into the cache and applies its watch until
-// the watch ends (nil) or a list or watch call fails.
-func (c *Cache) listWatch(ctx context.Context) error {
+// listWatch lists the store (a Scoped cache: the networks in *nets) into
+// the cache and applies its watch until the watch ends (nil), the
+// networks in scope change (rescope, *nets updated), or a list or watch
+// call fails.
+func (c *Cache) listWatch(ctx context.Context, scoped store.Scoped, nets *[]string) (rescope bool, err error) {
 	for {
-		objs, rev, err := c.Store.List(ctx, "", nil)
+		var objs []*pivirtv1.Object
+		var rev int64
+		if scoped != nil {
+			objs, rev, err = scoped.ListScope(ctx, *nets)
+		} else {
+			objs, rev, err = c.Store.List(ctx, "", nil)
+		}
 		if err != nil {
-			return fmt.Errorf("listing store: %w", err)
+			return false, fmt.Errorf("listing store: %w", err)
 		}
 		c.replace(objs, rev)
+		if scoped != nil {
+			if now := c.scope(); !slices.Equal(now, *nets) {
+				*nets = now // the segments listed widen or narrow the scope: list it
+				continue
+			}
+		}
 		if !c.isSynced() {
 			close(c.synced)
 		}
-		watch, err := c.Store.Watch(ctx, rev)
+		wctx, cancel := context.WithCancel(ctx)
+		var watch <-chan store.Event
+		if scoped != nil {
+			watch, err = scoped.WatchScope(wctx, rev, *nets)
+		} else {
+			watch, err = c.Store.Watch(wctx, rev)
+		}
 		if errors.Is(err, store.ErrCompacted) {
+			cancel()
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("watching store: %w", err)
+			cancel()
+			return false, fmt.Errorf("watching store: %w", err)
 		}
 		for ev := range watch {
 			c.apply(ev)
+			if scoped != nil && !rescope && ev.Object.Kind == pivirtv1.KindNetworkSegment {
+				if now := c.scope(); !slices.Equal(now, *nets) {
+					c.Log.Info("networks in scope changed; re-listing", "networks", now, "rev", c.revision())
+					*nets, rescope = now, true
+					cancel() // drains the watch, then re-lists
+				}
+			}
 		}
-		return nil
+		cancel()
+		return rescope, nil
 	}
+}
+
+// scope is ScopeNetworks of the cached segments.
+func (c *Cache) scope() []string {
+	return ScopeNetworks(c.SnapshotAll([]string{pivirtv1.KindNetworkSegment}).Of(pivirtv1.KindNetworkSegment), c.Node, c.decode)
 }
 
 // decode returns o's defaulted spec, decoding it once per stored version:
@@ -258,6 +308,9 @@ func (c *Cache) apply(ev store.Event) {
 	old := c.objs[ev.Object.Kind][ev.Object.Metadata.Name]
 	queues := c.queues
 	c.mu.RUnlock()
+	if old != nil && stale(ev, old) {
+		return
+	}
 	ch := Change{Type: ev.Type, Object: ev.Object, Old: old, cache: c, memo: &decoded{}}
 	// Queue filters run before the change is cached, so that a Delta,
 	// taken under the lock, never sees a cached change its queue lacks.
@@ -296,6 +349,18 @@ func (c *Cache) apply(ev store.Event) {
 			notify(s.ch)
 		}
 	}
+}
+
+// stale reports whether ev is older than the cached version of its
+// object, which a scoped watch can deliver: a lease that moved between
+// two watched networks comes as a create under its new key and a delete
+// under its old one, at the same revision, in either order.
+func stale(ev store.Event, cached *pivirtv1.Object) bool {
+	have, err := strconv.ParseInt(cached.Metadata.ResourceVersion, 10, 64)
+	if err != nil {
+		return false
+	}
+	return ev.Revision < have || ev.Type == store.Deleted && ev.Revision == have
 }
 
 func (c *Cache) put(o *pivirtv1.Object) {

@@ -113,3 +113,20 @@ type Event struct {
 	Object   *pivirtv1.Object
 	Revision int64
 }
+
+// Scoped is a Store that can list and watch part of itself: every object
+// except leases, and the leases (DHCPLease) whose spec.network is one of
+// networks. A node of a cluster reads its scope rather than the whole
+// store, so what it receives grows with its own networks, not with the
+// cluster. The etcd backend implements it; bbolt, one node's own store,
+// need not.
+type Scoped interface {
+	// ListScope is List of every kind within the scope.
+	ListScope(ctx context.Context, networks []string) ([]*pivirtv1.Object, int64, error)
+	// WatchScope is Watch within the scope. Events of one key arrive in
+	// revision order, those of different keys may not: a lease moving
+	// from one network to another within scope may be Added under its
+	// new network before it is Deleted under the old one, at the same
+	// revision.
+	WatchScope(ctx context.Context, fromRev int64, networks []string) (<-chan Event, error)
+}

@@ -5,6 +5,9 @@
 // not flooding decides where a MAC lives) enslaved to the segment's
 // bridge, its forwarding database (the all-zeros flood list to every other
 // VTEP plus one entry per known remote MAC, as flannel's VXLAN backend
-// programs them), and a tc flower filter that keeps DHCP off the tunnel.
-// Every call takes a *netlink.Handle, so tests drive it inside a netns.
+// programs them), its neighbour entries (in proxy mode the device answers
+// ARP and neighbour solicitations for known remote addresses itself and
+// sends none through the tunnel), and a cls_bpf filter that keeps DHCP
+// and DHCPv6, tagged or not, off the tunnel. Every call takes a
+// *netlink.Handle, so tests drive it inside a netns.
 package vxlan

@@ -33,7 +33,8 @@ type Config struct {
 }
 
 // Ensure creates the tunnel device of c (or fixes an existing one whose
-// VNI, port or local address differ by recreating it, as flannel does),
+// VNI, port, local address, learning or proxy mode differ by recreating
+// it, as flannel does),
 // enslaves it to c.Bridge, sets the MTU on both and the device up, and
 // installs the DHCP filter. It returns the device's ifindex.
 func Ensure(h *netlink.Handle, c Config) (int, error) {
@@ -43,7 +44,7 @@ func Ensure(h *netlink.Handle, c Config) (int, error) {
 	}
 	want := &netlink.Vxlan{
 		LinkAttrs: netlink.LinkAttrs{Name: DevName(c.VNI), MTU: c.MTU},
-		VxlanId:   c.VNI, Port: c.Port, SrcAddr: c.Local.AsSlice(), Learning: false,
+		VxlanId:   c.VNI, Port: c.Port, SrcAddr: c.Local.AsSlice(), Learning: false, Proxy: true,
 	}
 	dev, err := ensureDevice(h, want)
 	if err != nil {
@@ -120,6 +121,8 @@ func incompatible(want *netlink.Vxlan, l netlink.Link) string {
 		return fmt.Sprintf("local %s", v.SrcAddr)
 	case v.Learning:
 		return "learning on"
+	case !v.Proxy:
+		return "proxy off" // the kernel changes it only on a new device
 	}
 	return ""
 }

@@ -22,7 +22,8 @@
 # per round a ladder search for the highest passing rate (SEARCH_PERIOD s a
 # step, then BISECT halvings to STEP), a PERIOD s run at that rate, and a
 # PERIOD s run at each of AT_RATES (the same offered load for every server).
-# Rounds alternate between the servers. Per run it records the server's
+# Rounds alternate between the servers. pivirtd-etcd is pivirtd on a
+# one-member etcd in the server namespace (make bench part cluster). Per run it records the server's
 # CPU (every process in its namespace), the generator's, and each core's
 # busy share from /proc/stat, so a limit of the generator shows.
 #
@@ -127,6 +128,19 @@ start_server() { # $1 = name
 			DHCP_POOL_START=$POOL_START DHCP_POOL_END=$POOL_END DHCP_WORKDIR=$d PIVIRT_BIN=$PIVIRT_BIN \
 			ip netns exec $NS_SRV taskset -c $SRV_CPU "$HERE/dhcp-pivirtd.sh" >"$d/stdout" 2>&1 &
 		;;
+	pivirtd-etcd)
+		# The same pivirtd as a node of a cluster: --store etcd on a
+		# one-member etcd (Debian etcd-server) on the namespace's loopback,
+		# pinned to the server's core too, the segment placed on the node.
+		ip netns exec $NS_SRV taskset -c $SRV_CPU etcd --name pvl --data-dir "$d/etcd" \
+			--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+			--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+			--initial-cluster pvl=http://127.0.0.1:2380 --log-level error >"$d/etcd.log" 2>&1 &
+		env DHCP_IFACE=br0 DHCP_SERVER_IP=$SRV_IP DHCP_PREFIX=$PFX DHCP_NETMASK=$MASK DHCP_ROUTER=$SRV_IP \
+			DHCP_POOL_START=$POOL_START DHCP_POOL_END=$POOL_END DHCP_WORKDIR=$d PIVIRT_BIN=$PIVIRT_BIN PIVIRT_NODE=bench \
+			PIVIRT_EXTRA_FLAGS="--store etcd --etcd-endpoints http://127.0.0.1:2379 --node bench" \
+			ip netns exec $NS_SRV taskset -c $SRV_CPU "$HERE/dhcp-pivirtd.sh" >"$d/stdout" 2>&1 &
+		;;
 	*) log "unknown server $1"; return 1 ;;
 	esac
 	PIDS[$1]=$!
@@ -135,7 +149,7 @@ stop_server() {
 	kill_ns $NS_SRV
 	wait "${PIDS[$1]}" 2>/dev/null
 	umount "$OUT/$1/pivirtd/bpffs" 2>/dev/null
-	rm -rf "$OUT/$1/pivirtd"
+	rm -rf "$OUT/$1/pivirtd" "$OUT/$1/etcd"
 }
 
 srv_ticks() { local p t=0 v; for p in $(ip netns pids $NS_SRV 2>/dev/null); do

@@ -15,21 +15,31 @@
 # is a relay at 192.168.100.2 (the harness's client address), which pivirtd
 # must trust (--dhcp-trusted-relays) or it drops every relayed request.
 #
+# PIVIRT_NODE places the segment on that node (pivirtd on etcd, with
+# PIVIRT_EXTRA_FLAGS="--store etcd --etcd-endpoints ... --node NAME").
+#
 #   dhcp-peers.sh "PIVIRT_BIN=$PWD/bin $PWD/tools/bench/dhcp-pivirtd.sh"
 set -euo pipefail
 BIN=${PIVIRT_BIN:?set PIVIRT_BIN to the directory holding pivirtd and pivirtctl}
 W=${DHCP_WORKDIR:?run me from dhcp-peers.sh}/pivirtd
 mkdir -p "$W/bpffs"
+ctl=("$BIN/pivirtctl" --socket "$W/pivirtd.sock")
+cluster=()
+if [ -n "${PIVIRT_NODE:-}" ]; then # only a cluster-role token may place the segment
+	echo "cluster bench-token-0123456789" >"$W/tokens"; echo bench-token-0123456789 >"$W/token"
+	cluster=(--listen 127.0.0.1:7070 --token-file "$W/tokens")
+	ctl=("$BIN/pivirtctl" --server http://127.0.0.1:7070 --token-file "$W/token")
+fi
 "$BIN/pivirtd" --state-dir "$W/state" --socket "$W/pivirtd.sock" --bpffs "$W/bpffs" --log-level ${PIVIRT_LOG_LEVEL:-warn} \
 	--dhcp-rate-per-mac "${PIVIRT_DHCP_RATE_PER_MAC:-off}" --dhcp-trusted-relays "${PIVIRT_DHCP_TRUSTED_RELAYS:-192.168.100.2}" \
-	${PIVIRT_EXTRA_FLAGS:-} &
+	"${cluster[@]}" ${PIVIRT_EXTRA_FLAGS:-} &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid; umount "$W/bpffs" 2>/dev/null' EXIT TERM INT
-for _ in $(seq 100); do "$BIN/pivirtctl" --socket "$W/pivirtd.sock" get segments >/dev/null 2>&1 && break; sleep 0.1; done
-"$BIN/pivirtctl" --socket "$W/pivirtd.sock" apply -f - <<YAML
+for _ in $(seq 100); do "${ctl[@]}" get segments >/dev/null 2>&1 && break; sleep 0.1; done
+"${ctl[@]}" apply -f - <<YAML
 apiVersion: pivirt.hu/v1
 kind: NetworkSegment
-metadata: {name: bench}
+metadata: {name: bench${PIVIRT_NODE:+, labels: {pivirt.hu/node: $PIVIRT_NODE\}}}
 spec:
   networkRef: net-bench
   bridge: $DHCP_IFACE

@@ -3,8 +3,18 @@
 // Package etcd is the cluster manifest store: store.Store on etcd v3.
 //
 // Keys: <prefix>o/<kind>/<name> holds the object JSON; resourceVersion is
-// the key's ModRevision and the store revision is etcd's. <prefix>d/<kind>
-// is rewritten by every delete in a kind so that a List inside an Update
+// the key's ModRevision and the store revision is etcd's. A lease
+// (DHCPLease) is kept under its spec.network instead,
+// <prefix>o/DHCPLease/<network>/<name>, with <prefix>x/DHCPLease/<name>
+// holding "<network>/<name>" so that Get, Put and Delete by name find it
+// and names stay unique across networks; a Put that changes spec.network
+// moves it (a delete and a create at one revision). So a node lists and
+// watches the leases of its own networks alone (store.Scoped: ListScope,
+// WatchScope, one etcd watch per network beside those of every other
+// kind) while a List of the kind still reads every network's. Leases
+// stored at <prefix>o/DHCPLease/<name>, before this layout, move under
+// their network at a Store's first ListScope. <prefix>d/<kind> is
+// rewritten by every delete in a kind so that a List inside an Update
 // notices deletions.
 //
 // Update is optimistic and serializable like concurrency.NewSTM, but with
@@ -23,7 +33,9 @@
 // context allows. Such failures are store.ErrUnavailable, naming the
 // endpoints.
 //
-// Watch uses etcd's watch. etcd's client buffers events of a slow consumer
+// Watch uses etcd's watch; pivirt_store_watch_events_total and
+// pivirt_store_watch_bytes_total (the Store is a prometheus.Collector)
+// count what the watches received. etcd's client buffers events of a slow consumer
 // in memory; a watch whose history was compacted ends with its channel
 // closed (ctx still live), and the caller re-lists.
 package etcd

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -73,6 +74,10 @@ type Store struct {
 	reqTO  time.Duration
 	ctx    context.Context // ends watches on Close
 	cancel context.CancelFunc
+	// migrated: ListScope moved leases of the old layout already.
+	migrated atomic.Bool
+	// What the watches received: events, and bytes of keys and values.
+	watchEvents, watchBytes atomic.Uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -134,6 +139,24 @@ func (s *Store) check(ctx context.Context) error {
 
 func (s *Store) objectKey(kind, name string) string { return s.prefix + "o/" + kind + "/" + name }
 
+// leaseKey is where a lease lives: under its spec.network, so that a node
+// lists and watches the leases of its networks alone (WatchScope).
+func (s *Store) leaseKey(network, name string) string {
+	return s.kindPrefix(pivirtv1.KindDHCPLease) + network + "/" + name
+}
+
+// networkPrefix holds the leases of one spec.network.
+func (s *Store) networkPrefix(network string) string {
+	return s.kindPrefix(pivirtv1.KindDHCPLease) + network + "/"
+}
+
+// leaseIndexKey maps a lease's name to its key ("<network>/<name>"), so that Get,
+// Put and Delete by name find the key; it also keeps names unique across
+// networks.
+func (s *Store) leaseIndexKey(name string) string {
+	return s.prefix + "x/" + pivirtv1.KindDHCPLease + "/" + name
+}
+
 func (s *Store) kindPrefix(kind string) string {
 	if kind == "" {
 		return s.prefix + "o/"
@@ -159,8 +182,22 @@ func (s *Store) Get(ctx context.Context, kind, name string) (*pivirtv1.Object, e
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
+	key := s.objectKey(kind, name)
+	var rev int64 // 0: now
+	if kind == pivirtv1.KindDHCPLease {
+		resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
+			return s.cli.Get(ctx, s.leaseIndexKey(name))
+		})
+		if err != nil {
+			return nil, fmt.Errorf("getting %s/%s: %w", kind, name, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, fmt.Errorf("getting %s/%s: %w", kind, name, store.ErrNotFound)
+		}
+		key, rev = s.kindPrefix(kind)+string(resp.Kvs[0].Value), resp.Header.Revision
+	}
 	resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
-		return s.cli.Get(ctx, s.objectKey(kind, name))
+		return s.cli.Get(ctx, key, clientv3.WithRev(rev))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("getting %s/%s: %w", kind, name, err)

@@ -51,9 +51,10 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (int64, err
 }
 
 type write struct {
-	kind string
-	obj  *pivirtv1.Object // the caller's object, stamped after commit; nil: delete
-	data []byte
+	index bool // a lease's name → network entry, not an object
+	kind  string
+	obj   *pivirtv1.Object // the caller's object, stamped after commit; nil: delete
+	data  []byte
 }
 
 // tx reads at revision rev and buffers writes until the commit.
@@ -110,9 +111,16 @@ func (t *tx) Get(kind, name string) (*pivirtv1.Object, error) {
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
-	data, mod, err := t.read(t.s.objectKey(kind, name))
+	key, err := t.keyOf(kind, name)
 	if err != nil {
 		return nil, err
+	}
+	var data []byte
+	var mod int64
+	if key != "" {
+		if data, mod, err = t.read(key); err != nil {
+			return nil, err
+		}
 	}
 	if data == nil {
 		return nil, fmt.Errorf("getting %s/%s: %w", kind, name, store.ErrNotFound)
@@ -167,12 +175,21 @@ func (t *tx) Create(obj *pivirtv1.Object) error {
 	if err != nil {
 		return err
 	}
-	data, _, err := t.read(key)
+	cur, err := t.keyOf(obj.Kind, obj.Metadata.Name)
 	if err != nil {
 		return err
 	}
+	var data []byte
+	if cur != "" {
+		if data, _, err = t.read(cur); err != nil {
+			return err
+		}
+	}
 	if data != nil {
 		return fmt.Errorf("creating %s/%s: %w", obj.Kind, obj.Metadata.Name, store.ErrExists)
+	}
+	if key != cur {
+		t.index(obj.Metadata.Name, key)
 	}
 	return t.write(key, obj)
 }
@@ -182,15 +199,26 @@ func (t *tx) Put(obj *pivirtv1.Object) error {
 	if err != nil {
 		return err
 	}
-	data, mod, err := t.read(key)
+	cur, err := t.keyOf(obj.Kind, obj.Metadata.Name)
 	if err != nil {
 		return err
+	}
+	var data []byte
+	var mod int64
+	if cur != "" {
+		if data, mod, err = t.read(cur); err != nil {
+			return err
+		}
 	}
 	if data == nil {
 		return fmt.Errorf("updating %s/%s: %w", obj.Kind, obj.Metadata.Name, store.ErrNotFound)
 	}
 	if have := strconv.FormatInt(mod, 10); have != obj.Metadata.ResourceVersion {
 		return fmt.Errorf("updating %s/%s: have %q, stored %q: %w", obj.Kind, obj.Metadata.Name, obj.Metadata.ResourceVersion, have, store.ErrConflict)
+	}
+	if key != cur { // a lease whose spec.network changed moves
+		t.writes[cur] = &write{kind: obj.Kind}
+		t.index(obj.Metadata.Name, key)
 	}
 	return t.write(key, obj)
 }
@@ -199,10 +227,16 @@ func (t *tx) Delete(kind, name, resourceVersion string) error {
 	if err := t.usable(); err != nil {
 		return err
 	}
-	key := t.s.objectKey(kind, name)
-	data, mod, err := t.read(key)
+	key, err := t.keyOf(kind, name)
 	if err != nil {
 		return err
+	}
+	var data []byte
+	var mod int64
+	if key != "" {
+		if data, mod, err = t.read(key); err != nil {
+			return err
+		}
 	}
 	if data == nil {
 		return fmt.Errorf("deleting %s/%s: %w", kind, name, store.ErrNotFound)
@@ -211,9 +245,14 @@ func (t *tx) Delete(kind, name, resourceVersion string) error {
 		return fmt.Errorf("deleting %s/%s: have %q, stored %q: %w", kind, name, resourceVersion, have, store.ErrConflict)
 	}
 	t.writes[key] = &write{kind: kind}
+	if kind == pivirtv1.KindDHCPLease {
+		t.writes[t.s.leaseIndexKey(name)] = &write{index: true}
+	}
 	return nil
 }
 
+// key is where obj is to be stored: its kind and name, or, for a lease,
+// its spec.network and name.
 func (t *tx) key(obj *pivirtv1.Object) (string, error) {
 	if err := t.usable(); err != nil {
 		return "", err
@@ -224,7 +263,44 @@ func (t *tx) key(obj *pivirtv1.Object) (string, error) {
 	if strings.Contains(obj.Kind, "/") {
 		return "", fmt.Errorf("writing object: kind %q must not contain \"/\"", obj.Kind)
 	}
-	return t.s.objectKey(obj.Kind, obj.Metadata.Name), nil
+	if obj.Kind != pivirtv1.KindDHCPLease {
+		return t.s.objectKey(obj.Kind, obj.Metadata.Name), nil
+	}
+	if strings.Contains(obj.Metadata.Name, "/") {
+		return "", fmt.Errorf("writing %s: metadata.name %q must not contain \"/\"", obj.Kind, obj.Metadata.Name)
+	}
+	var spec struct {
+		Network string `json:"network"`
+	}
+	if len(obj.Spec) > 0 {
+		if err := json.Unmarshal(obj.Spec, &spec); err != nil {
+			return "", fmt.Errorf("writing %s/%s: decoding spec: %w", obj.Kind, obj.Metadata.Name, err)
+		}
+	}
+	if strings.Contains(spec.Network, "/") {
+		return "", fmt.Errorf("writing %s/%s: spec.network %q must not contain \"/\"", obj.Kind, obj.Metadata.Name, spec.Network)
+	}
+	return t.s.leaseKey(spec.Network, obj.Metadata.Name), nil
+}
+
+// keyOf is where the object kind/name is stored, "" when it is not
+// (a lease's is under its network, which its index key names).
+func (t *tx) keyOf(kind, name string) (string, error) {
+	if kind != pivirtv1.KindDHCPLease {
+		return t.s.objectKey(kind, name), nil
+	}
+	at, _, err := t.read(t.s.leaseIndexKey(name))
+	if err != nil || at == nil {
+		return "", err
+	}
+	return t.s.kindPrefix(pivirtv1.KindDHCPLease) + string(at), nil
+}
+
+// index points a lease's name at its key: the value is the key after the
+// kind's prefix, "<network>/<name>", never empty.
+func (t *tx) index(name, key string) {
+	at := strings.TrimPrefix(key, t.s.kindPrefix(pivirtv1.KindDHCPLease))
+	t.writes[t.s.leaseIndexKey(name)] = &write{index: true, data: []byte(at)}
 }
 
 func (t *tx) write(key string, obj *pivirtv1.Object) error {
@@ -255,18 +331,23 @@ func (t *tx) compares() []clientv3.Cmp {
 }
 
 // ops: the buffered writes, and a bump of the delete key of every kind
-// that loses an object.
+// that loses an object. Deletes come first, so that a watcher of every
+// key sees a lease that moved to another network leave its old key
+// before it appears under the new one.
 func (t *tx) ops() []clientv3.Op {
-	var ops []clientv3.Op
+	var ops, puts []clientv3.Op
 	deleted := map[string]bool{}
 	for key, w := range t.writes {
 		if w.data == nil {
 			ops = append(ops, clientv3.OpDelete(key))
-			deleted[w.kind] = true
+			if !w.index {
+				deleted[w.kind] = true
+			}
 			continue
 		}
-		ops = append(ops, clientv3.OpPut(key, string(w.data)))
+		puts = append(puts, clientv3.OpPut(key, string(w.data)))
 	}
+	ops = append(ops, puts...)
 	for kind := range deleted {
 		ops = append(ops, clientv3.OpPut(t.s.deleteKey(kind), ""))
 	}

@@ -5,22 +5,52 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/store"
 )
 
+// keyRange is [start, end) of the keys one etcd watch covers.
+type keyRange struct{ start, end string }
+
+func prefixRange(p string) keyRange { return keyRange{p, clientv3.GetPrefixRangeEnd(p)} }
+
 // Watch implements store.Store with an etcd watch of every object key.
 func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, error) {
+	return s.watch(ctx, fromRev, []keyRange{prefixRange(s.kindPrefix(""))})
+}
+
+// WatchScope implements store.Scoped: one etcd watch of the object keys
+// before the leases, one of those after them, and one per network's
+// leases. etcd sends a watcher only the events of its range.
+func (s *Store) WatchScope(ctx context.Context, fromRev int64, networks []string) (<-chan store.Event, error) {
+	return s.watch(ctx, fromRev, s.scopeRanges(networks))
+}
+
+// scopeRanges are the key ranges of a scope (see store.Scoped).
+func (s *Store) scopeRanges(networks []string) []keyRange {
+	all, leases := prefixRange(s.kindPrefix("")), prefixRange(s.kindPrefix(pivirtv1.KindDHCPLease))
+	out := []keyRange{{all.start, leases.start}, {leases.end, all.end}}
+	for _, n := range networks {
+		out = append(out, prefixRange(s.networkPrefix(n)))
+	}
+	return out
+}
+
+// watch merges one etcd watch per range into one channel, which closes
+// when any of them ends (compacted, cancelled) or ctx is done.
+func (s *Store) watch(ctx context.Context, fromRev int64, ranges []keyRange) (<-chan store.Event, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
 	if fromRev < 0 {
 		return nil, fmt.Errorf("watching from revision %d: must not be negative", fromRev)
 	}
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV()}
+	opts := []clientv3.OpOption{clientv3.WithPrevKV()}
 	if fromRev > 0 {
 		// etcd reports compaction only inside the stream; a read at
 		// fromRev answers it now.
@@ -43,30 +73,47 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	stop := context.AfterFunc(s.ctx, cancel) // Close ends the watch
-	wch := s.cli.Watch(wctx, s.kindPrefix(""), opts...)
 	out := make(chan store.Event, 64)
+	var wg sync.WaitGroup
+	for _, r := range ranges {
+		wch := s.cli.Watch(wctx, r.start, append(opts[:len(opts):len(opts)], clientv3.WithRange(r.end))...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cancel() // one range ending ends them all: the caller re-lists
+			for resp := range wch {
+				if resp.Err() != nil || resp.Canceled {
+					return // compacted or cancelled
+				}
+				for _, ev := range resp.Events {
+					s.watchEvents.Add(1)
+					s.watchBytes.Add(uint64(kvBytes(ev.Kv) + kvBytes(ev.PrevKv)))
+					e, err := convert(ev)
+					if err != nil {
+						return
+					}
+					select {
+					case out <- e:
+					case <-wctx.Done():
+						return
+					}
+				}
+			}
+		}()
+	}
 	go func() {
-		defer close(out)
-		defer stop()
-		defer cancel()
-		for resp := range wch {
-			if resp.Err() != nil || resp.Canceled {
-				return // compacted or cancelled: the caller re-lists
-			}
-			for _, ev := range resp.Events {
-				e, err := convert(ev)
-				if err != nil {
-					return
-				}
-				select {
-				case out <- e:
-				case <-wctx.Done():
-					return
-				}
-			}
-		}
+		wg.Wait()
+		stop()
+		close(out)
 	}()
 	return out, nil
+}
+
+func kvBytes(kv *mvccpb.KeyValue) int {
+	if kv == nil {
+		return 0
+	}
+	return len(kv.Key) + len(kv.Value)
 }
 
 func convert(ev *clientv3.Event) (store.Event, error) {

@@ -27,6 +27,22 @@ type Counters struct {
 	PersistErrors  atomic.Uint64                   // failed Persist calls (their ACKs were not sent)
 	SendErrors     atomic.Uint64                   // frames the kernel refused
 	SocketDrops    atomic.Uint64                   // frames the kernel dropped before the responder read them (PACKET_STATISTICS)
+
+	// Shapes that tell a stall from a steady stream: a read that returns a
+	// full batch means the loop fell behind; a long commit means an ACK
+	// group waited on the disk, and then leaves as one train.
+	ReadFrames    *Histogram // frames per socket read
+	CommitChanges *Histogram // lease changes per durable commit
+	CommitSeconds *Histogram // time of one durable commit (Persist)
+}
+
+// newCounters returns Counters with their histograms.
+func newCounters() *Counters {
+	return &Counters{
+		ReadFrames:    NewHistogram(1, 2, 4, 8, 16, 32, 64),
+		CommitChanges: NewHistogram(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+		CommitSeconds: NewHistogram(.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25),
+	}
 }
 
 // Snapshot is a plain copy of Counters with named maps, for status and

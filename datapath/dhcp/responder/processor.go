@@ -71,7 +71,7 @@ func NewProcessor(cfg ProcessorConfig) *Processor {
 		cfg.Batch = 64
 	}
 	if cfg.Counters == nil {
-		cfg.Counters = new(Counters)
+		cfg.Counters = newCounters()
 	}
 	p := &Processor{
 		srv: cfg.Server, seg: cfg.Segment, mac: cfg.MAC, c: cfg.Counters, relays: cfg.Relays,

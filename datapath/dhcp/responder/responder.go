@@ -75,7 +75,7 @@ type Responder struct {
 	cfg  Config
 	conn *batchConn
 	proc *Processor
-	c    Counters
+	c    *Counters
 	out  [][]byte
 
 	// The bridge's MAC, the source of every reply: a bridge pivirtd did
@@ -146,16 +146,16 @@ func New(cfg Config) (*Responder, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Responder{cfg: cfg, conn: conn, out: make([][]byte, 0, cfg.Batch), ifindex: ifi.Index,
+	r := &Responder{cfg: cfg, conn: conn, c: newCounters(), out: make([][]byte, 0, cfg.Batch), ifindex: ifi.Index,
 		cur: new(group), spare: new(group), kick: make(chan struct{}, 1)}
 	r.mac.Store(macBits(ifi.HardwareAddr))
 	r.proc = NewProcessor(ProcessorConfig{Server: cfg.Server, Segment: cfg.Segment, MAC: [6]byte(ifi.HardwareAddr),
-		Batch: cfg.Batch, PerMAC: cfg.PerMAC, PerPort: cfg.PerPort, Relays: cfg.Relays, Log: cfg.Log, Counters: &r.c})
+		Batch: cfg.Batch, PerMAC: cfg.PerMAC, PerPort: cfg.PerPort, Relays: cfg.Relays, Log: cfg.Log, Counters: r.c})
 	return r, nil
 }
 
 // Counters returns the live counters.
-func (r *Responder) Counters() *Counters { return &r.c }
+func (r *Responder) Counters() *Counters { return r.c }
 
 // Run serves until ctx is cancelled, then closes the socket. Changes
 // already handed over are still persisted and their ACKs sent, within
@@ -189,6 +189,9 @@ func (r *Responder) Run(ctx context.Context) error {
 		}
 		frames, err := r.conn.recv()
 		now := r.cfg.Now()
+		if len(frames) > 0 {
+			r.c.ReadFrames.Observe(float64(len(frames)))
+		}
 		switch {
 		case err == nil, errors.Is(err, os.ErrDeadlineExceeded):
 		case errors.Is(err, unix.ENETDOWN):
@@ -310,7 +313,11 @@ func (r *Responder) commit(ctx context.Context) {
 		}
 		r.c.Batches.Add(1)
 		r.c.LeaseChanges.Add(uint64(len(g.changes)))
-		if err := r.cfg.Persister.Persist(ctx, g.changes); err != nil {
+		r.c.CommitChanges.Observe(float64(len(g.changes)))
+		start := time.Now()
+		err := r.cfg.Persister.Persist(ctx, g.changes)
+		r.c.CommitSeconds.Observe(time.Since(start).Seconds())
+		if err != nil {
 			r.c.PersistErrors.Add(1)
 			r.cfg.Log.Warn("persisting leases; dropping their ACKs", "changes", len(g.changes), "err", err)
 			return

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store"
+)
+
+var _ store.Scoped = (*Store)(nil)
+
+// ListScope implements store.Scoped: the ranges WatchScope watches, read
+// at one revision. It first moves leases left in the layout before leases
+// were kept under their network (see migrateLeases).
+func (s *Store) ListScope(ctx context.Context, networks []string) ([]*pivirtv1.Object, int64, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, 0, err
+	}
+	if !s.migrated.Load() {
+		if err := s.migrateLeases(ctx); err != nil {
+			return nil, 0, err
+		}
+		s.migrated.Store(true)
+	}
+	var kvs []*mvccpb.KeyValue
+	var rev int64 // 0 (now) for the first range, then its revision
+	for _, r := range s.scopeRanges(networks) {
+		resp, err := call(ctx, s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
+			return s.cli.Get(ctx, r.start, clientv3.WithRange(r.end), clientv3.WithRev(rev))
+		})
+		if err != nil {
+			return nil, 0, fmt.Errorf("listing %s..%s: %w", r.start, r.end, err)
+		}
+		kvs = append(kvs, resp.Kvs...)
+		if rev == 0 {
+			rev = resp.Header.Revision // a read at an older revision answers with the newest in its header
+		}
+	}
+	out, err := filterSort(kvs, nil, nil)
+	return out, rev, err
+}
+
+// migrateLeases moves every lease stored at <prefix>o/DHCPLease/<name>
+// (the layout before this one) to <prefix>o/DHCPLease/<network>/<name>
+// with its index key, each in a transaction that holds only while the
+// old key is unchanged; where a lease of that name exists in the new
+// layout already (written by this version meanwhile) that one wins and
+// the old key goes. The value is moved as is; its resourceVersion
+// becomes the move's revision.
+func (s *Store) migrateLeases(ctx context.Context) error {
+	prefix := s.kindPrefix(pivirtv1.KindDHCPLease)
+	resp, err := call(ctx, s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	})
+	if err != nil {
+		return fmt.Errorf("listing leases to migrate: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		name := strings.TrimPrefix(string(kv.Key), prefix)
+		if strings.Contains(name, "/") {
+			continue // in the new layout
+		}
+		if err := s.migrateLease(ctx, string(kv.Key), name); err != nil {
+			return fmt.Errorf("migrating lease %s to its network's keys: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) migrateLease(ctx context.Context, old, name string) error {
+	const attempts = 10 // each failure is a concurrent write of this key
+	for range attempts {
+		resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
+			return s.cli.Get(ctx, old)
+		})
+		if err != nil || len(resp.Kvs) == 0 {
+			return err // gone: nothing to move
+		}
+		kv := resp.Kvs[0]
+		var obj struct {
+			Spec struct {
+				Network string `json:"network"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal(kv.Value, &obj); err != nil {
+			return fmt.Errorf("decoding %s: %w", old, err)
+		}
+		at := strings.ReplaceAll(obj.Spec.Network, "/", "_") + "/" + name
+		unchanged := clientv3.Compare(clientv3.ModRevision(old), "=", kv.ModRevision)
+		absent := clientv3.Compare(clientv3.CreateRevision(s.leaseIndexKey(name)), "=", 0)
+		tr, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			return s.cli.Txn(ctx).If(unchanged).Then(
+				clientv3.OpTxn([]clientv3.Cmp{absent},
+					[]clientv3.Op{clientv3.OpDelete(old), clientv3.OpPut(s.kindPrefix(pivirtv1.KindDHCPLease)+at, string(kv.Value)), clientv3.OpPut(s.leaseIndexKey(name), at)},
+					[]clientv3.Op{clientv3.OpDelete(old)}),
+				clientv3.OpPut(s.deleteKey(pivirtv1.KindDHCPLease), "")).Commit()
+		})
+		if err != nil {
+			return err
+		}
+		if tr.Succeeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("still changing after %d attempts", attempts)
+}
