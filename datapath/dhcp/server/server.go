@@ -270,6 +270,10 @@ func (st *segState) reserve(r Reservation) error {
 	st.resByMAC[k] = r
 	st.resByIP[r.IP] = k
 	st.pool.Take(r.IP)
+	// A reserved address is not quarantined (decline exempts it too): the
+	// operator's reservation says whose it is, and its client would
+	// otherwise get no offer at all until the probation ends.
+	delete(st.quar, r.IP)
 	return nil
 }
 

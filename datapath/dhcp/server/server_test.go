@@ -601,3 +601,26 @@ func TestSetSegmentKeepsFittingLeases(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestReservationLiftsQuarantine: a client declined an address (another
+// host answered its ARP probe), then the operator reserves that address
+// for a MAC: the reservation is answered at once, not after the probation.
+func TestReservationLiftsQuarantine(t *testing.T) {
+	s := newServer(t)
+	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macB, reqIP("192.168.100.11"))})
+	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macB, srvID(sid1), reqIP("192.168.100.11"))})
+	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDecline, macB, srvID(sid1), reqIP("192.168.100.11"))})
+	if st, _ := s.Stats(1); st.Quarantined != 1 {
+		t.Fatalf("after the decline: stats %+v, want 1 quarantined", st)
+	}
+	if err := s.SetReservations(1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
+	if r.Msg == nil || !r.Msg.YourIPAddr.Equal(net.IP{192, 168, 100, 11}) {
+		t.Fatalf("DISCOVER of the reserved MAC: %+v, want an offer of 192.168.100.11", r)
+	}
+	if st, _ := s.Stats(1); st.Quarantined != 0 {
+		t.Fatalf("stats %+v, want nothing quarantined", st)
+	}
+}
