@@ -33,8 +33,10 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store/etcd"
 	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
 	"pivirt.hu/dataplane/test/guest"
 	"pivirt.hu/dataplane/test/harness"
@@ -235,7 +237,10 @@ func TestPrivilegedClusterThreeNodes(t *testing.T) {
 
 	etcdNS := testutil.NewNetNS(t)
 	ec := etcdtest.StartCluster(t, etcdtest.ClusterOptions{Command: etcdNS.Command})
-	cli, err := clientv3.New(clientv3.Config{Endpoints: ec.Endpoints, DialTimeout: 5 * time.Second})
+	// Paced like pivirtd's client: gRPC's default backoff would leave this
+	// one failing for up to two minutes after the outage below.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: ec.Endpoints, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{etcd.ReconnectDialOption(5 * time.Second)}})
 	if err != nil {
 		t.Fatal(err)
 	}

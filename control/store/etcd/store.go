@@ -51,6 +51,13 @@ const (
 // one try a second per member costs nothing.
 var reconnectBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}
 
+// ReconnectDialOption is the dial option of the store's client (pace of
+// reconnection after an outage), for other clients of the same cluster,
+// such as the tests', which would otherwise wait out gRPC's 120 s.
+func ReconnectDialOption(dialTimeout time.Duration) grpc.DialOption {
+	return grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: dialTimeout})
+}
+
 // Options tune a Store; the zero value is fine.
 type Options struct {
 	// Prefix of every key (default "/pivirt/"); must end in "/".
@@ -88,7 +95,7 @@ func Open(endpoints []string, opts Options) (*Store, error) {
 		opts.DialTimeout = DefaultDialTimeout
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: opts.DialTimeout, TLS: opts.TLS,
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: opts.DialTimeout})}})
+		DialOptions: []grpc.DialOption{ReconnectDialOption(opts.DialTimeout)}})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to etcd %v: %w", endpoints, err)
 	}
