@@ -216,8 +216,13 @@ func PrintTable(tw io.Writer, items []Item, o PrintOptions, header bool) {
 		}
 		fmt.Fprintln(tw, strings.Join(names, "\t"))
 	}
+	shownOf := map[string][]column{}
 	for _, it := range items {
-		shown := shownColumns(it.Obj.Kind, o)
+		shown, ok := shownOf[it.Obj.Kind]
+		if !ok {
+			shown = shownColumns(it.Obj.Kind, o)
+			shownOf[it.Obj.Kind] = shown
+		}
 		r := newRow(it.Obj, o.Now)
 		cells := make([]string, 0, len(shown)+2)
 		if o.Event != "" {
