@@ -28,9 +28,10 @@ import (
 var Kinds = []string{pivirtv1.KindOverlayNetwork, pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity}
 
 // React is the overlay loop's filter: status-only changes start no pass
-// except a NetworkSegment's (its status carries the phase and VTEP the
-// FDB follows) and a PortSecurity's whose segment changed (the port
-// joined or left a bridge; its counters change all the time), nor do
+// except a NetworkSegment's whose phase or VTEP changed (the FDB follows
+// them; its lease counts change with every lease) and a PortSecurity's
+// whose segment changed (the port joined or left a bridge; its counters
+// change all the time), nor do
 // the DHCP server's renewals of its leases (a lease that moves changes
 // its node label, which is seen; one that expires is seen by the timer
 // Wake answers).
@@ -38,13 +39,22 @@ func React(c reconcile.Change) bool {
 	if reconcile.StatusOnly(c) {
 		switch c.Object.Kind {
 		case pivirtv1.KindNetworkSegment:
-			return true
+			return segStatus(c.Old) != segStatus(c.Object)
 		case pivirtv1.KindPortSecurity:
 			return portSegment(c.Old) != portSegment(c.Object)
 		}
 		return false
 	}
 	return !(c.Type == store.Modified && reconcile.DynamicLease(c))
+}
+
+// segStatus is what the controller reads of a segment's status.
+func segStatus(o *pivirtv1.Object) segmentStatus {
+	var st segmentStatus
+	if o != nil {
+		_ = json.Unmarshal(o.Status, &st) // no status yet: not ready
+	}
+	return st
 }
 
 // portSegment is the segment a PortSecurity's status places its port on
@@ -138,8 +148,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		if spec.Overlay == "" {
 			continue
 		}
-		var st segmentStatus
-		_ = json.Unmarshal(o.Status, &st) // no status yet: not ready
+		st := segStatus(o)
 		m := member{name: o.Metadata.Name, node: o.Metadata.Labels[pivirtv1.NodeLabel], bridge: spec.Bridge, networkRef: spec.NetworkRef,
 			local: !pivirtv1.PlacedElsewhere(o, c.Node), ready: st.Phase == pivirtv1.PhaseReady}
 		m.vtep, _ = netip.ParseAddr(st.VTEP)

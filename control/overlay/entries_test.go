@@ -60,7 +60,8 @@ func TestEntries(t *testing.T) {
 }
 
 // TestReact: a PortSecurity's status change starts a pass only when it
-// moves the port to another segment; a segment's always; a lease's
+// moves the port to another segment; a segment's when its phase or VTEP
+// changes (not its lease counts); a lease's
 // deletion always (renewals: reconcile.DynamicLease, tested there).
 func TestReact(t *testing.T) {
 	obj := func(kind, status string, gen int64) *pivirtv1.Object {
@@ -83,6 +84,10 @@ func TestReact(t *testing.T) {
 		{"port spec", reconcile.Change{Type: store.Modified, Old: obj(ps, `{}`, 1), Object: obj(ps, `{}`, 2)}, true},
 		{"segment status", reconcile.Change{Type: store.Modified, Old: obj(pivirtv1.KindNetworkSegment, `{}`, 1),
 			Object: obj(pivirtv1.KindNetworkSegment, `{"phase":"Ready"}`, 1)}, true},
+		{"segment VTEP", reconcile.Change{Type: store.Modified, Old: obj(pivirtv1.KindNetworkSegment, `{"phase":"Ready"}`, 1),
+			Object: obj(pivirtv1.KindNetworkSegment, `{"phase":"Ready","vtep":"10.97.0.2"}`, 1)}, true},
+		{"segment lease counts", reconcile.Change{Type: store.Modified, Old: obj(pivirtv1.KindNetworkSegment, `{"phase":"Ready","vtep":"10.97.0.2","dhcp":{"leased":3}}`, 1),
+			Object: obj(pivirtv1.KindNetworkSegment, `{"phase":"Ready","vtep":"10.97.0.2","dhcp":{"leased":4}}`, 1)}, false},
 		{"lease ends", reconcile.Change{Type: store.Deleted, Object: obj(pivirtv1.KindDHCPLease, `{}`, 2)}, true},
 	} {
 		if got := React(tc.c); got != tc.want {
