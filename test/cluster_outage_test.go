@@ -246,15 +246,7 @@ func TestPrivilegedClusterThreeNodes(t *testing.T) {
 	}
 	defer cli.Close()
 
-	dir := t.TempDir()
-	const token = "cluster-token-outage-0123"
-	tokens, tokenFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "token")
-	if err := os.WriteFile(tokens, []byte("cluster "+token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens, tokenFile := clusterTokens(t, "cluster-token-outage-0123")
 	bins := harness.Build(t)
 	var nodes []clusterNode
 	manifest := ""

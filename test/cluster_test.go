@@ -49,6 +49,21 @@ func (n clusterNode) ctl(t *testing.T, stdin string, args ...string) (string, st
 	return out.String(), errOut.String(), err
 }
 
+// clusterTokens writes pivirtd's --token-file granting token the cluster
+// role, and pivirtctl's --token-file holding it.
+func clusterTokens(t *testing.T, token string) (tokens, tokenFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	tokens, tokenFile = filepath.Join(dir, "tokens"), filepath.Join(dir, "token")
+	if err := os.WriteFile(tokens, []byte("cluster "+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return tokens, tokenFile
+}
+
 // startCluster starts etcd and one pivirtd per node name in one new
 // namespace; each serves its API on loopback with a cluster token.
 func startCluster(t *testing.T, nodes ...string) []clusterNode {
@@ -74,15 +89,7 @@ func startCluster(t *testing.T, nodes ...string) []clusterNode {
 			return nil
 		})
 	}})
-	dir := t.TempDir()
-	const token = "cluster-token-0123456789"
-	tokens, tokenFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "token")
-	if err := os.WriteFile(tokens, []byte("cluster "+token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens, tokenFile := clusterTokens(t, "cluster-token-0123456789")
 	bins := harness.Build(t)
 	var out []clusterNode
 	for i, name := range nodes {

@@ -76,20 +76,27 @@ type listener struct {
 	done chan struct{}
 }
 
-func listen(t *testing.T, ns *testutil.NetNS, ifname string) *listener {
+// rawSocket opens a packet socket seeing every frame of ifname in ns.
+func rawSocket(t *testing.T, ns *testutil.NetNS, ifname string) *packet.Conn {
 	t.Helper()
-	l := &listener{seen: map[string]int{}, done: make(chan struct{})}
+	var c *packet.Conn
 	err := ns.Do(func() error {
 		ifi, err := net.InterfaceByName(ifname)
 		if err != nil {
 			return err
 		}
-		l.conn, err = packet.Listen(ifi, packet.Raw, 0x0003 /* ETH_P_ALL */, nil)
+		c, err = packet.Listen(ifi, packet.Raw, 0x0003 /* ETH_P_ALL */, nil)
 		return err
 	})
 	if err != nil {
 		t.Fatalf("listening on %s: %v", ifname, err)
 	}
+	return c
+}
+
+func listen(t *testing.T, ns *testutil.NetNS, ifname string) *listener {
+	t.Helper()
+	l := &listener{seen: map[string]int{}, done: make(chan struct{}), conn: rawSocket(t, ns, ifname)}
 	go func() {
 		defer close(l.done)
 		buf := make([]byte, 2048)

@@ -37,18 +37,7 @@ const maxCaptured = 20000
 
 func captureTunnel(t *testing.T, ns *testutil.NetNS, ifname string) *tunnelCapture {
 	t.Helper()
-	c := &tunnelCapture{done: make(chan struct{})}
-	err := ns.Do(func() error {
-		ifi, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return err
-		}
-		c.conn, err = packet.Listen(ifi, packet.Raw, 0x0003 /* ETH_P_ALL */, nil)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("capturing on %s: %v", ifname, err)
-	}
+	c := &tunnelCapture{done: make(chan struct{}), conn: rawSocket(t, ns, ifname)}
 	go func() {
 		defer close(c.done)
 		buf := make([]byte, 9000)

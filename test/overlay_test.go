@@ -646,15 +646,7 @@ func TestPrivilegedOverlayPivirtd(t *testing.T) {
 			})
 		},
 	})
-	dir := t.TempDir()
-	const token = "cluster-token-overlay-0123"
-	tokens, tokenFile := filepath.Join(dir, "tokens"), filepath.Join(dir, "token")
-	if err := os.WriteFile(tokens, []byte("cluster "+token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens, tokenFile := clusterTokens(t, "cluster-token-overlay-0123")
 	bins := harness.Build(t)
 	var nodes []clusterNode
 	manifest := "apiVersion: pivirt.hu/v1\nkind: OverlayNetwork\nmetadata: {name: ov-e}\nspec: {vni: 4343}\n"
