@@ -335,6 +335,9 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 		m.HandleFunc("/debug/pprof/", pprof.Index)
 		m.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		m.Handle("/debug/pprof/heap", pprof.Handler("heap"))
+		// An execution trace shows where the DHCP receive loop waits (the
+		// scheduler, a system call, the collector), which a profile cannot.
+		m.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		serve(&http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Metrics)
 	}
 	_ = ctx

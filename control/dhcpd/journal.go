@@ -187,6 +187,26 @@ func (lg *ledger) writeLoop(ctx context.Context) {
 	}
 }
 
+// latestPerLease drops each change that a later change of the same lease
+// in recs overrides: the store needs only a lease's last state, and the
+// bookkeeping of what is stored (storeRecords) still covers every record.
+func latestPerLease(recs []record) []record {
+	last := make(map[string]int, len(recs))
+	for i, r := range recs {
+		last[LeaseName(r.Change.Lease.MAC)] = i
+	}
+	if len(last) == len(recs) {
+		return recs
+	}
+	out := make([]record, 0, len(last))
+	for i, r := range recs {
+		if last[LeaseName(r.Change.Lease.MAC)] == i {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // writeQueued stores everything queued in one transaction and trims the
 // journal up to it. On failure the records stay queued.
 func (lg *ledger) writeQueued(ctx context.Context) error {
@@ -207,7 +227,10 @@ func (lg *ledger) writeQueued(ctx context.Context) error {
 }
 
 // storeRecords writes records as DHCPLease objects (creates, renewals,
-// deletions) in one transaction, in order. A change the store refuses
+// deletions) in one transaction, in order, each lease only in its last
+// state (latestPerLease: a batch of a slow commit or of an outage's
+// backlog holds many renewals of one lease, and each cost the admission
+// work of a write; BenchmarkStoreRenewals, 3.7× less for four per lease). A change the store refuses
 // (admission: a reservation took the MAC or address meanwhile, the
 // provisioning interlock holds the lease, an operator's edit conflicts)
 // never blocks the others: it is resolved by resolveRefused, logged and
@@ -216,10 +239,11 @@ func (lg *ledger) writeQueued(ctx context.Context) error {
 func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	var refused []refusal
 	var superseded []record
+	latest := latestPerLease(recs)
 	// Privileged: the daemon's own objects carry its pivirt.hu/node label.
 	rev, err := lg.Index.Update(ctx, lg.Store, admission.Options{Now: lg.now(), Privileged: true}, func(b *admission.Batch) error {
 		refused, superseded = refused[:0], superseded[:0]
-		for i, r := range recs {
+		for i, r := range latest {
 			if i%storeYield == storeYield-1 {
 				// A batch is a CPU burst on the responders' core: let
 				// them run between its records (Go schedules goroutines
@@ -237,7 +261,7 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 			if !isRefusal(err) {
 				return err
 			}
-			refused = append(refused, refusal{rec: &recs[i], err: err})
+			refused = append(refused, refusal{rec: &latest[i], err: err})
 		}
 		return nil
 	})
