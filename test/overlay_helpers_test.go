@@ -16,9 +16,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/mdlayher/packet"
-	"github.com/vishvananda/netlink"
 
-	"pivirt.hu/dataplane/test/guest"
 	"pivirt.hu/dataplane/test/harness"
 	"pivirt.hu/dataplane/test/testutil"
 )
@@ -154,39 +152,6 @@ func arpFrame(t *testing.T, sha net.HardwareAddr, spa, tpa net.IP, marker string
 		t.Fatal(err)
 	}
 	return buf.Bytes()
-}
-
-// moveGuest moves a guest's port from one node to another, as a VM that
-// migrates: its host side goes into to's namespace (leaving from's
-// bridge), is enslaved to bridge there and set up.
-func moveGuest(t *testing.T, g *guest.Guest, from, to *testutil.NetNS, bridge string) {
-	t.Helper()
-	err := from.Do(func() error {
-		l, err := netlink.LinkByName(g.HostSide)
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetNsFd(l, int(to.Handle()))
-	})
-	if err == nil {
-		err = to.Do(func() error {
-			l, err := netlink.LinkByName(g.HostSide)
-			if err != nil {
-				return err
-			}
-			br, err := netlink.LinkByName(bridge)
-			if err != nil {
-				return err
-			}
-			if err := netlink.LinkSetMaster(l, br); err != nil {
-				return err
-			}
-			return netlink.LinkSetUp(l)
-		})
-	}
-	if err != nil {
-		t.Fatalf("moving %s to %s's %s: %v", g.HostSide, to.Name, bridge, err)
-	}
 }
 
 // guardCount sums a drop reason's counters in a node's pv_counters_v3.

@@ -89,13 +89,18 @@ func ovApply(t *testing.T, ctx context.Context, st store.Store, ix *admission.In
 	}
 }
 
-func ovFDB(t *testing.T, n *ovNode) []string {
+// ovFDB lists a node's tunnel FDB entries.
+func ovFDB(t *testing.T, n *ovNode) []string { return ovEntries(t, n, vxlan.FDB) }
+
+// ovEntries lists what list reads from a node's tunnel device, as
+// strings; nothing when the device is not there (yet, or any more).
+func ovEntries[E fmt.Stringer](t *testing.T, n *ovNode, list func(*netlink.Handle, int) ([]E, error)) []string {
 	t.Helper()
 	l, err := n.nl.LinkByName(vxlan.DevName(ovVNI))
 	if err != nil {
 		return nil
 	}
-	es, err := vxlan.FDB(n.nl, l.Attrs().Index)
+	es, err := list(n.nl, l.Attrs().Index)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,22 +571,7 @@ spec: {interface: g-%[1]s, macAddress: "%[2]s", ipv6Addresses: ["%[3]s"]}`, n.na
 }
 
 // ovNeigh lists a node's tunnel neighbour entries as "ip lladdr mac".
-func ovNeigh(t *testing.T, n *ovNode) []string {
-	t.Helper()
-	l, err := n.nl.LinkByName(vxlan.DevName(ovVNI))
-	if err != nil {
-		return nil
-	}
-	ns, err := vxlan.Neighbours(n.nl, l.Attrs().Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ns {
-		out = append(out, e.String())
-	}
-	return out
-}
+func ovNeigh(t *testing.T, n *ovNode) []string { return ovEntries(t, n, vxlan.Neighbours) }
 
 func ipCmd(args ...string) ([]byte, error) {
 	return exec.Command("ip", args...).CombinedOutput()
@@ -858,7 +848,7 @@ spec: {network: ove-net, macAddress: "52:54:00:51:00:06", ipAddress: 10.51.0.48,
 	time.Sleep(time.Second)
 	guest.KillPidFile(filepath.Join(g2.Dir, "pid"))
 	moved := time.Now()
-	moveGuest(t, g2, nodes[1].ns, nodes[2].ns, "br-ov")
+	g2.Move(t, nodes[1].ns, nodes[2].ns, "br-ov")
 	g2.Dhclient(t)
 	if got := g2.Addr(t); got != a2 {
 		t.Errorf("after the move g2 has %v, want %v kept", got, a2)

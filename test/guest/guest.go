@@ -77,6 +77,35 @@ func (g *Guest) Enslave(t *testing.T, host *testutil.NetNS, bridge string) {
 	}
 }
 
+// Move moves the guest's port from one host to another, as a VM that
+// migrates: its host side goes into to's namespace (leaving from's
+// bridge), is enslaved to bridge there and set up.
+func (g *Guest) Move(t *testing.T, from, to *testutil.NetNS, bridge string) {
+	t.Helper()
+	err := from.Do(func() error {
+		l, err := netlink.LinkByName(g.HostSide)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetNsFd(l, int(to.Handle()))
+	})
+	if err == nil {
+		err = to.Do(func() error {
+			if err := g.enslave(bridge); err != nil {
+				return err
+			}
+			l, err := netlink.LinkByName(g.HostSide)
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetUp(l)
+		})
+	}
+	if err != nil {
+		t.Fatalf("moving %s to %s's %s: %v", g.HostSide, to.Name, bridge, err)
+	}
+}
+
 // enslave makes bridge the master of the host side; run in the host's
 // namespace.
 func (g *Guest) enslave(bridge string) error {
