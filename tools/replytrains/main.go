@@ -52,19 +52,18 @@ func readTimes(path string) ([]time.Duration, error) {
 	if len(b) < 24 {
 		return nil, fmt.Errorf("%s: no pcap header", path)
 	}
-	var order binary.ByteOrder
-	var unit time.Duration
+	var order binary.ByteOrder = binary.LittleEndian
+	unit := time.Microsecond
 	switch m := binary.LittleEndian.Uint32(b); m {
-	case 0xa1b2c3d4, 0xd4c3b2a1:
-		unit = time.Microsecond
-	case 0xa1b23c4d, 0x4d3cb2a1:
+	case 0xa1b2c3d4:
+	case 0xd4c3b2a1:
+		order = binary.BigEndian
+	case 0xa1b23c4d:
 		unit = time.Nanosecond
+	case 0x4d3cb2a1:
+		order, unit = binary.BigEndian, time.Nanosecond
 	default:
 		return nil, fmt.Errorf("%s: not a pcap file (magic %#x)", path, m)
-	}
-	order = binary.LittleEndian
-	if m := binary.LittleEndian.Uint32(b); m == 0xd4c3b2a1 || m == 0x4d3cb2a1 {
-		order = binary.BigEndian
 	}
 	var ts []time.Duration
 	for off := 24; off < len(b); {
