@@ -223,6 +223,9 @@ func (b *Batch) admitLabels(what string, in map[string]string, old *entry) (map[
 // sameSpec compares the defaulted incoming spec with the stored one in the
 // same canonical encoding.
 func sameSpec(old *entry, spec json.RawMessage) bool {
+	if bytes.Equal(old.obj.Spec, spec) {
+		return true // the common case of an unchanged re-apply, without encoding
+	}
 	if old.spec != nil {
 		if b, err := json.Marshal(old.spec); err == nil {
 			return bytes.Equal(b, spec)
@@ -281,20 +284,28 @@ func encodeStatus(status any) (json.RawMessage, error) {
 		if raw, err = json.Marshal(s); err != nil {
 			return nil, fmt.Errorf("encoding status: %w", err)
 		}
+		return nullAsNone(raw), nil // valid by construction
 	}
 	if len(raw) > 0 && !json.Valid(raw) {
 		return nil, errors.New("status is not valid JSON")
 	}
+	return nullAsNone(raw), nil
+}
+
+func nullAsNone(raw json.RawMessage) json.RawMessage {
 	if string(raw) == "null" {
-		raw = nil
+		return nil
 	}
-	return raw, nil
+	return raw
 }
 
 // jsonEqual compares two JSON documents ignoring formatting.
 func jsonEqual(a, b []byte) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return len(a) == len(b)
+	}
+	if bytes.Equal(a, b) {
+		return true // both ours, as a rule: no compaction needed
 	}
 	var x, y bytes.Buffer
 	if json.Compact(&x, a) != nil || json.Compact(&y, b) != nil {

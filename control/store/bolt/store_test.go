@@ -216,3 +216,35 @@ func TestFailedUpdateCommitsNothing(t *testing.T) {
 		t.Errorf("a failed Update cost %d commits, want none", got-before)
 	}
 }
+
+// checkRV reads only metadata.resourceVersion: a key of that name
+// elsewhere (a label, the spec) must not be taken for it.
+func TestCheckRV(t *testing.T) {
+	tests := []struct {
+		name, stored, want string
+		err                error // nil, store.ErrConflict or errAny
+	}{
+		{"match", `{"kind":"DHCPLease","metadata":{"name":"a","resourceVersion":"12"},"spec":{}}`, "12", nil},
+		{"other revision", `{"metadata":{"name":"a","resourceVersion":"13"}}`, "12", store.ErrConflict},
+		{"label of that name first", `{"metadata":{"labels":{"resourceVersion":"12"},"resourceVersion":"13"}}`, "12", store.ErrConflict},
+		{"spec key of that name", `{"spec":{"resourceVersion":"12"},"metadata":{"resourceVersion":"13"}}`, "12", store.ErrConflict},
+		{"metadata after spec", `{"spec":{"a":[1,{"b":"}"}]},"metadata":{"resourceVersion":"12"}}`, "12", nil},
+		{"no revision", `{"metadata":{"name":"a"}}`, "12", errAny},
+		{"not a string", `{"metadata":{"resourceVersion":12}}`, "12", errAny},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkRV([]byte(tt.stored), tt.want)
+			switch {
+			case tt.err == nil && err != nil:
+				t.Fatalf("checkRV: %v, want nil", err)
+			case tt.err == errAny && err == nil:
+				t.Fatal("checkRV: nil, want an error")
+			case tt.err == store.ErrConflict && !errors.Is(err, store.ErrConflict):
+				t.Fatalf("checkRV: %v, want a conflict", err)
+			}
+		})
+	}
+}
+
+var errAny = errors.New("any error")
