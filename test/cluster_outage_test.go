@@ -389,6 +389,29 @@ spec: {networkRef: ot-net, bridge: br-ot, hostIP: 10.78.0.1/24, dhcp: {delegated
 		t.Fatal(err)
 	}
 	guests[len(guests)-1].gone = true
+	lateIP, _ := late.acked(t)
+	// n2's host crashes and pivirtd starts again while etcd is still
+	// away: it starts from the cache it saved and from its journal. Its
+	// guests renew, the lease it ACKed to late (in its journal only) stays
+	// pinned and is not handed to a guest arriving now.
+	n2 := nodes[1].d
+	n2.Kill9()
+	n2.StartReadyOn("inspect", "map", "pv_leases")
+	wantContains(t, "n2's log after its start with etcd down", n2.Log(), "serving from the cache saved before")
+	restarted := time.Now()
+	atRestart := map[int]int{}
+	for i, g := range running {
+		if g.node == 2 {
+			_, atRestart[i] = g.acked(t)
+		}
+	}
+	waitFor(t, 10*time.Second, "n2 pins late's journaled lease again", func() bool {
+		return strings.Contains(n2.MustCtl("inspect", "map", "pv_leases"), late.MAC.String())
+	})
+	after := attach(2, "dhclient")
+	if ip, _ := after.acked(t); ip == lateIP {
+		t.Errorf("a guest arriving after n2's restart got %s, which n2 had ACKed to %s before it (journaled, not in etcd)", ip, late.MAC)
+	}
 	// A quarter of the outage is the lease time's renewal (T1 = 10 s);
 	// wait until the running guests on n1 and n2 renewed at least once.
 	for time.Since(down) < 30*time.Second {
@@ -397,6 +420,11 @@ spec: {networkRef: ot-net, bridge: br-ot, hostIP: 10.78.0.1/24, dhcp: {delegated
 	for i, g := range running {
 		if _, n := g.acked(t); n <= before[i] {
 			t.Errorf("the %s guest %s on n%d was ACKed no renewal during the outage (%d ACKs before, %d after)", g.client, g.MAC, g.node, before[i], n)
+		}
+		if at, ok := atRestart[i]; ok {
+			if _, n := g.acked(t); n <= at {
+				t.Errorf("the %s guest %s on n2 was ACKed no renewal in the %v after n2's restart with etcd down", g.client, g.MAC, time.Since(restarted).Round(time.Second))
+			}
 		}
 	}
 	ec.StartAll(t)

@@ -126,6 +126,10 @@ func (c *Config) LeaseJournalDir() string { return filepath.Join(c.StateDir, "dh
 // StatePath is the bbolt file.
 func (c *Config) StatePath() string { return filepath.Join(c.StateDir, "state.db") }
 
+// SavedCachePath is where a node on etcd saves its view of the store, to
+// start from when etcd is unreachable at start.
+func (c *Config) SavedCachePath() string { return filepath.Join(c.StateDir, "etcd-cache.json") }
+
 // TrustedRelays parses --dhcp-trusted-relays: an address is a /32.
 func (c *Config) TrustedRelays() ([]netip.Prefix, error) {
 	var out []netip.Prefix

@@ -194,6 +194,13 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	// On etcd a node lists and watches the leases of its networks only;
 	// the API lists every node's from etcd itself.
 	cache.Scoped = d.cfg.Store == "etcd"
+	if d.cfg.Store == "etcd" {
+		// A node whose host restarts while etcd is away starts from this.
+		if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating state dir: %w", err)
+		}
+		cache.SavePath = d.cfg.SavedCachePath()
+	}
 	d.nat = externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
 		NoRedirect: !d.cfg.NATRedirect})
 	guardLoop := &reconcile.Loop{

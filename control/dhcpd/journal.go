@@ -78,6 +78,7 @@ func (lg *ledger) recover(ctx context.Context) error {
 		for _, r := range queued {
 			lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
 		}
+		lg.noteJournaled(queued) // pv_leases keeps them over any snapshot until stored
 		lg.pmu.Unlock()
 		lg.queue = queued
 		lg.wake <- struct{}{}
@@ -88,6 +89,29 @@ func (lg *ledger) recover(ctx context.Context) error {
 	lg.writerDone = make(chan struct{})
 	go lg.writeLoop(wctx)
 	return nil
+}
+
+// pending returns segment seg's journaled changes the store does not
+// have yet, each lease's newest: the leases they bind and the MACs whose
+// lease they end. A segment's tables start from the stored leases; after
+// a start while the store was unreachable, these are ACKs it lacks.
+func (lg *ledger) pending(seg uint32) (bound []server.Lease, ended map[string]bool) {
+	lg.qmu.Lock()
+	recs := latestPerLease(lg.queue)
+	lg.qmu.Unlock()
+	ended = map[string]bool{}
+	for _, r := range recs {
+		if r.Change.Segment != seg || r.Change.Static {
+			continue
+		}
+		switch r.Change.Kind {
+		case server.Bound, server.Renewed:
+			bound = append(bound, r.Change.Lease)
+		default:
+			ended[r.Change.Lease.MAC.String()] = true
+		}
+	}
+	return bound, ended
 }
 
 // journalChanges appends the changes that make DHCPLease objects (not

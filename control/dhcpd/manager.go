@@ -195,7 +195,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			// A reservation's ACKs are not stored (the object is the
 			// operator's): their bindings come back from pv_leases, which
 			// outlives the daemon.
-			dynamic = append(dynamic, m.reservationBindings(cfg, static)...)
+			dynamic = append(withPending(dynamic, m.ledger, cfg.ID), m.reservationBindings(cfg, static)...)
 			err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, dynamic), m.srv.LoadMoved(m.now(), cfg.ID, moved))
 			if err != nil {
 				m.Log.Warn("some stored leases were not loaded", "segment", seg.Name, "err", err)
@@ -222,6 +222,20 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 	}
 	m.publishInfos()
 	return errors.Join(errs...)
+}
+
+// withPending brings a segment's stored leases up to the ACKs its
+// journal holds and the store does not (a start while etcd is away).
+func withPending(stored []server.Lease, lg *ledger, seg uint32) []server.Lease {
+	bound, ended := lg.pending(seg)
+	if len(bound) == 0 && len(ended) == 0 {
+		return stored
+	}
+	for _, l := range bound {
+		ended[l.MAC.String()] = true // the journal's version replaces the stored one
+	}
+	out := slices.DeleteFunc(slices.Clone(stored), func(l server.Lease) bool { return ended[l.MAC.String()] })
+	return append(out, bound...)
 }
 
 // segmentLeases splits the stored leases of a segment into reservations,

@@ -31,12 +31,16 @@ type Cache struct {
 	// the networks ScopeNetworks names (and every other object), so a
 	// node of a cluster does not receive every node's leases.
 	Scoped bool
+	// SavePath, if set, is where the cache is saved every few seconds, and
+	// what Run starts from when its first list fails (saved.go).
+	SavePath string
 
 	mu     sync.RWMutex
 	objs   map[string]map[string]*pivirtv1.Object // kind -> name -> object
 	specs  map[*pivirtv1.Object]pivirtv1.Spec     // decoded once per stored version
 	rev    int64
 	synced chan struct{}
+	listed bool // listed from the store at least once (not only loaded from SavePath)
 	subs   []subscriber
 	queues []*Queue
 }
@@ -148,11 +152,20 @@ func (c *Cache) Run(ctx context.Context) error {
 		scoped = nil
 	}
 	var nets []string
+	if c.SavePath != "" {
+		done := make(chan struct{})
+		sctx, cancel := context.WithCancel(ctx)
+		go c.saveLoop(sctx, done)
+		defer func() { cancel(); <-done }()
+	}
 	retry := minRelistBackoff
 	for ctx.Err() == nil {
 		rescope, err := c.listWatch(ctx, scoped, &nets)
 		if err != nil && !c.isSynced() {
-			return err
+			if !c.loadSaved(err) {
+				return err
+			}
+			nets = c.scope()
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -208,6 +221,9 @@ func (c *Cache) listWatch(ctx context.Context, scoped store.Scoped, nets *[]stri
 			return false, fmt.Errorf("listing store: %w", err)
 		}
 		c.replace(objs, rev)
+		c.mu.Lock()
+		c.listed = true
+		c.mu.Unlock()
 		if scoped != nil {
 			if now := c.scope(); !slices.Equal(now, *nets) {
 				*nets = now // the segments listed widen or narrow the scope: list it

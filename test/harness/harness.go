@@ -111,6 +111,13 @@ func StartDaemon(tb testing.TB, bins Binaries, opts Options) *Daemon {
 // Start (re)starts the daemon on the same state.
 func (d *Daemon) Start() {
 	d.tb.Helper()
+	d.StartReadyOn("get", "segments")
+}
+
+// StartReadyOn is Start with another probe of readiness than `get
+// segments`, which needs the store: one that answers with etcd away.
+func (d *Daemon) StartReadyOn(probe ...string) {
+	d.tb.Helper()
 	args := []string{"--state-dir", d.StateDir, "--socket", d.Socket, "--bpffs", d.BPFFS, "--log-level", "debug"}
 	args = append(args, d.opts.Args...)
 	var cmd *exec.Cmd
@@ -127,15 +134,20 @@ func (d *Daemon) Start() {
 	d.cmd = cmd
 	d.exited = make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(cmd, d.exited)
-	d.WaitReady(15 * time.Second)
+	d.waitReady(15*time.Second, probe)
 }
 
 // WaitReady polls the API until it answers, the daemon exits, or timeout.
 func (d *Daemon) WaitReady(timeout time.Duration) {
 	d.tb.Helper()
+	d.waitReady(timeout, []string{"get", "segments"})
+}
+
+func (d *Daemon) waitReady(timeout time.Duration, probe []string) {
+	d.tb.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		r := d.Ctl("get", "segments")
+		r := d.Ctl(probe...)
 		if r.Code == 0 {
 			return
 		}

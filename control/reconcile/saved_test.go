@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/dataplane/control/store/bolt"
+)
+
+// awayStore is a store that does not answer, as etcd when it is down.
+type awayStore struct{ store.Store }
+
+var errAway = errors.New("etcd: no member answers")
+
+func (awayStore) List(context.Context, string, store.Selector) ([]*pivirtv1.Object, int64, error) {
+	return nil, 0, errAway
+}
+
+// TestCacheStartsFromSaved: a cache saves what it listed when it stops;
+// a cache whose first list fails starts from that copy and keeps
+// retrying, and without a usable copy (none, another node's) its first
+// failed list ends Run as before.
+func TestCacheStartsFromSaved(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	put(t, st, lease("a", "10.0.0.10"))
+	put(t, st, lease("b", "10.0.0.11"))
+	saved := filepath.Join(t.TempDir(), "cache.json")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	first := NewCache(st, slog.Default())
+	first.Node, first.SavePath = "n1", saved
+	ran := make(chan error, 1)
+	go func() { ran <- first.Run(ctx) }()
+	<-first.Synced()
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := os.Stat(saved); err != nil {
+		t.Fatalf("no copy saved when the cache stopped: %v", err)
+	}
+
+	tests := []struct {
+		name, node string
+		path       string
+		starts     bool
+	}{
+		{"the copy of this node", "n1", saved, true},
+		{"another node's copy", "n2", saved, false},
+		{"no copy", "n1", filepath.Join(t.TempDir(), "none.json"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			c := NewCache(awayStore{st}, slog.Default())
+			c.Node, c.SavePath = tt.node, tt.path
+			ran := make(chan error, 1)
+			go func() { ran <- c.Run(ctx) }()
+			select {
+			case <-c.Synced():
+				if !tt.starts {
+					t.Fatal("synced from a copy it must not use")
+				}
+			case err := <-ran:
+				if tt.starts {
+					t.Fatalf("Run ended (%v); want it to start from the copy", err)
+				}
+				if !errors.Is(err, errAway) {
+					t.Fatalf("Run: %v, want the list's error", err)
+				}
+				return
+			case <-time.After(5 * time.Second):
+				t.Fatal("neither synced nor ended")
+			}
+			got := c.Snapshot([]string{pivirtv1.KindDHCPLease}).Of(pivirtv1.KindDHCPLease)
+			if len(got) != 2 {
+				t.Fatalf("%d leases from the copy, want 2", len(got))
+			}
+			select {
+			case err := <-ran:
+				t.Fatalf("Run ended while the store is away: %v", err)
+			case <-time.After(300 * time.Millisecond): // it retries the store meanwhile
+			}
+			cancel()
+			if err := <-ran; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
+	}
+}
