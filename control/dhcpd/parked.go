@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/google/renameio/v2"
+
 	"pivirt.hu/dataplane/datapath/dhcp/server"
 	"pivirt.hu/dataplane/datapath/maps/leasemap"
 )
@@ -140,24 +142,10 @@ func writeParked(path string, parked map[uint32][]server.Lease) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
+	if err := renameio.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	// The rename itself survives a crash once the directory is synced.
 	d, err := os.Open(filepath.Dir(path))
 	if err != nil {
 		return err
