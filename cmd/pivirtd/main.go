@@ -76,7 +76,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "YAML file of flag values (keys are flag names)")
-	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory; the embedded store is DIR/state.db")
+	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory: the embedded store (DIR/state.db), the DHCP lease journal (DIR/dhcp-journal) and, on etcd, the saved cache a start without etcd begins from (DIR/etcd-cache.json)")
 	f.StringVar(&cfg.Socket, "socket", cfg.Socket, "serve the API on this unix socket (mode 0600); empty disables it")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "also serve the API on this TCP address (requires --token-file)")
 	f.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, `bearer tokens, one per line as "[operator|cluster] TOKEN"`)
