@@ -180,7 +180,11 @@ const storeYield = 8
 // batch is big. Letting changes gather on purpose (200 ms) was measured
 // to hurt: a big batch is a CPU burst of store encoding on the responder's
 // core, and the p99 of REQUEST→ACK at 200/s rose from 0.7–0.9 ms to
-// 0.8–1.5 ms (DISCOVER→OFFER from 0.3 to 0.7–1.4 ms).
+// 0.8–1.5 ms (DISCOVER→OFFER from 0.3 to 0.7–1.4 ms). Gathering 20–50 ms
+// while fewer than 8–32 records wait halves the server's CPU at 200/s
+// (two fdatasyncs per commit, not per lease) but still costs 0.5–1 ms of
+// that p99; under load it costs CPU instead (BENCHMARKS, issue 16's fifth
+// session).
 func (lg *ledger) writeLoop(ctx context.Context) {
 	defer close(lg.writerDone)
 	backoff := 50 * time.Millisecond
