@@ -142,10 +142,11 @@ func (c *Cache) snapshotLocked(kinds []string, all bool) Snapshot {
 
 // Run keeps the cache in step with the store until ctx is done,
 // re-listing when the watch falls behind or ends, or, when Scoped, when
-// the networks in scope change. Only the first list failing ends it:
-// once synced, the cache keeps its last state while the store is
-// unreachable (etcd down or partitioned, when the node goes on serving
-// DHCP from it) and re-lists, with a backoff, until it answers.
+// the networks in scope change. Only the first list failing ends it,
+// and not when SavePath holds this node's copy to start from: once
+// synced, the cache keeps its last state while the store is unreachable
+// (etcd down or partitioned, when the node goes on serving DHCP from it)
+// and re-lists, with a backoff, until it answers.
 func (c *Cache) Run(ctx context.Context) error {
 	scoped, _ := c.Store.(store.Scoped)
 	if !c.Scoped {
