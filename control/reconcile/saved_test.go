@@ -53,6 +53,14 @@ func TestCacheStartsFromSaved(t *testing.T) {
 		t.Fatalf("no copy saved when the cache stopped: %v", err)
 	}
 
+	b, err := os.ReadFile(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := filepath.Join(t.TempDir(), "torn.json")
+	if err := os.WriteFile(torn, b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name, node string
 		path       string
@@ -61,6 +69,7 @@ func TestCacheStartsFromSaved(t *testing.T) {
 		{"the copy of this node", "n1", saved, true},
 		{"another node's copy", "n2", saved, false},
 		{"no copy", "n1", filepath.Join(t.TempDir(), "none.json"), false},
+		{"a torn copy", "n1", torn, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
