@@ -76,6 +76,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d.index.Shared = cfg.Store == "etcd" // other nodes write it too
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// Every store keeps state here: bbolt its file, each the lease journal,
+	// etcd the saved cache.
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("creating state dir: %w", err)
+	}
 	st, err := d.openStore()
 	if err != nil {
 		return err
@@ -146,9 +151,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 func (d *Daemon) openStore() (store.Store, error) {
 	switch d.cfg.Store {
 	case "bbolt":
-		if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("creating state dir: %w", err)
-		}
 		// A short watch history: the daemon's own watchers keep up, and one
 		// that falls behind re-lists; every event held is an old object
 		// version kept alive.
@@ -195,11 +197,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	// the API lists every node's from etcd itself.
 	cache.Scoped = d.cfg.Store == "etcd"
 	if d.cfg.Store == "etcd" {
-		// A node whose host restarts while etcd is away starts from this.
-		if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("creating state dir: %w", err)
-		}
-		cache.SavePath = d.cfg.SavedCachePath()
+		cache.SavePath = d.cfg.SavedCachePath() // a node whose host restarts while etcd is away starts from this
 	}
 	d.nat = externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
 		NoRedirect: !d.cfg.NATRedirect})
