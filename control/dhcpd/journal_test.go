@@ -238,28 +238,18 @@ func TestLatestPerLease(t *testing.T) {
 // commit ran, or an outage's backlog).
 func BenchmarkStoreRenewals(b *testing.B) {
 	ctx := context.Background()
-	st, err := bolt.Open(filepath.Join(b.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	t := &testing.T{}
-	ix := admission.NewIndex()
-	applySegment(t, st, ix)
-	m, _ := newManager(t, st, ix, filepath.Join(b.TempDir(), "journal"))
+	lg := benchLedger(b)
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	const leases, renewals = 16, 4
 	recs := make([]record, 0, leases*renewals)
 	for r := range renewals {
 		for l := range leases {
-			mac := fmt.Sprintf("52:54:00:00:01:%02x", l)
-			ip := fmt.Sprintf("192.168.100.%d", 100+l)
-			recs = append(recs, record{Change: change(server.Renewed, mac, ip, exp.Add(time.Duration(r)*time.Second)), Network: "br-vm"})
+			recs = append(recs, renewal(l, exp.Add(time.Duration(r)*time.Second)))
 		}
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if err := m.ledger.storeRecords(ctx, recs); err != nil {
+		if err := lg.storeRecords(ctx, recs); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -275,38 +265,27 @@ func BenchmarkStoreBatch(b *testing.B) {
 	for _, size := range []int{8, 32, 100} {
 		b.Run(fmt.Sprintf("records=%d", size), func(b *testing.B) {
 			ctx := context.Background()
-			st, err := bolt.Open(filepath.Join(b.TempDir(), "state.db"), bolt.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			t := &testing.T{}
-			ix := admission.NewIndex()
-			applySegment(t, st, ix)
-			m, _ := newManager(t, st, ix, filepath.Join(b.TempDir(), "journal"))
+			lg := benchLedger(b)
 			exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 			const leases = 100 // the test segment's range
 			n := 0
 			batch := make([]record, size)
 			next := func() []record {
 				for i := range batch {
-					l := n % leases
 					n++
-					mac := fmt.Sprintf("52:54:00:00:01:%02x", l)
-					ip := fmt.Sprintf("192.168.100.%d", 100+l)
-					batch[i] = record{Change: change(server.Renewed, mac, ip, exp.Add(time.Duration(n)*time.Second)), Network: "br-vm"}
+					batch[i] = renewal(n%leases, exp.Add(time.Duration(n)*time.Second))
 				}
 				return batch
 			}
 			for range leases/size + 1 { // every lease stored once before timing
-				if err := m.ledger.storeRecords(ctx, next()); err != nil {
+				if err := lg.storeRecords(ctx, next()); err != nil {
 					b.Fatal(err)
 				}
 			}
 			cpu0 := processCPU()
 			b.ResetTimer()
 			for b.Loop() {
-				if err := m.ledger.storeRecords(ctx, next()); err != nil {
+				if err := lg.storeRecords(ctx, next()); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -315,6 +294,28 @@ func BenchmarkStoreBatch(b *testing.B) {
 			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/records, "cpu-ns/record")
 		})
 	}
+}
+
+// benchLedger is the ledger of a manager on a fresh bbolt store holding
+// the test segment (applySegment); the store closes with b.
+func benchLedger(b *testing.B) *ledger {
+	st, err := bolt.Open(filepath.Join(b.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	t := &testing.T{}
+	ix := admission.NewIndex()
+	applySegment(t, st, ix)
+	m, _ := newManager(t, st, ix, filepath.Join(b.TempDir(), "journal"))
+	return m.ledger
+}
+
+// renewal is a renewal of lease l (0–99) of the test segment until exp.
+func renewal(l int, exp time.Time) record {
+	mac := fmt.Sprintf("52:54:00:00:01:%02x", l)
+	ip := fmt.Sprintf("192.168.100.%d", 100+l)
+	return record{Change: change(server.Renewed, mac, ip, exp), Network: "br-vm"}
 }
 
 // processCPU is the user and system time this process has used.
