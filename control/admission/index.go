@@ -55,6 +55,10 @@ type Written struct {
 	Object  *pivirtv1.Object
 	Spec    pivirtv1.Spec
 	Deleted bool
+	// Revision is the one the transaction expects to commit at: a
+	// snapshot of the store at it or later holds the write (unless the
+	// commit failed or, on a shared store, landed later).
+	Revision int64
 }
 
 // NewIndex returns an empty Index for one store.
@@ -127,9 +131,9 @@ func (b *Batch) written() []Written {
 	out := make([]Written, 0, len(b.undo))
 	for k, prev := range b.undo {
 		if e := b.kinds[k.kind].get(k.name); e != nil {
-			out = append(out, Written{Object: e.obj, Spec: e.spec})
+			out = append(out, Written{Object: e.obj, Spec: e.spec, Revision: b.tx.Revision()})
 		} else if prev != nil {
-			out = append(out, Written{Object: prev.obj, Spec: prev.spec, Deleted: true})
+			out = append(out, Written{Object: prev.obj, Spec: prev.spec, Deleted: true, Revision: b.tx.Revision()})
 		}
 	}
 	return out

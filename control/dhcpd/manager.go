@@ -72,6 +72,8 @@ type Manager struct {
 	// resDirty: a reservation reached the server before the store
 	// (BeforeCommit); the next Sync sets every segment's from the store.
 	resDirty atomic.Bool
+	// ahead: those reservations, until a snapshot holds them (ahead.go).
+	ahead ahead
 	// parked holds, by segment id, the bindings of reservations whose
 	// segment was deleted (parked.go).
 	parked map[uint32][]server.Lease
@@ -164,18 +166,18 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		}
 		static, dynamic, moved := m.segmentLeases(seg, leases, snap)
 		storedDyn := slices.Concat(dynamic, moved) // what the snapshot holds
+		var prev []server.Reservation
+		if r != nil {
+			prev = r.static
+		}
+		static, reset := m.loadReservations(seg.Name, cfg.ID, prev, static, snap.Revision, r == nil || resDirty)
 		reserved := map[string]bool{}
 		for _, res := range static {
 			reserved[res.MAC.String()] = true
 		}
-		if r == nil || resDirty || !slices.EqualFunc(r.static, static, sameReservation) {
-			if err := m.srv.SetReservations(cfg.ID, static); err != nil {
-				m.Log.Warn("some reservations were not loaded", "segment", seg.Name, "err", err)
-			}
-			if r != nil {
-				if err := m.keepUnreserved(ctx, cfg.ID, r.static, static); err != nil {
-					errs = append(errs, err)
-				}
+		if reset && r != nil {
+			if err := m.keepUnreserved(ctx, cfg.ID, r.static, static); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		held := m.segmentHeld(seg, heldObjs, snap)
@@ -222,6 +224,23 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 	}
 	m.publishInfos()
 	return errors.Join(errs...)
+}
+
+// loadReservations sets a segment's reservations in the server to static,
+// from a snapshot at rev, with those that reached it ahead of the store,
+// if that differs from what was set before (prev) or force. It returns
+// the reservations now in force and whether they were set.
+func (m *Manager) loadReservations(segName string, id uint32, prev, static []server.Reservation, rev int64, force bool) ([]server.Reservation, bool) {
+	m.ahead.mu.Lock()
+	defer m.ahead.mu.Unlock()
+	static = m.ahead.merge(id, static, rev)
+	if !force && slices.EqualFunc(prev, static, sameReservation) {
+		return static, false
+	}
+	if err := m.srv.SetReservations(id, static); err != nil {
+		m.Log.Warn("some reservations were not loaded", "segment", segName, "err", err)
+	}
+	return static, true
 }
 
 // withPending brings a segment's stored leases up to the ACKs its
@@ -271,6 +290,7 @@ func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, sn
 		}
 		static = append(static, server.Reservation{MAC: l.MAC, IP: l.IP, Hostname: l.Spec.Hostname})
 	}
+	sortReservations(static)
 	return static, dynamic, moved
 }
 
@@ -590,9 +610,14 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 				continue
 			}
 			m.resDirty.Store(true)
-			if err := m.srv.Reserve(id, server.Reservation{MAC: mac, IP: ip, Hostname: l.Hostname}); err != nil {
+			res := server.Reservation{MAC: mac, IP: ip, Hostname: l.Hostname}
+			m.ahead.mu.Lock()
+			if err := m.srv.Reserve(id, res); err != nil {
 				m.Log.Warn("reservation not served yet", "lease", w.Object.Metadata.Name, "err", err)
+			} else {
+				m.ahead.add(id, res, w.Revision)
 			}
+			m.ahead.mu.Unlock()
 		}
 	}
 }

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"slices"
+	"sync"
+
+	"pivirt.hu/dataplane/datapath/dhcp/server"
+)
+
+// ahead holds the reservations BeforeCommit gave the responders before
+// the store held them, with the revision each commits at. A Sync from an
+// older snapshot (a reconcile already under way when `apply` ran) must
+// keep them: setting the snapshot's reservations alone would take one
+// back out of the server until the next Sync, and in that window its
+// client could be ACKed the dynamic address the reservation superseded.
+//
+// mu is held from a Sync's merge until it has set the server's
+// reservations, and from BeforeCommit's add until its Reserve: one cannot
+// fall between the other's two steps.
+type ahead struct {
+	mu  sync.Mutex
+	res map[uint32]map[string]aheadReservation // by segment id, then MAC
+}
+
+type aheadReservation struct {
+	server.Reservation
+	rev int64
+}
+
+// add notes r, committing at rev; a.mu must be held.
+func (a *ahead) add(seg uint32, r server.Reservation, rev int64) {
+	if a.res == nil {
+		a.res = map[uint32]map[string]aheadReservation{}
+	}
+	if a.res[seg] == nil {
+		a.res[seg] = map[string]aheadReservation{}
+	}
+	a.res[seg][r.MAC.String()] = aheadReservation{r, rev}
+}
+
+// merge returns static, a segment's reservations in a snapshot at rev,
+// with those that reached the server after it in place of the snapshot's
+// of the same MAC or address. The ones the snapshot reflects (rev at or
+// past theirs: stored, or their commit failed) are forgotten: from then
+// on the store says what holds. a.mu must be held.
+func (a *ahead) merge(seg uint32, static []server.Reservation, rev int64) []server.Reservation {
+	var newer []server.Reservation
+	for mac, r := range a.res[seg] {
+		if r.rev <= rev {
+			delete(a.res[seg], mac)
+			continue
+		}
+		newer = append(newer, r.Reservation)
+	}
+	if len(a.res[seg]) == 0 {
+		delete(a.res, seg)
+	}
+	if len(newer) == 0 {
+		return static
+	}
+	out := slices.DeleteFunc(slices.Clone(static), func(s server.Reservation) bool {
+		return slices.ContainsFunc(newer, func(n server.Reservation) bool {
+			return n.MAC.String() == s.MAC.String() || n.IP == s.IP
+		})
+	})
+	out = append(out, newer...)
+	sortReservations(out)
+	return out
+}
+
+// sortReservations orders rs by address, so that two lists of the same
+// reservations compare equal.
+func sortReservations(rs []server.Reservation) {
+	slices.SortFunc(rs, func(x, y server.Reservation) int { return x.IP.Compare(y.IP) })
+}

@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"sigs.k8s.io/yaml"
+
+	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	"pivirt.hu/dataplane/control/admission"
+	"pivirt.hu/dataplane/control/reconcile"
+	"pivirt.hu/dataplane/control/segment"
+	"pivirt.hu/dataplane/control/store/bolt"
+	"pivirt.hu/dataplane/datapath/dhcp/server"
+)
+
+func res(mac, ip string) server.Reservation {
+	hw, _ := net.ParseMAC(mac)
+	return server.Reservation{MAC: hw, IP: netip.MustParseAddr(ip)}
+}
+
+func TestAheadMerge(t *testing.T) {
+	type added struct {
+		r   server.Reservation
+		rev int64
+	}
+	cases := []struct {
+		name      string
+		ahead     []added
+		static    []server.Reservation // the snapshot's
+		rev       int64                // the snapshot's
+		want      []server.Reservation
+		wantAhead int // still ahead after the merge
+	}{
+		{"none ahead", nil, []server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
+			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 0},
+		{"an older snapshot keeps it", []added{{res("52:54:00:00:00:02", "192.168.100.105"), 8}},
+			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
+			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105"), res("52:54:00:00:00:01", "192.168.100.110")}, 1},
+		{"it replaces the snapshot's of its MAC", []added{{res("52:54:00:00:00:01", "192.168.100.140"), 8}},
+			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
+			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.140")}, 1},
+		{"it replaces the snapshot's of its address", []added{{res("52:54:00:00:00:03", "192.168.100.110"), 8}},
+			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
+			[]server.Reservation{res("52:54:00:00:00:03", "192.168.100.110")}, 1},
+		{"a snapshot that holds it forgets it", []added{{res("52:54:00:00:00:02", "192.168.100.105"), 8}},
+			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 8,
+			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 0},
+		{"a later snapshot without it (its commit failed) forgets it", []added{{res("52:54:00:00:00:02", "192.168.100.105"), 8}},
+			nil, 9, nil, 0},
+		{"only the ones past the snapshot stay", []added{{res("52:54:00:00:00:02", "192.168.100.105"), 8}, {res("52:54:00:00:00:04", "192.168.100.104"), 10}},
+			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 9,
+			[]server.Reservation{res("52:54:00:00:00:04", "192.168.100.104"), res("52:54:00:00:00:02", "192.168.100.105")}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var a ahead
+			for _, x := range tc.ahead {
+				a.add(7, x.r, x.rev)
+			}
+			got := a.merge(7, tc.static, tc.rev)
+			if !slices.EqualFunc(got, tc.want, sameReservation) {
+				t.Errorf("merge = %v, want %v", got, tc.want)
+			}
+			if n := len(a.res[7]); n != tc.wantAhead {
+				t.Errorf("%d still ahead, want %d", n, tc.wantAhead)
+			}
+		})
+	}
+}
+
+// TestReservationSurvivesAnOlderSync: a reservation applied to a MAC that
+// holds a dynamic lease reaches the server before `apply` returns. A Sync
+// from a snapshot taken before the apply (a reconcile already under way)
+// must not take it back out: the client's INIT-REBOOT for its old address
+// is NAKed and its DISCOVER offered the reserved address (CI saw the
+// client ACKed its old address in that window).
+func TestReservationSurvivesAnOlderSync(t *testing.T) {
+	ctx := context.Background()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ix := admission.NewIndex()
+	m, _ := newManager(t, st, ix, t.TempDir())
+	ix.BeforeCommit = m.BeforeCommit
+	apply := func(y string) int64 {
+		t.Helper()
+		j, err := yaml.YAMLToJSON([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := pivirtv1.DecodeObject(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, err := ix.Update(ctx, st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(o); return err })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	apply(`{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
+		spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`)
+	segObj, err := st.Get(ctx, pivirtv1.KindNetworkSegment, "vm-net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg, err := segment.Decode(segObj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := serverSegment(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.srv.SetSegment(cfg); err != nil {
+		t.Fatal(err)
+	}
+	m.ledger.setSegments(map[uint32]segInfo{cfg.ID: {seg: seg, bridge: "br-vm", leaseTime: time.Hour}})
+	mac, _ := net.ParseMAC("52:54:00:00:00:c1")
+	now := time.Now()
+	old := netip.MustParseAddr("192.168.100.150")
+	if err := m.srv.LoadLeases(now, cfg.ID, []server.Lease{{IP: old, MAC: mac, Expires: now.Add(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	// The reconcile under way read the store before the reservation.
+	_, staleRev, err := st.List(ctx, pivirtv1.KindDHCPLease, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := apply(`{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: c1-reservation},
+		spec: {network: br-vm, macAddress: "52:54:00:00:00:c1", ipAddress: 192.168.100.140}}`)
+	if rev <= staleRev {
+		t.Fatalf("reservation committed at %d, not after the snapshot's %d", rev, staleRev)
+	}
+	if _, set := m.loadReservations(seg.Name, cfg.ID, nil, nil, staleRev, m.resDirty.Swap(false)); !set {
+		t.Fatal("the older Sync did not set the reservations, as a Sync after BeforeCommit must")
+	}
+
+	ask := func(typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+		t.Helper()
+		msg, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(mac), dhcpv4.WithMessageType(typ)}, mods...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, _ := m.srv.Handle(time.Now(), server.Request{Segment: cfg.ID, SrcMAC: mac, Msg: msg, Broadcast: true})
+		if rep.Msg == nil {
+			t.Fatalf("no reply to %s", typ)
+		}
+		return rep.Msg
+	}
+	if r := ask(dhcpv4.MessageTypeRequest, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(old.AsSlice()))); r.MessageType() != dhcpv4.MessageTypeNak {
+		t.Errorf("INIT-REBOOT for the superseded %s got %s %s, want NAK", old, r.MessageType(), r.YourIPAddr)
+	}
+	if r := ask(dhcpv4.MessageTypeDiscover); r.MessageType() != dhcpv4.MessageTypeOffer || !r.YourIPAddr.Equal(net.IP{192, 168, 100, 140}) {
+		t.Errorf("DISCOVER got %s %s, want OFFER 192.168.100.140", r.MessageType(), r.YourIPAddr)
+	}
+
+	// The next Sync's snapshot holds the reservation: the store says.
+	leases, rev, err := st.List(ctx, pivirtv1.KindDHCPLease, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	static, _, _ := m.segmentLeases(seg, leases, reconcile.Snapshot{Revision: rev})
+	got, _ := m.loadReservations(seg.Name, cfg.ID, nil, static, rev, false)
+	if len(got) != 1 || got[0].IP != netip.MustParseAddr("192.168.100.140") || len(m.ahead.res) != 0 {
+		t.Errorf("after the store caught up: reservations %v, %d segments ahead; want the stored one, none ahead", got, len(m.ahead.res))
+	}
+}
