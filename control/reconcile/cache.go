@@ -3,10 +3,12 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -34,6 +36,11 @@ type Cache struct {
 	// SavePath, if set, is where the cache is saved every few seconds, and
 	// what Run starts from when its first list fails (saved.go).
 	SavePath string
+	// StartListTimeout bounds the first list while SavePath holds a copy
+	// (default 3s): past it the cache starts from the copy and lists
+	// again behind it. A partitioned etcd does not refuse a list, it lets
+	// it hang for the store's whole bound, and DHCP waits for the cache.
+	StartListTimeout time.Duration
 
 	mu     sync.RWMutex
 	objs   map[string]map[string]*pivirtv1.Object // kind -> name -> object
@@ -146,7 +153,8 @@ func (c *Cache) snapshotLocked(kinds []string, all bool) Snapshot {
 // and not when SavePath holds this node's copy to start from: once
 // synced, the cache keeps its last state while the store is unreachable
 // (etcd down or partitioned, when the node goes on serving DHCP from it)
-// and re-lists, with a backoff, until it answers.
+// and re-lists, with a backoff, until it answers. While there is a copy,
+// the first list gets StartListTimeout, not the store's own bound.
 func (c *Cache) Run(ctx context.Context) error {
 	scoped, _ := c.Store.(store.Scoped)
 	if !c.Scoped {
@@ -161,7 +169,13 @@ func (c *Cache) Run(ctx context.Context) error {
 	}
 	retry := minRelistBackoff
 	for ctx.Err() == nil {
-		rescope, err := c.listWatch(ctx, scoped, &nets)
+		var listTO time.Duration
+		if !c.isSynced() && c.SavePath != "" {
+			if _, err := os.Stat(c.SavePath); err == nil {
+				listTO = cmp.Or(c.StartListTimeout, defaultStartListTimeout)
+			}
+		}
+		rescope, err := c.listWatch(ctx, scoped, &nets, listTO)
 		if err != nil && !c.isSynced() {
 			if !c.loadSaved(err) {
 				return err
@@ -192,6 +206,8 @@ func (c *Cache) Run(ctx context.Context) error {
 
 // Backoff of Run's re-lists while the store fails.
 const (
+	defaultStartListTimeout = 3 * time.Second
+
 	minRelistBackoff = 100 * time.Millisecond
 	maxRelistBackoff = 2 * time.Second
 )
@@ -208,16 +224,21 @@ func (c *Cache) isSynced() bool {
 // listWatch lists the store (a Scoped cache: the networks in *nets) into
 // the cache and applies its watch until the watch ends (nil), the
 // networks in scope change (rescope, *nets updated), or a list or watch
-// call fails.
-func (c *Cache) listWatch(ctx context.Context, scoped store.Scoped, nets *[]string) (rescope bool, err error) {
+// call fails. listTO, when set, bounds each list.
+func (c *Cache) listWatch(ctx context.Context, scoped store.Scoped, nets *[]string, listTO time.Duration) (rescope bool, err error) {
 	for {
+		lctx, cancel := ctx, context.CancelFunc(func() {})
+		if listTO > 0 {
+			lctx, cancel = context.WithTimeout(ctx, listTO)
+		}
 		var objs []*pivirtv1.Object
 		var rev int64
 		if scoped != nil {
-			objs, rev, err = scoped.ListScope(ctx, *nets)
+			objs, rev, err = scoped.ListScope(lctx, *nets)
 		} else {
-			objs, rev, err = c.Store.List(ctx, "", nil)
+			objs, rev, err = c.Store.List(lctx, "", nil)
 		}
+		cancel()
 		if err != nil {
 			return false, fmt.Errorf("listing store: %w", err)
 		}

@@ -25,6 +25,73 @@ func (awayStore) List(context.Context, string, store.Selector) ([]*pivirtv1.Obje
 	return nil, 0, errAway
 }
 
+// hangingStore is a store whose lists hang until their context ends, as
+// etcd's do while its members are partitioned away.
+type hangingStore struct{ store.Store }
+
+func (hangingStore) List(ctx context.Context, _ string, _ store.Selector) ([]*pivirtv1.Object, int64, error) {
+	<-ctx.Done()
+	return nil, 0, ctx.Err()
+}
+
+// TestCacheStartsFromSavedWhileListsHang: with a copy saved, a first list
+// that hangs is given up after StartListTimeout, not the store's bound;
+// without one, the cache waits for the store as long as it takes.
+func TestCacheStartsFromSavedWhileListsHang(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	put(t, st, lease("a", "10.0.0.10"))
+	saved := filepath.Join(t.TempDir(), "cache.json")
+	first := NewCache(st, slog.Default())
+	first.Node, first.SavePath = "n1", saved
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- first.Run(ctx) }()
+	<-first.Synced()
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	for _, tt := range []struct {
+		name   string
+		path   string
+		starts bool
+	}{
+		{"a copy saved", saved, true},
+		{"no copy", filepath.Join(t.TempDir(), "none.json"), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			c := NewCache(hangingStore{st}, slog.Default())
+			c.Node, c.SavePath, c.StartListTimeout = "n1", tt.path, 200*time.Millisecond
+			ran := make(chan error, 1)
+			go func() { ran <- c.Run(ctx) }()
+			defer func() { cancel(); <-ran }()
+			start := time.Now()
+			select {
+			case <-c.Synced():
+				if !tt.starts {
+					t.Fatal("synced with no copy and no store")
+				}
+				if got := len(c.Snapshot([]string{pivirtv1.KindDHCPLease}).Of(pivirtv1.KindDHCPLease)); got != 1 {
+					t.Fatalf("%d leases from the copy, want 1", got)
+				}
+				t.Logf("started from the copy after %v", time.Since(start).Round(time.Millisecond))
+			case err := <-ran:
+				t.Fatalf("Run ended: %v", err)
+			case <-time.After(2 * time.Second):
+				if tt.starts {
+					t.Fatal("still waiting on the hanging list 2s in; want the copy after 200ms")
+				}
+			}
+		})
+	}
+}
+
 // TestCacheStartsFromSaved: a cache saves what it listed when it stops;
 // a cache whose first list fails starts from that copy and keeps
 // retrying, and without a usable copy (none, another node's) its first
