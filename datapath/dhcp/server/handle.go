@@ -234,7 +234,9 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 	}
 	ip := optAddr(h.m, dhcpv4.OptionRequestedIPAddress)
 	l := h.st.byIP[ip]
-	if l == nil || l.id != string(h.id) {
+	if l == nil || l.id != string(h.id) || l.offered {
+		// A client declines what it was ACKed (RFC 2131 4.4.1), not an
+		// offer: there is no lease to end.
 		return Reply{Ignored: IgnoreNotOurs}, h.in.Changes
 	}
 	if !h.fromLeaseOwner(l, netip.Addr{}) {

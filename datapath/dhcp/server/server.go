@@ -488,8 +488,8 @@ func appendIdentity(dst, clientID []byte, mac net.HardwareAddr) []byte {
 // address made since does not take it from its holder, whose renewals are
 // NAKed until it ends; a reservation of its MAC elsewhere does.
 func (st *segState) loadable(id []byte, mac net.HardwareAddr, ip netip.Addr, moved bool) bool {
-	if r, ok := st.resByMAC[string(mac)]; ok && r.IP != ip {
-		return false
+	if r, ok := st.resByMAC[string(mac)]; ok && r.IP != ip && !st.held[string(mac)] {
+		return false // superseded by its reservation (the interlock keeps it until it ends)
 	}
 	if l := st.byIP[ip]; l != nil && l.id != string(id) {
 		return false

@@ -624,3 +624,43 @@ func TestReservationLiftsQuarantine(t *testing.T) {
 		t.Fatalf("stats %+v, want nothing quarantined", st)
 	}
 }
+
+// TestLoadKeepsAHeldLeaseItsReservationSuperseded: a reservation of a MAC
+// at another address leaves its dynamic lease alone while the interlock
+// holds it; a restart must load that lease too, or its address would be
+// free for another client while the guest still uses it.
+func TestLoadKeepsAHeldLeaseItsReservationSuperseded(t *testing.T) {
+	s := newServer(t) // macR reserved at .12
+	if _, err := s.SetHeld(1, []net.HardwareAddr{macR}); err != nil {
+		t.Fatal(err)
+	}
+	l := Lease{MAC: macR, IP: ip("192.168.100.10"), Expires: t0.Add(time.Hour)}
+	if err := s.LoadLeases(t0, 1, []Lease{l}); err != nil {
+		t.Fatalf("LoadLeases: %v", err)
+	}
+	if got := s.Leases(1); len(got) != 1 || got[0].IP != l.IP {
+		t.Fatalf("leases after the load: %v, want the held %s", got, l.IP)
+	}
+	if r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)}); r.Msg == nil || addr4(r.Msg.YourIPAddr) == l.IP {
+		t.Fatalf("another client's DISCOVER: %+v, want an offer of another address", r)
+	}
+}
+
+// TestDeclineOfAnOfferIsIgnored: a client declines an address it was
+// ACKed; a DECLINE of one only offered ends no lease and quarantines
+// nothing.
+func TestDeclineOfAnOfferIsIgnored(t *testing.T) {
+	s := newServer(t)
+	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
+	if r.Msg == nil {
+		t.Fatal("no offer")
+	}
+	offered := addr4(r.Msg.YourIPAddr)
+	r, ch := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDecline, macA, srvID(sid1), reqIP(offered.String()))})
+	if r.Ignored != IgnoreNotOurs || len(ch) != 0 {
+		t.Fatalf("DECLINE of the offer: ignored=%v changes=%v, want IgnoreNotOurs and none", r.Ignored, ch)
+	}
+	if st, _ := s.Stats(1); st.Quarantined != 0 {
+		t.Fatalf("%d addresses quarantined, want none", st.Quarantined)
+	}
+}
