@@ -185,7 +185,6 @@ func (w *world) superseded() {
 	}
 }
 
-
 func (w *world) addr(i int) netip.Addr {
 	a := w.cfg.RangeStart
 	for range i {
@@ -214,7 +213,9 @@ func (w *world) step(i int) {
 	mac := w.macs[w.rnd.IntN(len(w.macs))]
 	k := string(mac)
 	sid := dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(w.cfg.HostIP.Addr().AsSlice())))
-	reqIP := func(a netip.Addr) dhcpv4.Modifier { return dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(a.AsSlice())) }
+	reqIP := func(a netip.Addr) dhcpv4.Modifier {
+		return dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(a.AsSlice()))
+	}
 	ci := func(a netip.Addr) dhcpv4.Modifier { return dhcpv4.WithClientIP(net.IP(a.AsSlice())) }
 	switch op := w.rnd.IntN(100); {
 	case op < 22:
