@@ -77,6 +77,79 @@ func TestAheadMerge(t *testing.T) {
 	}
 }
 
+// segmentFixture is a manager on a bolt store, admission's BeforeCommit
+// hooked to it, and the segment vm-net (br-vm, range .100-.199) in its
+// server and ledger, no responder running.
+type segmentFixture struct {
+	st  *bolt.Store
+	ix  *admission.Index
+	m   *Manager
+	seg segment.Segment
+	cfg server.Segment
+}
+
+// apply stores one object (YAML) and returns the revision it committed at.
+func (f *segmentFixture) apply(t *testing.T, y string) int64 {
+	t.Helper()
+	j, err := yaml.YAMLToJSON([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := pivirtv1.DecodeObject(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := f.ix.Update(context.Background(), f.st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(o); return err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+func newSegmentFixture(t *testing.T) *segmentFixture {
+	t.Helper()
+	ctx := context.Background()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f := &segmentFixture{st: st, ix: admission.NewIndex()}
+	f.m, _ = newManager(t, st, f.ix, t.TempDir())
+	f.ix.BeforeCommit = f.m.BeforeCommit
+	f.apply(t, `{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
+		spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`)
+	segObj, err := st.Get(ctx, pivirtv1.KindNetworkSegment, "vm-net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.seg, err = segment.Decode(segObj); err != nil {
+		t.Fatal(err)
+	}
+	if f.cfg, err = serverSegment(f.seg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.srv.SetSegment(f.cfg); err != nil {
+		t.Fatal(err)
+	}
+	f.m.ledger.setSegments(map[uint32]segInfo{f.cfg.ID: {seg: f.seg, bridge: "br-vm", leaseTime: time.Hour}})
+	return f
+}
+
+// ask sends one client message to the fixture's server and returns the reply.
+func (f *segmentFixture) ask(t *testing.T, mac net.HardwareAddr, typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+	t.Helper()
+	msg, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(mac), dhcpv4.WithMessageType(typ)}, mods...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, _ := f.m.srv.Handle(time.Now(), server.Request{Segment: f.cfg.ID, SrcMAC: mac, Msg: msg, Broadcast: true})
+	if rep.Msg == nil {
+		t.Fatalf("no reply to %s", typ)
+	}
+	return rep.Msg
+}
+
 // TestReservationSurvivesAnOlderSync: a reservation applied to a MAC that
 // holds a dynamic lease reaches the server before `apply` returns. A Sync
 // from a snapshot taken before the apply (a reconcile already under way)
@@ -85,48 +158,8 @@ func TestAheadMerge(t *testing.T) {
 // client ACKed its old address in that window).
 func TestReservationSurvivesAnOlderSync(t *testing.T) {
 	ctx := context.Background()
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ix := admission.NewIndex()
-	m, _ := newManager(t, st, ix, t.TempDir())
-	ix.BeforeCommit = m.BeforeCommit
-	apply := func(y string) int64 {
-		t.Helper()
-		j, err := yaml.YAMLToJSON([]byte(y))
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := pivirtv1.DecodeObject(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rev, err := ix.Update(ctx, st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(o); return err })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rev
-	}
-	apply(`{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
-		spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`)
-	segObj, err := st.Get(ctx, pivirtv1.KindNetworkSegment, "vm-net")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seg, err := segment.Decode(segObj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := serverSegment(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.srv.SetSegment(cfg); err != nil {
-		t.Fatal(err)
-	}
-	m.ledger.setSegments(map[uint32]segInfo{cfg.ID: {seg: seg, bridge: "br-vm", leaseTime: time.Hour}})
+	f := newSegmentFixture(t)
+	st, m, seg, cfg := f.st, f.m, f.seg, f.cfg
 	mac, _ := net.ParseMAC("52:54:00:00:00:c1")
 	now := time.Now()
 	old := netip.MustParseAddr("192.168.100.150")
@@ -138,7 +171,7 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev := apply(`{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: c1-reservation},
+	rev := f.apply(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: c1-reservation},
 		spec: {network: br-vm, macAddress: "52:54:00:00:00:c1", ipAddress: 192.168.100.140}}`)
 	if rev <= staleRev {
 		t.Fatalf("reservation committed at %d, not after the snapshot's %d", rev, staleRev)
@@ -147,18 +180,7 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 		t.Fatal("the older Sync did not set the reservations, as a Sync after BeforeCommit must")
 	}
 
-	ask := func(typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
-		t.Helper()
-		msg, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(mac), dhcpv4.WithMessageType(typ)}, mods...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, _ := m.srv.Handle(time.Now(), server.Request{Segment: cfg.ID, SrcMAC: mac, Msg: msg, Broadcast: true})
-		if rep.Msg == nil {
-			t.Fatalf("no reply to %s", typ)
-		}
-		return rep.Msg
-	}
+	ask := func(typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 { return f.ask(t, mac, typ, mods...) }
 	if r := ask(dhcpv4.MessageTypeRequest, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(old.AsSlice()))); r.MessageType() != dhcpv4.MessageTypeNak {
 		t.Errorf("INIT-REBOOT for the superseded %s got %s %s, want NAK", old, r.MessageType(), r.YourIPAddr)
 	}

@@ -141,6 +141,19 @@ func (lg *ledger) storedBy(mac net.HardwareAddr, rev int64) bool {
 	return known && from <= rev
 }
 
+// forgetStored drops what the ledger knew of mac's dynamic lease in the
+// store as of rev: a reservation of the MAC superseded it (admission
+// deleted the object). Were it kept, the binding the MAC gets when the
+// reservation goes (keepUnreserved), in no snapshot yet, would look like
+// a lease the operator deleted.
+func (lg *ledger) forgetStored(mac string, rev int64) {
+	lg.pmu.Lock()
+	defer lg.pmu.Unlock()
+	if from, ok := lg.stored[mac]; ok && from <= rev {
+		delete(lg.stored, mac)
+	}
+}
+
 // unpinDeleted drops the pin of a lease the operator deleted, and what
 // the ledger knew of it.
 func (lg *ledger) unpinDeleted(segID uint32, mac net.HardwareAddr) error {

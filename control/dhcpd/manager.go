@@ -444,11 +444,17 @@ func sameReservation(a, b server.Reservation) bool {
 // a lease the store is known to have held from a revision no newer than
 // rev counts (ledger.storedBy): one the server bound a moment ago may be in no
 // snapshot yet, and its ACK must not be undone. The binding of a reserved
-// MAC is its static lease's, not a dynamic one.
+// MAC is its static lease's, not a dynamic one, and what the ledger knew
+// of the MAC's dynamic lease, which the reservation superseded, is
+// forgotten: the binding it gets when the reservation goes is a new one.
 func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []server.Lease, reserved map[string]bool, rev int64) {
 	have := map[netip.Addr]bool{}
 	for _, l := range stored {
 		have[l.IP] = true
+	}
+	for mac := range reserved {
+		// The MAC's dynamic lease, if the store had one, was superseded.
+		m.ledger.forgetStored(mac, rev)
 	}
 	for _, l := range m.srv.Leases(segID) {
 		mac := l.MAC.String()
@@ -605,6 +611,7 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 		if err1 != nil || err2 != nil {
 			continue
 		}
+		m.ledger.forgetStored(mac.String(), w.Revision) // superseded in this transaction
 		for id, si := range segs {
 			if !si.seg.Names(l.Network) || !si.seg.InRange(ip) {
 				continue
