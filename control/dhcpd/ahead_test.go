@@ -180,7 +180,9 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 		t.Fatal("the older Sync did not set the reservations, as a Sync after BeforeCommit must")
 	}
 
-	ask := func(typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 { return f.ask(t, mac, typ, mods...) }
+	ask := func(typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+		return f.ask(t, mac, typ, mods...)
+	}
 	if r := ask(dhcpv4.MessageTypeRequest, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(old.AsSlice()))); r.MessageType() != dhcpv4.MessageTypeNak {
 		t.Errorf("INIT-REBOOT for the superseded %s got %s %s, want NAK", old, r.MessageType(), r.YourIPAddr)
 	}
