@@ -5,12 +5,15 @@ package test
 // A model-based test of the orders the real world produces: seeded random
 // sequences of DHCP exchanges (DORA, unicast renewals, releases, dotted
 // host names, real dhclient and udhcpc), reservations applied and deleted
-// around them, and kill -9 of pivirtd at any point (between an ACK and
-// its store write too), through the real pivirtd. After every step the
+// around them, server-made leases deleted by the operator, and kill -9 of
+// pivirtd at any point (between an ACK and its store write too), through
+// the real pivirtd. After every step the
 // invariants are checked against what the clients were told:
 //   - pivirtd answers its API, and DHCP answers (every exchange gets a reply);
 //   - every ACKed lease is in the store, with its address, after restarts too;
-//   - no address is held by two MACs (dynamic leases);
+//   - no address is held by two MACs (dynamic leases), and no lease is
+//     stored for a client that holds none (released, declined,
+//     superseded, deleted by the operator);
 //   - a reserved MAC is given its reserved address;
 //   - the guard's pins (pv_leases) equal the leases;
 //   - a unicast renewal to the server learned from the OFFER is answered.
@@ -139,8 +142,10 @@ func (r *orderRun) randomStep() {
 		r.rebind(c)
 	case n < 60:
 		r.release(c)
-	case n < 63:
+	case n < 62:
 		r.decline(c)
+	case n < 64:
+		r.deleteLease(c)
 	case n < 71:
 		r.reserve(c)
 	case n < 77:
@@ -266,6 +271,20 @@ func (r *orderRun) release(c *orderClient) {
 	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease),
 		dhcpv4.WithClientIP(c.ack.YourIPAddr), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(c.ack.ServerIdentifier())))
 	c.raw.send(m, c.acked, netip.MustParseAddr("10.80.0.1"), c.srvMAC)
+	c.acked, c.ack = netip.Addr{}, nil
+}
+
+// deleteLease is the operator deleting c's server-made lease: the server
+// lets the address go and its pin goes; the client, not told, starts
+// over (its renewal may also get the address back, when still free).
+func (r *orderRun) deleteLease(c *orderClient) {
+	if c.ack == nil || c.reserv.IsValid() {
+		return
+	}
+	r.t.Logf("step %d: delete lease %s (%s)", r.step, leaseName(c.g.MAC), c.acked)
+	if res := r.d.Ctl("delete", "lease", leaseName(c.g.MAC)); res.Code != 0 {
+		r.fatalf("deleting %s: %s", leaseName(c.g.MAC), res)
+	}
 	c.acked, c.ack = netip.Addr{}, nil
 }
 
@@ -456,6 +475,12 @@ func (r *orderRun) violations() []string {
 			if !r.segGone && pinned[mac] != c.acked.String() {
 				bad = append(bad, fmt.Sprintf("ACKed %s for %s, pinned %q", c.acked, mac, pinned[mac]))
 			}
+		}
+		// Nothing holds an address the client no longer has: a lease
+		// released, declined, superseded or deleted by the operator is
+		// not written back (a journaled change stored late, say).
+		if l, ok := byName[leaseName(c.g.MAC)]; ok && (!c.acked.IsValid() || c.reserv.IsValid()) {
+			bad = append(bad, fmt.Sprintf("%s holds no lease (reservation %v), the store has %s at %s", mac, c.reserv, l.Metadata.Name, l.Spec.IPAddress))
 		}
 	}
 	return bad
