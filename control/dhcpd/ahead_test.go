@@ -195,7 +195,7 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	static, _, _ := m.segmentLeases(seg, leases, reconcile.Snapshot{Revision: rev})
+	static, _, _ := m.segmentLeases(seg, leases, reconcile.Snapshot{Revision: rev}, nil)
 	got, _ := m.loadReservations(seg.Name, cfg.ID, nil, static, rev, false)
 	if len(got) != 1 || got[0].IP != netip.MustParseAddr("192.168.100.140") || len(m.ahead.res) != 0 {
 		t.Errorf("after the store caught up: reservations %v, %d segments ahead; want the stored one, none ahead", got, len(m.ahead.res))

@@ -164,7 +164,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				r.static = nil // the new tables hold no reservations yet
 			}
 		}
-		static, dynamic, moved := m.segmentLeases(seg, leases, snap)
+		static, dynamic, moved := m.segmentLeases(seg, leases, snap, heldNames(heldObjs))
 		storedDyn := slices.Concat(dynamic, moved) // what the snapshot holds
 		var prev []server.Reservation
 		if r != nil {
@@ -258,9 +258,11 @@ func withPending(stored []server.Lease, lg *ledger, seg uint32) []server.Lease {
 }
 
 // segmentLeases splits the stored leases of a segment into reservations,
-// dynamic leases of its range, and dynamic leases clients brought from
-// another node's range (migrated).
-func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, snap reconcile.Snapshot) ([]server.Reservation, []server.Lease, []server.Lease) {
+// dynamic leases of its range, and dynamic leases outside it that the
+// server serves all the same (moved): clients brought them from another
+// node's range (migrated), or the interlock holds them through a shrink
+// of the range.
+func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, snap reconcile.Snapshot, held map[string]bool) ([]server.Reservation, []server.Lease, []server.Lease) {
 	var static []server.Reservation
 	var dynamic, moved []server.Lease
 	for _, o := range objs {
@@ -273,7 +275,7 @@ func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, sn
 			continue
 		}
 		in := seg.InRange(l.IP)
-		if !in && !m.migrated(o, l, seg) {
+		if !in && !m.migrated(o, l, seg) && !(held[o.Metadata.Name] && l.Dynamic() && seg.HostIP.Contains(l.IP)) {
 			continue // Pending: never served
 		}
 		if l.Dynamic() {
@@ -336,6 +338,15 @@ func (m *Manager) SyncElsewhere(_ context.Context, snap reconcile.Snapshot) erro
 // heldLeases returns the leases the provisioning interlock holds: the
 // annotation is on the lease, or on an owner of it that this node stores
 // (VM locks reach a node as the annotation on the VM's leases).
+// heldNames returns the names of held leases.
+func heldNames(held []*pivirtv1.Object) map[string]bool {
+	out := make(map[string]bool, len(held))
+	for _, o := range held {
+		out[o.Metadata.Name] = true
+	}
+	return out
+}
+
 func heldLeases(snap reconcile.Snapshot) []*pivirtv1.Object {
 	locked := pivirtv1.IsProvisioning
 	owners := map[string]bool{}

@@ -3,6 +3,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -21,8 +22,8 @@ import (
 // operator do: every kind of DISCOVER and REQUEST (odd but legal ones
 // too: a stale requested address, another server's id, rapid commit),
 // RELEASE, DECLINE, reservations set, changed and removed, the
-// provisioning interlock, operator deletions, clock jumps with expiry
-// sweeps, and restarts (a new Server loaded from what the lease changes
+// provisioning interlock, operator deletions, the range grown and
+// shrunk, clock jumps with expiry sweeps, and restarts (a new Server loaded from what the lease changes
 // said, as the journal and the store would). After every step it checks
 // what the server promises:
 //
@@ -135,6 +136,12 @@ func (w *world) restart(load bool) {
 	}
 	var ls []Lease
 	for mac, b := range w.durable {
+		if !w.inRange(b.ip) && !w.held[mac] {
+			// The manager loads a lease outside the range only while the
+			// interlock holds it; its client is NAKed back into the range.
+			delete(w.durable, mac)
+			continue
+		}
 		ls = append(ls, Lease{MAC: net.HardwareAddr(mac), IP: b.ip, Expires: b.expires})
 	}
 	if err := s.LoadLeases(w.now, w.cfg.ID, ls); err != nil {
@@ -166,10 +173,24 @@ func (w *world) setReservations() {
 	for m, a := range w.reserved {
 		rs = append(rs, Reservation{MAC: net.HardwareAddr(m), IP: a})
 	}
-	if err := w.srv.SetReservations(w.cfg.ID, rs); err != nil {
+	// Those outside the range are not loaded (their objects are Pending),
+	// as the manager's Sync leaves them.
+	if err := w.srv.SetReservations(w.cfg.ID, rs); err != nil && !errors.Is(err, ErrOutOfRange) {
 		w.t.Fatalf("SetReservations(%v): %v", rs, err)
 	}
 	w.superseded()
+}
+
+// inRange reports whether a is in the segment's range.
+func (w *world) inRange(a netip.Addr) bool {
+	return !a.Less(w.cfg.RangeStart) && !w.cfg.RangeEnd.Less(a)
+}
+
+// reservation returns the reservation of mac the server holds: one in
+// the range.
+func (w *world) reservation(mac string) (netip.Addr, bool) {
+	a, ok := w.reserved[mac]
+	return a, ok && w.inRange(a)
 }
 
 // superseded: a reservation of a MAC at another address drops its
@@ -178,6 +199,9 @@ func (w *world) setReservations() {
 // the operator said whose it is.
 func (w *world) superseded() {
 	for m, a := range w.reserved {
+		if !w.inRange(a) {
+			continue
+		}
 		if b, ok := w.durable[m]; ok && b.ip != a && !w.held[m] {
 			delete(w.durable, m)
 		}
@@ -335,6 +359,21 @@ func (w *world) step(i int) {
 				delete(w.declined, a)
 			}
 		}
+	case op < 98: // the operator grows or shrinks the range
+		end := w.addr(3 + w.rnd.IntN(5))
+		w.logf("range end %s", end)
+		cfg := w.cfg
+		cfg.RangeEnd = end
+		ch, err := w.srv.SetSegment(cfg)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		w.cfg = cfg
+		w.changes(ch)
+		w.offered = map[string]netip.Addr{}
+		// The new tables start with no probation (nor offers).
+		w.declined = map[netip.Addr]time.Time{}
+		w.setReservations() // the next Sync sets the store's, in range or not
 	default:
 		w.logf("restart")
 		w.restart(true)
@@ -344,7 +383,7 @@ func (w *world) step(i int) {
 
 func (w *world) reservedFor(a netip.Addr) (string, bool) {
 	for m, r := range w.reserved {
-		if r == a {
+		if r == a && w.inRange(a) {
 			return m, true
 		}
 	}
@@ -409,13 +448,15 @@ func (w *world) answered(mac net.HardwareAddr, rep Reply, ch []LeaseChange) (net
 // state before the reply's changes.
 func (w *world) checkGiven(mac net.HardwareAddr, a netip.Addr, typ dhcpv4.MessageType) {
 	k := string(mac)
-	if a.Less(w.cfg.RangeStart) || w.cfg.RangeEnd.Less(a) {
+	if b, ok := w.durable[k]; !w.inRange(a) && !(ok && b.ip == a) {
+		// (A lease the interlock held through a shrink of the range
+		// keeps its address, and is renewed there while the server has it.)
 		w.t.Errorf("%s of %s to %s: outside the range", typ, a, mac)
 	}
 	if m, ok := w.reservedFor(a); ok && m != k {
 		w.t.Errorf("%s of %s to %s: reserved for %s", typ, a, mac, net.HardwareAddr(m))
 	}
-	if r, ok := w.reserved[k]; ok && r != a {
+	if r, ok := w.reservation(k); ok && r != a {
 		w.t.Errorf("%s of %s to %s, whose reservation is %s", typ, a, mac, r)
 	}
 	if until, ok := w.declined[a]; ok && w.now.Before(until) {

@@ -498,7 +498,9 @@ func (st *segState) loadable(id []byte, mac net.HardwareAddr, ip netip.Addr, mov
 		return false
 	}
 	if !st.pool.Contains(ip) {
-		return moved && st.hostAddr(ip)
+		// Brought from another node's range; or held by the interlock
+		// through a shrink of the range, which it outlives.
+		return (moved || st.held[string(mac)]) && st.hostAddr(ip)
 	}
 	return st.pool.Available(ip) || st.resByIP[ip] != "" || st.byIP[ip] != nil
 }
