@@ -371,8 +371,11 @@ func (w *world) step(i int) {
 		w.cfg = cfg
 		w.changes(ch)
 		w.offered = map[string]netip.Addr{}
-		// The new tables start with no probation (nor offers).
-		w.declined = map[netip.Addr]time.Time{}
+		for a := range w.declined {
+			if !w.inRange(a) {
+				delete(w.declined, a) // and back in the pool if the range grows again
+			}
+		}
 		w.setReservations() // the next Sync sets the store's, in range or not
 	default:
 		w.logf("restart")

@@ -218,6 +218,14 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 		// A held lease keeps its address even outside a shrunk range.
 		st.bind([]byte(l.id), l.Lease, false).released = l.released
 	}
+	// A DECLINE's probation outlives a reconfiguration: the address is
+	// still in use by whoever the client saw on it.
+	for ip, until := range old.quar {
+		if st.pool.Contains(ip) && st.pool.Available(ip) {
+			st.quar[ip] = until
+			st.pool.Take(ip)
+		}
+	}
 	st.last = old.last
 	return changes, nil
 }
