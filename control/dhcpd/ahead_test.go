@@ -84,6 +84,7 @@ type segmentFixture struct {
 	st  *bolt.Store
 	ix  *admission.Index
 	m   *Manager
+	dir string // the manager's JournalDir
 	seg segment.Segment
 	cfg server.Segment
 }
@@ -114,8 +115,8 @@ func newSegmentFixture(t *testing.T) *segmentFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	f := &segmentFixture{st: st, ix: admission.NewIndex()}
-	f.m, _ = newManager(t, st, f.ix, t.TempDir())
+	f := &segmentFixture{st: st, ix: admission.NewIndex(), dir: t.TempDir()}
+	f.m, _ = newManager(t, st, f.ix, f.dir)
 	f.ix.BeforeCommit = f.m.BeforeCommit
 	f.apply(t, `{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
 		spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`)

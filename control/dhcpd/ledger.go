@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,11 @@ type ledger struct {
 	// recent holds each lease's newest change until a snapshot the guard
 	// syncs from holds it (overlay.go).
 	recent map[string]recentChange
+
+	dmu sync.Mutex
+	// declined is, by segment id, the probations saved in declinedFile
+	// (declined.go).
+	declined map[uint32]map[netip.Addr]time.Time
 
 	// storeErrors counts failed store writes of journaled changes.
 	storeErrors atomic.Uint64
@@ -117,6 +123,7 @@ func (lg *ledger) Persist(_ context.Context, changes []server.LeaseChange) error
 		}
 	}
 	flush()
+	lg.saveDeclined(changes)
 	return errors.Join(errs...)
 }
 

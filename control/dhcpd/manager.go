@@ -118,6 +118,7 @@ func (m *Manager) init() {
 func (m *Manager) Recover(ctx context.Context) error {
 	m.init()
 	m.loadParked()
+	m.ledger.loadDeclined()
 	return m.ledger.recover(ctx)
 }
 
@@ -201,6 +202,9 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, dynamic), m.srv.LoadMoved(m.now(), cfg.ID, moved))
 			if err != nil {
 				m.Log.Warn("some stored leases were not loaded", "segment", seg.Name, "err", err)
+			}
+			if err := m.ledger.restoreDeclined(m.now(), cfg.ID); err != nil {
+				errs = append(errs, err)
 			}
 			if err := m.start(seg, cfg.ID, reserved); err != nil {
 				errs = append(errs, err)

@@ -145,8 +145,12 @@ func writeParked(path string, parked map[uint32][]server.Lease) error {
 	if err := renameio.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	// The rename itself survives a crash once the directory is synced.
-	d, err := os.Open(filepath.Dir(path))
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes a rename in dir survive a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}

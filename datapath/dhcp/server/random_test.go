@@ -23,9 +23,10 @@ import (
 // too: a stale requested address, another server's id, rapid commit),
 // RELEASE, DECLINE, reservations set, changed and removed, the
 // provisioning interlock, operator deletions, the range grown and
-// shrunk, clock jumps with expiry sweeps, and restarts (a new Server loaded from what the lease changes
-// said, as the journal and the store would). After every step it checks
-// what the server promises:
+// shrunk, clock jumps with expiry sweeps, and restarts (a new Server
+// loaded from what the lease changes said, as the journal and the store
+// would, and from the probations saved beside them). After every step it
+// checks what the server promises:
 //
 //   - an ACK comes with a durable Bound or Renewed change of that very
 //     lease (the change is what is fsync'd before the ACK leaves);
@@ -126,6 +127,10 @@ func (w *world) restart(load bool) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	var quar map[netip.Addr]time.Time // saved next to the journal
+	if w.srv != nil {
+		quar = w.srv.Quarantined(w.cfg.ID)
+	}
 	w.srv = s
 	w.setReservations()
 	if _, err := s.SetHeld(w.cfg.ID, w.heldMACs()); err != nil {
@@ -147,6 +152,9 @@ func (w *world) restart(load bool) {
 	if err := s.LoadLeases(w.now, w.cfg.ID, ls); err != nil {
 		w.t.Errorf("restart: loading the leases the changes describe: %v", err)
 	}
+	if err := s.LoadQuarantine(w.now, w.cfg.ID, quar); err != nil {
+		w.t.Fatal(err)
+	}
 	// Loading skips what expired, unless held; so do the changes then.
 	for mac, b := range w.durable {
 		if !w.now.Before(b.expires) && !w.held[mac] {
@@ -154,10 +162,6 @@ func (w *world) restart(load bool) {
 		}
 	}
 	w.offered = map[string]netip.Addr{}
-	// A DECLINE's probation is the running server's: the declined lease
-	// is deleted from the store and a restart forgets the probation (so
-	// does dnsmasq; Kea keeps a declined lease in its lease file).
-	w.declined = map[netip.Addr]time.Time{}
 }
 
 func (w *world) heldMACs() []net.HardwareAddr {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -220,12 +221,7 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 	}
 	// A DECLINE's probation outlives a reconfiguration: the address is
 	// still in use by whoever the client saw on it.
-	for ip, until := range old.quar {
-		if st.pool.Contains(ip) && st.pool.Available(ip) {
-			st.quar[ip] = until
-			st.pool.Take(ip)
-		}
-	}
+	st.quarantine(time.Time{}, old.quar)
 	st.last = old.last
 	return changes, nil
 }
@@ -437,6 +433,43 @@ func (s *Server) Expire(now time.Time) []LeaseChange {
 		}
 	}
 	return out
+}
+
+// Quarantined returns the addresses of a segment in a DECLINE's
+// probation, and until when.
+func (s *Server) Quarantined(seg uint32) map[netip.Addr]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return nil
+	}
+	return maps.Clone(st.quar)
+}
+
+// LoadQuarantine puts addresses back in the probation a DECLINE gave them
+// (saved before a restart). Ended probations, and addresses now out of
+// the range, reserved or bound, are skipped.
+func (s *Server) LoadQuarantine(now time.Time, seg uint32, q map[netip.Addr]time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return fmt.Errorf("loading the declined addresses of segment %d: %w", seg, ErrNoSegment)
+	}
+	st.quarantine(now, q)
+	return nil
+}
+
+// quarantine adds the probations of q not ended at now, of free addresses
+// of the range.
+func (st *segState) quarantine(now time.Time, q map[netip.Addr]time.Time) {
+	for ip, until := range q {
+		if now.Before(until) && st.pool.Contains(ip) && st.pool.Available(ip) {
+			st.quar[ip] = until
+			st.pool.Take(ip)
+		}
+	}
 }
 
 // Leases returns the bound leases of a segment, sorted by IP.
