@@ -19,8 +19,9 @@ import (
 
 // TestRandomExchanges drives one segment, with more clients than
 // addresses, through seeded random sequences of what its clients and its
-// operator do: every kind of DISCOVER and REQUEST (odd but legal ones
-// too: a stale requested address, another server's id, rapid commit),
+// operator do: every kind of DISCOVER and REQUEST, half the clients
+// with a client identifier (odd but legal ones too: a stale requested
+// address, another server's id, rapid commit),
 // RELEASE, DECLINE, reservations set, changed and removed, the
 // provisioning interlock, operator deletions, the range grown and
 // shrunk, clock jumps with expiry sweeps, and restarts (a new Server
@@ -72,8 +73,9 @@ func TestRandomExchanges(t *testing.T) {
 
 // bound is a lease as the changes describe it.
 type bound struct {
-	ip      netip.Addr
-	expires time.Time
+	ip       netip.Addr
+	expires  time.Time
+	clientID string // option 61, stored with the lease
 }
 
 type world struct {
@@ -147,7 +149,7 @@ func (w *world) restart(load bool) {
 			delete(w.durable, mac)
 			continue
 		}
-		ls = append(ls, Lease{MAC: net.HardwareAddr(mac), IP: b.ip, Expires: b.expires})
+		ls = append(ls, Lease{MAC: net.HardwareAddr(mac), IP: b.ip, Expires: b.expires, ClientID: []byte(b.clientID)})
 	}
 	if err := s.LoadLeases(w.now, w.cfg.ID, ls); err != nil {
 		w.t.Errorf("restart: loading the leases the changes describe: %v", err)
@@ -230,6 +232,12 @@ func (w *world) someAddr() netip.Addr {
 }
 
 func (w *world) handle(mac net.HardwareAddr, broadcast bool, src netip.Addr, typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) (Reply, []LeaseChange) {
+	if mac[5]%2 == 0 {
+		// Half the clients send a client identifier (option 61), as
+		// systemd-networkd and Windows do: the server keys their leases
+		// by it.
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptClientIdentifier(append([]byte{0xff, 0, 0, 0, 1}, mac...))))
+	}
 	m, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithMessageType(typ), dhcpv4.WithHwAddr(mac)}, mods...)...)
 	if err != nil {
 		w.t.Fatal(err)
@@ -403,7 +411,7 @@ func (w *world) changes(ch []LeaseChange) {
 		k := string(c.Lease.MAC)
 		switch c.Kind {
 		case Bound, Renewed:
-			w.durable[k] = bound{c.Lease.IP, c.Lease.Expires}
+			w.durable[k] = bound{c.Lease.IP, c.Lease.Expires, string(c.Lease.ClientID)}
 		case Released, Expired, Declined:
 			if b, ok := w.durable[k]; ok && b.ip == c.Lease.IP {
 				delete(w.durable, k)
