@@ -151,7 +151,8 @@ type fakeStore struct {
 	tx          *fakeTx
 	rev         int64
 	failNext    bool
-	noSnapshot  bool // benchmarks: skip the copy that rollback needs
+	laterNext   int64 // another writer's commits land first, this many
+	noSnapshot  bool  // benchmarks: skip the copy that rollback needs
 }
 
 var errCommit = errors.New("disk on fire")
@@ -179,6 +180,7 @@ func (s *fakeStore) Update(_ context.Context, fn func(store.Tx) error) (int64, e
 		s.tx.objs = snapshot
 		return 0, err
 	}
-	s.rev++
+	s.rev += 1 + s.laterNext
+	s.laterNext = 0
 	return s.rev, nil
 }

@@ -47,6 +47,11 @@ type Index struct {
 	// then fails leaves the hook ahead of the store, so a hook may only
 	// cache what its next reconcile from the store replaces.
 	BeforeCommit func([]Written)
+	// AfterCommit, when set, is told, once an Update whose BeforeCommit
+	// ran has returned, the revision BeforeCommit's last Written carried
+	// (expected) and the one the commit landed at, or its error: on a
+	// shared store another writer's commit can come in between.
+	AfterCommit func(expected, committed int64, err error)
 }
 
 // Written is one object an Update wrote (Deleted: removed), with its
@@ -57,7 +62,8 @@ type Written struct {
 	Deleted bool
 	// Revision is the one the transaction expects to commit at: a
 	// snapshot of the store at it or later holds the write (unless the
-	// commit failed or, on a shared store, landed later).
+	// commit failed or, on a shared store, landed later: AfterCommit
+	// says).
 	Revision int64
 }
 
@@ -76,6 +82,7 @@ func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn fun
 	runs := 0
 	var expect int64 // the revision the last successful fn expected to commit as
 	var wrote bool
+	var hooked int64 // the revision BeforeCommit was last told, 0: not called
 	rev, err := st.Update(ctx, func(tx store.Tx) error {
 		x.mu.Lock()
 		defer x.mu.Unlock()
@@ -107,9 +114,13 @@ func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn fun
 		ok = true
 		if x.BeforeCommit != nil && !opts.DryRun && len(b.undo) > 0 {
 			x.BeforeCommit(b.written())
+			hooked = tx.Revision()
 		}
 		return nil
 	})
+	if hooked != 0 && x.AfterCommit != nil {
+		defer x.AfterCommit(hooked, rev, err)
+	}
 	if published && (err != nil || rev != expect) {
 		x.mu.Lock()
 		if err == nil && !wrote && rev == expect-1 && x.rev == expect {

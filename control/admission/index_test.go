@@ -144,3 +144,56 @@ func TestIndexManyUpdates(t *testing.T) {
 		t.Errorf("50 single applies listed %d times, want 1 (leases, once)", got)
 	}
 }
+
+// TestCommitHooks: BeforeCommit hears of what an Update writes, at the
+// revision it expects; AfterCommit then hears where it landed, or that
+// it failed; an Update that writes nothing calls neither.
+func TestCommitHooks(t *testing.T) {
+	type after struct {
+		expected, committed int64
+		err                 error
+	}
+	for _, tc := range []struct {
+		name      string
+		failNext  bool
+		laterNext int64
+		write     bool
+		want      []after // AfterCommit's calls
+	}{
+		{"landed where expected", false, 0, true, []after{{2, 2, nil}}},
+		{"another writer first", false, 3, true, []after{{2, 5, nil}}},
+		{"commit failed", true, 0, true, []after{{2, 0, errCommit}}},
+		{"nothing written", false, 0, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			x := NewIndex()
+			if _, err := ixApply(t, x, st, opts(), vmNet); err != nil {
+				t.Fatal(err)
+			}
+			var before []int64
+			var got []after
+			x.BeforeCommit = func(ws []Written) {
+				for _, w := range ws {
+					before = append(before, w.Revision)
+				}
+			}
+			x.AfterCommit = func(expected, committed int64, err error) { got = append(got, after{expected, committed, err}) }
+			st.failNext, st.laterNext = tc.failNext, tc.laterNext
+			_, _ = x.Update(t.Context(), st, opts(), func(b *Batch) error {
+				if !tc.write {
+					return nil
+				}
+				_, _, err := b.Apply(m(t, lease("web", "br-vm", "52:54:00:12:34:56", "192.168.100.150")))
+				return err
+			})
+			if len(got) != len(tc.want) || (len(got) == 1 && (got[0].expected != tc.want[0].expected ||
+				got[0].committed != tc.want[0].committed || !errors.Is(got[0].err, tc.want[0].err))) {
+				t.Errorf("AfterCommit calls %v, want %v", got, tc.want)
+			}
+			if tc.write && (len(before) != 1 || before[0] != 2) {
+				t.Errorf("BeforeCommit heard revisions %v, want [2]", before)
+			}
+		})
+	}
+}

@@ -177,7 +177,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		Leases: d.loader.Maps().Leases, PerMAC: perMAC, PerPort: perPort, Relays: relays,
 		JournalDir: d.cfg.LeaseJournalDir(), Node: d.cfg.Node}}
 	// Reservations reach the responders before `apply` returns.
-	d.index.BeforeCommit = d.dhcp.BeforeCommit
+	d.index.BeforeCommit, d.index.AfterCommit = d.dhcp.BeforeCommit, d.dhcp.AfterCommit
 	nl, err := netlink.NewHandle()
 	if err != nil {
 		return nil, fmt.Errorf("opening netlink: %w", err)

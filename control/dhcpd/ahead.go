@@ -12,7 +12,8 @@ import (
 // ahead holds the reservations BeforeCommit gave the responders before
 // the store held them, with the revision each commits at. A Sync from an
 // older snapshot (a reconcile already under way when `apply` ran) must
-// keep them: setting the snapshot's reservations alone would take one
+// keep them (AfterCommit corrects the revision when another writer's
+// commit came first): setting the snapshot's reservations alone would take one
 // back out of the server until the next Sync, and in that window its
 // client could be ACKed the dynamic address the reservation superseded.
 //
@@ -38,6 +39,29 @@ func (a *ahead) add(seg uint32, r server.Reservation, rev int64) {
 		a.res[seg] = map[string]aheadReservation{}
 	}
 	a.res[seg][r.MAC.String()] = aheadReservation{r, rev}
+}
+
+// committed moves the reservations added at the expected revision to the
+// one their commit landed at, or forgets them when it failed (the next
+// Sync sets the store's: resDirty).
+func (a *ahead) committed(expected, rev int64, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for seg, byMAC := range a.res {
+		for mac, r := range byMAC {
+			switch {
+			case r.rev != expected:
+			case err != nil:
+				delete(byMAC, mac)
+			default:
+				r.rev = rev
+				byMAC[mac] = r
+			}
+		}
+		if len(byMAC) == 0 {
+			delete(a.res, seg)
+		}
+	}
 }
 
 // merge returns static, a segment's reservations in a snapshot at rev,

@@ -4,6 +4,7 @@ package dhcpd
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -117,7 +118,7 @@ func newSegmentFixture(t *testing.T) *segmentFixture {
 	t.Cleanup(func() { st.Close() })
 	f := &segmentFixture{st: st, ix: admission.NewIndex(), dir: t.TempDir()}
 	f.m, _ = newManager(t, st, f.ix, f.dir)
-	f.ix.BeforeCommit = f.m.BeforeCommit
+	f.ix.BeforeCommit, f.ix.AfterCommit = f.m.BeforeCommit, f.m.AfterCommit
 	f.apply(t, `{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
 		spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`)
 	segObj, err := st.Get(ctx, pivirtv1.KindNetworkSegment, "vm-net")
@@ -200,5 +201,33 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 	got, _ := m.loadReservations(seg.Name, cfg.ID, nil, static, rev, false)
 	if len(got) != 1 || got[0].IP != netip.MustParseAddr("192.168.100.140") || len(m.ahead.res) != 0 {
 		t.Errorf("after the store caught up: reservations %v, %d segments ahead; want the stored one, none ahead", got, len(m.ahead.res))
+	}
+}
+
+// TestAheadCommitted: a reservation noted at the revision its transaction
+// expected follows the commit to where it landed (another node's commit
+// can come first on etcd), so a snapshot between the two keeps it; one
+// whose commit failed is forgotten at once.
+func TestAheadCommitted(t *testing.T) {
+	r := res("52:54:00:00:00:02", "192.168.100.105")
+	for _, tc := range []struct {
+		name      string
+		committed int64
+		err       error
+		kept      bool // by a snapshot at revision 9
+	}{
+		{"landed where expected", 8, nil, false},
+		{"landed after another writer's", 12, nil, true},
+		{"failed", 0, errors.New("etcd: no leader"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var a ahead
+			a.add(7, r, 8)
+			a.committed(8, tc.committed, tc.err)
+			got := a.merge(7, nil, 9)
+			if kept := len(got) == 1; kept != tc.kept {
+				t.Errorf("a snapshot at 9 has %v, want it kept: %v", got, tc.kept)
+			}
+		})
 	}
 }

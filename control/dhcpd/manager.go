@@ -608,6 +608,12 @@ func serverSegment(seg segment.Segment) (server.Segment, error) {
 	return cfg, nil
 }
 
+// AfterCommit is the admission.Index hook that tells BeforeCommit's
+// reservations the revision they landed at.
+func (m *Manager) AfterCommit(expected, committed int64, err error) {
+	m.ahead.committed(expected, committed, err)
+}
+
 // BeforeCommit is the admission.Index hook: a static reservation reaches
 // the responders inside the transaction that stores it, before `apply`
 // returns, so a DISCOVER that follows cannot get the address, or give the
