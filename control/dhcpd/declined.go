@@ -57,10 +57,11 @@ func (lg *ledger) restoreDeclined(now time.Time, id uint32) error {
 	return lg.srv.LoadQuarantine(now, id, q)
 }
 
-// saveDeclined writes the probations of the segments a batch of changes
-// declined addresses in (each as the server now has it) to declinedFile,
-// atomically and durably; the others' are kept as saved.
-func (lg *ledger) saveDeclined(changes []server.LeaseChange) {
+// noteDeclined takes the probations of the segments a batch of changes
+// declined addresses in (each as the server now has it; the others' are
+// kept as saved) and has the lease writer save them: the file's three
+// fsyncs stay off the path of the ACKs journaled with the DECLINE.
+func (lg *ledger) noteDeclined(changes []server.LeaseChange) {
 	var ids []uint32
 	for _, c := range changes {
 		if c.Kind == server.Declined {
@@ -85,6 +86,22 @@ func (lg *ledger) saveDeclined(changes []server.LeaseChange) {
 		maps.DeleteFunc(q, func(_ netip.Addr, until time.Time) bool { return !now.Before(until) })
 		return len(q) == 0
 	})
+	lg.declinedDirty = true
+	select {
+	case lg.wake <- struct{}{}:
+	default:
+	}
+}
+
+// saveDeclined writes declinedFile, atomically and durably, if a DECLINE
+// changed it since (the lease writer).
+func (lg *ledger) saveDeclined() {
+	lg.dmu.Lock()
+	defer lg.dmu.Unlock()
+	if !lg.declinedDirty {
+		return
+	}
+	lg.declinedDirty = false
 	if err := writeDeclined(filepath.Join(lg.JournalDir, declinedFile), lg.declined); err != nil {
 		lg.Log.Warn("saving the declined addresses; a restart ends their probation", "err", err)
 	}

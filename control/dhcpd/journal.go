@@ -192,11 +192,13 @@ func (lg *ledger) writeLoop(ctx context.Context) {
 		select {
 		case <-lg.wake:
 		case <-ctx.Done():
+			lg.saveDeclined()
 			if err := lg.writeQueued(context.Background()); err != nil {
 				lg.Log.Warn("lease changes left in the journal for the next start", "err", err)
 			}
 			return
 		}
+		lg.saveDeclined()
 		if err := lg.writeQueued(ctx); err != nil {
 			lg.storeErrors.Add(1)
 			lg.Log.Warn("storing journaled lease changes; retrying", "err", err, "retry_in", backoff)

@@ -62,8 +62,9 @@ type ledger struct {
 
 	dmu sync.Mutex
 	// declined is, by segment id, the probations saved in declinedFile
-	// (declined.go).
-	declined map[uint32]map[netip.Addr]time.Time
+	// (declined.go); declinedDirty: changed since written.
+	declined      map[uint32]map[netip.Addr]time.Time
+	declinedDirty bool
 
 	// storeErrors counts failed store writes of journaled changes.
 	storeErrors atomic.Uint64
@@ -123,7 +124,7 @@ func (lg *ledger) Persist(_ context.Context, changes []server.LeaseChange) error
 		}
 	}
 	flush()
-	lg.saveDeclined(changes)
+	lg.noteDeclined(changes)
 	return errors.Join(errs...)
 }
 
