@@ -5,6 +5,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -175,6 +176,32 @@ func TestCacheStartsFromSaved(t *testing.T) {
 			if err := <-ran; err != nil {
 				t.Fatalf("Run: %v", err)
 			}
+		})
+	}
+}
+
+// BenchmarkCacheSave: what one save of a node's cache costs, by the
+// number of leases in it (the save runs every saveEvery while the cache
+// changes, and renewals change it all the time).
+func BenchmarkCacheSave(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprint(n, "-leases"), func(b *testing.B) {
+			c := NewCache(nil, slog.Default())
+			c.Node, c.SavePath = "n1", filepath.Join(b.TempDir(), "cache.json")
+			objs := make([]*pivirtv1.Object, n)
+			for i := range objs {
+				objs[i] = lease(fmt.Sprintf("lease-%06d", i), fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255))
+				objs[i].Metadata.ResourceVersion = fmt.Sprint(i + 1)
+			}
+			c.replace(objs, int64(n))
+			b.ResetTimer()
+			for b.Loop() {
+				if err := c.save(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			st, _ := os.Stat(c.SavePath)
+			b.ReportMetric(float64(st.Size()), "file-bytes")
 		})
 	}
 }
