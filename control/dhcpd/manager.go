@@ -342,15 +342,6 @@ func (m *Manager) SyncElsewhere(_ context.Context, snap reconcile.Snapshot) erro
 // heldLeases returns the leases the provisioning interlock holds: the
 // annotation is on the lease, or on an owner of it that this node stores
 // (VM locks reach a node as the annotation on the VM's leases).
-// heldNames returns the names of held leases.
-func heldNames(held []*pivirtv1.Object) map[string]bool {
-	out := make(map[string]bool, len(held))
-	for _, o := range held {
-		out[o.Metadata.Name] = true
-	}
-	return out
-}
-
 func heldLeases(snap reconcile.Snapshot) []*pivirtv1.Object {
 	locked := pivirtv1.IsProvisioning
 	owners := map[string]bool{}
@@ -372,6 +363,15 @@ func heldLeases(snap reconcile.Snapshot) []*pivirtv1.Object {
 		if held {
 			out = append(out, o)
 		}
+	}
+	return out
+}
+
+// heldNames returns the names of held leases.
+func heldNames(held []*pivirtv1.Object) map[string]bool {
+	out := make(map[string]bool, len(held))
+	for _, o := range held {
+		out[o.Metadata.Name] = true
 	}
 	return out
 }
