@@ -23,8 +23,9 @@ import (
 // with a client identifier (odd but legal ones too: a stale requested
 // address, another server's id, rapid commit),
 // RELEASE, DECLINE, reservations set, changed and removed, the
-// provisioning interlock, operator deletions, the range grown and
-// shrunk, clock jumps with expiry sweeps, and restarts (a new Server
+// provisioning interlock, operator deletions, addresses other nodes
+// hold (some by these very clients: a VM that moved here), the range
+// grown and shrunk, clock jumps with expiry sweeps, and restarts (a new Server
 // loaded from what the lease changes said, as the journal and the store
 // would, and from the probations saved beside them). After every step it
 // checks what the server promises:
@@ -92,6 +93,8 @@ type world struct {
 	reserved map[string]netip.Addr // by MAC
 	held     map[string]bool       // MACs under the interlock
 	declined map[netip.Addr]time.Time
+	away     []Holding       // what other nodes' objects hold (SetElsewhere)
+	migrated map[string]bool // MACs whose lease came from another node's range
 	log      []string
 }
 
@@ -101,7 +104,8 @@ func newWorld(t *testing.T, seed uint64) *world {
 		LeaseTime: time.Hour, DeclineProbation: 10 * time.Minute, OfferHold: 30 * time.Second}
 	w := &world{t: t, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, now: t0,
 		durable: map[string]bound{}, has: map[string]netip.Addr{}, offered: map[string]netip.Addr{},
-		reserved: map[string]netip.Addr{}, held: map[string]bool{}, declined: map[netip.Addr]time.Time{}}
+		reserved: map[string]netip.Addr{}, held: map[string]bool{}, declined: map[netip.Addr]time.Time{},
+		migrated: map[string]bool{}}
 	for i := range 12 {
 		w.macs = append(w.macs, net.HardwareAddr{0x52, 0x54, 0, 0x99, 0, byte(i + 1)})
 	}
@@ -141,21 +145,38 @@ func (w *world) restart(load bool) {
 	if !load {
 		return
 	}
-	var ls []Lease
+	if err := s.SetElsewhere(w.cfg.ID, w.away); err != nil {
+		w.t.Fatal(err)
+	}
+	var ls, moved []Lease
 	for mac, b := range w.durable {
-		if !w.inRange(b.ip) && !w.held[mac] {
-			// The manager loads a lease outside the range only while the
-			// interlock holds it; its client is NAKed back into the range.
+		l := Lease{MAC: net.HardwareAddr(mac), IP: b.ip, Expires: b.expires, ClientID: []byte(b.clientID)}
+		switch {
+		case w.inRange(b.ip):
+			ls = append(ls, l)
+		case w.migrated[mac] || w.held[mac]:
+			// The manager serves a lease outside the range that a client
+			// brought from another node (its object now this node's), or
+			// that the interlock held through a shrink of the range.
+			moved = append(moved, l)
+		default:
+			// Pending: its client is NAKed back into the range.
 			delete(w.durable, mac)
-			continue
 		}
-		ls = append(ls, Lease{MAC: net.HardwareAddr(mac), IP: b.ip, Expires: b.expires, ClientID: []byte(b.clientID)})
 	}
 	if err := s.LoadLeases(w.now, w.cfg.ID, ls); err != nil {
 		w.t.Errorf("restart: loading the leases the changes describe: %v", err)
 	}
+	if err := s.LoadMoved(w.now, w.cfg.ID, moved); err != nil {
+		w.t.Errorf("restart: loading the leases outside the range: %v", err)
+	}
 	if err := s.LoadQuarantine(w.now, w.cfg.ID, quar); err != nil {
 		w.t.Fatal(err)
+	}
+	for a := range w.declined {
+		if !w.inRange(a) {
+			delete(w.declined, a) // only the range's probations are saved
+		}
 	}
 	// Loading skips what expired, unless held; so do the changes then.
 	for mac, b := range w.durable {
@@ -223,10 +244,10 @@ func (w *world) addr(i int) netip.Addr {
 	return a
 }
 
-// someAddr is an address of the range, now and then one just outside it.
+// someAddr is an address of the range, now and then one beyond it.
 func (w *world) someAddr() netip.Addr {
-	if w.rnd.IntN(10) == 0 {
-		return w.cfg.RangeEnd.Next().Next()
+	if w.rnd.IntN(5) == 0 {
+		return w.addr(8 + w.rnd.IntN(4)) // beyond the range: another node's
 	}
 	return w.addr(w.rnd.IntN(8))
 }
@@ -371,6 +392,24 @@ func (w *world) step(i int) {
 				delete(w.declined, a)
 			}
 		}
+	case op < 97: // other nodes' objects change: addresses held elsewhere
+		w.away = nil
+		for range w.rnd.IntN(4) {
+			h := Holding{IP: w.addr(w.rnd.IntN(12)), Held: w.rnd.IntN(4) == 0} // .10-.21: the range and beyond
+			if w.rnd.IntN(2) == 0 {
+				h.MAC = w.macs[w.rnd.IntN(len(w.macs))] // a guest that is there now (a VM moving)
+			} else {
+				h.MAC = net.HardwareAddr{0x52, 0x54, 0, 0x77, 0, byte(w.rnd.IntN(4))}
+			}
+			if b, ok := w.heldHere(h.IP); ok && b != string(h.MAC) {
+				continue // admission refuses a second lease of an address
+			}
+			w.away = append(w.away, h)
+		}
+		w.logf("held elsewhere %v", w.away)
+		if err := w.srv.SetElsewhere(w.cfg.ID, w.away); err != nil {
+			w.t.Fatal(err)
+		}
 	case op < 98: // the operator grows or shrinks the range
 		end := w.addr(3 + w.rnd.IntN(5))
 		w.logf("range end %s", end)
@@ -394,6 +433,16 @@ func (w *world) step(i int) {
 		w.restart(true)
 	}
 	w.checkLeases()
+}
+
+// heldHere returns the MAC whose lease the changes say holds a.
+func (w *world) heldHere(a netip.Addr) (string, bool) {
+	for m, b := range w.durable {
+		if b.ip == a {
+			return m, true
+		}
+	}
+	return "", false
 }
 
 func (w *world) reservedFor(a netip.Addr) (string, bool) {
@@ -455,6 +504,9 @@ func (w *world) answered(mac net.HardwareAddr, rep Reply, ch []LeaseChange) (net
 	w.changes(ch)
 	if typ == dhcpv4.MessageTypeAck {
 		w.has[k] = a
+		if !w.inRange(a) {
+			w.migrated[k] = true
+		}
 	}
 	return a, true
 }
@@ -463,9 +515,22 @@ func (w *world) answered(mac net.HardwareAddr, rep Reply, ch []LeaseChange) (net
 // state before the reply's changes.
 func (w *world) checkGiven(mac net.HardwareAddr, a netip.Addr, typ dhcpv4.MessageType) {
 	k := string(mac)
-	if b, ok := w.durable[k]; !w.inRange(a) && !(ok && b.ip == a) {
+	ownAway, heldAway := false, false
+	for _, h := range w.away {
+		if string(h.MAC) == k {
+			ownAway = ownAway || h.IP == a
+			heldAway = heldAway || h.Held
+		} else if h.IP == a {
+			w.t.Errorf("%s of %s to %s: %s holds it on another node", typ, a, mac, h.MAC)
+		}
+	}
+	if heldAway {
+		w.t.Errorf("%s of %s to %s, whose lease the interlock holds on another node", typ, a, mac)
+	}
+	if b, ok := w.durable[k]; !w.inRange(a) && !(ok && b.ip == a) && !ownAway {
 		// (A lease the interlock held through a shrink of the range
-		// keeps its address, and is renewed there while the server has it.)
+		// keeps its address, and is renewed there while the server has
+		// it; a client brought from another node's range keeps its.)
 		w.t.Errorf("%s of %s to %s: outside the range", typ, a, mac)
 	}
 	if m, ok := w.reservedFor(a); ok && m != k {

@@ -543,6 +543,9 @@ func (st *segState) loadable(id []byte, mac net.HardwareAddr, ip netip.Addr, mov
 		// through a shrink of the range, which it outlives.
 		return (moved || st.held[string(mac)]) && st.hostAddr(ip)
 	}
+	if own, _ := st.ownElsewhere(ip, mac); own && !st.takenElsewhere(ip, mac) {
+		return true // SetElsewhere took it from the pool for its own MAC
+	}
 	return st.pool.Available(ip) || st.resByIP[ip] != "" || st.byIP[ip] != nil
 }
 
@@ -568,11 +571,11 @@ func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, n
 			return false
 		}
 	}
+	if _, q := st.quar[ip]; q {
+		return false // declined: in use by someone, the client said (a migrated one too)
+	}
 	if !st.pool.Contains(ip) {
 		return st.movable(ip, mac) // a migrated client's address from another node's range
-	}
-	if _, q := st.quar[ip]; q {
-		return false
 	}
 	if own, _ := st.ownElsewhere(ip, mac); own {
 		return true // its bit is set for everyone else
