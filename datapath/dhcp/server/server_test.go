@@ -664,3 +664,24 @@ func TestDeclineOfAnOfferIsIgnored(t *testing.T) {
 		t.Fatalf("%d addresses quarantined, want none", st.Quarantined)
 	}
 }
+
+// TestDeclinedMigratedAddressIsNotACKedBack: a client that brought its
+// address from another node's range and then DECLINEs it (someone else
+// answers ARP for it) is not ACKed it again during the probation.
+func TestDeclinedMigratedAddressIsNotACKedBack(t *testing.T) {
+	s := newServer(t) // range .10-.13
+	if err := s.SetElsewhere(1, []Holding{{IP: ip("192.168.100.50"), MAC: macA}}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))})
+	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeAck {
+		t.Fatalf("INIT-REBOOT of the migrated address: %+v, want ACK", r)
+	}
+	if _, ch := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDecline, macA, srvID(sid1), reqIP("192.168.100.50"))}); len(ch) != 1 || ch[0].Kind != Declined {
+		t.Fatalf("DECLINE changes %v, want one Declined", ch)
+	}
+	r, _ = s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))})
+	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeNak {
+		t.Fatalf("REQUEST of the address it declined: %+v, want NAK", r)
+	}
+}
