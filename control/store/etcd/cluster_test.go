@@ -73,7 +73,16 @@ func TestClusterOutage(t *testing.T) {
 	for _, m := range c.Members {
 		ch := watch()
 		m.Kill9()
-		if err := put(); err != nil {
+		// The leader's death starts an election (etcd's 1 s timeout, and
+		// more on a loaded machine): a write inside it is refused as
+		// unavailable after the request timeout; a retry gets through.
+		killed := time.Now()
+		err := put()
+		for i := 0; err != nil && errors.Is(err, store.ErrUnavailable) && i < 4; i++ {
+			t.Logf("write with %s killed, %v in: %v; retrying", m.Name, time.Since(killed).Round(time.Millisecond), err)
+			err = put()
+		}
+		if err != nil {
 			t.Fatalf("write with %s killed: %v", m.Name, err)
 		}
 		if _, err := s.Get(ctx, "NetworkSegment", fmt.Sprintf("s%d", n)); err != nil {
