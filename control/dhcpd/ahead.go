@@ -10,15 +10,15 @@ import (
 )
 
 // ahead holds the reservations BeforeCommit gave the responders before
-// the store held them, with the revision each commits at. A Sync from an
+// the store held them, with the revision each commits at (AfterCommit
+// corrects it when another writer's commit came first). A Sync from an
 // older snapshot (a reconcile already under way when `apply` ran) must
-// keep them (AfterCommit corrects the revision when another writer's
-// commit came first): setting the snapshot's reservations alone would take one
+// keep them: setting the snapshot's reservations alone would take one
 // back out of the server until the next Sync, and in that window its
 // client could be ACKed the dynamic address the reservation superseded.
 //
 // mu is held from a Sync's merge until it has set the server's
-// reservations, and from BeforeCommit's add until its Reserve: one cannot
+// reservations, and from BeforeCommit's Reserve until its add: one cannot
 // fall between the other's two steps.
 type ahead struct {
 	mu  sync.Mutex
