@@ -132,6 +132,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 	want := map[string]bool{}
 	leases := snap.Of(pivirtv1.KindDHCPLease)
 	heldObjs := heldLeases(snap)
+	heldByName := heldNames(heldObjs)
 	resDirty := m.resDirty.Swap(false)
 	for _, seg := range segments {
 		if !seg.HasRange() {
@@ -165,7 +166,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				r.static = nil // the new tables hold no reservations yet
 			}
 		}
-		static, dynamic, moved := m.segmentLeases(seg, leases, snap, heldNames(heldObjs))
+		static, dynamic, moved := m.segmentLeases(seg, leases, snap, heldByName)
 		storedDyn := slices.Concat(dynamic, moved) // what the snapshot holds
 		var prev []server.Reservation
 		if r != nil {
