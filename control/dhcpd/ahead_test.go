@@ -19,6 +19,7 @@ import (
 	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/reconcile"
 	"pivirt.hu/dataplane/control/segment"
+	"pivirt.hu/dataplane/control/store"
 	"pivirt.hu/dataplane/control/store/bolt"
 	"pivirt.hu/dataplane/datapath/dhcp/server"
 )
@@ -93,6 +94,12 @@ type segmentFixture struct {
 // apply stores one object (YAML) and returns the revision it committed at.
 func (f *segmentFixture) apply(t *testing.T, y string) int64 {
 	t.Helper()
+	return applyYAML(t, f.ix, f.st, y)
+}
+
+// decodeYAML decodes one object manifest.
+func decodeYAML(t *testing.T, y string) *pivirtv1.Object {
+	t.Helper()
 	j, err := yaml.YAMLToJSON([]byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +108,15 @@ func (f *segmentFixture) apply(t *testing.T, y string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev, err := f.ix.Update(context.Background(), f.st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(o); return err })
+	return o
+}
+
+// applyYAML stores one object (YAML) through the index and returns the
+// revision it committed at.
+func applyYAML(t *testing.T, ix *admission.Index, st store.Store, y string) int64 {
+	t.Helper()
+	o := decodeYAML(t, y)
+	rev, err := ix.Update(context.Background(), st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(o); return err })
 	if err != nil {
 		t.Fatal(err)
 	}

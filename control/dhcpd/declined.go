@@ -4,14 +4,11 @@ package dhcpd
 
 import (
 	"encoding/json"
-	"fmt"
 	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/google/renameio/v2"
 
 	"pivirt.hu/dataplane/datapath/dhcp/server"
 )
@@ -102,18 +99,7 @@ func (lg *ledger) saveDeclined() {
 		return
 	}
 	lg.declinedDirty = false
-	if err := writeDeclined(filepath.Join(lg.JournalDir, declinedFile), lg.declined); err != nil {
+	if err := writeJSONFile(filepath.Join(lg.JournalDir, declinedFile), lg.declined); err != nil {
 		lg.Log.Warn("saving the declined addresses; a restart ends their probation", "err", err)
 	}
-}
-
-func writeDeclined(path string, declined map[uint32]map[netip.Addr]time.Time) error {
-	b, err := json.Marshal(declined)
-	if err != nil {
-		return err
-	}
-	if err := renameio.WriteFile(path, b, 0o600); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
 }

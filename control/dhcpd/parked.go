@@ -138,19 +138,20 @@ func writeParked(path string, parked map[uint32][]server.Lease) error {
 			out[id] = append(out[id], parkedBinding{IP: l.IP, MAC: l.MAC.String(), Expires: l.Expires})
 		}
 	}
-	b, err := json.Marshal(out)
+	return writeJSONFile(path, out)
+}
+
+// writeJSONFile replaces path with v as JSON, atomically and durably (the
+// rename survives a crash once the directory is synced).
+func writeJSONFile(path string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	if err := renameio.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-// syncDir makes a rename in dir survive a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+	d, err := os.Open(filepath.Dir(path))
 	if err != nil {
 		return err
 	}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/events"
@@ -96,17 +94,7 @@ func TestJournalRefusalsNeverJam(t *testing.T) {
 			objs := append([]string{`{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
 				spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`}, tc.objects...)
 			for _, y := range objs {
-				j, err := yaml.YAMLToJSON([]byte(y))
-				if err != nil {
-					t.Fatal(err)
-				}
-				o, err := pivirtv1.DecodeObject(j)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := ix.Update(ctx, st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(o); return err }); err != nil {
-					t.Fatal(err)
-				}
+				applyYAML(t, ix, st, y)
 			}
 			dir := filepath.Join(t.TempDir(), "journal")
 			crashed, _ := newManager(t, st, ix, dir)

@@ -5,8 +5,6 @@ package dhcpd
 import (
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/reconcile"
 )
@@ -19,16 +17,8 @@ func TestSegmentLeasesAfterAShrink(t *testing.T) {
 	f := newSegmentFixture(t) // range .100-.199 of 192.168.100.0/24
 	lease := func(name, ip string) *pivirtv1.Object {
 		t.Helper()
-		j, err := yaml.YAMLToJSON([]byte(`{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: ` + name + `},
-			spec: {network: br-vm, macAddress: "52:54:00:00:00:` + name[len(name)-2:] + `", ipAddress: ` + ip + `, type: dynamic, expiresAt: "2099-01-01T00:00:00Z"}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := pivirtv1.DecodeObject(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
+		return decodeYAML(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+name+`},
+			spec: {network: br-vm, macAddress: "52:54:00:00:00:`+name[len(name)-2:]+`", ipAddress: `+ip+`, type: dynamic, expiresAt: "2099-01-01T00:00:00Z"}}`)
 	}
 	objs := []*pivirtv1.Object{
 		lease("lease-in-01", "192.168.100.150"),

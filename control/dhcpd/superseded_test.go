@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
 	"pivirt.hu/dataplane/control/admission"
 	"pivirt.hu/dataplane/control/store/bolt"
@@ -58,18 +56,8 @@ func TestJournalNewerACKWins(t *testing.T) {
 			}
 			defer st.Close()
 			ix := admission.NewIndex()
-			j, err := yaml.YAMLToJSON([]byte(`{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
-				spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			seg, err := pivirtv1.DecodeObject(j)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := ix.Update(ctx, st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(seg); return err }); err != nil {
-				t.Fatal(err)
-			}
+			applyYAML(t, ix, st, `{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
+				spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`)
 			nodes := map[string]*Manager{}
 			for _, n := range []string{"n1", "n2"} {
 				m, _ := newManager(t, st, ix, t.TempDir())
