@@ -35,16 +35,18 @@ func (hangingStore) List(ctx context.Context, _ string, _ store.Selector) ([]*pi
 	return nil, 0, ctx.Err()
 }
 
-// TestCacheStartsFromSavedWhileListsHang: with a copy saved, a first list
-// that hangs is given up after StartListTimeout, not the store's bound;
-// without one, the cache waits for the store as long as it takes.
-func TestCacheStartsFromSavedWhileListsHang(t *testing.T) {
+// savedCopy stores objs, runs node n1's cache on the store until it
+// synced and stops it, and returns the store and the copy it saved.
+func savedCopy(t *testing.T, objs ...*pivirtv1.Object) (store.Store, string) {
+	t.Helper()
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	put(t, st, lease("a", "10.0.0.10"))
+	t.Cleanup(func() { st.Close() })
+	for _, o := range objs {
+		put(t, st, o)
+	}
 	saved := filepath.Join(t.TempDir(), "cache.json")
 	first := NewCache(st, slog.Default())
 	first.Node, first.SavePath = "n1", saved
@@ -56,6 +58,17 @@ func TestCacheStartsFromSavedWhileListsHang(t *testing.T) {
 	if err := <-ran; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	if _, err := os.Stat(saved); err != nil {
+		t.Fatalf("no copy saved when the cache stopped: %v", err)
+	}
+	return st, saved
+}
+
+// TestCacheStartsFromSavedWhileListsHang: with a copy saved, a first list
+// that hangs is given up after StartListTimeout, not the store's bound;
+// without one, the cache waits for the store as long as it takes.
+func TestCacheStartsFromSavedWhileListsHang(t *testing.T) {
+	st, saved := savedCopy(t, lease("a", "10.0.0.10"))
 
 	for _, tt := range []struct {
 		name   string
@@ -98,28 +111,7 @@ func TestCacheStartsFromSavedWhileListsHang(t *testing.T) {
 // retrying, and without a usable copy (none, another node's) its first
 // failed list ends Run as before.
 func TestCacheStartsFromSaved(t *testing.T) {
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	put(t, st, lease("a", "10.0.0.10"))
-	put(t, st, lease("b", "10.0.0.11"))
-	saved := filepath.Join(t.TempDir(), "cache.json")
-
-	ctx, cancel := context.WithCancel(context.Background())
-	first := NewCache(st, slog.Default())
-	first.Node, first.SavePath = "n1", saved
-	ran := make(chan error, 1)
-	go func() { ran <- first.Run(ctx) }()
-	<-first.Synced()
-	cancel()
-	if err := <-ran; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if _, err := os.Stat(saved); err != nil {
-		t.Fatalf("no copy saved when the cache stopped: %v", err)
-	}
+	st, saved := savedCopy(t, lease("a", "10.0.0.10"), lease("b", "10.0.0.11"))
 
 	b, err := os.ReadFile(saved)
 	if err != nil {
