@@ -60,7 +60,8 @@ spec: {interface: hpa1, macAddress: "52:54:00:61:00:01"}
 
 type leaseObj struct {
 	Metadata struct {
-		Name string `json:"name"`
+		Name            string `json:"name"`
+		ResourceVersion string `json:"resourceVersion"`
 	} `json:"metadata"`
 	Spec struct {
 		Network    string     `json:"network"`
@@ -181,17 +182,43 @@ func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
 	wantContains(t, "metrics", string(metrics), `pivirt_dhcp_replies_total{segment="dh-a",type="ACK"}`,
 		`pivirt_dhcp_replies_total{segment="dh-b",type="OFFER"}`, `pivirt_dhcp_lease_commits_total{segment="dh-a"}`)
 
-	// Renew keeps the address and extends the lease.
+	// Asked for again within the first quarter of its 600 s (the default
+	// --dhcp-lease-reuse 0.25: a rebooting guest), the lease is ACKed as
+	// stored: the same address for the time it has left, and nothing
+	// written, so the object is untouched.
 	before := ls[leaseName(a1.MAC)]
 	guest.KillPidFile(a1.Dir + "/pid")
 	time.Sleep(1100 * time.Millisecond) // expiresAt has second resolution
 	a1.Dhclient(t)
 	after := leases(t, d)[leaseName(a1.MAC)]
-	if after.Spec.IPAddress != before.Spec.IPAddress {
-		t.Errorf("renew moved a1 from %s to %s", before.Spec.IPAddress, after.Spec.IPAddress)
+	if after.Spec.IPAddress != before.Spec.IPAddress || a1.Addr(t).String() != before.Spec.IPAddress {
+		t.Errorf("re-request moved a1 from %s to %s (object %s)", before.Spec.IPAddress, a1.Addr(t), after.Spec.IPAddress)
 	}
-	if after.Spec.ExpiresAt == nil || !after.Spec.ExpiresAt.After(*before.Spec.ExpiresAt) {
-		t.Errorf("renew did not extend the lease: %v -> %v", before.Spec.ExpiresAt, after.Spec.ExpiresAt)
+	if after.Metadata.ResourceVersion != before.Metadata.ResourceVersion || !after.Spec.ExpiresAt.Equal(*before.Spec.ExpiresAt) {
+		t.Errorf("a reused lease was written: resourceVersion %s -> %s, expiresAt %v -> %v",
+			before.Metadata.ResourceVersion, after.Metadata.ResourceVersion, before.Spec.ExpiresAt, after.Spec.ExpiresAt)
+	}
+	if left := a1.LeaseTime(t); left <= 0 || left >= 600 || time.Now().Add(time.Duration(left)*time.Second).After(after.Spec.ExpiresAt.Add(time.Second)) {
+		t.Errorf("reused lease ACKed for %d s; want less than 600, ending by the stored %v", left, after.Spec.ExpiresAt)
+	}
+
+	// With reuse off, the same re-request is written and extends the lease.
+	d.RestartWith("--metrics", "127.0.0.1:9464", "--dhcp-lease-reuse", "0")
+	waitFor(t, 15*time.Second, "segments Ready after restart without reuse", func() bool {
+		return strings.Count(d.Ctl("get", "segments").Stdout, "Ready") == 2
+	})
+	guest.KillPidFile(a1.Dir + "/pid")
+	time.Sleep(1100 * time.Millisecond)
+	a1.Dhclient(t)
+	renewed := leases(t, d)[leaseName(a1.MAC)]
+	if renewed.Spec.IPAddress != before.Spec.IPAddress {
+		t.Errorf("renew moved a1 from %s to %s", before.Spec.IPAddress, renewed.Spec.IPAddress)
+	}
+	if renewed.Spec.ExpiresAt == nil || !renewed.Spec.ExpiresAt.After(*before.Spec.ExpiresAt) {
+		t.Errorf("renew did not extend the lease: %v -> %v", before.Spec.ExpiresAt, renewed.Spec.ExpiresAt)
+	}
+	if left := a1.LeaseTime(t); left != 600 {
+		t.Errorf("renewed for %d s, want the segment's 600", left)
 	}
 
 	// RELEASE frees the lease.

@@ -42,6 +42,8 @@ type Config struct {
 	DHCPRatePerPort string
 	// --dhcp-trusted-relays: addresses or CIDRs of trusted relay agents.
 	DHCPTrustedRelays []string
+	// --dhcp-lease-reuse: server.Segment.ReuseThreshold of every segment.
+	DHCPLeaseReuse float64
 }
 
 // Defaults returns the documented defaults.
@@ -60,8 +62,14 @@ func Defaults() Config {
 
 		DHCPRatePerMAC:  responder.DefaultPerMAC.String(),
 		DHCPRatePerPort: responder.DefaultPerPort.String(),
+		DHCPLeaseReuse:  DefaultLeaseReuse,
 	}
 }
+
+// DefaultLeaseReuse is --dhcp-lease-reuse's default: a lease asked for
+// again within its first quarter is ACKed as stored. Clients renew at half
+// the lease time (T1), so their renewals are always written.
+const DefaultLeaseReuse = 0.25
 
 // Validate checks the combination of flags before anything starts.
 func (c *Config) Validate() error {
@@ -100,6 +108,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := responder.ParseLimit(c.DHCPRatePerPort); err != nil {
 		errs = append(errs, fmt.Errorf("--dhcp-rate-per-port: %w", err))
+	}
+	if !(c.DHCPLeaseReuse >= 0 && c.DHCPLeaseReuse < 1) {
+		errs = append(errs, fmt.Errorf("--dhcp-lease-reuse %v: want a fraction of the lease time in [0, 1); 0 disables", c.DHCPLeaseReuse))
 	}
 	if _, err := c.TrustedRelays(); err != nil {
 		errs = append(errs, err)

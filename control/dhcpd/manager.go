@@ -54,6 +54,8 @@ type Config struct {
 	PerMAC, PerPort responder.Limit
 	// Relays are the trusted DHCP relay agents (responder.Config.Relays).
 	Relays []netip.Prefix
+	// LeaseReuse is every segment's server.Segment.ReuseThreshold.
+	LeaseReuse float64
 	// JournalDir holds the lease journal (see journal.go).
 	JournalDir string
 }
@@ -144,6 +146,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			errs = append(errs, err)
 			continue
 		}
+		cfg.ReuseThreshold = m.LeaseReuse
 		r := m.running[seg.Name]
 		if r != nil && r.seg.Spec.Bridge != seg.Spec.Bridge {
 			m.stop(seg.Name)

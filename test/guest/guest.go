@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -231,6 +232,23 @@ func (g *Guest) Dhclient(t *testing.T, extra ...string) string {
 	t.Helper()
 	t.Cleanup(func() { KillPidFile(filepath.Join(g.Dir, "pid")) })
 	return g.Run(t, "dhclient", g.dhclientArgs(t, append([]string{"-1"}, extra...)...)...)
+}
+
+// LeaseTime is the lease time (option 51, seconds) of the last lease
+// dhclient recorded in its lease file; 0 if there is none.
+func (g *Guest) LeaseTime(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(g.Dir, "leases"))
+	if err != nil {
+		t.Fatalf("reading dhclient's lease file: %v", err)
+	}
+	secs := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "option dhcp-lease-time "); ok {
+			secs, _ = strconv.Atoi(strings.TrimSuffix(v, ";"))
+		}
+	}
+	return secs
 }
 
 // DhclientRelease sends a RELEASE and stops the running dhclient.

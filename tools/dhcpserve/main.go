@@ -48,6 +48,8 @@ func run() error {
 		macRate  = flag.Float64("mac-rate", responder.DefaultPerMAC.Rate, "per-client-MAC packets/s (<0 = off)")
 		portRate = flag.Float64("port-rate", responder.DefaultPerPort.Rate, "per-port packets/s (<0 = off)")
 		stats    = flag.Duration("stats", 0, "log counters this often (0 = only at exit)")
+		reuse    = flag.Float64("reuse", 0.25, "lease reuse threshold (server.Segment.ReuseThreshold; 0 = off)")
+		relays   = flag.String("relays", env("DHCP_RELAYS", ""), "comma-separated prefixes of trusted relays (perfdhcp's address in dhcp-peers.sh)")
 	)
 	flag.Parse()
 	if *iface == "" || *host == "" || *rng == "" || *state == "" {
@@ -61,7 +63,8 @@ func run() error {
 	if !ok {
 		return errors.New("-range must be START-END")
 	}
-	seg := server.Segment{Name: *iface, ID: uint32(*segID), Bridge: *iface, HostIP: hp, LeaseTime: *lease, Domain: *domain, MTU: uint16(*mtu)}
+	seg := server.Segment{Name: *iface, ID: uint32(*segID), Bridge: *iface, HostIP: hp, LeaseTime: *lease, Domain: *domain, MTU: uint16(*mtu),
+		ReuseThreshold: *reuse}
 	if seg.RangeStart, err = netip.ParseAddr(lo); err != nil {
 		return fmt.Errorf("parsing -range: %w", err)
 	}
@@ -77,6 +80,22 @@ func run() error {
 			return fmt.Errorf("parsing -dns: %w", err)
 		}
 		seg.DNS = append(seg.DNS, a)
+	}
+	var trusted []netip.Prefix
+	for _, r := range strings.Split(*relays, ",") {
+		if r == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(r)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(r); aerr == nil {
+				p, err = a.Prefix(a.BitLen())
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("parsing -relays %q: %w", r, err)
+		}
+		trusted = append(trusted, p)
 	}
 	srv, err := server.New(seg)
 	if err != nil {
@@ -97,7 +116,7 @@ func run() error {
 	slog.Info("leases loaded", "count", len(leases))
 	r, err := responder.New(responder.Config{
 		Interface: *iface, Segment: seg.ID, Server: srv, Persister: fs, Batch: *batch,
-		PerMAC: responder.Limit{Rate: *macRate, Burst: 2 * *macRate}, PerPort: responder.Limit{Rate: *portRate, Burst: 2 * *portRate},
+		PerMAC: responder.Limit{Rate: *macRate, Burst: 2 * *macRate}, PerPort: responder.Limit{Rate: *portRate, Burst: 2 * *portRate}, Relays: trusted,
 	})
 	if err != nil {
 		return err

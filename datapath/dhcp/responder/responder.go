@@ -322,6 +322,7 @@ func (r *Responder) commit(ctx context.Context) {
 			r.cfg.Log.Warn("persisting leases; dropping their ACKs", "changes", len(g.changes), "err", err)
 			return
 		}
+		r.cfg.Server.Persisted(g.changes)
 	}
 	start := 0
 	for i, end := range g.ends {

@@ -33,6 +33,13 @@ type Segment struct {
 	LeaseTime        time.Duration // default 12h
 	DeclineProbation time.Duration // quarantine after DECLINE; default 10m
 	OfferHold        time.Duration // how long an OFFER holds its address; default 30s
+	// ReuseThreshold: a client that asks again for the lease it holds
+	// within this fraction of the lease time is ACKed the stored lease
+	// with the time it has left, with no write (as Kea's cache-threshold):
+	// a rebooting VM, a client retrying, a mass re-DORA. The ACK promises
+	// only what is already durable, so it waits for no flush. 0 is off;
+	// it must be below 1.
+	ReuseThreshold float64
 
 	DNS    []netip.Addr
 	Domain string   // option 15
@@ -82,6 +89,9 @@ func (s *Segment) Validate() error {
 	in := func(a netip.Addr) bool { return !a.Less(s.RangeStart) && !s.RangeEnd.Less(a) }
 	if in(s.HostIP.Addr()) || in(sub.Addr()) || in(broadcast(sub)) {
 		return bad("range %v-%v contains the host, network or broadcast address", s.RangeStart, s.RangeEnd)
+	}
+	if !(s.ReuseThreshold >= 0 && s.ReuseThreshold < 1) {
+		return bad("reuse threshold %v is not in [0, 1)", s.ReuseThreshold)
 	}
 	for _, r := range s.Routes {
 		if !r.Dst.IsValid() || !r.Dst.Addr().Is4() || !r.Gateway.Is4() {

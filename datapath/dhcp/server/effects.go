@@ -47,4 +47,7 @@ type LeaseChange struct {
 	// Static: the MAC holds a reservation (a static DHCPLease), so the
 	// change is the operator's object's, not a dynamic lease to store.
 	Static bool
+	// Seq numbers the ACKs' changes (Bound, Renewed) in the order the
+	// server made them; Server.Persisted takes them back once durable.
+	Seq uint64
 }

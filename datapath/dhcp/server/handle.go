@@ -44,7 +44,7 @@ func (s *Server) Handle(now time.Time, in Request) (Reply, []LeaseChange) {
 	if st == nil {
 		return Reply{Ignored: IgnoreNoSegment}, in.Changes
 	}
-	h := handler{st: st, seg: segID, now: now, in: in, m: m, onHeld: s.HeldElsewhere}
+	h := handler{st: st, seg: segID, now: now, in: in, m: m, onHeld: s.HeldElsewhere, seq: &s.seq}
 	h.id = appendIdentity(s.idBuf[:0], m.Options.Get(dhcpv4.OptionClientIdentifier), m.ClientHWAddr)
 	switch msgTypeOf(m) {
 	case dhcpv4.MessageTypeDiscover:
@@ -67,7 +67,8 @@ type handler struct {
 	now time.Time
 	in  Request
 	m   *dhcpv4.DHCPv4
-	id  []byte // in Server.idBuf, valid while the lock is held
+	id  []byte  // in Server.idBuf, valid while the lock is held
+	seq *uint64 // Server.seq
 
 	onHeld func(seg uint32, mac net.HardwareAddr, ip netip.Addr) // Server.HeldElsewhere
 }
@@ -155,8 +156,13 @@ func (h *handler) discover() (Reply, []LeaseChange) {
 	if cur := h.st.byID[string(h.id)]; cur != nil {
 		prev = cur.Hostname
 		if !cur.offered {
-			// A bound client re-discovering keeps its binding; only offer.
-			return Reply{Msg: h.reply(dhcpv4.MessageTypeOffer, ip, cur.Hostname, true)}, h.in.Changes
+			// A bound client re-discovering keeps its binding; only offer,
+			// what its REQUEST will be ACKed.
+			msg := h.reply(dhcpv4.MessageTypeOffer, ip, cur.Hostname, true)
+			if left, ok := h.reusable(cur, ip, cur.Hostname); ok {
+				setLeaseTimes(msg, left)
+			}
+			return Reply{Msg: msg}, h.in.Changes
 		}
 	}
 	l := h.st.bind(h.id, h.newLease(ip, prev, h.st.cfg.OfferHold), true)
@@ -216,16 +222,56 @@ func (h *handler) confirm(state State, ip netip.Addr) (Reply, []LeaseChange) {
 
 func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
 	kind, prev := Bound, ""
-	if cur := h.st.byID[string(h.id)]; cur != nil {
+	cur := h.st.byID[string(h.id)]
+	if cur != nil {
 		prev = cur.Hostname
 		if !cur.offered && cur.IP == ip {
 			kind = Renewed
 		}
 	}
-	l := h.st.bind(h.id, h.newLease(ip, prev, h.st.cfg.LeaseTime), false)
+	nl := h.newLease(ip, prev, h.st.cfg.LeaseTime)
+	if left, ok := h.reusable(cur, ip, nl.Hostname); ok {
+		msg := h.reply(dhcpv4.MessageTypeAck, ip, cur.Hostname, true)
+		setLeaseTimes(msg, left)
+		return Reply{Msg: msg}, h.in.Changes
+	}
+	l := h.st.bind(h.id, nl, false)
 	l.released = false
+	*h.seq++
+	l.unsynced = *h.seq
 	msg := h.reply(dhcpv4.MessageTypeAck, ip, l.Hostname, true)
-	return Reply{Msg: msg, Durable: true}, h.change(LeaseChange{Kind: kind, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(h.mac())})
+	return Reply{Msg: msg, Durable: true}, h.change(LeaseChange{Kind: kind, Segment: h.seg, Lease: l.Lease, At: h.now,
+		Static: h.st.isStatic(h.mac()), Seq: l.unsynced})
+}
+
+// reusable reports whether the client's lease cur can be ACKed again as
+// stored, and for how long it has left: it is bound to ip, durable,
+// unchanged (MAC, host name), young enough (Segment.ReuseThreshold) and
+// no longer than the segment's lease time now. A reservation's and a
+// held lease's ACKs always go through the store, whose pins they renew.
+func (h *handler) reusable(cur *lease, ip netip.Addr, hostname string) (time.Duration, bool) {
+	c := &h.st.cfg
+	if c.ReuseThreshold <= 0 || cur == nil || cur.offered || cur.released || cur.unsynced != 0 || cur.IP != ip ||
+		cur.Hostname != hostname || !bytes.Equal(cur.MAC, h.mac()) || h.st.held[string(cur.MAC)] || h.st.isStatic(cur.MAC) {
+		return 0, false
+	}
+	left := cur.Expires.Sub(h.now)
+	age := c.LeaseTime - left
+	return left, left > 0 && age >= 0 && float64(age) < c.ReuseThreshold*float64(c.LeaseTime)
+}
+
+// setLeaseTimes sets options 51, 58 and 59 for a lease with left to run,
+// in whole seconds down, so the client's lease never outlives the
+// stored one; T1 and T2 keep the segment's ratios (1/2, 7/8).
+func setLeaseTimes(m *dhcpv4.DHCPv4, left time.Duration) {
+	secs := uint32(left / time.Second)
+	b := make([]byte, 12)
+	binary.BigEndian.PutUint32(b[0:], secs)
+	binary.BigEndian.PutUint32(b[4:], secs/2)
+	binary.BigEndian.PutUint32(b[8:], uint32(uint64(secs)*7/8))
+	m.Options[dhcpv4.OptionIPAddressLeaseTime.Code()] = b[0:4:4]
+	m.Options[dhcpv4.OptionRenewTimeValue.Code()] = b[4:8:8]
+	m.Options[dhcpv4.OptionRebindingTimeValue.Code()] = b[8:12:12]
 }
 
 func (h *handler) decline() (Reply, []LeaseChange) {

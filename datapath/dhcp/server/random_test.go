@@ -3,6 +3,7 @@
 package server
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -31,7 +32,11 @@ import (
 // checks what the server promises:
 //
 //   - an ACK comes with a durable Bound or Renewed change of that very
-//     lease (the change is what is fsync'd before the ACK leaves);
+//     lease (the change is what is fsync'd before the ACK leaves), or,
+//     in the odd seeds, which reuse leases (Segment.ReuseThreshold), is
+//     a reuse: no change, of a lease whose last change was persisted
+//     (Persisted; some persists fail, some come steps later), for no
+//     longer than that lease has left;
 //   - an ACKed address is in the range, is not reserved for another MAC,
 //     is not in a DECLINE's probation, and no other client holds it (by
 //     the changes: bound, not yet ended, or held by the interlock);
@@ -68,6 +73,9 @@ func TestRandomExchanges(t *testing.T) {
 					t.Fatalf("seed %d failed at step %d; last steps:\n%s", seed, i, w.trail())
 				}
 			}
+			if w.cfg.ReuseThreshold > 0 && w.reused == 0 && steps >= 1000 {
+				t.Errorf("seed %d: no lease reused in %d steps; the reuse checks ran on nothing", seed, steps)
+			}
 		})
 	}
 }
@@ -95,17 +103,25 @@ type world struct {
 	declined map[netip.Addr]time.Time
 	away     []Holding       // what other nodes' objects hold (SetElsewhere)
 	migrated map[string]bool // MACs whose lease came from another node's range
-	log      []string
+	// unpersisted is, by MAC, the Seq of the last ACK's change while it
+	// is in pending, or was in a persist that failed.
+	unpersisted map[string]uint64
+	pending     []LeaseChange // changes of ACKs not yet persisted
+	reused      int           // ACKs that reused a lease
+	log         []string
 }
 
 func newWorld(t *testing.T, seed uint64) *world {
 	cfg := Segment{Name: "rnd", ID: 9, Bridge: "br-rnd", HostIP: netip.MustParsePrefix("10.9.0.1/24"),
 		RangeStart: ip("10.9.0.10"), RangeEnd: ip("10.9.0.17"),
 		LeaseTime: time.Hour, DeclineProbation: 10 * time.Minute, OfferHold: 30 * time.Second}
+	if seed%2 == 1 {
+		cfg.ReuseThreshold = 0.25
+	}
 	w := &world{t: t, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, now: t0,
 		durable: map[string]bound{}, has: map[string]netip.Addr{}, offered: map[string]netip.Addr{},
 		reserved: map[string]netip.Addr{}, held: map[string]bool{}, declined: map[netip.Addr]time.Time{},
-		migrated: map[string]bool{}}
+		migrated: map[string]bool{}, unpersisted: map[string]uint64{}}
 	for i := range 12 {
 		w.macs = append(w.macs, net.HardwareAddr{0x52, 0x54, 0, 0x99, 0, byte(i + 1)})
 	}
@@ -138,6 +154,9 @@ func (w *world) restart(load bool) {
 		quar = w.srv.Quarantined(w.cfg.ID)
 	}
 	w.srv = s
+	// What was loaded is durable; the persists under way died with the
+	// process.
+	w.pending, w.unpersisted = nil, map[string]uint64{}
 	w.setReservations()
 	if _, err := s.SetHeld(w.cfg.ID, w.heldMACs()); err != nil {
 		w.t.Fatal(err)
@@ -432,6 +451,9 @@ func (w *world) step(i int) {
 		w.logf("restart")
 		w.restart(true)
 	}
+	if len(w.pending) > 0 && w.rnd.IntN(3) == 0 {
+		w.persist()
+	}
 	w.checkLeases()
 }
 
@@ -461,6 +483,10 @@ func (w *world) changes(ch []LeaseChange) {
 		switch c.Kind {
 		case Bound, Renewed:
 			w.durable[k] = bound{c.Lease.IP, c.Lease.Expires, string(c.Lease.ClientID)}
+			if c.Seq != 0 {
+				w.unpersisted[k] = c.Seq
+				w.pending = append(w.pending, c)
+			}
 		case Released, Expired, Declined:
 			if b, ok := w.durable[k]; ok && b.ip == c.Lease.IP {
 				delete(w.durable, k)
@@ -496,7 +522,9 @@ func (w *world) answered(mac net.HardwareAddr, rep Reply, ch []LeaseChange) (net
 				mine = append(mine, c)
 			}
 		}
-		if len(mine) != 1 || !rep.Durable || !mine[0].Lease.Expires.Equal(w.now.Add(w.cfg.LeaseTime)) {
+		if !rep.Durable && len(ch) == 0 {
+			w.checkReused(mac, a, rep)
+		} else if len(mine) != 1 || !rep.Durable || !mine[0].Lease.Expires.Equal(w.now.Add(w.cfg.LeaseTime)) {
 			w.t.Errorf("ACK of %s to %s: durable=%v with changes %+v; want one Bound or Renewed of it expiring in %v", a, mac, rep.Durable, ch, w.cfg.LeaseTime)
 		}
 	}
@@ -509,6 +537,45 @@ func (w *world) answered(mac net.HardwareAddr, rep Reply, ch []LeaseChange) (net
 		}
 	}
 	return a, true
+}
+
+// checkReused checks an ACK that reused a lease: reuse is on, the lease
+// is mac's, its last change persisted, and the ACK gives no more time
+// than it has left.
+func (w *world) checkReused(mac net.HardwareAddr, a netip.Addr, rep Reply) {
+	k := string(mac)
+	b, ok := w.durable[k]
+	secs := binary.BigEndian.Uint32(rep.Msg.Options.Get(dhcpv4.OptionIPAddressLeaseTime))
+	switch {
+	case w.cfg.ReuseThreshold == 0:
+		w.t.Errorf("ACK of %s to %s without a change, and reuse is off", a, mac)
+	case !ok || b.ip != a:
+		w.t.Errorf("ACK of %s to %s without a change: the changes give it %v", a, mac, b.ip)
+	case w.unpersisted[k] != 0:
+		w.t.Errorf("ACK of %s to %s reused a lease whose change (seq %d) is not persisted", a, mac, w.unpersisted[k])
+	case w.now.Add(time.Duration(secs) * time.Second).After(b.expires):
+		w.t.Errorf("ACK of %s to %s for %d s: past the stored expiry %v", a, mac, secs, b.expires.Sub(t0))
+	case w.now.Sub(b.expires.Add(-w.cfg.LeaseTime)) >= time.Duration(w.cfg.ReuseThreshold*float64(w.cfg.LeaseTime)):
+		w.t.Errorf("ACK of %s to %s reused a lease bound %v ago, past the threshold", a, mac, w.now.Sub(b.expires.Add(-w.cfg.LeaseTime)))
+	}
+	w.reused++
+	w.logf("  (reused, %d s left)", secs)
+}
+
+// persist ends the pending persists: most succeed (Persisted), some fail
+// (their leases stay bound, not reusable until a newer change persists).
+func (w *world) persist() {
+	ok := w.rnd.IntN(8) != 0
+	w.logf("persist %d changes ok=%v", len(w.pending), ok)
+	if ok {
+		w.srv.Persisted(w.pending)
+		for _, c := range w.pending {
+			if k := string(c.Lease.MAC); w.unpersisted[k] == c.Seq {
+				delete(w.unpersisted, k)
+			}
+		}
+	}
+	w.pending = nil
 }
 
 // checkGiven checks an address offered or ACKed to mac against the

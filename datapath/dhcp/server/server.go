@@ -99,6 +99,9 @@ type lease struct {
 	// released: the client released it while the interlock held it; it is
 	// dropped when the hold ends.
 	released bool
+	// unsynced is the Seq of its last change while that is not known to
+	// be durable (Persisted); only a durable lease is reused.
+	unsynced uint64
 }
 
 type segState struct {
@@ -137,6 +140,7 @@ type Server struct {
 
 	mu    sync.Mutex
 	segs  map[uint32]*segState
+	seq   uint64        // LeaseChange.Seq of the last ACK's change
 	idBuf [1 + 255]byte // identity key of the request being handled
 }
 
@@ -217,7 +221,8 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 			continue
 		}
 		// A held lease keeps its address even outside a shrunk range.
-		st.bind([]byte(l.id), l.Lease, false).released = l.released
+		nl := st.bind([]byte(l.id), l.Lease, false)
+		nl.released, nl.unsynced = l.released, l.unsynced
 	}
 	// A DECLINE's probation outlives a reconfiguration: the address is
 	// still in use by whoever the client saw on it.
@@ -407,6 +412,25 @@ func (s *Server) Release(now time.Time, seg uint32, ip netip.Addr) (LeaseChange,
 	}
 	st.drop(l)
 	return LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)}, nil
+}
+
+// Persisted tells the server that changes it made are durable (stored
+// and pinned): a lease whose last change is among them may be reused
+// (Segment.ReuseThreshold). A change that failed to persist is never
+// passed here, so its lease is written again at its client's next ACK.
+func (s *Server) Persisted(changes []LeaseChange) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range changes {
+		if ch.Seq == 0 {
+			continue
+		}
+		if st := s.segs[ch.Segment]; st != nil {
+			if l := st.byMAC[string(ch.Lease.MAC)]; l != nil && l.unsynced == ch.Seq {
+				l.unsynced = 0
+			}
+		}
+	}
 }
 
 // Expire reclaims expired offers, leases and quarantined addresses, and

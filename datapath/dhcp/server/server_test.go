@@ -550,6 +550,8 @@ func TestValidate(t *testing.T) {
 		{"range holds host ip", func(s *Segment) { s.RangeStart = ip("192.168.100.1") }},
 		{"reversed range", func(s *Segment) { s.RangeStart, s.RangeEnd = s.RangeEnd, s.RangeStart }},
 		{"ipv6 host", func(s *Segment) { s.HostIP = netip.MustParsePrefix("fd00::1/64") }},
+		{"reuse of the whole lease", func(s *Segment) { s.ReuseThreshold = 1 }},
+		{"negative reuse", func(s *Segment) { s.ReuseThreshold = -0.25 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := seg1()
