@@ -198,6 +198,11 @@ func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
 		t.Errorf("a reused lease was written: resourceVersion %s -> %s, expiresAt %v -> %v",
 			before.Metadata.ResourceVersion, after.Metadata.ResourceVersion, before.Spec.ExpiresAt, after.Spec.ExpiresAt)
 	}
+	metrics, err = host.Exec("curl", "-sf", "http://127.0.0.1:9464/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantContains(t, "metrics", string(metrics), `pivirt_dhcp_lease_reuses_total{segment="dh-a"} 1`)
 	if left := a1.LeaseTime(t); left <= 0 || left >= 600 || time.Now().Add(time.Duration(left)*time.Second).After(after.Spec.ExpiresAt.Add(time.Second)) {
 		t.Errorf("reused lease ACKed for %d s; want less than 600, ending by the stored %v", left, after.Spec.ExpiresAt)
 	}

@@ -16,6 +16,7 @@ var (
 	descIgnored  = prometheus.NewDesc("pivirt_dhcp_ignored_total", "Valid requests not answered, by reason.", []string{"segment", "reason"}, nil)
 	descPersist  = prometheus.NewDesc("pivirt_dhcp_persist_errors_total", "Lease groups that failed to persist (their ACKs were not sent).", []string{"segment"}, nil)
 	descCommits  = prometheus.NewDesc("pivirt_dhcp_lease_commits_total", "Groups of lease changes made durable (one lease journal fdatasync each).", []string{"segment"}, nil)
+	descReused   = prometheus.NewDesc("pivirt_dhcp_lease_reuses_total", "ACKs of a stored lease as it is, for the time it has left, with no write (--dhcp-lease-reuse).", []string{"segment"}, nil)
 	descPending  = prometheus.NewDesc("pivirt_dhcp_journal_pending", "Lease changes in the journal not yet stored as DHCPLease objects.", nil, nil)
 	descStoreErr = prometheus.NewDesc("pivirt_dhcp_store_errors_total", "Failed attempts to store journaled lease changes (they stay in the journal and are retried).", nil, nil)
 	descSockDrop = prometheus.NewDesc("pivirt_dhcp_socket_drops_total", "Frames the kernel dropped on the responder's socket before it read them (receive buffer full; PACKET_STATISTICS).", []string{"segment"}, nil)
@@ -27,7 +28,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descPending, descStoreErr, descRefused, descSockDrop, descReadFrm, descCommitN, descCommitT} {
+	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descReused, descPending, descStoreErr, descRefused, descSockDrop, descReadFrm, descCommitN, descCommitT} {
 		ch <- d
 	}
 }
@@ -64,6 +65,7 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(descPersist, s.PersistErrors)
 		counter(descCommits, s.Batches)
+		counter(descReused, s.Reused)
 		counter(descSockDrop, s.SocketDrops)
 		c := r.resp.Counters()
 		for d, h := range map[*prometheus.Desc]*responder.Histogram{descReadFrm: c.ReadFrames, descCommitN: c.CommitChanges, descCommitT: c.CommitSeconds} {

@@ -170,6 +170,9 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 		}
 		return
 	}
+	if rep.Reused {
+		p.c.Reused.Add(1)
+	}
 	src := wire.Source{MAC: p.mac}
 	src.IP, _ = netip.AddrFromSlice(rep.Msg.Options.Get(dhcpv4.OptionServerIdentifier))
 	frame, err := wire.FrameMessage(buf, src, wire.Destination(in, rep.Msg), rep.Msg)

@@ -233,7 +233,7 @@ func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
 	if left, ok := h.reusable(cur, ip, nl.Hostname); ok {
 		msg := h.reply(dhcpv4.MessageTypeAck, ip, cur.Hostname, true)
 		setLeaseTimes(msg, left)
-		return Reply{Msg: msg}, h.in.Changes
+		return Reply{Msg: msg, Reused: true}, h.in.Changes
 	}
 	l := h.st.bind(h.id, nl, false)
 	l.released = false

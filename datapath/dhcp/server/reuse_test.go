@@ -130,6 +130,9 @@ func TestLeaseReuse(t *testing.T) {
 			if lease != tc.wantLease || t1 != lease/2 || t2 != uint32(uint64(lease)*7/8) {
 				t.Errorf("lease, T1, T2 = %d, %d, %d s; want %d, %d, %d", lease, t1, t2, tc.wantLease, tc.wantLease/2, tc.wantLease*7/8)
 			}
+			if r.Reused != tc.wantReuse {
+				t.Errorf("Reused = %v, want %v", r.Reused, tc.wantReuse)
+			}
 			if tc.wantReuse {
 				if r.Durable || len(ch) != 0 {
 					t.Errorf("reused lease: durable %v, changes %+v; want neither", r.Durable, ch)

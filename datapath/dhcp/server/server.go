@@ -90,6 +90,7 @@ type Reply struct {
 	State   State  // for REQUEST
 	Ignored Ignore // why Msg is nil
 	Durable bool   // Msg is an ACK whose lease change must be persisted first
+	Reused  bool   // Msg is an ACK of the stored lease as it is (Segment.ReuseThreshold)
 }
 
 type lease struct {
