@@ -23,15 +23,19 @@ var (
 	relayM = net.HardwareAddr{0x02, 0xee, 0, 0, 0, 2}
 )
 
-func testServer(tb testing.TB, size int) *server.Server {
+func testServer(tb testing.TB, size int, mods ...func(*server.Segment)) *server.Server {
 	tb.Helper()
 	start := netip.MustParseAddr("10.1.0.10")
 	end := start
 	for i := 1; i < size; i++ {
 		end = end.Next()
 	}
-	s, err := server.New(server.Segment{Name: "s", ID: 1, HostIP: netip.MustParsePrefix("10.1.0.1/16"),
-		RangeStart: start, RangeEnd: end, LeaseTime: time.Hour, DNS: []netip.Addr{netip.MustParseAddr("10.1.0.1")}})
+	c := server.Segment{Name: "s", ID: 1, HostIP: netip.MustParsePrefix("10.1.0.1/16"),
+		RangeStart: start, RangeEnd: end, LeaseTime: time.Hour, DNS: []netip.Addr{netip.MustParseAddr("10.1.0.1")}}
+	for _, m := range mods {
+		m(&c)
+	}
+	s, err := server.New(c)
 	if err != nil {
 		tb.Fatal(err)
 	}
