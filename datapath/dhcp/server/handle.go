@@ -248,11 +248,16 @@ func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
 // stored, and for how long it has left: it is bound to ip, durable,
 // unchanged (MAC, host name), young enough (Segment.ReuseThreshold) and
 // no longer than the segment's lease time now. A reservation's and a
-// held lease's ACKs always go through the store, whose pins they renew.
+// held lease's ACKs always go through the store, whose pins they renew,
+// and so does the ACK of a MAC another node's object names (a VM moved
+// back): its write makes the store say this node serves it.
 func (h *handler) reusable(cur *lease, ip netip.Addr, hostname string) (time.Duration, bool) {
 	c := &h.st.cfg
 	if c.ReuseThreshold <= 0 || cur == nil || cur.offered || cur.released || cur.unsynced != 0 || cur.IP != ip ||
 		cur.Hostname != hostname || !bytes.Equal(cur.MAC, h.mac()) || h.st.held[string(cur.MAC)] || h.st.isStatic(cur.MAC) {
+		return 0, false
+	}
+	if _, away := h.st.awayMAC[string(cur.MAC)]; away {
 		return 0, false
 	}
 	left := cur.Expires.Sub(h.now)

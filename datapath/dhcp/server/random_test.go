@@ -558,6 +558,11 @@ func (w *world) checkReused(mac net.HardwareAddr, a netip.Addr, rep Reply) {
 	case w.now.Sub(b.expires.Add(-w.cfg.LeaseTime)) >= time.Duration(w.cfg.ReuseThreshold*float64(w.cfg.LeaseTime)):
 		w.t.Errorf("ACK of %s to %s reused a lease bound %v ago, past the threshold", a, mac, w.now.Sub(b.expires.Add(-w.cfg.LeaseTime)))
 	}
+	for _, h := range w.away {
+		if string(h.MAC) == k {
+			w.t.Errorf("ACK of %s to %s reused a lease while another node's object names the MAC", a, mac)
+		}
+	}
 	w.reused++
 	w.logf("  (reused, %d s left)", secs)
 }

@@ -89,6 +89,13 @@ func TestLeaseReuse(t *testing.T) {
 				}
 			},
 			req: func(t *testing.T) *dhcpv4.DHCPv4 { return selecting(t, macA) }, wantLease: 3600},
+		{name: "another node's object names the MAC (a VM moved back): written", at: time.Minute,
+			setup: func(t *testing.T, s *Server) {
+				if err := s.SetElsewhere(1, []Holding{{MAC: macA, IP: ip("192.168.100.10")}}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 { return selecting(t, macA) }, wantLease: 3600},
 		{name: "the lease time was shortened since: written at the new time", at: time.Minute,
 			setup: func(t *testing.T, s *Server) {
 				c := seg1()
