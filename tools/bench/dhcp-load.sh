@@ -11,8 +11,9 @@
 # veth0 192.168.100.2 in the client namespace), the same servers started
 # the same way (Kea memfile without persistence, its config copied from
 # dhcp-peers.sh; dnsmasq with its read-only lease file and no ping check,
-# dhcp-peers.sh's dnsmasq-ro; pivirtd through tools/bench/dhcp-pivirtd.sh, every lease
-# fdatasync'd before its ACK), server pinned to cpu0 and generator to cpu1,
+# dhcp-peers.sh's dnsmasq-ro; pivirtd through tools/bench/dhcp-pivirtd.sh, every
+# changed lease fdatasync'd before its ACK, a lease asked for again within
+# a quarter of its time ACKed as stored), server pinned to cpu0 and generator to cpu1,
 # the same pass rule (at most DROP_MAX % of DISCOVERs not ending in an
 # ACK, and at least 97% of the offered DISCOVERs sent), interleaved.
 #

@@ -5,8 +5,12 @@
 # ../shared/bench/dhcp-peers.sh. It runs the real pivirtd in the harness's
 # server namespace (in the foreground, as the harness requires), applies a
 # NetworkSegment that adopts the harness's bridge with its pool as the
-# delegated range, and serves until the harness stops it. Every lease is
-# stored as a DHCPLease (fsync'd) before its ACK leaves.
+# delegated range, and serves until the harness stops it. Every ACK that
+# changes a lease waits for the lease journal's fdatasync (the DHCPLease
+# object follows); a client asking again within a quarter of its lease
+# time is ACKed the stored lease as it is, with no write
+# (--dhcp-lease-reuse; PIVIRT_EXTRA_FLAGS="--dhcp-lease-reuse 0" writes
+# every ACK).
 #
 # The per-MAC rate limit (default 20 messages/s, against one client
 # hammering the server) is off here: perfdhcp's 800 simulated clients each
