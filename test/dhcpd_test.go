@@ -225,6 +225,10 @@ func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
 	if left := a1.LeaseTime(t); left != 600 {
 		t.Errorf("renewed for %d s, want the segment's 600", left)
 	}
+	d.RestartWith("--metrics", "127.0.0.1:9464") // the default again
+	waitFor(t, 15*time.Second, "segments Ready after restart with reuse", func() bool {
+		return strings.Count(d.Ctl("get", "segments").Stdout, "Ready") == 2
+	})
 
 	// RELEASE frees the lease.
 	a1.DhclientRelease(t)
@@ -258,6 +262,14 @@ func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
 	// and after the restart it is stored, pinned and renewed as it was.
 	a1.Dhclient(t)
 	aAddr := a1.Addr(t)
+	// Asked for again at once, it is reused (nothing written): kill -9
+	// right after that ACK loses nothing either.
+	guest.KillPidFile(a1.Dir + "/pid")
+	time.Sleep(1100 * time.Millisecond)
+	a1.Dhclient(t)
+	if left := a1.LeaseTime(t); left >= 600 || a1.Addr(t) != aAddr {
+		t.Errorf("re-request before kill -9: %v for %d s; want %v for the time left (reused)", a1.Addr(t), left, aAddr)
+	}
 	guest.KillPidFile(a1.Dir + "/pid")
 	d.Kill9()
 	d.Start()
