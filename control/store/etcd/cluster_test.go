@@ -35,7 +35,11 @@ func TestClusterOutage(t *testing.T) {
 		})
 		return err
 	}
-	watch := func() <-chan store.Event {
+	type watching struct {
+		ch  <-chan store.Event
+		rev int64 // of the last event seen
+	}
+	watch := func() *watching {
 		t.Helper()
 		rev, err := s.Revision(ctx)
 		if err != nil {
@@ -45,24 +49,36 @@ func TestClusterOutage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ch
+		return &watching{ch, rev}
 	}
-	seen := func(ch <-chan store.Event, name string) {
+	// seen waits for name's event. etcd cancels a watch whose member has
+	// no leader (the store asks WithRequireLeader, so a watcher is never
+	// left on a member cut off from the cluster): as the reconcile cache
+	// does, the watch is opened again from the last revision seen, which
+	// may fail until the election is over.
+	seen := func(w *watching, name string) {
 		t.Helper()
-		timeout := time.After(20 * time.Second)
-		for {
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
 			select {
-			case ev, ok := <-ch:
+			case ev, ok := <-w.ch:
 				if !ok {
-					t.Fatalf("watch ended before %s came", name)
+					t.Logf("watch ended at revision %d (no leader); opening it again", w.rev)
+					for w.ch = nil; w.ch == nil && time.Now().Before(deadline); {
+						if w.ch, err = s.Watch(ctx, w.rev); err != nil {
+							time.Sleep(100 * time.Millisecond)
+						}
+					}
+					continue
 				}
+				w.rev = ev.Revision
 				if ev.Object.Metadata.Name == name {
 					return
 				}
-			case <-timeout:
-				t.Fatalf("watch: no event of %s within 20s", name)
+			case <-time.After(time.Until(deadline)):
 			}
 		}
+		t.Fatalf("watch: no event of %s within 20s", name)
 	}
 	if err := put(); err != nil {
 		t.Fatal(err)
