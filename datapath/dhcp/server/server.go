@@ -587,12 +587,17 @@ func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, n
 		return false
 	}
 	if l := st.byIP[ip]; l != nil {
-		if l.id == string(id) || (!l.offered && bytes.Equal(l.MAC, mac)) {
+		switch {
+		case l.id == string(id) && l.offered && !st.pool.Contains(ip):
+			// Its own offer of an address from another node's range is
+			// good only while the address may still move here (movable,
+			// below): the other node's object can go between the OFFER
+			// and the REQUEST.
+		case l.id == string(id) || (!l.offered && bytes.Equal(l.MAC, mac)):
 			return true // its own, or the same MAC's under another identity (bind replaces it)
-		}
-		if l.offered && !now.Before(l.Expires) {
+		case l.offered && !now.Before(l.Expires):
 			st.drop(l) // a stale offer gives way
-		} else {
+		default:
 			return false
 		}
 	}

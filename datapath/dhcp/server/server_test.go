@@ -687,3 +687,28 @@ func TestDeclinedMigratedAddressIsNotACKedBack(t *testing.T) {
 		t.Fatalf("REQUEST of the address it declined: %+v, want NAK", r)
 	}
 }
+
+// An OFFER of a migrated client's address from another node's range
+// holds only while that node's object does: gone before the REQUEST,
+// the address is NAKed, not ACKed outside the range (random seed 222).
+func TestMigratedOfferLapsesWithTheOtherNodesObject(t *testing.T) {
+	s := newServer(t) // range .10-.13
+	if err := s.SetElsewhere(1, []Holding{{IP: ip("192.168.100.50"), MAC: macA}}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, reqIP("192.168.100.50"))})
+	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeOffer || !r.Msg.YourIPAddr.Equal(net.IP(ip("192.168.100.50").AsSlice())) {
+		t.Fatalf("DISCOVER of the migrated client: %+v, want an OFFER of .50", r.Msg)
+	}
+	if err := s.SetElsewhere(1, nil); err != nil { // the other node's object is gone
+		t.Fatal(err)
+	}
+	r, ch := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(sid1), reqIP("192.168.100.50"))})
+	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeNak || len(ch) != 0 {
+		t.Fatalf("REQUEST of the lapsed offer: %+v, changes %v; want NAK and no change", r.Msg, ch)
+	}
+	r, _ = s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
+	if r.Msg == nil || !s.segs[1].pool.Contains(addr4(r.Msg.YourIPAddr)) {
+		t.Fatalf("DISCOVER after the NAK: %+v, want an address of the range", r.Msg)
+	}
+}
