@@ -143,17 +143,9 @@ func (c *Config) SavedCachePath() string { return filepath.Join(c.StateDir, "etc
 
 // TrustedRelays parses --dhcp-trusted-relays: an address is a /32.
 func (c *Config) TrustedRelays() ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, r := range c.DHCPTrustedRelays {
-		if p, err := netip.ParsePrefix(r); err == nil && p.Addr().Is4() {
-			out = append(out, p.Masked())
-			continue
-		}
-		a, err := netip.ParseAddr(r)
-		if err != nil || !a.Is4() {
-			return nil, fmt.Errorf("--dhcp-trusted-relays: %q is not an IPv4 address or CIDR", r)
-		}
-		out = append(out, netip.PrefixFrom(a, 32))
+	out, err := responder.ParseRelays(c.DHCPTrustedRelays)
+	if err != nil {
+		return nil, fmt.Errorf("--dhcp-trusted-relays: %w", err)
 	}
 	return out, nil
 }

@@ -82,20 +82,10 @@ func run() error {
 		seg.DNS = append(seg.DNS, a)
 	}
 	var trusted []netip.Prefix
-	for _, r := range strings.Split(*relays, ",") {
-		if r == "" {
-			continue
+	if *relays != "" {
+		if trusted, err = responder.ParseRelays(strings.Split(*relays, ",")); err != nil {
+			return fmt.Errorf("parsing -relays: %w", err)
 		}
-		p, err := netip.ParsePrefix(r)
-		if err != nil {
-			if a, aerr := netip.ParseAddr(r); aerr == nil {
-				p, err = a.Prefix(a.BitLen())
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("parsing -relays %q: %w", r, err)
-		}
-		trusted = append(trusted, p)
 	}
 	srv, err := server.New(seg)
 	if err != nil {

@@ -61,6 +61,24 @@ type Config struct {
 	Now             func() time.Time // default time.Now
 }
 
+// ParseRelays parses Config.Relays as operators write them: IPv4
+// addresses (a /32) or CIDRs.
+func ParseRelays(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, r := range list {
+		if p, err := netip.ParsePrefix(r); err == nil && p.Addr().Is4() {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(r)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("%q is not an IPv4 address or CIDR", r)
+		}
+		out = append(out, netip.PrefixFrom(a, 32))
+	}
+	return out, nil
+}
+
 // Default limits of Config.
 var (
 	DefaultPerMAC  = Limit{Rate: 20, Burst: 40}
