@@ -8,7 +8,7 @@ GO           ?= go
 BIN          := $(CURDIR)/bin
 TOOLS        := $(BIN)/tools
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS      := -X main.version=$(VERSION) -X pivirt.hu/dataplane/control/cli.Version=$(VERSION)
+LDFLAGS      := -X main.version=$(VERSION) -X pivirt.hu/pivirt/control/cli.Version=$(VERSION)
 TEST_TIMEOUT ?= 40m
 
 # Pinned code generators (the generated code is committed; a build needs none).

@@ -1,4 +1,4 @@
-module pivirt.hu/dataplane
+module pivirt.hu/pivirt
 
 go 1.26.8
 

@@ -3,7 +3,7 @@
 
 /* Never loaded: this object only exists so that every struct and enum of
  * pivirt/{consts,types,maps,acl_maps}.h reaches BTF, where bpf2go -type turns them
- * into the Go types of datapath/guard (enums are not referenced by any
+ * into the Go types of dataplane/guard (enums are not referenced by any
  * map, so the programs' own BTF lacks them).
  */
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/gopacket/layers"
 
-	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 const aclMatrixManifests = `apiVersion: pivirt.hu/v1

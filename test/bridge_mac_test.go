@@ -24,10 +24,10 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"pivirt.hu/dataplane/datapath/dhcp/wire"
-	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/harness"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/dataplane/dhcp/wire"
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 // rawClient speaks DHCP from a guest's interface over a packet socket, so

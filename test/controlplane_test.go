@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/test/harness"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 func manifest(t *testing.T, name string) string {

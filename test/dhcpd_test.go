@@ -24,9 +24,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/harness"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 const dhcpManifests = `apiVersion: pivirt.hu/v1

@@ -27,9 +27,9 @@ import (
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
 
-	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/harness"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 const guardManifests = `apiVersion: pivirt.hu/v1

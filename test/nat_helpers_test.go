@@ -19,11 +19,11 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"pivirt.hu/dataplane/datapath/maps/natmap"
-	"pivirt.hu/dataplane/datapath/nat"
-	"pivirt.hu/dataplane/datapath/vpcrouter"
-	"pivirt.hu/dataplane/test/harness"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/dataplane/maps/natmap"
+	"pivirt.hu/pivirt/dataplane/nat"
+	"pivirt.hu/pivirt/dataplane/vpcrouter"
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 // natEnv runs the NAT controller in-process against its own bbolt store,

@@ -17,8 +17,8 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/mdlayher/packet"
 
-	"pivirt.hu/dataplane/test/harness"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 // tunnelCapture records the inner frames of the VXLAN packets an

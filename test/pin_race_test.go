@@ -17,8 +17,8 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/mdlayher/packet"
 
-	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 const pinRaceSegment = `apiVersion: pivirt.hu/v1

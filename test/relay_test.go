@@ -16,9 +16,9 @@ import (
 	"github.com/mdlayher/packet"
 	"golang.org/x/sys/unix"
 
-	"pivirt.hu/dataplane/datapath/dhcp/wire"
-	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/dataplane/dhcp/wire"
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 const relaySegments = `apiVersion: pivirt.hu/v1

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/test/harness"
-	"pivirt.hu/dataplane/test/seeds"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/seeds"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 func TestPrivilegedSeedCLIExamples(t *testing.T) {

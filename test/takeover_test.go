@@ -11,8 +11,8 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
-	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 const takeoverManifests = `apiVersion: pivirt.hu/v1

@@ -37,9 +37,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"pivirt.hu/dataplane/test/harness"
-	"pivirt.hu/dataplane/test/testutil"
-	"pivirt.hu/dataplane/test/vmguest"
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/testutil"
+	"pivirt.hu/pivirt/test/vmguest"
 )
 
 const (

@@ -16,7 +16,7 @@ import (
 	"github.com/digitalocean/go-qemu/qmp"
 	"github.com/digitalocean/go-qemu/qmp/raw"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 // NIC is one network device of a VM, in QEMU's order.

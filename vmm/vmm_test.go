@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"pivirt.hu/dataplane/vmm"
+	"pivirt.hu/pivirt/vmm"
 )
 
 func TestParseInfoNetwork(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"pivirt.hu/dataplane/control/cli"
-	"pivirt.hu/dataplane/control/inspectcli"
+	"pivirt.hu/pivirt/control/cli"
+	"pivirt.hu/pivirt/control/inspectcli"
 )
 
 func main() {

@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 
-	"pivirt.hu/dataplane/control/daemon"
+	"pivirt.hu/pivirt/control/daemon"
 )
 
 // version is set with -ldflags "-X main.version=...".

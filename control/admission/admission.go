@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // Sentinel errors. Validation failures are *pivirtv1.ValidationError;

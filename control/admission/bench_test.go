@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 const bigSegment = `apiVersion: pivirt.hu/v1

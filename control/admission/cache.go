@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 // entry is one stored object with its decoded spec (nil when the stored

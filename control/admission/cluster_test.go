@@ -10,10 +10,10 @@ import (
 	"sync"
 	"testing"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/store/etcd"
-	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/store/etcd"
+	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
 )
 
 // node is one pivirtd's view of the cluster store: its own etcd client

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 // crossCheck applies the rules that need other objects of the transaction.

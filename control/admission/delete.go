@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"slices"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // Delete removes kind/name and, along ownerReferences, its dependents; see

@@ -11,8 +11,8 @@ import (
 	"sort"
 	"strconv"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // fakeTx is an in-memory store.Tx with the semantics of control/store:

@@ -6,8 +6,8 @@ import (
 	"context"
 	"sync"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // Index keeps admission's per-kind caches between transactions, so a

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 // provisioning reports whether o carries the provisioning annotation.

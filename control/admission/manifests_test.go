@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 const manifestDir = "../../test/manifests"

@@ -10,8 +10,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/test/seeds"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/test/seeds"
 )
 
 // TestSeedExamplesApplyUnchanged: every example manifest of the seed

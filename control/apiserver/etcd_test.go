@@ -12,12 +12,12 @@ import (
 
 	"connectrpc.com/connect"
 
-	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
-	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/store/etcd"
-	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
+	"pivirt.hu/pivirt/api/resource/v1/resourcev1connect"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/store/etcd"
+	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
 )
 
 // TestEtcdDown: with etcd gone (stopped: connections refused) or hung

@@ -12,13 +12,13 @@ import (
 
 	"connectrpc.com/connect"
 
-	"pivirt.hu/dataplane/api/labels"
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
-	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/pivirt/api/labels"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
+	"pivirt.hu/pivirt/api/resource/v1/resourcev1connect"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // ResourceServer serves resourcev1connect.ResourceServiceHandler.

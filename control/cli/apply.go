@@ -9,7 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
 )
 
 // ApplyChunk is how many objects one Apply request carries; the server

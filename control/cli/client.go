@@ -15,7 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+	"pivirt.hu/pivirt/api/resource/v1/resourcev1connect"
 )
 
 // socketBaseURL is the base URL of calls over the unix socket; the host is

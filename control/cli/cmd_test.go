@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
 )
 
 const (

@@ -8,8 +8,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
 )
 
 // completeKindNames completes the KIND argument from the kind registry and

@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
 )
 
 // Exit statuses of diff, as kubectl diff.

@@ -24,9 +24,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
-	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
+	"pivirt.hu/pivirt/api/resource/v1/resourcev1connect"
 )
 
 // testNow is the clock of every test; objects the fake creates are five

@@ -15,10 +15,10 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	"pivirt.hu/dataplane/api/labels"
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
-	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
+	"pivirt.hu/pivirt/api/labels"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
+	"pivirt.hu/pivirt/api/resource/v1/resourcev1connect"
 )
 
 // now is the clock of AGE columns; tests replace it.

@@ -15,7 +15,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 // Output formats of -o.

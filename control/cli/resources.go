@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 func (r *Root) newAPIResourcesCommand() *cobra.Command {

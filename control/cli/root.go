@@ -13,7 +13,7 @@ import (
 )
 
 // Version is the client version, set at build time with
-// -ldflags "-X pivirt.hu/dataplane/control/cli.Version=v1.2.3".
+// -ldflags "-X pivirt.hu/pivirt/control/cli.Version=v1.2.3".
 var Version = "dev"
 
 // DefaultSocket is where pivirtd listens unless told otherwise.

@@ -17,7 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 func TestMain(m *testing.M) {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/control/store"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // Kinds are the kinds Collect reads.

@@ -15,14 +15,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/collision"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/store/etcd"
-	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/collision"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/control/store/etcd"
+	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
 )
 
 // node is one pivirtd's share of the test: its own etcd client, admission

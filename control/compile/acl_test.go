@@ -7,10 +7,10 @@ import (
 	"slices"
 	"testing"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/maps/aclmap"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/maps/aclmap"
 )
 
 func TestMaxACLEntriesMatchesDataplane(t *testing.T) {

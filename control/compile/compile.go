@@ -10,13 +10,13 @@ import (
 	"strings"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/maps/aclmap"
-	"pivirt.hu/dataplane/datapath/maps/allowmap"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
-	"pivirt.hu/dataplane/datapath/maps/portmap"
-	"pivirt.hu/dataplane/datapath/maps/typed"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/maps/aclmap"
+	"pivirt.hu/pivirt/dataplane/maps/allowmap"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
+	"pivirt.hu/pivirt/dataplane/maps/portmap"
+	"pivirt.hu/pivirt/dataplane/maps/typed"
 )
 
 // Link is what the host knows about one interface.

@@ -5,8 +5,8 @@ package compile
 import (
 	"time"
 
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // LeaseEqual reports whether a live pv_leases value already satisfies the

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"pivirt.hu/dataplane/control/store/etcd"
-	"pivirt.hu/dataplane/datapath/dhcp/responder"
+	"pivirt.hu/pivirt/control/store/etcd"
+	"pivirt.hu/pivirt/dataplane/dhcp/responder"
 )
 
 // Config is pivirtd's configuration; every field is a flag of the same name.

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/control/cli"
-	"pivirt.hu/dataplane/control/daemon"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/control/cli"
+	"pivirt.hu/pivirt/control/daemon"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 func TestConfigValidate(t *testing.T) {

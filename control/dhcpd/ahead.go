@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // ahead holds the reservations BeforeCommit gave the responders before

@@ -15,13 +15,13 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"sigs.k8s.io/yaml"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/control/segment"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/store/bolt"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/segment"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/control/store/bolt"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 func res(mac, ip string) server.Reservation {

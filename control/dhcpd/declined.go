@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // A DECLINE's probation (the client saw its address in use by someone

@@ -11,7 +11,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // TestDeclinedProbationSurvivesARestart: an address a client DECLINEd

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package dhcpd runs the DHCP responders of this node's NetworkSegments
-// (datapath/dhcp) and connects them to the rest of pivirtd. Two jobs, one
+// (dataplane/dhcp) and connects them to the rest of pivirtd. Two jobs, one
 // type each:
 //
 //   - Manager (manager.go, parked.go) starts, reconfigures and stops one

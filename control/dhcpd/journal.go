@@ -12,13 +12,13 @@ import (
 	"slices"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/wal"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/control/wal"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // Leases are made durable in two steps. The ACK waits only for the first:

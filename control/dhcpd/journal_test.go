@@ -21,13 +21,13 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/store/bolt"
-	"pivirt.hu/dataplane/control/wal"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/control/store/bolt"
+	"pivirt.hu/pivirt/control/wal"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // leaseMap records what persist programs into pv_leases.

@@ -13,11 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/segment"
-	"pivirt.hu/dataplane/control/wal"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/segment"
+	"pivirt.hu/pivirt/control/wal"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // ledger makes the responders' lease changes durable. It is the

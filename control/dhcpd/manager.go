@@ -18,17 +18,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/collision"
-	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/control/segment"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/datapath/dhcp/responder"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/collision"
+	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/segment"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/dataplane/dhcp/responder"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // LeaseMap is the guard's lease table (leasemap.Map satisfies it).

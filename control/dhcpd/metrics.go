@@ -5,7 +5,7 @@ package dhcpd
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"pivirt.hu/dataplane/datapath/dhcp/responder"
+	"pivirt.hu/pivirt/dataplane/dhcp/responder"
 )
 
 var (

@@ -5,9 +5,9 @@ package dhcpd
 import (
 	"time"
 
-	"pivirt.hu/dataplane/datapath/dhcp/server"
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // pv_leases has one owner, the guard's map sync, which converges it to the

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/store/bolt"
-	"pivirt.hu/dataplane/control/wal"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/store/bolt"
+	"pivirt.hu/pivirt/control/wal"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // TestOverlayLeases: the guard's desired pv_leases, compiled from a

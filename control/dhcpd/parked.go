@@ -13,8 +13,8 @@ import (
 
 	"github.com/google/renameio/v2"
 
-	"pivirt.hu/dataplane/datapath/dhcp/server"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // A reservation's binding (its client ACKed, until when) is not stored:

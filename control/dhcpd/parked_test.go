@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // TestParkedBindings: the bindings parked with a deleted segment survive

@@ -10,7 +10,7 @@ import (
 	"net/netip"
 	"time"
 
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // recordVersion leads every encoded record, so the layout can change.

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/store/bolt"
-	"pivirt.hu/dataplane/control/wal"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/store/bolt"
+	"pivirt.hu/pivirt/control/wal"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // TestJournalRefusalsNeverJam: journaled changes the store refuses (issue

@@ -10,11 +10,11 @@ import (
 	"net/netip"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/control/store"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // ConditionRelocated is the condition a node sets on another node's lease

@@ -5,8 +5,8 @@ package dhcpd
 import (
 	"testing"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/reconcile"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/reconcile"
 )
 
 // TestSegmentLeasesAfterAShrink: after the range shrank, a stored dynamic

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/store/bolt"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/store/bolt"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // TestJournalNewerACKWins: a client moved from n1 to n2 while etcd was

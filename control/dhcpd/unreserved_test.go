@@ -11,9 +11,9 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // TestUnreservedBindingIsNotTakenForADeletedLease: a MAC's dynamic lease

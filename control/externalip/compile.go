@@ -8,10 +8,10 @@ import (
 	"net/netip"
 	"slices"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/datapath/maps/natmap"
-	"pivirt.hu/dataplane/datapath/nat"
-	"pivirt.hu/dataplane/datapath/vpcrouter"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/dataplane/maps/natmap"
+	"pivirt.hu/pivirt/dataplane/nat"
+	"pivirt.hu/pivirt/dataplane/vpcrouter"
 )
 
 // ExternalIP is a decoded, defaulted ExternalIP.

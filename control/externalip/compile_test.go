@@ -9,9 +9,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/datapath/nat"
-	"pivirt.hu/dataplane/datapath/vpcrouter"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/dataplane/nat"
+	"pivirt.hu/pivirt/dataplane/vpcrouter"
 )
 
 func eip(name, addr, target, iface, router string, ports ...pivirtv1.PortForward) ExternalIP {

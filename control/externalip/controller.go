@@ -17,15 +17,15 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/mapsync"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/datapath/maps/natmap"
-	"pivirt.hu/dataplane/datapath/nat"
-	"pivirt.hu/dataplane/datapath/vpcrouter"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/mapsync"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/dataplane/maps/natmap"
+	"pivirt.hu/pivirt/dataplane/nat"
+	"pivirt.hu/pivirt/dataplane/vpcrouter"
 )
 
 // ExternalIPStatus is an ExternalIP's status.

@@ -16,16 +16,16 @@ import (
 	"connectrpc.com/connect"
 	"github.com/vishvananda/netlink"
 
-	inspectv1 "pivirt.hu/dataplane/api/inspect/v1"
-	"pivirt.hu/dataplane/api/inspect/v1/inspectv1connect"
-	"pivirt.hu/dataplane/control/externalip"
-	"pivirt.hu/dataplane/control/mapsync"
-	"pivirt.hu/dataplane/control/portguard"
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/loader"
-	"pivirt.hu/dataplane/datapath/maps/natmap"
-	"pivirt.hu/dataplane/datapath/maps/typed"
-	"pivirt.hu/dataplane/datapath/nat"
+	inspectv1 "pivirt.hu/pivirt/api/inspect/v1"
+	"pivirt.hu/pivirt/api/inspect/v1/inspectv1connect"
+	"pivirt.hu/pivirt/control/externalip"
+	"pivirt.hu/pivirt/control/mapsync"
+	"pivirt.hu/pivirt/control/portguard"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/loader"
+	"pivirt.hu/pivirt/dataplane/maps/natmap"
+	"pivirt.hu/pivirt/dataplane/maps/typed"
+	"pivirt.hu/pivirt/dataplane/nat"
 )
 
 // Server serves inspectv1connect.InspectServiceHandler.

@@ -12,15 +12,15 @@ import (
 
 	"connectrpc.com/connect"
 
-	inspectv1 "pivirt.hu/dataplane/api/inspect/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/inspect"
-	"pivirt.hu/dataplane/control/portguard"
-	"pivirt.hu/dataplane/control/store/bolt"
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/loader"
-	"pivirt.hu/dataplane/datapath/maps/portmap"
-	"pivirt.hu/dataplane/test/testutil"
+	inspectv1 "pivirt.hu/pivirt/api/inspect/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/inspect"
+	"pivirt.hu/pivirt/control/portguard"
+	"pivirt.hu/pivirt/control/store/bolt"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/loader"
+	"pivirt.hu/pivirt/dataplane/maps/portmap"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 // TestPrivilegedInspectServer: the InspectService over a real loader on a

@@ -12,9 +12,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	inspectv1 "pivirt.hu/dataplane/api/inspect/v1"
-	"pivirt.hu/dataplane/api/inspect/v1/inspectv1connect"
-	"pivirt.hu/dataplane/control/cli"
+	inspectv1 "pivirt.hu/pivirt/api/inspect/v1"
+	"pivirt.hu/pivirt/api/inspect/v1/inspectv1connect"
+	"pivirt.hu/pivirt/control/cli"
 )
 
 // Commands returns the inspect and simulate commands, dialing through r.

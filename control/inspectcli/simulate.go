@@ -14,7 +14,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/spf13/cobra"
 
-	inspectv1 "pivirt.hu/dataplane/api/inspect/v1"
+	inspectv1 "pivirt.hu/pivirt/api/inspect/v1"
 )
 
 // packet describes the frame simulate builds.

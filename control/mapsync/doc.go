@@ -2,7 +2,7 @@
 
 // Package mapsync converges the guard's live eBPF maps to the desired
 // content compile produced, and reports their drift (`inspect desired`),
-// with the one sync every map uses (datapath/maps/typed: Sync and
+// with the one sync every map uses (dataplane/maps/typed: Sync and
 // SyncTogether touch only the difference: missing keys are added, changed
 // values updated and stale keys deleted; nothing is flushed, so a daemon
 // restart converges without a gap in enforcement).

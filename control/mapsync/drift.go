@@ -9,11 +9,11 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/maps/natmap"
-	"pivirt.hu/dataplane/datapath/maps/typed"
-	"pivirt.hu/dataplane/datapath/nat"
+	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/maps/natmap"
+	"pivirt.hu/pivirt/dataplane/maps/typed"
+	"pivirt.hu/pivirt/dataplane/nat"
 )
 
 // DriftReport is the drift of one map in printable form, for

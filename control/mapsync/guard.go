@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 
-	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/maps/aclmap"
-	"pivirt.hu/dataplane/datapath/maps/allowmap"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
-	"pivirt.hu/dataplane/datapath/maps/portmap"
-	"pivirt.hu/dataplane/datapath/maps/typed"
+	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/maps/aclmap"
+	"pivirt.hu/pivirt/dataplane/maps/allowmap"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
+	"pivirt.hu/pivirt/dataplane/maps/portmap"
+	"pivirt.hu/pivirt/dataplane/maps/typed"
 )
 
 // GuardMaps are the live guard maps sync writes; loader.Maps provides

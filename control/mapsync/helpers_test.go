@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 func obj(t *testing.T, kind, name string, spec any) *pivirtv1.Object {

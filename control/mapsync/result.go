@@ -2,7 +2,7 @@
 
 package mapsync
 
-import "pivirt.hu/dataplane/datapath/maps/typed"
+import "pivirt.hu/pivirt/dataplane/maps/typed"
 
 // Result counts what a sync of one map did (typed.Sync).
 type Result = typed.Result

@@ -9,9 +9,9 @@ import (
 	"maps"
 	"slices"
 
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/maps/portmap"
-	"pivirt.hu/dataplane/datapath/maps/typed"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/maps/portmap"
+	"pivirt.hu/pivirt/dataplane/maps/typed"
 )
 
 // Counters is what sync needs of pv_counters_v3 (countermap.Map satisfies

@@ -13,11 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/google/go-cmp/cmp"
 
-	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/datapath/maps/aclmap"
-	"pivirt.hu/dataplane/datapath/maps/allowmap"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
-	"pivirt.hu/dataplane/datapath/maps/portmap"
+	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/dataplane/maps/aclmap"
+	"pivirt.hu/pivirt/dataplane/maps/allowmap"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
+	"pivirt.hu/pivirt/dataplane/maps/portmap"
 )
 
 // ports builds a port map from ifindex -> counter slot; every port has

@@ -16,12 +16,12 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/datapath/vxlan"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/dataplane/vxlan"
 )
 
 // Kinds are what the controller reads, from every node.

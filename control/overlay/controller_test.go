@@ -13,14 +13,14 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/overlay"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/control/store/bolt"
-	"pivirt.hu/dataplane/datapath/vxlan"
-	"pivirt.hu/dataplane/test/testutil"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/overlay"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/store/bolt"
+	"pivirt.hu/pivirt/dataplane/vxlan"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 // TestPrivilegedOverlayStatus: each overlay's status says whether this

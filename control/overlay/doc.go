@@ -3,7 +3,7 @@
 // Package overlay realizes OverlayNetworks on this node from the whole
 // cluster's store: for each overlay one of this node's Ready segments
 // rides on, it keeps the tunnel device on the segment's bridge
-// (datapath/vxlan), its FDB and its neighbour entries: the flood list to
+// (dataplane/vxlan), its FDB and its neighbour entries: the flood list to
 // every other node's VTEP (published in their segments' status), one FDB
 // entry per remote MAC the cluster's DHCPLeases (placed on a node by
 // pivirt.hu/node) and PortSecurity objects (whose status puts the port on

@@ -14,18 +14,18 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/mapsync"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/datapath/guard"
-	"pivirt.hu/dataplane/datapath/loader"
-	"pivirt.hu/dataplane/datapath/maps/countermap"
-	"pivirt.hu/dataplane/datapath/maps/leasemap"
-	"pivirt.hu/dataplane/vmm"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/mapsync"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/loader"
+	"pivirt.hu/pivirt/dataplane/maps/countermap"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
+	"pivirt.hu/pivirt/vmm"
 )
 
 // PortStatus is a PortSecurity's status.

@@ -5,10 +5,10 @@ package portguard
 import (
 	"context"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/control/mapsync"
-	"pivirt.hu/dataplane/control/reconcile"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/control/mapsync"
+	"pivirt.hu/pivirt/control/reconcile"
 )
 
 // Desired compiles the store as Reconcile would, without writing, and

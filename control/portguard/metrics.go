@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"pivirt.hu/dataplane/datapath/guard"
+	"pivirt.hu/pivirt/dataplane/guard"
 )
 
 var descFrames = prometheus.NewDesc("pivirt_guard_frames_total",

@@ -8,11 +8,11 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/control/mapsync"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/datapath/guard"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/control/mapsync"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/dataplane/guard"
 )
 
 // hostStale reports whether the index was compiled with other facts

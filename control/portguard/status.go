@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"pivirt.hu/dataplane/control/compile"
-	"pivirt.hu/dataplane/control/reconcile"
+	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/control/reconcile"
 )
 
 // statusSettle is how long RunStatus gathers the statuses of Changes

@@ -6,8 +6,8 @@ import (
 	"maps"
 	"slices"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // StatusOnly reports whether a change touched only an object's status:

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/store/bolt"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/control/store/bolt"
 )
 
 func TestFilters(t *testing.T) {

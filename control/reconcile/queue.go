@@ -5,7 +5,7 @@ package reconcile
 import (
 	"sync"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 // Ref names one object.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/renameio/v2"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 // A node that was running when etcd went away serves on from its cache.

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/store/bolt"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/control/store/bolt"
 )
 
 // awayStore is a store that does not answer, as etcd when it is down.

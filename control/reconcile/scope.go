@@ -5,7 +5,7 @@ package reconcile
 import (
 	"slices"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 // ScopeNetworks returns the lease networks (the spec.network values a

@@ -13,10 +13,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/store/etcd"
-	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/control/store/etcd"
+	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
 )
 
 func segmentOn(name, node, bridge, ref string) *pivirtv1.Object {

@@ -16,14 +16,14 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/admission"
-	"pivirt.hu/dataplane/control/events"
-	"pivirt.hu/dataplane/control/reconcile"
-	"pivirt.hu/dataplane/control/segment"
-	"pivirt.hu/dataplane/control/store/bolt"
-	"pivirt.hu/dataplane/datapath/bridge"
-	"pivirt.hu/dataplane/test/testutil"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/segment"
+	"pivirt.hu/pivirt/control/store/bolt"
+	"pivirt.hu/pivirt/dataplane/bridge"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 // fakeDHCP records what Sync was handed and whether each bridge it knew

@@ -6,7 +6,7 @@ import (
 	"context"
 	"errors"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 // Sentinel errors of every backend.

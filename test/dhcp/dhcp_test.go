@@ -35,10 +35,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"pivirt.hu/dataplane/datapath/dhcp/responder"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
-	"pivirt.hu/dataplane/test/guest"
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/dataplane/dhcp/responder"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 var (

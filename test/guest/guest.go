@@ -19,7 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 // ClientTimeout bounds every client run.

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 // Binaries are the built commands.

@@ -16,7 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-	"pivirt.hu/dataplane/datapath/netnsdo"
+	"pivirt.hu/pivirt/dataplane/netnsdo"
 )
 
 // NetNS is a named network namespace (visible to `ip netns exec`) that a

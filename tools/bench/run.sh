@@ -51,7 +51,7 @@ if part control; then
 fi
 if part testrun; then
 	say "BPF_PROG_TEST_RUN and store benchmarks"
-	go test -run '^$' -bench . -benchtime 2s ./datapath/guard ./datapath/nat ./control/store/bolt 2>&1 | tee "$OUT/gobench.txt" | grep -E '^(Benchmark|ok|FAIL)' | tee -a "$OUT/summary.txt"
+	go test -run '^$' -bench . -benchtime 2s ./dataplane/guard ./dataplane/nat ./control/store/bolt 2>&1 | tee "$OUT/gobench.txt" | grep -E '^(Benchmark|ok|FAIL)' | tee -a "$OUT/summary.txt"
 	# cpu-ns/record is the process's CPU per stored record; on a noisy
 	# host the least of several runs is the figure to compare.
 	TMPDIR=/dev/shm GOMAXPROCS=1 taskset -c 0 go test -run '^$' -bench '^BenchmarkStore' -benchtime 1s -count 3 ./control/dhcpd 2>&1 |

@@ -38,8 +38,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"pivirt.hu/dataplane/datapath/netnsdo"
-	"pivirt.hu/dataplane/test/vmguest"
+	"pivirt.hu/pivirt/dataplane/netnsdo"
+	"pivirt.hu/pivirt/test/vmguest"
 )
 
 const (

@@ -30,7 +30,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"golang.org/x/net/ipv4"
 
-	"pivirt.hu/dataplane/datapath/dhcp/wire"
+	"pivirt.hu/pivirt/dataplane/dhcp/wire"
 )
 
 func main() {

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // fileStore is a lease log: one line per change

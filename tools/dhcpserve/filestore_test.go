@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 func TestFileStoreReplay(t *testing.T) {

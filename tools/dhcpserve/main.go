@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"pivirt.hu/dataplane/datapath/dhcp/responder"
-	"pivirt.hu/dataplane/datapath/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/dhcp/responder"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 func env(k, def string) string {

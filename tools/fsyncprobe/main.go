@@ -18,7 +18,7 @@ import (
 	"slices"
 	"time"
 
-	"pivirt.hu/dataplane/control/wal"
+	"pivirt.hu/pivirt/control/wal"
 )
 
 func main() {

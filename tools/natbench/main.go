@@ -24,10 +24,10 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/externalip"
-	"pivirt.hu/dataplane/datapath/maps/natmap"
-	"pivirt.hu/dataplane/datapath/nat"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/externalip"
+	"pivirt.hu/pivirt/dataplane/maps/natmap"
+	"pivirt.hu/pivirt/dataplane/nat"
 )
 
 func main() {

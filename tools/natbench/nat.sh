@@ -12,7 +12,7 @@
 #   ipt   iptables-nft -t nat DNAT/SNAT (xt targets via nft_compat) (conntrack)
 #   ebpf  reference stateless NAT: tc ingress on na-up rewrites daddr, tc egress rewrites saddr
 #   pivirt     pivirt's NAT fast path (bpf/tc_nat.c) on na-up, host mode, driven by tools/natbench
-#              through control/externalip.Compile, natmap.Sync and datapath/nat.Load/Attach (tcx, pinned links)
+#              through control/externalip.Compile, natmap.Sync and dataplane/nat.Load/Attach (tcx, pinned links)
 #   pivirt10k  the same with 10,000 ExternalIPs in the maps
 #   pivirt-alt pivirt with another natbench build, $NB_ALT (A/B of two versions of the program
 #              in one interleaved round; e.g. built from an earlier commit with git archive)

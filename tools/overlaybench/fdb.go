@@ -18,8 +18,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
-	"pivirt.hu/dataplane/datapath/vxlan"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
+	"pivirt.hu/pivirt/dataplane/vxlan"
 )
 
 // fdbEvent is an FDB entry of n2's tunnel device appearing or going, as

@@ -51,10 +51,10 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	resourcev1 "pivirt.hu/dataplane/api/resource/v1"
-	"pivirt.hu/dataplane/api/resource/v1/resourcev1connect"
-	"pivirt.hu/dataplane/datapath/netnsdo"
-	"pivirt.hu/dataplane/datapath/vxlan"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
+	"pivirt.hu/pivirt/api/resource/v1/resourcev1connect"
+	"pivirt.hu/pivirt/dataplane/netnsdo"
+	"pivirt.hu/pivirt/dataplane/vxlan"
 )
 
 const (

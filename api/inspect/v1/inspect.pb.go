@@ -952,7 +952,7 @@ const file_inspect_v1_inspect_proto_rawDesc = "" +
 	"\aDumpMap\x12!.pivirt.inspect.v1.DumpMapRequest\x1a\".pivirt.inspect.v1.DumpMapResponse\x12_\n" +
 	"\fListPrograms\x12&.pivirt.inspect.v1.ListProgramsRequest\x1a'.pivirt.inspect.v1.ListProgramsResponse\x12P\n" +
 	"\aDesired\x12!.pivirt.inspect.v1.DesiredRequest\x1a\".pivirt.inspect.v1.DesiredResponse\x12S\n" +
-	"\bSimulate\x12\".pivirt.inspect.v1.SimulateRequest\x1a#.pivirt.inspect.v1.SimulateResponseB.Z,pivirt.hu/dataplane/api/inspect/v1;inspectv1b\x06proto3"
+	"\bSimulate\x12\".pivirt.inspect.v1.SimulateRequest\x1a#.pivirt.inspect.v1.SimulateResponseB+Z)pivirt.hu/pivirt/api/inspect/v1;inspectv1b\x06proto3"
 
 var (
 	file_inspect_v1_inspect_proto_rawDescOnce sync.Once

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 func TestNewSegment(t *testing.T) {

@@ -892,7 +892,7 @@ const file_resource_v1_resource_proto_rawDesc = "" +
 	"\x04List\x12\x1f.pivirt.resource.v1.ListRequest\x1a .pivirt.resource.v1.ListResponse\x12O\n" +
 	"\x06Delete\x12!.pivirt.resource.v1.DeleteRequest\x1a\".pivirt.resource.v1.DeleteResponse\x12N\n" +
 	"\x05Watch\x12 .pivirt.resource.v1.WatchRequest\x1a!.pivirt.resource.v1.WatchResponse0\x01\x12O\n" +
-	"\x06Events\x12!.pivirt.resource.v1.EventsRequest\x1a\".pivirt.resource.v1.EventsResponseB0Z.pivirt.hu/dataplane/api/resource/v1;resourcev1b\x06proto3"
+	"\x06Events\x12!.pivirt.resource.v1.EventsRequest\x1a\".pivirt.resource.v1.EventsResponseB-Z+pivirt.hu/pivirt/api/resource/v1;resourcev1b\x06proto3"
 
 var (
 	file_resource_v1_resource_proto_rawDescOnce sync.Once

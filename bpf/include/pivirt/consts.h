@@ -2,8 +2,8 @@
 
 /* Constants shared by the guard and NAT programs and Go: map sizes, port,
  * lease and NAT flags, and the reasons counted per port and per uplink.
- * bpf2go does not export macros, so Go mirrors the sizes (datapath/guard,
- * datapath/nat), and layout tests there check them against the maps; the
+ * bpf2go does not export macros, so Go mirrors the sizes (dataplane/guard,
+ * dataplane/nat), and layout tests there check them against the maps; the
  * enums reach BTF and are generated.
  */
 #ifndef PIVIRT_CONSTS_H

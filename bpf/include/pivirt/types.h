@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 
 /* Every key and value struct of the guard and NAT maps, declared once. Go gets
- * them through bpf2go -type (datapath/guard); fields are fixed-width and
+ * them through bpf2go -type (dataplane/guard); fields are fixed-width and
  * padding is written out so both sides agree byte for byte.
  */
 #ifndef PIVIRT_TYPES_H
@@ -64,7 +64,7 @@ struct pv_lease_key {
  * expires_mono_ns is CLOCK_MONOTONIC, which userspace writes as the wall
  * time of expiry minus (CLOCK_REALTIME - CLOCK_MONOTONIC): boot-relative,
  * which is fine since bpffs, and so the pinned map, does not survive a
- * reboot (datapath/maps/leasemap).
+ * reboot (dataplane/maps/leasemap).
  */
 struct pv_lease {
 	__be32 ip;

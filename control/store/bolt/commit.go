@@ -16,8 +16,8 @@ import (
 	"github.com/tidwall/gjson"
 	bbolt "go.etcd.io/bbolt"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 type request struct {

@@ -20,8 +20,8 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // childEnv switches the test binary into the writer loop of

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"sync"
 
-	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // record is one event in the history; the object stays encoded so the

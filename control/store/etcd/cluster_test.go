@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
 )
 
 // TestClusterOutage: a Store on a 3-member cluster keeps reading, writing

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"testing"
 
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
-	"pivirt.hu/dataplane/control/store/etcd/etcdtest"
-	"pivirt.hu/dataplane/control/store/storetest"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
+	"pivirt.hu/pivirt/control/store/storetest"
 )
 
 func TestConformance(t *testing.T) {

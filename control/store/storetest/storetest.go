@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/dataplane/api/labels"
-	pivirtv1 "pivirt.hu/dataplane/api/pivirt/v1"
-	"pivirt.hu/dataplane/control/store"
+	"pivirt.hu/pivirt/api/labels"
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // Kinds the suite writes; the store treats kinds as opaque.

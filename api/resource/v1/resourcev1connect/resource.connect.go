@@ -11,7 +11,7 @@ import (
 	context "context"
 	errors "errors"
 	http "net/http"
-	v1 "pivirt.hu/dataplane/api/resource/v1"
+	v1 "pivirt.hu/pivirt/api/resource/v1"
 	strings "strings"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"pivirt.hu/dataplane/test/testutil"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 // Server is an etcd the test started; Cleanup kills it by PID.

@@ -1,0 +1,711 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	"pivirt.hu/pivirt/dataplane/dhcp/pool"
+)
+
+// Sentinels of the lease table.
+var (
+	ErrNoSegment   = errors.New("no such segment")
+	ErrOutOfRange  = errors.New("address outside the delegated range")
+	ErrAddrInUse   = errors.New("address in use")
+	ErrDuplicate   = errors.New("duplicate reservation")
+	ErrNoSuchLease = errors.New("no such lease")
+)
+
+// Request is a decoded DHCP message plus the facts of its ingress.
+type Request struct {
+	Segment   uint32           // segment of the bridge it arrived on (giaddr may select another)
+	SrcMAC    net.HardwareAddr // Ethernet source (the client, or the relay)
+	SrcIP     netip.Addr       // IPv4 source (0.0.0.0 before the client has one)
+	Broadcast bool             // IPv4 destination was 255.255.255.255 (tells REBINDING from RENEWING)
+	// Msg is the request. Handle copies what it keeps, so Msg may alias
+	// a receive buffer that is reused after Handle returns.
+	Msg *dhcpv4.DHCPv4
+	// Reply, if set, is overwritten with the reply instead of allocating
+	// one (its Options map is reused). The caller owns it and must be done
+	// with the previous reply; nil allocates a fresh message.
+	Reply *dhcpv4.DHCPv4
+	// Changes, if set, is where Handle appends the lease changes, so a
+	// caller can reuse one slice for a whole batch.
+	Changes []LeaseChange
+}
+
+// State is the client state a REQUEST was recognised in (RFC 2131 4.3.2).
+type State uint8
+
+// Client states of a REQUEST.
+const (
+	NoState State = iota
+	Selecting
+	InitReboot
+	Renewing
+	Rebinding
+)
+
+func (s State) String() string {
+	return [...]string{"none", "selecting", "init-reboot", "renewing", "rebinding"}[s]
+}
+
+// Ignore says why a request got no reply. Replies to RELEASE and DECLINE
+// are never sent, so those are IgnoreNone with a nil Msg.
+type Ignore uint8
+
+// Reasons for not replying.
+const (
+	IgnoreNone        Ignore = iota
+	IgnoreNotRequest         // op is not BOOTREQUEST, or no chaddr
+	IgnoreNoType             // option 53 missing or not a client message
+	IgnoreNoSegment          // giaddr or ingress names no segment
+	IgnoreOtherServer        // REQUEST/DECLINE/RELEASE for another server
+	IgnoreExhausted          // no free address
+	IgnoreBadRequest         // REQUEST without server id, option 50 or ciaddr
+	IgnoreNotOurs            // RELEASE/DECLINE of an address the client does not hold
+	IgnoreHeld               // RELEASE/DECLINE of a lease the provisioning interlock holds
+	IgnoreSpoofed            // RELEASE/DECLINE not from the lease's own MAC (and, for RELEASE, address)
+	NumIgnore
+)
+
+func (r Ignore) String() string {
+	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours", "held", "spoofed"}[r]
+}
+
+// Reply is the outcome of Handle. Msg is nil when nothing is sent.
+type Reply struct {
+	Msg     *dhcpv4.DHCPv4
+	State   State  // for REQUEST
+	Ignored Ignore // why Msg is nil
+	Durable bool   // Msg is an ACK whose lease change must be persisted first
+	Reused  bool   // Msg is an ACK of the stored lease as it is (Segment.ReuseThreshold)
+}
+
+type lease struct {
+	Lease
+	id      string
+	offered bool // held by an OFFER, not bound yet
+	// released: the client released it while the interlock held it; it is
+	// dropped when the hold ends.
+	released bool
+	// unsynced is the Seq of its last change while that is not known to
+	// be durable (Persisted); only a durable lease is reused.
+	unsynced uint64
+}
+
+type segState struct {
+	cfg      Segment
+	subnet   netip.Prefix
+	bcast    netip.Addr
+	serverID net.IP
+	pool     *pool.Pool
+	byIP     map[netip.Addr]*lease
+	byID     map[string]*lease
+	// byMAC is the bound lease of each MAC: one per MAC and segment, as
+	// the store names leases (lease-<mac>) and the guard pins them, even
+	// when a machine changes identity (a firmware without client-id, then
+	// its OS with one).
+	byMAC    map[string]*lease
+	resByMAC map[string]Reservation
+	resByIP  map[netip.Addr]string
+	quar     map[netip.Addr]time.Time
+	last     map[string]netip.Addr    // previous address of an identity
+	held     map[string]bool          // MACs whose lease the provisioning interlock holds
+	away     map[netip.Addr][]Holding // held elsewhere in the cluster (SetElsewhere)
+	awayMAC  map[string]Holding
+	static   dhcpv4.Options // options every reply of this segment carries
+	leaseOpt [3][]byte      // encoded 51, 58, 59
+	ipTable  []byte         // 4 bytes per range address, for yiaddr without allocating
+}
+
+// Server owns the lease tables of its segments. Its methods are safe for
+// concurrent use; Handle is meant to be called from one responder loop.
+type Server struct {
+	// HeldElsewhere, when set, is told of a client this server gave
+	// nothing because the interlock holds its lease on another node
+	// (SetElsewhere). It runs under the server's lock: it must not block
+	// or call the server.
+	HeldElsewhere func(seg uint32, mac net.HardwareAddr, ip netip.Addr)
+
+	mu    sync.Mutex
+	segs  map[uint32]*segState
+	seq   uint64        // LeaseChange.Seq of the last ACK's change
+	idBuf [1 + 255]byte // identity key of the request being handled
+}
+
+// New returns a server for the given segments.
+func New(segs ...Segment) (*Server, error) {
+	s := &Server{segs: map[uint32]*segState{}}
+	for _, c := range segs {
+		if _, err := s.SetSegment(c); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func newSegState(c Segment) (*segState, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c = c.withDefaults()
+	p, err := pool.New(c.RangeStart, c.RangeEnd)
+	if err != nil {
+		return nil, fmt.Errorf("segment %q: %w", c.Name, err)
+	}
+	st := &segState{
+		cfg: c, subnet: c.HostIP.Masked(), bcast: broadcast(c.HostIP), pool: p,
+		serverID: net.IP(c.HostIP.Addr().AsSlice()),
+		byIP:     map[netip.Addr]*lease{}, byID: map[string]*lease{}, byMAC: map[string]*lease{},
+		resByMAC: map[string]Reservation{}, resByIP: map[netip.Addr]string{},
+		quar: map[netip.Addr]time.Time{}, last: map[string]netip.Addr{}, held: map[string]bool{},
+	}
+	st.static = staticOptions(&st.cfg, st.bcast)
+	secs := uint32(c.LeaseTime / time.Second)
+	st.leaseOpt = [3][]byte{be32(secs), be32(secs / 2), be32(uint32(uint64(secs) * 7 / 8))}
+	if p.Size() <= 1<<16 {
+		st.ipTable = make([]byte, 0, 4*p.Size())
+		for a, i := c.RangeStart, 0; i < p.Size(); a, i = a.Next(), i+1 {
+			st.ipTable = append(st.ipTable, a.AsSlice()...)
+		}
+	}
+	return st, nil
+}
+
+// SetSegment adds a segment or reconfigures it. Leases and reservations
+// are carried over; leases that no longer fit the range are dropped and
+// returned as Released changes.
+func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
+	st, err := newSegState(c)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.segs[c.ID]
+	s.segs[c.ID] = st
+	if old == nil {
+		return nil, nil
+	}
+	var changes []LeaseChange
+	var res []Reservation
+	for _, r := range old.resByMAC {
+		res = append(res, r)
+	}
+	_ = st.setReservations(res) // the ones outside the new range are dropped
+	st.held = old.held
+	st.away, st.awayMAC = old.away, old.awayMAC
+	for ip := range st.away {
+		if st.pool.Contains(ip) {
+			st.pool.Take(ip)
+		}
+	}
+	now := time.Time{}
+	for _, l := range old.byID {
+		if l.offered {
+			continue
+		}
+		if !st.assignable([]byte(l.id), l.MAC, l.IP, now) && !st.held[string(l.MAC)] {
+			changes = append(changes, LeaseChange{Kind: Released, Segment: c.ID, Lease: l.Lease, Static: st.isStatic(l.MAC)})
+			continue
+		}
+		// A held lease keeps its address even outside a shrunk range.
+		nl := st.bind([]byte(l.id), l.Lease, false)
+		nl.released, nl.unsynced = l.released, l.unsynced
+	}
+	// A DECLINE's probation outlives a reconfiguration: the address is
+	// still in use by whoever the client saw on it.
+	st.quarantine(time.Time{}, old.quar)
+	st.last = old.last
+	return changes, nil
+}
+
+// RemoveSegment forgets a segment and its leases.
+func (s *Server) RemoveSegment(id uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.segs, id)
+}
+
+// SetReservations replaces the static reservations of a segment. Invalid
+// ones (outside the delegated range, MAC or IP twice) are skipped and
+// reported together; the rest apply.
+func (s *Server) SetReservations(seg uint32, res []Reservation) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return fmt.Errorf("setting reservations of segment %d: %w", seg, ErrNoSegment)
+	}
+	return st.setReservations(res)
+}
+
+func (st *segState) setReservations(res []Reservation) error {
+	for ip := range st.resByIP {
+		delete(st.resByIP, ip)
+		st.maybeFree(ip)
+	}
+	clear(st.resByMAC)
+	var errs []error
+	for _, r := range res {
+		if err := st.reserve(r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	st.supersede()
+	return errors.Join(errs...)
+}
+
+// reserve adds one reservation.
+func (st *segState) reserve(r Reservation) error {
+	k := string(r.MAC)
+	switch {
+	case !st.pool.Contains(r.IP):
+		return fmt.Errorf("reserving %s for %s: %w", r.IP, r.MAC, ErrOutOfRange)
+	case st.resByMAC[k].IP.IsValid() || st.resByIP[r.IP] != "":
+		return fmt.Errorf("reserving %s for %s: %w", r.IP, r.MAC, ErrDuplicate)
+	}
+	st.resByMAC[k] = r
+	st.resByIP[r.IP] = k
+	st.pool.Take(r.IP)
+	// A reserved address is not quarantined (decline exempts it too): the
+	// operator's reservation says whose it is, and its client would
+	// otherwise get no offer at all until the probation ends.
+	delete(st.quar, r.IP)
+	return nil
+}
+
+// supersede drops the dynamic leases and offers that a reservation of
+// their MAC replaces (at another address): the client is NAKed off the old
+// address at its next renewal and offered the reserved one. A lease the
+// interlock holds stays until the hold ends. A lease of another MAC on a
+// reserved address stays too, until it ends: its renewals are NAKed.
+func (st *segState) supersede() {
+	for _, l := range st.byID {
+		r, ok := st.resByMAC[string(l.MAC)]
+		if ok && r.IP != l.IP && !st.held[string(l.MAC)] {
+			st.drop(l)
+		}
+	}
+}
+
+// Reserve adds or replaces the reservation of one MAC at once, before the
+// store holds it (admission calls it inside the transaction that stores
+// the reservation), so no DISCOVER after the apply can get the reserved
+// address, or give the MAC another, as a dynamic lease. The next
+// SetReservations, from the store, replaces it either way.
+func (s *Server) Reserve(seg uint32, r Reservation) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return fmt.Errorf("reserving %s for %s: %w", r.IP, r.MAC, ErrNoSegment)
+	}
+	if old, ok := st.resByMAC[string(r.MAC)]; ok {
+		if old.IP == r.IP {
+			st.resByMAC[string(r.MAC)] = r
+			return nil
+		}
+		delete(st.resByIP, old.IP)
+		delete(st.resByMAC, string(r.MAC))
+		st.maybeFree(old.IP)
+	}
+	if err := st.reserve(r); err != nil {
+		return err
+	}
+	st.supersede()
+	return nil
+}
+
+// SetHeld replaces the MACs whose leases the provisioning interlock holds
+// on a segment: a held lease is not released by RELEASE or DECLINE, does
+// not expire and survives a shrunk range. It returns the changes of what
+// was held back and is now due: a lease released while held is dropped
+// (expired ones go at the next Expire).
+func (s *Server) SetHeld(seg uint32, macs []net.HardwareAddr) ([]LeaseChange, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return nil, fmt.Errorf("setting held leases of segment %d: %w", seg, ErrNoSegment)
+	}
+	next := make(map[string]bool, len(macs))
+	for _, m := range macs {
+		next[string(m)] = true
+	}
+	st.held = next
+	var out []LeaseChange
+	for _, l := range st.byID {
+		if l.released && !next[string(l.MAC)] {
+			st.drop(l)
+			out = append(out, LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, Static: st.isStatic(l.MAC)})
+		}
+	}
+	return out, nil
+}
+
+// isStatic reports whether mac holds a reservation.
+func (st *segState) isStatic(mac net.HardwareAddr) bool {
+	_, ok := st.resByMAC[string(mac)]
+	return ok
+}
+
+// LoadLeases binds persisted dynamic leases at start, so a client keeps
+// its address across a restart. Expired ones are skipped; ones that
+// conflict are skipped and reported.
+func (s *Server) LoadLeases(now time.Time, seg uint32, leases []Lease) error {
+	return s.load(now, seg, leases, false)
+}
+
+// LoadMoved is LoadLeases for leases that clients brought from another
+// node's range (SetElsewhere) and this server ACKed: they are bound
+// outside the range.
+func (s *Server) LoadMoved(now time.Time, seg uint32, leases []Lease) error {
+	return s.load(now, seg, leases, true)
+}
+
+func (s *Server) load(now time.Time, seg uint32, leases []Lease, moved bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return fmt.Errorf("loading leases of segment %d: %w", seg, ErrNoSegment)
+	}
+	var errs []error
+	for _, l := range leases {
+		if !now.Before(l.Expires) && !st.held[string(l.MAC)] {
+			continue
+		}
+		id := appendIdentity(nil, l.ClientID, l.MAC)
+		if !st.loadable(id, l.MAC, l.IP, moved) {
+			errs = append(errs, fmt.Errorf("loading lease %s for %s: %w", l.IP, l.MAC, ErrAddrInUse))
+			continue
+		}
+		st.bind(id, l, false)
+	}
+	return errors.Join(errs...)
+}
+
+// Release drops the lease of ip (the operator deleted it) and returns the
+// change to persist.
+func (s *Server) Release(now time.Time, seg uint32, ip netip.Addr) (LeaseChange, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return LeaseChange{}, fmt.Errorf("releasing %s: %w", ip, ErrNoSegment)
+	}
+	l := st.byIP[ip]
+	if l == nil || l.offered {
+		return LeaseChange{}, fmt.Errorf("releasing %s: %w", ip, ErrNoSuchLease)
+	}
+	st.drop(l)
+	return LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)}, nil
+}
+
+// Persisted tells the server that changes it made are durable (stored
+// and pinned): a lease whose last change is among them may be reused
+// (Segment.ReuseThreshold). A change that failed to persist is never
+// passed here, so its lease is written again at its client's next ACK.
+func (s *Server) Persisted(changes []LeaseChange) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range changes {
+		if ch.Seq == 0 {
+			continue
+		}
+		if st := s.segs[ch.Segment]; st != nil {
+			if l := st.byMAC[string(ch.Lease.MAC)]; l != nil && l.unsynced == ch.Seq {
+				l.unsynced = 0
+			}
+		}
+	}
+}
+
+// Expire reclaims expired offers, leases and quarantined addresses, and
+// returns the expired leases. Call it periodically (every second is plenty).
+func (s *Server) Expire(now time.Time) []LeaseChange {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []LeaseChange
+	for id, st := range s.segs {
+		for _, l := range st.byID {
+			if now.Before(l.Expires) || (!l.offered && st.held[string(l.MAC)]) {
+				continue
+			}
+			st.drop(l)
+			if !l.offered {
+				out = append(out, LeaseChange{Kind: Expired, Segment: id, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)})
+			}
+		}
+		for ip, until := range st.quar {
+			if !now.Before(until) {
+				delete(st.quar, ip)
+				st.maybeFree(ip)
+			}
+		}
+	}
+	return out
+}
+
+// Quarantined returns the addresses of a segment in a DECLINE's
+// probation, and until when.
+func (s *Server) Quarantined(seg uint32) map[netip.Addr]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return nil
+	}
+	return maps.Clone(st.quar)
+}
+
+// LoadQuarantine puts addresses back in the probation a DECLINE gave them
+// (saved before a restart). Ended probations, and addresses now out of
+// the range, reserved or bound, are skipped.
+func (s *Server) LoadQuarantine(now time.Time, seg uint32, q map[netip.Addr]time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return fmt.Errorf("loading the declined addresses of segment %d: %w", seg, ErrNoSegment)
+	}
+	st.quarantine(now, q)
+	return nil
+}
+
+// quarantine adds the probations of q not ended at now, of free addresses
+// of the range.
+func (st *segState) quarantine(now time.Time, q map[netip.Addr]time.Time) {
+	for ip, until := range q {
+		if now.Before(until) && st.pool.Contains(ip) && st.pool.Available(ip) {
+			st.quar[ip] = until
+			st.pool.Take(ip)
+		}
+	}
+}
+
+// Leases returns the bound leases of a segment, sorted by IP.
+func (s *Server) Leases(seg uint32) []Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return nil
+	}
+	var out []Lease
+	for _, l := range st.byIP {
+		if !l.offered {
+			out = append(out, l.Lease)
+		}
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return a.IP.Compare(b.IP) })
+	return out
+}
+
+// SegmentStats is what status reports of a segment's range.
+type SegmentStats struct {
+	Size, Bound, Offered, Reserved, Quarantined, Free int
+}
+
+// Stats returns the occupancy of a segment's range.
+func (s *Server) Stats(seg uint32) (SegmentStats, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return SegmentStats{}, false
+	}
+	ss := SegmentStats{Size: st.pool.Size(), Free: st.pool.Free(), Reserved: len(st.resByIP), Quarantined: len(st.quar)}
+	for _, l := range st.byIP {
+		if l.offered {
+			ss.Offered++
+		} else {
+			ss.Bound++
+		}
+	}
+	return ss, true
+}
+
+// appendIdentity appends the lease table key of a client: its client-id
+// if it sent one, else its hardware address. Lookups use string(id) in
+// map index expressions, which do not allocate.
+func appendIdentity(dst, clientID []byte, mac net.HardwareAddr) []byte {
+	if len(clientID) > 0 {
+		return append(append(dst, 'c'), clientID...)
+	}
+	return append(append(dst, 'h'), mac...)
+}
+
+// loadable reports whether a stored lease can be bound again at start: its
+// address is in the range and held by no one else. A reservation of the
+// address made since does not take it from its holder, whose renewals are
+// NAKed until it ends; a reservation of its MAC elsewhere does.
+func (st *segState) loadable(id []byte, mac net.HardwareAddr, ip netip.Addr, moved bool) bool {
+	if r, ok := st.resByMAC[string(mac)]; ok && r.IP != ip && !st.held[string(mac)] {
+		return false // superseded by its reservation (the interlock keeps it until it ends)
+	}
+	if l := st.byIP[ip]; l != nil && l.id != string(id) {
+		return false
+	}
+	if _, q := st.quar[ip]; q {
+		return false
+	}
+	if !st.pool.Contains(ip) {
+		// Brought from another node's range; or held by the interlock
+		// through a shrink of the range, which it outlives.
+		return (moved || st.held[string(mac)]) && st.hostAddr(ip)
+	}
+	if own, _ := st.ownElsewhere(ip, mac); own && !st.takenElsewhere(ip, mac) {
+		return true // SetElsewhere took it from the pool for its own MAC
+	}
+	return st.pool.Available(ip) || st.resByIP[ip] != "" || st.byIP[ip] != nil
+}
+
+// assignable reports whether ip may be given to the client id/mac now.
+func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, now time.Time) bool {
+	if st.takenElsewhere(ip, mac) || st.heldElsewhere(mac) {
+		return false // the cluster shows it another MAC's; or the MAC's lease stays where it is
+	}
+	if r, ok := st.resByMAC[string(mac)]; ok {
+		if ip != r.IP {
+			return false
+		}
+	} else if st.resByIP[ip] != "" {
+		return false
+	}
+	if l := st.byIP[ip]; l != nil {
+		switch {
+		case l.id == string(id) && l.offered && !st.pool.Contains(ip):
+			// Its own offer of an address from another node's range is
+			// good only while the address may still move here (movable,
+			// below): the other node's object can go between the OFFER
+			// and the REQUEST.
+		case l.id == string(id) || (!l.offered && bytes.Equal(l.MAC, mac)):
+			return true // its own, or the same MAC's under another identity (bind replaces it)
+		case l.offered && !now.Before(l.Expires):
+			st.drop(l) // a stale offer gives way
+		default:
+			return false
+		}
+	}
+	if _, q := st.quar[ip]; q {
+		return false // declined: in use by someone, the client said (a migrated one too)
+	}
+	if !st.pool.Contains(ip) {
+		return st.movable(ip, mac) // a migrated client's address from another node's range
+	}
+	if own, _ := st.ownElsewhere(ip, mac); own {
+		return true // its bit is set for everyone else
+	}
+	if _, reserved := st.resByMAC[string(mac)]; reserved {
+		return true // its bit is set by the reservation itself
+	}
+	return st.pool.Available(ip)
+}
+
+// choose picks the address to offer: reservation, current lease, previous
+// address, option 50, next free.
+func (st *segState) choose(id []byte, mac net.HardwareAddr, requested netip.Addr, now time.Time) (netip.Addr, bool) {
+	if r, ok := st.resByMAC[string(mac)]; ok {
+		return r.IP, st.assignable(id, mac, r.IP, now)
+	}
+	if l := st.byID[string(id)]; l != nil && st.assignable(id, mac, l.IP, now) {
+		return l.IP, true
+	}
+	if ip, ok := st.last[string(id)]; ok && st.assignable(id, mac, ip, now) {
+		return ip, true
+	}
+	if requested.IsValid() && st.assignable(id, mac, requested, now) {
+		return requested, true
+	}
+	ip, ok := st.pool.Next()
+	if !ok {
+		st.reclaimOffers(now)
+		ip, ok = st.pool.Next()
+	}
+	return ip, ok
+}
+
+func (st *segState) reclaimOffers(now time.Time) {
+	for _, l := range st.byID {
+		if l.offered && !now.Before(l.Expires) {
+			st.drop(l)
+		}
+	}
+}
+
+// bind records that id holds l.IP (as an offer or bound). Any other
+// address the identity held is freed.
+func (st *segState) bind(id []byte, l Lease, offered bool) *lease {
+	if old := st.byID[string(id)]; old != nil && old.IP != l.IP {
+		st.drop(old)
+	}
+	cur := st.byID[string(id)]
+	if cur == nil {
+		cur = &lease{id: string(id)}
+		st.byID[cur.id] = cur
+		st.byIP[l.IP] = cur
+		if _, r := st.resByIP[l.IP]; !r {
+			st.pool.Take(l.IP)
+		}
+	}
+	cur.Lease = l
+	cur.offered = offered
+	if !offered {
+		if other := st.byMAC[string(l.MAC)]; other != nil && other != cur {
+			st.drop(other) // the MAC's binding under another identity
+		}
+		st.byMAC[string(l.MAC)] = cur
+	}
+	st.forget(id)
+	return cur
+}
+
+// forget drops the previous-address memory of id.
+func (st *segState) forget(id []byte) {
+	delete(st.last, string(id))
+}
+
+// drop forgets a lease (offer or bound) and frees its address.
+func (st *segState) drop(l *lease) {
+	if st.byID[l.id] == l {
+		delete(st.byID, l.id)
+	}
+	if st.byIP[l.IP] == l {
+		delete(st.byIP, l.IP)
+	}
+	if st.byMAC[string(l.MAC)] == l {
+		delete(st.byMAC, string(l.MAC))
+	}
+	if !l.offered {
+		if len(st.last) >= 4*st.pool.Size()+64 {
+			clear(st.last) // bounded memory against MAC floods
+		}
+		st.last[l.id] = l.IP
+	}
+	st.maybeFree(l.IP)
+}
+
+// maybeFree returns ip to the pool unless something still holds it.
+func (st *segState) maybeFree(ip netip.Addr) {
+	if st.byIP[ip] != nil || st.resByIP[ip] != "" || st.away[ip] != nil {
+		return
+	}
+	if _, q := st.quar[ip]; q {
+		return
+	}
+	st.pool.Put(ip)
+}
