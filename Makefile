@@ -77,7 +77,7 @@ test: deps ## run every tier: unit, kernel (BPF_PROG_TEST_RUN) and end to end (r
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: soak
-soak: deps ## the randomized ordering test for long: PIVIRT_ORDER_STEPS (default 10000) steps, PIVIRT_ORDER_SEED to replay
+soak: deps ## the randomized ordering test for long: PIVIRT_ORDER_STEPS (default 10000) steps, PIVIRT_ORDER_SEED to replay, PIVIRT_ORDER_SYNC_DELAYS (default 0,3ms) the journal flush slowed down
 	PIVIRT_E2E=1 PIVIRT_ORDER_STEPS=$${PIVIRT_ORDER_STEPS:-10000} $(GO) test -count=1 -timeout 6h -run 'TestPrivilegedOrderings$$' -v ./test/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|ordering test:|steps in|FAILED|invariants|step [0-9]+ \(seed'
 
 .PHONY: test-unit

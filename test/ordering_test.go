@@ -21,7 +21,8 @@ package test
 // the segment deleted and applied again, its ports enslaved after its new
 // bridge exists.
 // PIVIRT_ORDER_SEED reproduces a run (the seed is logged);
-// PIVIRT_ORDER_STEPS sets its length (default 120; `make soak` runs long).
+// PIVIRT_ORDER_STEPS sets its length (default 120; `make soak` runs long);
+// PIVIRT_ORDER_SYNC_DELAYS the journal's slowness (see syncDelays).
 
 import (
 	"encoding/json"
@@ -82,14 +83,47 @@ func TestPrivilegedOrderings(t *testing.T) {
 	testutil.RequireTool(t, "nsenter", "dhclient", "udhcpc")
 	seed := envInt("PIVIRT_ORDER_SEED", uint64(time.Now().UnixNano()))
 	steps := int(envInt("PIVIRT_ORDER_STEPS", 120))
-	t.Logf("ordering test: seed %d, %d steps (rerun with PIVIRT_ORDER_SEED=%d)", seed, steps, seed)
+	delays, err := syncDelays(os.Getenv("PIVIRT_ORDER_SYNC_DELAYS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, delay := range delays {
+		// The invariants must not depend on the disk: each run again with
+		// every journal flush slowed down, which widens the race between
+		// an ACK's journal write and whatever a Sync does beside it.
+		t.Run("fdatasync+"+delay.String(), func(t *testing.T) { runOrderings(t, seed, steps, delay) })
+	}
+}
+
+// syncDelays parses PIVIRT_ORDER_SYNC_DELAYS, a comma-separated list of
+// durations slept after each journal fdatasync (pivirtd
+// --journal-sync-delay); by default the disk as it is, then 3 ms more,
+// five times the p50 of a slow cloud disk.
+func syncDelays(v string) ([]time.Duration, error) {
+	if v == "" {
+		return []time.Duration{0, 3 * time.Millisecond}, nil
+	}
+	var out []time.Duration
+	for _, f := range strings.Split(v, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("PIVIRT_ORDER_SYNC_DELAYS %q: want durations of zero or more, comma-separated", v)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func runOrderings(t *testing.T, seed uint64, steps int, syncDelay time.Duration) {
+	t.Logf("ordering test: seed %d, %d steps, fdatasync +%v (rerun with PIVIRT_ORDER_SEED=%d PIVIRT_ORDER_SYNC_DELAYS=%v)", seed, steps, syncDelay, seed, syncDelay)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("FAILED with seed %d: rerun with PIVIRT_ORDER_SEED=%d PIVIRT_ORDER_STEPS=%d", seed, seed, steps)
+			t.Logf("FAILED with seed %d: rerun with PIVIRT_ORDER_SEED=%d PIVIRT_ORDER_STEPS=%d PIVIRT_ORDER_SYNC_DELAYS=%v", seed, seed, steps, syncDelay)
 		}
 	})
 	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(),
+		Args: []string{"--journal-sync-delay", syncDelay.String()}})
 	if r := d.CtlStdin([]byte(orderSeg), "apply", "-f", "-"); r.Code != 0 {
 		t.Fatalf("apply: %s", r)
 	}

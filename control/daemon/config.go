@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"pivirt.hu/pivirt/control/store/etcd"
 	"pivirt.hu/pivirt/dataplane/dhcp/responder"
@@ -44,6 +45,9 @@ type Config struct {
 	DHCPTrustedRelays []string
 	// --dhcp-lease-reuse: server.Segment.ReuseThreshold of every segment.
 	DHCPLeaseReuse float64
+	// --journal-sync-delay (hidden): sleep after each lease journal
+	// fdatasync, a slow disk for the tests' orderings.
+	JournalSyncDelay time.Duration
 }
 
 // Defaults returns the documented defaults.
@@ -111,6 +115,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.DHCPLeaseReuse >= 0 && c.DHCPLeaseReuse < 1) {
 		errs = append(errs, fmt.Errorf("--dhcp-lease-reuse %v: want a fraction of the lease time in [0, 1); 0 disables", c.DHCPLeaseReuse))
+	}
+	if c.JournalSyncDelay < 0 {
+		errs = append(errs, fmt.Errorf("--journal-sync-delay %v: want a duration of zero or more", c.JournalSyncDelay))
 	}
 	if _, err := c.TrustedRelays(); err != nil {
 		errs = append(errs, err)

@@ -49,6 +49,8 @@ func TestConfigValidate(t *testing.T) {
 		{"lease reuse off", func(c *daemon.Config) { c.DHCPLeaseReuse = 0 }, nil},
 		{"lease reuse of the whole lease", func(c *daemon.Config) { c.DHCPLeaseReuse = 1 }, []string{"--dhcp-lease-reuse 1: want a fraction of the lease time in [0, 1)"}},
 		{"negative lease reuse", func(c *daemon.Config) { c.DHCPLeaseReuse = -0.1 }, []string{"--dhcp-lease-reuse -0.1"}},
+		{"slow journal on purpose", func(c *daemon.Config) { c.JournalSyncDelay = 3 * time.Millisecond }, nil},
+		{"negative journal delay", func(c *daemon.Config) { c.JournalSyncDelay = -time.Millisecond }, []string{"--journal-sync-delay -1ms"}},
 		{"relay", func(c *daemon.Config) { c.DHCPTrustedRelays = []string{"10.0.0.300"} }, []string{"10.0.0.300"}},
 		{"vtep address", func(c *daemon.Config) { c.VTEPAddress = "10.99.0.1" }, nil},
 		{"vtep not an address", func(c *daemon.Config) { c.VTEPAddress = "eth0" }, []string{`--vtep-address "eth0": want this node's unicast IPv4 address on the underlay`}},

@@ -41,7 +41,7 @@ type record struct {
 // recover opens the journal in JournalDir, stores what it holds and
 // starts the writer.
 func (lg *ledger) recover(ctx context.Context) error {
-	log, old, err := wal.Open(lg.JournalDir, wal.Options{})
+	log, old, err := wal.Open(lg.JournalDir, wal.Options{SyncDelay: lg.JournalSyncDelay})
 	if err != nil {
 		return fmt.Errorf("opening the lease journal: %w", err)
 	}

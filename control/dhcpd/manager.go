@@ -58,6 +58,9 @@ type Config struct {
 	LeaseReuse float64
 	// JournalDir holds the lease journal (see journal.go).
 	JournalDir string
+	// JournalSyncDelay slows every journal flush down (wal.Options.SyncDelay;
+	// tests only).
+	JournalSyncDelay time.Duration
 }
 
 // Manager starts, reconfigures and stops one responder per segment; it

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Frame: payload length and CRC-32C of the payload, little-endian.
@@ -32,6 +33,10 @@ type Options struct {
 	// SegmentSize is the size past which Append starts a new segment file
 	// (so Trim can drop old ones whole); default 8 MiB.
 	SegmentSize int64
+	// SyncDelay is slept after each fdatasync of Append: a slow disk on
+	// purpose, so tests can widen every race between a record's flush and
+	// what runs beside it (zero in production).
+	SyncDelay time.Duration
 }
 
 // Log is an append-only record log in a directory of segment files.
@@ -139,6 +144,9 @@ func (l *Log) Append(recs ...[]byte) (uint64, error) {
 	n, err := l.f.Write(l.buf)
 	if err == nil {
 		err = l.f.Sync()
+		if l.opts.SyncDelay > 0 {
+			time.Sleep(l.opts.SyncDelay)
+		}
 	}
 	if err != nil {
 		// Cut what may have reached the file, so a later Append does not
