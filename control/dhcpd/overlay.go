@@ -76,6 +76,7 @@ func (m *Manager) OverlayLeases(rev int64, leases map[leasemap.Key]leasemap.Valu
 
 func (lg *ledger) overlayLeases(rev int64, leases map[leasemap.Key]leasemap.Value, clockOffset time.Duration) {
 	segs := lg.segmentsByID()
+	lg.bindReservations(leases, segs, clockOffset)
 	lg.pmu.Lock()
 	defer lg.pmu.Unlock()
 	for name, e := range lg.recent {
@@ -97,5 +98,36 @@ func (lg *ledger) overlayLeases(rev int64, leases map[leasemap.Key]leasemap.Valu
 		default:
 			delete(leases, k)
 		}
+	}
+}
+
+// bindReservations gives the reservations in leases (compiled unbound:
+// the object says nothing of an ACK) the binding the server holds for
+// them: a reservation's binding is never stored, so the server is its
+// only source, and the guard's sync must write it, not merely keep a
+// bound entry it happens to find (LeaseEqual). Otherwise the order of two
+// reconcilers decides a pin: when the guard removed a deleted segment's
+// entries after the segment was applied again and its reservations'
+// bindings restored (parked.go), it then wrote them back unbound, and the
+// client's traffic was dropped until its next ACK.
+func (lg *ledger) bindReservations(leases map[leasemap.Key]leasemap.Value, segs map[uint32]segInfo, clockOffset time.Duration) {
+	bound := map[uint32]map[string]server.Lease{}
+	for k, v := range leases {
+		if v.LeaseFlags() != guard.LeaseStatic || v.ExpiresMonoNs != 0 {
+			continue
+		}
+		seg, ok := bound[k.SegId]
+		if !ok {
+			seg = map[string]server.Lease{}
+			for _, l := range lg.srv.Leases(k.SegId) {
+				seg[string(l.MAC)] = l
+			}
+			bound[k.SegId] = seg
+		}
+		l, ok := seg[string(k.Mac[:])]
+		if !ok || l.IP != v.IP() || !lg.now().Before(l.Expires) {
+			continue
+		}
+		leases[k] = leasemap.NewValue(l.IP, guard.LeaseStatic, pinExpiry(segs, k.SegId, l), time.Duration(v.LeaseTime)*time.Second, clockOffset)
 	}
 }

@@ -86,3 +86,56 @@ func mustMAC(t *testing.T, s string) []byte {
 	}
 	return hw
 }
+
+// TestOverlayReservationBindings: the guard's sync writes a reservation's
+// binding from the server, whatever pv_leases held before. The order that
+// lost it (a fresh machine, the reservation test across a segment
+// recreated): the segment came back and its reservation's binding was
+// restored and pinned; then the guard, late, removed the deleted segment's
+// entries, and wrote the reservation from its object, unbound. With the
+// compiled entry alone the pin stayed unbound until the client's next ACK.
+func TestOverlayReservationBindings(t *testing.T) {
+	m, _ := newManager(t, nil, nil, t.TempDir())
+	now := time.Now()
+	seg := server.Segment{Name: "s", ID: 7, Bridge: "br7", HostIP: netip.MustParsePrefix("192.168.100.1/24"),
+		RangeStart: netip.MustParseAddr("192.168.100.10"), RangeEnd: netip.MustParseAddr("192.168.100.50"), LeaseTime: time.Hour}
+	if _, err := m.srv.SetSegment(seg); err != nil {
+		t.Fatal(err)
+	}
+	bound, other, expired, moved := "52:54:00:00:00:01", "52:54:00:00:00:02", "52:54:00:00:00:03", "52:54:00:00:00:04"
+	res := func(mac, ip string) server.Reservation {
+		return server.Reservation{MAC: mustMAC(t, mac), IP: netip.MustParseAddr(ip)}
+	}
+	if err := m.srv.SetReservations(7, []server.Reservation{res(bound, "192.168.100.20"), res(other, "192.168.100.21"),
+		res(expired, "192.168.100.22"), res(moved, "192.168.100.23")}); err != nil {
+		t.Fatal(err)
+	}
+	exp := now.Add(30 * time.Minute)
+	if err := m.srv.LoadLeases(now, 7, []server.Lease{
+		{IP: netip.MustParseAddr("192.168.100.20"), MAC: mustMAC(t, bound), Expires: exp},
+		{IP: netip.MustParseAddr("192.168.100.22"), MAC: mustMAC(t, expired), Expires: now.Add(time.Millisecond)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the short binding lapses
+	key := func(mac string) leasemap.Key { return leasemap.NewKey(7, [6]byte(mustMAC(t, mac))) }
+	unbound := func(ip string) leasemap.Value {
+		return leasemap.NewValue(netip.MustParseAddr(ip), guard.LeaseStatic, time.Time{}, time.Hour, 0)
+	}
+	compiled := map[leasemap.Key]leasemap.Value{
+		key(bound):   unbound("192.168.100.20"),
+		key(other):   unbound("192.168.100.21"), // reserved, never ACKed
+		key(expired): unbound("192.168.100.22"), // its binding lapsed
+		key(moved):   unbound("192.168.100.30"), // reserved elsewhere than the server knows yet
+	}
+	m.OverlayLeases(1, compiled, 0)
+	want := leasemap.NewValue(netip.MustParseAddr("192.168.100.20"), guard.LeaseStatic, exp, time.Hour, 0)
+	if got := compiled[key(bound)]; got != want {
+		t.Errorf("the bound reservation's pin: %v, want %v", got, want)
+	}
+	for _, mac := range []string{other, expired, moved} {
+		if got := compiled[key(mac)]; got.LeaseFlags() != guard.LeaseStatic || got.ExpiresMonoNs != 0 {
+			t.Errorf("%s: %v, want it unbound", mac, got)
+		}
+	}
+}
