@@ -45,6 +45,9 @@ type Options struct {
 	// etcd), so a NetworkSegment that serves DHCP must be placed on one
 	// (label pivirt.hu/node), or every node would answer for its range.
 	Clustered bool
+	// Origin names the writer, passed on to BeforeCommit (Written.Origin):
+	// a hook tells the DHCP server's own lease writes from the operator's.
+	Origin string
 }
 
 func (o Options) now() time.Time {

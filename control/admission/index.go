@@ -65,6 +65,8 @@ type Written struct {
 	// commit failed or, on a shared store, landed later: AfterCommit
 	// says).
 	Revision int64
+	// Origin is the Update's Options.Origin.
+	Origin string
 }
 
 // NewIndex returns an empty Index for one store.
@@ -142,9 +144,9 @@ func (b *Batch) written() []Written {
 	out := make([]Written, 0, len(b.undo))
 	for k, prev := range b.undo {
 		if e := b.kinds[k.kind].get(k.name); e != nil {
-			out = append(out, Written{Object: e.obj, Spec: e.spec, Revision: b.tx.Revision()})
+			out = append(out, Written{Object: e.obj, Spec: e.spec, Revision: b.tx.Revision(), Origin: b.opts.Origin})
 		} else if prev != nil {
-			out = append(out, Written{Object: prev.obj, Spec: prev.spec, Deleted: true, Revision: b.tx.Revision()})
+			out = append(out, Written{Object: prev.obj, Spec: prev.spec, Deleted: true, Revision: b.tx.Revision(), Origin: b.opts.Origin})
 		}
 	}
 	return out

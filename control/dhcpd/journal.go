@@ -271,7 +271,7 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	var superseded []record
 	latest := latestPerLease(recs)
 	// Privileged: the daemon's own objects carry its pivirt.hu/node label.
-	rev, err := lg.Index.Update(ctx, lg.Store, admission.Options{Now: lg.now(), Privileged: true}, func(b *admission.Batch) error {
+	rev, err := lg.Index.Update(ctx, lg.Store, admission.Options{Now: lg.now(), Privileged: true, Origin: OriginServer}, func(b *admission.Batch) error {
 		refused, superseded = refused[:0], superseded[:0]
 		for i, r := range latest {
 			if i%storeYield == storeYield-1 {
@@ -457,7 +457,7 @@ func (lg *ledger) resolveRefused(r record, err error) {
 			delete(lg.recent, name) // no overlay pins what the store refused
 		}
 		lg.pmu.Unlock()
-		if _, rerr := lg.srv.Release(lg.now(), ch.Segment, ch.Lease.IP); rerr == nil && !ch.Static {
+		if _, rerr := lg.srv.Release(lg.now(), ch.Segment, ch.Lease.MAC, ch.Lease.IP); rerr == nil && !ch.Static {
 			lg.pinMu.Lock()
 			lerr := lg.Leases.Release(ch.Segment, [6]byte(ch.Lease.MAC))
 			lg.pinMu.Unlock()

@@ -93,7 +93,6 @@ type Manager struct {
 type running struct {
 	seg      segment.Segment
 	id       uint32
-	reserved map[string]bool // MACs with a static reservation
 	held     map[string]bool // MACs whose lease the provisioning interlock holds
 	static   []server.Reservation
 	cfg      server.Segment
@@ -213,7 +212,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			if err := m.ledger.restoreDeclined(m.now(), cfg.ID); err != nil {
 				errs = append(errs, err)
 			}
-			if err := m.start(seg, cfg.ID, reserved); err != nil {
+			if err := m.start(seg, cfg.ID); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -222,7 +221,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		}
 		m.ledger.noteSnapshot(storedDyn, snap.Revision)
 		r = m.running[seg.Name]
-		r.seg, r.cfg, r.reserved, r.static = seg, cfg, reserved, static
+		r.seg, r.cfg, r.static = seg, cfg, static
 		r.held = map[string]bool{}
 		for _, mac := range held {
 			r.held[mac.String()] = true
@@ -486,7 +485,7 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 		if !m.ledger.storedBy(l.MAC, rev) {
 			continue
 		}
-		ch, err := m.srv.Release(m.now(), segID, l.IP)
+		ch, err := m.srv.Release(m.now(), segID, l.MAC, l.IP)
 		if err != nil {
 			continue
 		}
@@ -497,7 +496,7 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 	}
 }
 
-func (m *Manager) start(seg segment.Segment, id uint32, reserved map[string]bool) error {
+func (m *Manager) start(seg segment.Segment, id uint32) error {
 	resp, err := responder.New(responder.Config{
 		Interface: seg.Spec.Bridge,
 		Segment:   id,
@@ -513,7 +512,7 @@ func (m *Manager) start(seg segment.Segment, id uint32, reserved map[string]bool
 		return fmt.Errorf("starting DHCP on %s: %w", seg.Spec.Bridge, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{seg: seg, id: id, reserved: reserved, cancel: cancel, done: make(chan struct{}), resp: resp}
+	r := &running{seg: seg, id: id, cancel: cancel, done: make(chan struct{}), resp: resp}
 	go func() {
 		defer close(r.done)
 		if err := resp.Run(ctx); err != nil && ctx.Err() == nil {
@@ -621,22 +620,51 @@ func (m *Manager) AfterCommit(expected, committed int64, err error) {
 	m.ahead.committed(expected, committed, err)
 }
 
-// BeforeCommit is the admission.Index hook: a static reservation reaches
-// the responders inside the transaction that stores it, before `apply`
-// returns, so a DISCOVER that follows cannot get the address, or give the
-// MAC another, as a dynamic lease. Sync then sets the reservations from
-// the store as usual.
+// OriginServer is the admission.Options.Origin of the ledger's writes:
+// the server's own stores of what it ACKed, released or expired.
+const OriginServer = "dhcp-server"
+
+// BeforeCommit is the admission.Index hook: what the operator writes of
+// leases reaches the responders inside the transaction that stores it,
+// before `apply` or `delete` returns, ordered against every DHCP exchange
+// that follows:
+//   - a static reservation: a DISCOVER that follows cannot get the
+//     address, or give the MAC another, as a dynamic lease (Sync then
+//     sets the reservations from the store as usual);
+//   - the deletion of a server-made lease: the binding it names (MAC and
+//     address) is released and journaled at once, so the client's next
+//     DORA makes a new binding that is written, and no ACK can reuse the
+//     binding being deleted (found by the ordering test, seed 90417:
+//     delete, DORA, kill -9 lost the ACKed lease when the deletion
+//     reached the server only at the next Sync).
 func (m *Manager) BeforeCommit(ws []admission.Written) {
 	m.init()
 	segs := m.ledger.segmentsByID()
+	reserving := map[string]bool{} // MACs a reservation of this transaction supersedes
+	for _, w := range ws {
+		if l, ok := w.Spec.(*pivirtv1.DHCPLeaseSpec); ok && !w.Deleted && l.Type != pivirtv1.LeaseDynamic {
+			if mac, err := net.ParseMAC(l.MACAddress); err == nil {
+				reserving[mac.String()] = true
+			}
+		}
+	}
 	for _, w := range ws {
 		l, ok := w.Spec.(*pivirtv1.DHCPLeaseSpec)
-		if !ok || w.Object.Kind != pivirtv1.KindDHCPLease || w.Deleted || l.Type == pivirtv1.LeaseDynamic {
+		if !ok || w.Object.Kind != pivirtv1.KindDHCPLease {
 			continue
 		}
 		mac, err1 := net.ParseMAC(l.MACAddress)
 		ip, err2 := netip.ParseAddr(l.IPAddress)
 		if err1 != nil || err2 != nil {
+			continue
+		}
+		if l.Type == pivirtv1.LeaseDynamic {
+			if w.Deleted && w.Origin != OriginServer && !reserving[mac.String()] {
+				m.releaseDeletedLease(w.Object.Metadata.Name, l.Network, mac, ip, segs)
+			}
+			continue
+		}
+		if w.Deleted {
 			continue
 		}
 		m.ledger.forgetStored(mac.String(), w.Revision) // superseded in this transaction
@@ -654,5 +682,28 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 			}
 			m.ahead.mu.Unlock()
 		}
+	}
+}
+
+// releaseDeletedLease releases, in the segments serving network, the
+// binding of mac to ip that the operator deleted, and persists the
+// release (journal and pv_leases). A binding that is no longer that one
+// (the address passed to another client) is left alone.
+func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr, ip netip.Addr, segs map[uint32]segInfo) {
+	for id, si := range segs {
+		if !si.seg.Names(network) {
+			continue
+		}
+		ch, err := m.srv.Release(m.now(), id, mac, ip)
+		if err != nil {
+			continue
+		}
+		if err := m.ledger.Persist(context.Background(), []server.LeaseChange{ch}); err != nil {
+			// Released in the server: its client is NAKed at its next
+			// renewal; the pin and the record follow at the next change.
+			m.Log.Warn("persisting the release of a deleted lease", "lease", name, "err", err)
+			continue
+		}
+		m.Log.Info("lease released by deletion", "lease", name, "ip", ip, "mac", mac)
 	}
 }

@@ -34,12 +34,12 @@ type parkedBinding struct {
 
 // park keeps the reservations' bindings of a segment being stopped; m.mu held.
 func (m *Manager) park(r *running) {
-	var parked []server.Lease
-	for _, l := range m.srv.Leases(r.id) {
-		if r.reserved[l.MAC.String()] {
-			parked = append(parked, l)
-		}
-	}
+	// The server's reservations, not a copy a Sync keeps: a reservation
+	// reaches the server when it is applied (BeforeCommit), and the
+	// segment may be deleted before a Sync folded it in; parking from
+	// that copy lost the binding (the reservation test across a segment
+	// recreated, on a fresh machine).
+	parked := m.srv.ReservedLeases(r.id)
 	if len(parked) == 0 {
 		return
 	}

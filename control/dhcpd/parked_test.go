@@ -50,3 +50,30 @@ func TestParkedBindings(t *testing.T) {
 		t.Errorf("%s still there once nothing is parked: %v", parkedFile, err)
 	}
 }
+
+// TestParkFromTheServer: a segment deleted before any Sync saw its new
+// reservation (the reservation reached the server as it was applied, and
+// the segments loop's debounce folded both changes into one pass) parks
+// the reservation's binding all the same: what is reserved is the
+// server's to say, not the running segment's copy.
+func TestParkFromTheServer(t *testing.T) {
+	m, _ := newManager(t, nil, nil, t.TempDir())
+	seg := server.Segment{Name: "s", ID: 7, Bridge: "br7", HostIP: netip.MustParsePrefix("192.168.100.1/24"),
+		RangeStart: netip.MustParseAddr("192.168.100.10"), RangeEnd: netip.MustParseAddr("192.168.100.50"), LeaseTime: time.Hour}
+	if _, err := m.srv.SetSegment(seg); err != nil {
+		t.Fatal(err)
+	}
+	mac, _ := net.ParseMAC("52:54:00:00:0e:01")
+	ip := netip.MustParseAddr("192.168.100.33")
+	if err := m.srv.Reserve(7, server.Reservation{MAC: mac, IP: ip}); err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour)
+	if err := m.srv.LoadLeases(time.Now(), 7, []server.Lease{{IP: ip, MAC: mac, Expires: exp}}); err != nil {
+		t.Fatal(err)
+	}
+	m.park(&running{id: 7}) // no Sync folded the reservation in
+	if got := m.parked[7]; len(got) != 1 || got[0].IP != ip || got[0].MAC.String() != mac.String() {
+		t.Fatalf("parked %v, want the reservation's binding %s of %s", got, ip, mac)
+	}
+}

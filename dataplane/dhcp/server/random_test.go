@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -396,9 +397,19 @@ func (w *world) step(i int) {
 		}
 		w.changes(due)
 	case op < 83: // the operator deletes a lease
+		// The operator deletes the object of mac's lease as stored:
+		// what it names may have passed on since (another address, or
+		// the address to another client), and then nothing is released.
 		a := w.addr(w.rnd.IntN(8))
-		w.logf("operator releases %s", a)
-		if c, err := w.srv.Release(w.now, w.cfg.ID, a); err == nil {
+		if b, ok := w.durable[k]; ok && w.rnd.IntN(2) == 0 {
+			a = b.ip
+		}
+		w.logf("operator deletes %s's lease of %s", mac, a)
+		c, err := w.srv.Release(w.now, w.cfg.ID, mac, a)
+		if err == nil {
+			if c.Lease.IP != a || !bytes.Equal(c.Lease.MAC, mac) {
+				w.t.Fatalf("deleting %s's lease of %s released %s of %s\n%s", mac, a, c.Lease.IP, c.Lease.MAC, w.trail())
+			}
 			w.changes([]LeaseChange{c})
 		}
 	case op < 96: // time passes; the sweep runs

@@ -398,18 +398,19 @@ func (s *Server) load(now time.Time, seg uint32, leases []Lease, moved bool) err
 	return errors.Join(errs...)
 }
 
-// Release drops the lease of ip (the operator deleted it) and returns the
-// change to persist.
-func (s *Server) Release(now time.Time, seg uint32, ip netip.Addr) (LeaseChange, error) {
+// Release drops mac's lease of ip (the operator deleted it) and returns
+// the change to persist. A lease of ip that passed to another client, or
+// mac's lease of another address, is not the one deleted: ErrNoSuchLease.
+func (s *Server) Release(now time.Time, seg uint32, mac net.HardwareAddr, ip netip.Addr) (LeaseChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
 	if st == nil {
-		return LeaseChange{}, fmt.Errorf("releasing %s: %w", ip, ErrNoSegment)
+		return LeaseChange{}, fmt.Errorf("releasing %s of %s: %w", ip, mac, ErrNoSegment)
 	}
-	l := st.byIP[ip]
-	if l == nil || l.offered {
-		return LeaseChange{}, fmt.Errorf("releasing %s: %w", ip, ErrNoSuchLease)
+	l := st.byMAC[string(mac)]
+	if l == nil || l.offered || l.IP != ip {
+		return LeaseChange{}, fmt.Errorf("releasing %s of %s: %w", ip, mac, ErrNoSuchLease)
 	}
 	st.drop(l)
 	return LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)}, nil
@@ -508,6 +509,25 @@ func (s *Server) Leases(seg uint32) []Lease {
 	var out []Lease
 	for _, l := range st.byIP {
 		if !l.offered {
+			out = append(out, l.Lease)
+		}
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return a.IP.Compare(b.IP) })
+	return out
+}
+
+// ReservedLeases returns the bound leases of a segment's reservations (a
+// reservation's binding is not stored: the server is where it lives).
+func (s *Server) ReservedLeases(seg uint32) []Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return nil
+	}
+	var out []Lease
+	for _, l := range st.byIP {
+		if !l.offered && st.isStatic(l.MAC) {
 			out = append(out, l.Lease)
 		}
 	}

@@ -4,6 +4,7 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"net/netip"
 	"slices"
@@ -529,14 +530,30 @@ func TestReservationsRejectOutOfRangeAndDuplicates(t *testing.T) {
 	}
 }
 
+// TestReleaseByOperator: the operator's delete releases the lease it
+// names, MAC and address; a name that no longer matches what the server
+// holds (the address passed to another client, the MAC moved on) releases
+// nothing.
 func TestReleaseByOperator(t *testing.T) {
 	s := newServer(t)
 	bindA(t, s)
-	ch, err := s.Release(t0, 1, ip("192.168.100.10"))
+	for _, tc := range []struct {
+		name string
+		mac  net.HardwareAddr
+		ip   netip.Addr
+	}{
+		{"another client's name for the address", macR, ip("192.168.100.10")},
+		{"the client's name for another address", macA, ip("192.168.100.11")},
+	} {
+		if ch, err := s.Release(t0, 1, tc.mac, tc.ip); !errors.Is(err, ErrNoSuchLease) {
+			t.Errorf("%s: released %+v, err %v; want ErrNoSuchLease", tc.name, ch, err)
+		}
+	}
+	ch, err := s.Release(t0, 1, macA, ip("192.168.100.10"))
 	if err != nil || ch.Kind != Released || !bytes.Equal(ch.Lease.MAC, macA) {
 		t.Fatalf("%+v %v", ch, err)
 	}
-	if _, err := s.Release(t0, 1, ip("192.168.100.10")); err == nil {
+	if _, err := s.Release(t0, 1, macA, ip("192.168.100.10")); err == nil {
 		t.Fatal("second release succeeded")
 	}
 }
