@@ -95,6 +95,30 @@ func TestPrivilegedOrderings(t *testing.T) {
 	}
 }
 
+// TestPrivilegedOrderingRegressions replays the seeds that found lease
+// path bugs, each up to just past the step that failed, with the journal
+// slowed down as on the machines where they failed.
+func TestPrivilegedOrderingRegressions(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "nsenter", "dhclient", "udhcpc")
+	for _, tc := range []struct {
+		seed  uint64
+		steps int
+	}{
+		{90417, 133},    // delete a lease, DORA, kill -9: the ACK reused the binding being deleted
+		{11, 28},        // delete the reservation, delete the lease, DORA, kill -9
+		{202, 38},       // the same, another order
+		{3003, 58},      // the same, another order
+		{40004, 85},     // a stored lease whose pin went
+		{627874531, 56}, // reserve, delete the segment, apply it again: the pin unbound
+		{20261204, 98},  // ACKed, neither stored nor pinned
+	} {
+		t.Run(strconv.FormatUint(tc.seed, 10), func(t *testing.T) {
+			runOrderings(t, tc.seed, tc.steps, 3*time.Millisecond)
+		})
+	}
+}
+
 // syncDelays parses PIVIRT_ORDER_SYNC_DELAYS, a comma-separated list of
 // durations slept after each journal fdatasync (pivirtd
 // --journal-sync-delay); by default the disk as it is, then 3 ms more,
