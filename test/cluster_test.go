@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,11 +32,31 @@ import (
 // clusterNode is one pivirtd of the test cluster and how to reach its TCP
 // API with the cluster token.
 type clusterNode struct {
-	d      *harness.Daemon
-	ns     *testutil.NetNS
-	bins   harness.Binaries
-	server string
-	token  string // file holding the bearer token
+	d       *harness.Daemon
+	ns      *testutil.NetNS
+	bins    harness.Binaries
+	server  string
+	token   string // file holding the bearer token
+	metrics string // its metrics listener, inside the namespace
+}
+
+// metric returns the value of one sample of the node's metrics (series as
+// exposed, labels and all), -1 when it has none.
+func (n clusterNode) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	out, err := n.ns.Exec("curl", "-sf", "http://"+n.metrics+"/metrics")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 // ctl runs pivirtctl against the node's TCP API, inside its namespace.
@@ -94,9 +115,10 @@ func startCluster(t *testing.T, nodes ...string) []clusterNode {
 	var out []clusterNode
 	for i, name := range nodes {
 		listen := fmt.Sprintf("127.0.0.1:%d", 7701+i) // the namespace is new: free
+		metrics := fmt.Sprintf("127.0.0.1:%d", 9501+i)
 		d := harness.StartDaemon(t, bins, harness.Options{NetNS: ns.Path(), Args: []string{
-			"--store", "etcd", "--etcd-endpoints", srv.URL, "--node", name, "--listen", listen, "--token-file", tokens}})
-		out = append(out, clusterNode{d: d, ns: ns, bins: bins, server: "http://" + listen, token: tokenFile})
+			"--store", "etcd", "--etcd-endpoints", srv.URL, "--node", name, "--listen", listen, "--token-file", tokens, "--metrics", metrics}})
+		out = append(out, clusterNode{d: d, ns: ns, bins: bins, server: "http://" + listen, token: tokenFile, metrics: metrics})
 	}
 	return out
 }
@@ -247,7 +269,11 @@ spec: {network: br-cl1, macAddress: "52:54:00:77:01:ff", ipAddress: 10.77.0.51, 
 	if _, errOut, err := n1.ctl(t, taken, "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply the lease in n2's range: %v: %s", err, errOut)
 	}
-	time.Sleep(time.Second) // n2 learns of it through its watch
+	// n2 learns of it through its watch: however long that takes, a guest
+	// must not ask before (a fixed second was a flake under load).
+	waitFor(t, 10*time.Second, "n2's DHCP server knows 10.77.0.51 is held elsewhere", func() bool {
+		return n2.metric(t, `pivirt_dhcp_elsewhere_addresses{held="false",segment="cl-n2"}`) >= 1
+	})
 	o := guest.Attach(t, n1.ns, "br-cl2", "", net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x01, 0x03})
 	o.Dhclient(t)
 	if got := o.Addr(t); got != netip.MustParseAddr("10.77.0.52") {
@@ -312,7 +338,9 @@ spec: {network: br-cl1, macAddress: "52:54:00:77:01:ff", ipAddress: 10.77.0.51, 
 	if _, errOut, err := n1.ctl(t, string(y), "apply", "-f", "-"); err != nil {
 		t.Fatalf("annotating h's lease: %v: %s\n%s", err, errOut, y)
 	}
-	time.Sleep(time.Second) // n2 learns of the lock through its watch
+	waitFor(t, 10*time.Second, "n2's DHCP server knows the interlock holds h's lease", func() bool {
+		return n2.metric(t, `pivirt_dhcp_elsewhere_addresses{held="true",segment="cl-n2"}`) >= 1
+	})
 	guest.KillPidFile(filepath.Join(h.Dir, "pid"))
 	h.Enslave(t, n1.ns, "br-cl2")
 	// A short try: n2 NAKs the INIT-REBOOT and ignores the DISCOVERs; the

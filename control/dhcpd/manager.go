@@ -91,14 +91,14 @@ type Manager struct {
 }
 
 type running struct {
-	seg      segment.Segment
-	id       uint32
-	held     map[string]bool // MACs whose lease the provisioning interlock holds
-	static   []server.Reservation
-	cfg      server.Segment
-	cancel   context.CancelFunc
-	done     chan struct{}
-	resp     *responder.Responder
+	seg    segment.Segment
+	id     uint32
+	held   map[string]bool // MACs whose lease the provisioning interlock holds
+	static []server.Reservation
+	cfg    server.Segment
+	cancel context.CancelFunc
+	done   chan struct{}
+	resp   *responder.Responder
 }
 
 func (m *Manager) now() time.Time {

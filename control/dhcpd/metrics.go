@@ -23,12 +23,14 @@ var (
 	descReadFrm  = prometheus.NewDesc("pivirt_dhcp_read_frames", "Frames per read of the responder's socket (a full batch of 64 means the loop fell behind).", []string{"segment"}, nil)
 	descCommitN  = prometheus.NewDesc("pivirt_dhcp_commit_changes", "Lease changes per durable commit (one journal fdatasync); the ACKs of a commit leave together.", []string{"segment"}, nil)
 	descCommitT  = prometheus.NewDesc("pivirt_dhcp_commit_seconds", "Time of one durable commit of lease changes (journal write and fdatasync, pins).", []string{"segment"}, nil)
+	descAddrs    = prometheus.NewDesc("pivirt_dhcp_addresses", "Addresses of the segment's range by state (free, bound, offered, reserved, quarantined).", []string{"segment", "state"}, nil)
+	descAway     = prometheus.NewDesc("pivirt_dhcp_elsewhere_addresses", "Addresses of the segment's network that other nodes' objects hold, as this node's DHCP server knows them (held: the provisioning interlock holds them).", []string{"segment", "held"}, nil)
 	descRefused  = prometheus.NewDesc("pivirt_dhcp_journal_refused_total", "Journaled lease changes the store refused, each resolved by a rule and recorded as an event (LeaseChangeRefused).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descReused, descPending, descStoreErr, descRefused, descSockDrop, descReadFrm, descCommitN, descCommitT} {
+	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descReused, descPending, descStoreErr, descRefused, descSockDrop, descReadFrm, descCommitN, descCommitT, descAddrs, descAway} {
 		ch <- d
 	}
 }
@@ -67,6 +69,18 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		counter(descCommits, s.Batches)
 		counter(descReused, s.Reused)
 		counter(descSockDrop, s.SocketDrops)
+		if st, ok := m.srv.Stats(r.id); ok {
+			gauge := func(d *prometheus.Desc, v int, label string) {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), name, label)
+			}
+			gauge(descAddrs, st.Free, "free")
+			gauge(descAddrs, st.Bound, "bound")
+			gauge(descAddrs, st.Offered, "offered")
+			gauge(descAddrs, st.Reserved, "reserved")
+			gauge(descAddrs, st.Quarantined, "quarantined")
+			gauge(descAway, st.Elsewhere-st.ElsewhereHeld, "false")
+			gauge(descAway, st.ElsewhereHeld, "true")
+		}
 		c := r.resp.Counters()
 		for d, h := range map[*prometheus.Desc]*responder.Histogram{descReadFrm: c.ReadFrames, descCommitN: c.CommitChanges, descCommitT: c.CommitSeconds} {
 			n, sum, buckets := h.Cumulative()

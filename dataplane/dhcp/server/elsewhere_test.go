@@ -195,8 +195,14 @@ func TestElsewhereFreed(t *testing.T) {
 	if got := offer(); got == "192.168.100.10" {
 		t.Fatalf("offered %s, held elsewhere (after a reconfiguration)", got)
 	}
-	if st, _ := s.Stats(1); st.Free != 1 { // .10 held elsewhere, .11 offered, .12 reserved
-		t.Errorf("free %d while held elsewhere, want 1", st.Free)
+	if st, _ := s.Stats(1); st.Free != 1 || st.Elsewhere != 1 || st.ElsewhereHeld != 0 { // .10 held elsewhere, .11 offered, .12 reserved
+		t.Errorf("stats %+v while .10 is held elsewhere, want 1 free, 1 elsewhere, none held", st)
+	}
+	if err := s.SetElsewhere(1, []Holding{{IP: ip("192.168.100.10"), MAC: macB}, {IP: ip("192.168.100.200"), MAC: macA, Held: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Stats(1); st.Elsewhere != 2 || st.ElsewhereHeld != 1 {
+		t.Errorf("stats %+v, want 2 held elsewhere, 1 of them by the interlock", st)
 	}
 	if err := s.SetElsewhere(1, nil); err != nil {
 		t.Fatal(err)

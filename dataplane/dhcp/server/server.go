@@ -538,6 +538,10 @@ func (s *Server) ReservedLeases(seg uint32) []Lease {
 // SegmentStats is what status reports of a segment's range.
 type SegmentStats struct {
 	Size, Bound, Offered, Reserved, Quarantined, Free int
+	// Elsewhere counts the addresses of the segment's network that other
+	// nodes' objects hold (SetElsewhere), ElsewhereHeld those of them the
+	// provisioning interlock holds.
+	Elsewhere, ElsewhereHeld int
 }
 
 // Stats returns the occupancy of a segment's range.
@@ -548,7 +552,12 @@ func (s *Server) Stats(seg uint32) (SegmentStats, bool) {
 	if st == nil {
 		return SegmentStats{}, false
 	}
-	ss := SegmentStats{Size: st.pool.Size(), Free: st.pool.Free(), Reserved: len(st.resByIP), Quarantined: len(st.quar)}
+	ss := SegmentStats{Size: st.pool.Size(), Free: st.pool.Free(), Reserved: len(st.resByIP), Quarantined: len(st.quar), Elsewhere: len(st.away)}
+	for _, hs := range st.away {
+		if slices.ContainsFunc(hs, func(h Holding) bool { return h.Held }) {
+			ss.ElsewhereHeld++
+		}
+	}
 	for _, l := range st.byIP {
 		if l.offered {
 			ss.Offered++
