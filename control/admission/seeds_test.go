@@ -15,7 +15,7 @@ import (
 )
 
 // TestSeedExamplesApplyUnchanged: every example manifest of the seed
-// documents (../shared/seeds, read as they are) is admitted unchanged, in
+// documents (their fixtures, test/seeds) is admitted unchanged, in
 // the seeds' order, and its stored spec holds every field as written
 // (defaults may add fields, never change one).
 func TestSeedExamplesApplyUnchanged(t *testing.T) {

@@ -1,19 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package seeds reads the specification documents the project implements
-// (../shared/seeds from the repository root) so that tests check the code
-// against them as written: every example manifest must apply unchanged
-// and every "pivirtctl ..." line of their CLI examples must work. A change
-// of the seeds then shows up as a failing test.
+// Package seeds holds the examples of the specification documents the
+// project implements (the seeds: ../shared/seeds beside the repository
+// where they exist) as fixtures in testdata/, so that tests check the code
+// against them as written — every example manifest must apply unchanged
+// and every "pivirtctl ..." line of their CLI examples must work — in any
+// clone, with nothing beside it. The spec's prose stays out.
+//
+// Read returns the fixtures. Extract reads the examples out of the
+// documents themselves; TestFixturesMatchSeeds compares the two where the
+// documents exist, and `go test ./test/seeds -update` writes the fixtures
+// again after a change of the seeds.
 package seeds
 
 import (
 	"bufio"
+	"embed"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -33,8 +42,105 @@ type Command struct {
 	Args    []string // after "pivirtctl"
 }
 
+//go:embed testdata
+var fixtures embed.FS
+
+// The fixtures' layout: one file per manifest, named after where it is in
+// its seed, and the commands in one file, a line each.
+const (
+	manifestDir  = "testdata/manifests"
+	commandsFile = "testdata/commands.txt"
+)
+
+// Read returns the seeds' example manifests and CLI lines, from the
+// fixtures, in the seeds' order.
+func Read() ([]Manifest, []Command, error) {
+	ents, err := fixtures.ReadDir(manifestDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the seed fixtures: %w", err)
+	}
+	var ms []Manifest
+	for _, e := range ents {
+		seed, line, err := parseManifestName(e.Name())
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := fixtures.ReadFile(path.Join(manifestDir, e.Name()))
+		if err != nil {
+			return nil, nil, err
+		}
+		ms = append(ms, Manifest{Seed: seed, Line: line, YAML: string(b)})
+	}
+	sortExamples(ms, func(m Manifest) (string, int) { return m.Seed, m.Line })
+	b, err := fixtures.ReadFile(commandsFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the seed fixtures: %w", err)
+	}
+	var cs []Command
+	for n, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		c, err := parseCommand(l)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s:%d: %w", commandsFile, n+1, err)
+		}
+		cs = append(cs, c)
+	}
+	if len(ms) == 0 || len(cs) == 0 {
+		return nil, nil, fmt.Errorf("the seed fixtures hold %d manifests and %d commands", len(ms), len(cs))
+	}
+	return ms, cs, nil
+}
+
+// manifestName is a manifest's fixture file: <seed>-L<line>.yaml.
+func manifestName(m Manifest) string {
+	return fmt.Sprintf("%s-L%04d.yaml", strings.TrimSuffix(m.Seed, ".txt"), m.Line)
+}
+
+func parseManifestName(name string) (string, int, error) {
+	base, ok := strings.CutSuffix(name, ".yaml")
+	i := strings.LastIndex(base, "-L")
+	if !ok || i < 0 {
+		return "", 0, fmt.Errorf("seed fixture %q: want <seed>-L<line>.yaml", name)
+	}
+	line, err := strconv.Atoi(base[i+2:])
+	if err != nil {
+		return "", 0, fmt.Errorf("seed fixture %q: line %q: %w", name, base[i+2:], err)
+	}
+	return base[:i] + ".txt", line, nil
+}
+
+// commandLine is a command's line in commandsFile:
+// <seed>:<line> TAB <comment> TAB pivirtctl <args>.
+func commandLine(c Command) string {
+	return fmt.Sprintf("%s:%d\t%s\tpivirtctl %s", c.Seed, c.Line, c.Comment, strings.Join(c.Args, " "))
+}
+
+func parseCommand(l string) (Command, error) {
+	f := strings.Split(l, "\t")
+	if len(f) != 3 {
+		return Command{}, fmt.Errorf("want <seed>:<line> TAB comment TAB pivirtctl ..., got %q", l)
+	}
+	seed, lineNo, ok := strings.Cut(f[0], ":")
+	line, err := strconv.Atoi(lineNo)
+	args := strings.Fields(f[2])
+	if !ok || err != nil || len(args) < 2 || args[0] != "pivirtctl" {
+		return Command{}, fmt.Errorf("want <seed>:<line> TAB comment TAB pivirtctl ..., got %q", l)
+	}
+	return Command{Seed: seed, Line: line, Comment: f[1], Args: args[1:]}, nil
+}
+
+func sortExamples[T any](xs []T, key func(T) (string, int)) {
+	slices.SortFunc(xs, func(a, b T) int {
+		sa, la := key(a)
+		sb, lb := key(b)
+		if c := strings.Compare(sa, sb); c != 0 {
+			return c
+		}
+		return la - lb
+	})
+}
+
 // Dir is where the seed documents are: $PIVIRT_SEEDS, or ../shared/seeds
-// beside the repository.
+// beside the repository (absent in a plain clone).
 func Dir() string {
 	if d := os.Getenv("PIVIRT_SEEDS"); d != "" {
 		return d
@@ -43,27 +149,27 @@ func Dir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "seeds")
 }
 
-// Files returns the seed documents, sorted.
-func Files() ([]string, error) {
-	fs, err := filepath.Glob(filepath.Join(Dir(), "*.txt"))
+// Files returns the seed documents in dir, sorted (none: an empty list).
+func Files(dir string) ([]string, error) {
+	fs, err := filepath.Glob(filepath.Join(dir, "*.txt"))
 	if err != nil {
 		return nil, err
 	}
-	if len(fs) == 0 {
-		return nil, fmt.Errorf("no seed documents in %s", Dir())
-	}
-	sort.Strings(fs)
+	slices.Sort(fs)
 	return fs, nil
 }
 
-// Read returns the example manifests and CLI lines of every seed. A
-// manifest starts at an "apiVersion: pivirt.hu/v1" line at the start of a
-// line and runs to the next blank line; templates (a "<placeholder>") are
-// left out.
-func Read() ([]Manifest, []Command, error) {
-	files, err := Files()
+// Extract reads the example manifests and CLI lines out of the seed
+// documents in dir. A manifest starts at an "apiVersion: pivirt.hu/v1"
+// line at the start of a line and runs to the next blank line; templates
+// (a "<placeholder>") are left out.
+func Extract(dir string) ([]Manifest, []Command, error) {
+	files, err := Files(dir)
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(files) == 0 {
+		return nil, nil, fmt.Errorf("no seed documents in %s", dir)
 	}
 	var ms []Manifest
 	var cs []Command
@@ -99,4 +205,26 @@ func Read() ([]Manifest, []Command, error) {
 		}
 	}
 	return ms, cs, nil
+}
+
+// WriteFixtures replaces the fixtures in dir (this package's testdata's
+// parent) with ms and cs.
+func WriteFixtures(dir string, ms []Manifest, cs []Command) error {
+	mdir := filepath.Join(dir, filepath.FromSlash(manifestDir))
+	if err := os.RemoveAll(mdir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(mdir, 0o755); err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if err := os.WriteFile(filepath.Join(mdir, manifestName(m)), []byte(m.YAML), 0o644); err != nil {
+			return err
+		}
+	}
+	var b strings.Builder
+	for _, c := range cs {
+		b.WriteString(commandLine(c) + "\n")
+	}
+	return os.WriteFile(filepath.Join(dir, filepath.FromSlash(commandsFile)), []byte(b.String()), 0o644)
 }

@@ -2,21 +2,69 @@
 
 package seeds
 
-import "testing"
+import (
+	"flag"
+	"reflect"
+	"strings"
+	"testing"
+)
 
-// TestRead: the seeds hold the examples this project was given (two
-// leases, a segment, the CLI lines of seeds 000 and 003).
+var update = flag.Bool("update", false, "write the fixtures again from the seed documents (Dir)")
+
+// TestRead: the fixtures hold the examples this project was given (two
+// leases, a segment, the CLI lines of seeds 000 and 003), each command
+// with the comment that says what it does.
 func TestRead(t *testing.T) {
 	ms, cs, err := Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(ms) < 3 || len(cs) < 10 {
-		t.Fatalf("read %d manifests and %d commands from %s; want at least 3 and 10", len(ms), len(cs), Dir())
+		t.Fatalf("read %d manifests and %d commands; want at least 3 and 10", len(ms), len(cs))
 	}
 	for _, c := range cs {
 		if c.Comment == "" || len(c.Args) == 0 {
 			t.Errorf("%s:%d: command %v without its comment", c.Seed, c.Line, c.Args)
 		}
+	}
+	for _, m := range ms {
+		if !strings.HasPrefix(m.YAML, "apiVersion: pivirt.hu/v1\n") {
+			t.Errorf("%s:%d: not a manifest: %q", m.Seed, m.Line, m.YAML)
+		}
+	}
+}
+
+// TestFixturesMatchSeeds: where the seed documents are (../shared/seeds,
+// or $PIVIRT_SEEDS), the fixtures are still what they hold. A clone
+// without them skips, also under PIVIRT_E2E=1: their absence is not a
+// missing tool, and the fixtures are what the other tests read.
+func TestFixturesMatchSeeds(t *testing.T) {
+	files, err := Files(Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Skipf("no seed documents in %s: the fixtures are the examples as last extracted", Dir())
+	}
+	ms, cs, err := Extract(Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := WriteFixtures(".", ms, cs); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %d manifests and %d commands from %s", len(ms), len(cs), Dir())
+		return
+	}
+	fms, fcs, err := Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ms, fms) {
+		t.Errorf("the seeds' example manifests are not the fixtures': run go test ./test/seeds -run TestFixturesMatchSeeds -update, and check the diff\nseeds: %+v\nfixtures: %+v", ms, fms)
+	}
+	if !reflect.DeepEqual(cs, fcs) {
+		t.Errorf("the seeds' CLI lines are not the fixtures': run go test ./test/seeds -run TestFixturesMatchSeeds -update, and check the diff\nseeds: %+v\nfixtures: %+v", cs, fcs)
 	}
 }
