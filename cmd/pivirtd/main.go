@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/daemon"
 )
 
@@ -37,10 +38,10 @@ func newCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pivirtd",
 		Short: "pivirt dataplane daemon: manifests in, eBPF maps and DHCP out",
-		Long: `pivirtd stores pivirt.hu/v1 manifests (NetworkSegment, DHCPLease,
-PortSecurity, ExternalIP, VPCRouter), validates them, compiles them into
-pinned eBPF maps read by the XDP/TC guard and NAT programs, and answers DHCP
-from the same maps. Manage it with pivirtctl.
+		Long: `pivirtd stores pivirt.hu/v1 manifests (` + pivirtv1.KindList() + `),
+validates them, compiles them into pinned eBPF maps read by the XDP/TC guard
+and NAT programs, and answers DHCP from the same maps. Manage it with
+pivirtctl.
 
 Every flag may also be set in a YAML --config file whose keys are the flag
 names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
 )
 
@@ -501,4 +502,18 @@ func siblingSegment(name, node, start, end, status string) string {
 		doc += "status: {" + status + "}\n"
 	}
 	return doc
+}
+
+// TestHelpNamesServedKinds: pivirtctl --help names every kind pivirtd
+// serves.
+func TestHelpNamesServedKinds(t *testing.T) {
+	out, errOut, code := run(t, "", "", "--help")
+	if code != 0 {
+		t.Fatalf("--help: %d %s", code, errOut)
+	}
+	for _, k := range pivirtv1.Kinds {
+		if !strings.Contains(out, k.Kind) {
+			t.Errorf("--help does not name %s:\n%s", k.Kind, out)
+		}
+	}
 }

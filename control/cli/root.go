@@ -10,6 +10,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
 // Version is the client version, set at build time with
@@ -64,9 +66,8 @@ func New(streams IOStreams) *Root {
 	cmd := &cobra.Command{
 		Use:   "pivirtctl",
 		Short: "pivirtctl controls pivirtd, the pivirt host networking daemon",
-		Long: `pivirtctl manages pivirt.hu/v1 objects (NetworkSegment, DHCPLease,
-PortSecurity, ExternalIP, VPCRouter) stored by pivirtd, the way kubectl
-manages Kubernetes objects.
+		Long: `pivirtctl manages pivirt.hu/v1 objects (` + pivirtv1.KindList() + `)
+stored by pivirtd, the way kubectl manages Kubernetes objects.
 
 It talks to pivirtd over the unix socket given by --socket, else $PIVIRT_SOCKET,
 else ` + DefaultSocket + `; or over TCP with --server.`,

@@ -19,7 +19,7 @@ import (
 type Config struct {
 	StateDir      string   // --state-dir: bbolt at StateDir/state.db
 	Socket        string   // --socket: the API on a unix socket, mode 0600
-	Listen        string   // --listen: the API on TCP (needs tokens or client TLS)
+	Listen        string   // --listen: the API on TCP (needs --token-file; --tls-cert/--tls-key for server TLS)
 	TokenFile     string   // --token-file: bearer tokens with roles
 	TLSCert       string   // --tls-cert
 	TLSKey        string   // --tls-key
