@@ -46,10 +46,14 @@ demo-deps:
 demo-vm-deps:
 	@./tools/install-debs.sh $(DEMO_VM_DEBS)
 
-.PHONY: tools
-tools: $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-connect-go ## install the pinned code generators into bin/tools
+.PHONY: go-version
+go-version: ## fail unless go is at least go.mod's version (the module and the pinned tools need it)
+	@GO=$(GO) ./tools/require-go.sh
 
-$(TOOLS)/buf:
+.PHONY: tools
+tools: go-version $(TOOLS)/buf $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-connect-go ## install the pinned code generators into bin/tools (Go as go.mod says)
+
+$(TOOLS)/buf: | go-version
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 $(TOOLS)/protoc-gen-go:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO)
@@ -57,7 +61,7 @@ $(TOOLS)/protoc-gen-connect-go:
 	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT)
 
 .PHONY: build
-build: ## build bin/pivirtd and bin/pivirtctl
+build: go-version ## build bin/pivirtd and bin/pivirtctl
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/pivirtd ./cmd/pivirtd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/pivirtctl ./cmd/pivirtctl
 
@@ -72,7 +76,7 @@ check-generated: generate ## fail when committed generated code is stale
 	@git diff --exit-code --stat -- '*.go' '*.o' || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 .PHONY: test
-test: deps ## run every tier: unit, kernel (BPF_PROG_TEST_RUN) and end to end (root); PIVIRT_E2E=1 makes missing privileges fail
+test: deps go-version ## run every tier: unit, kernel (BPF_PROG_TEST_RUN) and end to end (root); PIVIRT_E2E=1 makes missing privileges fail
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
@@ -95,7 +99,7 @@ lint: tools $(TOOLS)/golangci-lint ## clang-format on bpf/ (bpf/.clang-format), 
 	$(TOOLS)/golangci-lint run ./...
 	cd api && $(TOOLS)/buf lint
 
-$(TOOLS)/golangci-lint:
+$(TOOLS)/golangci-lint: | go-version
 	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT)
 
 .PHONY: format

@@ -40,6 +40,7 @@ import (
 	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/control/store/bolt"
 	"pivirt.hu/pivirt/control/store/etcd"
+	"pivirt.hu/pivirt/dataplane/kernelcheck"
 	"pivirt.hu/pivirt/dataplane/loader"
 	"pivirt.hu/pivirt/vmm"
 )
@@ -75,6 +76,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry()}
 	d.index.Shared = cfg.Store == "etcd" // other nodes write it too
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// A kernel without what the programs need is refused here, naming
+	// what it lacks, rather than by a verifier error halfway through.
+	optional, kerr := kernelcheck.Check(kernelcheck.Features())
+	if kerr != nil {
+		return kerr
+	}
+	for _, m := range optional {
+		log.Warn("kernel feature missing", "err", m.Error())
+	}
 
 	// Every store keeps state here: bbolt its file, each the lease journal,
 	// etcd the saved cache.
