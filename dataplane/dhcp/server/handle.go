@@ -296,13 +296,20 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 	if h.st.held[string(l.MAC)] {
 		return Reply{Ignored: IgnoreHeld}, h.in.Changes // the interlock keeps the address bound
 	}
-	// Quarantine first so drop keeps the bit set.
+	// Quarantine first so drop keeps the bit set; one address per MAC and
+	// probation: a second DECLINE only ends the lease.
+	rep := Reply{}
 	if _, static := h.st.resByIP[ip]; !static {
-		h.st.quar[ip] = h.now.Add(h.st.cfg.DeclineProbation)
+		if until, ok := h.st.declinedBy[string(l.MAC)]; ok && h.now.Before(until) {
+			rep.Ignored = IgnoreDeclineLimit
+		} else {
+			h.st.quar[ip] = h.now.Add(h.st.cfg.DeclineProbation)
+			h.st.declinedBy[string(l.MAC)] = h.st.quar[ip]
+		}
 	}
 	h.st.drop(l)
 	h.st.forget(h.id) // do not hand the declined address back
-	return Reply{}, h.change(LeaseChange{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC)})
+	return rep, h.change(LeaseChange{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC)})
 }
 
 func (h *handler) release() (Reply, []LeaseChange) {

@@ -102,8 +102,11 @@ type world struct {
 	reserved map[string]netip.Addr // by MAC
 	held     map[string]bool       // MACs under the interlock
 	declined map[netip.Addr]time.Time
-	away     []Holding       // what other nodes' objects hold (SetElsewhere)
-	migrated map[string]bool // MACs whose lease came from another node's range
+	// declinedBy: by MAC, the end of the probation of its last DECLINE
+	// (the server forgets it at a restart).
+	declinedBy map[string]time.Time
+	away       []Holding       // what other nodes' objects hold (SetElsewhere)
+	migrated   map[string]bool // MACs whose lease came from another node's range
 	// unpersisted is, by MAC, the Seq of the last ACK's change while it
 	// is in pending, or was in a persist that failed.
 	unpersisted map[string]uint64
@@ -121,7 +124,7 @@ func newWorld(t *testing.T, seed uint64) *world {
 	}
 	w := &world{t: t, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, now: t0,
 		durable: map[string]bound{}, has: map[string]netip.Addr{}, offered: map[string]netip.Addr{},
-		reserved: map[string]netip.Addr{}, held: map[string]bool{}, declined: map[netip.Addr]time.Time{},
+		reserved: map[string]netip.Addr{}, held: map[string]bool{}, declined: map[netip.Addr]time.Time{}, declinedBy: map[string]time.Time{},
 		migrated: map[string]bool{}, unpersisted: map[string]uint64{}}
 	for i := range 12 {
 		w.macs = append(w.macs, net.HardwareAddr{0x52, 0x54, 0, 0x99, 0, byte(i + 1)})
@@ -155,6 +158,7 @@ func (w *world) restart(load bool) {
 		quar = w.srv.Quarantined(w.cfg.ID)
 	}
 	w.srv = s
+	w.declinedBy = map[string]time.Time{}
 	// What was loaded is durable; the persists under way died with the
 	// process.
 	w.pending, w.unpersisted = nil, map[string]uint64{}
@@ -358,7 +362,12 @@ func (w *world) step(i int) {
 		delete(w.has, k)
 		if len(ch) > 0 {
 			if _, static := w.reservedFor(a); !static {
-				w.declined[a] = w.now.Add(w.cfg.DeclineProbation)
+				// One quarantine per MAC and probation: a second DECLINE
+				// only ends the lease.
+				if until, ok := w.declinedBy[k]; !ok || !w.now.Before(until) {
+					w.declined[a] = w.now.Add(w.cfg.DeclineProbation)
+					w.declinedBy[k] = w.declined[a]
+				}
 			}
 		}
 		w.changes(ch)

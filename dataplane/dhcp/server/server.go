@@ -67,21 +67,22 @@ type Ignore uint8
 
 // Reasons for not replying.
 const (
-	IgnoreNone        Ignore = iota
-	IgnoreNotRequest         // op is not BOOTREQUEST, or no chaddr
-	IgnoreNoType             // option 53 missing or not a client message
-	IgnoreNoSegment          // giaddr or ingress names no segment
-	IgnoreOtherServer        // REQUEST/DECLINE/RELEASE for another server
-	IgnoreExhausted          // no free address
-	IgnoreBadRequest         // REQUEST without server id, option 50 or ciaddr
-	IgnoreNotOurs            // RELEASE/DECLINE of an address the client does not hold
-	IgnoreHeld               // RELEASE/DECLINE of a lease the provisioning interlock holds
-	IgnoreSpoofed            // RELEASE/DECLINE not from the lease's own MAC (and, for RELEASE, address)
+	IgnoreNone         Ignore = iota
+	IgnoreNotRequest          // op is not BOOTREQUEST, or no chaddr
+	IgnoreNoType              // option 53 missing or not a client message
+	IgnoreNoSegment           // giaddr or ingress names no segment
+	IgnoreOtherServer         // REQUEST/DECLINE/RELEASE for another server
+	IgnoreExhausted           // no free address
+	IgnoreBadRequest          // REQUEST without server id, option 50 or ciaddr
+	IgnoreNotOurs             // RELEASE/DECLINE of an address the client does not hold
+	IgnoreHeld                // RELEASE/DECLINE of a lease the provisioning interlock holds
+	IgnoreSpoofed             // RELEASE/DECLINE not from the lease's own MAC (and, for RELEASE, address)
+	IgnoreDeclineLimit        // DECLINE within the probation of the MAC's last one: the lease ends, the address is not quarantined
 	NumIgnore
 )
 
 func (r Ignore) String() string {
-	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours", "held", "spoofed"}[r]
+	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours", "held", "spoofed", "decline-limit"}[r]
 }
 
 // Reply is the outcome of Handle. Msg is nil when nothing is sent.
@@ -121,13 +122,17 @@ type segState struct {
 	resByMAC map[string]Reservation
 	resByIP  map[netip.Addr]string
 	quar     map[netip.Addr]time.Time
-	last     map[string]netip.Addr    // previous address of an identity
-	held     map[string]bool          // MACs whose lease the provisioning interlock holds
-	away     map[netip.Addr][]Holding // held elsewhere in the cluster (SetElsewhere)
-	awayMAC  map[string]Holding
-	static   dhcpv4.Options // options every reply of this segment carries
-	leaseOpt [3][]byte      // encoded 51, 58, 59
-	ipTable  []byte         // 4 bytes per range address, for yiaddr without allocating
+	// declinedBy is, by MAC, the end of the probation its last DECLINE
+	// started: one MAC quarantines one address per probation, or a loop
+	// of DORA and DECLINE would drain the pool.
+	declinedBy map[string]time.Time
+	last       map[string]netip.Addr    // previous address of an identity
+	held       map[string]bool          // MACs whose lease the provisioning interlock holds
+	away       map[netip.Addr][]Holding // held elsewhere in the cluster (SetElsewhere)
+	awayMAC    map[string]Holding
+	static     dhcpv4.Options // options every reply of this segment carries
+	leaseOpt   [3][]byte      // encoded 51, 58, 59
+	ipTable    []byte         // 4 bytes per range address, for yiaddr without allocating
 }
 
 // Server owns the lease tables of its segments. Its methods are safe for
@@ -168,7 +173,7 @@ func newSegState(c Segment) (*segState, error) {
 	st := &segState{
 		cfg: c, subnet: c.HostIP.Masked(), bcast: broadcast(c.HostIP), pool: p,
 		serverID: net.IP(c.HostIP.Addr().AsSlice()),
-		byIP:     map[netip.Addr]*lease{}, byID: map[string]*lease{}, byMAC: map[string]*lease{},
+		byIP:     map[netip.Addr]*lease{}, byID: map[string]*lease{}, byMAC: map[string]*lease{}, declinedBy: map[string]time.Time{},
 		resByMAC: map[string]Reservation{}, resByIP: map[netip.Addr]string{},
 		quar: map[netip.Addr]time.Time{}, last: map[string]netip.Addr{}, held: map[string]bool{},
 	}
@@ -228,6 +233,7 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 	// A DECLINE's probation outlives a reconfiguration: the address is
 	// still in use by whoever the client saw on it.
 	st.quarantine(time.Time{}, old.quar)
+	st.declinedBy = old.declinedBy
 	st.last = old.last
 	return changes, nil
 }
@@ -455,6 +461,11 @@ func (s *Server) Expire(now time.Time) []LeaseChange {
 			if !now.Before(until) {
 				delete(st.quar, ip)
 				st.maybeFree(ip)
+			}
+		}
+		for mac, until := range st.declinedBy {
+			if !now.Before(until) {
+				delete(st.declinedBy, mac)
 			}
 		}
 	}

@@ -729,3 +729,61 @@ func TestMigratedOfferLapsesWithTheOtherNodesObject(t *testing.T) {
 		t.Fatalf("DISCOVER after the NAK: %+v, want an address of the range", r.Msg)
 	}
 }
+
+// TestDeclineLoopDrainsNothing: DORA then DECLINE, again and again from
+// one MAC (the decline loop): the first DECLINE quarantines its address
+// for the probation, the next ones within it only end the lease (counted
+// as decline-limit), so the pool keeps its other addresses; after the
+// probation a DECLINE quarantines again.
+func TestDeclineLoopDrainsNothing(t *testing.T) {
+	s := newServer(t) // .10-.13, .12 reserved for macR: 3 free
+	dora := func(at time.Time) netip.Addr {
+		t.Helper()
+		r, _ := s.Handle(at, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
+		if r.Msg == nil {
+			t.Fatalf("no offer at %v: %v", at.Sub(t0), r.Ignored)
+		}
+		a := addr4(r.Msg.YourIPAddr)
+		r, _ = s.Handle(at, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(sid1), reqIP(a.String()))})
+		if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeAck {
+			t.Fatalf("no ACK of %s at %v: %+v", a, at.Sub(t0), r)
+		}
+		return a
+	}
+	decline := func(at time.Time, a netip.Addr) Ignore {
+		t.Helper()
+		r, ch := s.Handle(at, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDecline, macA, srvID(sid1), reqIP(a.String()))})
+		if len(ch) != 1 || ch[0].Kind != Declined {
+			t.Fatalf("DECLINE of %s: changes %v, want the lease ended", a, ch)
+		}
+		return r.Ignored
+	}
+	first := dora(t0)
+	if ig := decline(t0, first); ig != IgnoreNone {
+		t.Fatalf("first DECLINE: %v, want it to quarantine", ig)
+	}
+	for i := range 10 {
+		at := t0.Add(time.Duration(i+1) * time.Second)
+		a := dora(at)
+		if a == first {
+			t.Fatalf("round %d: offered %s, quarantined", i, a)
+		}
+		if ig := decline(at, a); ig != IgnoreDeclineLimit {
+			t.Fatalf("round %d: DECLINE within the probation: %v, want decline-limit", i, ig)
+		}
+		if st, _ := s.Stats(1); st.Quarantined != 1 {
+			t.Fatalf("round %d: %d addresses quarantined, want only the first", i, st.Quarantined)
+		}
+	}
+	// Another client still gets an address.
+	if r, _ := s.Handle(t0.Add(20*time.Second), Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macB)}); r.Msg == nil {
+		t.Fatalf("a neighbour got no offer: %v", r.Ignored)
+	}
+	// After the probation (a minute), a DECLINE quarantines again.
+	later := t0.Add(2 * time.Minute)
+	s.Expire(later)
+	a := dora(later)
+	if ig := decline(later, a); ig != IgnoreNone {
+		t.Fatalf("DECLINE after the probation: %v, want it to quarantine", ig)
+	}
+}
