@@ -99,6 +99,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringVar(&cfg.DHCPRatePerMAC, "dhcp-rate-per-mac", cfg.DHCPRatePerMAC, "DHCP messages per second from one client MAC, as RATE[:BURST]; 0 disables")
 	f.StringVar(&cfg.DHCPRatePerPort, "dhcp-rate-per-port", cfg.DHCPRatePerPort, "DHCP messages per second from one Ethernet source (relays exempt), as RATE[:BURST]; 0 disables")
 	f.Float64Var(&cfg.DHCPLeaseReuse, "dhcp-lease-reuse", cfg.DHCPLeaseReuse, "a client asking again for its lease within this fraction of the lease time is ACKed the stored lease with the time it has left, without a write or a flush (as Kea's cache-threshold); 0 disables")
+	f.IntVar(&cfg.DHCPOffersPerMAC, "dhcp-offers-per-mac", cfg.DHCPOffersPerMAC, "OFFERs one client MAC may hold at once under different client identifiers (option 61): more are refused, so one MAC cannot hold the pool; raise it for guests that run several DHCP clients on one MAC")
 	f.DurationVar(&cfg.JournalSyncDelay, "journal-sync-delay", 0, "sleep after each lease journal fdatasync (tests: a slow disk on purpose)")
 	_ = f.MarkHidden("journal-sync-delay")
 	f.StringSliceVar(&cfg.DHCPTrustedRelays, "dhcp-trusted-relays", cfg.DHCPTrustedRelays, "IP addresses or CIDRs of DHCP relay agents whose relayed requests (giaddr set) are served; any other request with a giaddr is dropped (a guest is never a relay)")

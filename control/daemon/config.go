@@ -13,6 +13,7 @@ import (
 
 	"pivirt.hu/pivirt/control/store/etcd"
 	"pivirt.hu/pivirt/dataplane/dhcp/responder"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // Config is pivirtd's configuration; every field is a flag of the same name.
@@ -45,6 +46,8 @@ type Config struct {
 	DHCPTrustedRelays []string
 	// --dhcp-lease-reuse: server.Segment.ReuseThreshold of every segment.
 	DHCPLeaseReuse float64
+	// --dhcp-offers-per-mac: server.Segment.OffersPerMAC of every segment.
+	DHCPOffersPerMAC int
 	// --journal-sync-delay (hidden): sleep after each lease journal
 	// fdatasync, a slow disk for the tests' orderings.
 	JournalSyncDelay time.Duration
@@ -64,9 +67,10 @@ func Defaults() Config {
 		QMPDir:      "/run/pivirt/qmp",
 		NATRedirect: true,
 
-		DHCPRatePerMAC:  responder.DefaultPerMAC.String(),
-		DHCPRatePerPort: responder.DefaultPerPort.String(),
-		DHCPLeaseReuse:  DefaultLeaseReuse,
+		DHCPRatePerMAC:   responder.DefaultPerMAC.String(),
+		DHCPRatePerPort:  responder.DefaultPerPort.String(),
+		DHCPLeaseReuse:   DefaultLeaseReuse,
+		DHCPOffersPerMAC: server.DefaultOffersPerMAC,
 	}
 }
 
@@ -115,6 +119,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.DHCPLeaseReuse >= 0 && c.DHCPLeaseReuse < 1) {
 		errs = append(errs, fmt.Errorf("--dhcp-lease-reuse %v: want a fraction of the lease time in [0, 1); 0 disables", c.DHCPLeaseReuse))
+	}
+	if c.DHCPOffersPerMAC < 1 {
+		errs = append(errs, fmt.Errorf("--dhcp-offers-per-mac %d: want 1 or more", c.DHCPOffersPerMAC))
 	}
 	if c.JournalSyncDelay < 0 {
 		errs = append(errs, fmt.Errorf("--journal-sync-delay %v: want a duration of zero or more", c.JournalSyncDelay))

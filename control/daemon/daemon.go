@@ -186,7 +186,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	relays, _ := d.cfg.TrustedRelays() // Validate checked them
 	d.dhcp = &dhcpd.Manager{Config: dhcpd.Config{Store: d.store, Index: d.index, Events: d.events, Log: d.log,
 		Leases: d.loader.Maps().Leases, PerMAC: perMAC, PerPort: perPort, Relays: relays,
-		LeaseReuse: d.cfg.DHCPLeaseReuse, JournalDir: d.cfg.LeaseJournalDir(), JournalSyncDelay: d.cfg.JournalSyncDelay, Node: d.cfg.Node}}
+		LeaseReuse: d.cfg.DHCPLeaseReuse, OffersPerMAC: d.cfg.DHCPOffersPerMAC, JournalDir: d.cfg.LeaseJournalDir(), JournalSyncDelay: d.cfg.JournalSyncDelay, Node: d.cfg.Node}}
 	// Reservations reach the responders before `apply` returns.
 	d.index.BeforeCommit, d.index.AfterCommit = d.dhcp.BeforeCommit, d.dhcp.AfterCommit
 	nl, err := netlink.NewHandle()

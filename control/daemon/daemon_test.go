@@ -47,6 +47,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no API at all", func(c *daemon.Config) { c.Socket = "" }, []string{"neither --socket nor --listen"}},
 		{"rate limit", func(c *daemon.Config) { c.DHCPRatePerMAC = "fast" }, []string{"--dhcp-rate-per-mac"}},
 		{"lease reuse off", func(c *daemon.Config) { c.DHCPLeaseReuse = 0 }, nil},
+		{"several offers per MAC", func(c *daemon.Config) { c.DHCPOffersPerMAC = 4 }, nil},
+		{"no offer per MAC", func(c *daemon.Config) { c.DHCPOffersPerMAC = 0 }, []string{"--dhcp-offers-per-mac 0: want 1 or more"}},
 		{"lease reuse of the whole lease", func(c *daemon.Config) { c.DHCPLeaseReuse = 1 }, []string{"--dhcp-lease-reuse 1: want a fraction of the lease time in [0, 1)"}},
 		{"negative lease reuse", func(c *daemon.Config) { c.DHCPLeaseReuse = -0.1 }, []string{"--dhcp-lease-reuse -0.1"}},
 		{"slow journal on purpose", func(c *daemon.Config) { c.JournalSyncDelay = 3 * time.Millisecond }, nil},

@@ -57,6 +57,8 @@ type Config struct {
 	Relays []netip.Prefix
 	// LeaseReuse is every segment's server.Segment.ReuseThreshold.
 	LeaseReuse float64
+	// OffersPerMAC is every segment's server.Segment.OffersPerMAC.
+	OffersPerMAC int
 	// JournalDir holds the lease journal (see journal.go).
 	JournalDir string
 	// JournalSyncDelay slows every journal flush down (wal.Options.SyncDelay;
@@ -153,7 +155,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			errs = append(errs, err)
 			continue
 		}
-		cfg.ReuseThreshold = m.LeaseReuse
+		cfg.ReuseThreshold, cfg.OffersPerMAC = m.LeaseReuse, m.OffersPerMAC
 		r := m.running[seg.Name]
 		if r != nil && r.seg.Spec.Bridge != seg.Spec.Bridge {
 			m.stop(seg.Name)

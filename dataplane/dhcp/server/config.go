@@ -40,6 +40,13 @@ type Segment struct {
 	// only what is already durable, so it waits for no flush. 0 is off;
 	// it must be below 1.
 	ReuseThreshold float64
+	// OffersPerMAC is how many OFFERs one MAC may hold at once, under any
+	// client identifiers (option 61); default 1. A MAC is one client on a
+	// guarded port, and an OFFER holds its
+	// address for OfferHold: without a bound, one MAC sending DISCOVERs
+	// with fresh identifiers holds the whole pool. Bound leases need no
+	// bound: a MAC has one, whatever its identifier.
+	OffersPerMAC int
 
 	DNS    []netip.Addr
 	Domain string   // option 15
@@ -53,6 +60,7 @@ const (
 	DefaultLeaseTime        = 12 * time.Hour
 	DefaultDeclineProbation = 10 * time.Minute
 	DefaultOfferHold        = 30 * time.Second
+	DefaultOffersPerMAC     = 1
 )
 
 func (s *Segment) withDefaults() Segment {
@@ -65,6 +73,9 @@ func (s *Segment) withDefaults() Segment {
 	}
 	if c.OfferHold <= 0 {
 		c.OfferHold = DefaultOfferHold
+	}
+	if c.OffersPerMAC <= 0 {
+		c.OffersPerMAC = DefaultOffersPerMAC
 	}
 	return c
 }
@@ -92,6 +103,9 @@ func (s *Segment) Validate() error {
 	}
 	if !(s.ReuseThreshold >= 0 && s.ReuseThreshold < 1) {
 		return bad("reuse threshold %v is not in [0, 1)", s.ReuseThreshold)
+	}
+	if s.OffersPerMAC < 0 {
+		return bad("offers per MAC %d is negative", s.OffersPerMAC)
 	}
 	for _, r := range s.Routes {
 		if !r.Dst.IsValid() || !r.Dst.Addr().Is4() || !r.Gateway.Is4() {

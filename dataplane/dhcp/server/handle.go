@@ -143,6 +143,9 @@ func (h *handler) discover() (Reply, []LeaseChange) {
 	if h.heldElsewhere() {
 		return Reply{Ignored: IgnoreHeld}, h.in.Changes // its lease is frozen on another node
 	}
+	if h.overOfferLimit() {
+		return Reply{Ignored: IgnoreOfferLimit}, h.in.Changes
+	}
 	ip, ok := h.st.choose(h.id, h.mac(), optAddr(h.m, dhcpv4.OptionRequestedIPAddress), h.now)
 	if !ok {
 		return Reply{Ignored: IgnoreExhausted}, h.in.Changes
@@ -167,6 +170,19 @@ func (h *handler) discover() (Reply, []LeaseChange) {
 	}
 	l := h.st.bind(h.id, h.newLease(ip, prev, h.st.cfg.OfferHold), true)
 	return Reply{Msg: h.reply(dhcpv4.MessageTypeOffer, ip, l.Hostname, true)}, h.in.Changes
+}
+
+// overOfferLimit reports whether the client's MAC holds, under other
+// client identifiers, as many OFFERs as it may (Segment.OffersPerMAC).
+func (h *handler) overOfferLimit() bool {
+	n := h.st.offersBy[string(h.mac())]
+	if n == 0 {
+		return false
+	}
+	if cur := h.st.byID[string(h.id)]; cur != nil && cur.offered && bytes.Equal(cur.MAC, h.mac()) {
+		n-- // its own offer, asked for again
+	}
+	return n >= h.st.cfg.OffersPerMAC
 }
 
 func (h *handler) request() (Reply, []LeaseChange) {

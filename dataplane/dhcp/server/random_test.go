@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -655,5 +656,19 @@ func (w *world) checkLeases() {
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
 		w.t.Errorf("server's leases\n  %v\nthe changes describe\n  %v", got, want)
+	}
+	// The count of each MAC's OFFERs (Segment.OffersPerMAC) is its
+	// offers in the tables.
+	w.srv.mu.Lock()
+	defer w.srv.mu.Unlock()
+	st := w.srv.segs[w.cfg.ID]
+	offers := map[string]int{}
+	for _, l := range st.byID {
+		if l.offered {
+			offers[string(l.MAC)]++
+		}
+	}
+	if !maps.Equal(offers, st.offersBy) {
+		w.t.Errorf("offers by MAC counted %v, the tables hold %v\n%s", st.offersBy, offers, w.trail())
 	}
 }

@@ -78,11 +78,12 @@ const (
 	IgnoreHeld                // RELEASE/DECLINE of a lease the provisioning interlock holds
 	IgnoreSpoofed             // RELEASE/DECLINE not from the lease's own MAC (and, for RELEASE, address)
 	IgnoreDeclineLimit        // DECLINE within the probation of the MAC's last one: the lease ends, the address is not quarantined
+	IgnoreOfferLimit          // DISCOVER under a new client identifier from a MAC holding Segment.OffersPerMAC offers
 	NumIgnore
 )
 
 func (r Ignore) String() string {
-	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours", "held", "spoofed", "decline-limit"}[r]
+	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours", "held", "spoofed", "decline-limit", "offer-limit"}[r]
 }
 
 // Reply is the outcome of Handle. Msg is nil when nothing is sent.
@@ -126,13 +127,15 @@ type segState struct {
 	// started: one MAC quarantines one address per probation, or a loop
 	// of DORA and DECLINE would drain the pool.
 	declinedBy map[string]time.Time
-	last       map[string]netip.Addr    // previous address of an identity
-	held       map[string]bool          // MACs whose lease the provisioning interlock holds
-	away       map[netip.Addr][]Holding // held elsewhere in the cluster (SetElsewhere)
-	awayMAC    map[string]Holding
-	static     dhcpv4.Options // options every reply of this segment carries
-	leaseOpt   [3][]byte      // encoded 51, 58, 59
-	ipTable    []byte         // 4 bytes per range address, for yiaddr without allocating
+	// offersBy counts, by MAC, the OFFERs held (Segment.OffersPerMAC).
+	offersBy map[string]int
+	last     map[string]netip.Addr    // previous address of an identity
+	held     map[string]bool          // MACs whose lease the provisioning interlock holds
+	away     map[netip.Addr][]Holding // held elsewhere in the cluster (SetElsewhere)
+	awayMAC  map[string]Holding
+	static   dhcpv4.Options // options every reply of this segment carries
+	leaseOpt [3][]byte      // encoded 51, 58, 59
+	ipTable  []byte         // 4 bytes per range address, for yiaddr without allocating
 }
 
 // Server owns the lease tables of its segments. Its methods are safe for
@@ -173,7 +176,7 @@ func newSegState(c Segment) (*segState, error) {
 	st := &segState{
 		cfg: c, subnet: c.HostIP.Masked(), bcast: broadcast(c.HostIP), pool: p,
 		serverID: net.IP(c.HostIP.Addr().AsSlice()),
-		byIP:     map[netip.Addr]*lease{}, byID: map[string]*lease{}, byMAC: map[string]*lease{}, declinedBy: map[string]time.Time{},
+		byIP:     map[netip.Addr]*lease{}, byID: map[string]*lease{}, byMAC: map[string]*lease{}, declinedBy: map[string]time.Time{}, offersBy: map[string]int{},
 		resByMAC: map[string]Reservation{}, resByIP: map[netip.Addr]string{},
 		quar: map[netip.Addr]time.Time{}, last: map[string]netip.Addr{}, held: map[string]bool{},
 	}
@@ -702,8 +705,14 @@ func (st *segState) bind(id []byte, l Lease, offered bool) *lease {
 			st.pool.Take(l.IP)
 		}
 	}
+	if cur.offered {
+		st.countOffer(cur.MAC, -1)
+	}
 	cur.Lease = l
 	cur.offered = offered
+	if offered {
+		st.countOffer(l.MAC, +1)
+	}
 	if !offered {
 		if other := st.byMAC[string(l.MAC)]; other != nil && other != cur {
 			st.drop(other) // the MAC's binding under another identity
@@ -719,10 +728,22 @@ func (st *segState) forget(id []byte) {
 	delete(st.last, string(id))
 }
 
+// countOffer adds d to the OFFERs mac holds.
+func (st *segState) countOffer(mac net.HardwareAddr, d int) {
+	if n := st.offersBy[string(mac)] + d; n > 0 {
+		st.offersBy[string(mac)] = n
+	} else {
+		delete(st.offersBy, string(mac))
+	}
+}
+
 // drop forgets a lease (offer or bound) and frees its address.
 func (st *segState) drop(l *lease) {
 	if st.byID[l.id] == l {
 		delete(st.byID, l.id)
+		if l.offered {
+			st.countOffer(l.MAC, -1)
+		}
 	}
 	if st.byIP[l.IP] == l {
 		delete(st.byIP, l.IP)

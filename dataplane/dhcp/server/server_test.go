@@ -5,6 +5,7 @@ package server
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -785,5 +786,56 @@ func TestDeclineLoopDrainsNothing(t *testing.T) {
 	a := dora(later)
 	if ig := decline(later, a); ig != IgnoreNone {
 		t.Fatalf("DECLINE after the probation: %v, want it to quarantine", ig)
+	}
+}
+
+// TestOneMACCannotHoldThePool: one MAC sending DISCOVERs with a fresh
+// client identifier (option 61) each time is offered OffersPerMAC
+// addresses at once, and no more (offer-limit), so a neighbour is still offered one; the same identifier
+// asking again is offered again; a bound lease does not count (a MAC has
+// one, whatever its identifier: the firmware's, then its OS's).
+func TestOneMACCannotHoldThePool(t *testing.T) {
+	for _, limit := range []int{0, 1, 3} { // 0: the default, 1
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			seg := Segment{Name: "s", ID: 1, Bridge: "br1", HostIP: netip.MustParsePrefix("192.168.100.1/24"),
+				RangeStart: ip("192.168.100.10"), RangeEnd: ip("192.168.100.29"), OffersPerMAC: limit}
+			s, err := New(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cid := func(i int) mod { return opt(dhcpv4.OptionClientIdentifier, []byte{0xff, byte(i)}) }
+			want := max(limit, 1)
+			offered := 0
+			for i := range 40 {
+				r, _ := s.Handle(t0.Add(time.Duration(i)*70*time.Millisecond), Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, cid(i))})
+				switch {
+				case r.Msg != nil:
+					offered++
+				case r.Ignored != IgnoreOfferLimit:
+					t.Fatalf("DISCOVER %d: ignored %v, want offer-limit", i, r.Ignored)
+				}
+			}
+			if offered != want {
+				t.Errorf("one MAC was offered %d addresses under 40 identifiers, want %d", offered, want)
+			}
+			if r, _ := s.Handle(t0.Add(3*time.Second), Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, cid(0))}); r.Msg == nil {
+				t.Errorf("the first identifier asking again: %v, want its offer", r.Ignored)
+			}
+			if r, _ := s.Handle(t0.Add(3*time.Second), Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macB)}); r.Msg == nil {
+				t.Errorf("a neighbour: %v, want an offer", r.Ignored)
+			}
+			// The offers lapse (OfferHold): the MAC binds under one
+			// identifier, then its OS DISCOVERs under another.
+			later := t0.Add(time.Minute)
+			s.Expire(later)
+			r, _ := s.Handle(later, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, cid(50))})
+			a := addr4(r.Msg.YourIPAddr)
+			if r, _ := s.Handle(later, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, cid(50), srvID(sid1), reqIP(a.String()))}); r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeAck {
+				t.Fatalf("binding under one identifier: %+v", r)
+			}
+			if r, _ := s.Handle(later, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, cid(51))}); r.Msg == nil {
+				t.Errorf("a bound MAC under a new identifier: %v, want an offer", r.Ignored)
+			}
+		})
 	}
 }
