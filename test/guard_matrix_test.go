@@ -100,6 +100,13 @@ func inner4x(t *testing.T, marker string, p peer) []byte {
 	return ser(t, marker, false, ip, u, gopacket.Payload(mark(marker)))
 }
 
+// encapsulated is a VXLAN header (VNI 77) and an Ethernet frame from the
+// victim's MAC carrying inner4x.
+func encapsulated(t *testing.T, marker string, p peer) []byte {
+	e := ser(t, marker, false, &layers.Ethernet{SrcMAC: p.victim.MAC, DstMAC: bcastMAC, EthernetType: layers.EthernetTypeIPv4}, gopacket.Payload(inner4x(t, marker, p)))
+	return append([]byte{0x08, 0, 0, 0, 0, 0, 77, 0}, e...)
+}
+
 // tunnelx is an IPv4 packet of protocol proto from the sender's own
 // address to broadcast, carrying inner.
 func tunnelx(t *testing.T, p peer, proto layers.IPProtocol, inner []byte) []byte {
@@ -233,6 +240,18 @@ func matrixClasses() []matrixClass {
 		})},
 		{"GRE carrying the victim's source", true, one(func(t *testing.T, p peer, m string) []byte {
 			return tunnelx(t, p, layers.IPProtocolGRE, append([]byte{0, 0, 0x08, 0x00}, inner4x(t, m, p)...))
+		})},
+		// UDP encapsulations: a tunnel socket (the node's own VXLAN
+		// endpoint among them) decapsulates whatever reaches its port,
+		// and its inner frame lands behind every guard (issue 30).
+		{"VXLAN carrying a frame from the victim's MAC and address", true, one(func(t *testing.T, p peer, m string) []byte {
+			return udp4x(t, m, p.mac, bcastMAC, p.ip, bcast4, 40000, 4789, encapsulated(t, m, p))
+		})},
+		{"Geneve carrying a frame from the victim's MAC and address", true, one(func(t *testing.T, p peer, m string) []byte {
+			return udp4x(t, m, p.mac, bcastMAC, p.ip, bcast4, 40000, 6081, encapsulated(t, m, p))
+		})},
+		{"EtherIP carrying a frame from the victim's MAC and address", true, one(func(t *testing.T, p peer, m string) []byte {
+			return tunnelx(t, p, 97, append([]byte{0x30, 0}, encapsulated(t, m, p)[8:]...))
 		})},
 		{"RA behind an IPv6 Mobility header", true, one(func(t *testing.T, p peer, m string) []byte {
 			ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: 135, SrcIP: eui64LL(p.mac).AsSlice(), DstIP: allNodes.AsSlice()}

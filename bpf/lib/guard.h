@@ -105,20 +105,38 @@ static __always_inline __u32 pv_ip4_allowed(__u32 ifindex, const struct pv_port 
 }
 
 /* pv_is_tunnel: protocols that carry a whole packet, whose inner source
- * the guard does not check (IPIP, 6in4, GRE) or that may carry an RA or a
+ * the guard does not check (IPIP, 6in4, GRE, EtherIP, L2TPv3, MPLS in IP,
+ * Ethernet in IPv6) or that may carry an RA or a
  * binding update behind an extension header it does not walk (Mobility):
  * a receiver that decapsulates would take the spoof. Pinned ports drop
  * them unless spec.allowTunnels.
  */
+#define PV_IPPROTO_ETHERIP 97 /* RFC 3378; not in the uapi headers */
+
 static __always_inline int pv_is_tunnel(__u8 proto)
 {
-	return proto == IPPROTO_IPIP || proto == IPPROTO_IPV6 || proto == IPPROTO_GRE || proto == IPPROTO_MH;
+	return proto == IPPROTO_IPIP || proto == IPPROTO_IPV6 || proto == IPPROTO_GRE ||
+	       proto == IPPROTO_MH || proto == PV_IPPROTO_ETHERIP || proto == IPPROTO_L2TP ||
+	       proto == IPPROTO_MPLS || proto == IPPROTO_ETHERNET;
+}
+
+/* pv_is_udp_tunnel: the well-known ports of UDP encapsulations (VXLAN,
+ * VXLAN-GPE, Geneve, MPLS in UDP). A tunnel socket decapsulates whatever
+ * reaches its port, whoever sent it: the node's own VXLAN endpoint would
+ * put a guest's inner frame on an overlay segment's bridge, behind every
+ * guard.
+ */
+static __always_inline int pv_is_udp_tunnel(__be16 dport)
+{
+	return dport == bpf_htons(4789) || dport == bpf_htons(4790) || dport == bpf_htons(6081) ||
+	       dport == bpf_htons(6635);
 }
 
 static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex, const struct pv_port *port)
 {
 	struct iphdr *ip = cur->pos;
 	__u32 hlen, r;
+	int tunnel;
 
 	if ((void *)(ip + 1) > cur->end)
 		return PV_R_MALFORMED;
@@ -127,6 +145,7 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 	hlen = ip->ihl * 4;
 	if (!cur_pull(cur, hlen) || bpf_ntohs(ip->tot_len) < hlen)
 		return PV_R_MALFORMED;
+	tunnel = pv_is_tunnel(ip->protocol);
 
 	/* Only a first fragment carries the UDP header. */
 	if (ip->protocol == IPPROTO_UDP && !(ip->frag_off & bpf_htons(0x1fff))) {
@@ -134,6 +153,7 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 
 		if (!udp)
 			return PV_R_MALFORMED;
+		tunnel = pv_is_udp_tunnel(udp->dest);
 		if (port->flags & PV_PORT_DHCP_GUARD) {
 			/* Only servers and relays send from 67 or to 68. */
 			if (udp->source == DHCP_SERVER_PORT || udp->dest == DHCP_CLIENT_PORT)
@@ -168,7 +188,7 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 	if (ip->saddr == 0)
 		return PV_R_IP4_SRC;
 	r = pv_ip4_allowed(ifindex, port, ip->saddr);
-	if (r < PV_R_DROP_MIN && pv_is_tunnel(ip->protocol) && !(port->flags & PV_PORT_TUNNELS))
+	if (r < PV_R_DROP_MIN && tunnel && !(port->flags & PV_PORT_TUNNELS))
 		return PV_R_TUNNEL;
 	return r;
 }
@@ -296,7 +316,7 @@ static __noinline __u32 pv_guard_nd(struct hdr_cursor *cur, __u32 ifindex, const
 static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex, const struct pv_port *port)
 {
 	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
-	int l4, icmp_type = -1;
+	int l4, tunnel, icmp_type = -1;
 	__u32 r;
 
 	if (!ip6 || ip6->version != 6)
@@ -304,6 +324,7 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 	l4 = ipv6_skip_ext(cur, ip6->nexthdr);
 	if (l4 < 0)
 		return PV_R_MALFORMED;
+	tunnel = pv_is_tunnel(l4);
 	if (l4 == IPPROTO_ICMPV6) {
 		__u8 *t = cur_pull(cur, 1);
 
@@ -315,18 +336,20 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 		r = pv_guard_nd(cur, ifindex, port, icmp_type);
 		if (r != PV_R_PASS)
 			return r;
-	} else if (l4 == IPPROTO_UDP && (port->flags & PV_PORT_DHCP_GUARD)) {
+	} else if (l4 == IPPROTO_UDP) {
 		struct udphdr *udp = cur_pull(cur, sizeof(*udp));
 
 		if (!udp)
 			return PV_R_MALFORMED;
+		tunnel = pv_is_udp_tunnel(udp->dest);
 		/* Only servers and relays send from 547 or to 546, whatever
 		 * the message; and a server's message type is refused on the
 		 * server port too (a rogue answering from another port).
 		 */
-		if (udp->source == DHCP6_SERVER_PORT || udp->dest == DHCP6_CLIENT_PORT)
+		if ((port->flags & PV_PORT_DHCP_GUARD) &&
+		    (udp->source == DHCP6_SERVER_PORT || udp->dest == DHCP6_CLIENT_PORT))
 			return PV_R_DHCP_SERVER;
-		if (udp->dest == DHCP6_SERVER_PORT) {
+		if ((port->flags & PV_PORT_DHCP_GUARD) && udp->dest == DHCP6_SERVER_PORT) {
 			__u8 *mt = cur_pull(cur, 1);
 
 			if (mt && (*mt == 2 || *mt == 7 || *mt == 10 || *mt == 13))
@@ -346,7 +369,7 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 		r = PV_R_PASS;
 	else
 		r = pv_ip6_prefix_allowed(ifindex, port, &ip6->saddr);
-	if (r < PV_R_DROP_MIN && pv_is_tunnel(l4) && !(port->flags & PV_PORT_TUNNELS))
+	if (r < PV_R_DROP_MIN && tunnel && !(port->flags & PV_PORT_TUNNELS))
 		return PV_R_TUNNEL;
 	return r;
 }

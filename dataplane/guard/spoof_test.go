@@ -84,6 +84,13 @@ func tunnel6(t testing.TB, next layers.IPProtocol, hbh bool, inner []byte) []byt
 	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(inner))
 }
 
+// vxlanFrame is a VXLAN header (VNI 77) and the Ethernet frame it carries:
+// a broadcast from a victim's MAC and address.
+func vxlanFrame(t testing.TB) []byte {
+	inner := serialize(t, eth(victimMAC, layers.EthernetTypeIPv4), gopacket.Payload(inner4(t)))
+	return append([]byte{0x08, 0, 0, 0, 0, 0, 77, 0}, inner...)
+}
+
 // mobilityRA is an IPv6 Mobility header (RFC 6275, no next header:
 // 59) followed by an RA, as an attacker hides one behind it.
 func mobilityRA() []byte {
@@ -117,6 +124,40 @@ func tunnelCases() []guardCase {
 		{name: "GRE over IPv6 dropped", frame: func(t testing.TB) []byte {
 			return tunnel6(t, layers.IPProtocolGRE, false, gre(t))
 		}, want: drop, reason: guard.ReasonTunnel},
+		// UDP encapsulations: the host's (or any receiver's) tunnel
+		// socket decapsulates whatever reaches its port, whoever sent
+		// it (issue 30: a guest injected frames behind every guard
+		// through its node's own VXLAN endpoint).
+		{name: "VXLAN to the node's VTEP dropped", frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP, serverIP, 40000, 4789, vxlanFrame(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "VXLAN-GPE dropped", frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP, otherIP, 40000, 4790, vxlanFrame(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "Geneve dropped", frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP, otherIP, 40000, 6081, vxlanFrame(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "MPLS in UDP dropped", frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP, otherIP, 40000, 6635, inner4(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "VXLAN over IPv6 dropped", frame: func(t testing.TB) []byte {
+			return udp6(t, vmIP6, 40000, 4789)
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "EtherIP dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, 97, append([]byte{0x30, 0}, vxlanFrame(t)[8:]...))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "L2TPv3 over IP dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, 115, vxlanFrame(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "MPLS in IP dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, 137, inner4(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "UDP to another port passes", frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP, otherIP, 40000, 4788, vxlanFrame(t))
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "VXLAN passes with allowTunnels", flags: allGuards | guard.PortTunnels, frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP, serverIP, 40000, 4789, vxlanFrame(t))
+		}, want: pass, reason: guard.ReasonPass},
 		{name: "IPIP passes with allowTunnels", flags: allGuards | guard.PortTunnels, frame: func(t testing.TB) []byte {
 			return tunnel4(t, vmIP, layers.IPProtocolIPv4, inner4(t))
 		}, want: pass, reason: guard.ReasonPass},

@@ -108,9 +108,11 @@ type PortSecuritySpec struct {
 	DHCPGuard           *bool         `json:"dhcpGuard,omitempty"`
 	ARPGuard            *bool         `json:"arpGuard,omitempty"`
 	RAGuard             *bool         `json:"raGuard,omitempty"`
-	// AllowTunnels lets the guest send IP-in-IP, 6in4, GRE and IPv6
-	// Mobility, whose inner packets the guard does not check (default
-	// false: dropped, counted as "tunnel").
+	// AllowTunnels lets the guest send IP-in-IP, 6in4, GRE, EtherIP,
+	// L2TPv3, MPLS in IP, Ethernet in IPv6, IPv6 Mobility and UDP to the
+	// VXLAN, VXLAN-GPE, Geneve and MPLS-in-UDP ports, whose inner packets
+	// the guard does not check (default false: dropped, counted as
+	// "tunnel").
 	AllowTunnels *bool    `json:"allowTunnels,omitempty"`
 	ACL          *ACLSpec `json:"acl,omitempty"`
 }
