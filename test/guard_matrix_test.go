@@ -282,7 +282,19 @@ func matrixClasses() []matrixClass {
 			}
 			return [][]byte{frag(0, true, 64), frag(4, false, 64)} // the second overlaps the first
 		}},
-		{"ARP probe storm (RFC 5227 probes for the victim's address)", false, func(t *testing.T, p peer, m string) [][]byte {
+		// Conflict detection turned against the neighbour (issue 30): a
+		// probe for its address, from 0.0.0.0 or from ::, makes it give
+		// the address up; probes for the sender's own pass.
+		{"ARP probe for its own address", false, one(func(t *testing.T, p peer, m string) []byte {
+			return arpx(t, m, p.mac, p.mac, netip.IPv4Unspecified(), p.ip)
+		})},
+		{"DAD probe for the victim's link-local", true, one(func(t *testing.T, p peer, m string) []byte {
+			return icmp6x(t, m, p.mac, netip.IPv6Unspecified(), allNodes, 255, 135, append(make([]byte, 4), eui64LL(p.victim.MAC).AsSlice()...))
+		})},
+		{"DAD probe for its own link-local", false, one(func(t *testing.T, p peer, m string) []byte {
+			return icmp6x(t, m, p.mac, netip.IPv6Unspecified(), allNodes, 255, 135, append(make([]byte, 4), eui64LL(p.mac).AsSlice()...))
+		})},
+		{"ARP probe storm (RFC 5227 probes for the victim's address)", true, func(t *testing.T, p peer, m string) [][]byte {
 			var fs [][]byte
 			for range 100 {
 				fs = append(fs, arpx(t, m, p.mac, p.mac, netip.IPv4Unspecified(), p.vIP))

@@ -211,9 +211,17 @@ static __always_inline __u32 pv_guard_arp(struct hdr_cursor *cur, __u32 ifindex,
 	if (!mac_eq(arp->sha, port->mac))
 		return PV_R_ARP_SHA;
 	__builtin_memcpy(&spa, arp->spa, sizeof(spa));
-	/* Address conflict probes (RFC 5227) come from 0.0.0.0. */
-	if (spa == 0)
-		return PV_R_PASS;
+	/* Address conflict probes (RFC 5227) come from 0.0.0.0, and only for
+	 * an address the port may use: a probe for a neighbour's address is
+	 * a conflict it must answer by giving its address up.
+	 */
+	if (spa == 0) {
+		__be32 tpa;
+
+		__builtin_memcpy(&tpa, arp->tpa, sizeof(tpa));
+		r = pv_ip4_allowed(ifindex, port, tpa);
+		return r < PV_R_DROP_MIN ? PV_R_PASS : PV_R_ARP_SPA;
+	}
 	r = pv_ip4_allowed(ifindex, port, spa);
 	return r < PV_R_DROP_MIN ? r : PV_R_ARP_SPA;
 }
@@ -288,7 +296,7 @@ static __always_inline int pv_nd_lladdr_ok(struct hdr_cursor *cur, const struct 
  * options only with its MAC, no Redirect (a guest is not a router).
  */
 static __noinline __u32 pv_guard_nd(struct hdr_cursor *cur, __u32 ifindex, const struct pv_port *port,
-				    int icmp_type)
+				    int icmp_type, int from_unspec)
 {
 	struct in6_addr *target;
 
@@ -305,8 +313,12 @@ static __noinline __u32 pv_guard_nd(struct hdr_cursor *cur, __u32 ifindex, const
 		target = cur_pull(cur, sizeof(*target));
 		if (!target)
 			return PV_R_MALFORMED;
-		if (icmp_type == ICMPV6_NA && !(port->flags & PV_PORT_ANY6) &&
-		    !ipv6_is_eui64_ll(target, port->mac) &&
+		/* An NA, and a DAD probe (an NS from ::, RFC 4862), only for
+		 * an address the port may use: an NS from :: for a
+		 * neighbour's tentative address fails its DAD.
+		 */
+		if ((icmp_type == ICMPV6_NA || (icmp_type == ICMPV6_NS && from_unspec)) &&
+		    !(port->flags & PV_PORT_ANY6) && !ipv6_is_eui64_ll(target, port->mac) &&
 		    pv_ip6_prefix_allowed(ifindex, port, target) != PV_R_PASS)
 			return PV_R_ND_SPOOF;
 	}
@@ -333,7 +345,7 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 		icmp_type = *t;
 		if (icmp_type == ICMPV6_RA && (port->flags & PV_PORT_RA_GUARD))
 			return PV_R_RA;
-		r = pv_guard_nd(cur, ifindex, port, icmp_type);
+		r = pv_guard_nd(cur, ifindex, port, icmp_type, ipv6_is_unspec(&ip6->saddr));
 		if (r != PV_R_PASS)
 			return r;
 	} else if (l4 == IPPROTO_UDP) {

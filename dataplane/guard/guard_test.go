@@ -178,6 +178,24 @@ func arp(t testing.TB, op uint16, sha net.HardwareAddr, spa netip.Addr) []byte {
 	return serialize(t, eth(vmMAC, layers.EthernetTypeARP), a)
 }
 
+// arpProbe is an RFC 5227 probe from the VM: who has tpa, from 0.0.0.0.
+func arpProbe(t testing.TB, tpa netip.Addr) []byte {
+	a := &layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4,
+		HwAddressSize: 6, ProtAddressSize: 4, Operation: layers.ARPRequest,
+		SourceHwAddress: vmMAC, SourceProtAddress: netip.IPv4Unspecified().AsSlice(),
+		DstHwAddress: make([]byte, 6), DstProtAddress: tpa.AsSlice()}
+	return serialize(t, eth(vmMAC, layers.EthernetTypeARP), a)
+}
+
+// dadNS is a duplicate address detection probe from the VM: a Neighbor
+// Solicitation from :: for target.
+func dadNS(t testing.TB, target netip.Addr) []byte {
+	ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolICMPv6, SrcIP: netip.IPv6Unspecified().AsSlice(), DstIP: allNodes.AsSlice()}
+	ic := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeNeighborSolicitation, 0)}
+	must(t, ic.SetNetworkLayerForChecksum(ip))
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, ic, gopacket.Payload(append(make([]byte, 4), target.AsSlice()...)))
+}
+
 func icmp6(t testing.TB, sip netip.Addr, typ uint8, ext ...gopacket.SerializableLayer) []byte {
 	nh := layers.IPProtocolICMPv6
 	if len(ext) > 0 {
@@ -316,9 +334,20 @@ func guardCases() []guardCase {
 		{name: "ARP reply from leased IP passes", setup: bound(leasedIP), frame: func(t testing.TB) []byte {
 			return arp(t, layers.ARPReply, vmMAC, leasedIP)
 		}, want: pass, reason: guard.ReasonPassLease},
-		{name: "ARP probe from 0.0.0.0 passes", frame: func(t testing.TB) []byte {
-			return arp(t, layers.ARPRequest, vmMAC, netip.IPv4Unspecified())
+		// RFC 5227 probes (from 0.0.0.0) only for an address the port
+		// may use: a probe for a neighbour's makes it give its address up.
+		{name: "ARP probe for its own address passes", frame: func(t testing.TB) []byte {
+			return arpProbe(t, vmIP)
 		}, want: pass, reason: guard.ReasonPass},
+		{name: "ARP probe for its leased address passes", setup: bound(leasedIP), frame: func(t testing.TB) []byte {
+			return arpProbe(t, leasedIP)
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "ARP probe for a neighbour's address dropped", frame: func(t testing.TB) []byte {
+			return arpProbe(t, otherIP)
+		}, want: drop, reason: guard.ReasonARPSPA},
+		{name: "ARP probe for the gateway's address dropped", frame: func(t testing.TB) []byte {
+			return arpProbe(t, serverIP)
+		}, want: drop, reason: guard.ReasonARPSPA},
 		{name: "ARP spoofed sender MAC dropped", frame: func(t testing.TB) []byte {
 			return arp(t, layers.ARPReply, evilMAC, vmIP)
 		}, want: drop, reason: guard.ReasonARPSHA},
@@ -371,6 +400,18 @@ func guardCases() []guardCase {
 		{name: "DAD neighbor solicitation from :: passes", frame: func(t testing.TB) []byte {
 			return icmp6(t, netip.IPv6Unspecified(), layers.ICMPv6TypeNeighborSolicitation)
 		}, want: pass, reason: guard.ReasonPassUnspec6},
+		// DAD only for addresses the port may use: an NS from :: for a
+		// neighbour's tentative address fails its DAD (no IPv6 at all
+		// for its EUI-64 link-local).
+		{name: "DAD for its pinned address passes", frame: func(t testing.TB) []byte {
+			return dadNS(t, vmIP6)
+		}, want: pass, reason: guard.ReasonPassUnspec6},
+		{name: "DAD for a neighbour's link-local dropped", frame: func(t testing.TB) []byte {
+			return dadNS(t, netip.MustParseAddr("fe80::5054:ff:fe77:7777"))
+		}, want: drop, reason: guard.ReasonNDSpoof},
+		{name: "DAD for a neighbour's global address dropped", frame: func(t testing.TB) []byte {
+			return dadNS(t, otherIP6)
+		}, want: drop, reason: guard.ReasonNDSpoof},
 		{name: "UDP from :: dropped", frame: func(t testing.TB) []byte {
 			return udp6(t, netip.IPv6Unspecified(), 1000, 53)
 		}, want: drop, reason: guard.ReasonIP6Src},
