@@ -194,6 +194,35 @@ static __always_inline int acl_inner6(struct hdr_cursor *cur, struct pv_ct_key *
 #define IP_MF     0x2000
 #define IP_OFFSET 0x1fff
 
+/* What an ICMP error may be: RFC 1812 4.3.2.3 (IPv4: 576 bytes) and RFC
+ * 4443 2.4 (IPv6: the minimum MTU, 1280). A longer one carries more than
+ * a quote.
+ */
+#define ICMP4_ERROR_MAX_LEN 576
+#define ICMP6_ERROR_MAX_LEN 1280
+
+/* acl_error_ours reports whether an ICMP error in direction dir, whose
+ * own flow was outer, is about the quoted flow inner, as the VM's end of
+ * it sees it: about the VM's address; and from the VM, only to the quoted
+ * flow's peer (toward the VM a router on the way may send it). Otherwise
+ * an error to a host the rules deny would pass as related to a flow with
+ * another, carrying whatever follows its quote.
+ */
+static __always_inline int acl_error_ours(const struct pv_ct_key *outer, const struct pv_ct_key *inner,
+					  __u32 dir)
+{
+	const __u32 *ov = (const __u32 *)outer->vm_addr, *iv = (const __u32 *)inner->vm_addr;
+	const __u32 *op = (const __u32 *)outer->peer_addr, *ip = (const __u32 *)inner->peer_addr;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 4; i++) {
+		if (ov[i] != iv[i] || (dir == PV_ACL_EGRESS && op[i] != ip[i]))
+			return 0;
+	}
+	return 1;
+}
+
 /* acl_later_fragment gives a later fragment the ports its packet's first
  * fragment carried, if that one was seen: returns 1, else 0.
  */
@@ -345,8 +374,15 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 		    acl_dhcp4_ok(p->ct.ifindex, dir, p->peer4))
 			return ACL_ALWAYS;
 	}
-	if (ip->protocol == IPPROTO_ICMP && icmp4_is_error(t))
-		return acl_inner4(cur, &p->ct, dir) < 0 ? ACL_UNTRACKED : ACL_RELATED;
+	if (ip->protocol == IPPROTO_ICMP && icmp4_is_error(t)) {
+		struct pv_ct_key outer = p->ct;
+
+		if (bpf_ntohs(ip->tot_len) <= ICMP4_ERROR_MAX_LEN && acl_inner4(cur, &p->ct, dir) >= 0 &&
+		    acl_error_ours(&outer, &p->ct, dir))
+			return ACL_RELATED;
+		p->ct = outer; /* the rules decide it as any ICMP message */
+		return ACL_UNTRACKED;
+	}
 	return ACL_TRACK;
 }
 
@@ -409,8 +445,15 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 		dst = dir == PV_ACL_EGRESS ? p->ct.peer_addr : p->ct.vm_addr;
 		if (acl_nd_ok(dir, t, hop, src, dst, (long)(cur->end - l4h)))
 			return ACL_ALWAYS;
-		if (t >= 1 && t <= ICMPV6_ERROR_MAX)
-			return acl_inner6(cur, &p->ct, dir) < 0 ? ACL_UNTRACKED : ACL_RELATED;
+		if (t >= 1 && t <= ICMPV6_ERROR_MAX) {
+			struct pv_ct_key outer = p->ct;
+
+			if (sizeof(*ip6) + bpf_ntohs(ip6->payload_len) <= ICMP6_ERROR_MAX_LEN &&
+			    acl_inner6(cur, &p->ct, dir) >= 0 && acl_error_ours(&outer, &p->ct, dir))
+				return ACL_RELATED;
+			p->ct = outer;
+			return ACL_UNTRACKED;
+		}
 	}
 	return ACL_TRACK;
 }

@@ -550,3 +550,58 @@ func TestPrivilegedACLSimTwin(t *testing.T) {
 	must(t, p.acl.Delete(aclmap.NewKey(port, guard.ACLIngress)))
 	run("no ACL toward the VM", true, tcp4(t, ap(aclPeer, 1), ap(vm, 23)), guard.VerdictPass, guard.ReasonNotGuarded)
 }
+
+// icmpErrFrom4 is an ICMP port unreachable from src to dst quoting the IP
+// packet of quoted (an Ethernet frame) whole, then extra bytes of its own.
+func icmpErrFrom4(t testing.TB, src, dst netip.Addr, quoted []byte, extra int) []byte {
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	ic := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable, 3)}
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, ic, gopacket.Payload(append(append([]byte(nil), quoted[14:]...), make([]byte, extra)...)))
+}
+
+// TestPrivilegedACLErrorsCarryNoData: a port whose ACL lets out only UDP
+// 5000 to one peer must not reach a denied host inside an ICMP error that
+// quotes the tracked flow (issue 30): an error from the VM is related only
+// when it goes to the quoted flow's peer, and only as long as an error may
+// be (576 bytes, RFC 1812).
+func TestPrivilegedACLErrorsCarryNoData(t *testing.T) {
+	p := loadACL(t)
+	vm := vmIP
+	anyPorts := func(e aclmap.Entry) aclmap.Entry { e.AnyPorts(); return e }
+	out := []aclmap.Entry{{Action: guard.ACLAllow, Proto: aclmap.ProtoUDP, Peer: netip.PrefixFrom(aclPeer, 32), PortMin: 5000, PortMax: 5000}}
+	in := []aclmap.Entry{anyPorts(aclmap.Entry{Action: guard.ACLDeny, Proto: aclmap.ProtoUDP})}
+	iv, err := aclmap.NewValue(in, guard.ACLDeny, guard.ACLStateful, 0)
+	must(t, err)
+	ev, err := aclmap.NewValue(out, guard.ACLDeny, guard.ACLStateful, 0)
+	must(t, err)
+	ver := aclmap.Version(iv, ev)
+	iv.Version, ev.Version = ver, ver
+	must(t, p.acl.Put(aclmap.NewKey(port, guard.ACLIngress), iv))
+	must(t, p.acl.Put(aclmap.NewKey(port, guard.ACLEgress), ev))
+	pv := portmap.NewValue(mac6(vmMAC), segID, serverIP, allGuards, vmIP)
+	pv.CounterSlot = portSlot
+	must(t, p.ports.Put(portmap.NewKey(port), pv))
+
+	// The peer's datagram, as the VM would quote it.
+	fromPeer := udp4(t, vmMAC, aclPeer, vm, 5000, 5000, []byte("hello"))
+	for _, s := range []struct {
+		name  string
+		frame []byte
+		want  guard.Verdict
+	}{
+		{"the VM opens UDP 5000 to its peer", udp4(t, vmMAC, vm, aclPeer, 5000, 5000, []byte("x")), guard.VerdictPass},
+		{"plain UDP to a denied host", udp4(t, vmMAC, vm, aclOutside, 5000, 5000, []byte("data")), guard.VerdictDrop},
+		{"an ICMP error to its peer about the flow", icmpErrFrom4(t, vm, aclPeer, fromPeer, 0), guard.VerdictPass},
+		{"the same error to a denied host", icmpErrFrom4(t, vm, aclOutside, fromPeer, 0), guard.VerdictDrop},
+		{"the same error to a denied host, with data after the quote", icmpErrFrom4(t, vm, aclOutside, fromPeer, 400), guard.VerdictDrop},
+		{"an error to its peer longer than an error may be", icmpErrFrom4(t, vm, aclPeer, fromPeer, 600), guard.VerdictDrop},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			got, _, err := guard.RunSKB(p.fromVM, port, s.frame, 1)
+			testutil.SkipIfNotSupported(t, err)
+			if got != s.want {
+				t.Errorf("verdict %s, want %s", got, s.want)
+			}
+		})
+	}
+}
