@@ -140,9 +140,9 @@ static __always_inline int acl_l4(struct hdr_cursor *cur, struct pv_ct_key *k, _
  * too short to hold them is malformed (and a first fragment that splits
  * the header is the tiny-fragment attack of RFC 1858): -1.
  */
-static __always_inline int acl_tcp_flags(const __u8 *h, const void *end, struct acl_pkt *p)
+static __always_inline int acl_tcp_flags(const __u8 *h, const void *end, __u32 left, struct acl_pkt *p)
 {
-	if ((const void *)(h + 14) > end)
+	if ((const void *)(h + 14) > end || left < 14)
 		return -1;
 	p->tcp_flags = h[13];
 	return 0;
@@ -332,12 +332,17 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 {
 	struct iphdr *ip = cur->pos;
 	void *l4h;
+	__u32 l4left;
 	int t;
 
 	if ((void *)(ip + 1) > cur->end || ip->version != 4 || ip->ihl < 5)
 		return ACL_BAD;
-	if (!cur_pull(cur, ip->ihl * 4))
+	if (bpf_ntohs(ip->tot_len) < ip->ihl * 4 || !cur_pull(cur, ip->ihl * 4))
 		return ACL_BAD;
+	/* Ports and flags are read within the IP length, never from bytes
+	 * after the packet.
+	 */
+	cur_limit(cur, bpf_ntohs(ip->tot_len) - ip->ihl * 4);
 	p->family = 4;
 	p->proto = ip->protocol;
 	p->peer4 = dir == PV_ACL_EGRESS ? ip->daddr : ip->saddr;
@@ -348,6 +353,7 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 	 * fragment's ports (a flow already decided), else without ports.
 	 */
 	l4h = cur->pos;
+	l4left = cur->left;
 	if (ip->frag_off & bpf_htons(IP_OFFSET | IP_MF)) {
 		struct pv_frag_key fk = {};
 
@@ -360,7 +366,7 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 	} else if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0) {
 		return ACL_BAD;
 	}
-	if (ip->protocol == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, p) < 0)
+	if (ip->protocol == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, l4left, p) < 0)
 		return ACL_BAD;
 	p->have_ports = 1;
 	if (ip->protocol == IPPROTO_UDP) {
@@ -393,11 +399,17 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	struct pv_frag_key fk = {};
 	const __u8 *src, *dst;
 	void *l4h;
+	__u32 l4left;
 	int l4, t;
 	__u8 hop;
 
 	if (!ip6 || ip6->version != 6)
 		return ACL_BAD;
+	/* Headers are read within the payload length: a first fragment
+	 * without its whole upper-layer header is malformed (RFC 7112), not
+	 * matched on ports read from bytes after the packet.
+	 */
+	cur_limit(cur, bpf_ntohs(ip6->payload_len));
 	hop = ip6->hop_limit;
 	p->family = 6;
 	acl_addr6(p->ct.vm_addr, dir == PV_ACL_EGRESS ? &ip6->saddr : &ip6->daddr);
@@ -421,9 +433,10 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	p->ct.proto = l4;
 	p->proto = l4 == IPPROTO_ICMPV6 ? IPPROTO_ICMP : l4;
 	l4h = cur->pos;
+	l4left = cur->left;
 	if (acl_l4(cur, &p->ct, dir, l4, &p->dport, &t) < 0)
 		return ACL_BAD;
-	if (l4 == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, p) < 0)
+	if (l4 == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, l4left, p) < 0)
 		return ACL_BAD;
 	p->have_ports = 1;
 	if (fr.present && fr.more)
@@ -443,7 +456,7 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	if (l4 == IPPROTO_ICMPV6) {
 		src = dir == PV_ACL_EGRESS ? p->ct.vm_addr : p->ct.peer_addr;
 		dst = dir == PV_ACL_EGRESS ? p->ct.peer_addr : p->ct.vm_addr;
-		if (acl_nd_ok(dir, t, hop, src, dst, (long)(cur->end - l4h)))
+		if (acl_nd_ok(dir, t, hop, src, dst, (long)l4left))
 			return ACL_ALWAYS;
 		if (t >= 1 && t <= ICMPV6_ERROR_MAX) {
 			struct pv_ct_key outer = p->ct;
@@ -554,7 +567,7 @@ static __always_inline int acl_tracked(const struct pv_acl_set *acl, struct acl_
 static __always_inline __u32 pv_acl_check(struct __sk_buff *ctx, __u32 dir, __u32 ifindex,
 					  const struct pv_acl_set *acl)
 {
-	struct hdr_cursor cur = { .pos = ctx_data(ctx), .end = ctx_data_end(ctx) };
+	struct hdr_cursor cur = { .pos = ctx_data(ctx), .end = ctx_data_end(ctx), .left = CUR_UNLIMITED };
 	struct ethhdr *eth = cur_pull(&cur, sizeof(*eth));
 	__u32 pass = dir == PV_ACL_INGRESS ? PV_R_PASS_TO_VM : PV_R_PASS;
 	struct acl_pkt p = { .ct = { .ifindex = ifindex } };

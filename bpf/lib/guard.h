@@ -143,8 +143,12 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 	if (ip->version != 4 || ip->ihl < 5)
 		return PV_R_MALFORMED;
 	hlen = ip->ihl * 4;
-	if (!cur_pull(cur, hlen) || bpf_ntohs(ip->tot_len) < hlen)
+	if (bpf_ntohs(ip->tot_len) < hlen || !cur_pull(cur, hlen))
 		return PV_R_MALFORMED;
+	/* What follows is parsed to the IP length, not to the frame's end: a
+	 * first fragment must carry its whole UDP header (RFC 7112).
+	 */
+	cur_limit(cur, bpf_ntohs(ip->tot_len) - hlen);
 	tunnel = pv_is_tunnel(ip->protocol);
 
 	/* Only a first fragment carries the UDP header. */
@@ -275,19 +279,24 @@ static __always_inline int pv_nd_lladdr_ok(struct hdr_cursor *cur, const struct 
 		__u8 *o = cur->pos;
 		__u32 len;
 
-		if ((void *)(o + 2) > cur->end)
+		if (cur->left == 0)
 			return 1; /* no more options */
+		/* An option past the bytes the program sees (the linear
+		 * data on tcx) is one it cannot check: refused.
+		 */
+		if ((void *)(o + 2) > cur->end || cur->left < 2)
+			return 0;
 		len = o[1] * 8;
 		if (len == 0)
 			return 0; /* RFC 4861 4.6: a zero length is invalid */
 		if (o[0] == ND_OPT_SLLA || o[0] == ND_OPT_TLLA) {
-			if ((void *)(o + 8) > cur->end || !mac_eq(o + 2, port->mac))
+			if ((void *)(o + 8) > cur->end || cur->left < 8 || !mac_eq(o + 2, port->mac))
 				return 0;
 		}
 		if (!cur_pull(cur, len))
 			return 0;
 	}
-	return (void *)cur->pos >= cur->end;
+	return cur->left == 0;
 }
 
 /* pv_guard_nd checks neighbour discovery from the VM, as the ARP guard
@@ -333,6 +342,11 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 
 	if (!ip6 || ip6->version != 6)
 		return PV_R_MALFORMED;
+	/* Parsed to the payload length: an RA or a DHCPv6 reply whose header
+	 * is not in the first fragment is malformed (RFC 7112), not passed
+	 * on the strength of bytes after the packet.
+	 */
+	cur_limit(cur, bpf_ntohs(ip6->payload_len));
 	l4 = ipv6_skip_ext(cur, ip6->nexthdr);
 	if (l4 < 0)
 		return PV_R_MALFORMED;
@@ -389,7 +403,7 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 /* pv_guard returns the enum pv_reason for a frame from a guarded port. */
 static __always_inline __u32 pv_guard(struct __ctx_buff *ctx, __u32 ifindex, const struct pv_port *port)
 {
-	struct hdr_cursor cur = { .pos = ctx_data(ctx), .end = ctx_data_end(ctx) };
+	struct hdr_cursor cur = { .pos = ctx_data(ctx), .end = ctx_data_end(ctx), .left = CUR_UNLIMITED };
 	struct ethhdr *eth = cur_pull(&cur, sizeof(*eth));
 
 	if (!eth)

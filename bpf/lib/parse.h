@@ -61,22 +61,43 @@ struct arp_eth {
 	__u8 tpa[4];
 };
 
-/* struct hdr_cursor: the next unparsed byte and the end of the data. */
+/* struct hdr_cursor: the next unparsed byte, the end of the data, and
+ * how many bytes of the IP packet are left from pos (CUR_UNLIMITED until
+ * its header says): a frame may carry bytes past its IP length (padding,
+ * or an attacker's), which no header parsed from it may take.
+ */
 struct hdr_cursor {
 	void *pos;
 	void *end;
+	__u32 left;
 };
 
-/* cur_pull returns the next len bytes and advances, or NULL if truncated. */
-#define cur_pull(cur, len)                        \
-	({                                        \
-		void *__p = (cur)->pos;           \
-		if (__p + (len) > (cur)->end)     \
-			__p = NULL;               \
-		else                              \
-			(cur)->pos = __p + (len); \
-		__p;                              \
+#define CUR_UNLIMITED 0xffffffffu
+
+/* cur_pull returns the next len bytes and advances, or NULL if the frame
+ * or the IP packet is too short.
+ */
+#define cur_pull(cur, len)                                       \
+	({                                                       \
+		void *__p = (cur)->pos;                          \
+		__u32 __l = (len);                               \
+		if (__p + __l > (cur)->end || __l > (cur)->left) \
+			__p = NULL;                              \
+		else {                                           \
+			(cur)->pos = __p + __l;                  \
+			(cur)->left -= __l;                      \
+		}                                                \
+		__p;                                             \
 	})
+
+/* cur_limit bounds the cursor to the n bytes of the IP packet left from
+ * it (never beyond a limit it already has).
+ */
+static __always_inline void cur_limit(struct hdr_cursor *cur, __u32 n)
+{
+	if (n < cur->left)
+		cur->left = n;
+}
 
 /* mac_eq compares a frame MAC with a map MAC, as three 16-bit loads (frame
  * MACs are 2-byte aligned).

@@ -252,6 +252,21 @@ func TestPrivilegedACL(t *testing.T) {
 		},
 			guard.VerdictDrop, guard.ReasonACLIngress},
 
+		// Headers are read within the IP length (RFC 7112): a first
+		// fragment with only a destination options header matches no
+		// ports read from bytes after the packet.
+		{"IPv6 first fragment with its TCP header only after the packet", true, func(t testing.TB) []byte {
+			ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolIPv6Fragment, SrcIP: aclPeer6.AsSlice(), DstIP: vmIP6.AsSlice()}
+			hdrs := []byte{60, 0, 0, 1, 0, 0, 0x56, 0x78, 6, 0, 1, 4, 0, 0, 0, 0} // fragment (offset 0, M), destination options (PadN)
+			tcp := []byte{0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x04, 0, 0, 0, 0, 0} // 40000 -> 443, SYN
+			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(hdrs)), tcp...)
+		}, guard.VerdictDrop, guard.ReasonMalformed},
+		{"IPv4 TCP with its header only after the packet", true, func(t testing.TB) []byte {
+			ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: aclOutside.AsSlice(), DstIP: vm.AsSlice()}
+			tcp := []byte{0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x04, 0, 0, 0, 0, 0}
+			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip), tcp...)
+		}, guard.VerdictDrop, guard.ReasonMalformed},
+
 		// Stateful: what the VM opens, its replies pass.
 		{"VM opens https", false, func(t testing.TB) []byte { return tcp4(t, ap(vm, 50000), ap(aclOutside, 443)) },
 			guard.VerdictPass, uncounted},

@@ -476,7 +476,7 @@ func guardCases() []guardCase {
 		{name: "truncated IPv6 extension header dropped", frame: func(t testing.TB) []byte {
 			return icmp6(t, llIP6, layers.ICMPv6TypeRouterAdvertisement, hopByHop())[:14+40+4]
 		}, want: drop, reason: guard.ReasonMalformed},
-	}, append(spoofCases(), tunnelCases()...)...)
+	}, append(append(spoofCases(), tunnelCases()...), fragmentCases()...)...)
 }
 
 // TestPrivilegedGuard runs every rule through both programs with

@@ -97,6 +97,42 @@ func mobilityRA() []byte {
 	return append([]byte{59, 1, 0, 0, 0, 0, 0, 0}, 134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0)
 }
 
+// firstFragment6 is an IPv6 first fragment (more fragments follow) from
+// the VM's link-local address whose fragment header names next, with no
+// byte of the upper-layer header in the packet, then trailing bytes after
+// the packet's end: what a parser reading to the frame's end takes as
+// that header.
+func firstFragment6(t testing.TB, next byte, trailing []byte) []byte {
+	ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolIPv6Fragment, SrcIP: llIP6.AsSlice(), DstIP: allNodes.AsSlice()}
+	frag := []byte{next, 0, 0, 1, 0, 0, 0x12, 0x34} // offset 0, M
+	return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(frag)), trailing...)
+}
+
+// fragmentCases: headers are parsed to the IP length, not to the frame's
+// end, and a first fragment must carry its whole upper-layer header (RFC
+// 7112), or an RA or a DHCPv6 reply would pass on the strength of bytes
+// after the packet while its real header comes in the next fragment.
+func fragmentCases() []guardCase {
+	drop := guard.VerdictDrop
+	return []guardCase{
+		{name: "ICMPv6 first fragment without its header (an RA in the next) dropped", frame: func(t testing.TB) []byte {
+			return firstFragment6(t, 58, []byte{128, 0, 0, 0, 0, 0, 0, 0}) // an echo request after the packet
+		}, want: drop, reason: guard.ReasonMalformed},
+		{name: "UDP first fragment without its header (a DHCPv6 reply in the next) dropped", frame: func(t testing.TB) []byte {
+			return firstFragment6(t, 17, []byte{0x13, 0x88, 0, 53, 0, 8, 0, 0}) // 5000 -> 53 after the packet
+		}, want: drop, reason: guard.ReasonMalformed},
+		{name: "IPv4 UDP first fragment without its header dropped", frame: func(t testing.TB) []byte {
+			ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: vmIP.AsSlice(), DstIP: otherIP.AsSlice(), Flags: layers.IPv4MoreFragments}
+			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip), 0x13, 0x88, 0, 53, 0, 8, 0, 0)
+		}, want: drop, reason: guard.ReasonMalformed},
+		{name: "NS whose option runs past the packet dropped", frame: func(t testing.TB) []byte {
+			o := lladdr(1, vmMAC)
+			o[1] = 2 // 16 bytes, 8 of them after the packet's end
+			return append(nd(t, layers.ICMPv6TypeNeighborSolicitation, vmIP6, o), make([]byte, 8)...)
+		}, want: drop, reason: guard.ReasonNDSpoof},
+	}
+}
+
 // tunnelCases: the guard sees only the outer header, so a pinned port
 // sends no IPIP, 6in4, GRE or Mobility unless spec.allowTunnels.
 func tunnelCases() []guardCase {
