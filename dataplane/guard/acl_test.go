@@ -76,9 +76,16 @@ func programACL(t testing.TB, p aclProgs, flags guard.ACLFlags, extraIngress ...
 	}, extraIngress...)
 	out := []aclmap.Entry{any(aclmap.Entry{Action: guard.ACLDeny, Proto: aclmap.ProtoUDP})}
 	out[0].PortMin, out[0].PortMax = 53, 53
-	iv, err := aclmap.NewValue(in, guard.ACLDeny, flags, 0)
+	return putACL(t, p, in, guard.ACLDeny, out, guard.ACLAllow, flags)
+}
+
+// putACL writes the test port and its ACL: rules in and out with their
+// defaults.
+func putACL(t testing.TB, p aclProgs, in []aclmap.Entry, inDefault guard.ACLAction, out []aclmap.Entry, outDefault guard.ACLAction, flags guard.ACLFlags) uint32 {
+	t.Helper()
+	iv, err := aclmap.NewValue(in, inDefault, flags, 0)
 	must(t, err)
-	ev, err := aclmap.NewValue(out, guard.ACLAllow, flags, 0)
+	ev, err := aclmap.NewValue(out, outDefault, flags, 0)
 	must(t, err)
 	ver := aclmap.Version(iv, ev)
 	iv.Version, ev.Version = ver, ver
@@ -257,7 +264,7 @@ func TestPrivilegedACL(t *testing.T) {
 		// ports read from bytes after the packet.
 		{"IPv6 first fragment with its TCP header only after the packet", true, func(t testing.TB) []byte {
 			ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolIPv6Fragment, SrcIP: aclPeer6.AsSlice(), DstIP: vmIP6.AsSlice()}
-			hdrs := []byte{60, 0, 0, 1, 0, 0, 0x56, 0x78, 6, 0, 1, 4, 0, 0, 0, 0} // fragment (offset 0, M), destination options (PadN)
+			hdrs := []byte{60, 0, 0, 1, 0, 0, 0x56, 0x78, 6, 0, 1, 4, 0, 0, 0, 0}                          // fragment (offset 0, M), destination options (PadN)
 			tcp := []byte{0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x04, 0, 0, 0, 0, 0} // 40000 -> 443, SYN
 			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(hdrs)), tcp...)
 		}, guard.VerdictDrop, guard.ReasonMalformed},
@@ -585,17 +592,7 @@ func TestPrivilegedACLErrorsCarryNoData(t *testing.T) {
 	anyPorts := func(e aclmap.Entry) aclmap.Entry { e.AnyPorts(); return e }
 	out := []aclmap.Entry{{Action: guard.ACLAllow, Proto: aclmap.ProtoUDP, Peer: netip.PrefixFrom(aclPeer, 32), PortMin: 5000, PortMax: 5000}}
 	in := []aclmap.Entry{anyPorts(aclmap.Entry{Action: guard.ACLDeny, Proto: aclmap.ProtoUDP})}
-	iv, err := aclmap.NewValue(in, guard.ACLDeny, guard.ACLStateful, 0)
-	must(t, err)
-	ev, err := aclmap.NewValue(out, guard.ACLDeny, guard.ACLStateful, 0)
-	must(t, err)
-	ver := aclmap.Version(iv, ev)
-	iv.Version, ev.Version = ver, ver
-	must(t, p.acl.Put(aclmap.NewKey(port, guard.ACLIngress), iv))
-	must(t, p.acl.Put(aclmap.NewKey(port, guard.ACLEgress), ev))
-	pv := portmap.NewValue(mac6(vmMAC), segID, serverIP, allGuards, vmIP)
-	pv.CounterSlot = portSlot
-	must(t, p.ports.Put(portmap.NewKey(port), pv))
+	putACL(t, p, in, guard.ACLDeny, out, guard.ACLDeny, guard.ACLStateful)
 
 	// The peer's datagram, as the VM would quote it.
 	fromPeer := udp4(t, vmMAC, aclPeer, vm, 5000, 5000, []byte("hello"))

@@ -514,25 +514,17 @@ func (st *segState) quarantine(now time.Time, q map[netip.Addr]time.Time) {
 
 // Leases returns the bound leases of a segment, sorted by IP.
 func (s *Server) Leases(seg uint32) []Lease {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.segs[seg]
-	if st == nil {
-		return nil
-	}
-	var out []Lease
-	for _, l := range st.byIP {
-		if !l.offered {
-			out = append(out, l.Lease)
-		}
-	}
-	slices.SortFunc(out, func(a, b Lease) int { return a.IP.Compare(b.IP) })
-	return out
+	return s.bound(seg, func(*segState, *lease) bool { return true })
 }
 
 // ReservedLeases returns the bound leases of a segment's reservations (a
 // reservation's binding is not stored: the server is where it lives).
 func (s *Server) ReservedLeases(seg uint32) []Lease {
+	return s.bound(seg, func(st *segState, l *lease) bool { return st.isStatic(l.MAC) })
+}
+
+// bound returns the bound leases of a segment that keep says, by IP.
+func (s *Server) bound(seg uint32, keep func(*segState, *lease) bool) []Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
@@ -541,7 +533,7 @@ func (s *Server) ReservedLeases(seg uint32) []Lease {
 	}
 	var out []Lease
 	for _, l := range st.byIP {
-		if !l.offered && st.isStatic(l.MAC) {
+		if !l.offered && keep(st, l) {
 			out = append(out, l.Lease)
 		}
 	}
