@@ -40,12 +40,16 @@ type Segment struct {
 	// only what is already durable, so it waits for no flush. 0 is off;
 	// it must be below 1.
 	ReuseThreshold float64
-	// OffersPerMAC is how many OFFERs one MAC may hold at once, under any
-	// client identifiers (option 61); default 1. A MAC is one client on a
-	// guarded port, and an OFFER holds its
+	// OffersPerMAC is how many OFFERs one MAC without a lease may hold
+	// at once, under any client identifiers (option 61); default 1. A
+	// MAC is one client on a guarded port, and an OFFER holds its
 	// address for OfferHold: without a bound, one MAC sending DISCOVERs
-	// with fresh identifiers holds the whole pool. Bound leases need no
-	// bound: a MAC has one, whatever its identifier.
+	// with fresh identifiers holds the whole pool. A DISCOVER beyond it
+	// gets nothing (IgnoreOfferLimit) until an offer lapses. A MAC has
+	// one lease, whatever its identifier: bound, it is offered that
+	// address under any identifier, and binding ends its other offers;
+	// a reserved MAC is offered its reservation only, so it is not
+	// bounded.
 	OffersPerMAC int
 
 	DNS    []netip.Addr

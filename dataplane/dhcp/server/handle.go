@@ -168,16 +168,25 @@ func (h *handler) discover() (Reply, []LeaseChange) {
 			return Reply{Msg: msg}, h.in.Changes
 		}
 	}
+	if l := h.st.byMAC[string(h.mac())]; l != nil && l.IP == ip {
+		// The MAC's lease under another identity (choose): it holds the
+		// address, so the OFFER records nothing; the REQUEST replaces
+		// the lease (bind). An offer recorded over it would free the
+		// address when it lapsed, with the lease still bound.
+		return Reply{Msg: h.reply(dhcpv4.MessageTypeOffer, ip, l.Hostname, true)}, h.in.Changes
+	}
 	l := h.st.bind(h.id, h.newLease(ip, prev, h.st.cfg.OfferHold), true)
 	return Reply{Msg: h.reply(dhcpv4.MessageTypeOffer, ip, l.Hostname, true)}, h.in.Changes
 }
 
 // overOfferLimit reports whether the client's MAC holds, under other
 // client identifiers, as many OFFERs as it may (Segment.OffersPerMAC).
+// A bound MAC's DISCOVERs are offered its lease's address (choose),
+// which records no offer, and binding ended its offers (bind).
 func (h *handler) overOfferLimit() bool {
 	n := h.st.offersBy[string(h.mac())]
-	if n == 0 {
-		return false
+	if n == 0 || h.st.isStatic(h.mac()) {
+		return false // a reserved MAC is offered its reservation only, under any identity
 	}
 	if cur := h.st.byID[string(h.id)]; cur != nil && cur.offered && bytes.Equal(cur.MAC, h.mac()) {
 		n-- // its own offer, asked for again

@@ -630,6 +630,8 @@ func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, n
 			// and the REQUEST.
 		case l.id == string(id) || (!l.offered && bytes.Equal(l.MAC, mac)):
 			return true // its own, or the same MAC's under another identity (bind replaces it)
+		case l.offered && bytes.Equal(l.MAC, mac):
+			st.drop(l) // the same MAC's offer under another identity passes to this one
 		case l.offered && !now.Before(l.Expires):
 			st.drop(l) // a stale offer gives way
 		default:
@@ -651,13 +653,20 @@ func (st *segState) assignable(id []byte, mac net.HardwareAddr, ip netip.Addr, n
 	return st.pool.Available(ip)
 }
 
-// choose picks the address to offer: reservation, current lease, previous
-// address, option 50, next free.
+// choose picks the address to offer: reservation, current lease, the
+// MAC's lease under another identity, previous address, option 50, next
+// free.
 func (st *segState) choose(id []byte, mac net.HardwareAddr, requested netip.Addr, now time.Time) (netip.Addr, bool) {
 	if r, ok := st.resByMAC[string(mac)]; ok {
 		return r.IP, st.assignable(id, mac, r.IP, now)
 	}
 	if l := st.byID[string(id)]; l != nil && st.assignable(id, mac, l.IP, now) {
+		return l.IP, true
+	}
+	if l := st.byMAC[string(mac)]; l != nil && st.assignable(id, mac, l.IP, now) {
+		// One MAC is one client (as Kea's match-client-id: false): a
+		// firmware's lease, then its OS's identifier, or a new DUID after
+		// a reboot, is offered the address it holds, not a second one.
 		return l.IP, true
 	}
 	if ip, ok := st.last[string(id)]; ok && st.assignable(id, mac, ip, now) {
@@ -710,6 +719,9 @@ func (st *segState) bind(id []byte, l Lease, offered bool) *lease {
 			st.drop(other) // the MAC's binding under another identity
 		}
 		st.byMAC[string(l.MAC)] = cur
+		if st.offersBy[string(l.MAC)] > 0 {
+			st.dropOffers(l.MAC) // bound, the MAC holds one address
+		}
 	}
 	st.forget(id)
 	return cur
@@ -718,6 +730,16 @@ func (st *segState) bind(id []byte, l Lease, offered bool) *lease {
 // forget drops the previous-address memory of id.
 func (st *segState) forget(id []byte) {
 	delete(st.last, string(id))
+}
+
+// dropOffers drops the offers mac holds. It walks the table, but only
+// for a MAC that binds while it holds an offer under another identity.
+func (st *segState) dropOffers(mac net.HardwareAddr) {
+	for _, l := range st.byID {
+		if l.offered && bytes.Equal(l.MAC, mac) {
+			st.drop(l)
+		}
+	}
 }
 
 // countOffer adds d to the OFFERs mac holds.
