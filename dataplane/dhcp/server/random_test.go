@@ -23,8 +23,10 @@ import (
 // TestRandomExchanges drives one segment, with more clients than
 // addresses, through seeded random sequences of what its clients and its
 // operator do: every kind of DISCOVER and REQUEST, half the clients
-// with a client identifier (odd but legal ones too: a stale requested
-// address, another server's id, rapid commit),
+// with a client identifier, now and then a new one (a new DUID after a
+// reboot, a firmware without one then its OS with one) (odd but legal
+// ones too: a stale requested address, another server's id, rapid
+// commit),
 // RELEASE, DECLINE, reservations set, changed and removed, the
 // provisioning interlock, operator deletions, addresses other nodes
 // hold (some by these very clients: a VM that moved here), the range
@@ -43,7 +45,9 @@ import (
 //     is not in a DECLINE's probation, and no other client holds it (by
 //     the changes: bound, not yet ended, or held by the interlock);
 //   - a MAC with a reservation is ACKed its reserved address or nothing;
-//   - the server's leases are exactly what its changes describe.
+//   - the server's leases are exactly what its changes describe;
+//   - its tables agree (by address, identity and MAC), and no MAC holds
+//     more offers than Segment.OffersPerMAC (some seeds allow two).
 //
 // PIVIRT_DHCP_SEED=N replays one seed (PIVIRT_DHCP_STEPS steps).
 func TestRandomExchanges(t *testing.T) {
@@ -108,6 +112,8 @@ type world struct {
 	declinedBy map[string]time.Time
 	away       []Holding       // what other nodes' objects hold (SetElsewhere)
 	migrated   map[string]bool // MACs whose lease came from another node's range
+	// idGen is, by MAC, how many times its client changed identifier.
+	idGen map[string]int
 	// unpersisted is, by MAC, the Seq of the last ACK's change while it
 	// is in pending, or was in a persist that failed.
 	unpersisted map[string]uint64
@@ -123,10 +129,13 @@ func newWorld(t *testing.T, seed uint64) *world {
 	if seed%2 == 1 {
 		cfg.ReuseThreshold = 0.25
 	}
+	if seed%4 >= 2 {
+		cfg.OffersPerMAC = 2
+	}
 	w := &world{t: t, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, now: t0,
 		durable: map[string]bound{}, has: map[string]netip.Addr{}, offered: map[string]netip.Addr{},
 		reserved: map[string]netip.Addr{}, held: map[string]bool{}, declined: map[netip.Addr]time.Time{}, declinedBy: map[string]time.Time{},
-		migrated: map[string]bool{}, unpersisted: map[string]uint64{}}
+		migrated: map[string]bool{}, unpersisted: map[string]uint64{}, idGen: map[string]int{}}
 	for i := range 12 {
 		w.macs = append(w.macs, net.HardwareAddr{0x52, 0x54, 0, 0x99, 0, byte(i + 1)})
 	}
@@ -278,11 +287,15 @@ func (w *world) someAddr() netip.Addr {
 }
 
 func (w *world) handle(mac net.HardwareAddr, broadcast bool, src netip.Addr, typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) (Reply, []LeaseChange) {
-	if mac[5]%2 == 0 {
+	if gen := w.idGen[string(mac)]; gen == 0 && mac[5]%2 == 0 {
 		// Half the clients send a client identifier (option 61), as
 		// systemd-networkd and Windows do: the server keys their leases
 		// by it.
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptClientIdentifier(append([]byte{0xff, 0, 0, 0, 1}, mac...))))
+	} else if gen > 0 && (int(mac[5])+gen)%3 != 0 {
+		// A new one since (a DUID made at a reboot); or none (a
+		// firmware's client).
+		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptClientIdentifier(append([]byte{0xff, 0, 0, byte(gen), 1}, mac...))))
 	}
 	m, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithMessageType(typ), dhcpv4.WithHwAddr(mac)}, mods...)...)
 	if err != nil {
@@ -299,6 +312,12 @@ func (w *world) step(i int) {
 		return dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(a.AsSlice()))
 	}
 	ci := func(a netip.Addr) dhcpv4.Modifier { return dhcpv4.WithClientIP(net.IP(a.AsSlice())) }
+	if w.rnd.IntN(40) == 0 {
+		// The client changes identifier; it may still remember its
+		// address (INIT-REBOOT) and offer.
+		w.idGen[k]++
+		w.logf("%s new client identifier (%d)", mac, w.idGen[k])
+	}
 	switch op := w.rnd.IntN(100); {
 	case op < 22:
 		mods := []dhcpv4.Modifier{}
@@ -663,12 +682,28 @@ func (w *world) checkLeases() {
 	defer w.srv.mu.Unlock()
 	st := w.srv.segs[w.cfg.ID]
 	offers := map[string]int{}
-	for _, l := range st.byID {
+	for id, l := range st.byID {
 		if l.offered {
 			offers[string(l.MAC)]++
 		}
+		// One record per address, identity and MAC: an offer recorded
+		// over a bound lease frees its address when it lapses.
+		if st.byIP[l.IP] != l {
+			w.t.Errorf("%s's %x of %s (offered=%v) is not the address table's (%+v)", net.HardwareAddr(l.MAC), id, l.IP, l.offered, st.byIP[l.IP])
+		}
+		if !l.offered && st.byMAC[string(l.MAC)] != l {
+			w.t.Errorf("%s's bound lease of %s is not the MAC table's", l.MAC, l.IP)
+		}
+	}
+	if len(st.byIP) != len(st.byID) {
+		w.t.Errorf("%d addresses recorded, %d identities", len(st.byIP), len(st.byID))
 	}
 	if !maps.Equal(offers, st.offersBy) {
 		w.t.Errorf("offers by MAC counted %v, the tables hold %v\n%s", st.offersBy, offers, w.trail())
+	}
+	for m, n := range offers {
+		if n > max(1, w.cfg.OffersPerMAC) {
+			w.t.Errorf("%s holds %d offers, more than %d", net.HardwareAddr(m), n, max(1, w.cfg.OffersPerMAC))
+		}
 	}
 }
