@@ -25,11 +25,13 @@ spec: {networkRef: lim-net, bridge: br-lim, hostIP: 10.81.0.1/24, dhcp: {delegat
 `
 
 // TestPrivilegedOneMACCannotDrainThePool: a pinned, guarded guest tries
-// the two ways one MAC drained a pool of 20: a loop of DORA and DECLINE,
-// and 40 DISCOVERs with fresh client identifiers (option 61) at 14/s,
-// under the per-MAC rate limit. It holds one OFFER and quarantines one
-// address; the rest is refused and counted; a neighbour's dhclient still
-// gets a lease.
+// the ways one MAC drained a pool of 20: 40 DISCOVERs with fresh client
+// identifiers (option 61) at 14/s, under the per-MAC rate limit, while it
+// holds a lease, then a loop of DORA and DECLINE, then the 40 DISCOVERs
+// without a lease. Bound, it is offered its own address each time and
+// holds nothing more, and its first lease still renews (the control);
+// it quarantines one address; unbound, it holds one OFFER; the rest is
+// refused and counted; a neighbour's dhclient still gets a lease.
 func TestPrivilegedOneMACCannotDrainThePool(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter", "dhclient", "curl")
@@ -61,6 +63,28 @@ func TestPrivilegedOneMACCannotDrainThePool(t *testing.T) {
 		return 0
 	}
 	bcast := [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	fresh := func(i int) *dhcpv4.DHCPv4 {
+		m, _ := dhcpv4.NewDiscovery(c.mac[:], dhcpv4.WithOption(dhcpv4.OptClientIdentifier([]byte{0xff, 0, 0, byte(i)})))
+		return m
+	}
+
+	// Bound, 40 DISCOVERs under fresh identifiers: each is offered the
+	// lease's address, and none holds another.
+	first, srvMAC := c.dora()
+	for i := range 40 {
+		offer, _ := c.exchange(fresh(100+i), netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), bcast)
+		if offer.MessageType() != dhcpv4.MessageTypeOffer || !offer.YourIPAddr.Equal(first.YourIPAddr) {
+			t.Fatalf("bound to %s, DISCOVER %d under a fresh identifier: %s of %s, want an OFFER of its address", first.YourIPAddr, i, offer.MessageType(), offer.YourIPAddr)
+		}
+		time.Sleep(70 * time.Millisecond)
+	}
+	if o, b := metric(`pivirt_dhcp_addresses{segment="lim",state="offered"}`), metric(`pivirt_dhcp_addresses{segment="lim",state="bound"}`); o != 0 || b != 1 {
+		t.Fatalf("after the DISCOVERs of a bound MAC: %v offered, %v bound; want 0 and 1", o, b)
+	}
+	// The control: its first lease still renews.
+	if ack, _ := c.renew(first, srvMAC); ack.MessageType() != dhcpv4.MessageTypeAck || !ack.YourIPAddr.Equal(first.YourIPAddr) {
+		t.Fatalf("renewing the first lease %s: %s of %s", first.YourIPAddr, ack.MessageType(), ack.YourIPAddr)
+	}
 
 	// The decline loop: ten times DORA then DECLINE.
 	for i := range 10 {
@@ -75,10 +99,10 @@ func TestPrivilegedOneMACCannotDrainThePool(t *testing.T) {
 			metric(`pivirt_dhcp_ignored_total{reason="decline-limit",segment="lim"}`) == 9
 	})
 
-	// 40 DISCOVERs, each with a fresh client identifier.
+	// Unbound (the last DECLINE ended its lease), 40 DISCOVERs, each
+	// with a fresh client identifier.
 	for i := range 40 {
-		m, _ := dhcpv4.NewDiscovery(c.mac[:], dhcpv4.WithOption(dhcpv4.OptClientIdentifier([]byte{0xff, 0, 0, byte(i)})))
-		c.send(m, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), bcast)
+		c.send(fresh(i), netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), bcast)
 		time.Sleep(70 * time.Millisecond)
 	}
 	waitFor(t, 5*time.Second, "39 DISCOVERs refused, one OFFER held", func() bool {
