@@ -164,3 +164,50 @@ func TestOneMACOneAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestDeclineLimitPerMAC: the decline loop from one MAC quarantines one
+// address per probation whatever client identifiers its rounds use, and
+// each MAC has its own probation. Each round is a DORA then a DECLINE of
+// the ACKed address at second i; want is the DECLINE's Ignore.
+func TestDeclineLimitPerMAC(t *testing.T) {
+	cid := func(i int) []mod { return []mod{opt(dhcpv4.OptionClientIdentifier, []byte{0xff, 1, 0, 0, byte(i)})} }
+	type round struct {
+		mac  net.HardwareAddr
+		id   []mod
+		want Ignore
+	}
+	cases := []struct {
+		name     string
+		rounds   []round
+		wantQuar int
+	}{
+		{"one identifier", []round{{macA, nil, IgnoreNone}, {macA, nil, IgnoreDeclineLimit}, {macA, nil, IgnoreDeclineLimit}}, 1},
+		{"a fresh identifier each round", []round{{macA, cid(1), IgnoreNone}, {macA, cid(2), IgnoreDeclineLimit}, {macA, cid(3), IgnoreDeclineLimit}, {macA, nil, IgnoreDeclineLimit}}, 1},
+		{"two MACs, one quarantine each", []round{{macA, nil, IgnoreNone}, {macB, cid(1), IgnoreNone}, {macA, cid(2), IgnoreDeclineLimit}, {macB, nil, IgnoreDeclineLimit}}, 2},
+		{"a reserved address is not quarantined and starts no probation", []round{{macR, nil, IgnoreNone}, {macR, cid(1), IgnoreNone}}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t)
+			for i, r := range tc.rounds {
+				at := t0.Add(time.Duration(i) * time.Second)
+				o, _ := s.Handle(at, Request{Segment: 1, SrcMAC: r.mac, Msg: msg(t, dhcpv4.MessageTypeDiscover, r.mac, r.id...)})
+				if o.Msg == nil {
+					t.Fatalf("round %d: no OFFER to %s: %v", i, r.mac, o.Ignored)
+				}
+				a := o.Msg.YourIPAddr.String()
+				ack, _ := s.Handle(at, Request{Segment: 1, SrcMAC: r.mac, Msg: msg(t, dhcpv4.MessageTypeRequest, r.mac, append([]mod{srvID(sid1), reqIP(a)}, r.id...)...)})
+				if ack.Msg == nil || ack.Msg.MessageType() != dhcpv4.MessageTypeAck {
+					t.Fatalf("round %d: no ACK of %s to %s: %+v", i, a, r.mac, ack)
+				}
+				d, ch := s.Handle(at, Request{Segment: 1, SrcMAC: r.mac, Msg: msg(t, dhcpv4.MessageTypeDecline, r.mac, append([]mod{srvID(sid1), reqIP(a)}, r.id...)...)})
+				if len(ch) != 1 || ch[0].Kind != Declined || d.Ignored != r.want {
+					t.Fatalf("round %d: DECLINE of %s by %s: %v, changes %v; want %v and the lease ended", i, a, r.mac, d.Ignored, ch, r.want)
+				}
+			}
+			if st, _ := s.Stats(1); st.Quarantined != tc.wantQuar {
+				t.Errorf("%d addresses quarantined, want %d", st.Quarantined, tc.wantQuar)
+			}
+		})
+	}
+}
