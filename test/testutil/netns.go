@@ -5,12 +5,14 @@ package testutil
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -38,10 +40,43 @@ func UniqueName(prefix string) string {
 	return n
 }
 
+// netnsDir is where named namespaces are mounted (iproute2's NETNS_RUN_DIR).
+const netnsDir = "/run/netns"
+
+var sharedNetnsDir sync.Once
+
+// shareNetnsDir makes netnsDir a shared mount of itself before the first
+// namespace is mounted under it, as `ip netns add` does. Otherwise an
+// `ip netns add` run meanwhile (another job, a tool) bind-mounts the
+// directory over itself and hides the mounts made before it: they can no
+// longer be deleted ("device or resource busy"), and the test fails in
+// Cleanup for what another program did.
+func shareNetnsDir() error {
+	var err error
+	sharedNetnsDir.Do(func() {
+		if err = os.MkdirAll(netnsDir, 0o755); err != nil {
+			return
+		}
+		err = unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if errors.Is(err, unix.EINVAL) { // not a mount point yet
+			if err = unix.Mount(netnsDir, netnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+				err = unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+			}
+		}
+		if err != nil {
+			err = fmt.Errorf("making %s a shared mount: %w", netnsDir, err)
+		}
+	})
+	return err
+}
+
 // NewNetNS creates a named netns "pvt-xxxxxx" and deletes it in Cleanup.
 func NewNetNS(tb testing.TB) *NetNS {
 	tb.Helper()
 	RequireRoot(tb)
+	if err := shareNetnsDir(); err != nil {
+		tb.Fatal(err)
+	}
 	name := UniqueName("pvt-")
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
