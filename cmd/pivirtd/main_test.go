@@ -40,19 +40,40 @@ func TestHelpNamesServedKinds(t *testing.T) {
 	}
 }
 
-// TestREADMENamesEveryFlag: the README's flag list names every flag
-// pivirtd has (hidden ones aside).
+// TestREADMENamesEveryFlag: the README's table of flags has a row for
+// every flag pivirtd has (hidden ones aside), and names no flag it lacks.
 func TestREADMENamesEveryFlag(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	newCommand().Flags().VisitAll(func(f *pflag.Flag) {
+	// The table runs from its header row to the first line not a row.
+	_, table, ok := strings.Cut(string(readme), "\n| flag | what it sets |\n")
+	if !ok {
+		t.Fatal(`README has no table of flags ("| flag | what it sets |")`)
+	}
+	documented := map[string]bool{}
+	for _, row := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(row, "|") {
+			break
+		}
+		cells := strings.Split(row, " | ")
+		for _, m := range regexp.MustCompile("`--([a-z0-9-]+)").FindAllStringSubmatch(cells[0], -1) {
+			documented[m[1]] = true
+		}
+	}
+	fs := newCommand().Flags()
+	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Hidden || f.Name == "help" || f.Name == "version" {
 			return
 		}
-		if !strings.Contains(string(readme), "`--"+f.Name) {
-			t.Errorf("README does not name --%s", f.Name)
+		if !documented[f.Name] {
+			t.Errorf("README's table of flags has no row for --%s", f.Name)
 		}
 	})
+	for name := range documented {
+		if f := fs.Lookup(name); f == nil || f.Hidden {
+			t.Errorf("README's table of flags names --%s, which pivirtd does not have", name)
+		}
+	}
 }
