@@ -4,9 +4,10 @@ package seeds
 
 import (
 	"flag"
-	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 var update = flag.Bool("update", false, "write the fixtures again from the seed documents (Dir)")
@@ -61,10 +62,11 @@ func TestFixturesMatchSeeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(ms, fms) {
-		t.Errorf("the seeds' example manifests are not the fixtures': run go test ./test/seeds -run TestFixturesMatchSeeds -update, and check the diff\nseeds: %+v\nfixtures: %+v", ms, fms)
+	// cmp.Diff names the example that moved or changed, not two whole lists.
+	if d := cmp.Diff(fms, ms); d != "" {
+		t.Errorf("the seeds' example manifests are not the fixtures' (-fixtures +seeds):\n%s\nrun go test ./test/seeds -run TestFixturesMatchSeeds -update, and check the diff", d)
 	}
-	if !reflect.DeepEqual(cs, fcs) {
-		t.Errorf("the seeds' CLI lines are not the fixtures': run go test ./test/seeds -run TestFixturesMatchSeeds -update, and check the diff\nseeds: %+v\nfixtures: %+v", cs, fcs)
+	if d := cmp.Diff(fcs, cs); d != "" {
+		t.Errorf("the seeds' CLI lines are not the fixtures' (-fixtures +seeds):\n%s\nrun go test ./test/seeds -run TestFixturesMatchSeeds -update, and check the diff", d)
 	}
 }
