@@ -73,6 +73,12 @@ func (h Holder) String() string {
 // this bridge too binds without an error; those present at HoldPort are
 // listed in Shared.
 //
+// What the filter drops the kernel counts as UDP receive errors (Udp
+// InErrors in /proc/net/snmp, and the drops of this socket in ss -uam):
+// every request to port 67 on the bridge, the broadcast ones too, as
+// 0.0.0.0 takes them all. Binding the bridge's addresses instead would
+// leave broadcasts alone but lose an address added after New.
+//
 // A port held on ifi by a socket without SO_REUSEADDR is an error naming
 // the holders (errors.Is unix.EADDRINUSE).
 func HoldPort(ifi *net.Interface, port int) (*HeldPort, error) {
