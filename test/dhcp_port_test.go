@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,32 +23,101 @@ import (
 
 // TestPrivilegedUnicastRenewalDrawsNoICMP: a client renewing by unicast to
 // the server's address gets its ACK and nothing else. The responder reads
-// requests through AF_PACKET; if nothing held UDP port 67, the host's
-// kernel would also answer each one with ICMP port unreachable, which a
-// capture in the guest sees, as a strict client would.
+// requests through AF_PACKET; if nothing held UDP port 67 on the bridge,
+// the host's kernel would also answer each one with ICMP port
+// unreachable, which a capture in the guest sees, as a strict client
+// would. Two clients: busybox udhcpc, renewing on SIGUSR1 as at T1, and a
+// raw client's RENEWING REQUESTs. Both got a lease through the guard.
 func TestPrivilegedUnicastRenewalDrawsNoICMP(t *testing.T) {
 	testutil.RequireRoot(t)
-	testutil.RequireTool(t, "nsenter", "tcpdump")
+	testutil.RequireTool(t, "nsenter", "tcpdump", "udhcpc")
 	host := testutil.NewNetNS(t)
 	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
 	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
 		t.Fatalf("apply: %s", r)
 	}
 	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
-	g := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0, 0x0c, 0x01})
-	waitForwarding(t, host, 1)
-	c := newRawClient(t, g)
-	ack, srvMAC := c.dora()
-	// The client takes its address, as a bound client has it, so the
-	// host can reach it (ARP) with whatever it answers.
-	if out, err := g.NS.Exec("ip", "addr", "add", ack.YourIPAddr.String()+"/24", "dev", g.Ifc); err != nil {
-		t.Fatalf("configuring the lease: %v: %s", err, out)
+	const server = "192.168.100.1" // orderSegment's hostIP
+	const renewals = 3
+	for i, tc := range []struct {
+		name string
+		// renew gets a lease and, with the capture running (start),
+		// renews it by unicast renewals times, each answered by an ACK.
+		renew func(t *testing.T, g *guest.Guest, start func())
+	}{
+		{name: "udhcpc",
+			renew: func(t *testing.T, g *guest.Guest, start func()) {
+				p := udhcpcRunning(t, g)
+				start()
+				for i := range renewals {
+					// udhcpc renews on SIGUSR1 as at T1: unicast, from its
+					// address, to the server's (RENEWING).
+					if err := p.Signal(syscall.SIGUSR1); err != nil {
+						t.Fatal(err)
+					}
+					waitFor(t, 10*time.Second, "udhcpc's renewal ACK", func() bool { return hookEvents(g, "renew") > i })
+					// Back in BOUND before the next signal: one that comes
+					// while the hook runs makes udhcpc miss its ACK and
+					// rebind by broadcast a second later.
+					time.Sleep(300 * time.Millisecond)
+				}
+			}},
+		{name: "raw RENEWING REQUEST",
+			renew: func(t *testing.T, g *guest.Guest, start func()) {
+				c := newRawClient(t, g)
+				ack, srvMAC := c.dora()
+				if ack.ServerIdentifier().String() != server {
+					t.Fatalf("server identifier %s, want %s", ack.ServerIdentifier(), server)
+				}
+				// The client takes its address, as a bound client has it,
+				// so the host can reach it (ARP) with whatever it answers.
+				if out, err := g.NS.Exec("ip", "addr", "add", ack.YourIPAddr.String()+"/24", "dev", g.Ifc); err != nil {
+					t.Fatalf("configuring the lease: %v: %s", err, out)
+				}
+				start()
+				for i := range renewals {
+					rep, _ := c.renew(ack, srvMAC)
+					if rep.MessageType() != dhcpv4.MessageTypeAck || !rep.YourIPAddr.Equal(ack.YourIPAddr) {
+						t.Fatalf("renewal %d: %s %s, want an ACK of %s", i, rep.MessageType(), rep.YourIPAddr, ack.YourIPAddr)
+					}
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0, 0x0c, byte(i + 1)})
+			waitPortForwarding(t, host, g.HostSide)
+			var stop func() string
+			// The host's ICMP only: the guest's kernel answers ICMP for an
+			// ACK that finds no socket on port 68 (the raw client has none).
+			filter := "(icmp and src host " + server + ") or (udp and host " + server + ")"
+			tc.renew(t, g, func() { stop = captureIn(t, g, filter) })
+			time.Sleep(time.Second) // an ICMP error would follow the request at once
+			out := stop()
+			var requests, replies, icmp int
+			for _, l := range strings.Split(out, "\n") {
+				switch {
+				case strings.Contains(l, "ICMP"):
+					icmp++
+				case strings.Contains(l, " > "+server+".67: BOOTP/DHCP, Request"):
+					requests++
+				case strings.Contains(l, server+".67 > ") && strings.Contains(l, "BOOTP/DHCP, Reply"):
+					replies++
+				}
+			}
+			if icmp > 0 || requests < renewals || replies < renewals {
+				t.Errorf("captured %d ICMP errors, %d requests unicast to %s and %d replies; want none, %d and %d:\n%s",
+					icmp, requests, server, replies, renewals, renewals, out)
+			}
+		})
 	}
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	capture := exec.CommandContext(ctx, "nsenter", "--net="+g.NS.Path(), "--", "tcpdump", "-n", "-l", "-i", g.Ifc,
-		"icmp and src host "+ack.ServerIdentifier().String()) // the raw client holds no port 68: the guest's own ICMP is not the host's
+// captureIn runs tcpdump on the guest's interface with filter, for at
+// most 30 s; stop ends it and returns what it printed.
+func captureIn(t *testing.T, g *guest.Guest, filter string) (stop func() string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	capture := exec.CommandContext(ctx, "nsenter", "--net="+g.NS.Path(), "--", "tcpdump", "-n", "-l", "-i", g.Ifc, filter)
 	var out strings.Builder
 	capture.Stdout = &out
 	stderr, err := capture.StderrPipe()
@@ -57,6 +127,17 @@ func TestPrivilegedUnicastRenewalDrawsNoICMP(t *testing.T) {
 	if err := capture.Start(); err != nil {
 		t.Fatal(err)
 	}
+	stopped := false
+	stop = func() string {
+		if !stopped {
+			stopped = true
+			_ = capture.Process.Signal(os.Interrupt)
+			_ = capture.Wait()
+			cancel()
+		}
+		return out.String()
+	}
+	t.Cleanup(func() { stop() })
 	// tcpdump says "listening on" once its capture runs.
 	lines := bufio.NewReader(stderr)
 	for i := 0; ; i++ {
@@ -69,16 +150,17 @@ func TestPrivilegedUnicastRenewalDrawsNoICMP(t *testing.T) {
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, lines) }()
-	for i := range 3 {
-		rep, _ := c.renew(ack, srvMAC)
-		if rep.MessageType() != dhcpv4.MessageTypeAck || !rep.YourIPAddr.Equal(ack.YourIPAddr) {
-			t.Fatalf("renewal %d: %s %s, want an ACK of %s", i, rep.MessageType(), rep.YourIPAddr, ack.YourIPAddr)
+	return stop
+}
+
+// hookEvents counts the lines of the guest's hook log that start with word.
+func hookEvents(g *guest.Guest, word string) int {
+	b, _ := os.ReadFile(g.Events())
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, word+" ") {
+			n++
 		}
 	}
-	time.Sleep(time.Second) // an ICMP error would follow the request at once
-	_ = capture.Process.Signal(os.Interrupt)
-	_ = capture.Wait()
-	if strings.Contains(out.String(), "ICMP") {
-		t.Errorf("the host answered the unicast renewals with ICMP:\n%s", out.String())
-	}
+	return n
 }

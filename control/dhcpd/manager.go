@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -91,10 +90,6 @@ type Manager struct {
 
 	nmu      sync.Mutex
 	notMoved map[string]bool // clients told why they were not relocated (relocate.go)
-
-	// port holds UDP 67 while a responder runs (responder.HoldPort), so
-	// the kernel answers no unicast request with ICMP port unreachable.
-	port io.Closer
 }
 
 type running struct {
@@ -527,9 +522,11 @@ func (m *Manager) start(seg segment.Segment, id uint32) error {
 		}
 	}()
 	m.running[seg.Name] = r
-	m.holdPort()
 	m.publishInfos()
 	m.Events.Record(pivirtv1.KindNetworkSegment, seg.Name, events.Normal, "DHCPStarted", "responder listening on "+seg.Spec.Bridge)
+	if err := resp.PortConflict(); err != nil {
+		m.Events.Record(pivirtv1.KindNetworkSegment, seg.Name, events.Warning, "DHCPPortShared", err.Error())
+	}
 	m.Log.Info("DHCP responder started", "segment", seg.Name, "bridge", seg.Spec.Bridge)
 	return nil
 }
@@ -544,31 +541,10 @@ func (m *Manager) stop(name string) {
 	m.park(r)
 	m.srv.RemoveSegment(r.id)
 	delete(m.running, name)
-	if len(m.running) == 0 && m.port != nil {
-		if err := m.port.Close(); err != nil {
-			m.Log.Warn("letting UDP port 67 go", "err", err)
-		}
-		m.port = nil
-	}
 	m.Events.Record(pivirtv1.KindNetworkSegment, name, events.Normal, "DHCPStopped", "responder stopped")
 	c := r.resp.Counters().Snapshot()
 	m.Log.Info("DHCP responder stopped", "segment", name, "received", c.Received, "socket_drops", c.SocketDrops,
 		"dropped", c.Dropped, "ignored", c.Ignored, "replied", c.Replied, "persist_errors", c.PersistErrors, "send_errors", c.SendErrors)
-}
-
-// holdPort holds the DHCP server port once a responder runs; m.mu held.
-// Another program holding it is worth a warning, not a failure: the
-// responders read through AF_PACKET all the same.
-func (m *Manager) holdPort() {
-	if m.port != nil {
-		return
-	}
-	p, err := responder.HoldPort(responder.ServerPort)
-	if err != nil {
-		m.Log.Warn("the kernel may answer unicast DHCP requests with ICMP port unreachable", "err", err)
-		return
-	}
-	m.port = p
 }
 
 // Stop stops every responder, then stores what the journal holds (daemon

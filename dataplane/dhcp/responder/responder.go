@@ -96,6 +96,11 @@ type Responder struct {
 	c    *Counters
 	out  [][]byte
 
+	// port holds UDP 67 on the bridge while the responder runs (nil when
+	// it could not); portErr says why not, or who shares it.
+	port    *HeldPort
+	portErr error
+
 	// The bridge's MAC, the source of every reply: a bridge pivirtd did
 	// not create may change it (the kernel gives a bridge without a set
 	// address the lowest of its ports'), so it is followed (watchMAC).
@@ -167,10 +172,32 @@ func New(cfg Config) (*Responder, error) {
 	r := &Responder{cfg: cfg, conn: conn, c: newCounters(), out: make([][]byte, 0, cfg.Batch), ifindex: ifi.Index,
 		cur: new(group), spare: new(group), kick: make(chan struct{}, 1)}
 	r.mac.Store(macBits(ifi.HardwareAddr))
+	r.holdPort(ifi)
 	r.proc = NewProcessor(ProcessorConfig{Server: cfg.Server, Segment: cfg.Segment, MAC: [6]byte(ifi.HardwareAddr),
 		Batch: cfg.Batch, PerMAC: cfg.PerMAC, PerPort: cfg.PerPort, Relays: cfg.Relays, Log: cfg.Log, Counters: r.c})
 	return r, nil
 }
+
+// holdPort holds the server port on the bridge (HoldPort). Another
+// program holding it too is a warning, not a failure: the responder reads
+// through AF_PACKET all the same, and that program, not the kernel, takes
+// the unicast requests, so no ICMP follows; refusing to serve would turn
+// two servers on one port into no DHCP at all for the bridge's guests.
+// The operator is told which program it is (log, PortConflict).
+func (r *Responder) holdPort(ifi *net.Interface) {
+	r.port, r.portErr = HoldPort(ifi, ServerPort)
+	if r.portErr == nil && len(r.port.Shared) > 0 {
+		r.portErr = fmt.Errorf("UDP port %d on %s is also held by %s: it may take the requests unicast to this host",
+			ServerPort, ifi.Name, describe(r.port.Shared, nil))
+	}
+	if r.portErr != nil {
+		r.cfg.Log.Warn("another program holds the DHCP server port", "interface", ifi.Name, "port", ServerPort, "err", r.portErr)
+	}
+}
+
+// PortConflict says why the responder does not hold UDP port 67 on its
+// bridge alone (another program holds it there too), or nil.
+func (r *Responder) PortConflict() error { return r.portErr }
 
 // Counters returns the live counters.
 func (r *Responder) Counters() *Counters { return r.c }
@@ -180,6 +207,9 @@ func (r *Responder) Counters() *Counters { return r.c }
 // ShutdownTimeout.
 func (r *Responder) Run(ctx context.Context) error {
 	defer r.conn.Close()
+	if r.port != nil {
+		defer r.port.Close()
+	}
 	stop := context.AfterFunc(ctx, func() { _ = r.conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	done := make(chan struct{})
