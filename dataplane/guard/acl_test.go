@@ -267,7 +267,12 @@ func TestPrivilegedACL(t *testing.T) {
 			hdrs := []byte{60, 0, 0, 1, 0, 0, 0x56, 0x78, 6, 0, 1, 4, 0, 0, 0, 0}                          // fragment (offset 0, M), destination options (PadN)
 			tcp := []byte{0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x04, 0, 0, 0, 0, 0} // 40000 -> 443, SYN
 			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(hdrs)), tcp...)
-		}, guard.VerdictDrop, guard.ReasonMalformed},
+		}, guard.VerdictDrop, guard.ReasonFragHeader},
+		{"IPv4 first fragment with its TCP ports but not its flags (RFC 1858)", true, func(t testing.TB) []byte {
+			ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: aclOutside.AsSlice(), DstIP: vm.AsSlice(), Flags: layers.IPv4MoreFragments}
+			tcp := []byte{0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x04, 0, 0, 0, 0, 0}
+			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, gopacket.Payload(tcp[:8])), tcp[8:]...)
+		}, guard.VerdictDrop, guard.ReasonFragHeader},
 		{"IPv4 TCP with its header only after the packet", true, func(t testing.TB) []byte {
 			ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: aclOutside.AsSlice(), DstIP: vm.AsSlice()}
 			tcp := []byte{0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x04, 0, 0, 0, 0, 0}
