@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
 	"pivirt.hu/pivirt/test/guest"
@@ -86,7 +87,20 @@ func aclClasses() []aclClass {
 		{"NS with hop limit 64 (not from this link)", true, true, func(t *testing.T, e aclEnds, m string) []byte {
 			return icmp6To(t, m, e.self, e.peer.MAC, eui64LL(e.self.MAC), eui64LL(e.peer.MAC), 64, 135, ndBody(eui64LL(e.peer.MAC), 1, e.self.MAC))
 		}},
+		// A first fragment with only a destination options header and,
+		// after the packet, a decoy of DHCPv6's ports: the ACL read
+		// them and let it pass as always-allowed DHCPv6, whatever the
+		// next fragment carries (issue 30 item 6, RFC 7112). The guard
+		// in front of the ACL drops it first now; the kernel tier holds
+		// the ACL's own case.
+		{"first fragment with a decoy 546->547 after the packet", true, true, func(t *testing.T, e aclEnds, m string) []byte {
+			dst := netip.MustParseAddr("ff02::1:2")
+			return firstFragmentDecoy(t, m, e.self.MAC, mcastMAC(dst), eui64LL(e.self.MAC), dst, []byte{0x02, 0x22, 0x02, 0x23, 0, 8, 0, 0})
+		}},
 		// Toward the port.
+		// (No decoy class this way: the bridge trims a frame to its IP
+		// length before the ACL's tcx egress sees it, so the decoy never
+		// reaches the ACL; the kernel tier covers that direction.)
 		{"UDP 67->68 from a guest that is not the server", false, true, func(t *testing.T, e aclEnds, m string) []byte {
 			return udp4x(t, m, e.peer.MAC, e.self.MAC, e.peerIP, e.selfIP, 67, 68, make([]byte, 300))
 		}},
@@ -101,6 +115,16 @@ func aclClasses() []aclClass {
 			return icmp6To(t, m, e.peer, e.self.MAC, eui64LL(e.peer.MAC), eui64LL(e.self.MAC), 255, 135, ndBody(eui64LL(e.self.MAC), 1, e.peer.MAC))
 		}},
 	}
+}
+
+// firstFragmentDecoy is the first fragment of a UDP packet whose UDP
+// header is not in it: only a destination options header carrying the
+// marker, then, in the frame after the packet, decoy.
+func firstFragmentDecoy(t *testing.T, m string, src, dst net.HardwareAddr, sip, dip netip.Addr, decoy []byte) []byte {
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolIPv6Fragment, SrcIP: sip.AsSlice(), DstIP: dip.AsSlice()}
+	frag := []byte{60, 0, 0, 1, 0x5e, 0xed, 0x00, 0x07} // offset 0, M
+	f := ser(t, "", false, &layers.Ethernet{SrcMAC: src, DstMAC: dst, EthernetType: layers.EthernetTypeIPv6}, ip, gopacket.Payload(append(frag, destOptsMark(17, m)...)))
+	return append(f, decoy...)
 }
 
 // TestPrivilegedACLAlwaysAllowedMatrix: with a deny-all ACL, only the
@@ -163,5 +187,5 @@ func TestPrivilegedACLAlwaysAllowedMatrix(t *testing.T) {
 			}
 		}
 	}
-	wantContains(t, "counters", d.MustCtl("inspect", "map", "pv_counters_v3"), "acl-egress=", "acl-ingress=")
+	wantContains(t, "counters", d.MustCtl("inspect", "map", "pv_counters_v3"), "acl-egress=", "acl-ingress=", "fragment-header=")
 }

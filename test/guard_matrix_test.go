@@ -13,7 +13,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,6 +150,43 @@ func arpx(t *testing.T, marker string, src, sha net.HardwareAddr, spa, tpa netip
 	a := &layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
 		Operation: layers.ARPReply, SourceHwAddress: sha, SourceProtAddress: spa.AsSlice(), DstHwAddress: bcastMAC, DstProtAddress: tpa.AsSlice()}
 	return ser(t, marker, true, &layers.Ethernet{SrcMAC: src, DstMAC: bcastMAC, EthernetType: layers.EthernetTypeARP}, a)
+}
+
+// destOptsMark is a destination options header (next: the upper layer)
+// carrying the marker in an option a receiver skips (type 0x1e, RFC 4727).
+func destOptsMark(next byte, marker string) []byte {
+	b := append([]byte{next, 0, 0x1e, byte(len(mark(marker)))}, mark(marker)...)
+	switch pad := (8 - len(b)%8) % 8; pad {
+	case 0:
+	case 1:
+		b = append(b, 0) // Pad1
+	default:
+		b = append(append(b, 1, byte(pad-2)), make([]byte, pad-2)...) // PadN
+	}
+	b[1] = byte(len(b)/8 - 1)
+	return b
+}
+
+// splitHeader6 is an IPv6 packet from the sender's link-local to
+// all-nodes in two fragments: the first holds only a destination options
+// header with the marker, and its frame carries after the packet decoy,
+// the harmless header a parser reading to the frame's end finds; the
+// second holds upper, the real upper-layer header (issue 30 item 6). Only
+// the first carries the marker: the second passes any guard (a later
+// fragment has no header to check) and is never reassembled without it.
+func splitHeader6(t *testing.T, p peer, m string, next byte, decoy, upper []byte) [][]byte {
+	opts := destOptsMark(next, m)
+	frag := func(off int, more bool, payload []byte) []byte {
+		h := []byte{60, 0, 0, 0, 0x5e, 0xed, 0x00, 0x06} // destination options next
+		v := uint16(off / 8 << 3)
+		if more {
+			v |= 1
+		}
+		binary.BigEndian.PutUint16(h[2:], v)
+		ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolIPv6Fragment, SrcIP: eui64LL(p.mac).AsSlice(), DstIP: allNodes.AsSlice()}
+		return ser(t, "", false, &layers.Ethernet{SrcMAC: p.mac, DstMAC: allNodes6, EthernetType: layers.EthernetTypeIPv6}, ip, gopacket.Payload(append(h, payload...)))
+	}
+	return [][]byte{append(frag(0, true, opts), decoy...), frag(len(opts), false, upper)}
 }
 
 // matrixClass is one kind of frame; blocked: the guard must drop it.
@@ -294,6 +334,18 @@ func matrixClasses() []matrixClass {
 		{"DAD probe for its own link-local", false, one(func(t *testing.T, p peer, m string) []byte {
 			return icmp6x(t, m, p.mac, netip.IPv6Unspecified(), allNodes, 255, 135, append(make([]byte, 4), eui64LL(p.mac).AsSlice()...))
 		})},
+		// Headers are parsed to the IP length, and a first fragment
+		// must carry its upper-layer header (RFC 7112, issue 30 item 6):
+		// else an RA or a DHCPv6 reply passes on a decoy after the
+		// packet while its real header comes in the next fragment.
+		{"RA whose header is in the second fragment (an echo request after the first)", true, func(t *testing.T, p peer, m string) [][]byte {
+			ra := []byte{134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0}
+			return splitHeader6(t, p, m, 58, []byte{128, 0, 0, 0, 0, 0, 0, 0}, ra)
+		}},
+		{"DHCPv6 Reply whose UDP header is in the second fragment (UDP 5000->53 after the first)", true, func(t *testing.T, p peer, m string) [][]byte {
+			reply := []byte{0x02, 0x23, 0x02, 0x22, 0, 12, 0, 0, 7, 0x5e, 0xed, 0x01} // 547 -> 546, Reply
+			return splitHeader6(t, p, m, 17, []byte{0x13, 0x88, 0, 53, 0, 8, 0, 0}, reply)
+		}},
 		{"ARP probe storm (RFC 5227 probes for the victim's address)", true, func(t *testing.T, p peer, m string) [][]byte {
 			var fs [][]byte
 			for range 100 {
@@ -369,5 +421,117 @@ func TestPrivilegedGuardAdversarialMatrix(t *testing.T) {
 	}
 	wantContains(t, "pv_leases", d.MustCtl("inspect", "map", "pv_leases"), victim.MAC.String(), vIP.String())
 	metrics := d.MustCtl("inspect", "map", "pv_counters_v3")
-	wantContains(t, "counters", metrics, "nd-spoof=", "dhcp-spoof=", "router-advertisement=", "dhcp-server=", "tunnel=")
+	wantContains(t, "counters", metrics, "nd-spoof=", "dhcp-spoof=", "router-advertisement=", "dhcp-server=", "tunnel=", "arp-spa=", "fragment-header=")
+}
+
+const probeManifests = `apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: prb}
+spec: {networkRef: prb-net, bridge: br-prb, hostIP: 10.98.0.1/24, dhcp: {delegatedRangeStart: 10.98.0.10, delegatedRangeEnd: 10.98.0.50}}
+---
+apiVersion: pivirt.hu/v1
+kind: PortSecurity
+metadata: {name: prb-udhcpc}
+spec: {interface: hpprb1, macAddress: "52:54:00:98:00:0a"}
+---
+apiVersion: pivirt.hu/v1
+kind: PortSecurity
+metadata: {name: prb-dhcpcd}
+spec: {interface: hpprb2, macAddress: "52:54:00:98:00:0b"}
+`
+
+// arpProbes counts the RFC 5227 probes (sender 0.0.0.0) seen on an
+// interface, by sender MAC and target address.
+type arpProbes struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func watchARPProbes(t *testing.T, ns *testutil.NetNS, ifname string) *arpProbes {
+	t.Helper()
+	p := &arpProbes{seen: map[string]int{}}
+	c := rawSocket(t, ns, ifname)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		for {
+			n, _, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			f := buf[:n]
+			if n < 42 || binary.BigEndian.Uint16(f[12:]) != 0x0806 || !netip.AddrFrom4([4]byte(f[28:32])).IsUnspecified() {
+				continue
+			}
+			p.mu.Lock()
+			p.seen[net.HardwareAddr(f[22:28]).String()+" "+netip.AddrFrom4([4]byte(f[38:42])).String()]++
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return p
+}
+
+func (p *arpProbes) count(mac net.HardwareAddr, tpa netip.Addr) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen[mac.String()+" "+tpa.String()]
+}
+
+// TestPrivilegedGuardDHCPClientProbes: the guard lets an ARP probe out
+// only for an address the port may use (issue 30 item 4), and a DHCP
+// client probes the address it was acknowledged before it binds it (RFC
+// 2131 3.1 step 5): pivirtd writes the lease to pv_leases before the ACK
+// goes out, so the probe passes. udhcpc -a and dhcpcd (with its ARP
+// checks on), each from a guarded port and from an unguarded one (the
+// control); the probe must reach the bridge from all four.
+func TestPrivilegedGuardDHCPClientProbes(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "nsenter", "udhcpc", "dhcpcd")
+	host, d := daemonWith(t, probeManifests, 1)
+	probes := watchARPProbes(t, host, "br-prb")
+	udhcpc := func(g *guest.Guest) {
+		g.Run(t, "udhcpc", "-f", "-n", "-q", "-a", "-t", "5", "-T", "2", "-i", g.Ifc, "-s", g.Hook(t), "-p", filepath.Join(g.Dir, "udhcpc.pid"))
+	}
+	dhcpcd := func(g *guest.Guest) {
+		conf := filepath.Join(g.Dir, "dhcpcd.conf")
+		if err := os.WriteFile(conf, []byte("noipv4ll\nipv4only\noption subnet_mask, routers\nrequire dhcp_server_identifier\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = g.NS.Exec("dhcpcd", "-x", g.Ifc)
+			for _, p := range []string{"/var/lib/dhcpcd/" + g.Ifc + ".lease", "/var/lib/dhcpcd/" + g.Ifc + "-4.lease"} {
+				os.Remove(p)
+			}
+		})
+		g.Run(t, "dhcpcd", "-1", "-4", "-B", "-t", "30", "-f", conf, "-c", "/bin/true", g.Ifc)
+	}
+	for _, c := range []struct {
+		name     string
+		hostSide string
+		mac      net.HardwareAddr
+		client   func(*guest.Guest)
+	}{
+		{"udhcpc -a, guarded", "hpprb1", net.HardwareAddr{0x52, 0x54, 0, 0x98, 0, 0x0a}, udhcpc},
+		{"udhcpc -a, control", "", net.HardwareAddr{0x52, 0x54, 0, 0x98, 0, 0x1a}, udhcpc},
+		{"dhcpcd, guarded", "hpprb2", net.HardwareAddr{0x52, 0x54, 0, 0x98, 0, 0x0b}, dhcpcd},
+		{"dhcpcd, control", "", net.HardwareAddr{0x52, 0x54, 0, 0x98, 0, 0x1b}, dhcpcd},
+	} {
+		g := guest.Attach(t, host, "br-prb", c.hostSide, c.mac)
+		if c.hostSide != "" {
+			name := map[string]string{"hpprb1": "prb-udhcpc", "hpprb2": "prb-dhcpcd"}[c.hostSide]
+			waitFor(t, 10*time.Second, c.name+": the port guarded", func() bool {
+				return strings.Contains(d.Ctl("get", "portsec", name, "-o", "yaml").Stdout, "attach: tcx")
+			})
+		}
+		c.client(g)
+		ip := g.Addr(t)
+		if !ip.IsValid() {
+			t.Fatalf("%s: no address after the client ran", c.name)
+		}
+		if n := probes.count(g.MAC, ip); n == 0 {
+			t.Errorf("%s: no ARP probe for %s from %s reached the bridge (counters %s)", c.name, ip, g.MAC, d.Ctl("inspect", "map", "pv_counters_v3").Stdout)
+		}
+	}
 }

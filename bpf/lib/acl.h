@@ -57,6 +57,8 @@ enum {
 			    * without ports, never track */
 	ACL_ALWAYS = 3,    /* not for the ACL (ARP, DHCP, ND, ...): pass */
 	ACL_BAD = 4,       /* truncated or malformed */
+	ACL_FRAG = 5,      /* a first fragment without the L4 header the ACL
+			    * reads (RFC 7112, RFC 1858) */
 };
 
 /* struct acl_pkt: what the ACL needs of a packet. */
@@ -360,14 +362,14 @@ static __always_inline int acl_parse4(struct hdr_cursor *cur, __u32 dir, struct 
 		acl_frag_key4(&fk, ip, p->ct.ifindex, dir);
 		if (ip->frag_off & bpf_htons(IP_OFFSET))
 			return acl_later_fragment(&fk, ip->protocol, p) ? ACL_TRACK : ACL_UNTRACKED;
-		if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0)
-			return ACL_BAD;
+		if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0 ||
+		    (ip->protocol == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, l4left, p) < 0))
+			return ACL_FRAG;
 		acl_first_fragment(&fk, p);
-	} else if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0) {
+	} else if (acl_l4(cur, &p->ct, dir, ip->protocol, &p->dport, &t) < 0 ||
+		   (ip->protocol == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, l4left, p) < 0)) {
 		return ACL_BAD;
 	}
-	if (ip->protocol == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, l4left, p) < 0)
-		return ACL_BAD;
 	p->have_ports = 1;
 	if (ip->protocol == IPPROTO_UDP) {
 		__u16 sport = bpf_ntohs(dir == PV_ACL_EGRESS ? p->ct.vm_port : p->ct.peer_port);
@@ -434,10 +436,9 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	p->proto = l4 == IPPROTO_ICMPV6 ? IPPROTO_ICMP : l4;
 	l4h = cur->pos;
 	l4left = cur->left;
-	if (acl_l4(cur, &p->ct, dir, l4, &p->dport, &t) < 0)
-		return ACL_BAD;
-	if (l4 == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, l4left, p) < 0)
-		return ACL_BAD;
+	if (acl_l4(cur, &p->ct, dir, l4, &p->dport, &t) < 0 ||
+	    (l4 == IPPROTO_TCP && acl_tcp_flags(l4h, cur->end, l4left, p) < 0))
+		return fr.more ? ACL_FRAG : ACL_BAD;
 	p->have_ports = 1;
 	if (fr.present && fr.more)
 		acl_first_fragment(&fk, p);
@@ -589,6 +590,8 @@ static __always_inline __u32 pv_acl_check(struct __sk_buff *ctx, __u32 dir, __u3
 	}
 	if (kind == ACL_BAD)
 		return PV_R_MALFORMED;
+	if (kind == ACL_FRAG)
+		return PV_R_FRAG_HEADER;
 	if (kind == ACL_ALWAYS)
 		return pass;
 

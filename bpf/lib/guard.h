@@ -153,10 +153,14 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 
 	/* Only a first fragment carries the UDP header. */
 	if (ip->protocol == IPPROTO_UDP && !(ip->frag_off & bpf_htons(0x1fff))) {
+		/* A header cut by the IP length: a first fragment's is an
+		 * evasion (RFC 7112), anything else a truncated packet.
+		 */
+		__u32 cut = ip->frag_off & bpf_htons(0x2000) ? PV_R_FRAG_HEADER : PV_R_MALFORMED;
 		struct udphdr *udp = cur_pull(cur, sizeof(*udp));
 
 		if (!udp)
-			return PV_R_MALFORMED;
+			return cut;
 		tunnel = pv_is_udp_tunnel(udp->dest);
 		if (port->flags & PV_PORT_DHCP_GUARD) {
 			/* Only servers and relays send from 67 or to 68. */
@@ -168,7 +172,9 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 				/* The UDP length, not the frame, says whether the
 				 * BOOTP head is there: short frames are padded.
 				 */
-				if (!b || bpf_ntohs(udp->len) < sizeof(*udp) + sizeof(*b))
+				if (!b)
+					return cut;
+				if (bpf_ntohs(udp->len) < sizeof(*udp) + sizeof(*b))
 					return PV_R_MALFORMED;
 				if (b->op == BOOTREPLY)
 					return PV_R_DHCP_SERVER;
@@ -337,8 +343,9 @@ static __noinline __u32 pv_guard_nd(struct hdr_cursor *cur, __u32 ifindex, const
 static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex, const struct pv_port *port)
 {
 	struct ipv6hdr *ip6 = cur_pull(cur, sizeof(*ip6));
+	struct ipv6_frag fr = {};
 	int l4, tunnel, icmp_type = -1;
-	__u32 r;
+	__u32 r, cut;
 
 	if (!ip6 || ip6->version != 6)
 		return PV_R_MALFORMED;
@@ -347,15 +354,20 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 	 * on the strength of bytes after the packet.
 	 */
 	cur_limit(cur, bpf_ntohs(ip6->payload_len));
-	l4 = ipv6_skip_ext(cur, ip6->nexthdr);
+	l4 = ipv6_walk_ext(cur, ip6->nexthdr, &fr);
 	if (l4 < 0)
 		return PV_R_MALFORMED;
+	/* An upper-layer header cut by the payload length: a first
+	 * fragment's is an evasion (RFC 7112), anything else a truncated
+	 * packet. (A later fragment has none: l4 is NEXTHDR_NONE.)
+	 */
+	cut = fr.more ? PV_R_FRAG_HEADER : PV_R_MALFORMED;
 	tunnel = pv_is_tunnel(l4);
 	if (l4 == IPPROTO_ICMPV6) {
 		__u8 *t = cur_pull(cur, 1);
 
 		if (!t)
-			return PV_R_MALFORMED;
+			return cut;
 		icmp_type = *t;
 		if (icmp_type == ICMPV6_RA && (port->flags & PV_PORT_RA_GUARD))
 			return PV_R_RA;
@@ -366,7 +378,7 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 		struct udphdr *udp = cur_pull(cur, sizeof(*udp));
 
 		if (!udp)
-			return PV_R_MALFORMED;
+			return cut;
 		tunnel = pv_is_udp_tunnel(udp->dest);
 		/* Only servers and relays send from 547 or to 546, whatever
 		 * the message; and a server's message type is refused on the

@@ -267,7 +267,12 @@ func TestPrivilegedACL(t *testing.T) {
 			hdrs := []byte{60, 0, 0, 1, 0, 0, 0x56, 0x78, 6, 0, 1, 4, 0, 0, 0, 0}                          // fragment (offset 0, M), destination options (PadN)
 			tcp := []byte{0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x04, 0, 0, 0, 0, 0} // 40000 -> 443, SYN
 			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(hdrs)), tcp...)
-		}, guard.VerdictDrop, guard.ReasonMalformed},
+		}, guard.VerdictDrop, guard.ReasonFragHeader},
+		{"IPv4 first fragment with its TCP ports but not its flags (RFC 1858)", true, func(t testing.TB) []byte {
+			ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: aclOutside.AsSlice(), DstIP: vm.AsSlice(), Flags: layers.IPv4MoreFragments}
+			tcp := []byte{0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x04, 0, 0, 0, 0, 0}
+			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, gopacket.Payload(tcp[:8])), tcp[8:]...)
+		}, guard.VerdictDrop, guard.ReasonFragHeader},
 		{"IPv4 TCP with its header only after the packet", true, func(t testing.TB) []byte {
 			ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: aclOutside.AsSlice(), DstIP: vm.AsSlice()}
 			tcp := []byte{0x9c, 0x40, 0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x04, 0, 0, 0, 0, 0}
@@ -607,6 +612,63 @@ func TestPrivilegedACLErrorsCarryNoData(t *testing.T) {
 		{"the same error to a denied host", icmpErrFrom4(t, vm, aclOutside, fromPeer, 0), guard.VerdictDrop},
 		{"the same error to a denied host, with data after the quote", icmpErrFrom4(t, vm, aclOutside, fromPeer, 400), guard.VerdictDrop},
 		{"an error to its peer longer than an error may be", icmpErrFrom4(t, vm, aclPeer, fromPeer, 600), guard.VerdictDrop},
+		// The error's source must be the VM's end of the quoted flow
+		// (an allowed address pair would give it another).
+		{"the error to its peer from another address", icmpErrFrom4(t, otherIP, aclPeer, fromPeer, 0), guard.VerdictDrop},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			got, _, err := guard.RunSKB(p.fromVM, port, s.frame, 1)
+			testutil.SkipIfNotSupported(t, err)
+			if got != s.want {
+				t.Errorf("verdict %s, want %s", got, s.want)
+			}
+		})
+	}
+}
+
+// udp6From is a UDP datagram over IPv6 from src to dst.
+func udp6From(t testing.TB, src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	u := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
+	must(t, u.SetNetworkLayerForChecksum(ip))
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, u, gopacket.Payload(payload))
+}
+
+// icmp6ErrFrom is an ICMPv6 port unreachable from src to dst quoting the
+// IPv6 packet of frame quoted, then extra bytes of its own.
+func icmp6ErrFrom(t testing.TB, src, dst netip.Addr, quoted []byte, extra int) []byte {
+	ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolICMPv6, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	ic := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeDestinationUnreachable, 4)}
+	must(t, ic.SetNetworkLayerForChecksum(ip))
+	body := append(append(make([]byte, 4), quoted[14:]...), make([]byte, extra)...) // unused, then the quote
+	return serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, ic, gopacket.Payload(body))
+}
+
+// TestPrivilegedACLErrorsCarryNoData6 is TestPrivilegedACLErrorsCarryNoData
+// over IPv6 (acl_inner6): a port that may send only UDP 5000 sends an
+// ICMPv6 error about its flow to another host (ICMPv6 is denied), or one
+// longer than an error may be (RFC 4443 2.4: 1280 bytes).
+func TestPrivilegedACLErrorsCarryNoData6(t *testing.T) {
+	p := loadACL(t)
+	denied := netip.MustParseAddr("2001:db8:2::7")
+	anyPorts := func(e aclmap.Entry) aclmap.Entry { e.AnyPorts(); return e }
+	out := []aclmap.Entry{{Action: guard.ACLAllow, Proto: aclmap.ProtoUDP, PortMin: 5000, PortMax: 5000}}
+	in := []aclmap.Entry{anyPorts(aclmap.Entry{Action: guard.ACLDeny, Proto: aclmap.ProtoUDP})}
+	putACL(t, p, in, guard.ACLDeny, out, guard.ACLDeny, guard.ACLStateful)
+
+	fromPeer := udp6From(t, aclPeer6, vmIP6, 5000, 5000, []byte("hello"))
+	for _, s := range []struct {
+		name  string
+		frame []byte
+		want  guard.Verdict
+	}{
+		{"the VM opens UDP 5000 to its peer", udp6From(t, vmIP6, aclPeer6, 5000, 5000, []byte("x")), guard.VerdictPass},
+		{"UDP 5001 to another host", udp6From(t, vmIP6, denied, 5001, 5001, []byte("x")), guard.VerdictDrop},
+		{"an ICMPv6 error to its peer about the flow", icmp6ErrFrom(t, vmIP6, aclPeer6, fromPeer, 0), guard.VerdictPass},
+		{"the same error to another host", icmp6ErrFrom(t, vmIP6, denied, fromPeer, 0), guard.VerdictDrop},
+		{"the same error to another host, with data after the quote", icmp6ErrFrom(t, vmIP6, denied, fromPeer, 400), guard.VerdictDrop},
+		{"an error to its peer longer than an error may be", icmp6ErrFrom(t, vmIP6, aclPeer6, fromPeer, 1300), guard.VerdictDrop},
+		{"the error to its peer from another address", icmp6ErrFrom(t, otherIP6, aclPeer6, fromPeer, 0), guard.VerdictDrop},
 	} {
 		t.Run(s.name, func(t *testing.T) {
 			got, _, err := guard.RunSKB(p.fromVM, port, s.frame, 1)

@@ -231,6 +231,7 @@ const (
 	ReasonNDSpoof      Reason = typesPvReasonPV_R_ND_SPOOF
 	ReasonDHCPSpoof    Reason = typesPvReasonPV_R_DHCP_SPOOF
 	ReasonTunnel       Reason = typesPvReasonPV_R_TUNNEL
+	ReasonFragHeader   Reason = typesPvReasonPV_R_FRAG_HEADER
 	ReasonMax          Reason = typesPvReasonPV_R_MAX
 )
 
@@ -258,6 +259,7 @@ var reasonNames = map[Reason]string{
 	ReasonNDSpoof:      "nd-spoof",
 	ReasonDHCPSpoof:    "dhcp-spoof",
 	ReasonTunnel:       "tunnel",
+	ReasonFragHeader:   "fragment-header",
 }
 
 // String is the reason's stable kebab-case name, as in counters and

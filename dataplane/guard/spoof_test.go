@@ -103,28 +103,63 @@ func mobilityRA() []byte {
 // the packet's end: what a parser reading to the frame's end takes as
 // that header.
 func firstFragment6(t testing.TB, next byte, trailing []byte) []byte {
+	return fragment6(t, []byte{next, 0, 0, 1, 0, 0, 0x12, 0x34}, trailing) // offset 0, M
+}
+
+// fragment6 is an IPv6 packet from the VM's link-local whose payload is
+// hdrs, followed in the frame (not in the packet) by trailing.
+func fragment6(t testing.TB, hdrs, trailing []byte) []byte {
 	ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolIPv6Fragment, SrcIP: llIP6.AsSlice(), DstIP: allNodes.AsSlice()}
-	frag := []byte{next, 0, 0, 1, 0, 0, 0x12, 0x34} // offset 0, M
-	return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(frag)), trailing...)
+	return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip, gopacket.Payload(hdrs)), trailing...)
 }
 
 // fragmentCases: headers are parsed to the IP length, not to the frame's
 // end, and a first fragment must carry its whole upper-layer header (RFC
 // 7112), or an RA or a DHCPv6 reply would pass on the strength of bytes
 // after the packet while its real header comes in the next fragment.
+// Those are counted as fragment-header; a packet (not a fragment) cut
+// by its own length stays malformed.
 func fragmentCases() []guardCase {
-	drop := guard.VerdictDrop
+	pass, drop := guard.VerdictPass, guard.VerdictDrop
+	destOpts := func(next byte) []byte { return []byte{next, 0, 1, 4, 0, 0, 0, 0} } // PadN
 	return []guardCase{
 		{name: "ICMPv6 first fragment without its header (an RA in the next) dropped", frame: func(t testing.TB) []byte {
 			return firstFragment6(t, 58, []byte{128, 0, 0, 0, 0, 0, 0, 0}) // an echo request after the packet
-		}, want: drop, reason: guard.ReasonMalformed},
+		}, want: drop, reason: guard.ReasonFragHeader},
 		{name: "UDP first fragment without its header (a DHCPv6 reply in the next) dropped", frame: func(t testing.TB) []byte {
 			return firstFragment6(t, 17, []byte{0x13, 0x88, 0, 53, 0, 8, 0, 0}) // 5000 -> 53 after the packet
-		}, want: drop, reason: guard.ReasonMalformed},
+		}, want: drop, reason: guard.ReasonFragHeader},
+		{name: "first fragment with only destination options (an RA in the next) dropped", frame: func(t testing.TB) []byte {
+			return fragment6(t, append([]byte{60, 0, 0, 1, 0, 0, 0x12, 0x35}, destOpts(58)...), []byte{128, 0, 0, 0, 0, 0, 0, 0})
+		}, want: drop, reason: guard.ReasonFragHeader},
+		{name: "first fragment with only destination options (a DHCPv6 reply in the next) dropped", frame: func(t testing.TB) []byte {
+			return fragment6(t, append([]byte{60, 0, 0, 1, 0, 0, 0x12, 0x36}, destOpts(17)...), []byte{0x13, 0x88, 0, 53, 0, 8, 0, 0})
+		}, want: drop, reason: guard.ReasonFragHeader},
 		{name: "IPv4 UDP first fragment without its header dropped", frame: func(t testing.TB) []byte {
 			ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: vmIP.AsSlice(), DstIP: otherIP.AsSlice(), Flags: layers.IPv4MoreFragments}
 			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip), 0x13, 0x88, 0, 53, 0, 8, 0, 0)
+		}, want: drop, reason: guard.ReasonFragHeader},
+		{name: "DHCP DISCOVER first fragment without its BOOTP head dropped", frame: func(t testing.TB) []byte {
+			ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: vmIP.AsSlice(), DstIP: otherIP.AsSlice(), Flags: layers.IPv4MoreFragments}
+			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip, gopacket.Payload([]byte{0, 68, 0, 67, 1, 0x30, 0, 0})), bootp(t, vmMAC, netip.IPv4Unspecified(), 0)[14+20+8:]...) // the head after the packet
+		}, want: drop, reason: guard.ReasonFragHeader},
+		// Not a fragment: the same cut is a truncated packet.
+		{name: "IPv6 UDP header after the packet (not a fragment) malformed", frame: func(t testing.TB) []byte {
+			ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolUDP, SrcIP: llIP6.AsSlice(), DstIP: allNodes.AsSlice()}
+			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv6), ip), 0x13, 0x88, 0, 53, 0, 8, 0, 0)
 		}, want: drop, reason: guard.ReasonMalformed},
+		{name: "IPv4 UDP header after the packet (not a fragment) malformed", frame: func(t testing.TB) []byte {
+			ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: vmIP.AsSlice(), DstIP: otherIP.AsSlice()}
+			return append(serialize(t, eth(vmMAC, layers.EthernetTypeIPv4), ip), 0x13, 0x88, 0, 53, 0, 8, 0, 0)
+		}, want: drop, reason: guard.ReasonMalformed},
+		// A first fragment with its headers passes, and so does a later
+		// one (it has none; without its first it is never reassembled).
+		{name: "first fragment with destination options and its UDP header passes", frame: func(t testing.TB) []byte {
+			return fragment6(t, append(append([]byte{60, 0, 0, 1, 0, 0, 0x12, 0x37}, destOpts(17)...), 0x13, 0x88, 0, 53, 0, 16, 0, 0), nil)
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "later fragment passes", frame: func(t testing.TB) []byte {
+			return fragment6(t, []byte{17, 0, 0, 8, 0, 0, 0x12, 0x37, 0x13, 0x88, 0, 53, 0, 8, 0, 0}, nil) // offset 8
+		}, want: pass, reason: guard.ReasonPass},
 		{name: "NS whose option runs past the packet dropped", frame: func(t testing.TB) []byte {
 			o := lladdr(1, vmMAC)
 			o[1] = 2 // 16 bytes, 8 of them after the packet's end

@@ -229,6 +229,7 @@ const (
 	typesPvReasonPV_R_ND_SPOOF      typesPvReason = 22
 	typesPvReasonPV_R_DHCP_SPOOF    typesPvReason = 23
 	typesPvReasonPV_R_TUNNEL        typesPvReason = 24
+	typesPvReasonPV_R_FRAG_HEADER   typesPvReason = 25
 	typesPvReasonPV_R_MAX           typesPvReason = 32
 )
 

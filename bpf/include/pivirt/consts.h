@@ -127,6 +127,8 @@ enum pv_reason {
 				  * posing as a relay (giaddr, hops) */
 	PV_R_TUNNEL        = 24, /* IPIP, 6in4, GRE or IPv6 Mobility: a
 				  * spoofed inner packet the guard cannot see */
+	PV_R_FRAG_HEADER   = 25, /* a first fragment without its whole
+				  * upper-layer header (RFC 7112, RFC 1858) */
 	PV_R_MAX           = 32, /* room for new reasons without a _v4 */
 };
 
