@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package vxlan
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// VTEPFilterName names the netfilter program that lets only known VTEPs
+// reach the tunnel ports (bpftool shows it).
+const VTEPFilterName = "pv_vtep_in"
+
+// vtepPriority places the filter at LOCAL_IN before the iptables and
+// nftables filter chains (priority 0), so no ACCEPT there lets a datagram
+// past it.
+const vtepPriority = -200
+
+// VTEPFilter is pv_vtep_in (bpf/nf_vtep.c) at IPv4 LOCAL_IN of one
+// network namespace: UDP to a tunnel port of this node from an address
+// that is not a VTEP of an overlay on that port is dropped and counted,
+// whatever device and local address it arrived on. The kernel's VXLAN
+// socket listens at every local address and does not ask who sent a
+// datagram, so without it a guest (here, or routed from another node)
+// or any host on the underlay could put a frame on an overlay segment's
+// bridge. Its maps are written by one writer, control/overlay (Sync).
+type VTEPFilter struct {
+	objs    nf_vtepObjects
+	link    link.Link
+	linkPin string
+}
+
+// Counts is what the filter saw of datagrams to one tunnel port.
+type Counts struct{ Passed, Dropped uint64 }
+
+// loadVTEPFilter loads the program and its maps (pinned in pinDir if
+// set) without attaching it.
+func loadVTEPFilter(pinDir string) (*VTEPFilter, error) {
+	spec, err := loadNf_vtep()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", VTEPFilterName, err)
+	}
+	var opts ebpf.CollectionOptions
+	if pinDir != "" {
+		if err := os.MkdirAll(pinDir, 0o700); err != nil {
+			return nil, fmt.Errorf("making %s: %w", pinDir, err)
+		}
+		for _, m := range spec.Maps {
+			m.Pinning = ebpf.PinByName
+		}
+		opts.Maps.PinPath = pinDir
+	}
+	f := &VTEPFilter{}
+	if err := spec.LoadAndAssign(&f.objs, &opts); err != nil {
+		return nil, fmt.Errorf("loading %s: %w", VTEPFilterName, err)
+	}
+	return f, nil
+}
+
+// LoadVTEPFilter loads the filter and attaches it at LOCAL_IN of the
+// calling goroutine's network namespace. With pinDir (on a bpffs) its
+// maps are pinned there by name and reused, and its link is pinned as
+// pinDir/pv_vtep_in: the filter stays when pivirtd exits, and the next
+// one attaches its own before it lets the old go, so the tunnel ports
+// are never unguarded.
+func LoadVTEPFilter(pinDir string) (*VTEPFilter, error) {
+	f, err := loadVTEPFilter(pinDir)
+	if err != nil {
+		return nil, err
+	}
+	// The hook is the namespace of the calling thread's (netnsdo.Do
+	// in tests; pivirtd's own).
+	f.link, err = link.AttachNetfilter(link.NetfilterOptions{Program: f.objs.PvVtepIn, ProtocolFamily: link.NetfilterProtoIPv4,
+		Hook: link.NetfilterInetLocalIn, Priority: vtepPriority})
+	if err != nil {
+		f.objs.Close()
+		return nil, fmt.Errorf("attaching %s at IPv4 LOCAL_IN: %w", VTEPFilterName, err)
+	}
+	if pinDir != "" {
+		f.linkPin = filepath.Join(pinDir, VTEPFilterName)
+		if err := f.pinLink(); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// pinLink replaces a previous run's pinned link with this one's (which
+// already filters, so there is no gap).
+func (f *VTEPFilter) pinLink() error {
+	if old, err := link.LoadPinnedLink(f.linkPin, nil); err == nil {
+		if err := old.Unpin(); err != nil {
+			old.Close()
+			return fmt.Errorf("unpinning the previous %s: %w", f.linkPin, err)
+		}
+		old.Close()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("opening the previous %s: %w", f.linkPin, err)
+	}
+	if err := f.link.Pin(f.linkPin); err != nil {
+		return fmt.Errorf("pinning %s: %w", f.linkPin, err)
+	}
+	return nil
+}
+
+// Close releases the filter; a pinned link stays attached.
+func (f *VTEPFilter) Close() error {
+	var err error
+	if f.link != nil {
+		err = f.link.Close()
+	}
+	return errors.Join(err, f.objs.Close())
+}
+
+// Sync makes the filter guard exactly the ports of want, each letting
+// in only its VTEPs (IPv4). A port's counts survive while it stays.
+// VTEPs are added before their port and a port is removed before its
+// VTEPs, so a port is never guarded by a partial list.
+func (f *VTEPFilter) Sync(want map[uint16][]netip.Addr) error {
+	keys := map[nf_vtepPvVtepKey]bool{}
+	for port, vteps := range want {
+		if port == 0 {
+			return fmt.Errorf("tunnel port 0: not a port")
+		}
+		for _, a := range vteps {
+			if !a.Is4() {
+				return fmt.Errorf("VTEP %s of port %d: not an IPv4 address", a, port)
+			}
+			keys[nf_vtepPvVtepKey{Addr: addr32(a), Port: be16(port)}] = true
+		}
+	}
+	for k := range keys {
+		if err := f.objs.PvVteps.Update(k, uint8(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("adding VTEP %s of port %d: %w", addrOf(k.Addr), port16(k.Port), err)
+		}
+	}
+	zero := make([]nf_vtepPvVtepCounts, ebpf.MustPossibleCPU())
+	for port := range want {
+		err := f.objs.PvVtepPorts.Update(be16(port), zero, ebpf.UpdateNoExist)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("guarding tunnel port %d: %w", port, err)
+		}
+	}
+	var (
+		p     uint16
+		ports []uint16
+	)
+	it := f.objs.PvVtepPorts.Iterate()
+	for it.Next(&p, &zero) {
+		if _, ok := want[port16(p)]; !ok {
+			ports = append(ports, p)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("listing tunnel ports: %w", err)
+	}
+	for _, p := range ports {
+		if err := f.objs.PvVtepPorts.Delete(p); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("unguarding tunnel port %d: %w", port16(p), err)
+		}
+	}
+	var (
+		k    nf_vtepPvVtepKey
+		v    uint8
+		gone []nf_vtepPvVtepKey
+	)
+	kit := f.objs.PvVteps.Iterate()
+	for kit.Next(&k, &v) {
+		if !keys[k] {
+			gone = append(gone, k)
+		}
+	}
+	if err := kit.Err(); err != nil {
+		return fmt.Errorf("listing VTEPs: %w", err)
+	}
+	for _, k := range gone {
+		if err := f.objs.PvVteps.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing VTEP %s of port %d: %w", addrOf(k.Addr), port16(k.Port), err)
+		}
+	}
+	return nil
+}
+
+// VTEPs lists the filter's VTEPs by port, sorted.
+func (f *VTEPFilter) VTEPs() (map[uint16][]netip.Addr, error) {
+	out := map[uint16][]netip.Addr{}
+	var (
+		k nf_vtepPvVtepKey
+		v uint8
+	)
+	it := f.objs.PvVteps.Iterate()
+	for it.Next(&k, &v) {
+		out[port16(k.Port)] = append(out[port16(k.Port)], addrOf(k.Addr))
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("listing VTEPs: %w", err)
+	}
+	for _, as := range out {
+		slices.SortFunc(as, netip.Addr.Compare)
+	}
+	return out, nil
+}
+
+// Counts returns the counts of each guarded port, summed over CPUs.
+func (f *VTEPFilter) Counts() (map[uint16]Counts, error) {
+	out := map[uint16]Counts{}
+	var (
+		p  uint16
+		vs []nf_vtepPvVtepCounts
+	)
+	it := f.objs.PvVtepPorts.Iterate()
+	for it.Next(&p, &vs) {
+		var c Counts
+		for _, v := range vs {
+			c.Passed += v.Passed
+			c.Dropped += v.Dropped
+		}
+		out[port16(p)] = c
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading the counts of %s: %w", VTEPFilterName, err)
+	}
+	return out, nil
+}
+
+// be16 is a port as the map holds it: in network order, read as a
+// little-endian u16 (the maps' keys are raw bytes).
+func be16(port uint16) uint16 { return port>>8 | port<<8 }
+
+// port16 undoes be16.
+func port16(v uint16) uint16 { return be16(v) }
+
+// addr32 is an IPv4 address as the map holds it: its bytes in network
+// order, read as a little-endian u32.
+func addr32(a netip.Addr) uint32 { b := a.As4(); return binary.LittleEndian.Uint32(b[:]) }
+
+// addrOf undoes addr32.
+func addrOf(v uint32) netip.Addr {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
+}

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package vxlan
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+
+	"pivirt.hu/pivirt/test/testutil"
+)
+
+// vxlanFrame is a VXLAN datagram from src to dst:dport carrying a
+// broadcast ICMP from a spoofed MAC and address (the injection).
+func vxlanFrame(t *testing.T, src, dst string, dport uint16, ihl uint8) []byte {
+	t.Helper()
+	inner := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(inner, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+		&layers.Ethernet{SrcMAC: net.HardwareAddr{0x52, 0x54, 0, 0x66, 0x66, 0x66}, DstMAC: layers.EthernetBroadcast, EthernetType: layers.EthernetTypeIPv4},
+		&layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: net.ParseIP("10.50.0.99"), DstIP: net.IPv4bcast},
+		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(8, 0)}, gopacket.Payload("injected")); err != nil {
+		t.Fatal(err)
+	}
+	ip := ipv4(layers.IPProtocolUDP)
+	ip.SrcIP, ip.DstIP = net.ParseIP(src), net.ParseIP(dst)
+	if ihl > 5 {
+		ip.IHL = ihl
+		ip.Options = []layers.IPv4Option{{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 0}}
+	}
+	return frame(t, ip, &layers.UDP{SrcPort: 40000, DstPort: layers.UDPPort(dport)},
+		&layers.VXLAN{ValidIDFlag: true, VNI: 4242}, gopacket.Payload(inner.Bytes()))[ethLen:]
+}
+
+// ethLen is cut from frames: a netfilter program's test run, like the
+// hook, starts at the IP header.
+const ethLen = 14
+
+// TestVTEPFilterProgram runs pv_vtep_in on datagrams as LOCAL_IN hands
+// them over (from the IP header): to a tunnel port only the VTEPs of that port pass (each port
+// its own list); others are dropped and counted, behind IP options too;
+// other ports, TCP to the tunnel port and a port no overlay uses pass.
+func TestVTEPFilterProgram(t *testing.T) {
+	testutil.RequireBPF(t)
+	f, err := loadVTEPFilter("")
+	testutil.SkipIfNotSupported(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := map[uint16][]netip.Addr{
+		4789: {netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("10.99.0.2")},
+		8472: {netip.MustParseAddr("10.99.0.3")},
+	}
+	if err := f.Sync(want); err != nil {
+		t.Fatal(err)
+	}
+	tcp := frame(t, &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: net.ParseIP("10.50.0.11"), DstIP: net.ParseIP("10.99.0.1")},
+		&layers.TCP{SrcPort: 40000, DstPort: 4789})[ethLen:]
+	const drop, accept = 0, 1
+	tests := []struct {
+		name string
+		in   []byte
+		want uint32
+	}{
+		{"guest to the VTEP", vxlanFrame(t, "10.50.0.11", "10.99.0.1", 4789, 5), drop},
+		{"guest to the gateway address", vxlanFrame(t, "10.50.0.11", "10.50.0.1", 4789, 5), drop},
+		{"guest behind IP options", vxlanFrame(t, "10.50.0.11", "10.99.0.1", 4789, 6), drop},
+		{"known VTEP", vxlanFrame(t, "10.99.0.2", "10.99.0.1", 4789, 5), accept},
+		{"known VTEP behind IP options", vxlanFrame(t, "10.99.0.2", "10.99.0.1", 4789, 6), accept},
+		{"VTEP of another port", vxlanFrame(t, "10.99.0.3", "10.99.0.1", 4789, 5), drop},
+		{"VTEP of its port", vxlanFrame(t, "10.99.0.3", "10.99.0.1", 8472, 5), accept},
+		{"guest to the second port", vxlanFrame(t, "10.50.0.11", "10.99.0.1", 8472, 5), drop},
+		{"port no overlay uses", vxlanFrame(t, "10.50.0.11", "10.99.0.1", 4790, 5), accept},
+		{"TCP to the tunnel port", tcp, accept},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := f.objs.PvVtepIn.Run(&ebpf.RunOptions{Data: tc.in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("verdict %d, want %d", got, tc.want)
+			}
+		})
+	}
+	counts, err := f.Counts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := counts[4789]; c.Dropped != 4 || c.Passed != 2 {
+		t.Errorf("port 4789 counts %+v, want 4 dropped, 2 passed", c)
+	}
+	if c := counts[8472]; c.Dropped != 1 || c.Passed != 1 {
+		t.Errorf("port 8472 counts %+v, want 1 dropped, 1 passed", c)
+	}
+
+	// A port that goes takes its VTEPs; one that stays keeps its counts.
+	if err := f.Sync(map[uint16][]netip.Addr{4789: {netip.MustParseAddr("10.99.0.2")}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.VTEPs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(got[4789]) != 1 || got[4789][0] != netip.MustParseAddr("10.99.0.2") {
+		t.Errorf("VTEPs after sync %v, want 4789: [10.99.0.2]", got)
+	}
+	if counts, err = f.Counts(); err != nil || len(counts) != 1 || counts[4789].Dropped != 4 {
+		t.Errorf("counts after sync %v (%v), want port 4789 only, its 4 drops kept", counts, err)
+	}
+	if v, err := f.objs.PvVtepIn.Run(&ebpf.RunOptions{Data: vxlanFrame(t, "10.99.0.1", "10.99.0.2", 4789, 5)}); err != nil || v != drop {
+		t.Errorf("removed VTEP: verdict %d (%v), want drop", v, err)
+	}
+	if v, err := f.objs.PvVtepIn.Run(&ebpf.RunOptions{Data: vxlanFrame(t, "10.50.0.11", "10.99.0.1", 8472, 5)}); err != nil || v != accept {
+		t.Errorf("removed port: verdict %d (%v), want accept", v, err)
+	}
+	for _, bad := range []map[uint16][]netip.Addr{{0: {netip.MustParseAddr("10.99.0.1")}}, {4789: {netip.MustParseAddr("fd00::1")}}} {
+		if err := f.Sync(bad); err == nil {
+			t.Errorf("Sync(%v) took it", bad)
+		}
+	}
+}
