@@ -103,6 +103,11 @@ type Controller struct {
 	Node    string     // --node
 	VTEP    netip.Addr // --vtep-address
 	Now     func() time.Time
+	// VTEPs, if set, is this node's pv_vtep_in (vxlan.LoadVTEPFilter):
+	// each pass writes it the tunnel ports of the overlays realized here
+	// and their members' VTEPs, this node's own among them, so only those
+	// reach the tunnel socket. The controller is its one writer.
+	VTEPs *vxlan.VTEPFilter
 	// Wake, if set, asks for a pass (reconcile.Loop.Trigger): it is
 	// called when the next dynamic lease the FDB holds expires, so its
 	// entries go then and not at the next resync.
@@ -166,6 +171,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 
 	var errs []error
 	desired := map[string]int{}
+	allowed := map[uint16][]netip.Addr{} // tunnel port -> VTEPs let in
 	var updates []reconcile.StatusUpdate
 	for _, o := range snap.Of(pivirtv1.KindOverlayNetwork) {
 		s, err := snap.Spec(o)
@@ -186,6 +192,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		local := members[name][i]
 		desired[name] = ov.VNI
+		allowed[uint16(ov.Port)] = append(allowed[uint16(ov.Port)], memberVTEPs(members[name])...)
 		if err := c.realize(name, ov, local, members[name], leases, ports); err != nil {
 			errs = append(errs, err)
 			c.Events.Record(pivirtv1.KindOverlayNetwork, name, events.Warning, "RealizeFailed", err.Error())
@@ -194,10 +201,27 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	if err := c.sweep(desired); err != nil {
 		errs = append(errs, err)
 	}
+	if c.VTEPs != nil {
+		if err := c.VTEPs.Sync(allowed); err != nil {
+			errs = append(errs, fmt.Errorf("writing the VTEPs the tunnel ports let in: %w", err))
+		}
+	}
 	if err := reconcile.SetStatuses(ctx, c.Store, c.Index, updates); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// memberVTEPs are the VTEPs of an overlay's Ready members, this node's
+// too: the addresses its tunnel takes datagrams from.
+func memberVTEPs(ms []member) []netip.Addr {
+	var out []netip.Addr
+	for _, m := range ms {
+		if m.ready && m.vtep.Is4() {
+			out = append(out, m.vtep)
+		}
+	}
+	return out
 }
 
 // lease is a live DHCPLease placed on a node.

@@ -13,16 +13,20 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // VTEPFilterName names the netfilter program that lets only known VTEPs
 // reach the tunnel ports (bpftool shows it).
 const VTEPFilterName = "pv_vtep_in"
 
-// vtepPriority places the filter at LOCAL_IN before the iptables and
+// vtepPriorities place the filter at LOCAL_IN before the iptables and
 // nftables filter chains (priority 0), so no ACCEPT there lets a datagram
-// past it.
-const vtepPriority = -200
+// past it. Two BPF links cannot share a hook's priority (EBUSY), so a
+// new pivirtd attaches at whichever of the two the previous one's link,
+// still filtering until the new one is in, does not hold (as bpfilter
+// alternates its links).
+var vtepPriorities = [2]int32{-200, -199}
 
 // VTEPFilter is pv_vtep_in (bpf/nf_vtep.c) at IPv4 LOCAL_IN of one
 // network namespace: UDP to a tunnel port of this node from an address
@@ -41,22 +45,19 @@ type VTEPFilter struct {
 // Counts is what the filter saw of datagrams to one tunnel port.
 type Counts struct{ Passed, Dropped uint64 }
 
-// loadVTEPFilter loads the program and its maps (pinned in pinDir if
-// set) without attaching it.
-func loadVTEPFilter(pinDir string) (*VTEPFilter, error) {
+// loadVTEPFilter loads the program and its maps (pinned in mapsDir by
+// name if set, and reused) without attaching it.
+func loadVTEPFilter(mapsDir string) (*VTEPFilter, error) {
 	spec, err := loadNf_vtep()
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", VTEPFilterName, err)
 	}
 	var opts ebpf.CollectionOptions
-	if pinDir != "" {
-		if err := os.MkdirAll(pinDir, 0o700); err != nil {
-			return nil, fmt.Errorf("making %s: %w", pinDir, err)
-		}
+	if mapsDir != "" {
 		for _, m := range spec.Maps {
 			m.Pinning = ebpf.PinByName
 		}
-		opts.Maps.PinPath = pinDir
+		opts.Maps.PinPath = mapsDir
 	}
 	f := &VTEPFilter{}
 	if err := spec.LoadAndAssign(&f.objs, &opts); err != nil {
@@ -66,26 +67,35 @@ func loadVTEPFilter(pinDir string) (*VTEPFilter, error) {
 }
 
 // LoadVTEPFilter loads the filter and attaches it at LOCAL_IN of the
-// calling goroutine's network namespace. With pinDir (on a bpffs) its
-// maps are pinned there by name and reused, and its link is pinned as
-// pinDir/pv_vtep_in: the filter stays when pivirtd exits, and the next
-// one attaches its own before it lets the old go, so the tunnel ports
-// are never unguarded.
-func LoadVTEPFilter(pinDir string) (*VTEPFilter, error) {
-	f, err := loadVTEPFilter(pinDir)
+// calling thread's network namespace. With mapsDir (on a bpffs) its maps
+// are pinned there by name and reused; with linkPin its link is pinned
+// there: the filter stays when pivirtd exits, and the next one attaches
+// its own before it lets the old go, so the tunnel ports are never
+// unguarded.
+func LoadVTEPFilter(mapsDir, linkPin string) (*VTEPFilter, error) {
+	f, err := loadVTEPFilter(mapsDir)
 	if err != nil {
 		return nil, err
 	}
 	// The hook is the namespace of the calling thread's (netnsdo.Do
 	// in tests; pivirtd's own).
-	f.link, err = link.AttachNetfilter(link.NetfilterOptions{Program: f.objs.PvVtepIn, ProtocolFamily: link.NetfilterProtoIPv4,
-		Hook: link.NetfilterInetLocalIn, Priority: vtepPriority})
+	for _, prio := range vtepPriorities {
+		f.link, err = link.AttachNetfilter(link.NetfilterOptions{Program: f.objs.PvVtepIn, ProtocolFamily: link.NetfilterProtoIPv4,
+			Hook: link.NetfilterInetLocalIn, Priority: prio})
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+	}
 	if err != nil {
 		f.objs.Close()
 		return nil, fmt.Errorf("attaching %s at IPv4 LOCAL_IN: %w", VTEPFilterName, err)
 	}
-	if pinDir != "" {
-		f.linkPin = filepath.Join(pinDir, VTEPFilterName)
+	if linkPin != "" {
+		f.linkPin = linkPin
+		if err := os.MkdirAll(filepath.Dir(linkPin), 0o700); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("making %s: %w", filepath.Dir(linkPin), err)
+		}
 		if err := f.pinLink(); err != nil {
 			f.Close()
 			return nil, err

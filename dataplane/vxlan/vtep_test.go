@@ -5,9 +5,14 @@ package vxlan
 import (
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
@@ -124,4 +129,79 @@ func TestVTEPFilterProgram(t *testing.T) {
 			t.Errorf("Sync(%v) took it", bad)
 		}
 	}
+}
+
+// TestPrivilegedVTEPFilterPinned loads the filter in a netns the way
+// pivirtd does, twice: the second load reuses the first's pinned maps
+// (its VTEPs are there), takes over the link pin, and the first link,
+// which the pin kept attached after its loader closed, is let go; a third
+// load attaches too (two links cannot share a priority).
+func TestPrivilegedVTEPFilterPinned(t *testing.T) {
+	testutil.RequireRoot(t)
+	ns := testutil.NewNetNS(t)
+	base := testutil.TempBPFFS(t)
+	mapsDir, linkPin := filepath.Join(base, "maps"), filepath.Join(base, "vtep", VTEPFilterName)
+	if err := os.MkdirAll(mapsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	load := func() *VTEPFilter {
+		t.Helper()
+		var f *VTEPFilter
+		if err := ns.Do(func() (err error) { f, err = LoadVTEPFilter(mapsDir, linkPin); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	linkID := func(l link.Link) link.ID {
+		t.Helper()
+		info, err := l.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.ID
+	}
+	want := map[uint16][]netip.Addr{4789: {netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("10.99.0.2")}}
+	f1 := load()
+	if err := f1.Sync(want); err != nil {
+		t.Fatal(err)
+	}
+	first := linkID(f1.link)
+	if err := f1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := link.NewFromID(first); err != nil {
+		t.Fatalf("the first link after its loader closed: %v, want kept by its pin", err)
+	} else {
+		l.Close()
+	}
+	f2 := load()
+	defer f2.Close()
+	if got, err := f2.VTEPs(); err != nil || !slices.Equal(got[4789], want[4789]) {
+		t.Errorf("VTEPs after the second load %v (%v), want the first's %v", got, err, want)
+	}
+	pinned, err := link.LoadPinnedLink(linkPin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
+	if got := linkID(pinned); got != linkID(f2.link) {
+		t.Errorf("pinned link %d, want the second load's %d", got, linkID(f2.link))
+	}
+	// The kernel frees a link when its last reference goes; that can
+	// lag the close by an RCU grace period.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, err := link.NewFromID(first)
+		if err != nil {
+			break
+		}
+		l.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the first link %d is still attached", first)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A third run takes the priority the first left.
+	f3 := load()
+	defer f3.Close()
 }
