@@ -20,6 +20,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "pivirt/tunnel_maps.h"
+
 #define NF_DROP   0
 #define NF_ACCEPT 1
 
@@ -44,30 +46,31 @@ struct pv_vtep_key {
 	__u16 pad;
 };
 
-/* pv_vtep_counts: what the filter saw of datagrams to a tunnel port. */
+/* pv_vtep_stats: what the filter passed and dropped of datagrams to the
+ * tunnel ports (one slot, per CPU: summed by the reader).
+ */
 struct pv_vtep_counts {
 	__u64 passed;
 	__u64 dropped;
 };
 
-/* pv_vtep_ports: the node's tunnel ports (network order), each with its
- * counts (per CPU: summed by the reader). control/overlay writes it.
- */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 64);
-	__type(key, __be16);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
 	__type(value, struct pv_vtep_counts);
-} pv_vtep_ports SEC(".maps");
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pv_vtep_stats SEC(".maps");
 
-/* pv_vteps: the VTEPs of the overlays on each port (the flood list and
- * the node's own). control/overlay writes it.
+/* pv_vteps: the VTEPs of the overlays on each tunnel port (their members'
+ * flood list and this node's own). control/overlay writes it.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct pv_vtep_key);
 	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pv_vteps SEC(".maps");
 
 SEC("netfilter")
@@ -77,7 +80,9 @@ int pv_vtep_in(struct bpf_nf_ctx *ctx)
 	struct udphdr udp_buf, *udp;
 	struct pv_vtep_counts *c;
 	struct pv_vtep_key k = {};
+	__u32 port, zero = 0;
 	struct bpf_dynptr p;
+	__u8 *tunnel;
 
 	/* At LOCAL_IN the skb's data starts at the IP header. */
 	if (bpf_dynptr_from_skb((struct __sk_buff *)ctx->skb, 0, &p))
@@ -88,17 +93,21 @@ int pv_vtep_in(struct bpf_nf_ctx *ctx)
 	udp = bpf_dynptr_slice(&p, ip->ihl * 4, &udp_buf, sizeof(udp_buf));
 	if (!udp)
 		return NF_ACCEPT; /* udp_rcv drops a datagram without its header */
-	/* The slices are read-only: keys are copied to the stack. */
+	port = bpf_ntohs(udp->dest);
+	tunnel = bpf_map_lookup_elem(&pv_tunnel_ports, &port);
+	if (!tunnel || !*tunnel)
+		return NF_ACCEPT;
+	c = bpf_map_lookup_elem(&pv_vtep_stats, &zero);
+	/* The slices are read-only: the key is copied to the stack. */
 	k.addr = ip->saddr;
 	k.port = udp->dest;
-	c = bpf_map_lookup_elem(&pv_vtep_ports, &k.port);
-	if (!c)
-		return NF_ACCEPT;
 	if (bpf_map_lookup_elem(&pv_vteps, &k)) {
-		c->passed++;
+		if (c)
+			c->passed++;
 		return NF_ACCEPT;
 	}
-	c->dropped++;
+	if (c)
+		c->dropped++;
 	return NF_DROP;
 }
 

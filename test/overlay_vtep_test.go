@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
+	"pivirt.hu/pivirt/dataplane/guard"
 	"pivirt.hu/pivirt/dataplane/loader"
 	"pivirt.hu/pivirt/test/guest"
 	"pivirt.hu/pivirt/test/harness"
@@ -113,6 +114,14 @@ func (c *segmentCapture) count(marker string) int {
 func TestPrivilegedOverlayVTEPInjection(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "ip", "sysctl")
+	// The default port, which the guard knows as VXLAN's anyway, and
+	// flannel's, which it knows only from pv_tunnel_ports.
+	for _, port := range []uint16{4789, 8472} {
+		t.Run(fmt.Sprintf("port %d", port), func(t *testing.T) { overlayVTEPInjection(t, port) })
+	}
+}
+
+func overlayVTEPInjection(t *testing.T, port uint16) {
 	const vni = 4444
 	under := testutil.NewNetNS(t)
 	for _, args := range [][]string{
@@ -149,7 +158,7 @@ func TestPrivilegedOverlayVTEPInjection(t *testing.T) {
 	tokens, tokenFile := clusterTokens(t, "cluster-token-overlay-vtep-01")
 	bins := harness.Build(t)
 	var nodes []clusterNode
-	manifest := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: OverlayNetwork\nmetadata: {name: ov-v}\nspec: {vni: %d}\n", vni)
+	manifest := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: OverlayNetwork\nmetadata: {name: ov-v}\nspec: {vni: %d, port: %d}\n", vni, port)
 	for i := 1; i <= 2; i++ {
 		ns := testutil.NewNetNS(t)
 		pu := fmt.Sprintf("pv%d", i)
@@ -254,7 +263,7 @@ spec: {interface: hp-ovv-t%[1]d, macAddress: "52:54:00:52:0%[1]d:0b", ipAddresse
 		for _, dst := range []netip.Addr{own, netip.MustParseAddr("10.52.0.1"), other} {
 			marker := fmt.Sprintf("%s-to-%s", s.name, dst)
 			markers = append(markers, marker)
-			send(t, s.g.NS, s.g.Ifc, vtepUDPFrame(t, s.g.MAC, gwMAC[s.node], s.ip, dst, 4789, vxlanInjection(t, vni, marker)))
+			send(t, s.g.NS, s.g.Ifc, vtepUDPFrame(t, s.g.MAC, gwMAC[s.node], s.ip, dst, port, vxlanInjection(t, vni, marker)))
 		}
 	}
 	// Control: from n1's own stack (source 10.99.1.1, a known VTEP) the
@@ -263,7 +272,7 @@ spec: {interface: hp-ovv-t%[1]d, macAddress: "52:54:00:52:0%[1]d:0b", ipAddresse
 	fromVTEP := func(marker string) {
 		t.Helper()
 		if err := nodes[0].ns.Do(func() error {
-			c, err := net.Dial("udp4", "10.99.2.1:4789")
+			c, err := net.Dial("udp4", fmt.Sprintf("10.99.2.1:%d", port))
 			if err != nil {
 				return err
 			}
@@ -302,15 +311,15 @@ spec: {interface: hp-ovv-t%[1]d, macAddress: "52:54:00:52:0%[1]d:0b", ipAddresse
 
 	// Control: the unguarded guest's datagram reaches n2's segment once
 	// n2's filter no longer guards the port (its next pass puts it back).
-	ports, err := ebpf.LoadPinnedMap(loader.MapPath(nodes[1].d.BPFFS, "pv_vtep_ports"), nil)
+	ports, err := ebpf.LoadPinnedMap(loader.MapPath(nodes[1].d.BPFFS, guard.MapTunnelPorts), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ports.Close()
-	if err := ports.Delete([]byte{4789 >> 8, 4789 & 0xff}); err != nil { // network order
-		t.Fatalf("unguarding port 4789 on n2: %v", err)
+	if err := ports.Update(uint32(port), uint8(0), ebpf.UpdateAny); err != nil {
+		t.Fatalf("unguarding port %d on n2: %v", port, err)
 	}
-	send(t, u1.NS, u1.Ifc, vtepUDPFrame(t, u1.MAC, gwMAC[0], netip.MustParseAddr("10.52.0.113"), netip.MustParseAddr("10.99.2.1"), 4789,
+	send(t, u1.NS, u1.Ifc, vtepUDPFrame(t, u1.MAC, gwMAC[0], netip.MustParseAddr("10.52.0.113"), netip.MustParseAddr("10.99.2.1"), port,
 		vxlanInjection(t, vni, "control-unguarded")))
 	waitFor(t, 10*time.Second, "the unguarded guest's datagram on n2's segment without n2's filter", func() bool {
 		return caps[1].count("control-unguarded") > 0
@@ -320,24 +329,18 @@ spec: {interface: hp-ovv-t%[1]d, macAddress: "52:54:00:52:0%[1]d:0b", ipAddresse
 // vtepDrops sums what a node's pv_vtep_in dropped, from its pinned map.
 func vtepDrops(t *testing.T, d *harness.Daemon) int {
 	t.Helper()
-	m, err := ebpf.LoadPinnedMap(loader.MapPath(d.BPFFS, "pv_vtep_ports"), &ebpf.LoadPinOptions{ReadOnly: true})
+	m, err := ebpf.LoadPinnedMap(loader.MapPath(d.BPFFS, "pv_vtep_stats"), &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	var (
-		port uint16
-		vs   []struct{ Passed, Dropped uint64 }
-	)
-	total := 0
-	it := m.Iterate()
-	for it.Next(&port, &vs) {
-		for _, v := range vs {
-			total += int(v.Dropped)
-		}
-	}
-	if err := it.Err(); err != nil {
+	var vs []struct{ Passed, Dropped uint64 }
+	if err := m.Lookup(uint32(0), &vs); err != nil {
 		t.Fatal(err)
+	}
+	total := 0
+	for _, v := range vs {
+		total += int(v.Dropped)
 	}
 	return total
 }

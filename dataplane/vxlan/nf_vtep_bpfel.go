@@ -30,9 +30,10 @@ type nf_vtepPvVtepKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	nf_vtepMapPvVtepPorts = "pv_vtep_ports"
-	nf_vtepMapPvVteps     = "pv_vteps"
-	nf_vtepProgPvVtepIn   = "pv_vtep_in"
+	nf_vtepMapPvTunnelPorts = "pv_tunnel_ports"
+	nf_vtepMapPvVtepStats   = "pv_vtep_stats"
+	nf_vtepMapPvVteps       = "pv_vteps"
+	nf_vtepProgPvVtepIn     = "pv_vtep_in"
 )
 
 // loadNf_vtep returns the embedded CollectionSpec for nf_vtep.
@@ -84,8 +85,9 @@ type nf_vtepProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type nf_vtepMapSpecs struct {
-	PvVtepPorts *ebpf.MapSpec `ebpf:"pv_vtep_ports"`
-	PvVteps     *ebpf.MapSpec `ebpf:"pv_vteps"`
+	PvTunnelPorts *ebpf.MapSpec `ebpf:"pv_tunnel_ports"`
+	PvVtepStats   *ebpf.MapSpec `ebpf:"pv_vtep_stats"`
+	PvVteps       *ebpf.MapSpec `ebpf:"pv_vteps"`
 }
 
 // nf_vtepVariableSpecs contains global variables before they are loaded into the kernel.
@@ -114,13 +116,15 @@ func (o *nf_vtepObjects) Close() error {
 //
 // It can be passed to loadNf_vtepObjects or ebpf.CollectionSpec.LoadAndAssign.
 type nf_vtepMaps struct {
-	PvVtepPorts *ebpf.Map `ebpf:"pv_vtep_ports"`
-	PvVteps     *ebpf.Map `ebpf:"pv_vteps"`
+	PvTunnelPorts *ebpf.Map `ebpf:"pv_tunnel_ports"`
+	PvVtepStats   *ebpf.Map `ebpf:"pv_vtep_stats"`
+	PvVteps       *ebpf.Map `ebpf:"pv_vteps"`
 }
 
 func (m *nf_vtepMaps) Close() error {
 	return _Nf_vtepClose(
-		m.PvVtepPorts,
+		m.PvTunnelPorts,
+		m.PvVtepStats,
 		m.PvVteps,
 	)
 }

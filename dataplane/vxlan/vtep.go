@@ -40,9 +40,10 @@ type VTEPFilter struct {
 	objs    nf_vtepObjects
 	link    link.Link
 	linkPin string
+	ports   map[uint16]bool // what pv_tunnel_ports holds; nil: not read yet
 }
 
-// Counts is what the filter saw of datagrams to one tunnel port.
+// Counts is what the filter saw of datagrams to the tunnel ports.
 type Counts struct{ Passed, Dropped uint64 }
 
 // loadVTEPFilter loads the program and its maps (pinned in mapsDir by
@@ -54,10 +55,11 @@ func loadVTEPFilter(mapsDir string) (*VTEPFilter, error) {
 	}
 	var opts ebpf.CollectionOptions
 	if mapsDir != "" {
-		for _, m := range spec.Maps {
-			m.Pinning = ebpf.PinByName
-		}
 		opts.Maps.PinPath = mapsDir
+	} else {
+		for _, m := range spec.Maps {
+			m.Pinning = ebpf.PinNone
+		}
 	}
 	f := &VTEPFilter{}
 	if err := spec.LoadAndAssign(&f.objs, &opts); err != nil {
@@ -132,9 +134,10 @@ func (f *VTEPFilter) Close() error {
 }
 
 // Sync makes the filter guard exactly the ports of want, each letting
-// in only its VTEPs (IPv4). A port's counts survive while it stays.
-// VTEPs are added before their port and a port is removed before its
-// VTEPs, so a port is never guarded by a partial list.
+// in only its VTEPs (IPv4); the guard drops a pinned port's UDP to them
+// too (pv_tunnel_ports is shared by name). VTEPs are added before their
+// port and a port is removed before its VTEPs, so a port is never
+// guarded by a partial list.
 func (f *VTEPFilter) Sync(want map[uint16][]netip.Addr) error {
 	keys := map[nf_vtepPvVtepKey]bool{}
 	for port, vteps := range want {
@@ -148,54 +151,73 @@ func (f *VTEPFilter) Sync(want map[uint16][]netip.Addr) error {
 			keys[nf_vtepPvVtepKey{Addr: addr32(a), Port: be16(port)}] = true
 		}
 	}
+	if f.ports == nil {
+		if err := f.readPorts(); err != nil {
+			return err
+		}
+	}
 	for k := range keys {
 		if err := f.objs.PvVteps.Update(k, uint8(1), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("adding VTEP %s of port %d: %w", addrOf(k.Addr), port16(k.Port), err)
 		}
 	}
-	zero := make([]nf_vtepPvVtepCounts, ebpf.MustPossibleCPU())
 	for port := range want {
-		err := f.objs.PvVtepPorts.Update(be16(port), zero, ebpf.UpdateNoExist)
-		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		if f.ports[port] {
+			continue
+		}
+		if err := f.objs.PvTunnelPorts.Update(uint32(port), uint8(1), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("guarding tunnel port %d: %w", port, err)
 		}
+		f.ports[port] = true
 	}
-	var (
-		p     uint16
-		ports []uint16
-	)
-	it := f.objs.PvVtepPorts.Iterate()
-	for it.Next(&p, &zero) {
-		if _, ok := want[port16(p)]; !ok {
-			ports = append(ports, p)
+	for port := range f.ports {
+		if _, ok := want[port]; ok {
+			continue
 		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("listing tunnel ports: %w", err)
-	}
-	for _, p := range ports {
-		if err := f.objs.PvVtepPorts.Delete(p); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("unguarding tunnel port %d: %w", port16(p), err)
+		if err := f.objs.PvTunnelPorts.Update(uint32(port), uint8(0), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("unguarding tunnel port %d: %w", port, err)
 		}
+		delete(f.ports, port)
 	}
 	var (
 		k    nf_vtepPvVtepKey
 		v    uint8
 		gone []nf_vtepPvVtepKey
 	)
-	kit := f.objs.PvVteps.Iterate()
-	for kit.Next(&k, &v) {
+	it := f.objs.PvVteps.Iterate()
+	for it.Next(&k, &v) {
 		if !keys[k] {
 			gone = append(gone, k)
 		}
 	}
-	if err := kit.Err(); err != nil {
+	if err := it.Err(); err != nil {
 		return fmt.Errorf("listing VTEPs: %w", err)
 	}
 	for _, k := range gone {
 		if err := f.objs.PvVteps.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("removing VTEP %s of port %d: %w", addrOf(k.Addr), port16(k.Port), err)
 		}
+	}
+	return nil
+}
+
+// readPorts learns which ports pv_tunnel_ports holds (a previous run's,
+// when pinned): one walk of its 64k slots, once.
+func (f *VTEPFilter) readPorts() error {
+	f.ports = map[uint16]bool{}
+	var (
+		port uint32
+		v    uint8
+	)
+	it := f.objs.PvTunnelPorts.Iterate()
+	for it.Next(&port, &v) {
+		if v != 0 {
+			f.ports[uint16(port)] = true
+		}
+	}
+	if err := it.Err(); err != nil {
+		f.ports = nil
+		return fmt.Errorf("reading the tunnel ports: %w", err)
 	}
 	return nil
 }
@@ -220,26 +242,20 @@ func (f *VTEPFilter) VTEPs() (map[uint16][]netip.Addr, error) {
 	return out, nil
 }
 
-// Counts returns the counts of each guarded port, summed over CPUs.
-func (f *VTEPFilter) Counts() (map[uint16]Counts, error) {
-	out := map[uint16]Counts{}
+// Counts returns what the filter passed and dropped, summed over CPUs.
+func (f *VTEPFilter) Counts() (Counts, error) {
 	var (
-		p  uint16
+		c  Counts
 		vs []nf_vtepPvVtepCounts
 	)
-	it := f.objs.PvVtepPorts.Iterate()
-	for it.Next(&p, &vs) {
-		var c Counts
-		for _, v := range vs {
-			c.Passed += v.Passed
-			c.Dropped += v.Dropped
-		}
-		out[port16(p)] = c
+	if err := f.objs.PvVtepStats.Lookup(uint32(0), &vs); err != nil {
+		return c, fmt.Errorf("reading the counts of %s: %w", VTEPFilterName, err)
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("reading the counts of %s: %w", VTEPFilterName, err)
+	for _, v := range vs {
+		c.Passed += v.Passed
+		c.Dropped += v.Dropped
 	}
-	return out, nil
+	return c, nil
 }
 
 // be16 is a port as the map holds it: in network order, read as a
