@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -113,7 +115,7 @@ func (c *segmentCapture) count(marker string) int {
 //	 └─ 10.99.2.254 ── n2 10.99.2.1: pivirtd n2 ── br-ov + pvx4444 ── a2 (guarded), t2 (guarded, allowTunnels)
 func TestPrivilegedOverlayVTEPInjection(t *testing.T) {
 	testutil.RequireRoot(t)
-	testutil.RequireTool(t, "ip", "sysctl")
+	testutil.RequireTool(t, "ip", "sysctl", "curl")
 	// The default port, which the guard knows as VXLAN's anyway, and
 	// flannel's, which it knows only from pv_tunnel_ports.
 	for _, port := range []uint16{4789, 8472} {
@@ -183,7 +185,7 @@ func overlayVTEPInjection(t *testing.T, port uint16) {
 		}
 		d := harness.StartDaemon(t, bins, harness.Options{NetNS: ns.Path(), Args: []string{
 			"--store", "etcd", "--etcd-endpoints", onUnderlay(srv.URL), "--node", fmt.Sprintf("n%d", i),
-			"--vtep-address", fmt.Sprintf("10.99.%d.1", i), "--listen", "127.0.0.1:7701", "--token-file", tokens}})
+			"--vtep-address", fmt.Sprintf("10.99.%d.1", i), "--listen", "127.0.0.1:7701", "--token-file", tokens, "--metrics", "127.0.0.1:9464"}})
 		nodes = append(nodes, clusterNode{d: d, ns: ns, bins: bins, server: "http://127.0.0.1:7701", token: tokenFile})
 		manifest += fmt.Sprintf(`---
 apiVersion: pivirt.hu/v1
@@ -255,7 +257,7 @@ spec: {interface: hp-ovv-t%[1]d, macAddress: "52:54:00:52:0%[1]d:0b", ipAddresse
 	}
 
 	tunnelBefore := []int{guardCount(t, nodes[0].d, "tunnel"), guardCount(t, nodes[1].d, "tunnel")}
-	dropsBefore := []int{vtepDrops(t, nodes[0].d), vtepDrops(t, nodes[1].d)}
+	dropsBefore := []int{vtepDrops(t, nodes[0]), vtepDrops(t, nodes[1])}
 	var markers []string
 	for _, s := range senders {
 		own := netip.MustParseAddr(fmt.Sprintf("10.99.%d.1", s.node+1))
@@ -304,7 +306,7 @@ spec: {interface: hp-ovv-t%[1]d, macAddress: "52:54:00:52:0%[1]d:0b", ipAddresse
 	// and gateway and t2's to its VTEP (5), n2 t2's to its VTEP and
 	// gateway and t1's and u1's to its VTEP (4).
 	for i, want := range []int{5, 4} {
-		if got := vtepDrops(t, nodes[i].d) - dropsBefore[i]; got != want {
+		if got := vtepDrops(t, nodes[i]) - dropsBefore[i]; got != want {
 			t.Errorf("n%d %s drops: %d, want %d", i+1, "pv_vtep_in", got, want)
 		}
 	}
@@ -326,21 +328,17 @@ spec: {interface: hp-ovv-t%[1]d, macAddress: "52:54:00:52:0%[1]d:0b", ipAddresse
 	})
 }
 
-// vtepDrops sums what a node's pv_vtep_in dropped, from its pinned map.
-func vtepDrops(t *testing.T, d *harness.Daemon) int {
+// vtepDrops is what a node's VTEP filter dropped, from its metrics.
+func vtepDrops(t *testing.T, n clusterNode) int {
 	t.Helper()
-	m, err := ebpf.LoadPinnedMap(loader.MapPath(d.BPFFS, "pv_vtep_stats"), &ebpf.LoadPinOptions{ReadOnly: true})
+	out, err := n.ns.Exec("curl", "-sf", "http://127.0.0.1:9464/metrics")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("metrics: %v: %s", err, out)
 	}
-	defer m.Close()
-	var vs []struct{ Passed, Dropped uint64 }
-	if err := m.Lookup(uint32(0), &vs); err != nil {
-		t.Fatal(err)
+	m := regexp.MustCompile(`(?m)^pivirt_vtep_filter_packets_total\{verdict="dropped"\} (\d+)$`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no pivirt_vtep_filter_packets_total{verdict=\"dropped\"} in the metrics:\n%s", out)
 	}
-	total := 0
-	for _, v := range vs {
-		total += int(v.Dropped)
-	}
-	return total
+	v, _ := strconv.Atoi(string(m[1]))
+	return v
 }

@@ -212,7 +212,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp, Node: d.cfg.Node}
 	d.guard = guards
 	collisions := &collision.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Node: d.cfg.Node}
-	d.reg.MustRegister(guards, d.dhcp, collisions)
+	d.reg.MustRegister(guards, d.dhcp, collisions, overlays)
 	cache := reconcile.NewCache(d.store, d.log)
 	cache.Node = d.cfg.Node
 	// On etcd a node lists and watches the leases of its networks only;

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -521,4 +522,28 @@ func netParseMAC(s string) (string, error) {
 		return "", err
 	}
 	return m.String(), nil
+}
+
+// descVTEPFilter is pivirt_vtep_filter_packets_total: what the node's
+// VTEP filter passed and dropped of datagrams to its tunnel ports.
+var descVTEPFilter = prometheus.NewDesc("pivirt_vtep_filter_packets_total",
+	"Datagrams to this node's tunnel ports the VTEP filter (pv_vtep_in) passed (from a known VTEP) or dropped.",
+	[]string{"verdict"}, nil)
+
+// Describe implements prometheus.Collector.
+func (c *Controller) Describe(ch chan<- *prometheus.Desc) { ch <- descVTEPFilter }
+
+// Collect implements prometheus.Collector: the filter's per-CPU counts,
+// summed; nothing without a filter.
+func (c *Controller) Collect(ch chan<- prometheus.Metric) {
+	if c.VTEPs == nil {
+		return
+	}
+	n, err := c.VTEPs.Counts()
+	if err != nil {
+		c.Log.Warn("reading the VTEP filter's counts", "err", err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descVTEPFilter, prometheus.CounterValue, float64(n.Passed), "passed")
+	ch <- prometheus.MustNewConstMetric(descVTEPFilter, prometheus.CounterValue, float64(n.Dropped), "dropped")
 }
