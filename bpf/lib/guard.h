@@ -121,15 +121,22 @@ static __always_inline int pv_is_tunnel(__u8 proto)
 }
 
 /* pv_is_udp_tunnel: the well-known ports of UDP encapsulations (VXLAN,
- * VXLAN-GPE, Geneve, MPLS in UDP). A tunnel socket decapsulates whatever
- * reaches its port, whoever sent it: the node's own VXLAN endpoint would
- * put a guest's inner frame on an overlay segment's bridge, behind every
- * guard.
+ * VXLAN-GPE, Geneve, MPLS in UDP) and the node's own tunnel ports (its
+ * overlays' spec.port, in pv_tunnel_ports). A tunnel socket decapsulates
+ * whatever reaches its port, whoever sent it: the node's own VXLAN
+ * endpoint would put a guest's inner frame on an overlay segment's
+ * bridge, behind every guard.
  */
 static __always_inline int pv_is_udp_tunnel(__be16 dport)
 {
-	return dport == bpf_htons(4789) || dport == bpf_htons(4790) || dport == bpf_htons(6081) ||
-	       dport == bpf_htons(6635);
+	__u32 port = bpf_ntohs(dport);
+	__u8 *node;
+
+	if (dport == bpf_htons(4789) || dport == bpf_htons(4790) || dport == bpf_htons(6081) ||
+	    dport == bpf_htons(6635))
+		return 1;
+	node = bpf_map_lookup_elem(&pv_tunnel_ports, &port);
+	return node && *node;
 }
 
 static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex, const struct pv_port *port)

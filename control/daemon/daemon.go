@@ -42,6 +42,7 @@ import (
 	"pivirt.hu/pivirt/control/store/etcd"
 	"pivirt.hu/pivirt/dataplane/kernelcheck"
 	"pivirt.hu/pivirt/dataplane/loader"
+	"pivirt.hu/pivirt/dataplane/vxlan"
 	"pivirt.hu/pivirt/vmm"
 )
 
@@ -197,11 +198,21 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp, Node: d.cfg.Node,
 		VTEP: vtep, Tunnels: func(typ string) error { return overlay.Realizable(nl, typ) }}
 	overlays := &overlay.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Netlink: nl, Node: d.cfg.Node, VTEP: vtep}
+	if vtep.IsValid() {
+		// Fail closed: without it anyone who can route to this node
+		// reaches its tunnel sockets.
+		f, err := vxlan.LoadVTEPFilter(loader.MapsDir(d.cfg.BPFFS), filepath.Join(d.cfg.BPFFS, "vtep", vxlan.VTEPFilterName))
+		if err != nil {
+			nl.Close()
+			return nil, fmt.Errorf("--vtep-address %s: %w", vtep, err)
+		}
+		overlays.VTEPs = f
+	}
 	guards := &portguard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
 		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp, Node: d.cfg.Node}
 	d.guard = guards
 	collisions := &collision.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Node: d.cfg.Node}
-	d.reg.MustRegister(guards, d.dhcp, collisions)
+	d.reg.MustRegister(guards, d.dhcp, collisions, overlays)
 	cache := reconcile.NewCache(d.store, d.log)
 	cache.Node = d.cfg.Node
 	// On etcd a node lists and watches the leases of its networks only;

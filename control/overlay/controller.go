@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -103,6 +104,11 @@ type Controller struct {
 	Node    string     // --node
 	VTEP    netip.Addr // --vtep-address
 	Now     func() time.Time
+	// VTEPs, if set, is this node's pv_vtep_in (vxlan.LoadVTEPFilter):
+	// each pass writes it the tunnel ports of the overlays realized here
+	// and their members' VTEPs, this node's own among them, so only those
+	// reach the tunnel socket. The controller is its one writer.
+	VTEPs *vxlan.VTEPFilter
 	// Wake, if set, asks for a pass (reconcile.Loop.Trigger): it is
 	// called when the next dynamic lease the FDB holds expires, so its
 	// entries go then and not at the next resync.
@@ -166,6 +172,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 
 	var errs []error
 	desired := map[string]int{}
+	allowed := map[uint16][]netip.Addr{} // tunnel port -> VTEPs let in
 	var updates []reconcile.StatusUpdate
 	for _, o := range snap.Of(pivirtv1.KindOverlayNetwork) {
 		s, err := snap.Spec(o)
@@ -186,6 +193,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		local := members[name][i]
 		desired[name] = ov.VNI
+		allowed[uint16(ov.Port)] = append(allowed[uint16(ov.Port)], memberVTEPs(members[name])...)
 		if err := c.realize(name, ov, local, members[name], leases, ports); err != nil {
 			errs = append(errs, err)
 			c.Events.Record(pivirtv1.KindOverlayNetwork, name, events.Warning, "RealizeFailed", err.Error())
@@ -194,10 +202,27 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	if err := c.sweep(desired); err != nil {
 		errs = append(errs, err)
 	}
+	if c.VTEPs != nil {
+		if err := c.VTEPs.Sync(allowed); err != nil {
+			errs = append(errs, fmt.Errorf("writing the VTEPs the tunnel ports let in: %w", err))
+		}
+	}
 	if err := reconcile.SetStatuses(ctx, c.Store, c.Index, updates); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// memberVTEPs are the VTEPs of an overlay's Ready members, this node's
+// too: the addresses its tunnel takes datagrams from.
+func memberVTEPs(ms []member) []netip.Addr {
+	var out []netip.Addr
+	for _, m := range ms {
+		if m.ready && m.vtep.Is4() {
+			out = append(out, m.vtep)
+		}
+	}
+	return out
 }
 
 // lease is a live DHCPLease placed on a node.
@@ -497,4 +522,28 @@ func netParseMAC(s string) (string, error) {
 		return "", err
 	}
 	return m.String(), nil
+}
+
+// descVTEPFilter is pivirt_vtep_filter_packets_total: what the node's
+// VTEP filter passed and dropped of datagrams to its tunnel ports.
+var descVTEPFilter = prometheus.NewDesc("pivirt_vtep_filter_packets_total",
+	"Datagrams to this node's tunnel ports the VTEP filter (pv_vtep_in) passed (from a known VTEP) or dropped.",
+	[]string{"verdict"}, nil)
+
+// Describe implements prometheus.Collector.
+func (c *Controller) Describe(ch chan<- *prometheus.Desc) { ch <- descVTEPFilter }
+
+// Collect implements prometheus.Collector: the filter's per-CPU counts,
+// summed; nothing without a filter.
+func (c *Controller) Collect(ch chan<- prometheus.Metric) {
+	if c.VTEPs == nil {
+		return
+	}
+	n, err := c.VTEPs.Counts()
+	if err != nil {
+		c.Log.Warn("reading the VTEP filter's counts", "err", err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descVTEPFilter, prometheus.CounterValue, float64(n.Passed), "passed")
+	ch <- prometheus.MustNewConstMetric(descVTEPFilter, prometheus.CounterValue, float64(n.Dropped), "dropped")
 }

@@ -11,7 +11,10 @@
 // which the device in proxy mode answers ARP and neighbour solicitations
 // from, so that none crosses the tunnel (no entry is made for a segment's
 // hostIP, the gateway every node's bridge holds). Entries follow the
-// store, and a pass runs when the next lease they hold expires. It writes
+// store, and a pass runs when the next lease they hold expires. It is the
+// one writer of the node's VTEP filter (dataplane/vxlan VTEPFilter): the
+// tunnel ports of the overlays realized here and their Ready members'
+// VTEPs, the only sources that reach the tunnel sockets. It writes
 // each overlay's status, the same on every node: Ready, or Pending where
 // the kernel cannot make the tunnel type, and the VTEPs.
 package overlay

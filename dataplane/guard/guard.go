@@ -22,10 +22,13 @@ const (
 	MapACL       = "pv_acl"
 	MapConntrack = "pv_conntrack"
 	MapFrags     = "pv_acl_frags"
+	// The node's tunnel ports (bpf/include/pivirt/tunnel_maps.h), shared
+	// with dataplane/vxlan's VTEP filter, which writes it.
+	MapTunnelPorts = "pv_tunnel_ports"
 )
 
 // MapNames lists every guard map, the port ACL's included.
-var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters, MapACL, MapConntrack, MapFrags}
+var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters, MapACL, MapConntrack, MapFrags, MapTunnelPorts}
 
 // RetiredMapNames are the guard maps of older layouts that a _vN name
 // replaced: pv_ports (struct pv_port without counter_slot), pv_counters

@@ -58,6 +58,7 @@ type maps struct {
 	allow6   *allowmap.Map6
 	leases   *leasemap.Map
 	counters *countermap.Map
+	tunnels  *ebpf.Map // pv_tunnel_ports: the node's overlay ports
 }
 
 // loadGuards loads the XDP and tcx guards over one set of unpinned maps.
@@ -87,6 +88,7 @@ func loadGuards(t testing.TB) (xdp, tcx *ebpf.Program, m maps) {
 		allow6:   allowmap.New6(xc.Maps[guard.MapAllow6]),
 		leases:   leasemap.New(xc.Maps[guard.MapLeases]),
 		counters: countermap.New(xc.Maps[guard.MapCounters], xc.Maps[guard.MapPorts]),
+		tunnels:  xc.Maps[guard.MapTunnelPorts],
 	}
 	return xc.Programs[guard.ProgXDP], tc.Programs[guard.ProgTCX], m
 }
@@ -613,7 +615,7 @@ func TestPrivilegedGuardSimTwin(t *testing.T) {
 	must(t, err)
 	sc, err := ebpf.NewCollectionWithOptions(ss, ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 		guard.MapPorts: m.ports.Raw(), guard.MapAllow4: m.allow4.Raw(), guard.MapAllow6: m.allow6.Raw(),
-		guard.MapLeases: m.leases.Raw(), guard.MapCounters: m.counters.Raw(),
+		guard.MapLeases: m.leases.Raw(), guard.MapCounters: m.counters.Raw(), guard.MapTunnelPorts: m.tunnels,
 	}})
 	testutil.SkipIfNotSupported(t, err)
 	defer sc.Close()

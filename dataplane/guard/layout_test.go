@@ -19,6 +19,8 @@ func TestLayout(t *testing.T) {
 		MapAllow6:   {Allow6Key{}, Allow{}},
 		MapLeases:   {LeaseKey{}, Lease{}},
 		MapCounters: {uint32(0), Counts{}},
+		// Indexed by port; nonzero marks a tunnel port.
+		MapTunnelPorts: {uint32(0), uint8(0)},
 	}
 	acl := map[string]struct{ key, value any }{
 		MapACL:       {ACLKey{}, ACLSet{}},

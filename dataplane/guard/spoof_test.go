@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
@@ -173,7 +174,26 @@ func fragmentCases() []guardCase {
 func tunnelCases() []guardCase {
 	pass, drop := guard.VerdictPass, guard.VerdictDrop
 	gre := func(t testing.TB) []byte { return append([]byte{0, 0, 0x08, 0x00}, inner4(t)...) } // GRE, IPv4 inside
+	// An overlay on its own port (flannel's 8472, say): the node's VXLAN
+	// socket listens there, so it is a tunnel port while the overlay
+	// controller lists it in pv_tunnel_ports.
+	nodePort := func(t testing.TB, m maps) {
+		must(t, m.tunnels.Update(uint32(8472), uint8(1), ebpf.UpdateAny))
+		t.Cleanup(func() { must(t, m.tunnels.Update(uint32(8472), uint8(0), ebpf.UpdateAny)) })
+	}
 	return []guardCase{
+		{name: "VXLAN to the node's own tunnel port dropped", setup: nodePort, frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP, serverIP, 40000, 8472, vxlanFrame(t))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "VXLAN to the node's own tunnel port over IPv6 dropped", setup: nodePort, frame: func(t testing.TB) []byte {
+			return udp6(t, vmIP6, 40000, 8472)
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "the node's own tunnel port passes with allowTunnels", flags: allGuards | guard.PortTunnels, setup: nodePort, frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP, serverIP, 40000, 8472, vxlanFrame(t))
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "UDP to a port no overlay of the node uses passes", frame: func(t testing.TB) []byte {
+			return udp4(t, vmMAC, vmIP, serverIP, 40000, 8472, vxlanFrame(t))
+		}, want: pass, reason: guard.ReasonPass},
 		{name: "IPIP with a spoofed inner source dropped", frame: func(t testing.TB) []byte {
 			return tunnel4(t, vmIP, layers.IPProtocolIPv4, inner4(t))
 		}, want: drop, reason: guard.ReasonTunnel},

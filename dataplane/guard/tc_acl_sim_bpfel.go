@@ -16,16 +16,17 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tc_acl_simMapPvAcl        = "pv_acl"
-	tc_acl_simMapPvAclFrags   = "pv_acl_frags"
-	tc_acl_simMapPvAllow4     = "pv_allow4"
-	tc_acl_simMapPvAllow6     = "pv_allow6"
-	tc_acl_simMapPvConntrack  = "pv_conntrack"
-	tc_acl_simMapPvCountersV3 = "pv_counters_v3"
-	tc_acl_simMapPvLeases     = "pv_leases"
-	tc_acl_simMapPvPortsV2    = "pv_ports_v2"
-	tc_acl_simProgPvSimFromVm = "pv_sim_from_vm"
-	tc_acl_simProgPvSimToVm   = "pv_sim_to_vm"
+	tc_acl_simMapPvAcl         = "pv_acl"
+	tc_acl_simMapPvAclFrags    = "pv_acl_frags"
+	tc_acl_simMapPvAllow4      = "pv_allow4"
+	tc_acl_simMapPvAllow6      = "pv_allow6"
+	tc_acl_simMapPvConntrack   = "pv_conntrack"
+	tc_acl_simMapPvCountersV3  = "pv_counters_v3"
+	tc_acl_simMapPvLeases      = "pv_leases"
+	tc_acl_simMapPvPortsV2     = "pv_ports_v2"
+	tc_acl_simMapPvTunnelPorts = "pv_tunnel_ports"
+	tc_acl_simProgPvSimFromVm  = "pv_sim_from_vm"
+	tc_acl_simProgPvSimToVm    = "pv_sim_to_vm"
 )
 
 // loadTc_acl_sim returns the embedded CollectionSpec for tc_acl_sim.
@@ -78,14 +79,15 @@ type tc_acl_simProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tc_acl_simMapSpecs struct {
-	PvAcl        *ebpf.MapSpec `ebpf:"pv_acl"`
-	PvAclFrags   *ebpf.MapSpec `ebpf:"pv_acl_frags"`
-	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvConntrack  *ebpf.MapSpec `ebpf:"pv_conntrack"`
-	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvAcl         *ebpf.MapSpec `ebpf:"pv_acl"`
+	PvAclFrags    *ebpf.MapSpec `ebpf:"pv_acl_frags"`
+	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvConntrack   *ebpf.MapSpec `ebpf:"pv_conntrack"`
+	PvCountersV3  *ebpf.MapSpec `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.MapSpec `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.MapSpec `ebpf:"pv_tunnel_ports"`
 }
 
 // tc_acl_simVariableSpecs contains global variables before they are loaded into the kernel.
@@ -114,14 +116,15 @@ func (o *tc_acl_simObjects) Close() error {
 //
 // It can be passed to loadTc_acl_simObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tc_acl_simMaps struct {
-	PvAcl        *ebpf.Map `ebpf:"pv_acl"`
-	PvAclFrags   *ebpf.Map `ebpf:"pv_acl_frags"`
-	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
-	PvConntrack  *ebpf.Map `ebpf:"pv_conntrack"`
-	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvAcl         *ebpf.Map `ebpf:"pv_acl"`
+	PvAclFrags    *ebpf.Map `ebpf:"pv_acl_frags"`
+	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
+	PvConntrack   *ebpf.Map `ebpf:"pv_conntrack"`
+	PvCountersV3  *ebpf.Map `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.Map `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.Map `ebpf:"pv_tunnel_ports"`
 }
 
 func (m *tc_acl_simMaps) Close() error {
@@ -134,6 +137,7 @@ func (m *tc_acl_simMaps) Close() error {
 		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
+		m.PvTunnelPorts,
 	)
 }
 

@@ -16,12 +16,13 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tc_simMapPvAllow4     = "pv_allow4"
-	tc_simMapPvAllow6     = "pv_allow6"
-	tc_simMapPvCountersV3 = "pv_counters_v3"
-	tc_simMapPvLeases     = "pv_leases"
-	tc_simMapPvPortsV2    = "pv_ports_v2"
-	tc_simProgPvTcSim     = "pv_tc_sim"
+	tc_simMapPvAllow4      = "pv_allow4"
+	tc_simMapPvAllow6      = "pv_allow6"
+	tc_simMapPvCountersV3  = "pv_counters_v3"
+	tc_simMapPvLeases      = "pv_leases"
+	tc_simMapPvPortsV2     = "pv_ports_v2"
+	tc_simMapPvTunnelPorts = "pv_tunnel_ports"
+	tc_simProgPvTcSim      = "pv_tc_sim"
 )
 
 // loadTc_sim returns the embedded CollectionSpec for tc_sim.
@@ -73,11 +74,12 @@ type tc_simProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tc_simMapSpecs struct {
-	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvCountersV3  *ebpf.MapSpec `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.MapSpec `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.MapSpec `ebpf:"pv_tunnel_ports"`
 }
 
 // tc_simVariableSpecs contains global variables before they are loaded into the kernel.
@@ -106,11 +108,12 @@ func (o *tc_simObjects) Close() error {
 //
 // It can be passed to loadTc_simObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tc_simMaps struct {
-	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
-	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
+	PvCountersV3  *ebpf.Map `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.Map `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.Map `ebpf:"pv_tunnel_ports"`
 }
 
 func (m *tc_simMaps) Close() error {
@@ -120,6 +123,7 @@ func (m *tc_simMaps) Close() error {
 		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
+		m.PvTunnelPorts,
 	)
 }
 

@@ -16,16 +16,17 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tcx_aclMapPvAcl        = "pv_acl"
-	tcx_aclMapPvAclFrags   = "pv_acl_frags"
-	tcx_aclMapPvAllow4     = "pv_allow4"
-	tcx_aclMapPvAllow6     = "pv_allow6"
-	tcx_aclMapPvConntrack  = "pv_conntrack"
-	tcx_aclMapPvCountersV3 = "pv_counters_v3"
-	tcx_aclMapPvLeases     = "pv_leases"
-	tcx_aclMapPvPortsV2    = "pv_ports_v2"
-	tcx_aclProgPvAclFromVm = "pv_acl_from_vm"
-	tcx_aclProgPvAclToVm   = "pv_acl_to_vm"
+	tcx_aclMapPvAcl         = "pv_acl"
+	tcx_aclMapPvAclFrags    = "pv_acl_frags"
+	tcx_aclMapPvAllow4      = "pv_allow4"
+	tcx_aclMapPvAllow6      = "pv_allow6"
+	tcx_aclMapPvConntrack   = "pv_conntrack"
+	tcx_aclMapPvCountersV3  = "pv_counters_v3"
+	tcx_aclMapPvLeases      = "pv_leases"
+	tcx_aclMapPvPortsV2     = "pv_ports_v2"
+	tcx_aclMapPvTunnelPorts = "pv_tunnel_ports"
+	tcx_aclProgPvAclFromVm  = "pv_acl_from_vm"
+	tcx_aclProgPvAclToVm    = "pv_acl_to_vm"
 )
 
 // loadTcx_acl returns the embedded CollectionSpec for tcx_acl.
@@ -78,14 +79,15 @@ type tcx_aclProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcx_aclMapSpecs struct {
-	PvAcl        *ebpf.MapSpec `ebpf:"pv_acl"`
-	PvAclFrags   *ebpf.MapSpec `ebpf:"pv_acl_frags"`
-	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvConntrack  *ebpf.MapSpec `ebpf:"pv_conntrack"`
-	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvAcl         *ebpf.MapSpec `ebpf:"pv_acl"`
+	PvAclFrags    *ebpf.MapSpec `ebpf:"pv_acl_frags"`
+	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvConntrack   *ebpf.MapSpec `ebpf:"pv_conntrack"`
+	PvCountersV3  *ebpf.MapSpec `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.MapSpec `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.MapSpec `ebpf:"pv_tunnel_ports"`
 }
 
 // tcx_aclVariableSpecs contains global variables before they are loaded into the kernel.
@@ -114,14 +116,15 @@ func (o *tcx_aclObjects) Close() error {
 //
 // It can be passed to loadTcx_aclObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcx_aclMaps struct {
-	PvAcl        *ebpf.Map `ebpf:"pv_acl"`
-	PvAclFrags   *ebpf.Map `ebpf:"pv_acl_frags"`
-	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
-	PvConntrack  *ebpf.Map `ebpf:"pv_conntrack"`
-	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvAcl         *ebpf.Map `ebpf:"pv_acl"`
+	PvAclFrags    *ebpf.Map `ebpf:"pv_acl_frags"`
+	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
+	PvConntrack   *ebpf.Map `ebpf:"pv_conntrack"`
+	PvCountersV3  *ebpf.Map `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.Map `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.Map `ebpf:"pv_tunnel_ports"`
 }
 
 func (m *tcx_aclMaps) Close() error {
@@ -134,6 +137,7 @@ func (m *tcx_aclMaps) Close() error {
 		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
+		m.PvTunnelPorts,
 	)
 }
 

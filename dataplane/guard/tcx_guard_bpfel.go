@@ -16,12 +16,13 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tcx_guardMapPvAllow4     = "pv_allow4"
-	tcx_guardMapPvAllow6     = "pv_allow6"
-	tcx_guardMapPvCountersV3 = "pv_counters_v3"
-	tcx_guardMapPvLeases     = "pv_leases"
-	tcx_guardMapPvPortsV2    = "pv_ports_v2"
-	tcx_guardProgPvTcxGuard  = "pv_tcx_guard"
+	tcx_guardMapPvAllow4      = "pv_allow4"
+	tcx_guardMapPvAllow6      = "pv_allow6"
+	tcx_guardMapPvCountersV3  = "pv_counters_v3"
+	tcx_guardMapPvLeases      = "pv_leases"
+	tcx_guardMapPvPortsV2     = "pv_ports_v2"
+	tcx_guardMapPvTunnelPorts = "pv_tunnel_ports"
+	tcx_guardProgPvTcxGuard   = "pv_tcx_guard"
 )
 
 // loadTcx_guard returns the embedded CollectionSpec for tcx_guard.
@@ -73,11 +74,12 @@ type tcx_guardProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcx_guardMapSpecs struct {
-	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvCountersV3  *ebpf.MapSpec `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.MapSpec `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.MapSpec `ebpf:"pv_tunnel_ports"`
 }
 
 // tcx_guardVariableSpecs contains global variables before they are loaded into the kernel.
@@ -106,11 +108,12 @@ func (o *tcx_guardObjects) Close() error {
 //
 // It can be passed to loadTcx_guardObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcx_guardMaps struct {
-	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
-	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
+	PvCountersV3  *ebpf.Map `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.Map `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.Map `ebpf:"pv_tunnel_ports"`
 }
 
 func (m *tcx_guardMaps) Close() error {
@@ -120,6 +123,7 @@ func (m *tcx_guardMaps) Close() error {
 		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
+		m.PvTunnelPorts,
 	)
 }
 

@@ -245,6 +245,7 @@ const (
 	typesMapPvCountersV3    = "pv_counters_v3"
 	typesMapPvLeases        = "pv_leases"
 	typesMapPvPortsV2       = "pv_ports_v2"
+	typesMapPvTunnelPorts   = "pv_tunnel_ports"
 	typesVarPvAclActionBtf  = "pv_acl_action_btf"
 	typesVarPvAclDirBtf     = "pv_acl_dir_btf"
 	typesVarPvAclFlagsBtf   = "pv_acl_flags_btf"
@@ -304,14 +305,15 @@ type typesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type typesMapSpecs struct {
-	PvAcl        *ebpf.MapSpec `ebpf:"pv_acl"`
-	PvAclFrags   *ebpf.MapSpec `ebpf:"pv_acl_frags"`
-	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvConntrack  *ebpf.MapSpec `ebpf:"pv_conntrack"`
-	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvAcl         *ebpf.MapSpec `ebpf:"pv_acl"`
+	PvAclFrags    *ebpf.MapSpec `ebpf:"pv_acl_frags"`
+	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvConntrack   *ebpf.MapSpec `ebpf:"pv_conntrack"`
+	PvCountersV3  *ebpf.MapSpec `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.MapSpec `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.MapSpec `ebpf:"pv_tunnel_ports"`
 }
 
 // typesVariableSpecs contains global variables before they are loaded into the kernel.
@@ -349,14 +351,15 @@ func (o *typesObjects) Close() error {
 //
 // It can be passed to loadTypesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type typesMaps struct {
-	PvAcl        *ebpf.Map `ebpf:"pv_acl"`
-	PvAclFrags   *ebpf.Map `ebpf:"pv_acl_frags"`
-	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
-	PvConntrack  *ebpf.Map `ebpf:"pv_conntrack"`
-	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvAcl         *ebpf.Map `ebpf:"pv_acl"`
+	PvAclFrags    *ebpf.Map `ebpf:"pv_acl_frags"`
+	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
+	PvConntrack   *ebpf.Map `ebpf:"pv_conntrack"`
+	PvCountersV3  *ebpf.Map `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.Map `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.Map `ebpf:"pv_tunnel_ports"`
 }
 
 func (m *typesMaps) Close() error {
@@ -369,6 +372,7 @@ func (m *typesMaps) Close() error {
 		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
+		m.PvTunnelPorts,
 	)
 }
 

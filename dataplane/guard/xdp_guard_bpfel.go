@@ -16,12 +16,13 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xdp_guardMapPvAllow4     = "pv_allow4"
-	xdp_guardMapPvAllow6     = "pv_allow6"
-	xdp_guardMapPvCountersV3 = "pv_counters_v3"
-	xdp_guardMapPvLeases     = "pv_leases"
-	xdp_guardMapPvPortsV2    = "pv_ports_v2"
-	xdp_guardProgPvXdpGuard  = "pv_xdp_guard"
+	xdp_guardMapPvAllow4      = "pv_allow4"
+	xdp_guardMapPvAllow6      = "pv_allow6"
+	xdp_guardMapPvCountersV3  = "pv_counters_v3"
+	xdp_guardMapPvLeases      = "pv_leases"
+	xdp_guardMapPvPortsV2     = "pv_ports_v2"
+	xdp_guardMapPvTunnelPorts = "pv_tunnel_ports"
+	xdp_guardProgPvXdpGuard   = "pv_xdp_guard"
 )
 
 // loadXdp_guard returns the embedded CollectionSpec for xdp_guard.
@@ -73,11 +74,12 @@ type xdp_guardProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdp_guardMapSpecs struct {
-	PvAllow4     *ebpf.MapSpec `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvCountersV3 *ebpf.MapSpec `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.MapSpec `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
+	PvCountersV3  *ebpf.MapSpec `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.MapSpec `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.MapSpec `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.MapSpec `ebpf:"pv_tunnel_ports"`
 }
 
 // xdp_guardVariableSpecs contains global variables before they are loaded into the kernel.
@@ -106,11 +108,12 @@ func (o *xdp_guardObjects) Close() error {
 //
 // It can be passed to loadXdp_guardObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdp_guardMaps struct {
-	PvAllow4     *ebpf.Map `ebpf:"pv_allow4"`
-	PvAllow6     *ebpf.Map `ebpf:"pv_allow6"`
-	PvCountersV3 *ebpf.Map `ebpf:"pv_counters_v3"`
-	PvLeases     *ebpf.Map `ebpf:"pv_leases"`
-	PvPortsV2    *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
+	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
+	PvCountersV3  *ebpf.Map `ebpf:"pv_counters_v3"`
+	PvLeases      *ebpf.Map `ebpf:"pv_leases"`
+	PvPortsV2     *ebpf.Map `ebpf:"pv_ports_v2"`
+	PvTunnelPorts *ebpf.Map `ebpf:"pv_tunnel_ports"`
 }
 
 func (m *xdp_guardMaps) Close() error {
@@ -120,6 +123,7 @@ func (m *xdp_guardMaps) Close() error {
 		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
+		m.PvTunnelPorts,
 	)
 }
 

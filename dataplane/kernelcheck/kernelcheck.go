@@ -51,6 +51,7 @@ func Features() []Feature {
 		{"bpf_fib_lookup in tc", "the NAT forwarding translated packets itself (--nat-redirect)", "4.18", true, helper(ebpf.SchedCLS, asm.FnFibLookup)},
 		{"bpf_redirect_neigh", "the NAT forwarding translated packets itself (--nat-redirect)", "5.10", true, helper(ebpf.SchedCLS, asm.FnRedirectNeigh)},
 		{"VXLAN devices", "OverlayNetwork (its segments wait with TunnelSupported False without it)", "3.7", false, haveVXLAN},
+		{"netfilter programs", "the VTEP filter of a node with --vtep-address (pivirtd refuses to start without it there)", "6.4", false, func() error { return features.HaveProgramType(ebpf.Netfilter) }},
 	}
 }
 

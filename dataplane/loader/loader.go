@@ -43,6 +43,9 @@ type Maps struct {
 	ACL       *aclmap.Map
 	Conntrack *ctmap.Map
 	Frags     *fragmap.Map
+	// The node's tunnel ports, which dataplane/vxlan's VTEP filter
+	// writes (read here for inspect).
+	TunnelPorts *ebpf.Map
 }
 
 // Loader holds the loaded guard programs and the pinned maps under one
@@ -109,14 +112,15 @@ func Open(base string) (*Loader, error) {
 		return nil, fmt.Errorf("loading the port ACL with maps pinned in %s: %w", MapsDir(base), err)
 	}
 	l := &Loader{base: base, xdp: xc, tcx: tc, acl: ac, maps: Maps{
-		Ports:     portmap.New(xc.Maps[guard.MapPorts]),
-		Allow4:    allowmap.New4(xc.Maps[guard.MapAllow4]),
-		Allow6:    allowmap.New6(xc.Maps[guard.MapAllow6]),
-		Leases:    leasemap.New(xc.Maps[guard.MapLeases]),
-		Counters:  countermap.New(xc.Maps[guard.MapCounters], xc.Maps[guard.MapPorts]),
-		ACL:       aclmap.New(ac.Maps[guard.MapACL]),
-		Conntrack: ctmap.New(ac.Maps[guard.MapConntrack]),
-		Frags:     fragmap.New(ac.Maps[guard.MapFrags]),
+		Ports:       portmap.New(xc.Maps[guard.MapPorts]),
+		Allow4:      allowmap.New4(xc.Maps[guard.MapAllow4]),
+		Allow6:      allowmap.New6(xc.Maps[guard.MapAllow6]),
+		Leases:      leasemap.New(xc.Maps[guard.MapLeases]),
+		Counters:    countermap.New(xc.Maps[guard.MapCounters], xc.Maps[guard.MapPorts]),
+		ACL:         aclmap.New(ac.Maps[guard.MapACL]),
+		Conntrack:   ctmap.New(ac.Maps[guard.MapConntrack]),
+		Frags:       fragmap.New(ac.Maps[guard.MapFrags]),
+		TunnelPorts: xc.Maps[guard.MapTunnelPorts],
 	}}
 	if err := unpinRetired(base); err != nil {
 		l.Close()

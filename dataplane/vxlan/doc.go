@@ -9,5 +9,7 @@
 // ARP and neighbour solicitations for known remote addresses itself and
 // sends none through the tunnel), and a cls_bpf filter that keeps DHCP
 // and DHCPv6, tagged or not, off the tunnel. Every call takes a
-// *netlink.Handle, so tests drive it inside a netns.
+// *netlink.Handle, so tests drive it inside a netns. VTEPFilter is the
+// netfilter program (pv_vtep_in, at IPv4 LOCAL_IN) that lets only the
+// overlays' known VTEPs reach the node's tunnel ports.
 package vxlan

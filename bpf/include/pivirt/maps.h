@@ -11,6 +11,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "pivirt/consts.h"
+#include "pivirt/tunnel_maps.h"
 #include "pivirt/types.h"
 
 /* pv_ports_v2: guarded ports by ifindex (v2: struct pv_port gained
