@@ -136,6 +136,16 @@ func waitUntil(t testing.TB, limit time.Duration, what string, ok func() bool) t
 	return time.Since(start)
 }
 
+// eventually polls ok until it holds or limit passes.
+func eventually(limit time.Duration, ok func() bool) bool {
+	for deadline := time.Now().Add(limit); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 func gauge(t testing.TB, c prometheus.Collector, network string) float64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
@@ -213,8 +223,14 @@ func TestCollisionsAcrossNodes(t *testing.T) {
 				n          *node
 				kind, name string
 			}{{n1, tc.kind1, name1}, {n2, tc.kind2, name2}} {
-				evs := c.n.events.Events(c.kind, c.name)
-				if len(evs) == 0 || evs[len(evs)-1].Reason != collision.ReasonConflict || evs[len(evs)-1].Type != events.Warning {
+				// The event is recorded once the status has committed, so
+				// it may trail the condition the wait above saw.
+				var evs []events.Event
+				warned := func() bool {
+					evs = c.n.events.Events(c.kind, c.name)
+					return len(evs) > 0 && evs[len(evs)-1].Reason == collision.ReasonConflict && evs[len(evs)-1].Type == events.Warning
+				}
+				if !eventually(bound, warned) {
 					t.Errorf("%s: events of %s %s = %+v, want a Warning %s", c.n.name, c.kind, c.name, evs, collision.ReasonConflict)
 				}
 				if g := gauge(t, c.n.ctl, "overlay"); g != 1 {
@@ -229,8 +245,11 @@ func TestCollisionsAcrossNodes(t *testing.T) {
 			if g := gauge(t, n1.ctl, "overlay"); g != 0 {
 				t.Errorf("n1: pivirt_ip_conflicts{network=overlay} = %v after the conflict ended, want 0", g)
 			}
-			evs := n1.events.Events(tc.kind1, name1)
-			if len(evs) == 0 || evs[len(evs)-1].Reason != "ConflictResolved" {
+			var evs []events.Event
+			if !eventually(bound, func() bool {
+				evs = n1.events.Events(tc.kind1, name1)
+				return len(evs) > 0 && evs[len(evs)-1].Reason == "ConflictResolved"
+			}) {
 				t.Errorf("n1: events of %s = %+v, want ConflictResolved last", name1, evs)
 			}
 		})
