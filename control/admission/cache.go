@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
@@ -143,12 +142,7 @@ func (c *kindCache) lookup(key, skip string) []*entry {
 
 // ownerKey names an owner for the index: lower-case canonical kind (or the
 // kind as written, for kinds of other tiers) and name.
-func ownerKey(kind, name string) string {
-	if k, err := pivirtv1.LookupKind(kind); err == nil {
-		kind = k.Kind
-	}
-	return keyOwner + strings.ToLower(kind) + "/" + name
-}
+func ownerKey(kind, name string) string { return keyOwner + pivirtv1.OwnerKey(kind, name) }
 
 func indexKeys(o *pivirtv1.Object, spec pivirtv1.Spec) []string {
 	var keys []string

@@ -141,12 +141,7 @@ func (b *Batch) dependents(caches []*kindCache, owner *entry) []*entry {
 
 // refersTo reports whether r names o: kind (any alias) and name, and uid
 // when both carry one (a same-named successor is not the owner).
-func refersTo(r pivirtv1.OwnerReference, o *entry) bool {
-	if ownerKey(r.Kind, r.Name) != ownerKey(o.obj.Kind, o.obj.Metadata.Name) {
-		return false
-	}
-	return r.UID == "" || o.obj.Metadata.UID == "" || r.UID == o.obj.Metadata.UID
-}
+func refersTo(r pivirtv1.OwnerReference, o *entry) bool { return pivirtv1.RefersTo(r, o.obj) }
 
 // ownersGone reports whether every owner d names is doomed or absent.
 func (b *Batch) ownersGone(d *entry, isDoomed map[*entry]bool) (bool, error) {

@@ -3,36 +3,34 @@
 package admission
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
 
-// provisioning reports whether o carries the provisioning annotation.
-func provisioning(o *pivirtv1.Object) bool {
-	return o.Metadata.Annotations[pivirtv1.AnnotationProvisioning] == "true"
-}
-
 // provisioningLock explains why a lease is frozen by the provisioning
-// interlock ("" when it is not): the stored lease, or an owner it names
-// (now or in the incoming extra references), carries the annotation.
+// interlock ("" when it is not), by the one rule of pivirtv1.Interlock:
+// the stored lease, or an owner it names (now or in the incoming extra
+// references), carries the annotation.
 func (b *Batch) provisioningLock(lease *entry, extra []pivirtv1.OwnerReference) (string, error) {
-	if provisioning(lease.obj) {
-		return fmt.Sprintf("annotation %s is \"true\" on it", pivirtv1.AnnotationProvisioning), nil
-	}
-	for _, refs := range [][]pivirtv1.OwnerReference{lease.obj.Metadata.OwnerReferences, extra} {
-		for _, r := range refs {
-			o, err := b.owner(r)
-			if err != nil {
-				return "", err
-			}
-			if o != nil && provisioning(o.obj) {
-				return fmt.Sprintf("annotation %s is \"true\" on its owner %s", pivirtv1.AnnotationProvisioning, lref(o.obj.Kind, o.obj.Metadata.Name)), nil
-			}
+	var lookupErr error
+	owners := func(r pivirtv1.OwnerReference) *pivirtv1.Object {
+		o, err := b.owner(r)
+		if err != nil {
+			lookupErr = cmp.Or(lookupErr, err)
 		}
+		if o == nil {
+			return nil
+		}
+		return o.obj
 	}
-	return "", nil
+	lock := pivirtv1.Interlock(lease.obj, owners, extra...)
+	if lookupErr != nil {
+		return "", lookupErr
+	}
+	return lock, nil
 }
 
 // checkLeaseMove refuses to change the IP or network of a frozen lease.

@@ -32,7 +32,8 @@ type Holder struct {
 	Object *pivirtv1.Object
 	MAC    net.HardwareAddr
 	Node   string // its pivirt.hu/node label; "" when unplaced
-	// Held: a lease the provisioning interlock (its annotation) holds.
+	// Held: a lease the provisioning interlock holds (pivirtv1.Interlock,
+	// through owners of the kinds the snapshot has).
 	Held bool
 }
 
@@ -96,6 +97,7 @@ func (n networks) of(network, node string) string {
 // Cache.SnapshotAll (Loop.AllNodes) to see the cluster's.
 func Collect(snap reconcile.Snapshot, now time.Time) Addresses {
 	nets := newNetworks(snap)
+	owners := pivirtv1.OwnersAmong(snap.Objects) // the interlock through a lease's or port's lock
 	out := Addresses{}
 	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
 		s, err := snap.Spec(o)
@@ -108,7 +110,7 @@ func Collect(snap reconcile.Snapshot, now time.Time) Addresses {
 		}
 		node := o.Metadata.Labels[pivirtv1.NodeLabel]
 		k := Key{nets.of(l.Spec.Network, node), l.IP}
-		out[k] = append(out[k], Holder{Object: o, MAC: l.MAC, Node: node, Held: pivirtv1.IsProvisioning(o)})
+		out[k] = append(out[k], Holder{Object: o, MAC: l.MAC, Node: node, Held: pivirtv1.Held(o, owners)})
 	}
 	for _, o := range snap.Of(pivirtv1.KindPortSecurity) {
 		s, err := snap.Spec(o)

@@ -48,6 +48,15 @@ type Index struct {
 	byIfindex map[uint32]map[string]*portOut
 	owner     map[uint32]*portOut // the port whose entries d holds for an ifindex
 
+	// The provisioning interlock through owners (pivirtv1.Interlock): the
+	// objects of any kind carrying the annotation, by owner key, and the
+	// leases that name an owner (the current version, which the cache
+	// holds anyway), so that a lock put on or taken off an owner
+	// recompiles them.
+	locked   map[string]*pivirtv1.Object
+	byOwner  map[string]map[string]*pivirtv1.Object
+	ownersOf map[string][]string // lease name -> owner keys
+
 	d Desired
 }
 
@@ -98,11 +107,13 @@ type Changed struct {
 	Status []Ref
 }
 
-// NewIndex compiles objs (other kinds are ignored) against host.
+// NewIndex compiles objs against host. Objects of other kinds count
+// only as owners that may hold a lease (the provisioning interlock).
 func NewIndex(objs []*pivirtv1.Object, host Host) *Index {
 	x := &Index{host: host, segs: map[string]*segment{}, byBridge: map[string]*segment{},
 		leases: map[string]*leaseOut{}, byKey: map[leasemap.Key][]*leaseOut{}, byIP: map[segIP][]*leaseOut{},
 		ports: map[string]*portOut{}, byIfindex: map[uint32]map[string]*portOut{}, owner: map[uint32]*portOut{},
+		locked: map[string]*pivirtv1.Object{}, byOwner: map[string]map[string]*pivirtv1.Object{}, ownersOf: map[string][]string{},
 		d: Desired{
 			Ports:  map[portmap.Key]portmap.Value{},
 			Allow4: map[allowmap.Key4]allowmap.Value{},
@@ -175,6 +186,7 @@ func (x *Index) Update(changed map[Ref]*pivirtv1.Object) (Changed, error) {
 			return Changed{}, ErrSegmentChanged
 		}
 	}
+	changed = x.withLockedLeases(changed)
 	var ch Changed
 	keys := map[leasemap.Key]bool{}
 	ips := map[segIP]bool{}
@@ -194,6 +206,7 @@ func (x *Index) Update(changed map[Ref]*pivirtv1.Object) (Changed, error) {
 			}
 			delete(x.leases, r.Name)
 			delete(x.d.Status, r)
+			x.ownedBy(r.Name, o)
 			if o == nil {
 				continue
 			}
@@ -364,11 +377,13 @@ func (x *Index) compileLease(o *pivirtv1.Object) *leaseOut {
 		return fail(pivirtv1.PhaseFailed, "%v", err)
 	}
 	mac, ip := [6]byte(ls.MAC), ls.IP
-	// A dynamic lease placed on this node (snapshots hold no other
-	// node's) outside its range came with a migrated client, whose
-	// address the DHCP server kept (issue 17): pinned as the range's.
-	moved := spec.Type == pivirtv1.LeaseDynamic && o.Metadata.Labels[pivirtv1.NodeLabel] != "" && seg.HostIP.Contains(ip)
-	if !seg.inRange(ip) && !moved {
+	// Outside the range, a dynamic lease placed on this node (snapshots
+	// hold no other node's) came with a migrated client (issue 17), and a
+	// held one kept its address through a shrink: the DHCP server serves
+	// both, so both are pinned as the range's (one rule, in pivirtv1).
+	held := pivirtv1.Held(o, x.lockedOwner)
+	placedHere := o.Metadata.Labels[pivirtv1.NodeLabel] != ""
+	if !seg.inRange(ip) && !pivirtv1.ServedOutsideRange(ls, placedHere, held, seg.HostIP) {
 		l.seg = seg
 		return fail(pivirtv1.PhasePending, "spec.ipAddress: %s is outside the range %s of segment %s", ip, seg.lease, seg.Name)
 	}
@@ -389,7 +404,7 @@ func (x *Index) compileLease(o *pivirtv1.Object) *leaseOut {
 			return fail(pivirtv1.PhasePending, "dynamic lease without expiresAt")
 		}
 		expires = *spec.ExpiresAt
-		if pivirtv1.IsProvisioning(o) {
+		if held {
 			// The interlock holds it: the pin must not lapse (as
 			// control/dhcpd binds it).
 			expires = expires.Add(pivirtv1.HeldPinLifetime)
@@ -476,4 +491,66 @@ func (x *Index) PortInterfaces() map[string]bool {
 		}
 	}
 	return out
+}
+
+// withLockedLeases notes the interlock's changes among changed (an
+// object of any kind taking the provisioning annotation or losing it)
+// and returns changed with the leases those owners hold added, so that
+// they are recompiled too.
+func (x *Index) withLockedLeases(changed map[Ref]*pivirtv1.Object) map[Ref]*pivirtv1.Object {
+	var again []string
+	for r, o := range changed {
+		key := pivirtv1.OwnerKey(r.Kind, r.Name)
+		was, now := x.locked[key] != nil, pivirtv1.IsProvisioning(o)
+		if now {
+			x.locked[key] = o
+		} else {
+			delete(x.locked, key)
+		}
+		if was != now {
+			again = append(again, key)
+		}
+	}
+	if len(again) == 0 {
+		return changed
+	}
+	out := maps.Clone(changed)
+	for _, key := range again {
+		for name, l := range x.byOwner[key] {
+			r := Ref{pivirtv1.KindDHCPLease, name}
+			if _, ok := out[r]; !ok {
+				out[r] = l
+			}
+		}
+	}
+	return out
+}
+
+// ownedBy records lease name (nil: deleted) under the owners it names.
+func (x *Index) ownedBy(name string, o *pivirtv1.Object) {
+	for _, key := range x.ownersOf[name] {
+		if ls := x.byOwner[key]; ls != nil {
+			if delete(ls, name); len(ls) == 0 {
+				delete(x.byOwner, key)
+			}
+		}
+	}
+	delete(x.ownersOf, name)
+	if o == nil {
+		return
+	}
+	for _, r := range o.Metadata.OwnerReferences {
+		key := pivirtv1.OwnerKey(r.Kind, r.Name)
+		addTo(x.byOwner, key, name, o)
+		x.ownersOf[name] = append(x.ownersOf[name], key)
+	}
+}
+
+// lockedOwner is the pivirtv1.Owners of the interlock: only an owner
+// carrying the annotation matters, so only those are kept.
+func (x *Index) lockedOwner(r pivirtv1.OwnerReference) *pivirtv1.Object {
+	if o := x.locked[pivirtv1.OwnerKey(r.Kind, r.Name)]; pivirtv1.RefersTo(r, o) {
+		return o
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // TestIndexUpdateMatchesCompile applies a random sequence of creates,
@@ -39,6 +41,19 @@ func TestIndexUpdateMatchesCompile(t *testing.T) {
 				}
 			}
 			out = append(out, obj(t, kind, name, pivirtv1.DHCPLeaseSpec{Network: "br9", MACAddress: macs[0], IPAddress: ips[0]}))
+			// Held through an owner (a port or another lease) or by its
+			// own annotation, in the range and past its end (a shrink).
+			for _, ip := range []string{ips[0], "192.168.100.150"} {
+				for _, owner := range []string{pivirtv1.KindPortSecurity + "/p0", "portsec/p1", pivirtv1.KindDHCPLease + "/l1", "lock"} {
+					o := obj(t, kind, name, pivirtv1.DHCPLeaseSpec{Network: "net-a", MACAddress: macs[1], IPAddress: ip, Type: pivirtv1.LeaseDynamic, ExpiresAt: &exp})
+					if k, n, ok := strings.Cut(owner, "/"); ok {
+						o.Metadata.OwnerReferences = []pivirtv1.OwnerReference{{APIVersion: pivirtv1.APIVersion, Kind: k, Name: n}}
+					} else {
+						o.Metadata.Annotations = map[string]string{pivirtv1.AnnotationProvisioning: "true"}
+					}
+					out = append(out, o)
+				}
+			}
 		case pivirtv1.KindPortSecurity:
 			for _, ifc := range []string{"tap0", "tap1", "tap9"} {
 				out = append(out,
@@ -46,6 +61,12 @@ func TestIndexUpdateMatchesCompile(t *testing.T) {
 					obj(t, kind, name, pivirtv1.PortSecuritySpec{Interface: ifc, MACAddress: macStr, IPv6Addresses: []string{"fd00::1"},
 						ACL: &pivirtv1.ACLSpec{Ingress: []pivirtv1.ACLRule{{Action: pivirtv1.ActionAllow, Protocol: "tcp", Ports: []string{"22"}}}}}),
 					obj(t, kind, name, pivirtv1.PortSecuritySpec{Interface: ifc, MACAddress: "zz"}))
+			}
+			// Owners that put the interlock on the leases they own.
+			for _, o := range slices.Clone(out[:2]) {
+				locked := *o
+				locked.Metadata.Annotations = map[string]string{pivirtv1.AnnotationProvisioning: "true"}
+				out = append(out, &locked)
 			}
 		}
 		for _, o := range out {
@@ -115,5 +136,57 @@ func checkReported[K comparable, V comparable](t *testing.T, step int, name stri
 		if _, ok := before[k]; !ok && !slices.Contains(reported, k) {
 			t.Fatalf("step %d: %s key %v added and was not reported", step, name, k)
 		}
+	}
+}
+
+// TestIndexInterlockThroughOwner: a dynamic lease whose owner carries the
+// provisioning annotation is held (pivirtv1.Interlock, as admission and
+// the DHCP server read it): pinned HeldPinLifetime past its expiry, and
+// still pinned outside a shrunk range; the lock put on and taken off the
+// owner alone moves the pin, reported as a changed key.
+func TestIndexInterlockThroughOwner(t *testing.T) {
+	exp := time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)
+	port := obj(t, pivirtv1.KindPortSecurity, "vm-a", pivirtv1.PortSecuritySpec{Interface: "tap0", MACAddress: macStr})
+	lockedPort := *port
+	lockedPort.Metadata.Annotations = map[string]string{pivirtv1.AnnotationProvisioning: "true"}
+	lease := func(ip string) *pivirtv1.Object {
+		o := obj(t, pivirtv1.KindDHCPLease, "lease-a", pivirtv1.DHCPLeaseSpec{Network: "net-a", MACAddress: macStr, IPAddress: ip,
+			Type: pivirtv1.LeaseDynamic, ExpiresAt: &exp})
+		o.Metadata.OwnerReferences = []pivirtv1.OwnerReference{{APIVersion: pivirtv1.APIVersion, Kind: "portsecurity", Name: "vm-a"}}
+		return o
+	}
+	segment := obj(t, pivirtv1.KindNetworkSegment, "seg-a", seg)
+	key := leasemap.NewKey(segID, mac)
+	for _, ip := range []string{"192.168.100.20", "192.168.100.150"} {
+		t.Run(ip, func(t *testing.T) {
+			x := compile.NewIndex([]*pivirtv1.Object{segment, &lockedPort, lease(ip)}, host)
+			held, ok := x.Desired().Leases[key]
+			if !ok {
+				t.Fatalf("a lease held through its owner is not pinned: %+v", x.Statuses())
+			}
+			if got, want := leasemap.WallTime(held.ExpiresMonoNs, host.ClockOffset), exp.Add(pivirtv1.HeldPinLifetime); !got.Equal(want) {
+				t.Errorf("pin of a lease held through its owner expires %v, want %v", got, want)
+			}
+			ch, err := x.Update(map[compile.Ref]*pivirtv1.Object{{Kind: pivirtv1.KindPortSecurity, Name: "vm-a"}: port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(ch.Leases, key) {
+				t.Errorf("the owner's lock taken off: pv_leases key not reported (%+v)", ch.Leases)
+			}
+			plain, ok := x.Desired().Leases[key]
+			if in := ip == "192.168.100.20"; ok != in {
+				t.Fatalf("lock off: pinned %v, want %v (out of range: Pending)", ok, in)
+			}
+			if ok && !leasemap.WallTime(plain.ExpiresMonoNs, host.ClockOffset).Equal(exp) {
+				t.Errorf("lock off: pin expires %v, want the lease's own %v", leasemap.WallTime(plain.ExpiresMonoNs, host.ClockOffset), exp)
+			}
+			if _, err := x.Update(map[compile.Ref]*pivirtv1.Object{{Kind: pivirtv1.KindPortSecurity, Name: "vm-a"}: &lockedPort}); err != nil {
+				t.Fatal(err)
+			}
+			if again := x.Desired().Leases[key]; again != held {
+				t.Errorf("lock on again: pin %+v, want %+v", again, held)
+			}
+		})
 	}
 }

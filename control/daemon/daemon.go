@@ -223,15 +223,18 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	}
 	d.nat = externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
 		NoRedirect: !d.cfg.NATRedirect})
+	// Every kind is watched as a possible owner holding a lease through
+	// the provisioning interlock; only a lock put on or taken off counts.
+	guardOwners := reconcile.OwnersOnly(pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity)
 	guardLoop := &reconcile.Loop{
 		ID: "guard", Cache: cache, Log: d.log,
-		Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity},
+		Kinds: pivirtv1.KindNames(),
 		// Changes are compiled and written object by object (a full pass
 		// at start, on link changes and every Resync, which counts what
 		// it repairs). The DHCP server programs its own leases into
 		// pv_leases: their changes wait in the queue for the next pass.
-		Keep:    reconcile.Unless(reconcile.StatusOnly),
-		React:   reconcile.Unless(reconcile.StatusOnly, reconcile.DynamicLease),
+		Keep:    reconcile.Unless(reconcile.StatusOnly, guardOwners),
+		React:   reconcile.Unless(reconcile.StatusOnly, reconcile.DynamicLease, guardOwners),
 		Func:    guards.Reconcile,
 		Changes: guards.Changes,
 	}
@@ -248,9 +251,12 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		cache,
 		&reconcile.Loop{
 			ID: "segments", Cache: cache, Log: d.log,
-			Kinds: []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindOverlayNetwork},
-			React: reconcile.Unless(reconcile.StatusOnly, segment.Renewal),
-			Func:  segments.Reconcile,
+			// Every kind, as possible owners holding a lease (the DHCP
+			// manager's Sync neither releases nor expires a held one).
+			Kinds: pivirtv1.KindNames(),
+			React: reconcile.Unless(reconcile.StatusOnly, segment.Renewal,
+				reconcile.OwnersOnly(pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindOverlayNetwork)),
+			Func: segments.Reconcile,
 		},
 		overlayLoop,
 		guardLoop,

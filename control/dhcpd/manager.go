@@ -287,7 +287,8 @@ func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, sn
 			continue
 		}
 		in := seg.InRange(l.IP)
-		if !in && !m.migrated(o, l, seg) && !(held[o.Metadata.Name] && l.Dynamic() && seg.HostIP.Contains(l.IP)) {
+		placedHere := m.Node != "" && o.Metadata.Labels[pivirtv1.NodeLabel] == m.Node
+		if !in && !pivirtv1.ServedOutsideRange(l, placedHere, held[o.Metadata.Name], seg.HostIP) {
 			continue // Pending: never served
 		}
 		if l.Dynamic() {
@@ -306,12 +307,6 @@ func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, sn
 	}
 	sortReservations(static)
 	return static, dynamic, moved
-}
-
-// migrated reports whether l is a dynamic lease this node took over from
-// another node's range (a VM moved here kept its address: SetElsewhere).
-func (m *Manager) migrated(o *pivirtv1.Object, l pivirtv1.Lease, seg segment.Segment) bool {
-	return m.Node != "" && l.Dynamic() && o.Metadata.Labels[pivirtv1.NodeLabel] == m.Node && seg.HostIP.Contains(l.IP)
 }
 
 // SyncElsewhere tells the responders which addresses of their networks
@@ -347,28 +342,14 @@ func (m *Manager) SyncElsewhere(_ context.Context, snap reconcile.Snapshot) erro
 	return errors.Join(errs...)
 }
 
-// heldLeases returns the leases the provisioning interlock holds: the
-// annotation is on the lease, or on an owner of it that this node stores
-// (VM locks reach a node as the annotation on the VM's leases).
+// heldLeases returns the leases the provisioning interlock holds
+// (pivirtv1.Interlock: on the lease or on an owner of it this node
+// stores; VM locks reach a node as the annotation on the VM's leases).
 func heldLeases(snap reconcile.Snapshot) []*pivirtv1.Object {
-	locked := pivirtv1.IsProvisioning
-	owners := map[string]bool{}
-	for _, objs := range snap.Objects {
-		for _, o := range objs {
-			if locked(o) {
-				owners[strings.ToLower(o.Kind)+"/"+o.Metadata.Name] = true
-			}
-		}
-	}
+	owners := pivirtv1.OwnersAmong(snap.Objects)
 	var out []*pivirtv1.Object
 	for _, o := range snap.Of(pivirtv1.KindDHCPLease) {
-		held := locked(o)
-		for _, r := range o.Metadata.OwnerReferences {
-			if kind, err := pivirtv1.LookupKind(r.Kind); err == nil && owners[strings.ToLower(kind.Kind)+"/"+r.Name] {
-				held = true
-			}
-		}
-		if held {
+		if pivirtv1.Held(o, owners) {
 			out = append(out, o)
 		}
 	}

@@ -99,7 +99,7 @@ type Controller struct {
 }
 
 // Reconcile is a reconcile.Func over NetworkSegment, DHCPLease and
-// PortSecurity.
+// PortSecurity, and any kind as an owner holding a lease.
 func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -114,9 +114,9 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	if err != nil {
 		return err
 	}
-	var objs []*pivirtv1.Object
-	for _, k := range []string{pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity} {
-		objs = append(objs, snap.Of(k)...)
+	var objs []*pivirtv1.Object // every kind: the others as owners (the interlock)
+	for _, list := range snap.Objects {
+		objs = append(objs, list...)
 	}
 	host.Decode = snap.Decode
 	prev := c.idx

@@ -64,3 +64,19 @@ func Unless(skip ...func(Change) bool) Filter {
 		return true
 	}
 }
+
+// OwnersOnly returns a skip function for Unless that lets a loop watch
+// every kind as a possible owner of its own kinds' objects: a change of
+// a kind outside own matters only when it puts the provisioning
+// interlock on what it owns or takes it off (pivirtv1.Interlock).
+func OwnersOnly(own ...string) func(Change) bool {
+	return func(c Change) bool {
+		if slices.Contains(own, c.Object.Kind) {
+			return false
+		}
+		locked := func(o *pivirtv1.Object) bool { return o != nil && pivirtv1.IsProvisioning(o) }
+		now := c.Type != store.Deleted && locked(c.Object)
+		before := locked(c.Old) || (c.Type == store.Deleted && locked(c.Object))
+		return now == before
+	}
+}

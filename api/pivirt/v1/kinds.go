@@ -41,15 +41,19 @@ var Kinds = []KindInfo{
 	{KindVPCRouter, "vpcrouters", []string{"vpcrouter", "vpcrouters", "router", "routers"}, func() Spec { return &VPCRouterSpec{} }},
 }
 
-// KindList names the kinds pivirtd serves, comma-separated, in Kinds'
-// order: the one list help texts print.
-func KindList() string {
+// KindNames returns the canonical names of the kinds pivirtd serves, in
+// Kinds' order.
+func KindNames() []string {
 	names := make([]string, len(Kinds))
 	for i, k := range Kinds {
 		names[i] = k.Kind
 	}
-	return strings.Join(names, ", ")
+	return names
 }
+
+// KindList names the kinds pivirtd serves, comma-separated, in Kinds'
+// order: the one list help texts print.
+func KindList() string { return strings.Join(KindNames(), ", ") }
 
 // OtherKind is a kind of seed 002's tables that this dataplane node does
 // not serve: the host tier's VM, storage and network kinds, and the
