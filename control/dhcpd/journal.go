@@ -456,7 +456,14 @@ func (lg *ledger) resolveRefused(r record, err error) {
 		if e, ok := lg.recent[name]; ok && e.seq == r.seq {
 			delete(lg.recent, name) // no overlay pins what the store refused
 		}
+		newer := lg.pendingSeq[name] > r.seq
 		lg.pmu.Unlock()
+		if newer {
+			// The server's binding is a newer change's, still queued: it
+			// meets the store on its own and this rule then, if refused.
+			rule = "a newer change of the lease is queued and decides"
+			break
+		}
 		if _, rerr := lg.srv.Release(lg.now(), ch.Segment, ch.Lease.MAC, ch.Lease.IP); rerr == nil && !ch.Static {
 			lg.pinMu.Lock()
 			lerr := lg.Leases.Release(ch.Segment, [6]byte(ch.Lease.MAC))

@@ -5,6 +5,7 @@ package dhcpd
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/admission"
 	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/control/store/bolt"
 	"pivirt.hu/pivirt/control/wal"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
@@ -176,4 +178,38 @@ func TestJournalRefusalsNeverJam(t *testing.T) {
 func withHost(c server.LeaseChange, h string) server.LeaseChange {
 	c.Lease.Hostname = h
 	return c
+}
+
+// TestRefusedChangeSparesANewerOne: a refused ACK releases the server's
+// binding of its MAC only while that binding is the refused change's; when
+// a newer change of the lease is queued (the client renewed meanwhile),
+// the binding is that change's, and it decides when it meets the store.
+func TestRefusedChangeSparesANewerOne(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		newerSeq uint64 // pendingSeq of the lease; 0: none
+		kept     bool
+	}{{"nothing newer queued", 0, false}, {"a newer change queued", 9, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSegmentFixture(t)
+			m, id := f.m, f.cfg.ID
+			m.ledger.Events = events.NewRecorder(5)
+			mac, _ := net.ParseMAC("52:54:00:00:00:e1")
+			ip := netip.MustParseAddr("192.168.100.150")
+			now := time.Now()
+			l := server.Lease{IP: ip, MAC: mac, Expires: now.Add(time.Hour)}
+			if err := m.srv.LoadLeases(now, id, []server.Lease{l}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.newerSeq != 0 {
+				m.ledger.pendingSeq[LeaseName(mac)] = tc.newerSeq
+			}
+			m.ledger.resolveRefused(record{seq: 4, Network: "br-vm", Change: server.LeaseChange{Kind: server.Bound, Segment: id, At: now, Lease: l}},
+				store.ErrConflict)
+			ls := m.srv.Leases(id)
+			if kept := len(ls) == 1 && ls[0].IP == ip; kept != tc.kept {
+				t.Errorf("server's binding kept %v (%v), want %v", kept, ls, tc.kept)
+			}
+		})
+	}
 }
