@@ -4,11 +4,16 @@ package test
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -326,6 +331,39 @@ spec: {interface: hp-ovv-t%[1]d, macAddress: "52:54:00:52:0%[1]d:0b", ipAddresse
 	waitFor(t, 10*time.Second, "the unguarded guest's datagram on n2's segment without n2's filter", func() bool {
 		return caps[1].count("control-unguarded") > 0
 	})
+
+	// pivirtctl inspect map pv_vteps decodes the filter's VTEPs: n2 lets
+	// in n1's VTEP on the port.
+	out, errOut, err := nodes[1].ctl(t, "", "inspect", "map", "pv_vteps", "-o", "json")
+	if err != nil {
+		t.Fatalf("inspect map pv_vteps: %v: %s", err, errOut)
+	}
+	var vteps []struct {
+		VTEP string
+		Port uint16
+	}
+	if err := json.Unmarshal([]byte(out), &vteps); err != nil {
+		t.Fatalf("decoding inspect map pv_vteps: %v\n%s", err, out)
+	}
+	if !slices.Contains(vteps, struct {
+		VTEP string
+		Port uint16
+	}{"10.99.1.1", port}) {
+		t.Errorf("inspect map pv_vteps on n2 = %+v, want n1's VTEP 10.99.1.1 on port %d", vteps, port)
+	}
+
+	// n2 restarted without --vtep-address leaves no filter behind: its
+	// pinned link goes and pv_tunnel_ports, which the guard shares, no
+	// longer names the port (a guest's UDP to it would be dropped).
+	nodes[1].d.RestartWith("--store", "etcd", "--etcd-endpoints", onUnderlay(srv.URL), "--node", "n2",
+		"--listen", "127.0.0.1:7701", "--token-file", tokens, "--metrics", "127.0.0.1:9464")
+	if _, err := os.Stat(filepath.Join(nodes[1].d.BPFFS, "vtep", "pv_vtep_in")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("n2 without a VTEP: the filter's pinned link is still there (%v)", err)
+	}
+	var guarded uint8
+	if err := ports.Lookup(uint32(port), &guarded); err != nil || guarded != 0 {
+		t.Errorf("n2 without a VTEP: pv_tunnel_ports[%d] = %d (%v), want 0", port, guarded, err)
+	}
 }
 
 // vtepDrops is what a node's VTEP filter dropped, from its metrics.

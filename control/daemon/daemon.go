@@ -198,15 +198,21 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	segments := &segment.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, DHCP: d.dhcp, Node: d.cfg.Node,
 		VTEP: vtep, Tunnels: func(typ string) error { return overlay.Realizable(nl, typ) }}
 	overlays := &overlay.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Netlink: nl, Node: d.cfg.Node, VTEP: vtep}
+	vtepLink := filepath.Join(d.cfg.BPFFS, "vtep", vxlan.VTEPFilterName)
 	if vtep.IsValid() {
 		// Fail closed: without it anyone who can route to this node
 		// reaches its tunnel sockets.
-		f, err := vxlan.LoadVTEPFilter(loader.MapsDir(d.cfg.BPFFS), filepath.Join(d.cfg.BPFFS, "vtep", vxlan.VTEPFilterName))
+		f, err := vxlan.LoadVTEPFilter(loader.MapsDir(d.cfg.BPFFS), vtepLink)
 		if err != nil {
 			nl.Close()
 			return nil, fmt.Errorf("--vtep-address %s: %w", vtep, err)
 		}
 		overlays.VTEPs = f
+	} else if err := vxlan.RemoveVTEPFilter(loader.MapsDir(d.cfg.BPFFS), vtepLink); err != nil {
+		// No overlay here any more: a previous run's filter and tunnel
+		// ports would keep dropping UDP to those ports.
+		nl.Close()
+		return nil, fmt.Errorf("removing the VTEP filter of a previous run (started without --vtep-address now): %w", err)
 	}
 	guards := &portguard.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Loader: d.loader, Mode: mode,
 		VMs: &vmm.Resolver{Dir: d.cfg.QMPDir}, Acked: d.dhcp, Node: d.cfg.Node}

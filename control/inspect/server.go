@@ -26,6 +26,7 @@ import (
 	"pivirt.hu/pivirt/dataplane/maps/natmap"
 	"pivirt.hu/pivirt/dataplane/maps/typed"
 	"pivirt.hu/pivirt/dataplane/nat"
+	"pivirt.hu/pivirt/dataplane/vxlan"
 )
 
 // Server serves inspectv1connect.InspectServiceHandler.
@@ -73,9 +74,12 @@ func (s *Server) DumpMap(ctx context.Context, req *connect.Request[inspectv1.Dum
 	out := &inspectv1.DumpMapResponse{Info: mapInfo(infos[i])}
 	var lines []string
 	var items []json.RawMessage
-	if strings.HasPrefix(name, "pv_nat_") {
+	switch {
+	case strings.HasPrefix(name, "pv_nat_"):
 		lines, items, err = s.natEntries(name)
-	} else {
+	case name == "pv_vteps":
+		lines, items, err = vtepEntries(infos[i].PinPath)
+	default:
 		lines, items, err = s.guardEntries(name)
 	}
 	if errors.Is(err, loader.ErrUnknownMap) {
@@ -115,6 +119,26 @@ func (s *Server) guardEntries(name string) ([]string, []json.RawMessage, error) 
 	var lines []string
 	if text.Len() > 0 {
 		lines = strings.Split(strings.TrimRight(text.String(), "\n"), "\n")
+	}
+	return lines, items, nil
+}
+
+// vtepEntries renders pv_vteps (pinned by the overlay controller's VTEP
+// filter).
+func vtepEntries(path string) ([]string, []json.RawMessage, error) {
+	es, err := vxlan.ReadVTEPs(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	lines := make([]string, 0, len(es))
+	items := make([]json.RawMessage, 0, len(es))
+	for _, e := range es {
+		lines = append(lines, e.String())
+		b, err := json.Marshal(e)
+		if err != nil {
+			return nil, nil, err
+		}
+		items = append(items, b)
 	}
 	return lines, items, nil
 }

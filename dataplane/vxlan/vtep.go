@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -104,6 +105,66 @@ func LoadVTEPFilter(mapsDir, linkPin string) (*VTEPFilter, error) {
 		}
 	}
 	return f, nil
+}
+
+// RemoveVTEPFilter undoes what a previous run with a VTEP left in place
+// for a node that has none now: the pinned link at linkPin is detached,
+// pv_tunnel_ports (shared with the guard, which would go on dropping a
+// guest's UDP to those ports) is emptied and the filter's own maps in
+// mapsDir are unpinned. A node that never had the filter is left as it is.
+func RemoveVTEPFilter(mapsDir, linkPin string) error {
+	_, linkErr := os.Stat(linkPin)
+	_, mapErr := os.Stat(filepath.Join(mapsDir, "pv_vteps"))
+	if errors.Is(linkErr, os.ErrNotExist) && errors.Is(mapErr, os.ErrNotExist) {
+		return nil
+	}
+	f, err := loadVTEPFilter(mapsDir)
+	if err != nil {
+		return err
+	}
+	defer f.objs.Close()
+	if err := f.Sync(nil); err != nil {
+		return fmt.Errorf("emptying %s's maps: %w", VTEPFilterName, err)
+	}
+	if old, err := link.LoadPinnedLink(linkPin, nil); err == nil {
+		err = old.Unpin()
+		old.Close()
+		if err != nil {
+			return fmt.Errorf("unpinning %s: %w", linkPin, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("opening %s: %w", linkPin, err)
+	}
+	return errors.Join(f.objs.PvVteps.Unpin(), f.objs.PvVtepStats.Unpin())
+}
+
+// VTEPEntry is one entry of pv_vteps, decoded (pivirtctl inspect map).
+type VTEPEntry struct {
+	VTEP string `json:"vtep"`
+	Port uint16 `json:"port"`
+}
+
+func (e VTEPEntry) String() string { return fmt.Sprintf("vtep=%s port=%d", e.VTEP, e.Port) }
+
+// ReadVTEPs decodes the pv_vteps pinned at path, sorted by port and address.
+func ReadVTEPs(path string) ([]VTEPEntry, error) {
+	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer m.Close()
+	f := &VTEPFilter{objs: nf_vtepObjects{nf_vtepMaps: nf_vtepMaps{PvVteps: m}}}
+	byPort, err := f.VTEPs()
+	if err != nil {
+		return nil, err
+	}
+	var out []VTEPEntry
+	for _, port := range slices.Sorted(maps.Keys(byPort)) {
+		for _, a := range byPort[port] {
+			out = append(out, VTEPEntry{VTEP: a.String(), Port: port})
+		}
+	}
+	return out, nil
 }
 
 // pinLink replaces a previous run's pinned link with this one's (which
