@@ -58,6 +58,10 @@ type orderClient struct {
 	ack    *dhcpv4.DHCPv4
 	srvMAC [6]byte
 	reserv netip.Addr // its reservation, if one is applied
+
+	lock      lockKind   // the provisioning interlock on its lease (ordering_lock_test.go)
+	heldBack  bool       // it released or declined under the lock: the server kept it
+	maybeHeld netip.Addr // released under a lock since lifted: the store may still hold it
 }
 
 type orderRun struct {
@@ -66,6 +70,7 @@ type orderRun struct {
 	d       *harness.Daemon
 	segGone bool // the segment is deleted; the next step applies it again
 	rng     *rand.Rand
+	lockRng *rand.Rand // the lock steps' own stream; nil: none
 	clients []*orderClient
 	seed    uint64
 	step    int
@@ -91,7 +96,7 @@ func TestPrivilegedOrderings(t *testing.T) {
 		// The invariants must not depend on the disk: each run again with
 		// every journal flush slowed down, which widens the race between
 		// an ACK's journal write and whatever a Sync does beside it.
-		t.Run("fdatasync+"+delay.String(), func(t *testing.T) { runOrderings(t, seed, steps, delay) })
+		t.Run("fdatasync+"+delay.String(), func(t *testing.T) { runOrderings(t, seed, steps, delay, true) })
 	}
 }
 
@@ -114,7 +119,7 @@ func TestPrivilegedOrderingRegressions(t *testing.T) {
 		{20261204, 98},  // ACKed, neither stored nor pinned
 	} {
 		t.Run(strconv.FormatUint(tc.seed, 10), func(t *testing.T) {
-			runOrderings(t, tc.seed, tc.steps, 3*time.Millisecond)
+			runOrderings(t, tc.seed, tc.steps, 3*time.Millisecond, false)
 		})
 	}
 }
@@ -138,7 +143,9 @@ func syncDelays(v string) ([]time.Duration, error) {
 	return out, nil
 }
 
-func runOrderings(t *testing.T, seed uint64, steps int, syncDelay time.Duration) {
+// runOrderings runs steps random steps from seed; with locks, the lock
+// steps too (ordering_lock_test.go).
+func runOrderings(t *testing.T, seed uint64, steps int, syncDelay time.Duration, locks bool) {
 	t.Logf("ordering test: seed %d, %d steps, fdatasync +%v (rerun with PIVIRT_ORDER_SEED=%d PIVIRT_ORDER_SYNC_DELAYS=%v)", seed, steps, syncDelay, seed, syncDelay)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -153,6 +160,9 @@ func runOrderings(t *testing.T, seed uint64, steps int, syncDelay time.Duration)
 	}
 	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
 	run := &orderRun{t: t, host: host, d: d, rng: rand.New(rand.NewPCG(seed, seed>>1|1)), seed: seed}
+	if locks {
+		run.lockRng = rand.New(rand.NewPCG(seed^0x10c4, seed>>2|1))
+	}
 	macs := []net.HardwareAddr{
 		{0x52, 0x54, 0, 0x80, 0, 1}, {0x52, 0x54, 0, 0x80, 0, 2}, {0x52, 0x54, 0, 0x80, 0, 3},
 		{0x00, 0x00, 0x00, 0x80, 0, 4}, // lower than any bridge MAC
@@ -165,6 +175,7 @@ func runOrderings(t *testing.T, seed uint64, steps int, syncDelay time.Duration)
 	start := time.Now()
 	for run.step = 1; run.step <= steps; run.step++ {
 		run.randomStep()
+		run.lockStep()
 		run.checkInvariants()
 	}
 	t.Logf("%d steps in %v (%.0f steps/min), seed %d", steps, time.Since(start).Round(time.Second),
@@ -251,23 +262,36 @@ func (r *orderRun) decline(c *orderClient) {
 	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeDecline),
 		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(c.ack.YourIPAddr)), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(c.ack.ServerIdentifier())))
 	c.raw.send(m, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	c.forget()
+}
+
+// forget is the client letting its lease go (release, decline): under
+// the provisioning interlock the server holds it back, still bound.
+func (c *orderClient) forget() {
+	if c.lock != lockNone {
+		c.ack, c.heldBack = nil, true
+		return
+	}
 	c.acked, c.ack = netip.Addr{}, nil
 }
 
 // portSecurity pins the client's port (learnFromDHCP) or unpins it: its
 // DHCP must go on working through the guard either way.
 func (r *orderRun) portSecurity(c *orderClient) {
-	name := "ps-" + strings.ReplaceAll(c.g.MAC.String(), ":", "")
+	name := portName(c)
+	owner := c.lock == lockOwner // it holds the lease: it keeps its lock
 	if r.rng.IntN(2) == 0 {
 		r.t.Logf("step %d: PortSecurity on %s", r.step, c.g.HostSide)
-		doc := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: %s}\nspec: {interface: %s, macAddress: %q}\n", name, c.g.HostSide, c.g.MAC.String())
-		if res := r.d.CtlStdin([]byte(doc), "apply", "-f", "-"); res.Code != 0 {
+		if res := r.d.CtlStdin(portDoc(c, owner), "apply", "-f", "-"); res.Code != 0 {
 			r.fatalf("PortSecurity on %s: %s", c.g.HostSide, res)
 		}
 		return
 	}
 	r.t.Logf("step %d: no PortSecurity on %s", r.step, c.g.HostSide)
-	_ = r.d.Ctl("delete", "portsec", name) // absent is fine
+	res := r.d.Ctl("delete", "portsec", name) // absent is fine
+	if owner && (res.Code == 0 || !strings.Contains(res.Stderr, "is-provisioning")) {
+		r.fatalf("deleting %s, which holds %s's lease: %s", name, c.g.MAC, res)
+	}
 }
 
 // dora runs DISCOVER/REQUEST; the answer must be the reservation when the
@@ -296,6 +320,7 @@ func (r *orderRun) dora(c *orderClient, hostname string) {
 		r.fatalf("%s is reserved %s but was ACKed %s", c.g.MAC, c.reserv, ip)
 	}
 	c.acked, c.ack, c.srvMAC = ip, ack, [6]byte(srv)
+	c.heldBack, c.maybeHeld = false, netip.Addr{}
 }
 
 // renew unicasts a RENEWING REQUEST to the server learned from the OFFER:
@@ -329,7 +354,7 @@ func (r *orderRun) release(c *orderClient) {
 	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease),
 		dhcpv4.WithClientIP(c.ack.YourIPAddr), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(c.ack.ServerIdentifier())))
 	c.raw.send(m, c.acked, netip.MustParseAddr("10.80.0.1"), c.srvMAC)
-	c.acked, c.ack = netip.Addr{}, nil
+	c.forget()
 }
 
 // deleteLease is the operator deleting c's server-made lease: the server
@@ -340,6 +365,12 @@ func (r *orderRun) deleteLease(c *orderClient) {
 		return
 	}
 	r.t.Logf("step %d: delete lease %s (%s)", r.step, leaseName(c.g.MAC), c.acked)
+	if c.lock != lockNone {
+		if res := r.d.Ctl("delete", "lease", leaseName(c.g.MAC)); res.Code == 0 || !strings.Contains(res.Stderr, "is-provisioning") {
+			r.fatalf("deleting %s under the interlock (%s): %s", leaseName(c.g.MAC), c.lock, res)
+		}
+		return
+	}
 	if res := r.d.Ctl("delete", "lease", leaseName(c.g.MAC)); res.Code != 0 {
 		r.fatalf("deleting %s: %s", leaseName(c.g.MAC), res)
 	}
@@ -349,10 +380,13 @@ func (r *orderRun) deleteLease(c *orderClient) {
 // reserve applies a reservation for c's MAC at an address no other client
 // was given or reserved, sometimes the one it holds.
 func (r *orderRun) reserve(c *orderClient) {
+	if c.lock != lockNone {
+		return // relocating a held lease is refused (controlplane_test)
+	}
 	taken := map[netip.Addr]bool{}
 	for _, o := range r.clients {
 		if o != c {
-			taken[o.acked], taken[o.reserv] = true, true
+			taken[o.acked], taken[o.reserv], taken[o.maybeHeld] = true, true, true
 		}
 	}
 	var ip netip.Addr
@@ -405,6 +439,14 @@ func (r *orderRun) replug(c *orderClient) {
 // unenslaved, and the leases stay in the store (nothing owns them).
 func (r *orderRun) segmentGone() {
 	r.t.Logf("step %d: delete the segment", r.step)
+	for _, c := range r.clients {
+		if c.lock != lockNone && c.acked.IsValid() {
+			if res := r.d.Ctl("delete", "segment", "ord"); res.Code == 0 || !strings.Contains(res.Stderr, "is-provisioning") {
+				r.fatalf("deleting the segment while %s's lease is held (%s): %s", c.g.MAC, c.lock, res)
+			}
+			return
+		}
+	}
 	if res := r.d.Ctl("delete", "segment", "ord"); res.Code != 0 {
 		r.fatalf("deleting the segment: %s", res)
 	}
@@ -512,9 +554,10 @@ func (r *orderRun) violations() []string {
 	// A pin lets the client's traffic through only while bound and not
 	// expired: an unbound or lapsed entry is no pin.
 	pinned := map[string]string{}
+	pinnedUntil := map[string]time.Time{}
 	for _, p := range pins {
 		if strings.Contains(p.Flags, "bound") && p.ExpiresAt != nil && time.Now().Before(*p.ExpiresAt) {
-			pinned[p.MAC] = p.IP
+			pinned[p.MAC], pinnedUntil[p.MAC] = p.IP, *p.ExpiresAt
 		}
 	}
 	for _, c := range r.clients {
@@ -533,11 +576,15 @@ func (r *orderRun) violations() []string {
 			if !r.segGone && pinned[mac] != c.acked.String() {
 				bad = append(bad, fmt.Sprintf("ACKed %s for %s, pinned %q", c.acked, mac, pinned[mac]))
 			}
+			// Held, the pin must not lapse: it reaches years ahead.
+			if c.lock != lockNone && !r.segGone && pinnedUntil[mac].Before(time.Now().Add(365*24*time.Hour)) {
+				bad = append(bad, fmt.Sprintf("%s's lease %s is held (%s), pinned only until %v", mac, c.acked, c.lock, pinnedUntil[mac]))
+			}
 		}
 		// Nothing holds an address the client no longer has: a lease
 		// released, declined, superseded or deleted by the operator is
 		// not written back (a journaled change stored late, say).
-		if l, ok := byName[leaseName(c.g.MAC)]; ok && (!c.acked.IsValid() || c.reserv.IsValid()) {
+		if l, ok := byName[leaseName(c.g.MAC)]; ok && (!c.acked.IsValid() || c.reserv.IsValid()) && l.Spec.IPAddress != c.maybeHeld.String() {
 			bad = append(bad, fmt.Sprintf("%s holds no lease (reservation %v), the store has %s at %s", mac, c.reserv, l.Metadata.Name, l.Spec.IPAddress))
 		}
 	}
