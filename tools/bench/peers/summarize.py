@@ -4,6 +4,7 @@
 
     summarize.py guard guard.txt
     summarize.py nat nat.txt
+    summarize.py dhcp results.tsv     (dhcp.sh's)
 
 Per configuration: received kpps (median over repetitions, [spread %]),
 the ratio of medians to the baseline (guard: none, nat: fwd), and the
@@ -115,7 +116,57 @@ def nat(path):
         print(l)
 
 
+def dhcp(path):
+    runs = collections.defaultdict(lambda: collections.defaultdict(list))  # server -> phase -> [kv]
+    order = []
+    for line in open(path):
+        server, phase, rest = line.rstrip('\n').split('\t', 2)
+        if server not in order:
+            order.append(server)
+        runs[server][phase].append(kv(rest))
+
+    def col(server, phase, key):
+        out = []
+        for d in runs[server][phase]:
+            try:
+                out.append(float(d[key]))
+            except (KeyError, ValueError):
+                pass
+        return out
+
+    def rng(xs, f='{:.0f}'):
+        return (f.format(min(xs)) + '-' + f.format(max(xs))) if xs else '-'
+
+    print('DHCP under perfdhcp (relay, 800 clients, re-DORAs of known clients); medians over rounds, ranges in brackets')
+    print(f'{"server":<14} {"max DORA/s per round":<24} {"at max":>7} {"lost %":>11} {"srv CPU%":>8} '
+          f'{"CPU%/1k":>7} {"perfdhcp core%":>14} {"DO p50/p99 ms":>15} {"RA p50/p99 ms":>15}')
+    for s in order:
+        maxes = col(s, 'max', 'rate')
+        dora, cpu = col(s, 'atmax', 'dora_s'), col(s, 'atmax', 'srv_cpu_pct')
+        per1k = [c / d * 1000 for c, d in zip(cpu, dora) if d]
+        lat = [med(col(s, 'fixed', k)) for k in ('do_p50_ms', 'do_p99_ms', 'ra_p50_ms', 'ra_p99_ms')]
+        print(f'{s:<14} {" ".join(f"{m:.0f}" for m in maxes):<24} {med(dora):>7.0f} '
+              f'{"[" + rng(col(s, "atmax", "drop_pct"), "{:.2f}") + "]":>11} {med(cpu):>8.0f} {med(per1k):>7.1f} '
+              f'{med(col(s, "atmax", "gen_core_busy")):>14.0f} {lat[0]:>7.2f}/{lat[1]:<7.2f} {lat[2]:>7.2f}/{lat[3]:<7.2f}')
+    fixed = runs[order[0]]['fixed'][0] if order and runs[order[0]]['fixed'] else {}
+    print(f'latency at a fixed {fixed.get("rate", "?")} DORA/s (perfdhcp -x t); CPU%/1k = server CPU per 1,000 DORA/s at max')
+    if 'pivirtd' in runs:
+        mine = {d['round']: float(d['rate']) for d in runs['pivirtd']['max']}
+        for s in order:
+            if s == 'pivirtd':
+                continue
+            theirs = {d['round']: float(d['rate']) for d in runs[s]['max']}
+            ratios = [mine[r] / theirs[r] for r in mine if r in theirs and theirs[r] > 0]
+            if ratios:
+                print(f'pivirtd / {s}, highest passing rate of the same round: median {med(ratios):.2f} '
+                      f'[{min(ratios):.2f}..{max(ratios):.2f}], {len(ratios)} rounds')
+    loads = [float(d['load']) for s in order for d in runs[s]['max'] if 'load' in d]
+    if loads:
+        print(f'load average (1 min) after each search: {min(loads):.2f}..{max(loads):.2f}')
+
+
 if __name__ == '__main__':
-    if len(sys.argv) != 3 or sys.argv[1] not in ('guard', 'nat'):
-        sys.exit('usage: summarize.py guard|nat FILE')
-    {'guard': guard, 'nat': nat}[sys.argv[1]](sys.argv[2])
+    parts = {'guard': guard, 'nat': nat, 'dhcp': dhcp}
+    if len(sys.argv) != 3 or sys.argv[1] not in parts:
+        sys.exit('usage: summarize.py guard|nat|dhcp FILE')
+    parts[sys.argv[1]](sys.argv[2])
