@@ -5,13 +5,13 @@
 # tools/dhcpload as the load generator instead of perfdhcp.
 #
 # perfdhcp costs ≈10–12% of a core per 1,000 DORA/s here, so on two cores
-# ../shared/bench/dhcp-peers.sh cannot offer more than ≈8,500 DORA/s to any
-# server. This runs the same topology (dhcp-peers.sh's: bridge br0
-# 192.168.100.1/22 in the server namespace, the generator as a relay on
-# veth0 192.168.100.2 in the client namespace), the same servers started
-# the same way (Kea memfile without persistence, its config copied from
-# dhcp-peers.sh; dnsmasq with its read-only lease file and no ping check,
-# dhcp-peers.sh's dnsmasq-ro; pivirtd through tools/bench/dhcp-pivirtd.sh, every
+# peers/dhcp.sh cannot offer more than ≈8,500 DORA/s to any server (on a
+# busy machine). This runs the same topology and the same servers started
+# the same way (peers/dhcp-servers.sh: bridge br0 192.168.100.1/22 in the
+# server namespace, the generator as a relay on veth0 192.168.100.2 in the
+# client namespace; Kea memfile without persistence; dnsmasq with its
+# read-only lease file and no ping check, dnsmasq-ro; pivirtd through
+# tools/bench/dhcp-pivirtd.sh, every
 # changed lease fdatasync'd before its ACK, a lease asked for again within
 # a quarter of its time ACKed as stored), server pinned to cpu0 and generator to cpu1,
 # the same pass rule (at most DROP_MAX % of DISCOVERs not ending in an
