@@ -5,13 +5,13 @@
 # tools/dhcpload as the load generator instead of perfdhcp.
 #
 # perfdhcp costs ≈10–12% of a core per 1,000 DORA/s here, so on two cores
-# ../shared/bench/dhcp-peers.sh cannot offer more than ≈8,500 DORA/s to any
-# server. This runs the same topology (dhcp-peers.sh's: bridge br0
-# 192.168.100.1/22 in the server namespace, the generator as a relay on
-# veth0 192.168.100.2 in the client namespace), the same servers started
-# the same way (Kea memfile without persistence, its config copied from
-# dhcp-peers.sh; dnsmasq with its read-only lease file and no ping check,
-# dhcp-peers.sh's dnsmasq-ro; pivirtd through tools/bench/dhcp-pivirtd.sh, every
+# peers/dhcp.sh cannot offer more than ≈8,500 DORA/s to any server (on a
+# busy machine). This runs the same topology and the same servers started
+# the same way (peers/dhcp-servers.sh: bridge br0 192.168.100.1/22 in the
+# server namespace, the generator as a relay on veth0 192.168.100.2 in the
+# client namespace; Kea memfile without persistence; dnsmasq with its
+# read-only lease file and no ping check, dnsmasq-ro; pivirtd through
+# tools/bench/dhcp-pivirtd.sh, every
 # changed lease fdatasync'd before its ACK, a lease asked for again within
 # a quarter of its time ACKed as stored), server pinned to cpu0 and generator to cpu1,
 # the same pass rule (at most DROP_MAX % of DISCOVERs not ending in an
@@ -52,8 +52,6 @@ SRV_CPU=${SRV_CPU:-0}; CLI_CPU=${CLI_CPU:-1}
 OUT=${OUT:-/tmp/dhcp-load.$(date +%Y%m%d-%H%M%S)}
 PIVIRT_BIN=${PIVIRT_BIN:-$ROOT/bin}
 NS_SRV=pvl-srv; NS_CLI=pvl-cli
-SRV_IP=192.168.100.1; CLI_IP=192.168.100.2; PFX=22; MASK=255.255.252.0
-POOL_START=192.168.100.10; POOL_END=192.168.103.250
 HZ=$(getconf CLK_TCK)
 GEN=$OUT/bin/dhcpload
 
@@ -64,97 +62,11 @@ log() { echo "[$(date +%T)] $*" | tee -a "$OUT/log" >&2; }
 (cd "$ROOT" && go build -o "$GEN" ./tools/dhcpload && go build -o "$OUT/bin/fsyncprobe" ./tools/fsyncprobe) ||
 	{ log "building dhcpload and fsyncprobe failed"; exit 1; }
 
-declare -A PIDS=()
-kill_ns() { # TERM every process in one of our namespaces, KILL after 5 s
-	local p i
-	for p in $(ip netns pids "$1" 2>/dev/null); do kill -TERM "$p" 2>/dev/null; done
-	for i in $(seq 50); do [ -z "$(ip netns pids "$1" 2>/dev/null)" ] && return; sleep 0.1; done
-	for p in $(ip netns pids "$1" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-}
-teardown() {
-	local ns
-	for ns in $NS_SRV $NS_CLI; do
-		ip netns list | awk '{print $1}' | grep -qx $ns || continue
-		kill_ns $ns; ip netns del $ns
-	done
-}
-trap 'teardown; log "cleaned up (results in $OUT)"' EXIT
+. "$HERE/peers/dhcp-servers.sh"
+trap 'dhcp_teardown; log "cleaned up (results in $OUT)"' EXIT
 trap 'exit 130' INT TERM
+dhcp_topology
 
-teardown
-ip netns add $NS_SRV && ip netns add $NS_CLI || exit 1
-for ns in $NS_SRV $NS_CLI; do
-	ip -n $ns link set lo up
-	ip netns exec $ns sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
-done
-ip -n $NS_SRV link add br0 type bridge stp_state 0 forward_delay 0
-ip -n $NS_SRV addr add $SRV_IP/$PFX dev br0
-ip link add vb0 netns $NS_SRV type veth peer name veth0 netns $NS_CLI || exit 1
-ip -n $NS_SRV link set vb0 master br0
-ip -n $NS_SRV link set vb0 up; ip -n $NS_SRV link set br0 up
-ip -n $NS_CLI addr add $CLI_IP/$PFX dev veth0
-ip -n $NS_CLI link set veth0 up
-
-write_kea_cfg() { # dhcp-peers.sh's kea-mem configuration
-	cat > "$1/kea.json" <<EOF
-{ "Dhcp4": {
-  "interfaces-config": { "interfaces": [ "br0" ], "dhcp-socket-type": "raw" },
-  "lease-database": { "type": "memfile", "persist": false, "name": "$1/kea-leases4.csv", "lfc-interval": 3600 },
-  "valid-lifetime": 43200, "renew-timer": 21600, "rebind-timer": 37800,
-  "subnet4": [ { "id": 1, "subnet": "192.168.100.0/$PFX",
-     "pools": [ { "pool": "$POOL_START - $POOL_END" } ],
-     "option-data": [ { "name": "routers", "data": "$SRV_IP" } ] } ],
-  "loggers": [ { "name": "kea-dhcp4", "output_options": [ { "output": "$1/kea.log" } ], "severity": "WARN" } ]
-} }
-EOF
-}
-start_server() { # $1 = name
-	local d=$OUT/$1
-	mkdir -p "$d"
-	case $1 in
-	kea-mem)
-		write_kea_cfg "$d"
-		env KEA_PIDFILE_DIR=$d KEA_LOCKFILE_DIR=$d ip netns exec $NS_SRV taskset -c $SRV_CPU \
-			kea-dhcp4 -c "$d/kea.json" >"$d/stdout" 2>&1 &
-		;;
-	dnsmasq-ro)
-		# dhcp-peers.sh's fastest dnsmasq: no ping check, read-only lease file.
-		ip netns exec $NS_SRV taskset -c $SRV_CPU dnsmasq --keep-in-foreground --conf-file=/dev/null --port=0 \
-			--interface=br0 --bind-interfaces --dhcp-range=$POOL_START,$POOL_END,$MASK,12h --dhcp-lease-max=100000 \
-			--dhcp-authoritative --quiet-dhcp --log-facility=$d/dnsmasq.log --pid-file=$d/dnsmasq.pid \
-			--dhcp-leasefile=$d/dnsmasq.leases --no-ping --leasefile-ro >"$d/stdout" 2>&1 &
-		;;
-	pivirtd)
-		env DHCP_IFACE=br0 DHCP_SERVER_IP=$SRV_IP DHCP_PREFIX=$PFX DHCP_NETMASK=$MASK DHCP_ROUTER=$SRV_IP \
-			DHCP_POOL_START=$POOL_START DHCP_POOL_END=$POOL_END DHCP_WORKDIR=$d PIVIRT_BIN=$PIVIRT_BIN \
-			ip netns exec $NS_SRV taskset -c $SRV_CPU "$HERE/dhcp-pivirtd.sh" >"$d/stdout" 2>&1 &
-		;;
-	pivirtd-etcd)
-		# The same pivirtd as a node of a cluster: --store etcd on a
-		# one-member etcd (Debian etcd-server) on the namespace's loopback,
-		# pinned to the server's core too, the segment placed on the node.
-		ip netns exec $NS_SRV taskset -c $SRV_CPU etcd --name pvl --data-dir "$d/etcd" \
-			--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-			--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-			--initial-cluster pvl=http://127.0.0.1:2380 --log-level error >"$d/etcd.log" 2>&1 &
-		env DHCP_IFACE=br0 DHCP_SERVER_IP=$SRV_IP DHCP_PREFIX=$PFX DHCP_NETMASK=$MASK DHCP_ROUTER=$SRV_IP \
-			DHCP_POOL_START=$POOL_START DHCP_POOL_END=$POOL_END DHCP_WORKDIR=$d PIVIRT_BIN=$PIVIRT_BIN PIVIRT_NODE=bench \
-			PIVIRT_EXTRA_FLAGS="--store etcd --etcd-endpoints http://127.0.0.1:2379 --node bench" \
-			ip netns exec $NS_SRV taskset -c $SRV_CPU "$HERE/dhcp-pivirtd.sh" >"$d/stdout" 2>&1 &
-		;;
-	*) log "unknown server $1"; return 1 ;;
-	esac
-	PIDS[$1]=$!
-}
-stop_server() {
-	kill_ns $NS_SRV
-	wait "${PIDS[$1]}" 2>/dev/null
-	umount "$OUT/$1/pivirtd/bpffs" 2>/dev/null
-	rm -rf "$OUT/$1/pivirtd" "$OUT/$1/etcd"
-}
-
-srv_ticks() { local p t=0 v; for p in $(ip netns pids $NS_SRV 2>/dev/null); do
-	v=$(sed 's/^.*) //' /proc/$p/stat 2>/dev/null | awk '{print $12+$13}'); t=$((t + ${v:-0})); done; echo $t; }
 core_busy() { grep -E "^cpu[$SRV_CPU$CLI_CPU] " /proc/stat | awk '{print $1, $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' | tr '\n' ' '; }
 
 # gen RATE SECS -> "k=v ..." with srv_cpu_pct and per-core busy added

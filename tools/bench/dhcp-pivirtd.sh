@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# dhcp-pivirtd.sh: the "alternative server" command for
-# ../shared/bench/dhcp-peers.sh. It runs the real pivirtd in the harness's
-# server namespace (in the foreground, as the harness requires), applies a
+# dhcp-pivirtd.sh: pivirtd as a server of the DHCP benchmarks
+# (tools/bench/peers/dhcp-servers.sh starts it for peers/dhcp.sh and
+# dhcp-load.sh; it is also the "alternative server" command of
+# ../shared/bench/dhcp-peers.sh, make bench part dhcp-shared). It runs the
+# real pivirtd in the server namespace (in the foreground, as the
+# harnesses require: everything in that namespace is "the server"), applies a
 # NetworkSegment that adopts the harness's bridge with its pool as the
 # delegated range, and serves until the harness stops it. Every ACK that
 # changes a lease waits for the lease journal's fdatasync (the DHCPLease
@@ -22,7 +25,8 @@
 # PIVIRT_NODE places the segment on that node (pivirtd on etcd, with
 # PIVIRT_EXTRA_FLAGS="--store etcd --etcd-endpoints ... --node NAME").
 #
-#   dhcp-peers.sh "PIVIRT_BIN=$PWD/bin $PWD/tools/bench/dhcp-pivirtd.sh"
+# It reads the DHCP_* variables the harnesses export (bridge, addresses,
+# pool, DHCP_WORKDIR).
 set -euo pipefail
 BIN=${PIVIRT_BIN:?set PIVIRT_BIN to the directory holding pivirtd and pivirtctl}
 W=${DHCP_WORKDIR:?run me from dhcp-peers.sh}/pivirtd

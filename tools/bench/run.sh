@@ -2,8 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # make bench: every benchmark of BENCHMARKS.md, peers in the same run.
-# Parts (BENCH_PARTS, default all): control, testrun, dhcp, dhcp-load, guard, nat, vm,
-# cluster, overlay.
+# Everything it drives is in this repository (peers: Kea, dnsmasq,
+# perfdhcp, nftables, iptables-nft, ebtables-nft, iperf3, installed by
+# `make deps`), so it runs from a clone with nothing beside it.
+# Parts (BENCH_PARTS, default all but dhcp-shared): control, testrun, dhcp,
+# dhcp-load, guard, nat, vm, cluster, overlay, dhcp-shared.
 #   control  tools/applybench: 10,000 DHCPLeases through pivirtctl, single
 #            apply latency, apply-to-map latency (a reservation, a
 #            PortSecurity, polled in the pinned maps), pivirtd RSS
@@ -11,14 +14,19 @@
 #            ports, NAT at 1/10k ExternalIPs), the store, and the lease
 #            writer's store commits (BenchmarkStoreBatch, -Renewals: pinned
 #            to one CPU, the store on tmpfs so that only the code is timed)
-#   dhcp     ../shared/bench/dhcp-peers.sh: perfdhcp against dnsmasq, Kea
-#            and pivirtd (tools/bench/dhcp-pivirtd.sh), same topology
+#   dhcp     tools/bench/peers/dhcp.sh: perfdhcp (ISC's generator) against
+#            Kea, dnsmasq and pivirtd on one topology, rounds alternating
+#            between them: highest rate with <=1% lost, CPU, latency
+#            percentiles at 200/s (DHCP_ROUNDS, default 3)
 #   dhcp-load  tools/bench/dhcp-load.sh: Kea, dnsmasq and pivirtd under tools/dhcpload,
 #            a generator cheap enough to find a server's limit on 2 cores
-#   guard    tools/bench/portguard-pivirtd.sh: the shared port-guard
-#            harness with pivirtd's guard added (1,000 and 4,000 ports)
-#   nat      tools/natbench/nat.sh: the shared NAT harness with pivirt's
-#            NAT fast path added
+#   guard    tools/bench/peers/guard.sh: pivirtd's guard against
+#            libvirt-style ebtables chains and an nft set, the plain bridge
+#            as the baseline, one sender core (tools/pktgen), 1,000 and
+#            4,000 ports (GUARD_PORTS)
+#   nat      tools/bench/peers/nat.sh: pivirt's NAT (natbench, the daemon,
+#            router mode) against plain forwarding, nftables and
+#            iptables-nft, the same generator
 #   vm       BenchmarkVMGuard (test/vm_bench_test.go): TCP out of a booted
 #            QEMU (TCG) guest through its ExternalIP, with the guard and
 #            ACL on its tap and without, alternating on one guest; the
@@ -33,28 +41,15 @@
 #            OverlayNetwork: iperf3 TCP and 64-byte UDP guest to guest
 #            across the VXLAN tunnel vs on one bridge (alternating
 #            rounds, ratio), and lease-to-FDB latency on the other node
+#   dhcp-shared  (only when named) the DHCP figures again through the
+#            harness of ../shared/bench (SHARED), with pivirtd as its
+#            alternative server: a cross-check of peers/dhcp.sh
 # Raw output goes to $OUT (default /tmp/pivirt-bench.<time>); root needed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/pivirt-bench.$(date +%Y%m%d-%H%M%S)}
 PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat vm cluster overlay"}
-# The dhcp (perfdhcp rounds), guard and nat parts still drive the peer
-# harnesses of ../shared/bench (not yet in this repository): without them
-# those parts are skipped, said so, and the rest runs.
-SHARED=${SHARED:-$ROOT/../shared/bench}
-if [ ! -x "$SHARED/dhcp-peers.sh" ] || [ ! -d "$SHARED/dataplane" ]; then
-	kept=""
-	for p in $PARTS; do
-		case $p in
-		dhcp | guard | nat) echo "make bench: part $p skipped: it drives the peer harness of ../shared/bench, absent here (set SHARED to one)" >&2 ;;
-		*) kept="$kept $p" ;;
-		esac
-	done
-	PARTS=$kept
-else
-	SHARED=$(cd "$SHARED" && pwd)
-fi
 mkdir -p "$OUT"
 [ "$(id -u)" -eq 0 ] || { echo "make bench needs root (namespaces, eBPF)" >&2; exit 1; }
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -73,14 +68,9 @@ if part testrun; then
 		tee -a "$OUT/gobench.txt" | grep -E '^(Benchmark|ok|FAIL)' | tee -a "$OUT/summary.txt"
 fi
 if part dhcp; then
-	say "DHCP: perfdhcp against dnsmasq, Kea and pivirtd ($SHARED/dhcp-peers.sh)"
-	# Per-core load once a second, to tell the server's limit from perfdhcp's.
-	(while :; do echo "$(date +%s) $(grep -E '^cpu[01] ' /proc/stat | tr '\n' ' ')"; sleep 1; done) >"$OUT/dhcp-cpustat.txt" &
-	sampler=$!
-	ALT_NAME=pivirtd OUT="$OUT/dhcp" "$SHARED/dhcp-peers.sh" "PIVIRT_BIN=$ROOT/bin $ROOT/tools/bench/dhcp-pivirtd.sh" >"$OUT/dhcp.log" 2>&1 || true
-	kill "$sampler"
+	say "DHCP: perfdhcp against Kea, dnsmasq and pivirtd (tools/bench/peers/dhcp.sh)"
+	ROUNDS=${DHCP_ROUNDS:-3} PIVIRT_BIN="$ROOT/bin" OUT="$OUT/dhcp" ./tools/bench/peers/dhcp.sh >"$OUT/dhcp.log" 2>&1 || true
 	cat "$OUT/dhcp/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
-	python3 tools/bench/cpuwindows.py "$OUT/dhcp-cpustat.txt" "$OUT/dhcp/log" | tee -a "$OUT/summary.txt"
 fi
 if part dhcp-load; then
 	say "DHCP: Kea, dnsmasq and pivirtd under tools/dhcpload (tools/bench/dhcp-load.sh)"
@@ -88,14 +78,14 @@ if part dhcp-load; then
 	cat "$OUT/dhcp-load/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
 fi
 if part guard; then
-	say "port guard: pivirtd vs libvirt-style ebtables, nft set, reference XDP/tc"
-	PIVIRT_BIN="$ROOT/bin" OUT="$OUT/portguard.txt" ./tools/bench/portguard-pivirtd.sh ${GUARD_PORTS:-1000 4000} >"$OUT/portguard.log" 2>&1
-	python3 "$SHARED/dataplane/summarize.py" "$OUT/portguard.txt" | tee -a "$OUT/summary.txt"
+	say "port guard: pivirtd vs libvirt-style ebtables, an nft set, the plain bridge (tools/bench/peers/guard.sh)"
+	PIVIRT_BIN="$ROOT/bin" WORK="$OUT/work" OUT="$OUT/guard.txt" ./tools/bench/peers/guard.sh ${GUARD_PORTS:-1000 4000} >"$OUT/guard.log" 2>&1 || true
+	python3 tools/bench/peers/summarize.py guard "$OUT/guard.txt" | tee -a "$OUT/summary.txt"
 fi
 if part nat; then
-	say "NAT: pivirt vs forwarding, nftables, iptables-nft, reference eBPF"
-	OUT="$OUT/nat.txt" ./tools/natbench/nat.sh >"$OUT/nat.log" 2>&1
-	python3 ./tools/natbench/summarize.py "$OUT/nat.txt" 2>/dev/null | tee -a "$OUT/summary.txt" || cat "$OUT/nat.txt" | tee -a "$OUT/summary.txt"
+	say "NAT: pivirt vs forwarding, nftables, iptables-nft (tools/bench/peers/nat.sh)"
+	PIVIRT_BIN="$ROOT/bin" WORK="$OUT/work" OUT="$OUT/nat.txt" ./tools/bench/peers/nat.sh >"$OUT/nat.log" 2>&1 || true
+	python3 tools/bench/peers/summarize.py nat "$OUT/nat.txt" | tee -a "$OUT/summary.txt"
 fi
 if part vm; then
 	say "VM: TCP from a TCG guest, guard + ACL on its tap vs none (BenchmarkVMGuard)"
@@ -122,5 +112,21 @@ fi
 if part overlay; then
 	say "overlay: VXLAN tunnel vs one bridge, lease-to-FDB latency (tools/overlaybench)"
 	go run ./tools/overlaybench -pivirtd bin/pivirtd -pivirtctl bin/pivirtctl -out "$OUT/overlay" 2>"$OUT/overlay.log" | tee -a "$OUT/summary.txt"
+fi
+if part dhcp-shared; then
+	SHARED=${SHARED:-$ROOT/../shared/bench}
+	if [ -x "$SHARED/dhcp-peers.sh" ]; then
+		say "DHCP cross-check: $SHARED/dhcp-peers.sh with pivirtd as its alternative server"
+		# Per-core load once a second, to tell the server's limit from perfdhcp's.
+		(while :; do echo "$(date +%s) $(grep -E '^cpu[01] ' /proc/stat | tr '\n' ' ')"; sleep 1; done) >"$OUT/dhcp-shared-cpustat.txt" &
+		sampler=$!
+		SERVERS="kea-mem dnsmasq-ro" ALT_NAME=pivirtd OUT="$OUT/dhcp-shared" "$SHARED/dhcp-peers.sh" \
+			"PIVIRT_BIN=$ROOT/bin $ROOT/tools/bench/dhcp-pivirtd.sh" >"$OUT/dhcp-shared.log" 2>&1 || true
+		kill "$sampler"
+		cat "$OUT/dhcp-shared/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
+		python3 tools/bench/cpuwindows.py "$OUT/dhcp-shared-cpustat.txt" "$OUT/dhcp-shared/log" | tee -a "$OUT/summary.txt"
+	else
+		echo "make bench: part dhcp-shared skipped: no $SHARED/dhcp-peers.sh (set SHARED)" >&2
+	fi
 fi
 echo "raw results in $OUT"

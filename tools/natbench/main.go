@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Command natbench puts pivirt's NAT fast path on a device for the
-// netfilter comparison of ../shared/bench/dataplane (see nat.sh here): it
+// netfilter comparison of tools/bench/peers/nat.sh: it
 // compiles host-mode ExternalIPs with control/externalip, syncs them into maps
 // pinned under -bpffs, and attaches the programs with pinned links, as
 // pivirtd does, then exits (the pins keep everything in place).
 //
-//	natbench attach -netns na-gw -dev na-up -bpffs /sys/fs/bpf/na-pivirt -address 198.51.100.10 -target 10.10.0.11 [-extra 9999] [-redirect=false]
-//	natbench detach -netns na-gw -dev na-up -bpffs /sys/fs/bpf/na-pivirt
-//	natbench counters -bpffs /sys/fs/bpf/na-pivirt   (pv_nat_counters, as pivirtctl inspect map shows it)
+//	natbench attach -netns pvb-gw -dev pvb-up -bpffs /tmp/pvb/nat-bpffs/natbench -address 198.51.100.10 -target 10.10.0.11 [-extra 9999] [-redirect=false]
+//	natbench detach -netns pvb-gw -dev pvb-up -bpffs /tmp/pvb/nat-bpffs/natbench
+//	natbench counters -bpffs /tmp/pvb/nat-bpffs/natbench   (pv_nat_counters, as pivirtctl inspect map shows it)
 package main
 
 import (
@@ -38,7 +38,7 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	nsName := fs.String("netns", "", "network namespace of the device (empty: current)")
 	dev := fs.String("dev", "", "uplink device")
-	bpffs := fs.String("bpffs", "/sys/fs/bpf/na-pivirt", "pin base (maps/ and links/ under it)")
+	bpffs := fs.String("bpffs", "/sys/fs/bpf/pvb-natbench", "pin base inside a mounted bpffs (maps/ and links/ under it)")
 	addr := fs.String("address", "198.51.100.10", "public address")
 	target := fs.String("target", "10.10.0.11", "private target")
 	extra := fs.Int("extra", 0, "additional 1:1 ExternalIPs (100.64.0.0/16 -> 10.64.0.0/16) to grow the maps")

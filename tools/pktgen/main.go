@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command pktgen is the traffic generator and receiver of the dataplane
+// benchmarks (tools/bench/peers: guard.sh, nat.sh).
+//
+//	pktgen send -if eth0 -dst-mac M -src-ip A -dst-ip A [-src-mac M] [-src-port P] [-dst-port P] [-payload 64] [-duration 5s] [-count N]
+//	    AF_PACKET with PACKET_QDISC_BYPASS, sendmmsg batches of one linear
+//	    Ethernet/IPv4/UDP frame (valid checksums); prints
+//	    "sent=N failed_calls=E seconds=S pps=P"
+//	pktgen recv -port P [-duration 8s]
+//	    a UDP socket drained with recvmmsg without ever blocking in it;
+//	    prints "received=N seconds=S"
+//
+// Every run is bounded in time (at most 120 s sending, 180 s receiving).
+// It uses only the standard library and x/sys, so what it costs is plain
+// to read off the code.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"time"
+)
+
+const (
+	maxSend = 120 * time.Second
+	maxRecv = 180 * time.Second
+)
+
+func main() {
+	// One thread does the work; the harness pins the process to one core.
+	runtime.GOMAXPROCS(1)
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "pktgen:", err)
+		os.Exit(2)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return errors.New("want a subcommand: send or recv")
+	}
+	switch args[0] {
+	case "send":
+		return runSend(args[1:])
+	case "recv":
+		return runRecv(args[1:])
+	default:
+		return fmt.Errorf("subcommand %q: want send or recv", args[0])
+	}
+}
+
+// sendConfig is what `pktgen send` was asked to do.
+type sendConfig struct {
+	ifname   string
+	flow     flow
+	batch    int
+	duration time.Duration
+	count    int64
+}
+
+func parseSend(args []string) (sendConfig, error) {
+	fs := flag.NewFlagSet("send", flag.ContinueOnError)
+	var (
+		c                            sendConfig
+		srcMAC, dstMAC, srcIP, dstIP string
+		srcPort, dstPort             uint
+	)
+	fs.StringVar(&c.ifname, "if", "eth0", "interface to send on")
+	fs.StringVar(&srcMAC, "src-mac", "", "source MAC (default: the interface's)")
+	fs.StringVar(&dstMAC, "dst-mac", "", "destination MAC (required)")
+	fs.StringVar(&srcIP, "src-ip", "", "source IPv4 address (required)")
+	fs.StringVar(&dstIP, "dst-ip", "", "destination IPv4 address (required)")
+	fs.UintVar(&srcPort, "src-port", 40000, "UDP source port")
+	fs.UintVar(&dstPort, "dst-port", 9000, "UDP destination port")
+	fs.IntVar(&c.flow.payload, "payload", 64, "UDP payload bytes")
+	fs.IntVar(&c.batch, "batch", 256, "frames per sendmmsg")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to send (at most 120s)")
+	fs.Int64Var(&c.count, "count", 0, "stop after this many frames (0: only -duration bounds the run)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.flow.dstMAC, err = net.ParseMAC(dstMAC); err != nil {
+		return c, fmt.Errorf("-dst-mac %q: %w", dstMAC, err)
+	}
+	if srcMAC != "" {
+		if c.flow.srcMAC, err = net.ParseMAC(srcMAC); err != nil {
+			return c, fmt.Errorf("-src-mac %q: %w", srcMAC, err)
+		}
+	}
+	if c.flow.srcIP, err = netip.ParseAddr(srcIP); err != nil || !c.flow.srcIP.Is4() {
+		return c, fmt.Errorf("-src-ip %q: not an IPv4 address", srcIP)
+	}
+	if c.flow.dstIP, err = netip.ParseAddr(dstIP); err != nil || !c.flow.dstIP.Is4() {
+		return c, fmt.Errorf("-dst-ip %q: not an IPv4 address", dstIP)
+	}
+	switch {
+	case srcPort < 1 || srcPort > 65535:
+		return c, fmt.Errorf("-src-port %d: want 1..65535", srcPort)
+	case dstPort < 1 || dstPort > 65535:
+		return c, fmt.Errorf("-dst-port %d: want 1..65535", dstPort)
+	case c.flow.payload < 0 || c.flow.payload > 1472:
+		return c, fmt.Errorf("-payload %d: want 0..1472 (one 1500-byte IP packet)", c.flow.payload)
+	case c.batch < 1 || c.batch > 1024:
+		return c, fmt.Errorf("-batch %d: want 1..1024 (UIO_MAXIOV)", c.batch)
+	case c.duration <= 0 || c.duration > maxSend:
+		return c, fmt.Errorf("-duration %s: want more than 0 and at most %s", c.duration, maxSend)
+	case c.count < 0:
+		return c, fmt.Errorf("-count %d: want 0 or more", c.count)
+	}
+	c.flow.srcPort, c.flow.dstPort = uint16(srcPort), uint16(dstPort)
+	return c, nil
+}
+
+func runSend(args []string) error {
+	c, err := parseSend(args)
+	if err != nil {
+		return err
+	}
+	if c.flow.srcMAC == nil {
+		ifi, err := net.InterfaceByName(c.ifname)
+		if err != nil {
+			return fmt.Errorf("-if %q: %w", c.ifname, err)
+		}
+		c.flow.srcMAC = ifi.HardwareAddr
+	}
+	r, err := send(c.ifname, udpFrame(c.flow), c.batch, c.duration, c.count)
+	if err != nil {
+		return err
+	}
+	secs := r.elapsed.Seconds()
+	fmt.Printf("sent=%d failed_calls=%d seconds=%.3f pps=%.0f\n", r.sent, r.failedCalls, secs, float64(r.sent)/secs)
+	return nil
+}
+
+func runRecv(args []string) error {
+	fs := flag.NewFlagSet("recv", flag.ContinueOnError)
+	port := fs.Int("port", 9000, "UDP port to count datagrams on")
+	duration := fs.Duration("duration", 8*time.Second, "how long to receive (at most 180s)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case *port < 1 || *port > 65535:
+		return fmt.Errorf("-port %d: want 1..65535", *port)
+	case *duration <= 0 || *duration > maxRecv:
+		return fmt.Errorf("-duration %s: want more than 0 and at most %s", *duration, maxRecv)
+	}
+	r, err := receive(*port, *duration)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("received=%d seconds=%.3f\n", r.received, r.elapsed.Seconds())
+	return nil
+}

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"fmt"
+	"net"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// mmsghdr is struct mmsghdr of <sys/socket.h> (x/sys/unix has none).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+	_   [4]byte
+}
+
+// sendResult is what one send run did.
+type sendResult struct {
+	sent, failedCalls int64
+	elapsed           time.Duration
+}
+
+// send writes frame on ifname until duration has passed or count frames
+// are out (count 0: no count bound), batch frames per sendmmsg. The socket
+// bypasses the qdisc (PACKET_QDISC_BYPASS), so the sender's core pays for
+// the driver and whatever the frame meets after it (on a veth: the peer's
+// whole receive path, in softirq on the same core), and nothing else.
+func send(ifname string, frame []byte, batch int, duration time.Duration, count int64) (sendResult, error) {
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return sendResult{}, fmt.Errorf("interface %q: %w", ifname, err)
+	}
+	// Protocol 0: the socket sends and never receives a copy of anything.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	if err != nil {
+		return sendResult{}, fmt.Errorf("AF_PACKET socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
+		return sendResult{}, fmt.Errorf("PACKET_QDISC_BYPASS: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20); err != nil {
+		return sendResult{}, fmt.Errorf("SO_SNDBUF: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: ifi.Index}); err != nil {
+		return sendResult{}, fmt.Errorf("bind to %s: %w", ifname, err)
+	}
+
+	// Every message points at the same frame: the kernel copies it into
+	// a new skb per message anyway.
+	iov := make([]unix.Iovec, batch)
+	msgs := make([]mmsghdr, batch)
+	for i := range msgs {
+		iov[i].Base = &frame[0]
+		iov[i].SetLen(len(frame))
+		msgs[i].hdr.Iov = &iov[i]
+		msgs[i].hdr.SetIovlen(1)
+	}
+
+	var r sendResult
+	start := time.Now()
+	deadline := start.Add(duration)
+	for calls := 0; ; calls++ {
+		n := batch
+		if count > 0 {
+			if r.sent >= count {
+				break
+			}
+			n = int(min(int64(batch), count-r.sent))
+		}
+		done, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(n), 0, 0, 0)
+		if errno != 0 {
+			r.failedCalls++ // ENOBUFS and the like: the frames were not sent, the loop goes on
+		} else {
+			r.sent += int64(done)
+		}
+		// Reading the clock every call would cost more than a small batch.
+		if calls%16 == 0 && time.Now().After(deadline) {
+			break
+		}
+	}
+	r.elapsed = time.Since(start)
+	return r, nil
+}
