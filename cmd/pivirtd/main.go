@@ -72,6 +72,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			cfg.Version = version
 			return daemon.Run(ctx, cfg, log)
 		},
 	}

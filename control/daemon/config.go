@@ -18,6 +18,7 @@ import (
 
 // Config is pivirtd's configuration; every field is a flag of the same name.
 type Config struct {
+	Version       string   // what the binary was built as (not a flag): pivirt_build_info
 	StateDir      string   // --state-dir: bbolt at StateDir/state.db
 	Socket        string   // --socket: the API on a unix socket, mode 0600
 	Listen        string   // --listen: the API on TCP (needs --token-file; --tls-cert/--tls-key for server TLS)

@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry()}
 	d.index.Shared = cfg.Store == "etcd" // other nodes write it too
-	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(cfg.Version))
 
 	// A kernel without what the programs need is refused here, naming
 	// what it lacks, rather than by a verifier error halfway through.

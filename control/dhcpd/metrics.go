@@ -59,11 +59,11 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		for k, v := range s.Replied {
 			counter(descReplies, v, k)
 		}
-		for k, v := range s.Dropped {
-			counter(descDropped, v, k)
+		for _, k := range responder.DropReasons() {
+			counter(descDropped, s.Dropped[k], k)
 		}
-		for k, v := range s.Ignored {
-			counter(descIgnored, v, k)
+		for _, k := range responder.IgnoreReasons() {
+			counter(descIgnored, s.Ignored[k], k)
 		}
 		counter(descPersist, s.PersistErrors)
 		counter(descCommits, s.Batches)

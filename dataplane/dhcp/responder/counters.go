@@ -62,6 +62,27 @@ type Snapshot struct {
 	SocketDrops   uint64
 }
 
+// DropReasons names every reason a frame is dropped (the keys of
+// Snapshot.Dropped) and IgnoreReasons every reason a request goes
+// unanswered: the metrics export each from the start, at zero, so that a
+// rule on one has a series to watch before the first drop.
+func DropReasons() []string {
+	out := []string{"ratelimit-mac", "ratelimit-port", "untrusted-relay", "decode"}
+	for r := wire.Reason(1); r < wire.NumReasons; r++ { // 0 is "ok"
+		out = append(out, r.String())
+	}
+	return out
+}
+
+// IgnoreReasons: see DropReasons.
+func IgnoreReasons() []string {
+	var out []string
+	for i := server.IgnoreNone + 1; i < server.NumIgnore; i++ {
+		out = append(out, i.String())
+	}
+	return out
+}
+
 // Snapshot copies the counters.
 func (c *Counters) Snapshot() Snapshot {
 	s := Snapshot{
