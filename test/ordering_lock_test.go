@@ -63,7 +63,7 @@ func (r *orderRun) lock(c *orderClient, kind lockKind) {
 			r.fatalf("locking %s: %s", portName(c), res)
 		}
 	}
-	r.editLease(c, func(meta map[string]any) {
+	if !r.editLease(c, func(meta map[string]any) {
 		if kind == lockLease {
 			ann, _ := meta["annotations"].(map[string]any)
 			if ann == nil {
@@ -74,7 +74,9 @@ func (r *orderRun) lock(c *orderClient, kind lockKind) {
 			return
 		}
 		meta["ownerReferences"] = []any{map[string]any{"apiVersion": "pivirt.hu/v1", "kind": "PortSecurity", "name": portName(c)}}
-	})
+	}) {
+		r.fatalf("%s was ACKed %s and has no lease to lock", c.g.MAC, c.acked)
+	}
 	c.lock = kind
 }
 
@@ -88,12 +90,16 @@ func (r *orderRun) unlock(c *orderClient) {
 			r.fatalf("unlocking %s: %s", portName(c), res)
 		}
 	}
-	r.editLease(c, func(meta map[string]any) {
+	// Once the owner lets go, a release it held back may happen before
+	// the lease is edited: gone is then what is expected.
+	if !r.editLease(c, func(meta map[string]any) {
 		if ann, _ := meta["annotations"].(map[string]any); ann != nil {
 			delete(ann, "pivirtd.pilab.hu/is-provisioning")
 		}
 		delete(meta, "ownerReferences")
-	})
+	}) && !c.heldBack {
+		r.fatalf("%s's held lease %s is gone", c.g.MAC, leaseName(c.g.MAC))
+	}
 	c.lock = lockNone
 	if c.heldBack {
 		c.maybeHeld, c.acked, c.ack, c.heldBack = c.acked, netip.Addr{}, nil, false
@@ -102,15 +108,16 @@ func (r *orderRun) unlock(c *orderClient) {
 
 // editLease applies c's server-made lease with its metadata changed by
 // edit; a lease the server wrote meanwhile is read again (a few times).
-func (r *orderRun) editLease(c *orderClient, edit func(meta map[string]any)) {
+// It reports false when there is no such lease.
+func (r *orderRun) editLease(c *orderClient, edit func(meta map[string]any)) bool {
 	name := leaseName(c.g.MAC)
 	for try := 0; ; try++ {
 		got := r.d.Ctl("get", "lease", name, "-o", "json")
 		if got.Code != 0 {
-			if c.heldBack || c.lock != lockNone || c.acked.IsValid() {
-				r.fatalf("%s's lease %s is gone: %s", c.g.MAC, name, got)
+			if !strings.Contains(got.Stderr, "NotFound") && !strings.Contains(got.Stderr, "not found") {
+				r.fatalf("get lease %s: %s", name, got)
 			}
-			return
+			return false
 		}
 		var o map[string]any
 		if err := json.Unmarshal([]byte(got.Stdout), &o); err != nil {
@@ -122,7 +129,7 @@ func (r *orderRun) editLease(c *orderClient, edit func(meta map[string]any)) {
 		doc, _ := json.Marshal(o)
 		res := r.d.CtlStdin(doc, "apply", "-f", "-")
 		if res.Code == 0 {
-			return
+			return true
 		}
 		if try == 4 || !strings.Contains(res.Stderr, "onflict") {
 			r.fatalf("applying %s's lease edited: %s\n%s", c.g.MAC, res, doc)
