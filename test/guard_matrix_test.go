@@ -294,6 +294,11 @@ func matrixClasses() []matrixClass {
 		{"EtherIP carrying a frame from the victim's MAC and address", true, one(func(t *testing.T, p peer, m string) []byte {
 			return tunnelx(t, p, 97, append([]byte{0x30, 0}, encapsulated(t, m, p)[8:]...))
 		})},
+		// AH hides nothing: what it wraps is judged (issue 30 item 8).
+		{"IPIP behind AH carrying the victim's source", true, one(func(t *testing.T, p peer, m string) []byte {
+			ah := append([]byte{4, 4, 0, 0, 0, 0, 0x10, 0x01, 0, 0, 0, 1}, make([]byte, 12)...)
+			return tunnelx(t, p, layers.IPProtocolAH, append(ah, inner4x(t, m, p)...))
+		})},
 		{"RA behind an IPv6 Mobility header", true, one(func(t *testing.T, p peer, m string) []byte {
 			ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: 135, SrcIP: eui64LL(p.mac).AsSlice(), DstIP: allNodes.AsSlice()}
 			body := append([]byte{59, 1, 0, 0, 0, 0, 0, 0}, 134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0)

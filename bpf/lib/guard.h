@@ -170,6 +170,7 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 	struct iphdr *ip = cur->pos;
 	__u32 hlen, r, cut;
 	int tunnel, first;
+	__u8 proto;
 
 	if ((void *)(ip + 1) > cur->end)
 		return PV_R_MALFORMED;
@@ -182,18 +183,38 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 	 * first fragment must carry its whole UDP header (RFC 7112).
 	 */
 	cur_limit(cur, bpf_ntohs(ip->tot_len) - hlen);
-	tunnel = pv_is_tunnel(ip->protocol);
 	/* A header cut by the IP length: a first fragment's is an evasion
 	 * (RFC 7112), anything else a truncated packet.
 	 */
 	cut = ip->frag_off & bpf_htons(0x2000) ? PV_R_FRAG_HEADER : PV_R_MALFORMED;
 	first = !(ip->frag_off & bpf_htons(0x1fff));
+	proto = ip->protocol;
+	/* AH (RFC 4302) authenticates what it carries, it hides nothing: that
+	 * is judged as if unwrapped, as IPv6 walks AH as an extension header.
+	 * AH in AH is refused as a tunnel. ESP passes: its payload is
+	 * encrypted, and a receiver decapsulates it only under a security
+	 * association it negotiated with the sender's (pinned) address,
+	 * whose selectors bound the inner packets (the VXLAN door of issue
+	 * 30 was a socket that asks no one).
+	 */
+	if (proto == IPPROTO_AH && first) {
+		__u8 *ah = cur->pos;
+
+		if ((void *)(ah + 2) > cur->end || cur->left < 2)
+			return cut;
+		proto = ah[0];
+		if (!cur_pull(cur, (ah[1] + 2) * 4))
+			return cut;
+		if (proto == IPPROTO_AH)
+			proto = IPPROTO_IPIP; /* a tunnel by any name */
+	}
+	tunnel = pv_is_tunnel(proto);
 
 	/* A guest is not a multicast router (raGuard: nor a unicast one). */
 	if (port->flags & PV_PORT_RA_GUARD) {
-		if (ip->protocol == IPPROTO_PIM)
+		if (proto == IPPROTO_PIM)
 			return PV_R_MCAST_ROUTER;
-		if (ip->protocol == IPPROTO_IGMP && first) {
+		if (proto == IPPROTO_IGMP && first) {
 			__u8 *t = cur_pull(cur, 1);
 
 			if (!t)
@@ -204,7 +225,7 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 	}
 
 	/* Only a first fragment carries the UDP header. */
-	if (ip->protocol == IPPROTO_UDP && first) {
+	if (proto == IPPROTO_UDP && first) {
 		struct udphdr *udp = cur_pull(cur, sizeof(*udp));
 
 		if (!udp)
@@ -239,7 +260,8 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 		/* A client without an address yet: DISCOVER/REQUEST from
 		 * 0.0.0.0 to broadcast or to the segment's server.
 		 */
-		if (ip->saddr == 0 && udp->source == DHCP_CLIENT_PORT && udp->dest == DHCP_SERVER_PORT &&
+		if (ip->saddr == 0 && ip->protocol == IPPROTO_UDP && udp->source == DHCP_CLIENT_PORT &&
+		    udp->dest == DHCP_SERVER_PORT &&
 		    (ip->daddr == 0xffffffff || (port->dhcp_server && ip->daddr == port->dhcp_server)))
 			return PV_R_PASS_DHCP;
 	}
