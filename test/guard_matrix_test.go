@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -293,6 +294,11 @@ func matrixClasses() []matrixClass {
 		{"EtherIP carrying a frame from the victim's MAC and address", true, one(func(t *testing.T, p peer, m string) []byte {
 			return tunnelx(t, p, 97, append([]byte{0x30, 0}, encapsulated(t, m, p)[8:]...))
 		})},
+		// AH hides nothing: what it wraps is judged (issue 30 item 8).
+		{"IPIP behind AH carrying the victim's source", true, one(func(t *testing.T, p peer, m string) []byte {
+			ah := append([]byte{4, 4, 0, 0, 0, 0, 0x10, 0x01, 0, 0, 0, 1}, make([]byte, 12)...)
+			return tunnelx(t, p, layers.IPProtocolAH, append(ah, inner4x(t, m, p)...))
+		})},
 		{"RA behind an IPv6 Mobility header", true, one(func(t *testing.T, p peer, m string) []byte {
 			ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: 135, SrcIP: eui64LL(p.mac).AsSlice(), DstIP: allNodes.AsSlice()}
 			body := append([]byte{59, 1, 0, 0, 0, 0, 0, 0}, 134, 0, 0, 0, 64, 0, 0x07, 0x08, 0, 0, 0, 0, 0, 0, 0, 0)
@@ -346,6 +352,14 @@ func matrixClasses() []matrixClass {
 			reply := []byte{0x02, 0x23, 0x02, 0x22, 0, 12, 0, 0, 7, 0x5e, 0xed, 0x01} // 547 -> 546, Reply
 			return splitHeader6(t, p, m, 17, []byte{0x13, 0x88, 0, 53, 0, 8, 0, 0}, reply)
 		}},
+		// A guest is no multicast router (issue 30 item 8): a snooping
+		// bridge takes the port it hears one on for a router's.
+		{"IGMP general query", true, one(igmpQuery)},
+		{"multicast router discovery advertisement", true, one(mrdAdvertisement)},
+		{"PIM hello", true, one(pimHello)},
+		{"MLD query", true, one(func(t *testing.T, p peer, m string) []byte {
+			return icmp6x(t, m, p.mac, eui64LL(p.mac), allNodes, 1, 130, make([]byte, 20))
+		})},
 		{"ARP probe storm (RFC 5227 probes for the victim's address)", true, func(t *testing.T, p peer, m string) [][]byte {
 			var fs [][]byte
 			for range 100 {
@@ -369,6 +383,10 @@ func TestPrivilegedGuardAdversarialMatrix(t *testing.T) {
 	for _, g := range []*guest.Guest{victim, atk, ctl} {
 		g.Dhclient(t)
 	}
+	// Frames longer than a page, for the paged classes.
+	for _, g := range []*guest.Guest{atk, ctl} {
+		setMTU(t, host, g.NS, g.HostSide, g.Ifc, 9000)
+	}
 	vIP := victim.Addr(t)
 	victimLease := func() string {
 		l, _ := getLease(t, d, leaseName(victim.MAC))
@@ -387,6 +405,11 @@ func TestPrivilegedGuardAdversarialMatrix(t *testing.T) {
 		classes := matrixClasses()
 		for i, c := range classes {
 			send(t, run.g.NS, run.g.Ifc, c.frames(t, p, fmt.Sprintf("%s-%d", run.name, i))...)
+		}
+		paged := pagedClasses()
+		for i, c := range paged {
+			f, linear := c.frame(t, p, fmt.Sprintf("%s-p%d", run.name, i))
+			sendPaged(t, run.g.NS, run.g.Ifc, f, linear)
 		}
 		closing := run.name + "-closing"
 		send(t, run.g.NS, run.g.Ifc, udp4x(t, closing, p.mac, bcastMAC, p.ip, bcast4, 4000, 9999, nil))
@@ -411,6 +434,16 @@ func TestPrivilegedGuardAdversarialMatrix(t *testing.T) {
 				t.Errorf("%s: %q never arrived", run.name, c.name)
 			}
 		}
+		for i, c := range paged {
+			m := fmt.Sprintf("%s-p%d", run.name, i)
+			seen := onVictim.count(m) + onBridge.count(m)
+			switch {
+			case run.guarded && c.blocked && seen > 0:
+				t.Errorf("%s: %q got through the guard (%d times)", run.name, c.name, seen)
+			case (!run.guarded || !c.blocked) && seen == 0:
+				t.Errorf("%s: %q never arrived", run.name, c.name)
+			}
+		}
 	}
 	// The forged RELEASE and DECLINE freed nothing: through the guard they
 	// did not pass, and from the unguarded port the server refused them
@@ -421,7 +454,16 @@ func TestPrivilegedGuardAdversarialMatrix(t *testing.T) {
 	}
 	wantContains(t, "pv_leases", d.MustCtl("inspect", "map", "pv_leases"), victim.MAC.String(), vIP.String())
 	metrics := d.MustCtl("inspect", "map", "pv_counters_v3")
-	wantContains(t, "counters", metrics, "nd-spoof=", "dhcp-spoof=", "router-advertisement=", "dhcp-server=", "tunnel=", "arp-spa=", "fragment-header=")
+	// The control's query, advertisement and hello made its port a
+	// multicast router's on the bridge; the guarded port's did not.
+	routers := mcastRouterPorts(t, host, "br-adv")
+	if !slices.Contains(routers, ctl.HostSide) {
+		t.Errorf("the control's port %s is not a multicast router's after its query (router ports: %v)", ctl.HostSide, routers)
+	}
+	if slices.Contains(routers, atk.HostSide) {
+		t.Errorf("the guarded port %s is a multicast router's (router ports: %v)", atk.HostSide, routers)
+	}
+	wantContains(t, "counters", metrics, "nd-spoof=", "dhcp-spoof=", "router-advertisement=", "dhcp-server=", "tunnel=", "arp-spa=", "fragment-header=", "multicast-router=", "malformed=")
 }
 
 const probeManifests = `apiVersion: pivirt.hu/v1

@@ -30,6 +30,14 @@
 #define ND_OPT_TLLA        2
 #define ND_MAX_OPTS        4
 #define DHCP6_CLIENT_PORT  bpf_htons(546)
+#define ICMPV6_MLD_QUERY   130
+#define ICMPV6_MRD_ADV     151 /* RFC 4286 */
+#define ICMPV6_MRD_TERM    153
+#define IGMP_QUERY         0x11
+#define IGMP_DVMRP         0x13
+#define IGMP_PIMV1         0x14
+#define IGMP_MRD_ADV       0x30 /* RFC 4286 */
+#define IGMP_MRD_TERM      0x32
 
 /* struct bootp_head: a BOOTP/DHCP message up to its client MAC. */
 struct bootp_head {
@@ -139,11 +147,30 @@ static __always_inline int pv_is_udp_tunnel(__be16 dport)
 	return node && *node;
 }
 
+/* pv_is_mrouter_igmp, pv_is_mrouter_icmp6: what only a multicast router
+ * sends, IGMP or MLD queries, DVMRP and PIMv1 over IGMP, multicast router
+ * discovery (RFC 4286). A bridge that snoops takes the port it heard one
+ * on for a router's and sends it every group's traffic; a query names
+ * itself querier and cuts the members' timers. PIM (IP protocol 103) is
+ * all router messages.
+ */
+static __always_inline int pv_is_mrouter_igmp(__u8 type)
+{
+	return type == IGMP_QUERY || type == IGMP_DVMRP || type == IGMP_PIMV1 || type == IGMP_MRD_ADV ||
+	       type == IGMP_MRD_TERM;
+}
+
+static __always_inline int pv_is_mrouter_icmp6(__u8 type)
+{
+	return type == ICMPV6_MLD_QUERY || type == ICMPV6_MRD_ADV || type == ICMPV6_MRD_TERM;
+}
+
 static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex, const struct pv_port *port)
 {
 	struct iphdr *ip = cur->pos;
-	__u32 hlen, r;
-	int tunnel;
+	__u32 hlen, r, cut;
+	int tunnel, first;
+	__u8 proto;
 
 	if ((void *)(ip + 1) > cur->end)
 		return PV_R_MALFORMED;
@@ -156,14 +183,49 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 	 * first fragment must carry its whole UDP header (RFC 7112).
 	 */
 	cur_limit(cur, bpf_ntohs(ip->tot_len) - hlen);
-	tunnel = pv_is_tunnel(ip->protocol);
+	/* A header cut by the IP length: a first fragment's is an evasion
+	 * (RFC 7112), anything else a truncated packet.
+	 */
+	cut = ip->frag_off & bpf_htons(0x2000) ? PV_R_FRAG_HEADER : PV_R_MALFORMED;
+	first = !(ip->frag_off & bpf_htons(0x1fff));
+	proto = ip->protocol;
+	/* AH (RFC 4302) authenticates what it carries, it hides nothing: that
+	 * is judged as if unwrapped, as IPv6 walks AH as an extension header.
+	 * AH in AH is refused as a tunnel. ESP passes: its payload is
+	 * encrypted, and a receiver decapsulates it only under a security
+	 * association it negotiated with the sender's (pinned) address,
+	 * whose selectors bound the inner packets (the VXLAN door of issue
+	 * 30 was a socket that asks no one).
+	 */
+	if (proto == IPPROTO_AH && first) {
+		__u8 *ah = cur->pos;
+
+		if ((void *)(ah + 2) > cur->end || cur->left < 2)
+			return cut;
+		proto = ah[0];
+		if (!cur_pull(cur, (ah[1] + 2) * 4))
+			return cut;
+		if (proto == IPPROTO_AH)
+			proto = IPPROTO_IPIP; /* a tunnel by any name */
+	}
+	tunnel = pv_is_tunnel(proto);
+
+	/* A guest is not a multicast router (raGuard: nor a unicast one). */
+	if (port->flags & PV_PORT_RA_GUARD) {
+		if (proto == IPPROTO_PIM)
+			return PV_R_MCAST_ROUTER;
+		if (proto == IPPROTO_IGMP && first) {
+			__u8 *t = cur_pull(cur, 1);
+
+			if (!t)
+				return cut;
+			if (pv_is_mrouter_igmp(*t))
+				return PV_R_MCAST_ROUTER;
+		}
+	}
 
 	/* Only a first fragment carries the UDP header. */
-	if (ip->protocol == IPPROTO_UDP && !(ip->frag_off & bpf_htons(0x1fff))) {
-		/* A header cut by the IP length: a first fragment's is an
-		 * evasion (RFC 7112), anything else a truncated packet.
-		 */
-		__u32 cut = ip->frag_off & bpf_htons(0x2000) ? PV_R_FRAG_HEADER : PV_R_MALFORMED;
+	if (proto == IPPROTO_UDP && first) {
 		struct udphdr *udp = cur_pull(cur, sizeof(*udp));
 
 		if (!udp)
@@ -198,7 +260,8 @@ static __always_inline __u32 pv_guard_ipv4(struct hdr_cursor *cur, __u32 ifindex
 		/* A client without an address yet: DISCOVER/REQUEST from
 		 * 0.0.0.0 to broadcast or to the segment's server.
 		 */
-		if (ip->saddr == 0 && udp->source == DHCP_CLIENT_PORT && udp->dest == DHCP_SERVER_PORT &&
+		if (ip->saddr == 0 && ip->protocol == IPPROTO_UDP && udp->source == DHCP_CLIENT_PORT &&
+		    udp->dest == DHCP_SERVER_PORT &&
 		    (ip->daddr == 0xffffffff || (port->dhcp_server && ip->daddr == port->dhcp_server)))
 			return PV_R_PASS_DHCP;
 	}
@@ -378,9 +441,13 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 		icmp_type = *t;
 		if (icmp_type == ICMPV6_RA && (port->flags & PV_PORT_RA_GUARD))
 			return PV_R_RA;
+		if (pv_is_mrouter_icmp6(icmp_type) && (port->flags & PV_PORT_RA_GUARD))
+			return PV_R_MCAST_ROUTER;
 		r = pv_guard_nd(cur, ifindex, port, icmp_type, ipv6_is_unspec(&ip6->saddr));
 		if (r != PV_R_PASS)
 			return r;
+	} else if (l4 == IPPROTO_PIM && (port->flags & PV_PORT_RA_GUARD)) {
+		return PV_R_MCAST_ROUTER;
 	} else if (l4 == IPPROTO_UDP) {
 		struct udphdr *udp = cur_pull(cur, sizeof(*udp));
 
@@ -397,7 +464,14 @@ static __always_inline __u32 pv_guard_ipv6(struct hdr_cursor *cur, __u32 ifindex
 		if ((port->flags & PV_PORT_DHCP_GUARD) && udp->dest == DHCP6_SERVER_PORT) {
 			__u8 *mt = cur_pull(cur, 1);
 
-			if (mt && (*mt == 2 || *mt == 7 || *mt == 10 || *mt == 13))
+			/* A type the guard cannot read is refused: cut by the
+			 * IP length, or past the bytes it sees (on tcx, the
+			 * PV_PULL_LEN it pulls; extension headers may push the
+			 * UDP payload there).
+			 */
+			if (!mt)
+				return cut;
+			if (*mt == 2 || *mt == 7 || *mt == 10 || *mt == 13)
 				return PV_R_DHCP_SERVER; /* Advertise, Reply, Reconfigure, Relay-Reply */
 		}
 	}

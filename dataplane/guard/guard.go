@@ -235,6 +235,7 @@ const (
 	ReasonDHCPSpoof    Reason = typesPvReasonPV_R_DHCP_SPOOF
 	ReasonTunnel       Reason = typesPvReasonPV_R_TUNNEL
 	ReasonFragHeader   Reason = typesPvReasonPV_R_FRAG_HEADER
+	ReasonMcastRouter  Reason = typesPvReasonPV_R_MCAST_ROUTER
 	ReasonMax          Reason = typesPvReasonPV_R_MAX
 )
 
@@ -263,6 +264,7 @@ var reasonNames = map[Reason]string{
 	ReasonDHCPSpoof:    "dhcp-spoof",
 	ReasonTunnel:       "tunnel",
 	ReasonFragHeader:   "fragment-header",
+	ReasonMcastRouter:  "multicast-router",
 }
 
 // String is the reason's stable kebab-case name, as in counters and

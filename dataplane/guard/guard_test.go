@@ -478,7 +478,7 @@ func guardCases() []guardCase {
 		{name: "truncated IPv6 extension header dropped", frame: func(t testing.TB) []byte {
 			return icmp6(t, llIP6, layers.ICMPv6TypeRouterAdvertisement, hopByHop())[:14+40+4]
 		}, want: drop, reason: guard.ReasonMalformed},
-	}, append(append(spoofCases(), tunnelCases()...), fragmentCases()...)...)
+	}, append(append(append(append(append(spoofCases(), tunnelCases()...), fragmentCases()...), unseenCases()...), mrouterCases()...), ahCases()...)...)
 }
 
 // TestPrivilegedGuard runs every rule through both programs with

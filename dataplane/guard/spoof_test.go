@@ -261,6 +261,56 @@ func tunnelCases() []guardCase {
 	}
 }
 
+// ah is an IPv4 AH header (RFC 4302, 12 bytes of ICV) naming next.
+func ah(next byte) []byte {
+	return append([]byte{next, 4, 0, 0, 0, 0, 0x10, 0x01, 0, 0, 0, 1}, make([]byte, 12)...)
+}
+
+// ahCases: AH authenticates, it hides nothing, so what it wraps over
+// IPv4 is judged as if unwrapped (IPv6 walks it as an extension header
+// already); ESP, encrypted, passes (issue 30 item 8).
+func ahCases() []guardCase {
+	pass, drop := guard.VerdictPass, guard.VerdictDrop
+	return []guardCase{
+		{name: "IPIP behind AH dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolAH, append(ah(4), inner4(t)...))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "GRE behind AH dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolAH, append(append(ah(47), 0, 0, 0x08, 0x00), inner4(t)...))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "VXLAN behind AH dropped", frame: func(t testing.TB) []byte {
+			u := udp4(t, vmMAC, vmIP, otherIP, 40000, 4789, vxlanFrame(t))[14+20:]
+			return tunnel4(t, vmIP, layers.IPProtocolAH, append(ah(17), u...))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "DHCP OFFER behind AH dropped", frame: func(t testing.TB) []byte {
+			u := dhcp4(t, layers.DHCPOpReply, vmIP, otherIP, 67, 68)[14+20:]
+			return tunnel4(t, vmIP, layers.IPProtocolAH, append(ah(17), u...))
+		}, want: drop, reason: guard.ReasonDHCPServer},
+		{name: "PIM behind AH dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolAH, append(ah(103), pim4(t)[14+20:]...))
+		}, want: drop, reason: guard.ReasonMcastRouter},
+		{name: "AH in AH dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolAH, append(append(ah(51), ah(4)...), inner4(t)...))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "AH cut by its length dropped", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolAH, ah(17)[:8])
+		}, want: drop, reason: guard.ReasonMalformed},
+		{name: "UDP behind AH passes", frame: func(t testing.TB) []byte {
+			u := udp4(t, vmMAC, vmIP, otherIP, 40000, 53, []byte("q"))[14+20:]
+			return tunnel4(t, vmIP, layers.IPProtocolAH, append(ah(17), u...))
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "IPIP behind AH passes with allowTunnels", flags: allGuards | guard.PortTunnels, frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolAH, append(ah(4), inner4(t)...))
+		}, want: pass, reason: guard.ReasonPass},
+		{name: "IPIP behind AH over IPv6 dropped", frame: func(t testing.TB) []byte {
+			return tunnel6(t, layers.IPProtocolAH, false, append(ah(4), inner4(t)...))
+		}, want: drop, reason: guard.ReasonTunnel},
+		{name: "ESP passes", frame: func(t testing.TB) []byte {
+			return tunnel4(t, vmIP, layers.IPProtocolESP, append([]byte{0, 0, 0x10, 1, 0, 0, 0, 1}, make([]byte, 32)...))
+		}, want: pass, reason: guard.ReasonPass},
+	}
+}
+
 // spoofCases are the guard's ND and DHCP client checks (issue 13 and 20):
 // each spoof next to the legitimate frame of the same shape.
 func spoofCases() []guardCase {

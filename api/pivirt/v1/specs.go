@@ -111,8 +111,8 @@ type PortSecuritySpec struct {
 	// AllowTunnels lets the guest send IP-in-IP, 6in4, GRE, EtherIP,
 	// L2TPv3, MPLS in IP, Ethernet in IPv6, IPv6 Mobility and UDP to the
 	// VXLAN, VXLAN-GPE, Geneve and MPLS-in-UDP ports, whose inner packets
-	// the guard does not check (default false: dropped, counted as
-	// "tunnel").
+	// the guard does not check, behind an AH header too (default false:
+	// dropped, counted as "tunnel"). ESP passes either way.
 	AllowTunnels *bool    `json:"allowTunnels,omitempty"`
 	ACL          *ACLSpec `json:"acl,omitempty"`
 }

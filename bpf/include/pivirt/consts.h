@@ -75,7 +75,7 @@ enum pv_ct_tcp {
 enum pv_port_flags {
 	PV_PORT_DHCP_GUARD = 1 << 0, /* no DHCP(v6) server messages from the VM */
 	PV_PORT_ARP_GUARD  = 1 << 1, /* ARP sha/spa must match the pins */
-	PV_PORT_RA_GUARD   = 1 << 2, /* no ICMPv6 router advertisements */
+	PV_PORT_RA_GUARD   = 1 << 2, /* not a router: no RA, Redirect, IGMP/MLD query, MRD, PIM */
 	PV_PORT_LEARN_DHCP = 1 << 3, /* the IP leased to the MAC is allowed */
 	PV_PORT_ANY4       = 1 << 4, /* any IPv4 source (a 0.0.0.0/0 pair) */
 	PV_PORT_ANY6       = 1 << 5, /* any IPv6 source (a ::/0 pair) */
@@ -129,6 +129,8 @@ enum pv_reason {
 				  * spoofed inner packet the guard cannot see */
 	PV_R_FRAG_HEADER   = 25, /* a first fragment without its whole
 				  * upper-layer header (RFC 7112, RFC 1858) */
+	PV_R_MCAST_ROUTER  = 26, /* IGMP/MLD query, multicast router
+				  * discovery, DVMRP or PIM from the VM */
 	PV_R_MAX           = 32, /* room for new reasons without a _v4 */
 };
 
