@@ -4,8 +4,6 @@ package apiserver
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,12 +12,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
 	"pivirt.hu/pivirt/api/resource/v1/resourcev1connect"
 	"pivirt.hu/pivirt/control/admission"
 	"pivirt.hu/pivirt/control/events"
-	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/control/store/etcd"
 	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
 )
@@ -109,68 +105,5 @@ func testEtcdDown(t *testing.T, frozen bool) {
 			}
 			t.Logf("%s: %v after %v", c.name, err, took.Round(time.Millisecond))
 		})
-	}
-}
-
-// TestEtcdLargeApply: one apply of 10,000 DHCPLeases through
-// a node on a real etcd (--max-txn-ops 128, its default) stores them all,
-// in transactions etcd accepts, each object answered on its own; it was
-// refused whole with an InternalError ("too many operations in txn
-// request"). A transaction that is still too large says so: the store's
-// ErrTooLarge, ResourceExhausted, never Internal.
-func TestEtcdLargeApply(t *testing.T) {
-	srv := etcdtest.Start(t)
-	st, err := etcd.Open([]string{srv.URL}, etcd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	index := admission.NewIndex()
-	index.Shared = true
-	rs := &ResourceServer{Store: st, Index: index, Recorder: events.NewRecorder(5), Clustered: true}
-	mux := http.NewServeMux()
-	mux.Handle(resourcev1connect.NewResourceServiceHandler(rs, HandlerOptions()...))
-	hs := httptest.NewServer(mux)
-	defer hs.Close()
-	client := resourcev1connect.NewResourceServiceClient(hs.Client(), hs.URL)
-
-	const n = 10000
-	var objs [][]byte
-	for i := range n {
-		objs = append(objs, []byte(fmt.Sprintf(`{"apiVersion":"pivirt.hu/v1","kind":"DHCPLease","metadata":{"name":"big-%05d"},`+
-			`"spec":{"network":"br-big","macAddress":"52:54:00:96:%02x:%02x","ipAddress":"10.96.%d.%d"}}`, i, i>>8, i&0xff, 1+i/200, 10+i%200)))
-	}
-	start := time.Now()
-	resp, err := client.Apply(t.Context(), connect.NewRequest(&resourcev1.ApplyRequest{Objects: objs}))
-	if err != nil {
-		t.Fatalf("apply of %d objects on etcd: %v", len(objs), err)
-	}
-	t.Logf("%d objects applied on etcd in %v", len(objs), time.Since(start).Round(time.Millisecond))
-	for i, r := range resp.Msg.Results {
-		if r.Error != "" || r.Action != "created" {
-			t.Fatalf("object %d (%s %s): %q %s", i, r.Kind, r.Name, r.Action, r.Error)
-		}
-	}
-	list, err := client.List(t.Context(), connect.NewRequest(&resourcev1.ListRequest{Kind: "lease"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := len(list.Msg.Objects); got != n {
-		t.Errorf("etcd holds %d leases, want %d", got, n)
-	}
-
-	// One transaction above the limit, through the store itself.
-	_, err = st.Update(t.Context(), func(tx store.Tx) error {
-		for i := range 200 {
-			o := &pivirtv1.Object{APIVersion: pivirtv1.APIVersion, Kind: pivirtv1.KindPortSecurity, Metadata: pivirtv1.ObjectMeta{Name: fmt.Sprintf("ps-%d", i)},
-				Spec: []byte(`{"interface":"tap0","macAddress":"52:54:00:00:00:01"}`)}
-			if err := tx.Create(o); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if !errors.Is(err, store.ErrTooLarge) || code(err) != connect.CodeResourceExhausted {
-		t.Errorf("a transaction of 200 writes: %v (code %v), want ErrTooLarge, ResourceExhausted", err, code(err))
 	}
 }

@@ -81,61 +81,6 @@ func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourc
 		Now:        s.now(),
 		Clustered:  s.Clustered,
 	}
-	// On etcd one transaction holds at most --max-txn-ops operations (128
-	// by default): a long apply is committed in chunks, each object's
-	// admission still atomic and answered on its own, and a chunk etcd
-	// finds too large is halved. On bbolt it is one transaction.
-	chunk := len(objs)
-	if s.Clustered && !req.Msg.DryRun { // a dry run commits nothing, and must see the whole file
-		chunk = min(chunk, applyChunk)
-	}
-	var (
-		rev       int64
-		anyStored bool
-	)
-	for from := 0; from < len(objs); {
-		to := min(from+max(chunk, 1), len(objs))
-		r, stored, err := s.applyObjects(ctx, opts, objs[from:to], results[from:to])
-		if errors.Is(err, store.ErrTooLarge) && to-from > 1 {
-			chunk = (to - from) / 2
-			continue
-		}
-		if err != nil && from == 0 {
-			return nil, connectError(fmt.Errorf("applying: %w", err)) // nothing stored
-		}
-		if err != nil {
-			// The chunks before are stored: say which objects are not.
-			for i := from; i < len(objs); i++ {
-				if objs[i] != nil {
-					results[i].Action, results[i].Object = "", nil
-					results[i].Error, results[i].Code = fmt.Sprintf("not applied (the objects before it were): %v", err), code(err).String()
-				}
-			}
-			break
-		}
-		rev, anyStored, from = max(rev, r), anyStored || stored, to
-	}
-	if !req.Msg.DryRun && anyStored {
-		for _, res := range results {
-			switch res.Action {
-			case "created":
-				s.Recorder.Record(res.Kind, res.Name, events.Normal, "Created", "stored by apply")
-			case "configured":
-				s.Recorder.Record(res.Kind, res.Name, events.Normal, "Configured", "updated by apply")
-			}
-		}
-	}
-	return connect.NewResponse(&resourcev1.ApplyResponse{Results: results, Revision: rev}), nil
-}
-
-// applyChunk is how many objects an apply on etcd commits per
-// transaction: a lease is two puts (object and name index) and about two
-// compares, so 32 stay well under etcd's default --max-txn-ops of 128.
-const applyChunk = 32
-
-// applyObjects applies objs in one transaction, filling their results; it
-// reports whether any was created or changed.
-func (s *ResourceServer) applyObjects(ctx context.Context, opts admission.Options, objs []*pivirtv1.Object, results []*resourcev1.ApplyResult) (int64, bool, error) {
 	var anyStored bool
 	rev, err := s.Index.Update(ctx, s.Store, opts, func(b *admission.Batch) error {
 		anyStored = false
@@ -158,7 +103,20 @@ func (s *ResourceServer) applyObjects(ctx context.Context, opts admission.Option
 		}
 		return nil
 	})
-	return rev, anyStored, err
+	if err != nil {
+		return nil, connectError(fmt.Errorf("applying: %w", err))
+	}
+	if !req.Msg.DryRun && anyStored {
+		for _, res := range results {
+			switch res.Action {
+			case "created":
+				s.Recorder.Record(res.Kind, res.Name, events.Normal, "Created", "stored by apply")
+			case "configured":
+				s.Recorder.Record(res.Kind, res.Name, events.Normal, "Configured", "updated by apply")
+			}
+		}
+	}
+	return connect.NewResponse(&resourcev1.ApplyResponse{Results: results, Revision: rev}), nil
 }
 
 // Get returns one object.

@@ -23,10 +23,6 @@ var (
 	// unreachable. A write failing with it wrote nothing, unless only the
 	// answer to its commit was lost: a re-read tells.
 	ErrUnavailable = errors.New("store unavailable")
-	// ErrTooLarge: one transaction holds more operations than the store
-	// accepts (etcd's --max-txn-ops); nothing was written. Callers split
-	// the work into smaller transactions.
-	ErrTooLarge = errors.New("transaction too large")
 )
 
 // Store is the manifest store, shaped after etcd: one global revision that

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -40,10 +39,6 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (int64, err
 		resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return s.cli.Txn(ctx).If(t.compares()...).Then(t.ops()...).Commit()
 		})
-		if errors.Is(err, rpctypes.ErrTooManyOps) {
-			return 0, fmt.Errorf("committing %d writes and %d compares in one etcd transaction: %w (etcd's --max-txn-ops; %v)",
-				len(t.writes), len(t.reads)+2*len(t.listed), store.ErrTooLarge, err)
-		}
 		if err != nil {
 			return 0, fmt.Errorf("committing: %w", err)
 		}
