@@ -34,6 +34,8 @@ func code(err error) connect.Code {
 		return connect.CodeFailedPrecondition
 	case errors.Is(err, store.ErrUnavailable):
 		return connect.CodeUnavailable
+	case errors.Is(err, store.ErrTooLarge):
+		return connect.CodeResourceExhausted
 	}
 	return connect.CodeInternal
 }

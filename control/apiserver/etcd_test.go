@@ -4,6 +4,7 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -104,6 +105,75 @@ func testEtcdDown(t *testing.T, frozen bool) {
 				t.Errorf("answered after %v, want within %v", took, bound)
 			}
 			t.Logf("%s: %v after %v", c.name, err, took.Round(time.Millisecond))
+		})
+	}
+}
+
+// TestEtcdApplyManyObjects: one apply of more objects than etcd takes in
+// a transaction (--max-txn-ops, 128 by default: about 40 leases) stores
+// them all, in as many transactions as it takes, each with its result;
+// an object that alone exceeds the limit is refused with
+// ResourceExhausted naming it, never InternalError.
+func TestEtcdApplyManyObjects(t *testing.T) {
+	tests := []struct {
+		name      string
+		etcdFlags []string
+		leases    int
+		wantCode  string // of every result; "" for stored
+	}{
+		{"10,000 leases, etcd's defaults", nil, 10000, ""},
+		{"one lease exceeds --max-txn-ops", []string{"--max-txn-ops", "1"}, 3, connect.CodeResourceExhausted.String()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := etcdtest.StartWith(t, etcdtest.Options{Extra: tc.etcdFlags})
+			st, err := etcd.Open([]string{srv.URL}, etcd.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			index := admission.NewIndex()
+			index.Shared = true
+			rs := &ResourceServer{Store: st, Index: index, Recorder: events.NewRecorder(5), Clustered: true}
+			mux := http.NewServeMux()
+			mux.Handle(resourcev1connect.NewResourceServiceHandler(rs, HandlerOptions()...))
+			hs := httptest.NewServer(mux)
+			defer hs.Close()
+			client := resourcev1connect.NewResourceServiceClient(hs.Client(), hs.URL)
+
+			req := &resourcev1.ApplyRequest{}
+			for i := range tc.leases {
+				req.Objects = append(req.Objects, []byte(fmt.Sprintf(`{"apiVersion":"pivirt.hu/v1","kind":"DHCPLease","metadata":{"name":"l%05d"},`+
+					`"spec":{"network":"br-x","macAddress":"52:54:00:00:%02x:%02x","ipAddress":"10.1.%d.%d"}}`, i, i>>8, i&0xff, i/250, i%250+1)))
+			}
+			resp, err := client.Apply(t.Context(), connect.NewRequest(req))
+			if err != nil {
+				t.Fatalf("apply of %d leases: %v", tc.leases, err)
+			}
+			results := resp.Msg.GetResults()
+			if len(results) != tc.leases {
+				t.Fatalf("%d results for %d leases", len(results), tc.leases)
+			}
+			for i, res := range results {
+				if res.GetCode() != tc.wantCode || tc.wantCode == "" && res.GetAction() != "created" {
+					t.Fatalf("result %d: action %q, code %q, error %q; want code %q", i, res.GetAction(), res.GetCode(), res.GetError(), tc.wantCode)
+				}
+				if tc.wantCode != "" && !strings.Contains(res.GetError(), "--max-txn-ops") {
+					t.Errorf("result %d: error %q does not name etcd's --max-txn-ops", i, res.GetError())
+				}
+			}
+			stored, _, err := st.List(t.Context(), "DHCPLease", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.leases
+			if tc.wantCode != "" {
+				want = 0
+			}
+			if len(stored) != want {
+				t.Errorf("%d leases stored, want %d", len(stored), want)
+			}
+			t.Logf("%d leases: %d stored, revision %d, parts of %d", tc.leases, len(stored), resp.Msg.GetRevision(), rs.partSize.Load())
 		})
 	}
 }

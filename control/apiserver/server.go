@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,6 +33,11 @@ type ResourceServer struct {
 	Now      func() time.Time
 	// Clustered: other nodes share the store (admission.Options.Clustered).
 	Clustered bool
+
+	// partSize is how many objects of an apply the last transaction
+	// refused as too large halved (0: none refused yet), so that only the
+	// first large apply pays for finding a size the store accepts.
+	partSize atomic.Int64
 }
 
 var _ resourcev1connect.ResourceServiceHandler = (*ResourceServer)(nil)
@@ -56,7 +62,9 @@ func HandlerOptions(extra ...connect.HandlerOption) []connect.HandlerOption {
 
 // Apply admits and stores every object of the request in one transaction
 // (one fsync), each on its own: a refused object gets its error in its
-// result and the others still apply.
+// result and the others still apply. Where the store limits a
+// transaction (etcd), the objects go in as many as it takes, in order
+// (see applyInParts).
 func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourcev1.ApplyRequest]) (*connect.Response[resourcev1.ApplyResponse], error) {
 	objs := make([]*pivirtv1.Object, len(req.Msg.Objects))
 	results := make([]*resourcev1.ApplyResult, len(req.Msg.Objects))
@@ -81,28 +89,7 @@ func (s *ResourceServer) Apply(ctx context.Context, req *connect.Request[resourc
 		Now:        s.now(),
 		Clustered:  s.Clustered,
 	}
-	var anyStored bool
-	rev, err := s.Index.Update(ctx, s.Store, opts, func(b *admission.Batch) error {
-		anyStored = false
-		for i, o := range objs {
-			if o == nil {
-				continue
-			}
-			stored, action, err := b.Apply(o.DeepCopy())
-			res := results[i]
-			res.Action, res.Error, res.Code, res.Object = "", "", "", nil
-			if err != nil {
-				res.Error, res.Code = err.Error(), code(err).String()
-				continue
-			}
-			res.Action = action
-			if res.Object, err = json.Marshal(stored); err != nil {
-				return fmt.Errorf("encoding %s %q: %w", stored.Kind, stored.Metadata.Name, err)
-			}
-			anyStored = anyStored || action != "unchanged"
-		}
-		return nil
-	})
+	rev, anyStored, err := s.applyInParts(ctx, opts, objs, results)
 	if err != nil {
 		return nil, connectError(fmt.Errorf("applying: %w", err))
 	}
@@ -249,4 +236,93 @@ func lookupKind(name string) (pivirtv1.KindInfo, error) {
 		return k, fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	return k, nil
+}
+
+// applyInParts admits and stores objs (nil ones are skipped: refused at
+// decoding) in one transaction, or, when the store refuses it as too
+// large (store.ErrTooLarge: etcd's --max-txn-ops, 128 by default, is
+// about 40 leases), in consecutive parts of half the size until one fits,
+// each part one transaction. Each object's admission stays within one
+// transaction, and a later object sees the earlier ones. An object too
+// large on its own is refused with ResourceExhausted, naming the limit.
+// A failure after some part was stored does not fail the request: the
+// objects not stored get the error in their results.
+func (s *ResourceServer) applyInParts(ctx context.Context, opts admission.Options, objs []*pivirtv1.Object, results []*resourcev1.ApplyResult) (rev int64, anyStored bool, err error) {
+	var pending []int
+	for i, o := range objs {
+		if o != nil {
+			pending = append(pending, i)
+		}
+	}
+	size := len(pending)
+	if learned := int(s.partSize.Load()); learned > 0 {
+		size = min(size, learned)
+	}
+	if len(pending) == 0 {
+		rev, _, err := s.applyPart(ctx, opts, objs, results, nil)
+		return rev, false, err
+	}
+	stored := false // some part committed
+	for len(pending) > 0 {
+		part := pending[:min(size, len(pending))]
+		r, wrote, err := s.applyPart(ctx, opts, objs, results, part)
+		switch {
+		case err == nil:
+			rev, anyStored, stored = r, anyStored || wrote, true
+			pending = pending[len(part):]
+		case errors.Is(err, store.ErrTooLarge) && len(part) > 1:
+			size = len(part) / 2
+			s.partSize.Store(int64(size))
+		case errors.Is(err, store.ErrTooLarge):
+			o := objs[part[0]]
+			refuse(results[part[0]], fmt.Errorf("applying %s/%s on its own: %w", o.Kind, o.Metadata.Name, err))
+			pending = pending[1:]
+		case !stored:
+			return 0, false, err
+		default:
+			for _, i := range pending {
+				refuse(results[i], fmt.Errorf("not stored (the objects before it were): %w", err))
+			}
+			pending = nil
+		}
+	}
+	return rev, anyStored, nil
+}
+
+// applyPart admits the objects objs[i] for i in part in one transaction.
+// On an error their results are cleared: nothing of them was stored.
+func (s *ResourceServer) applyPart(ctx context.Context, opts admission.Options, objs []*pivirtv1.Object, results []*resourcev1.ApplyResult, part []int) (int64, bool, error) {
+	var anyStored bool
+	rev, err := s.Index.Update(ctx, s.Store, opts, func(b *admission.Batch) error {
+		anyStored = false
+		for _, i := range part {
+			stored, action, err := b.Apply(objs[i].DeepCopy())
+			res := results[i]
+			res.Action, res.Error, res.Code, res.Object = "", "", "", nil
+			if err != nil {
+				res.Error, res.Code = err.Error(), code(err).String()
+				continue
+			}
+			res.Action = action
+			if res.Object, err = json.Marshal(stored); err != nil {
+				return fmt.Errorf("encoding %s %q: %w", stored.Kind, stored.Metadata.Name, err)
+			}
+			anyStored = anyStored || action != "unchanged"
+		}
+		return nil
+	})
+	if err != nil {
+		for _, i := range part {
+			res := results[i]
+			res.Action, res.Error, res.Code, res.Object = "", "", "", nil
+		}
+		return 0, false, err
+	}
+	return rev, anyStored, nil
+}
+
+// refuse records err as an object's result.
+func refuse(res *resourcev1.ApplyResult, err error) {
+	res.Action, res.Object = "", nil
+	res.Error, res.Code = err.Error(), code(err).String()
 }

@@ -23,6 +23,10 @@ var (
 	// unreachable. A write failing with it wrote nothing, unless only the
 	// answer to its commit was lost: a re-read tells.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrTooLarge: a transaction exceeds a limit of the store (etcd's
+	// --max-txn-ops or --max-request-bytes). Nothing was written; the
+	// same writes split into smaller transactions may go in.
+	ErrTooLarge = errors.New("transaction exceeds a limit of the store")
 )
 
 // Store is the manifest store, shaped after etcd: one global revision that

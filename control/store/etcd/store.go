@@ -318,6 +318,24 @@ func unanswered(err error) bool {
 	return code == codes.Unavailable || code == codes.DeadlineExceeded
 }
 
+// tooLarge reports whether etcd, or the client before sending, refused a
+// transaction for its size: too many operations or compares
+// (--max-txn-ops), too many bytes (--max-request-bytes), or more than the
+// client sends in one message.
+func tooLarge(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		return true
+	}
+	if status.Code(err) == codes.ResourceExhausted {
+		return true // the client's own cap on a message it sends
+	}
+	msg := err.Error()
+	return strings.Contains(msg, rpctypes.ErrTooManyOps.Error()) || strings.Contains(msg, rpctypes.ErrRequestTooLarge.Error())
+}
+
 func isCompacted(err error) bool {
 	return errors.Is(err, rpctypes.ErrCompacted) || err != nil && strings.Contains(err.Error(), rpctypes.ErrCompacted.Error())
 }

@@ -36,9 +36,14 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (int64, err
 		if len(t.writes) == 0 {
 			return rev, nil
 		}
+		cmps, ops := t.compares(), t.ops()
 		resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-			return s.cli.Txn(ctx).If(t.compares()...).Then(t.ops()...).Commit()
+			return s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		})
+		if tooLarge(err) {
+			return 0, fmt.Errorf("committing %d writes and %d compares in one etcd transaction: %w: %v (etcd's --max-txn-ops bounds each, 128 by default; --max-request-bytes its size, 1.5 MiB by default)",
+				len(ops), len(cmps), store.ErrTooLarge, err)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("committing: %w", err)
 		}
