@@ -4,7 +4,9 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -102,4 +104,36 @@ spec: {interface: tap-vm-p1, macAddress: "` + p1.MAC.String() + `"}
 		t.Fatalf("lifting the owner's lock: %s", r)
 	}
 	waitFor(t, 10*time.Second, "p1's held-back release", func() bool { _, ok := getLease(t, d, name); return !ok })
+}
+
+// TestPrivilegedSecondInstanceRefused: a second pivirtd on a running
+// one's state directory and socket refuses to start, naming the first
+// one's PID, and leaves its socket alone (it once removed it as stale).
+func TestPrivilegedSecondInstanceRefused(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "nsenter")
+	host := testutil.NewNetNS(t)
+	bins := harness.Build(t)
+	d := harness.StartDaemon(t, bins, harness.Options{NetNS: host.Path()})
+	cmd := exec.Command("nsenter", "--net="+host.Path(), "--", bins.Pivirtd, "--state-dir", d.StateDir, "--socket", d.Socket, "--bpffs", d.BPFFS)
+	done := make(chan error, 1)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(out.String(), fmt.Sprintf("in use by another pivirtd (PID %d", d.PID())) {
+			t.Errorf("second pivirtd: %v: %s", err, out.String())
+		}
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("a second pivirtd on the same state kept running:\n%s", out.String())
+	}
+	if r := d.Ctl("get", "segments"); r.Code != 0 {
+		t.Errorf("the first pivirtd's API after the second one's attempt: %s", r)
+	}
 }

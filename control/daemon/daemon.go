@@ -93,6 +93,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
+	lock, err := lockInstance(cfg.StateDir, cfg.Socket)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	st, err := d.openStore()
 	if err != nil {
 		return err
