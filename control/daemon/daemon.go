@@ -65,6 +65,7 @@ type Daemon struct {
 	nat    *externalip.Controller
 	dhcp   *dhcpd.Manager
 	reg    *prometheus.Registry
+	ready  readiness
 }
 
 // Run starts pivirtd and blocks until ctx is done, then shuts the API down.
@@ -122,6 +123,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	for _, c := range controllers {
+		if l, ok := c.(*reconcile.Loop); ok {
+			d.ready.loops = append(d.ready.loops, l)
+		}
+	}
 	// Leases journaled before a crash go into the store before any
 	// reconciler reads it.
 	if err := d.dhcp.Recover(ctx); err != nil {
@@ -145,7 +151,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		wg.Wait()
 		return err
 	}
-	log.Info("pivirtd ready", "socket", cfg.Socket, "listen", cfg.Listen, "state", cfg.StatePath(), "bpffs", cfg.BPFFS, "node", cfg.Node)
+	log.Info("pivirtd serving its API", "socket", cfg.Socket, "listen", cfg.Listen, "state", cfg.StatePath(), "bpffs", cfg.BPFFS, "node", cfg.Node)
+	go d.ready.notifyWhenReady(ctx, log)
 
 	var runErr error
 	select {
@@ -375,6 +382,7 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 		}
 		m := http.NewServeMux()
 		m.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
+		d.ready.serveHTTP(m)
 		// Profiles beside the metrics: same trusted, operator-chosen address.
 		m.HandleFunc("/debug/pprof/", pprof.Index)
 		m.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -73,8 +73,13 @@ type Loop struct {
 	// (Cache.SnapshotAll).
 	AllNodes bool
 
-	kick chan struct{}
+	kick   chan struct{}
+	passes passes
 }
+
+// Status says whether the loop's first full pass succeeded and how its
+// last pass ended (pivirtd's readiness).
+func (l *Loop) Status() PassStatus { return l.passes.status() }
 
 // Name is the reconciler's ID (daemon.Controller).
 func (l *Loop) Name() string { return l.ID }
@@ -128,6 +133,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		start := time.Now()
 		err := l.Func(ctx, snap)
+		l.passes.record(true, err)
 		l.Log.Debug("reconciled", "reconciler", l.ID, "rev", snap.Revision, "took", time.Since(start), "err", err)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -187,6 +193,7 @@ func (l *Loop) runQueued(ctx context.Context) error {
 			rev, n = snap.Revision, -1
 			err = l.Func(ctx, snap)
 		}
+		l.passes.record(full, err)
 		l.Log.Debug("reconciled", "reconciler", l.ID, "rev", rev, "objects", n, "resync", timed, "took", time.Since(start), "err", err)
 		if err != nil {
 			if ctx.Err() != nil {
