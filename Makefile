@@ -23,7 +23,7 @@ BPF_SOURCES          := $(wildcard bpf/*.c bpf/lib/*.h)
 # Debian packages: what builds and tests need, and what the demo needs.
 TEST_DEBS := clang llvm bpftool iproute2 iputils-ping util-linux curl isc-dhcp-client udhcpc busybox dhcpcd-base tcpdump \
              kea-admin kea-dhcp4-server dnsmasq-base nftables iptables ebtables iperf3 bc etcd-server gcc qemu-system-x86 \
-             prometheus
+             prometheus systemd
 DEMO_DEBS := iproute2 isc-dhcp-client bpftool iputils-ping util-linux
 # The VM demo boots QEMU; tools/vm/mkguest.sh fetches the guest's kernel and
 # busybox with apt-get download and installs nothing.

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -72,6 +73,9 @@ type Options struct {
 	BPFFS string
 	// Args are extra pivirtd flags.
 	Args []string
+	// Wrap is a command pivirtd runs under (e.g. setpriv with a
+	// capability bounding set), its arguments before pivirtd's path.
+	Wrap []string
 }
 
 // Daemon is a pivirtd the test started.
@@ -120,11 +124,12 @@ func (d *Daemon) StartReadyOn(probe ...string) {
 	d.tb.Helper()
 	args := []string{"--state-dir", d.StateDir, "--socket", d.Socket, "--bpffs", d.BPFFS, "--log-level", "debug"}
 	args = append(args, d.opts.Args...)
+	argv := append(append(slices.Clone(d.opts.Wrap), d.bins.Pivirtd), args...)
 	var cmd *exec.Cmd
 	if d.opts.NetNS != "" {
-		cmd = exec.Command("nsenter", append([]string{"--net=" + d.opts.NetNS, "--", d.bins.Pivirtd}, args...)...)
+		cmd = exec.Command("nsenter", append([]string{"--net=" + d.opts.NetNS, "--"}, argv...)...)
 	} else {
-		cmd = exec.Command(d.bins.Pivirtd, args...)
+		cmd = exec.Command(argv[0], argv[1:]...)
 	}
 	fmt.Fprintf(d.logBuf, "=== start %s\n", strings.Join(cmd.Args, " "))
 	cmd.Stdout, cmd.Stderr = d.logBuf, d.logBuf
