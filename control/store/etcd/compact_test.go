@@ -4,6 +4,7 @@ package etcd
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,5 +159,68 @@ func TestCompactionBoundsDB(t *testing.T) {
 	}
 	if inUse[false] < 3*inUse[true] {
 		t.Errorf("without compaction the db uses %d bytes, with it %d: want the growth to show (3x)", inUse[false], inUse[true])
+	}
+}
+
+// TestHousekeepingWarns: a db past the warning size, and etcd's NOSPACE
+// alarm (raised by filling a small quota), each give their Warning and
+// metric; a small db without alarms gives none.
+func TestHousekeepingWarns(t *testing.T) {
+	tests := []struct {
+		name        string
+		quota       string // etcd's --quota-backend-bytes, "" default
+		fill        bool   // write until etcd refuses
+		warnAt      int64
+		wantReasons []string
+		wantNoSpace int64
+	}{
+		{"small db", "", false, 0, nil, 0},
+		{"past the warning size", "", false, 1, []string{"EtcdDBLarge"}, 0},
+		{"NOSPACE", "4194304", true, 0, []string{"EtcdNoSpace"}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var extra []string
+			if tc.quota != "" {
+				extra = []string{"--quota-backend-bytes", tc.quota}
+			}
+			s, err := Open([]string{etcdtest.StartWith(t, etcdtest.Options{Extra: extra}).URL}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if tc.fill {
+				big := strings.Repeat("x", 256<<10)
+				filled := false
+				for i := range 100 { // 25 MiB at most, past any quota above
+					if _, err := s.cli.Put(t.Context(), fmt.Sprintf("/fill/%d", i), big); err != nil {
+						if !strings.Contains(err.Error(), "database space exceeded") {
+							t.Fatal(err)
+						}
+						filled = true
+						break
+					}
+				}
+				if !filled {
+					t.Fatal("etcd took 25 MiB within a 4 MiB quota")
+				}
+			}
+			c := NewCompactor(s)
+			c.DBSizeWarning = tc.warnAt
+			var reasons []string
+			c.Warn = func(reason, _ string) { reasons = append(reasons, reason) }
+			if err := c.checkSpace(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(reasons, tc.wantReasons) {
+				t.Errorf("warnings %v, want %v", reasons, tc.wantReasons)
+			}
+			if got := c.noSpace.Load(); got != tc.wantNoSpace {
+				t.Errorf("pivirt_store_etcd_nospace_alarm = %d, want %d", got, tc.wantNoSpace)
+			}
+			if size, _ := c.DBSize(); size <= 0 {
+				t.Errorf("db size %d, want the member's", size)
+			}
+		})
 	}
 }
