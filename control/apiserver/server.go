@@ -34,9 +34,10 @@ type ResourceServer struct {
 	// Clustered: other nodes share the store (admission.Options.Clustered).
 	Clustered bool
 
-	// partSize is how many objects of an apply the last transaction
-	// refused as too large halved (0: none refused yet), so that only the
-	// first large apply pays for finding a size the store accepts.
+	// partSize is the objects per transaction an apply tries first:
+	// half of the last part the store refused as too large (0: none
+	// refused yet, no limit), so that only the first large apply pays
+	// for finding a size the store accepts.
 	partSize atomic.Int64
 }
 

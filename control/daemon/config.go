@@ -33,10 +33,14 @@ type Config struct {
 	EtcdKey       string   // --etcd-key: its key
 	EtcdCA        string   // --etcd-ca: CAs of etcd's server certificate
 	EtcdPrefix    string   // --etcd-prefix: of every key; one cluster's nodes share it
-	Metrics       string   // --metrics: Prometheus /metrics address
-	Attach        string   // --attach: auto | xdp | tc
-	QMPDir        string   // --qmp-dir: the VMs' QMP sockets, <name>.qmp (vmRef)
-	NATRedirect   bool     // --nat-redirect: the NAT program forwards what it translates
+	// --etcd-compaction-interval: how often the nodes compact etcd (one
+	// of them a round) and so the history kept; 0: never (etcd's own
+	// --auto-compaction-retention does it).
+	EtcdCompactionInterval time.Duration
+	Metrics                string // --metrics: Prometheus /metrics address
+	Attach                 string // --attach: auto | xdp | tc
+	QMPDir                 string // --qmp-dir: the VMs' QMP sockets, <name>.qmp (vmRef)
+	NATRedirect            bool   // --nat-redirect: the NAT program forwards what it translates
 	// --vtep-address: this node's underlay address, the local end of its
 	// overlay tunnels, published in the status of its segments on one.
 	VTEPAddress string
@@ -58,15 +62,16 @@ type Config struct {
 func Defaults() Config {
 	host, _ := os.Hostname()
 	return Config{
-		StateDir:    "/var/lib/pivirt",
-		Socket:      "/run/pivirt/pivirtd.sock",
-		BPFFS:       "/sys/fs/bpf/pivirt",
-		Node:        host,
-		Store:       "bbolt",
-		EtcdPrefix:  etcd.DefaultPrefix,
-		Attach:      "auto",
-		QMPDir:      "/run/pivirt/qmp",
-		NATRedirect: true,
+		StateDir:               "/var/lib/pivirt",
+		Socket:                 "/run/pivirt/pivirtd.sock",
+		BPFFS:                  "/sys/fs/bpf/pivirt",
+		Node:                   host,
+		Store:                  "bbolt",
+		EtcdPrefix:             etcd.DefaultPrefix,
+		EtcdCompactionInterval: etcd.DefaultCompactionInterval,
+		Attach:                 "auto",
+		QMPDir:                 "/run/pivirt/qmp",
+		NATRedirect:            true,
 
 		DHCPRatePerMAC:   responder.DefaultPerMAC.String(),
 		DHCPRatePerPort:  responder.DefaultPerPort.String(),
@@ -94,6 +99,9 @@ func (c *Config) Validate() error {
 		}
 		if !strings.HasPrefix(c.EtcdPrefix, "/") || !strings.HasSuffix(c.EtcdPrefix, "/") {
 			errs = append(errs, fmt.Errorf("--etcd-prefix %q: want a key prefix that starts and ends in \"/\", such as %s", c.EtcdPrefix, etcd.DefaultPrefix))
+		}
+		if c.EtcdCompactionInterval < 0 {
+			errs = append(errs, fmt.Errorf("--etcd-compaction-interval %s: want a duration of 0 (never) or more", c.EtcdCompactionInterval))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--store %q: want bbolt or etcd", c.Store))

@@ -128,6 +128,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			d.ready.loops = append(d.ready.loops, l)
 		}
 	}
+	if es, ok := st.(*etcd.Store); ok && cfg.EtcdCompactionInterval > 0 {
+		controllers = append(controllers, d.etcdHousekeeping(es))
+	}
 	// Leases journaled before a crash go into the store before any
 	// reconciler reads it.
 	if err := d.dhcp.Recover(ctx); err != nil {
@@ -187,6 +190,20 @@ func (d *Daemon) openStore() (store.Store, error) {
 		return etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{TLS: tlsCfg, Prefix: d.cfg.EtcdPrefix})
 	}
 	return nil, fmt.Errorf("--store %s: this build has no %s backend yet", d.cfg.Store, d.cfg.Store)
+}
+
+// etcdHousekeeping compacts etcd (one node a round, see etcd.Compactor)
+// and watches its db size and alarms; a warning becomes a Warning event
+// on this node (kubectl's "Node" kind: there is no object of it).
+func (d *Daemon) etcdHousekeeping(es *etcd.Store) Controller {
+	c := etcd.NewCompactor(es)
+	c.Log = d.log
+	c.Warn = func(reason, msg string) { d.events.Record("Node", d.cfg.Node, events.Warning, reason, msg) }
+	d.reg.MustRegister(c)
+	return controllerFunc{"etcd-housekeeping", func(ctx context.Context) error {
+		c.Run(ctx, d.cfg.EtcdCompactionInterval)
+		return nil
+	}}
 }
 
 // controllers lists what runs beside the API.

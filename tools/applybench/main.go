@@ -50,17 +50,22 @@ func main() {
 	pivirtctl := flag.String("pivirtctl", "bin/pivirtctl", "pivirtctl binary")
 	n := flag.Int("n", 10000, "objects in the bulk apply")
 	singles := flag.Int("singles", 500, "single applies timed for the latency figures")
-	maplat := flag.Int("maplat", 300, "single applies timed until their entry is in the map, per kind")
+	maplat := flag.Int("maplat", 300, "single applies timed until their entry is in the map, per kind (0: none)")
 	extra := flag.String("pivirtd-args", "", "extra pivirtd flags, space separated (e.g. --metrics 127.0.0.1:9977 for pprof)")
 	daemonLog := flag.String("daemon-log", "", "write pivirtd's log to this file (with --log-level debug in -pivirtd-args: every pass)")
+	backend := flag.String("store", "bbolt", "pivirtd's store: bbolt, or etcd (a one-member etcd started in the bench's netns)")
 	flag.Parse()
-	if err := run(*pivirtd, *pivirtctl, *n, *singles, *maplat, strings.Fields(*extra), *daemonLog); err != nil {
+	if *backend != "bbolt" && *backend != "etcd" {
+		fmt.Fprintf(os.Stderr, "applybench: -store %q: want bbolt or etcd\n", *backend)
+		os.Exit(2)
+	}
+	if err := run(*pivirtd, *pivirtctl, *n, *singles, *maplat, strings.Fields(*extra), *daemonLog, *backend); err != nil {
 		fmt.Fprintln(os.Stderr, "applybench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(pivirtd, pivirtctl string, n, singles, maplat int, extra []string, daemonLog string) error {
+func run(pivirtd, pivirtctl string, n, singles, maplat int, extra []string, daemonLog, backend string) error {
 	dir, err := os.MkdirTemp("", "applybench-")
 	if err != nil {
 		return err
@@ -92,6 +97,14 @@ func run(pivirtd, pivirtctl string, n, singles, maplat int, extra []string, daem
 			return fmt.Errorf("reading the ifindex of %s from %q: %w", name, out, err)
 		}
 	}
+	if backend == "etcd" {
+		url, stop, err := startEtcd(ns, dir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		extra = append([]string{"--store", "etcd", "--etcd-endpoints", url, "--node", "bench"}, extra...)
+	}
 	args := append([]string{"--net=/run/netns/" + ns, "--", pivirtd, "--state-dir", filepath.Join(dir, "state"), "--socket", sock,
 		"--bpffs", filepath.Join(dir, "bpffs"), "--log-level", "warn"}, extra...)
 	d := exec.Command("nsenter", args...)
@@ -122,7 +135,10 @@ func run(pivirtd, pivirtctl string, n, singles, maplat int, extra []string, daem
 	}
 
 	file := filepath.Join(dir, "many.yaml")
-	if err := os.WriteFile(file, manyLeases(n), 0o644); err != nil {
+	// On etcd a segment serving DHCP must be placed on a node, which only
+	// the cluster tier's token may do (over TCP): the bench's serves none.
+	dhcp := backend != "etcd"
+	if err := os.WriteFile(file, manyLeases(n, dhcp), 0o644); err != nil {
 		return err
 	}
 	if os.Getenv("APPLYBENCH_PAUSE") != "" {
@@ -139,7 +155,7 @@ func run(pivirtd, pivirtctl string, n, singles, maplat int, extra []string, daem
 	start := time.Now()
 	out, err := exec.Command(pivirtctl, "--socket", sock, "apply", "-f", file).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("bulk apply: %w: %s", err, lastLines(out, 5))
+		return fmt.Errorf("bulk apply: %w: %s", err, errorLines(out, 5))
 	}
 	bulk := time.Since(start)
 	bulkMap, err := waitAllPinned(leases, n, 30*time.Second)
@@ -188,6 +204,9 @@ func run(pivirtd, pivirtctl string, n, singles, maplat int, extra []string, daem
 	fmt.Printf("single apply via the API (%d, create then update): p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", singles,
 		ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]))
 	fmt.Printf("pivirtd RSS after: %.1f MiB\n", float64(rss)/1024)
+	if maplat == 0 {
+		return nil
+	}
 
 	resLat, err := reservationToMap(client, leases, maplat)
 	if err != nil {
@@ -348,9 +367,12 @@ func unixClient(sock string) *http.Client {
 	}}}
 }
 
-func manyLeases(n int) []byte {
+// manyLeases is the bulk file: a segment (serving DHCP if dhcp) and n
+// leases in it.
+func manyLeases(n int, dhcp bool) []byte {
 	var b bytes.Buffer
-	b.WriteString("apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata: {name: big-net}\nspec:\n  networkRef: big-net\n  bridge: br-big\n  hostIP: 10.20.0.1/16\n  dhcp: {delegatedRangeStart: 10.20.0.10, delegatedRangeEnd: 10.20.255.250}\n")
+	fmt.Fprintf(&b, "apiVersion: pivirt.hu/v1\nkind: NetworkSegment\nmetadata: {name: big-net}\nspec:\n  networkRef: big-net\n  bridge: br-big\n  hostIP: 10.20.0.1/16\n"+
+		"  dhcp: {enabled: %v, delegatedRangeStart: 10.20.0.10, delegatedRangeEnd: 10.20.255.250}\n", dhcp)
 	for i := 0; i < n; i++ {
 		ip := 10*256 + i
 		fmt.Fprintf(&b, "---\napiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: vm-%05d}\nspec: {network: br-big, macAddress: \"52:54:01:%02x:%02x:%02x\", ipAddress: 10.20.%d.%d}\n",
@@ -375,10 +397,54 @@ func rssKiB(pid int) (int, error) {
 	return 0, errors.New("no VmRSS in /proc status")
 }
 
+// errorLines returns the first n lines of out that report an error, or
+// its last n lines when none does.
+func errorLines(out []byte, n int) string {
+	var errs []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "Error") || strings.HasPrefix(l, "error") {
+			errs = append(errs, l)
+		}
+	}
+	if len(errs) == 0 {
+		return lastLines(out, n)
+	}
+	return fmt.Sprintf("%d errors, the first: %s", len(errs), strings.Join(errs[:min(n, len(errs))], "\n"))
+}
+
 func lastLines(b []byte, n int) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// startEtcd runs a one-member etcd in netns ns on loopback, its data
+// under dir, and returns its client URL once it answers, and how to stop
+// it (by its PID).
+func startEtcd(ns, dir string) (string, func(), error) {
+	const client, peer = "http://127.0.0.1:23790", "http://127.0.0.1:23800"
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+ns, "--", "etcd",
+		"--name", "bench", "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "bench="+peer, "--log-level", "error")
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("starting etcd: %w", err)
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+	// etcd's /health, asked from inside the netns, answers once it serves.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if exec.Command("nsenter", "--net=/run/netns/"+ns, "--", "curl", "-sf", "-m", "2", client+"/health").Run() == nil {
+			return client, stop, nil
+		}
+	}
+	stop()
+	return "", nil, fmt.Errorf("etcd not serving within 30s: %s", logs.String())
 }
