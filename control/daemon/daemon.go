@@ -194,13 +194,25 @@ func (d *Daemon) openStore() (store.Store, error) {
 
 // etcdHousekeeping compacts etcd (one node a round, see etcd.Compactor)
 // and watches its db size and alarms; a warning becomes a Warning event
-// on this node (kubectl's "Node" kind: there is no object of it).
+// of every segment this node realizes (`describe segment` shows it),
+// whose leases etcd would stop storing.
 func (d *Daemon) etcdHousekeeping(es *etcd.Store) Controller {
 	c := etcd.NewCompactor(es)
 	c.Log = d.log
-	c.Warn = func(reason, msg string) { d.events.Record("Node", d.cfg.Node, events.Warning, reason, msg) }
 	d.reg.MustRegister(c)
 	return controllerFunc{"etcd-housekeeping", func(ctx context.Context) error {
+		c.Warn = func(reason, msg string) {
+			segs, _, err := d.store.List(ctx, pivirtv1.KindNetworkSegment, nil)
+			if err != nil {
+				d.log.Warn("listing segments for an etcd warning", "err", err)
+				return
+			}
+			for _, seg := range segs {
+				if node := seg.Metadata.Labels[pivirtv1.NodeLabel]; node == "" || node == d.cfg.Node {
+					d.events.Record(pivirtv1.KindNetworkSegment, seg.Metadata.Name, events.Warning, reason, msg)
+				}
+			}
+		}
 		c.Run(ctx, d.cfg.EtcdCompactionInterval)
 		return nil
 	}}
