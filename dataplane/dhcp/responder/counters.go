@@ -74,7 +74,7 @@ func DropReasons() []string {
 	return out
 }
 
-// IgnoreReasons: see DropReasons.
+// IgnoreReasons names every reason a request goes unanswered (see DropReasons).
 func IgnoreReasons() []string {
 	var out []string
 	for i := server.IgnoreNone + 1; i < server.NumIgnore; i++ {
