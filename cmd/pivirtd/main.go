@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -34,7 +35,7 @@ func main() {
 
 func newCommand() *cobra.Command {
 	cfg := daemon.Defaults()
-	var configFile, logLevel string
+	var configFile, logLevel, logFormat string
 	cmd := &cobra.Command{
 		Use:   "pivirtd",
 		Short: "pivirt dataplane daemon: manifests in, eBPF maps and DHCP out",
@@ -55,11 +56,10 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 					return err
 				}
 			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level %q: %w", logLevel, err)
+			log, err := newLogger(os.Stderr, logFormat, logLevel)
+			if err != nil {
+				return err
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			// The heap is mostly long-lived objects (the store cache and
 			// admission's index): collect at 50% growth rather than 100% to
 			// keep the daemon small on a hypervisor, unless GOGC says else.
@@ -106,6 +106,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	_ = f.MarkHidden("journal-sync-delay")
 	f.StringSliceVar(&cfg.DHCPTrustedRelays, "dhcp-trusted-relays", cfg.DHCPTrustedRelays, "IP addresses or CIDRs of DHCP relay agents whose relayed requests (giaddr set) are served; any other request with a giaddr is dropped (a guest is never a relay)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text (logfmt) or json, one object a line for log shippers")
 	return cmd
 }
 
@@ -145,4 +146,20 @@ func applyConfigFile(fs *pflag.FlagSet, path string) error {
 		}
 	}
 	return nil
+}
+
+// newLogger builds the daemon's logger from --log-format and --log-level.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }

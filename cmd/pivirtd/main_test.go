@@ -77,3 +77,35 @@ func TestREADMENamesEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestNewLogger(t *testing.T) {
+	tests := []struct {
+		format, level string
+		wantErr       string // substring; empty: no error
+		wantPrefix    string // first bytes of an info line
+	}{
+		{format: "text", level: "info", wantPrefix: "time="},
+		{format: "json", level: "info", wantPrefix: `{"time":`},
+		{format: "yaml", level: "info", wantErr: `--log-format "yaml"`},
+		{format: "json", level: "loud", wantErr: `--log-level "loud"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.format+"/"+tc.level, func(t *testing.T) {
+			var buf bytes.Buffer
+			log, err := newLogger(&buf, tc.format, tc.level)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want one containing %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			log.Info("hello")
+			if !strings.HasPrefix(buf.String(), tc.wantPrefix) {
+				t.Errorf("logged %q, want prefix %q", buf.String(), tc.wantPrefix)
+			}
+		})
+	}
+}
