@@ -32,21 +32,28 @@ func TestEtcdDown(t *testing.T) {
 	}
 }
 
-func testEtcdDown(t *testing.T, frozen bool) {
-	srv := etcdtest.Start(t)
+// etcdAPI serves the resource API of a node on srv (a clustered node,
+// as pivirtd --store etcd), closed with the test.
+func etcdAPI(t *testing.T, srv *etcdtest.Server) (resourcev1connect.ResourceServiceClient, *etcd.Store, *ResourceServer) {
+	t.Helper()
 	st, err := etcd.Open([]string{srv.URL}, etcd.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	index := admission.NewIndex()
 	index.Shared = true
 	rs := &ResourceServer{Store: st, Index: index, Recorder: events.NewRecorder(5), Clustered: true}
 	mux := http.NewServeMux()
 	mux.Handle(resourcev1connect.NewResourceServiceHandler(rs, HandlerOptions()...))
 	hs := httptest.NewServer(mux)
-	defer hs.Close()
-	client := resourcev1connect.NewResourceServiceClient(hs.Client(), hs.URL)
+	t.Cleanup(hs.Close)
+	return resourcev1connect.NewResourceServiceClient(hs.Client(), hs.URL), st, rs
+}
+
+func testEtcdDown(t *testing.T, frozen bool) {
+	srv := etcdtest.Start(t)
+	client, _, _ := etcdAPI(t, srv)
 
 	lease := func(name, mac, ip string) []byte {
 		return []byte(`{"apiVersion":"pivirt.hu/v1","kind":"DHCPLease","metadata":{"name":"` + name +
@@ -126,20 +133,7 @@ func TestEtcdApplyManyObjects(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := etcdtest.StartWith(t, etcdtest.Options{Extra: tc.etcdFlags})
-			st, err := etcd.Open([]string{srv.URL}, etcd.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			index := admission.NewIndex()
-			index.Shared = true
-			rs := &ResourceServer{Store: st, Index: index, Recorder: events.NewRecorder(5), Clustered: true}
-			mux := http.NewServeMux()
-			mux.Handle(resourcev1connect.NewResourceServiceHandler(rs, HandlerOptions()...))
-			hs := httptest.NewServer(mux)
-			defer hs.Close()
-			client := resourcev1connect.NewResourceServiceClient(hs.Client(), hs.URL)
+			client, st, rs := etcdAPI(t, etcdtest.StartWith(t, etcdtest.Options{Extra: tc.etcdFlags}))
 
 			req := &resourcev1.ApplyRequest{}
 			for i := range tc.leases {

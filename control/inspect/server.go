@@ -130,6 +130,11 @@ func vtepEntries(path string) ([]string, []json.RawMessage, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return rendered(es)
+}
+
+// rendered is each entry as a line and as JSON, for DumpMap.
+func rendered[E fmt.Stringer](es []E) ([]string, []json.RawMessage, error) {
 	lines := make([]string, 0, len(es))
 	items := make([]json.RawMessage, 0, len(es))
 	for _, e := range es {
@@ -157,17 +162,7 @@ func (s *Server) natEntries(name string) ([]string, []json.RawMessage, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	lines := make([]string, 0, len(es))
-	items := make([]json.RawMessage, 0, len(es))
-	for _, e := range es {
-		lines = append(lines, e.String())
-		b, err := json.Marshal(e)
-		if err != nil {
-			return nil, nil, err
-		}
-		items = append(items, b)
-	}
-	return lines, items, nil
+	return rendered(es)
 }
 
 // ListPrograms lists the programs attached through pinned links.
