@@ -52,6 +52,26 @@ metadata: {name: vm2-nic0}
 spec: {interface: hp2, macAddress: "52:54:00:00:50:02", ipAddresses: [192.168.50.20]}
 `
 
+// guardCounters returns the guard's counters of one port by reason, as
+// `pivirtctl inspect map pv_counters_v3` reads them.
+func guardCounters(tb testing.TB, d *harness.Daemon, ifname string) map[string]uint64 {
+	tb.Helper()
+	out := d.MustCtl("inspect", "map", "pv_counters_v3", "-o", "json")
+	var es []struct {
+		Interface string            `json:"interface"`
+		Reasons   map[string]uint64 `json:"reasons"`
+	}
+	if err := json.Unmarshal([]byte(out), &es); err != nil {
+		tb.Fatalf("decoding pv_counters_v3: %v\n%s", err, out)
+	}
+	for _, e := range es {
+		if e.Interface == ifname {
+			return e.Reasons
+		}
+	}
+	return map[string]uint64{}
+}
+
 // udpFrame builds an Ethernet/IPv4/UDP frame carrying marker.
 func udpFrame(t *testing.T, src net.HardwareAddr, srcIP string, sport, dport int, marker string) []byte {
 	t.Helper()

@@ -7,10 +7,12 @@ package test
 // guard approved the frame (tun_get_user: XDP in tun_build_skb, then
 // virtio_net_hdr_to_skb). Where the frame leaves through a device without
 // checksum offload, skb_checksum_help writes 16 bits at csum_start +
-// csum_offset: anywhere in the headers, the source address included.
+// csum_offset: anywhere in the headers, the source address included. A
+// packet socket with PACKET_VNET_HDR does the same behind a veth.
 //
 //   pvt-host netns: pivirtd, br-csum 192.168.71.1/24
 //     ├── tapatk (tap with IFF_VNET_HDR; the test writes as the VM 52:54:00:00:71:01, 192.168.71.10, guarded)
+//     ├── vatk   (veth to a guest netns; a packet socket there sends as 52:54:00:00:71:02, 192.168.71.11, guarded)
 //     └── tapvic (tap without offloads; the test reads what a neighbour VM gets)
 
 import (
@@ -28,6 +30,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"pivirt.hu/pivirt/test/guest"
 	"pivirt.hu/pivirt/test/harness"
 	"pivirt.hu/pivirt/test/testutil"
 )
@@ -41,6 +44,11 @@ apiVersion: pivirt.hu/v1
 kind: PortSecurity
 metadata: {name: csum-atk}
 spec: {interface: tapatk, macAddress: "52:54:00:00:71:01", ipAddresses: [192.168.71.10]}
+---
+apiVersion: pivirt.hu/v1
+kind: PortSecurity
+metadata: {name: csum-veth}
+spec: {interface: vatk, macAddress: "52:54:00:00:71:02", ipAddresses: [192.168.71.11]}
 `
 
 // rawTap is a tap whose descriptor the test holds; frames read from it
@@ -112,13 +120,17 @@ func vnetHdr(needsCsum bool, start, offset uint16) []byte {
 	return h
 }
 
-// TestPrivilegedTapChecksumOffsets reproduces item 7. It is a
-// reproduction, not a regression test: it fails while the guard does not
-// check the offsets, so it runs only with PIVIRT_REPRO_CSUM=1.
-func TestPrivilegedTapChecksumOffsets(t *testing.T) {
-	if os.Getenv("PIVIRT_REPRO_CSUM") != "1" {
-		t.Skip("a reproduction of issue 30 item 7 that fails until the guard checks checksum offsets; PIVIRT_REPRO_CSUM=1 runs it")
-	}
+// TestPrivilegedChecksumRequestChecked is item 7: a guest's checksum
+// offload request passes only if it is for its TCP/UDP checksum. The
+// request a stack makes (the UDP checksum) still works; one for the last
+// two bytes of the source address, and one whose rewrite turns an
+// approved ARP reply into a claim on a neighbour's address, are dropped
+// and counted as checksum-offload. Both kinds of port: a tap (XDP guard,
+// then the tcx check) written with a virtio-net header, and a veth (tcx
+// guard) written through a packet socket with PACKET_VNET_HDR in the
+// guest's namespace. The neighbour is a tap without offloads, so every
+// frame it reads was checksummed in software on the way.
+func TestPrivilegedChecksumRequestChecked(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
 	testutil.RequireDevice(t, "/dev/net/tun")
@@ -136,51 +148,116 @@ func TestPrivilegedTapChecksumOffsets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 15*time.Second, "csum-atk attached in XDP driver mode", func() bool {
-		return strings.Contains(d.Ctl("get", "portsec", "csum-atk", "-o", "yaml").Stdout, "attach: xdp")
-	})
-	mac := net.HardwareAddr{0x52, 0x54, 0, 0, 0x71, 1}
-	approved := netip.MustParseAddr("192.168.71.10")
-	cases := []struct {
-		marker string
-		hdr    []byte
+	vethMAC := net.HardwareAddr{0x52, 0x54, 0, 0, 0x71, 2}
+	g := guest.Attach(t, host, "br-csum", "vatk", vethMAC)
+	for _, p := range []struct{ name, attach string }{{"csum-atk", "attach: xdp"}, {"csum-veth", "attach: tcx"}} {
+		waitFor(t, 15*time.Second, p.name+" attached ("+p.attach+")", func() bool {
+			return strings.Contains(d.Ctl("get", "portsec", p.name, "-o", "yaml").Stdout, p.attach)
+		})
+	}
+	sendVeth := packetSocketVnet(t, g)
+
+	type frameCase struct {
+		marker  string
+		arrives bool
+	}
+	var cases []frameCase
+	for _, port := range []struct {
+		name     string
+		mac      net.HardwareAddr
+		approved netip.Addr
+		send     func(hdr, frame []byte)
 	}{
-		{"plain", vnetHdr(false, 0, 0)},
-		{"udp-csum", vnetHdr(true, 14+20, 6)}, // a real offload request: the UDP checksum
-		{"saddr", vnetHdr(true, 14+12, 2)},    // the last two bytes of the source address
-	}
-	for _, c := range cases {
-		f := udpFrame(t, mac, approved.String(), 4000, 9999, "pvmark:"+c.marker)
-		if _, err := atk.f.Write(append(c.hdr, f...)); err != nil {
-			t.Logf("%s: the tap refused the frame: %v", c.marker, err)
+		{"tap", net.HardwareAddr{0x52, 0x54, 0, 0, 0x71, 1}, netip.MustParseAddr("192.168.71.10"), func(hdr, f []byte) {
+			if _, err := atk.f.Write(append(hdr, f...)); err != nil {
+				t.Errorf("the tap refused the frame: %v", err)
+			}
+		}},
+		{"veth", vethMAC, netip.MustParseAddr("192.168.71.11"), sendVeth},
+	} {
+		for _, c := range []struct {
+			what    string
+			hdr     []byte
+			arrives bool
+		}{
+			{"plain", vnetHdr(false, 0, 0), true},
+			{"udp-csum", vnetHdr(true, 14+20, 6), true}, // what a stack asks: the UDP checksum
+			{"saddr", vnetHdr(true, 14+12, 2), false},   // the last two bytes of the source address
+		} {
+			marker := port.name + "-" + c.what
+			port.send(c.hdr, udpFrame(t, port.mac, port.approved.String(), 4000, 9999, "pvmark:"+marker))
+			cases = append(cases, frameCase{marker, c.arrives})
 		}
+		// The value written is the guest's to choose: an ARP reply the
+		// guard approved would claim a neighbour's address on arrival.
+		marker := port.name + "-chosen"
+		port.send(vnetHdr(true, 14+14, 2), chosenARP(t, port.mac, port.approved, netip.MustParseAddr("192.168.71.20"), "pvmark:"+marker))
+		cases = append(cases, frameCase{marker, false})
 	}
-	// The value written is the guest's to choose: an ARP reply the guard
-	// approved claims a neighbour's address when it arrives.
-	victim := netip.MustParseAddr("192.168.71.20")
-	if _, err := atk.f.Write(append(vnetHdr(true, 14+14, 2), chosenARP(t, mac, approved, victim, "pvmark:chosen")...)); err != nil {
-		t.Fatalf("chosen: the tap refused the frame: %v", err)
-	}
-	cases = append(cases, struct {
-		marker string
-		hdr    []byte
-	}{"chosen", nil})
-	waitFor(t, 5*time.Second, "the plain frame at the neighbour", func() bool { return vic.frame("plain") != nil })
-	time.Sleep(200 * time.Millisecond)
+
+	waitFor(t, 5*time.Second, "the frames that pass at the neighbour", func() bool {
+		for _, c := range cases {
+			if c.arrives && vic.frame(c.marker) == nil {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(300 * time.Millisecond) // room for a frame that should not come
 	for _, c := range cases {
 		f := vic.frame(c.marker)
-		if f == nil {
-			t.Logf("%s: never reached the neighbour", c.marker)
-			continue
+		switch {
+		case f == nil && c.arrives:
+			t.Errorf("%s: never reached the neighbour", c.marker)
+		case f != nil && !c.arrives:
+			at := 14 + 12 // the IPv4 source, or the ARP sender address
+			if binary.BigEndian.Uint16(f[12:]) == 0x0806 {
+				at = 14 + 14
+			}
+			src, _ := netip.AddrFromSlice(f[at : at+4])
+			t.Errorf("%s: reached the neighbour (from %s) past the guard", c.marker, src)
+		case f != nil:
+			if src, _ := netip.AddrFromSlice(f[14+12 : 14+16]); !strings.HasPrefix(src.String(), "192.168.71.1") {
+				t.Errorf("%s: arrived from %s", c.marker, src)
+			}
 		}
-		at := 14 + 12 // the IPv4 source, or the ARP sender address
-		if binary.BigEndian.Uint16(f[12:]) == 0x0806 {
-			at = 14 + 14
+	}
+	for _, ifc := range []string{"tapatk", "vatk"} {
+		if got := guardCounters(t, d, ifc)["checksum-offload"]; got != 2 {
+			t.Errorf("%s: %d frames counted checksum-offload, want 2 (saddr, chosen)", ifc, got)
 		}
-		src, _ := netip.AddrFromSlice(f[at : at+4])
-		t.Logf("%s: reached the neighbour from %s", c.marker, src)
-		if src != approved {
-			t.Errorf("%s: the neighbour got the frame from %s, not the %s the guard approved", c.marker, src, approved)
+	}
+}
+
+// packetSocketVnet returns a sender of frames with a virtio-net header
+// through a packet socket (PACKET_VNET_HDR) on the guest's interface.
+func packetSocketVnet(t *testing.T, g *guest.Guest) func(hdr, frame []byte) {
+	t.Helper()
+	var fd, ifindex int
+	err := g.NS.Do(func() error {
+		l, err := netlink.LinkByName(g.Ifc)
+		if err != nil {
+			return err
+		}
+		ifindex = l.Attrs().Index
+		if fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("packet socket: %w", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("PACKET_VNET_HDR: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return func(hdr, frame []byte) {
+		to := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6}
+		copy(to.Addr[:], frame[:6])
+		if err := unix.Sendto(fd, append(hdr, frame...), 0, to); err != nil {
+			t.Errorf("sending through the packet socket: %v", err)
 		}
 	}
 }

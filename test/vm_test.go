@@ -222,21 +222,7 @@ func (w *vmWorld) waitGuarded(tb testing.TB, timeout time.Duration) {
 
 // tapCounters returns the guard's counters of the VM's tap by reason.
 func (w *vmWorld) tapCounters(tb testing.TB) map[string]uint64 {
-	tb.Helper()
-	out := w.d.MustCtl("inspect", "map", "pv_counters_v3", "-o", "json")
-	var es []struct {
-		Interface string            `json:"interface"`
-		Reasons   map[string]uint64 `json:"reasons"`
-	}
-	if err := json.Unmarshal([]byte(out), &es); err != nil {
-		tb.Fatalf("decoding pv_counters_v3: %v\n%s", err, out)
-	}
-	for _, e := range es {
-		if e.Interface == vmTapName {
-			return e.Reasons
-		}
-	}
-	return map[string]uint64{}
+	return guardCounters(tb, w.d, vmTapName)
 }
 
 // serveBlock serves blk at http://203.0.113.1:8080/blk from the inet

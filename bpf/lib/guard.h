@@ -15,6 +15,9 @@
 #include "lib/ctx.h"
 #include "lib/parse.h"
 #include "pivirt/maps.h"
+#ifdef PV_CTX_SKB
+#include "lib/offload.h"
+#endif
 
 #define DHCP_SERVER_PORT   bpf_htons(67)
 #define DHCP_CLIENT_PORT   bpf_htons(68)
@@ -536,8 +539,32 @@ static __always_inline int pv_guard_port(struct __ctx_buff *ctx)
 		return CTX_ACT_OK;
 	ctx_pull(ctx);
 	reason = pv_guard(ctx, ifindex, port);
+#ifdef PV_CTX_SKB
+	if (reason < PV_R_DROP_MIN && pv_offload_check(ctx) != PV_R_PASS)
+		reason = PV_R_CSUM_OFFLOAD;
+#endif
 	pv_count(port, reason);
 	return reason < PV_R_DROP_MIN ? CTX_ACT_OK : CTX_ACT_DROP;
 }
+
+#ifdef PV_CTX_SKB
+/* pv_offload_port checks the checksum request of a frame from a port whose
+ * guard runs in XDP (a tap), which sees the frame before the request is
+ * applied (lib/offload.h).
+ */
+static __always_inline int pv_offload_port(struct __sk_buff *ctx)
+{
+	struct pv_port_key pk = { .ifindex = ctx_ifindex(ctx) };
+	struct pv_port *port;
+
+	if (pv_offload_check(ctx) == PV_R_PASS)
+		return CTX_ACT_OK;
+	port = bpf_map_lookup_elem(&pv_ports_v2, &pk);
+	if (!port)
+		return CTX_ACT_OK;
+	pv_count(port, PV_R_CSUM_OFFLOAD);
+	return CTX_ACT_DROP;
+}
+#endif
 
 #endif /* PIVIRT_LIB_GUARD_H */

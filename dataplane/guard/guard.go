@@ -46,6 +46,9 @@ const (
 	ProgXDP = "pv_xdp_guard"
 	ProgTCX = "pv_tcx_guard"
 	ProgSim = "pv_tc_sim"
+	// On a tap, at tcx ingress after the XDP guard: the virtio-net
+	// header's checksum request, applied after XDP.
+	ProgOffload = "pv_tcx_offload"
 	// The port ACL: toward the VM at tcx egress, from it at tcx ingress.
 	ProgACLToVM   = "pv_acl_to_vm"
 	ProgACLFromVM = "pv_acl_from_vm"
@@ -236,6 +239,7 @@ const (
 	ReasonTunnel       Reason = typesPvReasonPV_R_TUNNEL
 	ReasonFragHeader   Reason = typesPvReasonPV_R_FRAG_HEADER
 	ReasonMcastRouter  Reason = typesPvReasonPV_R_MCAST_ROUTER
+	ReasonCsumOffload  Reason = typesPvReasonPV_R_CSUM_OFFLOAD
 	ReasonMax          Reason = typesPvReasonPV_R_MAX
 )
 
@@ -265,6 +269,7 @@ var reasonNames = map[Reason]string{
 	ReasonTunnel:       "tunnel",
 	ReasonFragHeader:   "fragment-header",
 	ReasonMcastRouter:  "multicast-router",
+	ReasonCsumOffload:  "checksum-offload",
 }
 
 // String is the reason's stable kebab-case name, as in counters and

@@ -23,6 +23,7 @@ const (
 	tcx_guardMapPvPortsV2     = "pv_ports_v2"
 	tcx_guardMapPvTunnelPorts = "pv_tunnel_ports"
 	tcx_guardProgPvTcxGuard   = "pv_tcx_guard"
+	tcx_guardProgPvTcxOffload = "pv_tcx_offload"
 )
 
 // loadTcx_guard returns the embedded CollectionSpec for tcx_guard.
@@ -67,7 +68,8 @@ type tcx_guardSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcx_guardProgramSpecs struct {
-	PvTcxGuard *ebpf.ProgramSpec `ebpf:"pv_tcx_guard"`
+	PvTcxGuard   *ebpf.ProgramSpec `ebpf:"pv_tcx_guard"`
+	PvTcxOffload *ebpf.ProgramSpec `ebpf:"pv_tcx_offload"`
 }
 
 // tcx_guardMapSpecs contains maps before they are loaded into the kernel.
@@ -137,12 +139,14 @@ type tcx_guardVariables struct {
 //
 // It can be passed to loadTcx_guardObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcx_guardPrograms struct {
-	PvTcxGuard *ebpf.Program `ebpf:"pv_tcx_guard"`
+	PvTcxGuard   *ebpf.Program `ebpf:"pv_tcx_guard"`
+	PvTcxOffload *ebpf.Program `ebpf:"pv_tcx_offload"`
 }
 
 func (p *tcx_guardPrograms) Close() error {
 	return _Tcx_guardClose(
 		p.PvTcxGuard,
+		p.PvTcxOffload,
 	)
 }
 

@@ -231,6 +231,7 @@ const (
 	typesPvReasonPV_R_TUNNEL        typesPvReason = 24
 	typesPvReasonPV_R_FRAG_HEADER   typesPvReason = 25
 	typesPvReasonPV_R_MCAST_ROUTER  typesPvReason = 26
+	typesPvReasonPV_R_CSUM_OFFLOAD  typesPvReason = 27
 	typesPvReasonPV_R_MAX           typesPvReason = 32
 )
 

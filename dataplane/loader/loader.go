@@ -217,6 +217,20 @@ func (l *Loader) Attach(ifname string, mode Mode) (Attachment, error) {
 	}
 	defer lk.Close()
 
+	// The XDP guard sees a tap's frame before the kernel applies the
+	// guest's checksum request; a tcx program checks that request (the
+	// tcx guard does it itself).
+	offloadPin := LinkPath(l.base, ifname, guard.ProgOffload)
+	if hook == HookXDP {
+		olk, err := UpsertLink(offloadPin, l.tcx.Programs[guard.ProgOffload], HookTCX, link.Head(), ifindex, ifname)
+		if err != nil {
+			return Attachment{}, err
+		}
+		olk.Close()
+	} else if err := Unpin(offloadPin); err != nil {
+		return Attachment{}, fmt.Errorf("removing the checksum-request link of %s: %w", ifname, err)
+	}
+
 	other := HookTCX
 	if hook == HookTCX {
 		other = HookXDP
@@ -305,7 +319,7 @@ func (l *Loader) Detach(ifname string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var errs []error
-	for _, p := range []string{guard.ProgXDP, guard.ProgTCX, guard.ProgACLFromVM, guard.ProgACLToVM} {
+	for _, p := range []string{guard.ProgXDP, guard.ProgTCX, guard.ProgOffload, guard.ProgACLFromVM, guard.ProgACLToVM} {
 		if err := Unpin(LinkPath(l.base, ifname, p)); err != nil {
 			errs = append(errs, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,8 +133,13 @@ func TestPrivilegedLoader(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(list) != 2 || list[0].Interface > list[1].Interface {
-			t.Errorf("Attached() = %+v, want 2 sorted", list)
+		// b's XDP guard comes with the tcx check of checksum requests.
+		var progs []string
+		for _, at := range list {
+			progs = append(progs, at.Interface+"/"+at.Program)
+		}
+		if want := []string{a + "/" + guard.ProgTCX, b + "/" + guard.ProgOffload, b + "/" + guard.ProgXDP}; !slices.Equal(progs, want) {
+			t.Errorf("Attached() = %v, want %v (sorted)", progs, want)
 		}
 		// Switching b to tc replaces its XDP link.
 		if _, err := l2.Attach(b, loader.ModeTC); err != nil {
@@ -141,6 +147,9 @@ func TestPrivilegedLoader(t *testing.T) {
 		}
 		if _, err := os.Stat(loader.LinkPath(base, b, guard.ProgXDP)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("xdp link of %s still pinned after switch to tc: %v", b, err)
+		}
+		if _, err := os.Stat(loader.LinkPath(base, b, guard.ProgOffload)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("checksum-request link of %s still pinned after switch to tc: %v", b, err)
 		}
 
 		// Simulate against the pinned maps.

@@ -131,6 +131,8 @@ enum pv_reason {
 				  * upper-layer header (RFC 7112, RFC 1858) */
 	PV_R_MCAST_ROUTER  = 26, /* IGMP/MLD query, multicast router
 				  * discovery, DVMRP or PIM from the VM */
+	PV_R_CSUM_OFFLOAD  = 27, /* a checksum offload request for bytes
+				  * other than the TCP/UDP checksum */
 	PV_R_MAX           = 32, /* room for new reasons without a _v4 */
 };
 
