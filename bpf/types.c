@@ -19,5 +19,12 @@ enum pv_acl_action pv_acl_action_btf __attribute__((unused));
 enum pv_acl_flags pv_acl_flags_btf __attribute__((unused));
 enum pv_ct_timeout pv_ct_timeout_btf __attribute__((unused));
 enum pv_ct_tcp pv_ct_tcp_btf __attribute__((unused));
+/* The per-port maps' keys and values: their inner map templates give
+ * only sizes (acl_maps.h).
+ */
+struct pv_ct_key pv_ct_key_btf __attribute__((unused));
+struct pv_ct pv_ct_btf __attribute__((unused));
+struct pv_frag_key pv_frag_key_btf __attribute__((unused));
+struct pv_frag pv_frag_btf __attribute__((unused));
 
 char __license[] SEC("license") = "Dual BSD/GPL";

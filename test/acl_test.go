@@ -177,7 +177,7 @@ func TestPrivilegedACLEndToEnd(t *testing.T) {
 
 	out := d.MustCtl("inspect", "map", "pv_counters_v3", "-o", "json")
 	wantContains(t, "counters", out, "acl-ingress", "acl-egress", "pass-to-vm")
-	wantContains(t, "inspect map pv_conntrack", d.MustCtl("inspect", "map", "pv_conntrack"),
+	wantContains(t, "inspect map pv_conntrack", d.MustCtl("inspect", "map", "pv_conntrack_v2"),
 		"tcp 192.168.60.10:22 <-> 192.168.60.1:", "origin=ingress", "origin=egress")
 
 	// simulate shows the ACL's verdicts without counting them.

@@ -117,6 +117,6 @@ echo "host pings the VM ($VMIP): no ingress rule allows ICMP"
 ip netns exec "$HOSTNS" ping -c 2 -W 1 "$VMIP" | tail -2 || true
 echo "the VM pings the host: its echo is tracked, the replies pass"
 ip netns exec "$VMNS" ping -c 2 -W 1 -I "$VMIP" 192.168.100.1 | tail -2
-ctl inspect map pv_conntrack
+ctl inspect map pv_conntrack_v2
 
 step "done: cleaning up namespaces, pivirtd and its pins"

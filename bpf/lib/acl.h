@@ -5,7 +5,7 @@
  * (egress rules, at tcx ingress after the guard, which has already
  * checked the pins). Rules are matched in order, the first match decides,
  * else the direction's default. A stateful ACL records every flow it
- * lets through in pv_conntrack, keyed from the VM's side, so packets of
+ * lets through in its port's map of pv_conntrack_v2, keyed from the VM's side, so packets of
  * that flow pass both ways, and ICMP errors about it (PMTU, unreachable)
  * pass as related. The ACL is about IP traffic: ARP and other ethertypes
  * pass (the guard pins them), and so do DHCP, DHCPv6 and ICMPv6 ND/MLD
@@ -230,8 +230,12 @@ static __always_inline int acl_error_ours(const struct pv_ct_key *outer, const s
  */
 static __always_inline int acl_later_fragment(const struct pv_frag_key *fk, __u8 proto, struct acl_pkt *p)
 {
-	struct pv_frag *f = bpf_map_lookup_elem(&pv_acl_frags, fk);
+	void *frags = bpf_map_lookup_elem(&pv_acl_frags_v2, &fk->ifindex);
+	struct pv_frag *f;
 
+	if (!frags)
+		return 0;
+	f = bpf_map_lookup_elem(frags, fk);
 	if (!f)
 		return 0;
 	p->ct.vm_port = f->vm_port;
@@ -247,9 +251,13 @@ static __always_inline int acl_later_fragment(const struct pv_frag_key *fk, __u8
 static __always_inline void acl_first_fragment(const struct pv_frag_key *fk, const struct acl_pkt *p)
 {
 	struct pv_frag f = { .vm_port = p->ct.vm_port, .peer_port = p->ct.peer_port, .dport = p->dport };
+	void *frags;
 
-	if (!PV_ACL_SIM)
-		bpf_map_update_elem(&pv_acl_frags, fk, &f, BPF_ANY);
+	if (PV_ACL_SIM)
+		return;
+	frags = bpf_map_lookup_elem(&pv_acl_frags_v2, &fk->ifindex);
+	if (frags)
+		bpf_map_update_elem(frags, fk, &f, BPF_ANY);
 }
 
 static __always_inline void acl_frag_key4(struct pv_frag_key *fk, const struct iphdr *ip, __u32 ifindex,
@@ -540,10 +548,14 @@ static __always_inline __u8 acl_tcp_end(__u8 flags, __u32 dir)
  */
 static __always_inline int acl_tracked(const struct pv_acl_set *acl, struct acl_pkt *p, __u32 dir, __u64 now)
 {
-	struct pv_ct *ct = bpf_map_lookup_elem(&pv_conntrack, &p->ct);
+	void *flows = bpf_map_lookup_elem(&pv_conntrack_v2, &p->ct.ifindex);
+	struct pv_ct *ct;
 	__u64 seen;
 	__u8 end;
 
+	if (!flows)
+		return 0;
+	ct = bpf_map_lookup_elem(flows, &p->ct);
 	if (!ct || ct->version != acl->version)
 		return 0;
 	/* Another CPU may have stored a later time than this one's now. */
@@ -608,7 +620,11 @@ static __always_inline __u32 pv_acl_check(struct __sk_buff *ctx, __u32 dir, __u3
 				   .origin = dir,
 				   .tcp = p.ct.proto == IPPROTO_TCP ? acl_tcp_end(p.tcp_flags, dir) : 0 };
 
-		bpf_map_update_elem(&pv_conntrack, &p.ct, &v, BPF_ANY);
+		void *flows = bpf_map_lookup_elem(&pv_conntrack_v2, &p.ct.ifindex);
+
+		/* A port's map exists from before its ACL is attached. */
+		if (flows)
+			bpf_map_update_elem(flows, &p.ct, &v, BPF_ANY);
 	}
 	return pass;
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 
 	"github.com/cilium/ebpf/rlimit"
@@ -21,6 +22,7 @@ import (
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/daemon"
+	"pivirt.hu/pivirt/dataplane/guard"
 )
 
 // version is set with -ldflags "-X main.version=...".
@@ -95,6 +97,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.DurationVar(&cfg.EtcdCompactionInterval, "etcd-compaction-interval", cfg.EtcdCompactionInterval, "how often the nodes compact etcd's history (one node a round, keeping at least one interval for watches to resume); 0: never")
 	f.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "serve Prometheus /metrics (and /debug/pprof) on this address")
 	f.StringVar(&cfg.Attach, "attach", cfg.Attach, "guard attach mode: auto (tcx on veth, XDP driver mode elsewhere), xdp or tc")
+	f.Uint32Var(&cfg.ACLFlowsPerPort, "acl-flows-per-port", cfg.ACLFlowsPerPort, "flows a port with a stateful ACL keeps tracked, in a map of its own (LRU: a port opening more evicts only its own oldest; about 100 bytes each); 0: "+strconv.Itoa(guard.CTPerPort))
 	f.StringVar(&cfg.QMPDir, "qmp-dir", cfg.QMPDir, "directory of the VMs' QMP sockets (<vm-name>.qmp), through which a PortSecurity vmRef finds its tap; empty disables")
 	f.StringVar(&cfg.VTEPAddress, "vtep-address", cfg.VTEPAddress, "this node's IPv4 address on the underlay: the local end of the VXLAN tunnels of OverlayNetworks its segments ride on, published in their status for the other nodes; empty: segments on an overlay stay Pending")
 	f.BoolVar(&cfg.NATRedirect, "nat-redirect", cfg.NATRedirect, "the NAT program forwards translated inbound packets itself (fib lookup + redirect); false hands them to the kernel's IP forwarding, so netfilter FORWARD/POSTROUTING rules see them")

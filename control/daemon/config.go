@@ -39,6 +39,7 @@ type Config struct {
 	EtcdCompactionInterval time.Duration
 	Metrics                string // --metrics: Prometheus /metrics address
 	Attach                 string // --attach: auto | xdp | tc
+	ACLFlowsPerPort        uint32 // --acl-flows-per-port: size of a port's tracked-flow map (0: PV_CT_PER_PORT)
 	QMPDir                 string // --qmp-dir: the VMs' QMP sockets, <name>.qmp (vmRef)
 	NATRedirect            bool   // --nat-redirect: the NAT program forwards what it translates
 	// --vtep-address: this node's underlay address, the local end of its

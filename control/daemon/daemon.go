@@ -115,6 +115,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("opening the dataplane at %s: %w", cfg.BPFFS, err)
 	}
 	defer d.loader.Close()
+	d.loader.SetFlowsPerPort(cfg.ACLFlowsPerPort)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -24,12 +24,14 @@ type GuardMaps struct {
 	Leases   typed.Keyed[leasemap.Key, leasemap.Value]
 	Counters Counters
 	ACL      typed.Keyed[aclmap.Key, aclmap.Value]
-	// Conntrack may be nil (nothing to forget).
+	// Conntrack and Frags may be nil (nothing to forget).
 	Conntrack Conntrack
+	Frags     Conntrack
 }
 
-// Conntrack is what sync needs of pv_conntrack: forgetting the flows of
-// ports that lost their ACL (ctmap.Map).
+// Conntrack is what sync needs of the ACL's per-port maps
+// (pv_conntrack_v2, pv_acl_frags_v2): forgetting the maps of ports that
+// lost their ACL (ctmap.Map, fragmap.Map).
 type Conntrack interface {
 	Forget(keep func(ifindex uint32) bool) (int, error)
 }
@@ -85,7 +87,7 @@ func SyncGuardKeys(ms GuardMaps, d compile.Desired, ch compile.Changed) (map[str
 	return res, errors.Join(errs...)
 }
 
-// forgetFlows forgets the conntrack flows of ports whose ACL a sync
+// forgetFlows drops the flow and fragment maps of ports whose ACL a sync
 // deleted: a device that later gets the ifindex must inherit no flows.
 func forgetFlows(ms GuardMaps, d compile.Desired, res map[string]Result, run func(string, func() (Result, error))) {
 	if res[guard.MapACL].Deleted == 0 || ms.Conntrack == nil {
@@ -99,4 +101,10 @@ func forgetFlows(ms GuardMaps, d compile.Desired, res map[string]Result, run fun
 		n, err := ms.Conntrack.Forget(func(i uint32) bool { return keep[i] })
 		return Result{Deleted: n}, err
 	})
+	if ms.Frags != nil {
+		run(guard.MapFrags, func() (Result, error) {
+			n, err := ms.Frags.Forget(func(i uint32) bool { return keep[i] })
+			return Result{Deleted: n}, err
+		})
+	}
 }

@@ -41,7 +41,12 @@ func TestPrivilegedSyncGuard(t *testing.T) {
 	}
 	ports, leases := portmap.New(raw[guard.MapPorts]), leasemap.New(raw[guard.MapLeases])
 	counters := countermap.New(raw[guard.MapCounters], raw[guard.MapPorts])
-	ct := ctmap.New(raw[guard.MapConntrack])
+	ct := ctmap.New(raw[guard.MapConntrack], spec.Maps[guard.MapConntrack].InnerMap)
+	for _, port := range []uint32{7, 8} {
+		if err := ct.Ensure(port, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ms := mapsync.GuardMaps{Ports: ports, Allow4: allowmap.New4(raw[guard.MapAllow4]),
 		Allow6: allowmap.New6(raw[guard.MapAllow6]), Leases: leases, Counters: counters,
 		ACL: aclmap.New(raw[guard.MapACL]), Conntrack: ct}

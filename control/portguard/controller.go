@@ -366,7 +366,7 @@ func (c *Controller) syncACL(o *pivirtv1.Object, cs compile.Status, st *PortStat
 // guardMaps are the loader's maps as sync writes them.
 func guardMaps(m loader.Maps) mapsync.GuardMaps {
 	return mapsync.GuardMaps{Ports: m.Ports, Allow4: m.Allow4, Allow6: m.Allow6, Leases: m.Leases, Counters: m.Counters,
-		ACL: m.ACL, Conntrack: m.Conntrack}
+		ACL: m.ACL, Conntrack: m.Conntrack, Frags: m.Frags}
 }
 
 func attachName(a loader.Attachment) string {

@@ -49,8 +49,8 @@ func loadACL(t testing.TB) aclProgs {
 	testutil.SkipIfNotSupported(t, err)
 	t.Cleanup(func() { c.Close() })
 	return aclProgs{toVM: c.Programs[guard.ProgACLToVM], fromVM: c.Programs[guard.ProgACLFromVM],
-		acl: aclmap.New(c.Maps[guard.MapACL]), ct: ctmap.New(c.Maps[guard.MapConntrack]),
-		frags:    fragmap.New(c.Maps[guard.MapFrags]),
+		acl: aclmap.New(c.Maps[guard.MapACL]), ct: ctmap.New(c.Maps[guard.MapConntrack], spec.Maps[guard.MapConntrack].InnerMap),
+		frags:    fragmap.New(c.Maps[guard.MapFrags], spec.Maps[guard.MapFrags].InnerMap),
 		ports:    portmap.New(c.Maps[guard.MapPorts]),
 		counters: countermap.New(c.Maps[guard.MapCounters], c.Maps[guard.MapPorts])}
 }
@@ -89,6 +89,8 @@ func putACL(t testing.TB, p aclProgs, in []aclmap.Entry, inDefault guard.ACLActi
 	must(t, err)
 	ver := aclmap.Version(iv, ev)
 	iv.Version, ev.Version = ver, ver
+	must(t, p.ct.Ensure(port, 0)) // as loader.AttachACL does
+	must(t, p.frags.Ensure(port, 0))
 	must(t, p.acl.Put(aclmap.NewKey(port, guard.ACLIngress), iv))
 	must(t, p.acl.Put(aclmap.NewKey(port, guard.ACLEgress), ev))
 	pv := portmap.NewValue(mac6(vmMAC), segID, serverIP, allGuards, vmIP)
@@ -677,5 +679,53 @@ func TestPrivilegedACLErrorsCarryNoData6(t *testing.T) {
 				t.Errorf("verdict %s, want %s", got, s.want)
 			}
 		})
+	}
+}
+
+// TestPrivilegedACLFloodEvictsOnlyItsOwn: a port that opens more flows
+// than every port's flow maps together held when they were one LRU
+// (131,072) evicts its own flows only; another port's established flow
+// stays tracked and its replies pass.
+func TestPrivilegedACLFloodEvictsOnlyItsOwn(t *testing.T) {
+	p := loadACL(t)
+	programACL(t, p, guard.ACLStateful)
+	const flooder, budget = port + 1, 64
+	for _, dir := range []guard.ACLDir{guard.ACLIngress, guard.ACLEgress} {
+		v, err := p.acl.Lookup(aclmap.NewKey(port, dir))
+		must(t, err)
+		must(t, p.acl.Put(aclmap.NewKey(flooder, dir), v))
+	}
+	must(t, p.ct.Ensure(flooder, budget))
+
+	vm, peer := ap(vmIP, 50000), ap(aclOutside, 443)
+	if v, _, err := guard.RunSKB(p.fromVM, port, tcpSeg4(t, vm, peer, "S"), 1); err != nil || v != guard.VerdictPass {
+		t.Fatalf("the VM's SYN: %s, %v", v, err)
+	}
+	syn := tcpSeg4(t, vm, peer, "S")
+	const flows = 140_000
+	for i := range flows {
+		// Source port and peer port: a new flow each time.
+		binary.BigEndian.PutUint16(syn[14+20:], uint16(i))
+		binary.BigEndian.PutUint16(syn[14+22:], uint16(1000+i>>16))
+		if v, _, err := guard.RunSKB(p.fromVM, flooder, syn, 1); err != nil || v != guard.VerdictPass {
+			t.Fatalf("flood flow %d: %s, %v", i, v, err)
+		}
+	}
+	if _, err := p.ct.Lookup(ctmap.NewKey(port, 6, vm, peer)); err != nil {
+		t.Errorf("the other port's flow was evicted by the flood: %v", err)
+	}
+	if v, _, err := guard.RunSKB(p.toVM, port, tcpSeg4(t, peer, vm, "SA"), 1); err != nil || v != guard.VerdictPass {
+		t.Errorf("the reply to the other port's flow after the flood: %s, %v", v, err)
+	}
+	all, err := p.ct.Entries()
+	must(t, err)
+	own := 0
+	for k := range all {
+		if k.Ifindex == flooder {
+			own++
+		}
+	}
+	if own == 0 || own > budget {
+		t.Errorf("the flooding port holds %d flows, want 1..%d (its budget)", own, budget)
 	}
 }

@@ -20,8 +20,8 @@ const (
 	MapCounters = "pv_counters_v3"
 	// The port ACL's (bpf/include/pivirt/acl_maps.h).
 	MapACL       = "pv_acl"
-	MapConntrack = "pv_conntrack"
-	MapFrags     = "pv_acl_frags"
+	MapConntrack = "pv_conntrack_v2"
+	MapFrags     = "pv_acl_frags_v2"
 	// The node's tunnel ports (bpf/include/pivirt/tunnel_maps.h), shared
 	// with dataplane/vxlan's VTEP filter, which writes it.
 	MapTunnelPorts = "pv_tunnel_ports"
@@ -33,13 +33,23 @@ var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters, 
 // RetiredMapNames are the guard maps of older layouts that a _vN name
 // replaced: pv_ports (struct pv_port without counter_slot), pv_counters
 // (a per-CPU hash keyed by ifindex) and pv_counters_v2 (24 reasons a
-// slot, before the tunnel reason).
-var RetiredMapNames = []string{"pv_ports", "pv_counters", "pv_counters_v2"}
+// slot, before the tunnel reason), pv_conntrack and pv_acl_frags (one LRU
+// map for every port: a port's flood evicted the others' flows; the
+// loader moves pv_conntrack's flows into their ports' maps first).
+var RetiredMapNames = []string{"pv_ports", "pv_counters", "pv_counters_v2", RetiredConntrack, "pv_acl_frags"}
+
+// RetiredConntrack is the map of every port's flows before
+// pv_conntrack_v2 gave each port its own.
+const RetiredConntrack = "pv_conntrack"
 
 // MaxPorts is PV_MAX_PORTS: the capacity of pv_ports_v2, and the highest
 // counter slot (pv_counters_v3 has MaxPorts+1 entries; slot 0 is the
 // bucket of ports written without a slot).
 const MaxPorts = 65536
+
+// CTPerPort is PV_CT_PER_PORT: the flows a port's map of pv_conntrack_v2
+// holds unless pivirtd's --acl-flows-per-port says otherwise.
+const CTPerPort = 4096
 
 // Program names, as in the C sources (and truncated by nothing: ≤15 bytes).
 const (

@@ -55,13 +55,20 @@ func TestLayout(t *testing.T) {
 					t.Errorf("map %s missing", name)
 					continue
 				}
+				if name == MapConntrack && ms.InnerMap.MaxEntries != CTPerPort {
+					t.Errorf("%s: ports' maps of %d flows, CTPerPort says %d", name, ms.InnerMap.MaxEntries, CTPerPort)
+				}
+				if ms.InnerMap != nil {
+					// A per-port map: the entries are in its ports' maps.
+					ms = ms.InnerMap
+				}
 				if got := binary.Size(kv.key); got != int(ms.KeySize) {
 					t.Errorf("%s: Go key %d bytes, ELF %d", name, got, ms.KeySize)
 				}
 				if got := binary.Size(kv.value); got != int(ms.ValueSize) {
 					t.Errorf("%s: Go value %d bytes, ELF %d", name, got, ms.ValueSize)
 				}
-				if ms.Pinning != ebpf.PinByName {
+				if ms = spec.Maps[name]; ms.Pinning != ebpf.PinByName {
 					t.Errorf("%s: pinning %v, want by name", name, ms.Pinning)
 				}
 				if len(name) > 15 {

@@ -17,10 +17,10 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	tc_acl_simMapPvAcl         = "pv_acl"
-	tc_acl_simMapPvAclFrags    = "pv_acl_frags"
+	tc_acl_simMapPvAclFragsV2  = "pv_acl_frags_v2"
 	tc_acl_simMapPvAllow4      = "pv_allow4"
 	tc_acl_simMapPvAllow6      = "pv_allow6"
-	tc_acl_simMapPvConntrack   = "pv_conntrack"
+	tc_acl_simMapPvConntrackV2 = "pv_conntrack_v2"
 	tc_acl_simMapPvCountersV3  = "pv_counters_v3"
 	tc_acl_simMapPvLeases      = "pv_leases"
 	tc_acl_simMapPvPortsV2     = "pv_ports_v2"
@@ -80,10 +80,10 @@ type tc_acl_simProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type tc_acl_simMapSpecs struct {
 	PvAcl         *ebpf.MapSpec `ebpf:"pv_acl"`
-	PvAclFrags    *ebpf.MapSpec `ebpf:"pv_acl_frags"`
+	PvAclFragsV2  *ebpf.MapSpec `ebpf:"pv_acl_frags_v2"`
 	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvConntrack   *ebpf.MapSpec `ebpf:"pv_conntrack"`
+	PvConntrackV2 *ebpf.MapSpec `ebpf:"pv_conntrack_v2"`
 	PvCountersV3  *ebpf.MapSpec `ebpf:"pv_counters_v3"`
 	PvLeases      *ebpf.MapSpec `ebpf:"pv_leases"`
 	PvPortsV2     *ebpf.MapSpec `ebpf:"pv_ports_v2"`
@@ -117,10 +117,10 @@ func (o *tc_acl_simObjects) Close() error {
 // It can be passed to loadTc_acl_simObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tc_acl_simMaps struct {
 	PvAcl         *ebpf.Map `ebpf:"pv_acl"`
-	PvAclFrags    *ebpf.Map `ebpf:"pv_acl_frags"`
+	PvAclFragsV2  *ebpf.Map `ebpf:"pv_acl_frags_v2"`
 	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
-	PvConntrack   *ebpf.Map `ebpf:"pv_conntrack"`
+	PvConntrackV2 *ebpf.Map `ebpf:"pv_conntrack_v2"`
 	PvCountersV3  *ebpf.Map `ebpf:"pv_counters_v3"`
 	PvLeases      *ebpf.Map `ebpf:"pv_leases"`
 	PvPortsV2     *ebpf.Map `ebpf:"pv_ports_v2"`
@@ -130,10 +130,10 @@ type tc_acl_simMaps struct {
 func (m *tc_acl_simMaps) Close() error {
 	return _Tc_acl_simClose(
 		m.PvAcl,
-		m.PvAclFrags,
+		m.PvAclFragsV2,
 		m.PvAllow4,
 		m.PvAllow6,
-		m.PvConntrack,
+		m.PvConntrackV2,
 		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,

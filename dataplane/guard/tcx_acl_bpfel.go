@@ -17,10 +17,10 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	tcx_aclMapPvAcl         = "pv_acl"
-	tcx_aclMapPvAclFrags    = "pv_acl_frags"
+	tcx_aclMapPvAclFragsV2  = "pv_acl_frags_v2"
 	tcx_aclMapPvAllow4      = "pv_allow4"
 	tcx_aclMapPvAllow6      = "pv_allow6"
-	tcx_aclMapPvConntrack   = "pv_conntrack"
+	tcx_aclMapPvConntrackV2 = "pv_conntrack_v2"
 	tcx_aclMapPvCountersV3  = "pv_counters_v3"
 	tcx_aclMapPvLeases      = "pv_leases"
 	tcx_aclMapPvPortsV2     = "pv_ports_v2"
@@ -80,10 +80,10 @@ type tcx_aclProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcx_aclMapSpecs struct {
 	PvAcl         *ebpf.MapSpec `ebpf:"pv_acl"`
-	PvAclFrags    *ebpf.MapSpec `ebpf:"pv_acl_frags"`
+	PvAclFragsV2  *ebpf.MapSpec `ebpf:"pv_acl_frags_v2"`
 	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvConntrack   *ebpf.MapSpec `ebpf:"pv_conntrack"`
+	PvConntrackV2 *ebpf.MapSpec `ebpf:"pv_conntrack_v2"`
 	PvCountersV3  *ebpf.MapSpec `ebpf:"pv_counters_v3"`
 	PvLeases      *ebpf.MapSpec `ebpf:"pv_leases"`
 	PvPortsV2     *ebpf.MapSpec `ebpf:"pv_ports_v2"`
@@ -117,10 +117,10 @@ func (o *tcx_aclObjects) Close() error {
 // It can be passed to loadTcx_aclObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcx_aclMaps struct {
 	PvAcl         *ebpf.Map `ebpf:"pv_acl"`
-	PvAclFrags    *ebpf.Map `ebpf:"pv_acl_frags"`
+	PvAclFragsV2  *ebpf.Map `ebpf:"pv_acl_frags_v2"`
 	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
-	PvConntrack   *ebpf.Map `ebpf:"pv_conntrack"`
+	PvConntrackV2 *ebpf.Map `ebpf:"pv_conntrack_v2"`
 	PvCountersV3  *ebpf.Map `ebpf:"pv_counters_v3"`
 	PvLeases      *ebpf.Map `ebpf:"pv_leases"`
 	PvPortsV2     *ebpf.Map `ebpf:"pv_ports_v2"`
@@ -130,10 +130,10 @@ type tcx_aclMaps struct {
 func (m *tcx_aclMaps) Close() error {
 	return _Tcx_aclClose(
 		m.PvAcl,
-		m.PvAclFrags,
+		m.PvAclFragsV2,
 		m.PvAllow4,
 		m.PvAllow6,
-		m.PvConntrack,
+		m.PvConntrackV2,
 		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,

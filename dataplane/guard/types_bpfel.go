@@ -240,10 +240,10 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	typesMapPvAcl           = "pv_acl"
-	typesMapPvAclFrags      = "pv_acl_frags"
+	typesMapPvAclFragsV2    = "pv_acl_frags_v2"
 	typesMapPvAllow4        = "pv_allow4"
 	typesMapPvAllow6        = "pv_allow6"
-	typesMapPvConntrack     = "pv_conntrack"
+	typesMapPvConntrackV2   = "pv_conntrack_v2"
 	typesMapPvCountersV3    = "pv_counters_v3"
 	typesMapPvLeases        = "pv_leases"
 	typesMapPvPortsV2       = "pv_ports_v2"
@@ -252,8 +252,12 @@ const (
 	typesVarPvAclDirBtf     = "pv_acl_dir_btf"
 	typesVarPvAclFlagsBtf   = "pv_acl_flags_btf"
 	typesVarPvAllowFlagsBtf = "pv_allow_flags_btf"
+	typesVarPvCtBtf         = "pv_ct_btf"
+	typesVarPvCtKeyBtf      = "pv_ct_key_btf"
 	typesVarPvCtTcpBtf      = "pv_ct_tcp_btf"
 	typesVarPvCtTimeoutBtf  = "pv_ct_timeout_btf"
+	typesVarPvFragBtf       = "pv_frag_btf"
+	typesVarPvFragKeyBtf    = "pv_frag_key_btf"
 	typesVarPvLeaseFlagsBtf = "pv_lease_flags_btf"
 	typesVarPvPortFlagsBtf  = "pv_port_flags_btf"
 	typesVarPvReasonBtf     = "pv_reason_btf"
@@ -308,10 +312,10 @@ type typesProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type typesMapSpecs struct {
 	PvAcl         *ebpf.MapSpec `ebpf:"pv_acl"`
-	PvAclFrags    *ebpf.MapSpec `ebpf:"pv_acl_frags"`
+	PvAclFragsV2  *ebpf.MapSpec `ebpf:"pv_acl_frags_v2"`
 	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
-	PvConntrack   *ebpf.MapSpec `ebpf:"pv_conntrack"`
+	PvConntrackV2 *ebpf.MapSpec `ebpf:"pv_conntrack_v2"`
 	PvCountersV3  *ebpf.MapSpec `ebpf:"pv_counters_v3"`
 	PvLeases      *ebpf.MapSpec `ebpf:"pv_leases"`
 	PvPortsV2     *ebpf.MapSpec `ebpf:"pv_ports_v2"`
@@ -326,8 +330,12 @@ type typesVariableSpecs struct {
 	PvAclDirBtf     *ebpf.VariableSpec `ebpf:"pv_acl_dir_btf"`
 	PvAclFlagsBtf   *ebpf.VariableSpec `ebpf:"pv_acl_flags_btf"`
 	PvAllowFlagsBtf *ebpf.VariableSpec `ebpf:"pv_allow_flags_btf"`
+	PvCtBtf         *ebpf.VariableSpec `ebpf:"pv_ct_btf"`
+	PvCtKeyBtf      *ebpf.VariableSpec `ebpf:"pv_ct_key_btf"`
 	PvCtTcpBtf      *ebpf.VariableSpec `ebpf:"pv_ct_tcp_btf"`
 	PvCtTimeoutBtf  *ebpf.VariableSpec `ebpf:"pv_ct_timeout_btf"`
+	PvFragBtf       *ebpf.VariableSpec `ebpf:"pv_frag_btf"`
+	PvFragKeyBtf    *ebpf.VariableSpec `ebpf:"pv_frag_key_btf"`
 	PvLeaseFlagsBtf *ebpf.VariableSpec `ebpf:"pv_lease_flags_btf"`
 	PvPortFlagsBtf  *ebpf.VariableSpec `ebpf:"pv_port_flags_btf"`
 	PvReasonBtf     *ebpf.VariableSpec `ebpf:"pv_reason_btf"`
@@ -354,10 +362,10 @@ func (o *typesObjects) Close() error {
 // It can be passed to loadTypesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type typesMaps struct {
 	PvAcl         *ebpf.Map `ebpf:"pv_acl"`
-	PvAclFrags    *ebpf.Map `ebpf:"pv_acl_frags"`
+	PvAclFragsV2  *ebpf.Map `ebpf:"pv_acl_frags_v2"`
 	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
-	PvConntrack   *ebpf.Map `ebpf:"pv_conntrack"`
+	PvConntrackV2 *ebpf.Map `ebpf:"pv_conntrack_v2"`
 	PvCountersV3  *ebpf.Map `ebpf:"pv_counters_v3"`
 	PvLeases      *ebpf.Map `ebpf:"pv_leases"`
 	PvPortsV2     *ebpf.Map `ebpf:"pv_ports_v2"`
@@ -367,10 +375,10 @@ type typesMaps struct {
 func (m *typesMaps) Close() error {
 	return _TypesClose(
 		m.PvAcl,
-		m.PvAclFrags,
+		m.PvAclFragsV2,
 		m.PvAllow4,
 		m.PvAllow6,
-		m.PvConntrack,
+		m.PvConntrackV2,
 		m.PvCountersV3,
 		m.PvLeases,
 		m.PvPortsV2,
@@ -386,8 +394,12 @@ type typesVariables struct {
 	PvAclDirBtf     *ebpf.Variable `ebpf:"pv_acl_dir_btf"`
 	PvAclFlagsBtf   *ebpf.Variable `ebpf:"pv_acl_flags_btf"`
 	PvAllowFlagsBtf *ebpf.Variable `ebpf:"pv_allow_flags_btf"`
+	PvCtBtf         *ebpf.Variable `ebpf:"pv_ct_btf"`
+	PvCtKeyBtf      *ebpf.Variable `ebpf:"pv_ct_key_btf"`
 	PvCtTcpBtf      *ebpf.Variable `ebpf:"pv_ct_tcp_btf"`
 	PvCtTimeoutBtf  *ebpf.Variable `ebpf:"pv_ct_timeout_btf"`
+	PvFragBtf       *ebpf.Variable `ebpf:"pv_frag_btf"`
+	PvFragKeyBtf    *ebpf.Variable `ebpf:"pv_frag_key_btf"`
 	PvLeaseFlagsBtf *ebpf.Variable `ebpf:"pv_lease_flags_btf"`
 	PvPortFlagsBtf  *ebpf.Variable `ebpf:"pv_port_flags_btf"`
 	PvReasonBtf     *ebpf.Variable `ebpf:"pv_reason_btf"`

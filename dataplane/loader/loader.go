@@ -21,6 +21,7 @@ import (
 	"pivirt.hu/pivirt/dataplane/maps/fragmap"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 	"pivirt.hu/pivirt/dataplane/maps/portmap"
+	"pivirt.hu/pivirt/dataplane/maps/typed"
 )
 
 // Sentinel errors.
@@ -60,6 +61,9 @@ type Loader struct {
 	sim    *ebpf.Collection // loaded on first Simulate
 	aclSim *ebpf.Collection // loaded on first SimulateACL
 	maps   Maps
+	// flowsPerPort sizes the ports' maps of pv_conntrack_v2 (0: the
+	// template's).
+	flowsPerPort uint32
 }
 
 // Open mounts bpffs at base if needed, opens the pinned maps under
@@ -118,10 +122,14 @@ func Open(base string) (*Loader, error) {
 		Leases:      leasemap.New(xc.Maps[guard.MapLeases]),
 		Counters:    countermap.New(xc.Maps[guard.MapCounters], xc.Maps[guard.MapPorts]),
 		ACL:         aclmap.New(ac.Maps[guard.MapACL]),
-		Conntrack:   ctmap.New(ac.Maps[guard.MapConntrack]),
-		Frags:       fragmap.New(ac.Maps[guard.MapFrags]),
+		Conntrack:   ctmap.New(ac.Maps[guard.MapConntrack], as.Maps[guard.MapConntrack].InnerMap),
+		Frags:       fragmap.New(ac.Maps[guard.MapFrags], as.Maps[guard.MapFrags].InnerMap),
 		TunnelPorts: xc.Maps[guard.MapTunnelPorts],
 	}}
+	if err := l.adoptRetiredFlows(); err != nil {
+		l.Close()
+		return nil, err
+	}
 	if err := unpinRetired(base); err != nil {
 		l.Close()
 		return nil, err
@@ -132,6 +140,50 @@ func Open(base string) (*Loader, error) {
 		return nil, fmt.Errorf("converting lease expiry to CLOCK_MONOTONIC: %w", err)
 	}
 	return l, nil
+}
+
+// adoptRetiredFlows moves the flows of a pv_conntrack an older pivirtd
+// pinned (one map for all ports) into their ports' maps, so established
+// connections of stateful ports survive the upgrade. Its programs,
+// still attached until Attach swaps them, track new flows there until
+// then; those are lost.
+func (l *Loader) adoptRetiredFlows() error {
+	pin := MapPath(l.base, guard.RetiredConntrack)
+	old, err := ebpf.LoadPinnedMap(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening the retired %s: %w", pin, err)
+	}
+	defer old.Close()
+	ct := l.maps.Conntrack
+	ready := map[uint32]bool{}
+	var werr error
+	for k, v := range typed.New[ctmap.Key, ctmap.Value](old).All(&werr) {
+		if !ready[k.Ifindex] {
+			if err := ct.Ensure(k.Ifindex, l.flowsPerPort); err != nil {
+				return err
+			}
+			ready[k.Ifindex] = true
+		}
+		if err := ct.Put(k, v); err != nil {
+			return fmt.Errorf("moving a flow of ifindex %d into %s: %w", k.Ifindex, guard.MapConntrack, err)
+		}
+	}
+	if werr != nil {
+		return fmt.Errorf("walking the retired %s: %w", pin, werr)
+	}
+	return nil
+}
+
+// SetFlowsPerPort sets the size of the flow map a port gets when its ACL
+// is attached (0: PV_CT_PER_PORT); a port attached before keeps its map
+// until its ACL is attached again, which resizes it, keeping its flows.
+func (l *Loader) SetFlowsPerPort(n uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.flowsPerPort = n
 }
 
 // unpinRetired removes the pins of guard maps whose layout a _vN name
@@ -271,6 +323,13 @@ func (l *Loader) AttachACL(ifname string) (ACLAttachments, error) {
 		return ACLAttachments{}, fmt.Errorf("attaching the ACL: %w", err)
 	}
 	ifindex := nl.Attrs().Index
+	// The port's own flow and fragment maps exist before its programs.
+	if err := l.maps.Conntrack.Ensure(uint32(ifindex), l.flowsPerPort); err != nil {
+		return ACLAttachments{}, fmt.Errorf("attaching the ACL to %s: %w", ifname, err)
+	}
+	if err := l.maps.Frags.Ensure(uint32(ifindex), 0); err != nil {
+		return ACLAttachments{}, fmt.Errorf("attaching the ACL to %s: %w", ifname, err)
+	}
 	var out ACLAttachments
 	for _, h := range []struct {
 		prog string

@@ -5,7 +5,9 @@ package loader_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -24,6 +26,7 @@ import (
 	"pivirt.hu/pivirt/dataplane/guard"
 	"pivirt.hu/pivirt/dataplane/loader"
 	"pivirt.hu/pivirt/dataplane/maps/countermap"
+	"pivirt.hu/pivirt/dataplane/maps/ctmap"
 	"pivirt.hu/pivirt/dataplane/maps/portmap"
 	"pivirt.hu/pivirt/test/testutil"
 )
@@ -306,19 +309,39 @@ func TestPrivilegedLoaderOldLayouts(t *testing.T) {
 		MaxEntries: 65536, Flags: unix.BPF_F_NO_PREALLOC})
 	pin(&ebpf.MapSpec{Name: "pv_ports", Type: ebpf.Hash, KeySize: 4, ValueSize: 40, MaxEntries: 65536})
 	pin(&ebpf.MapSpec{Name: "pv_counters_v2", Type: ebpf.Array, KeySize: 4, ValueSize: 24 * 8, MaxEntries: 65537})
+	// Every port's flows in one LRU: moved into their ports' maps.
+	pin(&ebpf.MapSpec{Name: guard.RetiredConntrack, Type: ebpf.LRUHash, KeySize: 44, ValueSize: 16, MaxEntries: 131072})
+	pin(&ebpf.MapSpec{Name: "pv_acl_frags", Type: ebpf.LRUHash, KeySize: 44, ValueSize: 8, MaxEntries: 16384})
+	oldCT, err := ebpf.LoadPinnedMap(loader.MapPath(base, guard.RetiredConntrack), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flows := map[ctmap.Key]ctmap.Value{}
+	for i, port := range []uint32{7, 7, 9} {
+		k := ctmap.NewKey(port, 6, netip.MustParseAddrPort(fmt.Sprintf("192.0.2.10:%d", 40000+i)), netip.MustParseAddrPort("198.51.100.1:443"))
+		v := ctmap.Value{SeenMonoNs: uint64(i + 1), Version: 3}
+		if err := oldCT.Put(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		flows[k] = v
+	}
+	oldCT.Close()
 
 	l, err := loader.Open(base)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, err := l.Maps().Conntrack.Entries(); err != nil || !maps.Equal(got, flows) {
+		t.Errorf("flows after the upgrade: %v, %v; want the retired map's %v", got, err, flows)
 	}
 	for _, name := range guard.RetiredMapNames {
 		if _, err := os.Stat(loader.MapPath(base, name)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("retired %s still pinned: %v", name, err)
 		}
 	}
-	maps, err := l.PinnedMaps()
-	if err != nil || len(maps) != len(guard.MapNames) {
-		t.Errorf("PinnedMaps() = %+v, %v; want the %d current maps", maps, err, len(guard.MapNames))
+	pinned, err := l.PinnedMaps()
+	if err != nil || len(pinned) != len(guard.MapNames) {
+		t.Errorf("PinnedMaps() = %+v, %v; want the %d current maps", pinned, err, len(guard.MapNames))
 	}
 	l.Close()
 

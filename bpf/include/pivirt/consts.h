@@ -42,12 +42,16 @@
  * (Go: guard.ACLMaxRules; admission refuses more).
  */
 #define PV_ACL_MAX_RULES	64
-/* Tracked flows of every port (LRU: the least recently used go first). */
-#define PV_MAX_CT		131072
-/* IPv4 datagrams in fragments whose first fragment's ports the ACL keeps
- * for the later ones (pv_acl_frags, LRU).
+/* Tracked flows of one port: each port with an ACL has its own LRU map
+ * (pv_conntrack_v2 holds them), so a port that opens flows without end
+ * evicts only its own. The size of the template; pivirtd's
+ * --acl-flows-per-port sets the size of the maps it creates.
  */
-#define PV_MAX_FRAGS		16384
+#define PV_CT_PER_PORT		4096
+/* IPv4 datagrams in fragments whose first fragment's ports the ACL keeps
+ * for the later ones, per port (pv_acl_frags_v2, LRU).
+ */
+#define PV_FRAGS_PER_PORT	256
 /* enum pv_ct_timeout: idle timeouts of tracked flows, in seconds (an
  * enum so that bpf2go gives Go the values). TCP is picked up loosely
  * (any segment of an allowed flow opens it, as conntrack's

@@ -4,7 +4,6 @@ package ctmap
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -121,15 +120,18 @@ func (d Decoded) String() string {
 	return s
 }
 
-// Map is pv_conntrack.
+// Map is pv_conntrack_v2: one LRU map of flows per port with an ACL.
 type Map struct {
-	typed.Map[Key, Value]
+	typed.PerPort[Key, Value]
 	// Names, if set, resolves ifindexes in Dump and Decoded.
 	Names typed.IfName
 }
 
-// New wraps the pv_conntrack map m.
-func New(m *ebpf.Map) *Map { return &Map{Map: typed.New[Key, Value](m)} }
+// New wraps the pv_conntrack_v2 map m, whose ports' maps are made from
+// inner (its collection spec's InnerMap).
+func New(m *ebpf.Map, inner *ebpf.MapSpec) *Map {
+	return &Map{PerPort: typed.NewPerPort[Key, Value](m, inner, func(k Key) uint32 { return k.Ifindex })}
+}
 
 func monoNow() (uint64, error) {
 	var ts unix.Timespec
@@ -181,31 +183,4 @@ func (m *Map) Dump(w io.Writer) error {
 		}
 	}
 	return nil
-}
-
-// Forget deletes the tracked flows of the ports keep rejects (a port
-// whose ACL went away, so that a device reusing its ifindex inherits
-// none), and returns how many.
-func (m *Map) Forget(keep func(ifindex uint32) bool) (int, error) {
-	var err error
-	var gone []Key
-	for k := range m.All(&err) {
-		if !keep(k.Ifindex) {
-			gone = append(gone, k)
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("walking %s: %w", Name, err)
-	}
-	n := 0
-	var errs []error
-	for _, k := range gone {
-		// LRU eviction may have taken it meanwhile.
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("deleting %v: %w", k, err))
-			continue
-		}
-		n++
-	}
-	return n, errors.Join(errs...)
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package fragmap is pv_acl_frags: the ports of the first fragment of
+// Package fragmap is pv_acl_frags_v2: the ports of the first fragment of
 // each fragmented IPv4 datagram or IPv6 packet the port ACL saw, which the ACL gives
 // the datagram's later fragments (they carry no L4 header). The program
 // writes it; userspace only reads it, for inspect.
@@ -54,15 +54,18 @@ func (d Decoded) String() string {
 		d.Source, d.Dest, d.ID, d.VMPort, d.PeerPort)
 }
 
-// Map is pv_acl_frags.
+// Map is pv_acl_frags_v2: one LRU map per port with an ACL.
 type Map struct {
-	typed.Map[Key, Value]
+	typed.PerPort[Key, Value]
 	// Names, if set, resolves ifindexes in Dump and Decoded.
 	Names typed.IfName
 }
 
-// New wraps the pv_acl_frags map m.
-func New(m *ebpf.Map) *Map { return &Map{Map: typed.New[Key, Value](m)} }
+// New wraps the pv_acl_frags_v2 map m, whose ports' maps are made from
+// inner (its collection spec's InnerMap).
+func New(m *ebpf.Map, inner *ebpf.MapSpec) *Map {
+	return &Map{PerPort: typed.NewPerPort[Key, Value](m, inner, func(k Key) uint32 { return k.Ifindex })}
+}
 
 // Decoded returns every entry, sorted by ifindex, source, destination and id.
 func (m *Map) Decoded() ([]Decoded, error) {
