@@ -14,7 +14,7 @@
 static __always_inline int pv_acl_sim(struct __sk_buff *ctx, __u32 dir)
 {
 	struct pv_acl_key ak = { .ifindex = ctx_ifindex(ctx), .dir = dir };
-	struct pv_acl_set *acl = bpf_map_lookup_elem(&pv_acl, &ak);
+	struct pv_acl_set *acl = bpf_map_lookup_elem(&pv_acl_v2, &ak);
 	__u32 reason = PV_R_NOT_GUARDED;
 
 	if (acl) {

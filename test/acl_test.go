@@ -141,7 +141,7 @@ func TestPrivilegedACLEndToEnd(t *testing.T) {
 		t.Errorf("status.acl %+v, want stateful with 1 match entry each way", *s)
 	}
 	wantContains(t, "inspect progs", d.MustCtl("inspect", "progs"), "pv_acl_to_vm", "pv_acl_from_vm", "tcx-egress")
-	wantContains(t, "inspect map pv_acl", d.MustCtl("inspect", "map", "pv_acl"),
+	wantContains(t, "inspect map pv_acl_v2", d.MustCtl("inspect", "map", "pv_acl_v2"),
 		"dir=ingress stateful default=deny", "allow tcp 192.168.60.0/24 port 22", "dir=egress stateful default=allow", "deny tcp any port 25")
 
 	serveBanner(t, g.NS, ":22")

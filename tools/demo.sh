@@ -111,7 +111,7 @@ YAML
 ctl apply -f "$WORK/port.yaml"
 for _ in $(seq 50); do ctl inspect progs 2>/dev/null | grep -q pv_acl_to_vm && break; sleep 0.1; done
 ctl inspect progs
-ctl inspect map pv_acl
+ctl inspect map pv_acl_v2
 VMIP=$(ip -n "$VMNS" -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1 | head -1)
 echo "host pings the VM ($VMIP): no ingress rule allows ICMP"
 ip netns exec "$HOSTNS" ping -c 2 -W 1 "$VMIP" | tail -2 || true

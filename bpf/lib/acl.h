@@ -480,33 +480,58 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	return ACL_TRACK;
 }
 
+/* struct acl_match: pv_acl_match's state through bpf_loop. */
+struct acl_match {
+	const struct pv_acl_set *acl;
+	const struct acl_pkt *p;
+	__u32 n;
+	int action;
+};
+
+/* acl_match_rule checks rule i: on a match it records the rule's action
+ * and stops the loop (returns 1).
+ */
+static long acl_match_rule(__u32 i, void *data)
+{
+	struct acl_match *m = data;
+	const struct acl_pkt *p = m->p;
+	const struct pv_acl_rule *r;
+
+	if (i >= m->n)
+		return 1;
+	/* PV_ACL_MAX_RULES is a power of two and n at most it: the mask
+	 * changes nothing but shows the verifier the bound.
+	 */
+	r = &m->acl->rules[i & (PV_ACL_MAX_RULES - 1)];
+	if (r->proto && r->proto != p->proto)
+		return 0;
+	if (r->family == 4 && (p->family != 4 || (p->peer4 & r->mask) != r->addr))
+		return 0;
+	if ((r->port_min != 0 || r->port_max != 0xffff) &&
+	    (!p->have_ports || p->dport < r->port_min || p->dport > r->port_max))
+		return 0;
+	m->action = r->action;
+	return 1;
+}
+
 /* pv_acl_match returns the action of the first rule matching p, else
- * the default. A global function, so the verifier checks the loop once,
- * not once per parse path that leads here (which exceeds its budget).
+ * the default. The rules are walked by bpf_loop, whose callback the
+ * verifier checks once: a plain loop over PV_ACL_MAX_RULES rules passes
+ * more branches on one path than it follows. A global function, so the
+ * parse paths that lead here do not multiply it either.
  */
 __noinline int pv_acl_match(const struct pv_acl_set *acl, const struct acl_pkt *p)
 {
-	__u32 i, n;
+	struct acl_match m = { .acl = acl, .p = p };
 
 	if (!acl || !p)
 		return PV_ACL_DENY;
-	n = acl->nrules;
-#pragma clang loop unroll(disable)
-	for (i = 0; i < PV_ACL_MAX_RULES; i++) {
-		const struct pv_acl_rule *r = &acl->rules[i];
-
-		if (i >= n)
-			break;
-		if (r->proto && r->proto != p->proto)
-			continue;
-		if (r->family == 4 && (p->family != 4 || (p->peer4 & r->mask) != r->addr))
-			continue;
-		if ((r->port_min != 0 || r->port_max != 0xffff) &&
-		    (!p->have_ports || p->dport < r->port_min || p->dport > r->port_max))
-			continue;
-		return r->action;
-	}
-	return acl->default_action;
+	m.n = acl->nrules;
+	if (m.n > PV_ACL_MAX_RULES)
+		m.n = PV_ACL_MAX_RULES;
+	m.action = acl->default_action;
+	bpf_loop(m.n, acl_match_rule, &m, 0);
+	return m.action;
 }
 
 static __always_inline __u64 acl_timeout(__u8 proto, __u8 tcp)
@@ -638,7 +663,7 @@ static __always_inline int pv_acl_port(struct __sk_buff *ctx, __u32 dir)
 	__u32 ifindex = ctx_ifindex(ctx);
 	struct pv_acl_key ak = { .ifindex = ifindex, .dir = dir };
 	struct pv_port_key pk = { .ifindex = ifindex };
-	struct pv_acl_set *acl = bpf_map_lookup_elem(&pv_acl, &ak);
+	struct pv_acl_set *acl = bpf_map_lookup_elem(&pv_acl_v2, &ak);
 	struct pv_port *port;
 	__u32 reason;
 

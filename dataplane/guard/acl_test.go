@@ -729,3 +729,31 @@ func TestPrivilegedACLFloodEvictsOnlyItsOwn(t *testing.T) {
 		t.Errorf("the flooding port holds %d flows, want 1..%d (its budget)", own, budget)
 	}
 }
+
+// TestPrivilegedACLFullRuleSet walks a direction of PV_ACL_MAX_RULES
+// entries: the last one decides a packet none before it matches, and a
+// packet none matches gets the default.
+func TestPrivilegedACLFullRuleSet(t *testing.T) {
+	p := loadACL(t)
+	in := make([]aclmap.Entry, guard.ACLMaxRules)
+	for i := range in {
+		// TCP to ports 10000.., one each: none is 22 or 23.
+		in[i] = aclmap.Entry{Action: guard.ACLDeny, Proto: aclmap.ProtoTCP, PortMin: uint16(10000 + i), PortMax: uint16(10000 + i)}
+	}
+	in[len(in)-1] = aclmap.Entry{Action: guard.ACLAllow, Proto: aclmap.ProtoTCP, PortMin: 22, PortMax: 22}
+	putACL(t, p, in, guard.ACLDeny, nil, guard.ACLAllow, 0)
+	for _, c := range []struct {
+		name string
+		port uint16
+		want guard.Verdict
+	}{
+		{"the last entry allows 22", 22, guard.VerdictPass},
+		{"entry 1,000 denies its port", 10999, guard.VerdictDrop},
+		{"no entry matches 23: the default denies", 23, guard.VerdictDrop},
+	} {
+		v, _, err := guard.RunSKB(p.toVM, port, tcp4(t, ap(aclPeer, 40000), ap(vmIP, c.port)), 1)
+		if err != nil || v != c.want {
+			t.Errorf("%s: %s, %v; want %s", c.name, v, err, c.want)
+		}
+	}
+}

@@ -107,7 +107,7 @@ func BenchmarkACL(b *testing.B) {
 		return aclmap.Entry{Action: guard.ACLAllow, Proto: aclmap.ProtoTCP, PortMin: uint16(100 + i), PortMax: uint16(100 + i)}
 	}
 	last := aclmap.Entry{Action: guard.ACLAllow, Proto: aclmap.ProtoTCP, PortMin: 9000, PortMax: 9000}
-	for _, n := range []int{4, 16, 64} {
+	for _, n := range []int{4, 16, 64, 256, guard.ACLMaxRules} {
 		p := loadACL(b)
 		var es []aclmap.Entry
 		for i := 0; i < n-1-3; i++ { // programACL has 3 ingress entries of its own
@@ -128,6 +128,8 @@ func BenchmarkACL(b *testing.B) {
 	for _, f := range []int{1, 100_000} {
 		p := loadACL(b)
 		programACL(b, p, guard.ACLStateful)
+		// The port's own flow map (--acl-flows-per-port) large enough for f.
+		must(b, p.ct.Ensure(port, uint32(max(f, guard.CTPerPort))))
 		// The flow under test, opened by the VM, then f-1 others.
 		out := tcp4(b, ap(vmIP, 9000), ap(aclOutside, 40000))
 		if v, _, err := guard.RunSKB(p.fromVM, port, out, 1); err != nil || v != guard.VerdictPass {

@@ -19,7 +19,7 @@ const (
 	MapLeases   = "pv_leases"
 	MapCounters = "pv_counters_v3"
 	// The port ACL's (bpf/include/pivirt/acl_maps.h).
-	MapACL       = "pv_acl"
+	MapACL       = "pv_acl_v2"
 	MapConntrack = "pv_conntrack_v2"
 	MapFrags     = "pv_acl_frags_v2"
 	// The node's tunnel ports (bpf/include/pivirt/tunnel_maps.h), shared
@@ -35,8 +35,9 @@ var MapNames = []string{MapPorts, MapAllow4, MapAllow6, MapLeases, MapCounters, 
 // (a per-CPU hash keyed by ifindex) and pv_counters_v2 (24 reasons a
 // slot, before the tunnel reason), pv_conntrack and pv_acl_frags (one LRU
 // map for every port: a port's flood evicted the others' flows; the
-// loader moves pv_conntrack's flows into their ports' maps first).
-var RetiredMapNames = []string{"pv_ports", "pv_counters", "pv_counters_v2", RetiredConntrack, "pv_acl_frags"}
+// loader moves pv_conntrack's flows into their ports' maps first) and
+// pv_acl (64 match entries a direction).
+var RetiredMapNames = []string{"pv_ports", "pv_counters", "pv_counters_v2", RetiredConntrack, "pv_acl_frags", "pv_acl"}
 
 // RetiredConntrack is the map of every port's flows before
 // pv_conntrack_v2 gave each port its own.

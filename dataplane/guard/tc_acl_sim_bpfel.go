@@ -16,8 +16,8 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tc_acl_simMapPvAcl         = "pv_acl"
 	tc_acl_simMapPvAclFragsV2  = "pv_acl_frags_v2"
+	tc_acl_simMapPvAclV2       = "pv_acl_v2"
 	tc_acl_simMapPvAllow4      = "pv_allow4"
 	tc_acl_simMapPvAllow6      = "pv_allow6"
 	tc_acl_simMapPvConntrackV2 = "pv_conntrack_v2"
@@ -79,8 +79,8 @@ type tc_acl_simProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tc_acl_simMapSpecs struct {
-	PvAcl         *ebpf.MapSpec `ebpf:"pv_acl"`
 	PvAclFragsV2  *ebpf.MapSpec `ebpf:"pv_acl_frags_v2"`
+	PvAclV2       *ebpf.MapSpec `ebpf:"pv_acl_v2"`
 	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
 	PvConntrackV2 *ebpf.MapSpec `ebpf:"pv_conntrack_v2"`
@@ -116,8 +116,8 @@ func (o *tc_acl_simObjects) Close() error {
 //
 // It can be passed to loadTc_acl_simObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tc_acl_simMaps struct {
-	PvAcl         *ebpf.Map `ebpf:"pv_acl"`
 	PvAclFragsV2  *ebpf.Map `ebpf:"pv_acl_frags_v2"`
+	PvAclV2       *ebpf.Map `ebpf:"pv_acl_v2"`
 	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
 	PvConntrackV2 *ebpf.Map `ebpf:"pv_conntrack_v2"`
@@ -129,8 +129,8 @@ type tc_acl_simMaps struct {
 
 func (m *tc_acl_simMaps) Close() error {
 	return _Tc_acl_simClose(
-		m.PvAcl,
 		m.PvAclFragsV2,
+		m.PvAclV2,
 		m.PvAllow4,
 		m.PvAllow6,
 		m.PvConntrackV2,

@@ -16,8 +16,8 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tcx_aclMapPvAcl         = "pv_acl"
 	tcx_aclMapPvAclFragsV2  = "pv_acl_frags_v2"
+	tcx_aclMapPvAclV2       = "pv_acl_v2"
 	tcx_aclMapPvAllow4      = "pv_allow4"
 	tcx_aclMapPvAllow6      = "pv_allow6"
 	tcx_aclMapPvConntrackV2 = "pv_conntrack_v2"
@@ -79,8 +79,8 @@ type tcx_aclProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcx_aclMapSpecs struct {
-	PvAcl         *ebpf.MapSpec `ebpf:"pv_acl"`
 	PvAclFragsV2  *ebpf.MapSpec `ebpf:"pv_acl_frags_v2"`
+	PvAclV2       *ebpf.MapSpec `ebpf:"pv_acl_v2"`
 	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
 	PvConntrackV2 *ebpf.MapSpec `ebpf:"pv_conntrack_v2"`
@@ -116,8 +116,8 @@ func (o *tcx_aclObjects) Close() error {
 //
 // It can be passed to loadTcx_aclObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcx_aclMaps struct {
-	PvAcl         *ebpf.Map `ebpf:"pv_acl"`
 	PvAclFragsV2  *ebpf.Map `ebpf:"pv_acl_frags_v2"`
+	PvAclV2       *ebpf.Map `ebpf:"pv_acl_v2"`
 	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
 	PvConntrackV2 *ebpf.Map `ebpf:"pv_conntrack_v2"`
@@ -129,8 +129,8 @@ type tcx_aclMaps struct {
 
 func (m *tcx_aclMaps) Close() error {
 	return _Tcx_aclClose(
-		m.PvAcl,
 		m.PvAclFragsV2,
+		m.PvAclV2,
 		m.PvAllow4,
 		m.PvAllow6,
 		m.PvConntrackV2,

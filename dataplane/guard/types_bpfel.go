@@ -57,7 +57,7 @@ type typesPvAclSet struct {
 	Nrules        uint16
 	DefaultAction uint8
 	Flags         uint8
-	Rules         [64]typesPvAclRule
+	Rules         [1024]typesPvAclRule
 }
 
 type typesPvAllow struct {
@@ -239,8 +239,8 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	typesMapPvAcl           = "pv_acl"
 	typesMapPvAclFragsV2    = "pv_acl_frags_v2"
+	typesMapPvAclV2         = "pv_acl_v2"
 	typesMapPvAllow4        = "pv_allow4"
 	typesMapPvAllow6        = "pv_allow6"
 	typesMapPvConntrackV2   = "pv_conntrack_v2"
@@ -311,8 +311,8 @@ type typesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type typesMapSpecs struct {
-	PvAcl         *ebpf.MapSpec `ebpf:"pv_acl"`
 	PvAclFragsV2  *ebpf.MapSpec `ebpf:"pv_acl_frags_v2"`
+	PvAclV2       *ebpf.MapSpec `ebpf:"pv_acl_v2"`
 	PvAllow4      *ebpf.MapSpec `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.MapSpec `ebpf:"pv_allow6"`
 	PvConntrackV2 *ebpf.MapSpec `ebpf:"pv_conntrack_v2"`
@@ -361,8 +361,8 @@ func (o *typesObjects) Close() error {
 //
 // It can be passed to loadTypesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type typesMaps struct {
-	PvAcl         *ebpf.Map `ebpf:"pv_acl"`
 	PvAclFragsV2  *ebpf.Map `ebpf:"pv_acl_frags_v2"`
+	PvAclV2       *ebpf.Map `ebpf:"pv_acl_v2"`
 	PvAllow4      *ebpf.Map `ebpf:"pv_allow4"`
 	PvAllow6      *ebpf.Map `ebpf:"pv_allow6"`
 	PvConntrackV2 *ebpf.Map `ebpf:"pv_conntrack_v2"`
@@ -374,8 +374,8 @@ type typesMaps struct {
 
 func (m *typesMaps) Close() error {
 	return _TypesClose(
-		m.PvAcl,
 		m.PvAclFragsV2,
+		m.PvAclV2,
 		m.PvAllow4,
 		m.PvAllow6,
 		m.PvConntrackV2,

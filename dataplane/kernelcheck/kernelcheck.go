@@ -49,6 +49,7 @@ func Features() []Feature {
 		{"hash of maps", "pv_conntrack_v2, pv_acl_frags_v2 (a map of its own for each port)", "4.12", true, mapType(ebpf.HashOfMaps)},
 		{"per-CPU hash maps", "the guard's counters", "4.6", true, mapType(ebpf.PerCPUHash)},
 		{"bpf_ktime_get_coarse_ns", "lease pin expiry and conntrack ages in the guard and the ACL", "5.11", true, helper(ebpf.XDP, asm.FnKtimeGetCoarseNs)},
+		{"bpf_loop", "the port ACL's walk of its rules", "5.17", true, helper(ebpf.SchedCLS, asm.FnLoop)},
 		{"bpf_fib_lookup in tc", "the NAT forwarding translated packets itself (--nat-redirect)", "4.18", true, helper(ebpf.SchedCLS, asm.FnFibLookup)},
 		{"bpf_redirect_neigh", "the NAT forwarding translated packets itself (--nat-redirect)", "5.10", true, helper(ebpf.SchedCLS, asm.FnRedirectNeigh)},
 		{"VXLAN devices", "OverlayNetwork (its segments wait with TunnelSupported False without it)", "3.7", false, haveVXLAN},

@@ -58,7 +58,7 @@ func (s *PortSecuritySpec) Validate() ErrorList {
 // MaxACLEntries is how many match entries one direction of a port's ACL
 // may take in the dataplane (PV_ACL_MAX_RULES; control/compile checks the
 // two agree).
-const MaxACLEntries = 64
+const MaxACLEntries = 1024
 
 // ACLMatchEntries is how many match entries rules take: one per CIDR and
 // port range of each rule (a rule without either takes one).

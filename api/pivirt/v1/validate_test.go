@@ -5,6 +5,7 @@ package pivirtv1
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -230,10 +231,8 @@ func TestValidateObjectBad(t *testing.T) {
 		{"acl port syntax", with(goodPortSec, "spec.acl.ingress", rule("ports", []any{"ssh"})), "spec.acl.ingress[0].ports[0]: ssh is not a port or port range (want e.g. 22 or 8000-8080)"},
 		{"acl ports icmp", with(goodPortSec, "spec.acl.ingress", rule("protocol", "icmp", "ports", []any{"22"})), "spec.acl.ingress[0].ports: apply only to protocol tcp or udp, not icmp"},
 		{"acl ports any", with(goodPortSec, "spec.acl.egress", rule("protocol", del, "ports", []any{"53"})), "spec.acl.egress[0].ports: apply only to protocol tcp or udp, not any"},
-		{"acl too many match entries", with(goodPortSec, "spec.acl.ingress", rule(
-			"cidrs", []any{"10.0.0.0/8", "10.1.0.0/16", "10.2.0.0/16", "10.3.0.0/16", "10.4.0.0/16", "10.5.0.0/16", "10.6.0.0/16", "10.7.0.0/16", "10.8.0.0/16"},
-			"ports", []any{"1", "2", "3", "4", "5", "6", "7", "8"})),
-			"spec.acl.ingress: 72 match entries exceeds 64: a rule takes one per CIDR and port range (use wider CIDRs or port ranges)"},
+		{"acl too many match entries", with(goodPortSec, "spec.acl.ingress", rule("cidrs", manyCIDRs(33), "ports", manyPorts(32))),
+			"spec.acl.ingress: 1056 match entries exceeds 1024: a rule takes one per CIDR and port range (use wider CIDRs or port ranges)"},
 		{"acl cidr", with(goodPortSec, "spec.acl.ingress", rule("cidrs", []any{"10.0.0.0"})), "spec.acl.ingress[0].cidrs[0]: 10.0.0.0 is not an IPv4 CIDR (want e.g. 10.0.0.0/8)"},
 		{"acl default", with(goodPortSec, "spec.acl.defaultIngress", "drop"), "spec.acl.defaultIngress: drop is not one of allow, deny"},
 		{"acl default egress", with(goodPortSec, "spec.acl.defaultEgress", "reject"), "spec.acl.defaultEgress: reject is not one of allow, deny"},
@@ -407,4 +406,22 @@ func TestDecodeObjectJSON(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "metadata.uid: 7 must be a string") {
 		t.Errorf("DecodeObject = %v", err)
 	}
+}
+
+// manyCIDRs is n distinct /16s, manyPorts n distinct ports: a rule of
+// both takes their product of match entries.
+func manyCIDRs(n int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("10.%d.0.0/16", i)
+	}
+	return out
+}
+
+func manyPorts(n int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = fmt.Sprint(1 + i)
+	}
+	return out
 }

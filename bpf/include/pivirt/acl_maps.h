@@ -12,8 +12,9 @@
 #include "pivirt/consts.h"
 #include "pivirt/types.h"
 
-/* pv_acl: the compiled spec.acl of each direction of a port. Values are
- * 1 KiB, so only the entries in use are allocated.
+/* pv_acl_v2: the compiled spec.acl of each direction of a port. Values
+ * are 16 KiB (PV_ACL_MAX_RULES entries; pv_acl held 64), so only the
+ * entries in use are allocated.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -22,7 +23,7 @@ struct {
 	__type(key, struct pv_acl_key);
 	__type(value, struct pv_acl_set);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} pv_acl SEC(".maps");
+} pv_acl_v2 SEC(".maps");
 
 /* pv_conntrack_v2: flows a stateful ACL let through, in one LRU map per
  * port (by ifindex; pivirtd creates a port's map when it attaches the

@@ -41,7 +41,7 @@
  * rules of spec.acl.ingress or .egress expanded per CIDR and port range
  * (Go: guard.ACLMaxRules; admission refuses more).
  */
-#define PV_ACL_MAX_RULES	64
+#define PV_ACL_MAX_RULES	1024 /* a power of two (lib/acl.h masks with it) */
 /* Tracked flows of one port: each port with an ACL has its own LRU map
  * (pv_conntrack_v2 holds them), so a port that opens flows without end
  * evicts only its own. The size of the template; pivirtd's
