@@ -480,6 +480,12 @@ static __always_inline int acl_parse6(struct hdr_cursor *cur, __u32 dir, struct 
 	return ACL_TRACK;
 }
 
+/* PV_ACL_DIRECT_RULES: the rules pv_acl_match walks in a plain loop,
+ * which costs half of what a bpf_loop step does; the verifier follows a
+ * plain loop this long on one path, not one of PV_ACL_MAX_RULES.
+ */
+#define PV_ACL_DIRECT_RULES 64
+
 /* struct acl_match: pv_acl_match's state through bpf_loop. */
 struct acl_match {
 	const struct pv_acl_set *acl;
@@ -488,21 +494,9 @@ struct acl_match {
 	int action;
 };
 
-/* acl_match_rule checks rule i: on a match it records the rule's action
- * and stops the loop (returns 1).
- */
-static long acl_match_rule(__u32 i, void *data)
+/* acl_rule_matches reports whether rule r matches p. */
+static __always_inline int acl_rule_matches(const struct pv_acl_rule *r, const struct acl_pkt *p)
 {
-	struct acl_match *m = data;
-	const struct acl_pkt *p = m->p;
-	const struct pv_acl_rule *r;
-
-	if (i >= m->n)
-		return 1;
-	/* PV_ACL_MAX_RULES is a power of two and n at most it: the mask
-	 * changes nothing but shows the verifier the bound.
-	 */
-	r = &m->acl->rules[i & (PV_ACL_MAX_RULES - 1)];
 	if (r->proto && r->proto != p->proto)
 		return 0;
 	if (r->family == 4 && (p->family != 4 || (p->peer4 & r->mask) != r->addr))
@@ -510,27 +504,57 @@ static long acl_match_rule(__u32 i, void *data)
 	if ((r->port_min != 0 || r->port_max != 0xffff) &&
 	    (!p->have_ports || p->dport < r->port_min || p->dport > r->port_max))
 		return 0;
+	return 1;
+}
+
+/* acl_match_rule checks rule PV_ACL_DIRECT_RULES + i: on a match it
+ * records the rule's action and stops the loop (returns 1).
+ */
+static long acl_match_rule(__u32 i, void *data)
+{
+	struct acl_match *m = data;
+	const struct pv_acl_rule *r;
+
+	i += PV_ACL_DIRECT_RULES;
+	if (i >= m->n)
+		return 1;
+	/* PV_ACL_MAX_RULES is a power of two and n at most it: the mask
+	 * changes nothing but shows the verifier the bound.
+	 */
+	r = &m->acl->rules[i & (PV_ACL_MAX_RULES - 1)];
+	if (!acl_rule_matches(r, m->p))
+		return 0;
 	m->action = r->action;
 	return 1;
 }
 
 /* pv_acl_match returns the action of the first rule matching p, else
- * the default. The rules are walked by bpf_loop, whose callback the
- * verifier checks once: a plain loop over PV_ACL_MAX_RULES rules passes
- * more branches on one path than it follows. A global function, so the
- * parse paths that lead here do not multiply it either.
+ * the default. The first PV_ACL_DIRECT_RULES rules are walked in a loop,
+ * the rest by bpf_loop, whose callback the verifier checks once. A global
+ * function, so the parse paths that lead here do not multiply it either.
  */
 __noinline int pv_acl_match(const struct pv_acl_set *acl, const struct acl_pkt *p)
 {
 	struct acl_match m = { .acl = acl, .p = p };
+	__u32 i;
 
 	if (!acl || !p)
 		return PV_ACL_DENY;
 	m.n = acl->nrules;
 	if (m.n > PV_ACL_MAX_RULES)
 		m.n = PV_ACL_MAX_RULES;
+#pragma clang loop unroll(disable)
+	for (i = 0; i < PV_ACL_DIRECT_RULES; i++) {
+		const struct pv_acl_rule *r = &acl->rules[i];
+
+		if (i >= m.n)
+			return acl->default_action;
+		if (acl_rule_matches(r, p))
+			return r->action;
+	}
 	m.action = acl->default_action;
-	bpf_loop(m.n, acl_match_rule, &m, 0);
+	if (m.n > PV_ACL_DIRECT_RULES)
+		bpf_loop(m.n - PV_ACL_DIRECT_RULES, acl_match_rule, &m, 0);
 	return m.action;
 }
 
