@@ -13,6 +13,7 @@ package test
 //   pvt-host netns: pivirtd, br-csum 192.168.71.1/24
 //     ├── tapatk (tap with IFF_VNET_HDR; the test writes as the VM 52:54:00:00:71:01, 192.168.71.10, guarded)
 //     ├── vatk   (veth to a guest netns; a packet socket there sends as 52:54:00:00:71:02, 192.168.71.11, guarded)
+//     ├── tapctl (tap with IFF_VNET_HDR, unguarded: the control, whose request the kernel applies)
 //     └── tapvic (tap without offloads; the test reads what a neighbour VM gets)
 
 import (
@@ -142,7 +143,9 @@ func TestPrivilegedChecksumRequestChecked(t *testing.T) {
 	})
 	atk := openRawTap(t, host, "tapatk", unix.IFF_TAP|unix.IFF_NO_PI|unix.IFF_VNET_HDR)
 	vic := openRawTap(t, host, "tapvic", unix.IFF_TAP|unix.IFF_NO_PI)
-	for _, tap := range []string{"tapatk", "tapvic"} {
+	// The control: an unguarded tap's request is applied as asked.
+	ctl := openRawTap(t, host, "tapctl", unix.IFF_TAP|unix.IFF_NO_PI|unix.IFF_VNET_HDR)
+	for _, tap := range []string{"tapatk", "tapvic", "tapctl"} {
 		enslave(t, host, tap, "br-csum")
 		if _, err := host.Exec("ip", "link", "set", tap, "up"); err != nil {
 			t.Fatal(err)
@@ -155,7 +158,7 @@ func TestPrivilegedChecksumRequestChecked(t *testing.T) {
 			return strings.Contains(d.Ctl("get", "portsec", p.name, "-o", "yaml").Stdout, p.attach)
 		})
 	}
-	sendVeth := packetSocketVnet(t, g)
+	sendVeth := guestPacketSocket(t, g, true)
 
 	type frameCase struct {
 		marker  string
@@ -195,6 +198,14 @@ func TestPrivilegedChecksumRequestChecked(t *testing.T) {
 		cases = append(cases, frameCase{marker, false})
 	}
 
+	ctlMAC, ctlIP := net.HardwareAddr{0x52, 0x54, 0, 0, 0x71, 3}, "192.168.71.12"
+	if _, err := ctl.f.Write(append(vnetHdr(true, 14+12, 2), udpFrame(t, ctlMAC, ctlIP, 4000, 9999, "pvmark:control-saddr")...)); err != nil {
+		t.Fatalf("the control tap refused the frame: %v", err)
+	}
+	waitFor(t, 5*time.Second, "the control's frame at the neighbour, its source rewritten", func() bool {
+		f := vic.frame("control-saddr")
+		return f != nil && netip.AddrFrom4([4]byte(f[14+12:14+16])).String() != ctlIP
+	})
 	waitFor(t, 5*time.Second, "the frames that pass at the neighbour", func() bool {
 		for _, c := range cases {
 			if c.arrives && vic.frame(c.marker) == nil {
@@ -229,9 +240,10 @@ func TestPrivilegedChecksumRequestChecked(t *testing.T) {
 	}
 }
 
-// packetSocketVnet returns a sender of frames with a virtio-net header
-// through a packet socket (PACKET_VNET_HDR) on the guest's interface.
-func packetSocketVnet(t *testing.T, g *guest.Guest) func(hdr, frame []byte) {
+// guestPacketSocket returns a sender of raw frames through a packet
+// socket on the guest's interface; with vnet, each frame follows the
+// virtio-net header it is given (PACKET_VNET_HDR).
+func guestPacketSocket(t *testing.T, g *guest.Guest, vnet bool) func(hdr, frame []byte) {
 	t.Helper()
 	var fd, ifindex int
 	err := g.NS.Do(func() error {
@@ -242,6 +254,9 @@ func packetSocketVnet(t *testing.T, g *guest.Guest) func(hdr, frame []byte) {
 		ifindex = l.Attrs().Index
 		if fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
 			return fmt.Errorf("packet socket: %w", err)
+		}
+		if !vnet {
+			return nil
 		}
 		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
 			unix.Close(fd)
