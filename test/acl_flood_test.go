@@ -115,7 +115,10 @@ func TestPrivilegedACLFloodKeepsOthersFlows(t *testing.T) {
 		}
 	}()
 	var conn net.Conn
-	if err := a.NS.Do(func() (err error) { conn, err = net.DialTimeout("tcp4", "192.168.73.1:7000", 3*time.Second); return err }); err != nil {
+	if err := a.NS.Do(func() (err error) {
+		conn, err = net.DialTimeout("tcp4", "192.168.73.1:7000", 3*time.Second)
+		return err
+	}); err != nil {
 		t.Fatalf("A's connection: %v", err)
 	}
 	t.Cleanup(func() { conn.Close() })
