@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,7 @@ import (
 	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/control/store/bolt"
 	"pivirt.hu/pivirt/control/store/etcd"
+	"pivirt.hu/pivirt/dataplane/guard"
 	"pivirt.hu/pivirt/dataplane/kernelcheck"
 	"pivirt.hu/pivirt/dataplane/loader"
 	"pivirt.hu/pivirt/dataplane/vxlan"
@@ -77,7 +79,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry()}
 	d.index.Shared = cfg.Store == "etcd" // other nodes write it too
-	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(cfg.Version))
+	b := readBuild(cfg.Version)
+	// What an upgrade or a downgrade changes (README "Upgrading"): the
+	// binary, and the layout of the pinned maps it migrates to.
+	log.Info("pivirtd starting", "version", b.version, "revision", b.revision, "go", b.goVersion,
+		"maps", strings.Join(guard.MapNames, ","))
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(b))
 
 	// A kernel without what the programs need is refused here, naming
 	// what it lacks, rather than by a verifier error halfway through.

@@ -144,9 +144,13 @@ func Open(base string) (*Loader, error) {
 
 // adoptRetiredFlows moves the flows of a pv_conntrack an older pivirtd
 // pinned (one map for all ports) into their ports' maps, so established
-// connections of stateful ports survive the upgrade. Its programs,
-// still attached until Attach swaps them, track new flows there until
-// then; those are lost.
+// connections of stateful ports survive the upgrade. A flow carries the
+// version of the ACL that admitted it; the older pv_acl's versions were
+// taken over its 64-entry layout, so a flow whose version is its port's
+// current one there gets the version the same ACL has now (the spec
+// compiles to the same entries), and stays valid. Its programs, still
+// attached until Attach swaps them, track new flows there until then;
+// those are lost.
 func (l *Loader) adoptRetiredFlows() error {
 	pin := MapPath(l.base, guard.RetiredConntrack)
 	old, err := ebpf.LoadPinnedMap(pin, nil)
@@ -157,6 +161,10 @@ func (l *Loader) adoptRetiredFlows() error {
 		return fmt.Errorf("opening the retired %s: %w", pin, err)
 	}
 	defer old.Close()
+	versions, err := l.retiredACLVersions()
+	if err != nil {
+		return err
+	}
 	ct := l.maps.Conntrack
 	ready := map[uint32]bool{}
 	var werr error
@@ -167,6 +175,9 @@ func (l *Loader) adoptRetiredFlows() error {
 			}
 			ready[k.Ifindex] = true
 		}
+		if vv, ok := versions[k.Ifindex]; ok && v.Version == vv.old {
+			v.Version = vv.now
+		}
 		if err := ct.Put(k, v); err != nil {
 			return fmt.Errorf("moving a flow of ifindex %d into %s: %w", k.Ifindex, guard.MapConntrack, err)
 		}
@@ -175,6 +186,53 @@ func (l *Loader) adoptRetiredFlows() error {
 		return fmt.Errorf("walking the retired %s: %w", pin, werr)
 	}
 	return nil
+}
+
+// retiredACLSet is struct pv_acl_set of the retired pv_acl: 64 entries.
+type retiredACLSet struct {
+	Version       uint32
+	Nrules        uint16
+	DefaultAction uint8
+	Flags         uint8
+	Rules         [64]guard.ACLRule
+}
+
+// retiredACLVersions reads the retired pv_acl, if pinned: for each port
+// with both directions, the version its flows carry and the version the
+// same ACL has in pv_acl_v2.
+func (l *Loader) retiredACLVersions() (map[uint32]struct{ old, now uint32 }, error) {
+	pin := MapPath(l.base, "pv_acl")
+	m, err := ebpf.LoadPinnedMap(pin, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening the retired %s: %w", pin, err)
+	}
+	defer m.Close()
+	sets := map[aclmap.Key]aclmap.Value{}
+	var werr error
+	for k, v := range typed.New[aclmap.Key, retiredACLSet](m).All(&werr) {
+		var nv aclmap.Value
+		nv.Version, nv.Nrules, nv.DefaultAction, nv.Flags = v.Version, v.Nrules, v.DefaultAction, v.Flags
+		copy(nv.Rules[:], v.Rules[:])
+		sets[k] = nv
+	}
+	if werr != nil {
+		return nil, fmt.Errorf("walking the retired %s: %w", pin, werr)
+	}
+	out := map[uint32]struct{ old, now uint32 }{}
+	for k, in := range sets {
+		if k.Dir != uint32(guard.ACLIngress) {
+			continue
+		}
+		eg, ok := sets[aclmap.NewKey(k.Ifindex, guard.ACLEgress)]
+		if !ok {
+			continue
+		}
+		out[k.Ifindex] = struct{ old, now uint32 }{in.Version, aclmap.Version(in, eg)}
+	}
+	return out, nil
 }
 
 // SetFlowsPerPort sets the size of the flow map a port gets when its ACL

@@ -3,6 +3,7 @@
 package loader_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 
 	"pivirt.hu/pivirt/dataplane/guard"
 	"pivirt.hu/pivirt/dataplane/loader"
+	"pivirt.hu/pivirt/dataplane/maps/aclmap"
 	"pivirt.hu/pivirt/dataplane/maps/countermap"
 	"pivirt.hu/pivirt/dataplane/maps/ctmap"
 	"pivirt.hu/pivirt/dataplane/maps/portmap"
@@ -326,6 +328,41 @@ func TestPrivilegedLoaderOldLayouts(t *testing.T) {
 		flows[k] = v
 	}
 	oldCT.Close()
+	// Port 7's ACL in the 64-entry pv_acl, under version 3: its flows of
+	// version 3 get the version the same ACL has in pv_acl_v2; port 9 has
+	// no ACL there, its flow keeps its version.
+	pin(&ebpf.MapSpec{Name: "pv_acl", Type: ebpf.Hash, KeySize: 8, ValueSize: 8 + 64*16, MaxEntries: 131072, Flags: unix.BPF_F_NO_PREALLOC})
+	oldACL, err := ebpf.LoadPinnedMap(loader.MapPath(base, "pv_acl"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in, eg aclmap.Value
+	in.Nrules, in.DefaultAction, in.Flags = 1, uint8(guard.ACLDeny), uint8(guard.ACLStateful)
+	in.Rules[0] = guard.ACLRule{PortMin: 22, PortMax: 22, Proto: 6, Action: uint8(guard.ACLAllow)}
+	eg.DefaultAction, eg.Flags = uint8(guard.ACLAllow), uint8(guard.ACLStateful)
+	for dir, v := range map[guard.ACLDir]aclmap.Value{guard.ACLIngress: in, guard.ACLEgress: eg} {
+		b := make([]byte, 8+64*16)
+		binary.LittleEndian.PutUint32(b, 3)
+		binary.LittleEndian.PutUint16(b[4:], v.Nrules)
+		b[6], b[7] = v.DefaultAction, v.Flags
+		if v.Nrules > 0 {
+			binary.LittleEndian.PutUint16(b[8+8:], 22)
+			binary.LittleEndian.PutUint16(b[8+10:], 22)
+			b[8+12], b[8+13] = 6, uint8(guard.ACLAllow)
+		}
+		k := aclmap.NewKey(7, dir)
+		if err := oldACL.Put(&k, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldACL.Close()
+	now := aclmap.Version(in, eg)
+	for k, v := range flows {
+		if k.Ifindex == 7 {
+			v.Version = now
+			flows[k] = v
+		}
+	}
 
 	l, err := loader.Open(base)
 	if err != nil {

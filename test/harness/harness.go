@@ -59,6 +59,32 @@ func Build(tb testing.TB) Binaries {
 	return built
 }
 
+// BuildAt compiles cmd/pivirtd and cmd/pivirtctl as they were at commit
+// of this repository's history (git archive into a temporary directory),
+// for upgrade tests. Without git or the commit (a shallow clone), the
+// test skips, or fails under PIVIRT_E2E.
+func BuildAt(tb testing.TB, commit string) Binaries {
+	tb.Helper()
+	testutil.RequireTool(tb, "git", "tar")
+	root := moduleRoot()
+	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		testutil.SkipOrFail(tb, "commit %s is not in this clone's history (%v %s): an upgrade test needs the full history", commit, err, out)
+	}
+	src, bin := tb.TempDir(), tb.TempDir()
+	archive := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", root, commit, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		tb.Fatalf("extracting %s: %v\n%s", commit, err, out)
+	}
+	for _, name := range []string{"pivirtd", "pivirtctl"} {
+		cmd := exec.Command("go", "build", "-ldflags", "-X main.version="+commit[:min(len(commit), 12)], "-o", filepath.Join(bin, name), "./cmd/"+name)
+		cmd.Dir = src
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tb.Fatalf("building %s at %s: %v\n%s", name, commit, err, out)
+		}
+	}
+	return Binaries{Pivirtd: filepath.Join(bin, "pivirtd"), Pivirtctl: filepath.Join(bin, "pivirtctl")}
+}
+
 func moduleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
@@ -197,6 +223,15 @@ func (d *Daemon) Kill9() {
 func (d *Daemon) Restart() {
 	d.tb.Helper()
 	d.Stop()
+	d.Start()
+}
+
+// Replace stops the daemon and starts bins on the same state, pins and
+// flags, as an in-place upgrade (or downgrade) of the package does.
+func (d *Daemon) Replace(bins Binaries) {
+	d.tb.Helper()
+	d.Stop()
+	d.bins = bins
 	d.Start()
 }
 

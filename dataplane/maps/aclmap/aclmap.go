@@ -91,13 +91,20 @@ func maskOf(bits int) [4]byte {
 }
 
 // Version returns the version of a port's compiled ACL, both directions:
-// FNV-1a over their bytes. A flow tracked under another version is
-// evaluated again, so a changed ACL applies to established flows too.
+// FNV-1a over what each says (its count, default, flags and the entries
+// in use), not over the struct, so a layout with room for more entries
+// gives the same spec the same version and its tracked flows stay valid.
+// A flow tracked under another version is evaluated again, so a changed
+// ACL applies to established flows too.
 func Version(ingress, egress Value) uint32 {
 	h := fnv.New32a()
 	for _, v := range []Value{ingress, egress} {
-		v.Version = 0
-		_ = binary.Write(h, binary.NativeEndian, v)
+		_ = binary.Write(h, binary.LittleEndian, struct {
+			Nrules        uint16
+			DefaultAction uint8
+			Flags         uint8
+		}{v.Nrules, v.DefaultAction, v.Flags})
+		_ = binary.Write(h, binary.LittleEndian, v.Rules[:min(int(v.Nrules), len(v.Rules))])
 	}
 	if s := h.Sum32(); s != 0 {
 		return s

@@ -35,7 +35,9 @@
 # Then FLOOD_CFGS (default "nft pivirtd") are run with a spoofed source MAC:
 # nothing reaches the host, the sender's pps is one core's drop rate.
 #
-# Env: CFGS="none ebtables nft pivirtd" FLOOD_CFGS="nft pivirtd" DUR=5 REPS=3
+# ATTACH (default auto: tcx on these veths) is pivirtd's --attach; xdp puts
+# the guard in XDP (native on veth).
+# Env: CFGS="none ebtables nft pivirtd" FLOOD_CFGS="nft pivirtd" ATTACH=auto DUR=5 REPS=3
 #   SEND_CPU=0 RECV_CPU=1 PIVIRT_BIN=<repo>/bin WORK=/tmp/pvb OUT=$WORK/guard.txt
 # Summary: python3 tools/bench/peers/summarize.py guard $OUT
 . "$(dirname "$(readlink -f "$0")")/lib.sh"
@@ -43,6 +45,7 @@ PORTS=(${@:-1000 4000})
 CFGS=${CFGS:-"none ebtables nft pivirtd"}
 FLOOD_CFGS=${FLOOD_CFGS-"nft pivirtd"}
 OUT=${OUT:-$WORK/guard.txt}
+ATTACH=${ATTACH:-auto}
 PV=$WORK/guard-pivirtd
 PVPIN=$WORK/guard-bpffs # pivirtd mounts a bpffs there
 PVPID=
@@ -181,7 +184,7 @@ start_pivirtd() {
 	local n=$1 i got=0 t0
 	rm -rf "$PV" "$PVPIN"
 	mkdir -p "$PV"
-	nsb pvb-host "$PIVIRT_BIN/pivirtd" --state-dir "$PV/state" --socket "$PV/sock" --bpffs "$PVPIN" --log-level warn >"$PV/log" 2>&1 &
+	nsb pvb-host "$PIVIRT_BIN/pivirtd" --state-dir "$PV/state" --socket "$PV/sock" --bpffs "$PVPIN" --attach "$ATTACH" --log-level warn >"$PV/log" 2>&1 &
 	PVPID=$!
 	for _ in $(seq 100); do ctl get segments >/dev/null 2>&1 && break; sleep 0.1; done
 	{
@@ -191,7 +194,7 @@ start_pivirtd() {
 	t0=$SECONDS
 	ctl apply -f "$PV/ports.yaml" >/dev/null || { echo "pivirtctl apply failed" >&2; cat "$PV/log" >&2; exit 1; }
 	for _ in $(seq 600); do
-		got=$(ctl inspect progs 2>/dev/null | grep -c pv_tcx_guard)
+		got=$(ctl inspect progs 2>/dev/null | grep -cE 'pv_(tcx|xdp)_guard')
 		[ "$got" -ge $((n - 1)) ] && break
 		sleep 0.2
 	done
@@ -231,7 +234,7 @@ check() { # good frames pass, spoofed ones do not
 }
 
 build_pktgen
-echo "# guard $(date -u +%FT%TZ) $(uname -r) commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) DUR=${DUR}s REPS=$REPS sender cpu$SEND_CPU receiver cpu$RECV_CPU load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"
+echo "# guard $(date -u +%FT%TZ) $(uname -r) commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) attach=$ATTACH DUR=${DUR}s REPS=$REPS sender cpu$SEND_CPU receiver cpu$RECV_CPU load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"
 for N in "${PORTS[@]}"; do
 	topology "$N" | tee -a "$OUT"
 	for c in $CFGS; do
