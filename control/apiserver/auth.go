@@ -96,22 +96,27 @@ func RoleFrom(ctx context.Context) Role {
 }
 
 // Authenticate wraps h so every call carries a role. A bearer token, when
-// present, must be valid and gives its role; without one the call gets
-// anonymous (an operator on the 0600 unix socket, refused on TCP).
-func Authenticate(h http.Handler, tokens Tokens, anonymous Role) http.Handler {
+// present, must be valid and gives its role; else a verified client
+// certificate gives the role its organization names (CertOrgOperator,
+// CertOrgCluster); without either the call gets anonymous (an operator on
+// the unix socket, refused on TCP). creds may be nil (no token file: only
+// anonymous callers).
+func Authenticate(h http.Handler, creds *Credentials, anonymous Role) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		role := anonymous
 		if auth := r.Header.Get("Authorization"); auth != "" {
 			tok, ok := strings.CutPrefix(auth, "Bearer ")
 			role = RoleNone
 			if ok {
-				role = tokens.lookup(tok)
+				role = creds.tokens().lookup(tok)
 			}
+		} else if cr := certRole(r); cr != RoleNone {
+			role = cr
 		}
 		if role == RoleNone {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
-			fmt.Fprint(w, `{"code":"unauthenticated","message":"a valid bearer token is required"}`)
+			fmt.Fprint(w, `{"code":"unauthenticated","message":"a valid bearer token or client certificate is required"}`)
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, role)))

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -70,8 +71,26 @@ func TestLoadTokens(t *testing.T) {
 	}
 }
 
+// tokenCreds writes a token file of toks and loads it.
+func tokenCreds(t *testing.T, toks Tokens) *Credentials {
+	t.Helper()
+	var b strings.Builder
+	for tok, role := range toks {
+		fmt.Fprintf(&b, "%s %s\n", role, tok)
+	}
+	p := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadCredentials(CredentialFiles{Tokens: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestAuthenticate(t *testing.T) {
-	toks := Tokens{operatorToken: RoleOperator, clusterToken: RoleCluster}
+	toks := tokenCreds(t, Tokens{operatorToken: RoleOperator, clusterToken: RoleCluster})
 	tests := []struct {
 		name      string
 		anonymous Role
@@ -116,7 +135,7 @@ func TestProtocolsAndRoles(t *testing.T) {
 	rs := &ResourceServer{Store: st, Index: admission.NewIndex(), Recorder: events.NewRecorder(5)}
 	mux := http.NewServeMux()
 	mux.Handle(resourcev1connect.NewResourceServiceHandler(rs))
-	srv := httptest.NewUnstartedServer(Authenticate(mux, Tokens{operatorToken: RoleOperator, clusterToken: RoleCluster}, RoleNone))
+	srv := httptest.NewUnstartedServer(Authenticate(mux, tokenCreds(t, Tokens{operatorToken: RoleOperator, clusterToken: RoleCluster}), RoleNone))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	defer srv.Close()

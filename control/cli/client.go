@@ -47,8 +47,8 @@ func (c ConnFlags) Target() string {
 
 func (c ConnFlags) dial() (*http.Client, string, error) {
 	if c.Server == "" {
-		if c.TokenFile != "" || c.CAFile != "" || c.InsecureSkipTLSVerify {
-			return nil, "", fmt.Errorf("--token-file, --ca-file and --insecure-skip-tls-verify need --server")
+		if c.TokenFile != "" || c.CAFile != "" || c.InsecureSkipTLSVerify || c.ClientCert != "" {
+			return nil, "", fmt.Errorf("--token-file, --ca-file, --client-cert and --insecure-skip-tls-verify need --server")
 		}
 		socket := c.Socket
 		tr := &http.Transport{
@@ -79,9 +79,19 @@ func (c ConnFlags) dial() (*http.Client, string, error) {
 			}
 			cfg.RootCAs = pool
 		}
+		if (c.ClientCert == "") != (c.ClientKey == "") {
+			return nil, "", fmt.Errorf("--client-cert and --client-key go together")
+		}
+		if c.ClientCert != "" {
+			pair, err := tls.LoadX509KeyPair(c.ClientCert, c.ClientKey)
+			if err != nil {
+				return nil, "", fmt.Errorf("loading --client-cert %s and --client-key %s: %w", c.ClientCert, c.ClientKey, err)
+			}
+			cfg.Certificates = []tls.Certificate{pair}
+		}
 		tr.TLSClientConfig = cfg
-	} else if c.CAFile != "" || c.InsecureSkipTLSVerify {
-		return nil, "", fmt.Errorf("--ca-file and --insecure-skip-tls-verify need an https --server")
+	} else if c.CAFile != "" || c.InsecureSkipTLSVerify || c.ClientCert != "" {
+		return nil, "", fmt.Errorf("--ca-file, --client-cert and --insecure-skip-tls-verify need an https --server")
 	}
 	var rt http.RoundTripper = tr
 	if c.TokenFile != "" {

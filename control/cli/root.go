@@ -56,6 +56,9 @@ type ConnFlags struct {
 	TokenFile string
 	// CAFile verifies the server's certificate (--ca-file).
 	CAFile string
+	// ClientCert and ClientKey authenticate with a certificate
+	// (--client-cert, --client-key: mutual TLS).
+	ClientCert, ClientKey string
 	// InsecureSkipTLSVerify turns off certificate checks (--insecure-skip-tls-verify).
 	InsecureSkipTLSVerify bool
 }
@@ -100,6 +103,8 @@ else ` + DefaultSocket + `; or over TCP with --server.`,
 	f.StringVar(&r.conn.TokenFile, "token-file", "", "file holding a bearer token for --server")
 	f.StringVar(&r.conn.CAFile, "ca-file", "", "PEM file of the CA that signed the server's certificate")
 	f.BoolVar(&r.conn.InsecureSkipTLSVerify, "insecure-skip-tls-verify", false, "do not verify the server's certificate (insecure)")
+	f.StringVar(&r.conn.ClientCert, "client-cert", "", "PEM client certificate for --server with mutual TLS (pivirtd --tls-client-ca); its organization gives the role")
+	f.StringVar(&r.conn.ClientKey, "client-key", "", "PEM key of --client-cert")
 
 	r.cmd = cmd
 	cmd.AddCommand(

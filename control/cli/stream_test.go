@@ -327,7 +327,7 @@ func TestServerTCP(t *testing.T) {
 		{"unknown CA", []string{"--server", srv.URL, "--token-file", token, "get", "lease"},
 			"", "certificate", 1},
 		{"token without server", []string{"--token-file", token, "get", "lease"},
-			"", "error: --token-file, --ca-file and --insecure-skip-tls-verify need --server\n", 1},
+			"", "error: --token-file, --ca-file, --client-cert and --insecure-skip-tls-verify need --server\n", 1},
 		{"bad url", []string{"--server", "tcp://x:1", "get", "lease"},
 			"", "error: parsing --server \"tcp://x:1\": want http://host:port or https://host:port\n", 1},
 	} {

@@ -5,6 +5,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,21 +19,24 @@ import (
 
 // Config is pivirtd's configuration; every field is a flag of the same name.
 type Config struct {
-	Version       string   // what the binary was built as (not a flag): pivirt_build_info
-	StateDir      string   // --state-dir: bbolt at StateDir/state.db
-	Socket        string   // --socket: the API on a unix socket, mode 0600
-	Listen        string   // --listen: the API on TCP (needs --token-file; --tls-cert/--tls-key for server TLS)
-	TokenFile     string   // --token-file: bearer tokens with roles
-	TLSCert       string   // --tls-cert
-	TLSKey        string   // --tls-key
-	BPFFS         string   // --bpffs: pin base for maps and links
-	Node          string   // --node
-	Store         string   // --store: bbolt | etcd
-	EtcdEndpoints []string // --etcd-endpoints
-	EtcdCert      string   // --etcd-cert: client certificate (PEM) etcd checks
-	EtcdKey       string   // --etcd-key: its key
-	EtcdCA        string   // --etcd-ca: CAs of etcd's server certificate
-	EtcdPrefix    string   // --etcd-prefix: of every key; one cluster's nodes share it
+	Version        string   // what the binary was built as (not a flag): pivirt_build_info
+	StateDir       string   // --state-dir: bbolt at StateDir/state.db
+	Socket         string   // --socket: the API on a unix socket, mode 0600
+	Listen         string   // --listen: the API on TCP (needs --token-file; --tls-cert/--tls-key for server TLS)
+	TokenFile      string   // --token-file: bearer tokens with roles
+	TLSCert        string   // --tls-cert
+	TLSKey         string   // --tls-key
+	TLSClientCA    string   // --tls-client-ca: CAs whose client certificates authenticate (mutual TLS)
+	InsecureListen bool     // --insecure-listen: allow bearer tokens in clear text on a non-loopback --listen
+	Pprof          string   // --pprof: serve /debug/pprof on this address (off when empty)
+	BPFFS          string   // --bpffs: pin base for maps and links
+	Node           string   // --node
+	Store          string   // --store: bbolt | etcd
+	EtcdEndpoints  []string // --etcd-endpoints
+	EtcdCert       string   // --etcd-cert: client certificate (PEM) etcd checks
+	EtcdKey        string   // --etcd-key: its key
+	EtcdCA         string   // --etcd-ca: CAs of etcd's server certificate
+	EtcdPrefix     string   // --etcd-prefix: of every key; one cluster's nodes share it
 	// --etcd-compaction-interval: how often the nodes compact etcd (one
 	// of them a round) and so the history kept; 0: never (etcd's own
 	// --auto-compaction-retention does it).
@@ -118,6 +122,12 @@ func (c *Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
 	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		errs = append(errs, fmt.Errorf("--tls-client-ca %s needs --tls-cert and --tls-key: client certificates are checked in a TLS handshake", c.TLSClientCA))
+	}
+	if c.Listen != "" && c.TLSCert == "" && !c.InsecureListen && !loopbackListen(c.Listen) {
+		errs = append(errs, fmt.Errorf("--listen %s without --tls-cert would send bearer tokens in clear text over the network: give --tls-cert and --tls-key, listen on a loopback address, or say --insecure-listen", c.Listen))
+	}
 	if c.Socket == "" && c.Listen == "" {
 		errs = append(errs, errors.New("neither --socket nor --listen: the API would be unreachable"))
 	}
@@ -184,4 +194,18 @@ func (c *Config) VTEP() (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("--vtep-address %q: want this node's unicast IPv4 address on the underlay", c.VTEPAddress)
 	}
 	return a, nil
+}
+
+// loopbackListen reports whether a --listen address is a loopback one
+// (an IP literal or localhost); ":7443" and names listen on every address.
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

@@ -4,7 +4,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,9 +11,11 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -360,12 +361,15 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard, NAT: d.nat}, opts...)
 	mux.Handle(path, h)
 
-	var tokens apiserver.Tokens
-	if d.cfg.TokenFile != "" {
+	var creds *apiserver.Credentials
+	if d.cfg.TokenFile != "" || d.cfg.TLSCert != "" {
 		var err error
-		if tokens, err = apiserver.LoadTokens(d.cfg.TokenFile); err != nil {
+		creds, err = apiserver.LoadCredentials(apiserver.CredentialFiles{Tokens: d.cfg.TokenFile,
+			Cert: d.cfg.TLSCert, Key: d.cfg.TLSKey, ClientCA: d.cfg.TLSClientCA})
+		if err != nil {
 			return nil, err
 		}
+		go d.reloadCredentials(ctx, creds)
 	}
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
@@ -393,21 +397,15 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 			return nil, err
 		}
 		// The socket is root-only (0600): its callers are operators.
-		serve(&http.Server{Handler: apiserver.Authenticate(mux, tokens, apiserver.RoleOperator), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Socket)
+		serve(&http.Server{Handler: apiserver.Authenticate(mux, creds, apiserver.RoleOperator), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Socket)
 	}
 	if d.cfg.Listen != "" {
 		l, err := net.Listen("tcp", d.cfg.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("listening on %s: %w", d.cfg.Listen, err)
 		}
-		s := &http.Server{Handler: apiserver.Authenticate(mux, tokens, apiserver.RoleNone), ReadHeaderTimeout: 10 * time.Second}
-		if d.cfg.TLSCert != "" {
-			cert, err := tls.LoadX509KeyPair(d.cfg.TLSCert, d.cfg.TLSKey)
-			if err != nil {
-				return nil, fmt.Errorf("loading TLS key pair: %w", err)
-			}
-			s.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		} else {
+		s := &http.Server{Handler: apiserver.Authenticate(mux, creds, apiserver.RoleNone), ReadHeaderTimeout: 10 * time.Second}
+		if s.TLSConfig = creds.TLSConfig(); s.TLSConfig == nil {
 			s.Protocols = protocols
 		}
 		serve(s, l, d.cfg.Listen)
@@ -420,18 +418,62 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 		m := http.NewServeMux()
 		m.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
 		d.ready.serveHTTP(m)
-		// Profiles beside the metrics: same trusted, operator-chosen address.
+		serve(&http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Metrics)
+	}
+	if d.cfg.Pprof != "" {
+		// Profiles only when asked, on an address of their own: a profile
+		// shows memory (tokens among it) and costs CPU, which the
+		// unauthenticated metrics port must not give anyone.
+		l, err := net.Listen("tcp", d.cfg.Pprof)
+		if err != nil {
+			return nil, fmt.Errorf("listening for profiles on %s: %w", d.cfg.Pprof, err)
+		}
+		m := http.NewServeMux()
 		m.HandleFunc("/debug/pprof/", pprof.Index)
 		m.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		m.Handle("/debug/pprof/heap", pprof.Handler("heap"))
 		// An execution trace shows where the DHCP receive loop waits (the
 		// scheduler, a system call, the collector), which a profile cannot.
 		m.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		serve(&http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Metrics)
+		serve(&http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Pprof)
 	}
 	_ = ctx
 	return servers, nil
 }
+
+// reloadCredentials reads the token file, the TLS key pair and the client
+// CAs again on SIGHUP, and when one of them changed (checked every
+// credentialPoll), until ctx is done. A file that does not read keeps the
+// previous credentials, logged.
+func (d *Daemon) reloadCredentials(ctx context.Context, creds *apiserver.Credentials) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	tick := time.NewTicker(credentialPoll)
+	defer tick.Stop()
+	for {
+		var why string
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			why = "SIGHUP"
+		case <-tick.C:
+			if !creds.Changed() {
+				continue
+			}
+			why = "a file changed"
+		}
+		if err := creds.Reload(); err != nil {
+			d.log.Error("credentials not reloaded; the previous ones stay in use", "why", why, "err", err)
+			continue
+		}
+		d.log.Info("credentials reloaded", "why", why)
+	}
+}
+
+// credentialPoll is how often reloadCredentials looks for a changed file.
+const credentialPoll = 2 * time.Second
 
 // listenUnix replaces a stale socket file and restricts the new one to root.
 func listenUnix(path string) (net.Listener, error) {

@@ -51,7 +51,7 @@ func main() {
 	n := flag.Int("n", 10000, "objects in the bulk apply")
 	singles := flag.Int("singles", 500, "single applies timed for the latency figures")
 	maplat := flag.Int("maplat", 300, "single applies timed until their entry is in the map, per kind (0: none)")
-	extra := flag.String("pivirtd-args", "", "extra pivirtd flags, space separated (e.g. --metrics 127.0.0.1:9977 for pprof)")
+	extra := flag.String("pivirtd-args", "", "extra pivirtd flags, space separated (e.g. --pprof 127.0.0.1:6060 for profiles)")
 	daemonLog := flag.String("daemon-log", "", "write pivirtd's log to this file (with --log-level debug in -pivirtd-args: every pass)")
 	backend := flag.String("store", "bbolt", "pivirtd's store: bbolt, or etcd (a one-member etcd started in the bench's netns)")
 	flag.Parse()
