@@ -44,16 +44,16 @@ func NewCA(tb testing.TB, name string) CA {
 	return CA{cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-// Server issues a server certificate for 127.0.0.1 and localhost; Client
-// one for a client called cn in the organizations orgs. Both return the
-// certificate and its key, PEM.
+// Server issues a server certificate for 127.0.0.1 and localhost, and
+// returns it and its key, PEM.
 func (ca CA) Server(tb testing.TB) (certPEM, keyPEM []byte) {
 	tb.Helper()
 	return ca.issue(tb, &x509.Certificate{Subject: pkix.Name{CommonName: "pivirtd"}, DNSNames: []string{"localhost"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 }
 
-// Client: see Server.
+// Client issues a client certificate for cn in the organizations orgs,
+// and returns it and its key, PEM.
 func (ca CA) Client(tb testing.TB, cn string, orgs ...string) (certPEM, keyPEM []byte) {
 	tb.Helper()
 	return ca.issue(tb, &x509.Certificate{Subject: pkix.Name{CommonName: cn, Organization: orgs},
