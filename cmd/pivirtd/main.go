@@ -113,6 +113,39 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringSliceVar(&cfg.DHCPTrustedRelays, "dhcp-trusted-relays", cfg.DHCPTrustedRelays, "IP addresses or CIDRs of DHCP relay agents whose relayed requests (giaddr set) are served; any other request with a giaddr is dropped (a guest is never a relay)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text (logfmt) or json, one object a line for log shippers")
+	cmd.AddCommand(newCleanupCommand())
+	return cmd
+}
+
+// newCleanupCommand is `pivirtd cleanup`: what an uninstall runs after
+// stopping pivirtd.
+func newCleanupCommand() *cobra.Command {
+	cfg := daemon.Defaults()
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "detach every program and remove the pins, VPCRouter namespaces and VXLAN devices pivirtd made (pivirtd stopped)",
+		Long: `cleanup undoes what pivirtd leaves in the kernel when it exits, for an
+uninstall: it unpins every link (the guard, the port ACL, the NAT and the
+VTEP filter detach) and map under --bpffs, unmounts the bpffs pivirtd
+mounted there, and removes the VPCRouter namespaces (with their veths and
+iptables rules) and the VXLAN devices (with their tc filters) it made in
+this network namespace. The store and the lease journal in --state-dir,
+and the segments' bridges, stay. It refuses while a pivirtd runs on the
+same --state-dir or --socket. Guests lose their guard: stop them first.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return daemon.Cleanup(cfg, dryRun, cmd.OutOrStdout())
+		},
+	}
+	// The same paths as the daemon's flags of these names.
+	f := cmd.Flags()
+	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "pivirtd's --state-dir (locked while cleaning, never removed)")
+	f.StringVar(&cfg.Socket, "socket", cfg.Socket, "pivirtd's --socket (locked while cleaning)")
+	f.StringVar(&cfg.BPFFS, "bpffs", cfg.BPFFS, "pivirtd's --bpffs: every pin under it is removed")
+	f.BoolVar(&dryRun, "dry-run", false, "say what would be removed, remove nothing")
 	return cmd
 }
 

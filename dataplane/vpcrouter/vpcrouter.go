@@ -263,8 +263,27 @@ func configureNS(cfg Config) error {
 		if err := netlink.RouteReplace(rt); err != nil {
 			return fmt.Errorf("setting default route via %s: %w", cfg.Gateway, err)
 		}
-	} else if err := netlink.RouteDel(&netlink.Route{Dst: nil}); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("removing default route: %w", err)
+	} else if err := removeDefaultRoutes(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// removeDefaultRoutes deletes the IPv4 default routes of the namespace
+// (a gateway the spec no longer names). netlink wants a route to delete
+// named by more than an empty destination, so each is listed first.
+func removeDefaultRoutes() error {
+	rs, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("listing routes: %w", err)
+	}
+	for _, rt := range rs {
+		if rt.Dst != nil && rt.Dst.String() != "0.0.0.0/0" {
+			continue
+		}
+		if err := netlink.RouteDel(&rt); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("removing default route via %s: %w", rt.Gw, err)
+		}
 	}
 	return nil
 }

@@ -181,13 +181,15 @@ func TestPrivilegedRouterLifecycle(t *testing.T) {
 		t.Errorf("rules after shrinking the bypass (-want +got):\n%s", d)
 	}
 
-	// Changed spec: the old address and the masquerade go.
+	// Changed spec: the old address, the masquerade and the gateway go.
 	cfg.InsideIP = netip.MustParsePrefix("10.20.0.1/24")
 	cfg.Masquerade = false
+	cfg.Gateway = netip.Addr{}
 	ensure(cfg)
-	if addrs, _, _ = inside(); !cmp.Equal(addrs, []string{"pvr-in 10.20.0.1/24", "pvr-up 198.51.100.2/24"}) {
-		t.Errorf("addresses after change: %v", addrs)
+	if addrs, gw, _ = inside(); !cmp.Equal(addrs, []string{"pvr-in 10.20.0.1/24", "pvr-up 198.51.100.2/24"}) || gw != "" {
+		t.Errorf("addresses after change: %v, default route via %q (want none)", addrs, gw)
 	}
+	ensure(cfg) // and again, with no default route to remove
 	for _, r := range rules() {
 		if strings.Contains(r, "MASQUERADE") {
 			t.Errorf("masquerade left after masquerade: false: %s", r)
