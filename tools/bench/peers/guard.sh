@@ -6,7 +6,8 @@
 #
 #   pvb-vm1: eth0 52:54:00:00:00:01 192.168.100.10 -- the only sender
 #      | veth
-#   pvb-host: bridge pvb-br0 192.168.100.1/24 (the receiver's address);
+#   pvb-host: bridge pvb-br0 192.168.100.1/24 (the receiver's address), and
+#             pvb-br1.. for ports past the first BR_PORTS (default 1000);
 #             ports pvb-p1..pvb-pN; pvb-p1's peer is pvb-vm1's eth0, the
 #             others' peers (pvb-qI) stay in pvb-host: they exist so that
 #             rules, sets and maps are as large as on a host with N VMs.
@@ -46,6 +47,7 @@ CFGS=${CFGS:-"none ebtables nft pivirtd"}
 FLOOD_CFGS=${FLOOD_CFGS-"nft pivirtd"}
 OUT=${OUT:-$WORK/guard.txt}
 ATTACH=${ATTACH:-auto}
+BR_PORTS=${BR_PORTS:-1000}
 PV=$WORK/guard-pivirtd
 PVPIN=$WORK/guard-bpffs # pivirtd mounts a bpffs there
 PVPID=
@@ -82,11 +84,22 @@ topology() { # $1 = N
 	nsx pvb-host ip link set pvb-p1 master pvb-br0 up
 	# The receiver never ARPs for the sender: no packet of a run waits.
 	nsx pvb-host ip neigh replace $VM_IP lladdr $VM_MAC dev pvb-br0 nud permanent
+	# A bridge takes at most 1,024 ports (BR_MAX_PORTS): ports past the
+	# first BR_PORTS go on further bridges, pvb-br1.., as on a host with
+	# several networks; the sender and the receiver stay on pvb-br0.
+	local nbr=$(((n - 1) / BR_PORTS + 1)) b
+	for ((b = 1; b < nbr; b++)); do
+		nsx pvb-host ip link add pvb-br$b type bridge stp_state 0 mcast_snooping 0
+		nsx pvb-host ip link set pvb-br$b up
+	done
 	for ((i = 2; i <= n; i++)); do
-		printf 'link add pvb-p%d type veth peer name pvb-q%d\nlink set pvb-p%d master pvb-br0 up\nlink set pvb-q%d up\n' $i $i $i $i
+		printf 'link add pvb-p%d type veth peer name pvb-q%d\nlink set pvb-p%d master pvb-br%d up\nlink set pvb-q%d up\n' $i $i $i $(((i - 1) / BR_PORTS)) $i
 	done >"$WORK/ports.batch"
 	[ "$n" -gt 1 ] && nsx pvb-host ip -batch "$WORK/ports.batch"
-	echo "# topology N=$n: $(nsx pvb-host ip -o link show master pvb-br0 | wc -l) bridge ports in $((SECONDS - t0))s"
+	local got=0
+	for ((b = 0; b < nbr; b++)); do got=$((got + $(nsx pvb-host ip -o link show master pvb-br$b | wc -l))); done
+	echo "# topology N=$n: $got bridge ports on $nbr bridges in $((SECONDS - t0))s"
+	[ "$got" = "$n" ] || { echo "topology: $got of $n ports enslaved" >&2; exit 1; }
 }
 
 # load_ebtables N: libvirt's per-port chains, the sender's dispatch last.
