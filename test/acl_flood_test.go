@@ -3,7 +3,6 @@
 package test
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -94,46 +93,7 @@ func TestPrivilegedACLFloodKeepsOthersFlows(t *testing.T) {
 	}
 
 	// A's connection: opened by A (tracked), then idle during the flood.
-	var ln net.Listener
-	if err := host.Do(func() (err error) { ln, err = net.Listen("tcp4", "192.168.73.1:7000"); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				s := bufio.NewScanner(c)
-				for s.Scan() {
-					fmt.Fprintf(c, "echo %s\n", s.Text())
-				}
-			}()
-		}
-	}()
-	var conn net.Conn
-	if err := a.NS.Do(func() (err error) {
-		conn, err = net.DialTimeout("tcp4", "192.168.73.1:7000", 3*time.Second)
-		return err
-	}); err != nil {
-		t.Fatalf("A's connection: %v", err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	rd := bufio.NewReader(conn)
-	echo := func(what string) error {
-		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
-		if _, err := fmt.Fprintf(conn, "%s\n", what); err != nil {
-			return err
-		}
-		line, err := rd.ReadString('\n')
-		if err == nil && line != "echo "+what+"\n" {
-			err = fmt.Errorf("got %q", line)
-		}
-		return err
-	}
+	echo := dialEcho(t, host, a.NS, "192.168.73.1:7000").echo
 	if err := echo("before"); err != nil {
 		t.Fatalf("A's connection before the flood: %v", err)
 	}

@@ -3,7 +3,6 @@
 package test
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -90,48 +89,8 @@ func TestPrivilegedUpgradeKeepsGuestsServed(t *testing.T) {
 	waitFor(t, 10*time.Second, "A's lease pinned", pinned)
 
 	// A's connection, which the server pushes to unasked.
-	var ln net.Listener
-	if err := host.Do(func() (err error) { ln, err = net.Listen("tcp4", "192.168.74.1:7000"); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	serverSide := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		serverSide <- c
-		s := bufio.NewScanner(c)
-		for s.Scan() {
-			fmt.Fprintf(c, "echo %s\n", s.Text())
-		}
-	}()
-	var conn net.Conn
-	if err := a.NS.Do(func() (err error) {
-		conn, err = net.DialTimeout("tcp4", "192.168.74.1:7000", 3*time.Second)
-		return err
-	}); err != nil {
-		t.Fatalf("A's connection: %v", err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	srv := <-serverSide
-	t.Cleanup(func() { srv.Close() })
-	rd := bufio.NewReader(conn)
-	readLine := func(within time.Duration) (string, error) {
-		_ = conn.SetReadDeadline(time.Now().Add(within))
-		return rd.ReadString('\n')
-	}
-	echo := func(what string) error {
-		if _, err := fmt.Fprintf(conn, "%s\n", what); err != nil {
-			return err
-		}
-		line, err := readLine(3 * time.Second)
-		if err == nil && line != "echo "+what+"\n" {
-			err = fmt.Errorf("got %q", line)
-		}
-		return err
-	}
+	ac := dialEcho(t, host, a.NS, "192.168.74.1:7000")
+	srv, readLine, echo := ac.server, ac.readLine, ac.echo
 	if err := echo("before"); err != nil {
 		t.Fatalf("A's connection before the upgrade: %v", err)
 	}
