@@ -80,6 +80,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringVar(&configFile, "config", "", "YAML file of flag values (keys are flag names)")
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory: the embedded store (DIR/state.db), the DHCP lease journal (DIR/dhcp-journal) and, on etcd, the saved cache a start without etcd begins from (DIR/etcd-cache.json)")
 	f.StringVar(&cfg.Socket, "socket", cfg.Socket, "serve the API on this unix socket (mode 0600); empty disables it")
+	f.StringVar(&cfg.SocketGroup, "socket-group", cfg.SocketGroup, "a group (name or GID) whose members may use --socket too: it is then root:GROUP, mode 0660 (the package sets pivirt); empty: root only")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "also serve the API on this TCP address (requires --token-file)")
 	f.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, `bearer tokens, one per line as "[operator|cluster] TOKEN"`)
 	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "TLS certificate for --listen")

@@ -380,11 +380,13 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 	}
 
 	if d.cfg.Socket != "" {
-		l, err := listenUnix(d.cfg.Socket)
+		gid, _ := d.cfg.SocketGID() // Validate checked it
+		l, err := listenUnix(d.cfg.Socket, gid)
 		if err != nil {
 			return nil, err
 		}
-		// The socket is root-only (0600): its callers are operators.
+		// The socket is root's (0600), or root's and --socket-group's
+		// (0660): its callers are operators.
 		serve(&http.Server{Handler: apiserver.Authenticate(mux, tokens, apiserver.RoleOperator), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Socket)
 	}
 	if d.cfg.Listen != "" {
@@ -425,8 +427,9 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 	return servers, nil
 }
 
-// listenUnix replaces a stale socket file and restricts the new one to root.
-func listenUnix(path string) (net.Listener, error) {
+// listenUnix replaces a stale socket file and restricts the new one to
+// root, and to the group gid too unless gid is -1 (root:gid, mode 0660).
+func listenUnix(path string, gid int) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("creating socket dir: %w", err)
 	}
@@ -440,6 +443,17 @@ func listenUnix(path string) (net.Listener, error) {
 	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	if gid >= 0 {
+		// Widened to the group only after the chown: never to another group.
+		if err := os.Chown(path, -1, gid); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("giving socket %s to group %d: %w", path, gid, err)
+		}
+		if err := os.Chmod(path, 0o660); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("opening socket %s to its group: %w", path, err)
+		}
 	}
 	return l, nil
 }
