@@ -35,7 +35,7 @@ func main() {
 
 func newCommand() *cobra.Command {
 	cfg := daemon.Defaults()
-	var configFile, logLevel, logFormat string
+	var configFile, logLevel, logFormat, manDir string
 	cmd := &cobra.Command{
 		Use:   "pivirtd",
 		Short: "pivirt dataplane daemon: manifests in, eBPF maps and DHCP out",
@@ -51,6 +51,9 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if manDir != "" {
+				return genMan(cmd, manDir)
+			}
 			if configFile != "" {
 				if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
 					return err
@@ -108,6 +111,8 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringSliceVar(&cfg.DHCPTrustedRelays, "dhcp-trusted-relays", cfg.DHCPTrustedRelays, "IP addresses or CIDRs of DHCP relay agents whose relayed requests (giaddr set) are served; any other request with a giaddr is dropped (a guest is never a relay)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text (logfmt) or json, one object a line for log shippers")
+	f.StringVar(&manDir, "gen-man", "", "write the man page into this directory and exit (the package build)")
+	_ = f.MarkHidden("gen-man")
 	return cmd
 }
 
