@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+import (
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/testutil"
+)
+
+var (
+	debOnce  sync.Once
+	debPath  string
+	debVer   string
+	debErr   error
+	debSlow  = "builds the package (two static binaries): not with -short"
+	pkgDir   = filepath.Join(moduleRootDir(), "tools", "package")
+	nfpmPath = filepath.Join(moduleRootDir(), "bin", "tools", "nfpm")
+)
+
+func moduleRootDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..")
+}
+
+// buildDeb builds the package as `make package` does (the pinned nfpm,
+// tools/package/build.sh), once per test binary, into a temporary
+// directory, and returns its path and version.
+func buildDeb(t *testing.T) (string, string) {
+	t.Helper()
+	debOnce.Do(func() {
+		root := moduleRootDir()
+		if out, err := exec.Command("make", "-C", root, nfpmPath).CombinedOutput(); err != nil {
+			debErr = fmt.Errorf("installing nfpm: %w\n%s", err, out)
+			return
+		}
+		ver, err := exec.Command(filepath.Join(pkgDir, "version.sh")).Output()
+		if err != nil {
+			debErr = fmt.Errorf("tools/package/version.sh: %w", err)
+			return
+		}
+		debVer = strings.TrimSpace(string(ver))
+		dir, err := os.MkdirTemp("", "pivirt-deb-")
+		if err != nil {
+			debErr = err
+			return
+		}
+		cmd := exec.Command(filepath.Join(pkgDir, "build.sh"), dir)
+		cmd.Env = append(os.Environ(), "NFPM="+nfpmPath)
+		out, err := cmd.Output()
+		if err != nil {
+			debErr = fmt.Errorf("tools/package/build.sh: %w\n%s", err, out)
+			return
+		}
+		debPath = strings.TrimSpace(string(out))
+	})
+	if debErr != nil {
+		t.Fatal(debErr)
+	}
+	return debPath, debVer
+}
+
+// extractDeb unpacks the package's files into a temporary directory.
+func extractDeb(t *testing.T, deb string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("dpkg-deb", "-x", deb, dir).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb -x: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// TestPackageContents: `make package` makes pivirt_<version>_amd64.deb
+// whose control fields, files, conffiles and maintainer scripts are what
+// an operator installs: both commands (static, so that Depends names
+// only what pivirtd executes: iptables), the unit, the example config as
+// committed, tmpfiles and sysusers entries, man pages and completions.
+func TestPackageContents(t *testing.T) {
+	if testing.Short() {
+		t.Skip(debSlow)
+	}
+	testutil.RequireTool(t, "dpkg-deb", "make")
+	deb, version := buildDeb(t)
+	if want := "pivirt_" + version + "_amd64.deb"; filepath.Base(deb) != want {
+		t.Errorf("package file %s, want %s", filepath.Base(deb), want)
+	}
+
+	t.Run("control", func(t *testing.T) {
+		for _, tc := range []struct{ field, want string }{
+			{"Package", "pivirt"},
+			{"Version", version},
+			{"Architecture", "amd64"},
+			{"Depends", "iptables"},
+			{"Section", "net"},
+		} {
+			out, err := exec.Command("dpkg-deb", "-f", deb, tc.field).Output()
+			if err != nil {
+				t.Fatalf("dpkg-deb -f %s: %v", tc.field, err)
+			}
+			if got := strings.TrimSpace(string(out)); got != tc.want {
+				t.Errorf("%s: %q, want %q", tc.field, got, tc.want)
+			}
+		}
+		out, err := exec.Command("dpkg-deb", "-I", deb, "conffiles").Output()
+		if err != nil || strings.TrimSpace(string(out)) != "/etc/pivirt/pivirtd.yaml" {
+			t.Errorf("conffiles: %q (%v), want /etc/pivirt/pivirtd.yaml", out, err)
+		}
+		for _, script := range []string{"postinst", "prerm", "postrm"} {
+			if out, err := exec.Command("dpkg-deb", "-I", deb, script).Output(); err != nil || !bytes.HasPrefix(out, []byte("#!/bin/sh")) {
+				t.Errorf("maintainer script %s: %v\n%s", script, err, out)
+			}
+		}
+	})
+
+	t.Run("files", func(t *testing.T) {
+		out, err := exec.Command("dpkg-deb", "-c", deb).Output()
+		if err != nil {
+			t.Fatalf("dpkg-deb -c: %v", err)
+		}
+		listed := map[string]string{} // path: mode and owner
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(line)
+			listed[strings.TrimPrefix(f[len(f)-1], ".")] = f[0] + " " + f[1]
+		}
+		for _, tc := range []struct{ path, mode string }{
+			{"/usr/sbin/pivirtd", "-rwxr-xr-x root/root"},
+			{"/usr/bin/pivirtctl", "-rwxr-xr-x root/root"},
+			{"/usr/lib/systemd/system/pivirtd.service", "-rw-r--r-- root/root"},
+			{"/etc/pivirt/pivirtd.yaml", "-rw-r--r-- root/root"},
+			{"/usr/lib/tmpfiles.d/pivirt.conf", "-rw-r--r-- root/root"},
+			{"/usr/lib/sysusers.d/pivirt.conf", "-rw-r--r-- root/root"},
+			{"/usr/share/man/man8/pivirtd.8.gz", "-rw-r--r-- root/root"},
+			{"/usr/share/man/man1/pivirtctl.1.gz", "-rw-r--r-- root/root"},
+			{"/usr/share/man/man1/pivirtctl-apply.1.gz", "-rw-r--r-- root/root"},
+			{"/usr/share/man/man1/pivirtctl-inspect-map.1.gz", "-rw-r--r-- root/root"},
+			{"/usr/share/bash-completion/completions/pivirtctl", "-rw-r--r-- root/root"},
+			{"/usr/share/zsh/vendor-completions/_pivirtctl", "-rw-r--r-- root/root"},
+			{"/usr/share/fish/vendor_completions.d/pivirtctl.fish", "-rw-r--r-- root/root"},
+			{"/usr/share/doc/pivirt/copyright", "-rw-r--r-- root/root"},
+		} {
+			if got, ok := listed[tc.path]; !ok {
+				t.Errorf("%s is not in the package", tc.path)
+			} else if got != tc.mode {
+				t.Errorf("%s: %s, want %s", tc.path, got, tc.mode)
+			}
+		}
+	})
+
+	t.Run("extracted", func(t *testing.T) {
+		x := extractDeb(t, deb)
+		for _, tc := range []struct{ packaged, committed string }{
+			{"etc/pivirt/pivirtd.yaml", "pivirtd.yaml"},
+			{"usr/lib/systemd/system/pivirtd.service", "pivirtd.service"},
+			{"usr/lib/tmpfiles.d/pivirt.conf", "tmpfiles.conf"},
+			{"usr/lib/sysusers.d/pivirt.conf", "sysusers.conf"},
+		} {
+			got, err := os.ReadFile(filepath.Join(x, tc.packaged))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want, _ := os.ReadFile(filepath.Join(pkgDir, tc.committed)); !bytes.Equal(got, want) {
+				t.Errorf("/%s differs from tools/package/%s", tc.packaged, tc.committed)
+			}
+		}
+		for _, tc := range []struct {
+			bin  string
+			args []string
+			want string
+		}{
+			{"usr/sbin/pivirtd", []string{"--version"}, "pivirtd version " + version},
+			{"usr/bin/pivirtctl", []string{"version"}, "Client Version: " + version + " "},
+			// The completions are cobra's, for this command tree.
+			{"usr/bin/pivirtctl", []string{"__complete", "get", ""}, "portsecurity"},
+		} {
+			out, err := exec.Command(filepath.Join(x, tc.bin), tc.args...).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), tc.want) {
+				t.Errorf("/%s %s: %v, %q; want %q in it", tc.bin, strings.Join(tc.args, " "), err, out, tc.want)
+			}
+			// No program interpreter: no libc, so no libc6 in Depends.
+			f, err := elf.Open(filepath.Join(x, tc.bin))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP }) {
+				t.Errorf("/%s is dynamically linked: Depends would need its libraries", tc.bin)
+			}
+			f.Close()
+		}
+		if b, err := os.ReadFile(filepath.Join(x, "usr/share/bash-completion/completions/pivirtctl")); err != nil || !bytes.Contains(b, []byte("__start_pivirtctl")) {
+			t.Errorf("bash completion: %v, no __start_pivirtctl", err)
+		}
+		if out, err := exec.Command("sh", "-c", "zcat "+filepath.Join(x, "usr/share/man/man8/pivirtd.8.gz")).Output(); err != nil || !bytes.Contains(out, []byte("socket-group")) || !bytes.Contains(out, []byte(`.TH "PIVIRTD" "8"`)) {
+			t.Errorf("pivirtd(8): %v, want a section 8 page naming --socket-group", err)
+		}
+	})
+}
+
+// TestPrivilegedPackageRuns: the packaged unit passes systemd-analyze
+// verify, and the packaged pivirtd started as the unit starts it
+// (--config /etc/pivirt/pivirtd.yaml) reads the example config: it
+// refuses a host without the pivirt group (postinst makes it), and with
+// another group serves its socket root:GROUP 0660 to the packaged
+// pivirtctl.
+func TestPrivilegedPackageRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip(debSlow)
+	}
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "dpkg-deb", "make", "systemd-analyze", "nsenter")
+	deb, _ := buildDeb(t)
+	x := extractDeb(t, deb)
+	pivirtd := filepath.Join(x, "usr/sbin/pivirtd")
+	config := filepath.Join(x, "etc/pivirt/pivirtd.yaml")
+
+	unit, err := os.ReadFile(filepath.Join(x, "usr/lib/systemd/system/pivirtd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ExecStart names /usr/sbin/pivirtd, which this host need not have.
+	unitCopy := filepath.Join(t.TempDir(), "pivirtd.service")
+	if err := os.WriteFile(unitCopy, bytes.ReplaceAll(unit, []byte("/usr/sbin/pivirtd"), []byte(pivirtd)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("systemd-analyze", "verify", unitCopy).CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("systemd-analyze verify of the packaged unit: %v\n%s", err, out)
+	}
+	if !bytes.Contains(unit, []byte("ExecStart=/usr/sbin/pivirtd --config /etc/pivirt/pivirtd.yaml\n")) {
+		t.Fatalf("the unit does not start pivirtd --config /etc/pivirt/pivirtd.yaml:\n%s", unit)
+	}
+
+	if _, err := exec.Command("getent", "group", "pivirt").Output(); err != nil {
+		dir := t.TempDir()
+		out, err := exec.Command(pivirtd, "--config", config, "--state-dir", dir, "--socket", filepath.Join(dir, "s"), "--bpffs", dir).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), `--socket-group "pivirt"`) {
+			t.Errorf("pivirtd --config %s without a pivirt group: %v, %q; want it refused naming --socket-group \"pivirt\"", config, err, out)
+		}
+	}
+
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Binaries{Pivirtd: pivirtd, Pivirtctl: filepath.Join(x, "usr/bin/pivirtctl")},
+		harness.Options{NetNS: host.Path(), Args: []string{"--config", config, "--socket-group", "nogroup"}})
+	fi, err := os.Stat(d.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o660 || st.Uid != 0 || st.Gid != 65534 {
+		t.Errorf("socket %s: mode %v, owner %d:%d; want 0660 root:nogroup", d.Socket, fi.Mode().Perm(), st.Uid, st.Gid)
+	}
+	d.MustCtl("get", "segments")
+}
