@@ -16,6 +16,17 @@ func buildInfo(version string) prometheus.Collector {
 	if version == "" {
 		version = "dev"
 	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "pivirt_build_info",
+		Help:        "Always 1; the labels say which pivirtd runs: its version, the git revision it was built from, and the Go release.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": buildRevision(), "goversion": runtime.Version()},
+	}, func() float64 { return 1 })
+}
+
+// buildRevision is the git commit the binary was built from ("unknown"
+// when the build did not stamp one, as go build -trimpath outside a
+// checkout).
+func buildRevision() string {
 	revision := "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
@@ -24,9 +35,5 @@ func buildInfo(version string) prometheus.Collector {
 			}
 		}
 	}
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name:        "pivirt_build_info",
-		Help:        "Always 1; the labels say which pivirtd runs: its version, the git revision it was built from, and the Go release.",
-		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()},
-	}, func() float64 { return 1 })
+	return revision
 }

@@ -66,6 +66,8 @@ type Daemon struct {
 	dhcp   *dhcpd.Manager
 	reg    *prometheus.Registry
 	ready  readiness
+	// started is when Run began (pivirtctl status).
+	started time.Time
 }
 
 // Run starts pivirtd and blocks until ctx is done, then shuts the API down.
@@ -75,7 +77,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry()}
+	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry(), started: time.Now()}
 	d.index.Shared = cfg.Store == "etcd" // other nodes write it too
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(cfg.Version))
 
@@ -349,7 +351,7 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 	opts := apiserver.HandlerOptions(connect.WithInterceptors(logErrors(d.log)))
 	path, h := resourcev1connect.NewResourceServiceHandler(rs, opts...)
 	mux.Handle(path, h)
-	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard, NAT: d.nat}, opts...)
+	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard, NAT: d.nat, DHCP: d.dhcp, Self: d.status}, opts...)
 	mux.Handle(path, h)
 
 	var tokens apiserver.Tokens
