@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
 	"pivirt.hu/pivirt/test/guest"
 	"pivirt.hu/pivirt/test/harness"
 	"pivirt.hu/pivirt/test/testutil"
@@ -21,10 +22,17 @@ type statusJSON struct {
 	Node    string `json:"node"`
 	Ready   bool   `json:"ready"`
 	Store   struct {
-		Backend  string `json:"backend"`
-		Path     string `json:"path"`
-		Revision string `json:"revision"` // int64: a string in proto JSON
-		Error    string `json:"error"`
+		Backend   string   `json:"backend"`
+		Path      string   `json:"path"`
+		Revision  string   `json:"revision"` // int64: a string in proto JSON
+		Error     string   `json:"error"`
+		Endpoints []string `json:"endpoints"`
+		Members   []struct {
+			Name    string `json:"name"`
+			Healthy bool   `json:"healthy"`
+			Leader  bool   `json:"leader"`
+			Error   string `json:"error"`
+		} `json:"members"`
 	} `json:"store"`
 	Controllers []struct {
 		Name      string `json:"name"`
@@ -75,10 +83,7 @@ func TestPrivilegedStatus(t *testing.T) {
 
 	var st statusJSON
 	waitFor(t, 10*time.Second, "status: ready, the lease bound", func() bool {
-		st = statusJSON{}
-		if err := json.Unmarshal([]byte(d.MustCtl("status", "-o", "json")), &st); err != nil {
-			t.Fatalf("status -o json: %v", err)
-		}
+		st = status(t, d)
 		return st.Ready && len(st.Responders) == 1 && st.Responders[0].Bound == 1
 	})
 	if st.Node != "status-node" || st.Version == "" {
@@ -129,5 +134,80 @@ func TestPrivilegedStatus(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("pivirtctl status lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// status runs `pivirtctl status -o json` and decodes it.
+func status(t *testing.T, d *harness.Daemon) statusJSON {
+	t.Helper()
+	var st statusJSON
+	if err := json.Unmarshal([]byte(d.MustCtl("status", "-o", "json")), &st); err != nil {
+		t.Fatalf("status -o json: %v", err)
+	}
+	return st
+}
+
+// TestPrivilegedStatusEtcd: on a 3-member etcd cluster, `pivirtctl
+// status` lists the endpoints pivirtd was given and every member healthy,
+// one of them the leader; with a member killed it names that member
+// unhealthy, with the reason, and the other two healthy.
+func TestPrivilegedStatusEtcd(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "etcd", "nsenter")
+	etcdNS := testutil.NewNetNS(t)
+	ec := etcdtest.StartCluster(t, etcdtest.ClusterOptions{Command: etcdNS.Command})
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), Args: []string{
+		"--store", "etcd", "--etcd-endpoints", strings.Join(ec.Endpoints, ","), "--node", "etcd-node"}})
+
+	var st statusJSON
+	waitFor(t, 20*time.Second, "status: ready", func() bool { st = status(t, d); return st.Ready })
+	if st.Store.Backend != "etcd" || strings.Join(st.Store.Endpoints, ",") != strings.Join(ec.Endpoints, ",") || st.Store.Error != "" {
+		t.Errorf("store %+v; want etcd at %v, no error", st.Store, ec.Endpoints)
+	}
+	leaders, victim := 0, ""
+	for _, m := range st.Store.Members {
+		if !m.Healthy || m.Error != "" {
+			t.Errorf("member %s: healthy %v, error %q", m.Name, m.Healthy, m.Error)
+		}
+		if m.Leader {
+			leaders++
+		} else {
+			victim = m.Name
+		}
+	}
+	if len(st.Store.Members) != 3 || leaders != 1 {
+		t.Fatalf("members %+v; want 3, one leader", st.Store.Members)
+	}
+
+	// A follower gone: the cluster keeps its quorum and the status says
+	// which member is down.
+	for _, m := range ec.Members {
+		if m.Name == victim {
+			m.Kill9()
+		}
+	}
+	waitFor(t, 15*time.Second, "status: "+victim+" unhealthy", func() bool {
+		st = status(t, d)
+		for _, m := range st.Store.Members {
+			if m.Name == victim {
+				return !m.Healthy
+			}
+		}
+		return false
+	})
+	for _, m := range st.Store.Members {
+		if m.Name == victim {
+			if m.Error == "" {
+				t.Errorf("member %s is unhealthy without a reason", m.Name)
+			}
+		} else if !m.Healthy {
+			t.Errorf("member %s unhealthy (%s) with only %s killed", m.Name, m.Error, victim)
+		}
+	}
+	text := d.MustCtl("status")
+	t.Logf("pivirtctl status:\n%s", text)
+	if !strings.Contains(text, "Store:        etcd "+strings.Join(ec.Endpoints, ",")) || strings.Count(text, "unhealthy: ") != 1 {
+		t.Errorf("pivirtctl status does not show etcd with one member unhealthy:\n%s", text)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // storeStatusTimeout bounds the store's part of a status call: a status
 // must answer when etcd does not.
-const storeStatusTimeout = 3 * time.Second
+const storeStatusTimeout = 5 * time.Second
 
 // status is what the daemon says of itself in InspectService.Status:
 // build, node, readiness, the store's health and each controller loop's

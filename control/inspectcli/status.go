@@ -3,6 +3,8 @@
 package inspectcli
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -54,18 +56,28 @@ ports the guard is attached to and the running DHCP responders.`,
 // (the proto's JSON mapping, every field present).
 func writeStatus(w io.Writer, st *inspectv1.StatusResponse, output string, now time.Time) error {
 	if output == "json" || output == "yaml" {
-		b, err := protojson.MarshalOptions{EmitUnpopulated: true, Indent: "  "}.Marshal(st)
+		raw, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st)
 		if err != nil {
 			return fmt.Errorf("encoding the status: %w", err)
 		}
+		// protojson varies its spacing on purpose; scripts get one form.
+		var b bytes.Buffer
+		if err := json.Compact(&b, raw); err != nil {
+			return fmt.Errorf("encoding the status: %w", err)
+		}
+		out := b.Bytes()
 		if output == "yaml" {
-			if b, err = yaml.JSONToYAML(b); err != nil {
+			if out, err = yaml.JSONToYAML(out); err != nil {
 				return fmt.Errorf("encoding the status as YAML: %w", err)
 			}
 		} else {
-			b = append(b, '\n')
+			var ind bytes.Buffer
+			if err := json.Indent(&ind, out, "", "  "); err != nil {
+				return fmt.Errorf("encoding the status: %w", err)
+			}
+			out = append(ind.Bytes(), '\n')
 		}
-		_, err = w.Write(b)
+		_, err = w.Write(out)
 		return err
 	}
 	printStatus(w, st, now)
@@ -99,19 +111,19 @@ func printStatus(w io.Writer, st *inspectv1.StatusResponse, now time.Time) {
 	if s := st.Store; s != nil {
 		health := "ok"
 		if s.Error != "" {
-			health = "error: " + s.Error
+			health = "error: " + oneLine(s.Error)
 		}
 		switch s.Backend {
 		case "etcd":
 			line("Store", "etcd %s, prefix %s, revision %d, %s", strings.Join(s.Endpoints, ","), s.Prefix, s.Revision, health)
 			tw := newTab(w)
-			fmt.Fprintln(tw, "  MEMBER\tID\tCLIENT URLS\tHEALTH\tLEADER\tDB SIZE")
+			fmt.Fprintln(tw, "  MEMBER\tID\tCLIENT URLS\tLEADER\tDB SIZE\tHEALTH")
 			for _, m := range s.Members {
 				h := "ok"
 				if !m.Healthy {
-					h = "unhealthy: " + m.Error
+					h = "unhealthy: " + oneLine(m.Error)
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\n", m.Name, m.Id, strings.Join(m.ClientUrls, ","), h, yesNo(m.Leader), m.DbSize)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\n", m.Name, m.Id, strings.Join(m.ClientUrls, ","), yesNo(m.Leader), m.DbSize, h)
 			}
 			_ = tw.Flush()
 		default:
@@ -129,7 +141,7 @@ func printStatus(w io.Writer, st *inspectv1.StatusResponse, now time.Time) {
 		}
 		errText := "-"
 		if c.LastError != "" {
-			errText = c.LastError
+			errText = oneLine(c.LastError)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", c.Name, yesNo(c.Ready), c.Passes, last, errText)
 	}
@@ -168,6 +180,9 @@ func printStatus(w io.Writer, st *inspectv1.StatusResponse, now time.Time) {
 		_ = tw.Flush()
 	}
 }
+
+// oneLine keeps an error (errors.Join's are several lines) in its row.
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", "; ") }
 
 func yesNo(b bool) string {
 	if b {

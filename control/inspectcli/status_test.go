@@ -41,7 +41,7 @@ func TestWriteStatus(t *testing.T) {
 				{Name: "e2", Id: "91bc3c398fb3c146", ClientUrls: []string{"http://10.0.0.2:2379"}, Error: "context deadline exceeded"},
 			}},
 		Controllers: []*inspectv1.ControllerStatus{
-			{Name: "guard", Passes: 1, LastPassUnixMs: now.Add(-5 * time.Second).UnixMilli(), LastError: "attaching xdp to tap0: no such device"},
+			{Name: "guard", Passes: 1, LastPassUnixMs: now.Add(-5 * time.Second).UnixMilli(), LastError: "attaching xdp to tap0: no such device\nattaching xdp to tap1: no such device"},
 			{Name: "overlay"},
 		},
 	}
@@ -76,9 +76,9 @@ Responders:   1 DHCP
 		{name: "etcd, a member down, a loop failing", st: etcd, has: []string{
 			"Ready:        no: 0 of 2 controllers have done their first pass\n",
 			"Store:        etcd http://10.0.0.1:2379,http://10.0.0.2:2379, prefix /pivirt/, revision 9, ok\n",
-			"  e1       8e9e05c52164694d   http://10.0.0.1:2379   ok",
-			"unhealthy: context deadline exceeded",
-			"  guard     no      1        5s ago      attaching xdp to tap0: no such device\n",
+			"  e1       8e9e05c52164694d   http://10.0.0.1:2379   yes      20480     ok\n",
+			"  e2       91bc3c398fb3c146   http://10.0.0.2:2379   no       0         unhealthy: context deadline exceeded\n",
+			"  guard     no      1        5s ago      attaching xdp to tap0: no such device; attaching xdp to tap1: no such device\n",
 			"  overlay   no      0        never       -\n",
 			"Ports:        0 guarded\nResponders:   0 DHCP\n",
 		}},
