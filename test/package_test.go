@@ -208,7 +208,9 @@ func TestPackageContents(t *testing.T) {
 }
 
 // TestPrivilegedPackageRuns: the packaged unit passes systemd-analyze
-// verify, and the packaged pivirtd started as the unit starts it
+// verify; dpkg installs, reinstalls and purges the package in a
+// throwaway overlay of this host's root (its maintainer scripts run for
+// real); and the packaged pivirtd started as the unit starts it
 // (--config /etc/pivirt/pivirtd.yaml) reads the example config: it
 // refuses a host without the pivirt group (postinst makes it), and with
 // another group serves its socket root:GROUP 0660 to the packaged
@@ -248,6 +250,8 @@ func TestPrivilegedPackageRuns(t *testing.T) {
 		}
 	}
 
+	t.Run("dpkg in an overlay of /", func(t *testing.T) { installInOverlay(t, deb) })
+
 	host := testutil.NewNetNS(t)
 	d := harness.StartDaemon(t, harness.Binaries{Pivirtd: pivirtd, Pivirtctl: filepath.Join(x, "usr/bin/pivirtctl")},
 		harness.Options{NetNS: host.Path(), Args: []string{"--config", config, "--socket-group", "nogroup"}})
@@ -259,4 +263,65 @@ func TestPrivilegedPackageRuns(t *testing.T) {
 		t.Errorf("socket %s: mode %v, owner %d:%d; want 0660 root:nogroup", d.Socket, fi.Mode().Perm(), st.Uid, st.Gid)
 	}
 	d.MustCtl("get", "segments")
+}
+
+// overlayInstall is run by sh in a private mount namespace: it mounts an
+// overlay of / (writes go to $U, nothing reaches the host) and installs,
+// reinstalls and purges the package in it with the host's dpkg, printing
+// "key: value" lines for installInOverlay to check. /run is the host's
+// tmpfs, not in the overlay, so the scripts find no systemd running.
+const overlayInstall = `set -e
+mount -t overlay overlay -o lowerdir=/,upperdir="$U",workdir="$W" "$M"
+mount -t proc proc "$M/proc"
+mkdir -p "$M/tmp"
+cp "$DEB" "$M/tmp/pivirt.deb"
+chroot "$M" dpkg -i /tmp/pivirt.deb >&2
+echo "status: $(chroot "$M" dpkg-query -W -f '${Status}' pivirt)"
+echo "group: $(chroot "$M" getent group pivirt | cut -d: -f1)"
+echo "state: $(stat -c '%a %U:%G' "$M/var/lib/pivirt")"
+echo "qmp: $(stat -c '%a %U:%G' "$M/run/pivirt/qmp")"
+echo "version: $(chroot "$M" pivirtd --version)"
+echo "# edited by the operator" >>"$M/etc/pivirt/pivirtd.yaml"
+chroot "$M" dpkg -i --force-confold /tmp/pivirt.deb >&2
+echo "conffile kept: $(tail -n 1 "$M/etc/pivirt/pivirtd.yaml")"
+chroot "$M" dpkg --purge pivirt >&2
+for f in /usr/sbin/pivirtd /usr/bin/pivirtctl /etc/pivirt /var/lib/pivirt /usr/lib/systemd/system/pivirtd.service; do
+	if [ -e "$M$f" ]; then echo "left after purge: $f"; fi
+done
+`
+
+// installInOverlay runs overlayInstall and checks what it printed.
+func installInOverlay(t *testing.T, deb string) {
+	testutil.RequireTool(t, "unshare", "chroot", "dpkg")
+	if err := exec.Command("dpkg-query", "-W", "iptables").Run(); err != nil {
+		t.Fatalf("the package depends on iptables, which this host lacks (make deps): %v", err)
+	}
+	dir := t.TempDir()
+	env := []string{"DEB=" + deb}
+	for _, d := range []string{"U", "W", "M"} {
+		p := filepath.Join(dir, d)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, d+"="+p)
+	}
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", overlayInstall)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("dpkg in an overlay: %v\n%s\n%s", err, out, stderr.String())
+	}
+	_, version := buildDeb(t)
+	want := fmt.Sprintf(`status: install ok installed
+group: pivirt
+state: 700 root:root
+qmp: 755 root:root
+version: pivirtd version %s
+conffile kept: # edited by the operator
+`, version)
+	if string(out) != want {
+		t.Errorf("dpkg in an overlay printed:\n%s\nwant:\n%s\ndpkg said:\n%s", out, want, stderr.String())
+	}
 }
