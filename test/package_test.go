@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -118,8 +119,15 @@ func TestPackageContents(t *testing.T) {
 			t.Errorf("conffiles: %q (%v), want /etc/pivirt/pivirtd.yaml", out, err)
 		}
 		for _, script := range []string{"postinst", "prerm", "postrm"} {
-			if out, err := exec.Command("dpkg-deb", "-I", deb, script).Output(); err != nil || !bytes.HasPrefix(out, []byte("#!/bin/sh")) {
+			out, err := exec.Command("dpkg-deb", "-I", deb, script).Output()
+			if err != nil || !bytes.HasPrefix(out, []byte("#!/bin/sh")) {
 				t.Errorf("maintainer script %s: %v\n%s", script, err, out)
+				continue
+			}
+			sh := exec.Command("sh", "-n")
+			sh.Stdin = bytes.NewReader(out)
+			if msg, err := sh.CombinedOutput(); err != nil {
+				t.Errorf("maintainer script %s does not parse: %v\n%s", script, err, msg)
 			}
 		}
 	})
@@ -149,12 +157,28 @@ func TestPackageContents(t *testing.T) {
 			{"/usr/share/zsh/vendor-completions/_pivirtctl", "-rw-r--r-- root/root"},
 			{"/usr/share/fish/vendor_completions.d/pivirtctl.fish", "-rw-r--r-- root/root"},
 			{"/usr/share/doc/pivirt/copyright", "-rw-r--r-- root/root"},
+			{"/usr/share/doc/pivirt/changelog.gz", "-rw-r--r-- root/root"},
+			{"/usr/share/lintian/overrides/pivirt", "-rw-r--r-- root/root"},
 		} {
 			if got, ok := listed[tc.path]; !ok {
 				t.Errorf("%s is not in the package", tc.path)
 			} else if got != tc.mode {
 				t.Errorf("%s: %s, want %s", tc.path, got, tc.mode)
 			}
+		}
+	})
+
+	t.Run("lintian", func(t *testing.T) {
+		// Not in make deps (141 Debian packages): checked where installed.
+		if _, err := exec.LookPath("lintian"); err != nil {
+			t.Skip("lintian is not installed (apt-get install lintian)")
+		}
+		out, err := exec.Command("lintian", "--tag-display-limit", "0", "--fail-on", "error,warning", deb).CombinedOutput()
+		// Tags are "E: pivirt: ...", "W: ...", "I: ..."; lintian's own
+		// notes (running as root) are not about the package.
+		tags := regexp.MustCompile(`(?m)^[EWI]: .*$`).FindAll(out, -1)
+		if err != nil || len(tags) > 0 {
+			t.Errorf("lintian %s: %v\n%s", filepath.Base(deb), err, out)
 		}
 	})
 

@@ -21,7 +21,9 @@ export PKG_VERSION
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 
-ldflags="-X main.version=$PKG_VERSION -X pivirt.hu/pivirt/control/cli.Version=$PKG_VERSION"
+# -s -w: no symbol table or DWARF (Debian ships stripped binaries; a
+# panic's trace still names functions and lines).
+ldflags="-s -w -X main.version=$PKG_VERSION -X pivirt.hu/pivirt/control/cli.Version=$PKG_VERSION"
 for cmd in pivirtd pivirtctl; do
 	(cd "$root" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 "$GO" build -trimpath -ldflags "$ldflags" -o "$stage/$cmd" "./cmd/$cmd")
 done
@@ -38,7 +40,15 @@ mkdir -p "$stage/completions"
 "$stage/pivirtctl" completion zsh >"$stage/completions/_pivirtctl"
 "$stage/pivirtctl" completion fish >"$stage/completions/pivirtctl.fish"
 
-cp "$here/pivirtd.service" "$here/pivirtd.yaml" "$here/tmpfiles.conf" "$here/sysusers.conf" "$here/copyright" "$stage/"
+cp "$here/pivirtd.service" "$here/pivirtd.yaml" "$here/tmpfiles.conf" "$here/sysusers.conf" "$here/copyright" "$here/lintian-overrides" "$stage/"
+# A native package's changelog: the version and the commit it was built from.
+{
+	echo "pivirt ($PKG_VERSION) unstable; urgency=medium"
+	echo
+	echo "  * Built from git commit $(git -C "$root" rev-parse HEAD)."
+	echo
+	echo " -- pivirt developers <pivirt@pivirt.hu>  $(date -u -R -d "@$SOURCE_DATE_EPOCH")"
+} | gzip -9n >"$stage/changelog.gz"
 cp -r "$here/scripts" "$stage/scripts"
 
 deb="$out/pivirt_${PKG_VERSION}_amd64.deb"
