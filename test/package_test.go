@@ -349,3 +349,66 @@ conffile kept: # edited by the operator
 		t.Errorf("dpkg in an overlay printed:\n%s\nwant:\n%s\ndpkg said:\n%s", out, want, stderr.String())
 	}
 }
+
+// TestPackageVersion: tools/package/version.sh turns git's history into
+// Debian versions: untagged 0.0.0~git<date>.<sha>, a release tag v0.N.0
+// itself 0.N.0, K commits later 0.N.0+gitK.<sha>, +dirty with changes.
+// It runs on a repository of its own with a copy of the script.
+func TestPackageVersion(t *testing.T) {
+	testutil.RequireTool(t, "git", "dpkg")
+	repo := t.TempDir()
+	script, err := os.ReadFile(filepath.Join(pkgDir, "version.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(repo, "tools", "package"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "tools", "package", "version.sh"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "tag.gpgSign=false", "-c", "commit.gpgSign=false"}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_COMMITTER_DATE=2026-03-04T05:06:07Z", "GIT_AUTHOR_DATE=2026-03-04T05:06:07Z")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q")
+	git("add", ".")
+	git("commit", "-qm", "first")
+	for _, tc := range []struct {
+		name string
+		step func()
+		want func(sha string) string
+	}{
+		{"untagged", func() {}, func(sha string) string { return "0.0.0~git20260304." + sha }},
+		{"a release", func() { git("tag", "-a", "v0.1.0", "-m", "pivirt 0.1.0") }, func(string) string { return "0.1.0" }},
+		{"another tag is no release", func() { git("tag", "demo-1") }, func(string) string { return "0.1.0" }},
+		{"two commits after it", func() {
+			git("commit", "-q", "--allow-empty", "-m", "second")
+			git("commit", "-q", "--allow-empty", "-m", "third")
+		}, func(sha string) string { return "0.1.0+git2." + sha }},
+		{"changes not committed", func() {
+			if err := os.WriteFile(filepath.Join(repo, "tools", "package", "version.sh"), append(script, '\n'), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, func(sha string) string { return "0.1.0+git2." + sha + "+dirty" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.step()
+			out, err := exec.Command(filepath.Join(repo, "tools", "package", "version.sh")).CombinedOutput()
+			want := tc.want(git("rev-parse", "--short=7", "HEAD"))
+			if err != nil || strings.TrimSpace(string(out)) != want {
+				t.Errorf("version.sh: %v, %q; want %q", err, out, want)
+			}
+			// dpkg takes it as a version, and the order is git's.
+			if err := exec.Command("dpkg", "--compare-versions", want, "gt", "0.0.0~git20260101.0000000").Run(); err != nil {
+				t.Errorf("dpkg does not order %s after an older snapshot: %v", want, err)
+			}
+		})
+	}
+}
