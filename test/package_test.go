@@ -244,7 +244,7 @@ func TestPrivilegedPackageRuns(t *testing.T) {
 		t.Skip(debSlow)
 	}
 	testutil.RequireRoot(t)
-	testutil.RequireTool(t, "dpkg-deb", "make", "systemd-analyze", "nsenter")
+	testutil.RequireTool(t, "dpkg-deb", "make", "systemd-analyze", "nsenter", "setpriv")
 	deb, _ := buildDeb(t)
 	x := extractDeb(t, deb)
 	pivirtd := filepath.Join(x, "usr/sbin/pivirtd")
@@ -287,6 +287,47 @@ func TestPrivilegedPackageRuns(t *testing.T) {
 		t.Errorf("socket %s: mode %v, owner %d:%d; want 0660 root:nogroup", d.Socket, fi.Mode().Perm(), st.Uid, st.Gid)
 	}
 	d.MustCtl("get", "segments")
+
+	// The group's members use the socket without root; others may not.
+	// (The test's temporary directories are opened to them.)
+	ctl := filepath.Join(x, "usr/bin/pivirtctl")
+	traversable(t, filepath.Dir(d.Socket))
+	traversable(t, filepath.Dir(ctl))
+	for _, tc := range []struct {
+		name    string
+		setpriv []string
+		ok      bool
+	}{
+		{"a member of the socket's group", []string{"--reuid=65534", "--regid=65534", "--clear-groups"}, true},
+		{"a member by a supplementary group", []string{"--reuid=65534", "--regid=1", "--groups=65534"}, true},
+		{"not a member", []string{"--reuid=65534", "--regid=1", "--clear-groups"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(slices.Clone(tc.setpriv), ctl, "--socket", d.Socket, "get", "segments")
+			out, err := exec.Command("setpriv", args...).CombinedOutput()
+			if tc.ok && err != nil {
+				t.Errorf("setpriv %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+			if !tc.ok && (err == nil || !strings.Contains(string(out), "permission denied")) {
+				t.Errorf("setpriv %s: %v, %q; want permission denied", strings.Join(args, " "), err, out)
+			}
+		})
+	}
+}
+
+// traversable opens dir and its parents up to the system's temporary
+// directory to every user (o+x), for a command run as another user.
+func traversable(t *testing.T, dir string) {
+	t.Helper()
+	for d := dir; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // overlayInstall is run by sh in a private mount namespace: it mounts an
