@@ -5,17 +5,21 @@ package test
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"pivirt.hu/pivirt/test/harness"
 	"pivirt.hu/pivirt/test/testutil"
@@ -274,7 +278,7 @@ func TestPrivilegedPackageRuns(t *testing.T) {
 		}
 	}
 
-	t.Run("dpkg in an overlay of /", func(t *testing.T) { installInOverlay(t, deb) })
+	t.Run("dpkg in an overlay of /", func(t *testing.T) { installInOverlay(t, deb, string(unit)) })
 
 	host := testutil.NewNetNS(t)
 	d := harness.StartDaemon(t, harness.Binaries{Pivirtd: pivirtd, Pivirtctl: filepath.Join(x, "usr/bin/pivirtctl")},
@@ -330,15 +334,19 @@ func traversable(t *testing.T, dir string) {
 	}
 }
 
-// overlayInstall is run by sh in a private mount namespace: it mounts an
-// overlay of / (writes go to $U, nothing reaches the host) and installs,
-// reinstalls and purges the package in it with the host's dpkg, printing
-// "key: value" lines for installInOverlay to check. /run is the host's
-// tmpfs, not in the overlay, so the scripts find no systemd running.
-const overlayInstall = `set -e
+// overlayMount, the start of each phase below, is run by sh in a private
+// mount namespace: it mounts an overlay of / whose writes go to $U
+// (nothing reaches the host; each phase mounts the same $U again), with
+// /proc. /run is the host's tmpfs, not in the overlay, so the maintainer
+// scripts find no systemd running.
+const overlayMount = `set -e
 mount -t overlay overlay -o lowerdir=/,upperdir="$U",workdir="$W" "$M"
 mount -t proc proc "$M/proc"
-mkdir -p "$M/tmp"
+`
+
+// overlayInstall installs and reinstalls the package with the host's
+// dpkg, printing "key: value" lines for installInOverlay to check.
+const overlayInstall = overlayMount + `mkdir -p "$M/tmp"
 cp "$DEB" "$M/tmp/pivirt.deb"
 chroot "$M" dpkg -i /tmp/pivirt.deb >&2
 echo "status: $(chroot "$M" dpkg-query -W -f '${Status}' pivirt)"
@@ -349,35 +357,60 @@ echo "version: $(chroot "$M" pivirtd --version)"
 echo "# edited by the operator" >>"$M/etc/pivirt/pivirtd.yaml"
 chroot "$M" dpkg -i --force-confold /tmp/pivirt.deb >&2
 echo "conffile kept: $(tail -n 1 "$M/etc/pivirt/pivirtd.yaml")"
-chroot "$M" dpkg --purge pivirt >&2
+`
+
+// overlayRun starts the installed pivirtd as the unit does: its
+// ExecStart ($EXEC) under its capability bounding set ($CAPS) and in its
+// SupplementaryGroups ($PV_GROUPS, setpriv's --groups), with
+// NOTIFY_SOCKET, in a network namespace of its own (unshare --net), with
+// sysfs and bpffs mounted and the test's notify socket ($NOTIFY, a
+// directory) bound in. The shell becomes pivirtd.
+const overlayRun = overlayMount + `mount -t sysfs sysfs "$M/sys"
+mount -t bpf bpf "$M/sys/fs/bpf"
+mkdir -p "$M/run/notify"
+mount --bind "$NOTIFY" "$M/run/notify"
+export NOTIFY_SOCKET=/run/notify/notify.sock
+exec chroot "$M" setpriv --bounding-set "-all,$CAPS" $PV_GROUPS -- $EXEC
+`
+
+// overlayPurge purges the package and lists what it left.
+const overlayPurge = overlayMount + `chroot "$M" dpkg --purge pivirt >&2
 for f in /usr/sbin/pivirtd /usr/bin/pivirtctl /etc/pivirt /var/lib/pivirt /usr/lib/systemd/system/pivirtd.service; do
 	if [ -e "$M$f" ]; then echo "left after purge: $f"; fi
 done
+echo purged
 `
 
-// installInOverlay runs overlayInstall and checks what it printed.
-func installInOverlay(t *testing.T, deb string) {
-	testutil.RequireTool(t, "unshare", "chroot", "dpkg")
+// installInOverlay installs the package into an overlay of / with dpkg,
+// starts the installed pivirtd as the unit would and checks it is ready
+// and serves the pivirt group's socket, then purges the package.
+func installInOverlay(t *testing.T, deb, unit string) {
+	testutil.RequireTool(t, "unshare", "chroot", "dpkg", "setpriv", "nsenter")
 	if err := exec.Command("dpkg-query", "-W", "iptables").Run(); err != nil {
 		t.Fatalf("the package depends on iptables, which this host lacks (make deps): %v", err)
 	}
 	dir := t.TempDir()
 	env := []string{"DEB=" + deb}
-	for _, d := range []string{"U", "W", "M"} {
+	for _, d := range []string{"U", "W", "M", "notify"} {
 		p := filepath.Join(dir, d)
 		if err := os.Mkdir(p, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		env = append(env, d+"="+p)
+		env = append(env, strings.ToUpper(d)+"="+p)
 	}
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", overlayInstall)
-	cmd.Env = append(os.Environ(), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("dpkg in an overlay: %v\n%s\n%s", err, out, stderr.String())
+	phase := func(name, script string, extraEnv ...string) string {
+		t.Helper()
+		cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+		cmd.Env = append(append(os.Environ(), env...), extraEnv...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s in an overlay: %v\n%s\n%s", name, err, out, stderr.String())
+		}
+		return string(out)
 	}
+
 	_, version := buildDeb(t)
 	want := fmt.Sprintf(`status: install ok installed
 group: pivirt
@@ -386,8 +419,94 @@ qmp: 755 root:root
 version: pivirtd version %s
 conffile kept: # edited by the operator
 `, version)
-	if string(out) != want {
-		t.Errorf("dpkg in an overlay printed:\n%s\nwant:\n%s\ndpkg said:\n%s", out, want, stderr.String())
+	if out := phase("install", overlayInstall); out != want {
+		t.Errorf("dpkg -i in an overlay printed:\n%s\nwant:\n%s", out, want)
+	}
+
+	t.Run("started as the unit starts it", func(t *testing.T) { runInOverlay(t, env, filepath.Join(dir, "notify"), filepath.Join(dir, "M"), unit) })
+
+	if out := phase("purge", overlayPurge); out != "purged\n" {
+		t.Errorf("dpkg --purge in an overlay printed:\n%s", out)
+	}
+}
+
+// runInOverlay runs overlayRun and waits for READY=1; then pivirtctl, run
+// in pivirtd's namespaces, finds it ready on /var/lib/pivirt/state.db
+// and its socket root:pivirt 0660 (the installed config's socket-group).
+func runInOverlay(t *testing.T, env []string, notifyDir, root, unit string) {
+	var execStart, caps, groups string
+	for _, line := range strings.Split(unit, "\n") {
+		if v, ok := strings.CutPrefix(line, "SupplementaryGroups="); ok {
+			groups = "--groups=" + strings.Join(strings.Fields(v), ",")
+		}
+		if v, ok := strings.CutPrefix(line, "ExecStart="); ok {
+			execStart = v
+		}
+		if v, ok := strings.CutPrefix(line, "CapabilityBoundingSet="); ok {
+			var cs []string
+			for _, c := range strings.Fields(v) {
+				cs = append(cs, "+"+strings.ToLower(strings.TrimPrefix(c, "CAP_")))
+			}
+			caps = strings.Join(cs, ",")
+		}
+	}
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(notifyDir, "notify.sock"), Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	cmd := exec.Command("unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", overlayRun)
+	cmd.Env = append(append(os.Environ(), env...), "EXEC="+execStart, "CAPS="+caps, "PV_GROUPS="+groups)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("pivirtd (%s) log:\n%s", execStart, log.String())
+		}
+	}()
+
+	buf := make([]byte, 4096)
+	_ = notify.SetReadDeadline(time.Now().Add(60 * time.Second))
+	for {
+		n, err := notify.Read(buf)
+		if err != nil {
+			t.Fatalf("no READY=1 from the installed pivirtd: %v", err)
+		}
+		if strings.Contains(string(buf[:n]), "READY=1") {
+			break
+		}
+	}
+	// In pivirtd's mount and network namespaces (the process is pivirtd:
+	// unshare, sh and chroot exec'd into it).
+	ctl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(cmd.Process.Pid), "-m", "-n", "chroot", root}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	var st statusJSON
+	if err := json.Unmarshal([]byte(ctl("pivirtctl", "status", "-o", "json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !st.Ready || st.Store.Backend != "bbolt" || st.Store.Path != "/var/lib/pivirt/state.db" {
+		t.Errorf("status of the installed pivirtd: ready %v, store %+v; want ready on bbolt at /var/lib/pivirt/state.db", st.Ready, st.Store)
+	}
+	if got := strings.TrimSpace(ctl("stat", "-c", "%a %U:%G", "/run/pivirt/pivirtd.sock")); got != "660 root:pivirt" {
+		t.Errorf("the installed pivirtd's socket is %s; want 660 root:pivirt", got)
 	}
 }
 

@@ -448,9 +448,11 @@ func listenUnix(path string, gid int) (net.Listener, error) {
 	}
 	if gid >= 0 {
 		// Widened to the group only after the chown: never to another group.
+		// Root without CAP_CHOWN may still give a file it owns to a
+		// group it is a member of (the unit's SupplementaryGroups).
 		if err := os.Chown(path, -1, gid); err != nil {
 			l.Close()
-			return nil, fmt.Errorf("giving socket %s to group %d: %w", path, gid, err)
+			return nil, fmt.Errorf("giving socket %s to group %d (pivirtd needs CAP_CHOWN or to be in the group): %w", path, gid, err)
 		}
 		if err := os.Chmod(path, 0o660); err != nil {
 			l.Close()
