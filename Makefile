@@ -16,6 +16,7 @@ BUF_VERSION          := v1.75.0
 PROTOC_GEN_GO        := v1.36.12
 PROTOC_GEN_CONNECT   := v1.21.1
 GOLANGCI_LINT        := v2.15.0
+NFPM                 := v2.48.0
 CLANG                ?= clang
 # The programs' own C (bpf/vendor/ is third-party), formatted by bpf/.clang-format.
 BPF_SOURCES          := $(wildcard bpf/*.c bpf/lib/*.h)
@@ -65,6 +66,13 @@ $(TOOLS)/protoc-gen-connect-go:
 build: go-version ## build bin/pivirtd and bin/pivirtctl
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/pivirtd ./cmd/pivirtd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/pivirtctl ./cmd/pivirtctl
+
+.PHONY: package
+package: go-version $(TOOLS)/nfpm ## build bin/pivirt_<version>_amd64.deb (version from git tags v0.N.0: tools/package/version.sh)
+	GO=$(GO) NFPM=$(TOOLS)/nfpm ./tools/package/build.sh $(BIN)
+
+$(TOOLS)/nfpm: | go-version
+	GOBIN=$(TOOLS) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM)
 
 .PHONY: generate
 generate: tools ## regenerate the bpf2go bindings/objects (clang) and the API code (buf)

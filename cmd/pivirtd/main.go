@@ -37,7 +37,7 @@ func main() {
 
 func newCommand() *cobra.Command {
 	cfg := daemon.Defaults()
-	var configFile, logLevel, logFormat string
+	var configFile, logLevel, logFormat, manDir string
 	cmd := &cobra.Command{
 		Use:   "pivirtd",
 		Short: "pivirt dataplane daemon: manifests in, eBPF maps and DHCP out",
@@ -53,6 +53,9 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if manDir != "" {
+				return genMan(cmd, manDir)
+			}
 			if configFile != "" {
 				if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
 					return err
@@ -82,6 +85,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringVar(&configFile, "config", "", "YAML file of flag values (keys are flag names)")
 	f.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory: the embedded store (DIR/state.db), the DHCP lease journal (DIR/dhcp-journal) and, on etcd, the saved cache a start without etcd begins from (DIR/etcd-cache.json)")
 	f.StringVar(&cfg.Socket, "socket", cfg.Socket, "serve the API on this unix socket (mode 0600); empty disables it")
+	f.StringVar(&cfg.SocketGroup, "socket-group", cfg.SocketGroup, "a group (name or GID) whose members may use --socket too: it is then root:GROUP, mode 0660 (the package sets pivirt); empty: root only")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "also serve the API on this TCP address (requires --token-file)")
 	f.StringVar(&cfg.TokenFile, "token-file", cfg.TokenFile, `bearer tokens, one per line as "[operator|cluster] TOKEN"`)
 	f.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "TLS certificate for --listen")
@@ -113,6 +117,8 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringSliceVar(&cfg.DHCPTrustedRelays, "dhcp-trusted-relays", cfg.DHCPTrustedRelays, "IP addresses or CIDRs of DHCP relay agents whose relayed requests (giaddr set) are served; any other request with a giaddr is dropped (a guest is never a relay)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text (logfmt) or json, one object a line for log shippers")
+	f.StringVar(&manDir, "gen-man", "", "write the man page into this directory and exit (the package build)")
+	_ = f.MarkHidden("gen-man")
 	cmd.AddCommand(newCleanupCommand())
 	return cmd
 }

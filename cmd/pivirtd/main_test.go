@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aymanbagabas/go-udiff"
 	"github.com/spf13/pflag"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -106,6 +108,73 @@ func TestNewLogger(t *testing.T) {
 			if !strings.HasPrefix(buf.String(), tc.wantPrefix) {
 				t.Errorf("logged %q, want prefix %q", buf.String(), tc.wantPrefix)
 			}
+		})
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite tools/package/pivirtd.yaml from the flags")
+
+// exampleFile is the --config file the package installs as
+// /etc/pivirt/pivirtd.yaml.
+var exampleFile = filepath.Join("..", "..", "tools", "package", "pivirtd.yaml")
+
+// TestExampleConfig: the committed example config is what the flags
+// render (go test ./cmd/pivirtd -run TestExampleConfig -update rewrites it).
+func TestExampleConfig(t *testing.T) {
+	got := exampleConfig(newCommand().Flags())
+	if *update {
+		if err := os.WriteFile(exampleFile, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(exampleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s is not what pivirtd's flags render; run go test ./cmd/pivirtd -run TestExampleConfig -update\n%s", exampleFile, udiff.Unified("committed", "rendered", string(want), string(got)))
+	}
+}
+
+// TestExampleConfigReads: pivirtd --config reads the example as shipped
+// and with every commented-out setting taken in, each of which then
+// holds its flag's default: the rendering is in the form --config reads.
+func TestExampleConfigReads(t *testing.T) {
+	shipped, err := os.ReadFile(exampleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := regexp.MustCompile(`^# ([a-z0-9-]+: )`)
+	var all []string
+	for _, line := range strings.Split(string(shipped), "\n") {
+		all = append(all, key.ReplaceAllString(line, "$1"))
+	}
+	for _, tc := range []struct {
+		name string
+		file string
+		set  map[string]string // flag: value; every other flag at its default
+	}{
+		{"as shipped", string(shipped), map[string]string{"socket-group": "pivirt"}},
+		{"every setting uncommented", strings.Join(all, "\n"), map[string]string{"socket-group": "pivirt", "node": "NAME"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "pivirtd.yaml")
+			if err := os.WriteFile(path, []byte(tc.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fs := newCommand().Flags()
+			if err := applyConfigFile(fs, path); err != nil {
+				t.Fatalf("reading the example: %v", err)
+			}
+			fs.VisitAll(func(f *pflag.Flag) {
+				want, ok := tc.set[f.Name]
+				if !ok {
+					want = f.DefValue
+				}
+				if got := f.Value.String(); got != want {
+					t.Errorf("--%s is %q after reading the example; want %q", f.Name, got, want)
+				}
+			})
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
@@ -66,6 +67,7 @@ type ConnFlags struct {
 // New builds the command tree writing to streams.
 func New(streams IOStreams) *Root {
 	r := &Root{streams: streams}
+	var manDir string
 	cmd := &cobra.Command{
 		Use:   "pivirtctl",
 		Short: "pivirtctl controls pivirtd, the pivirt host networking daemon",
@@ -84,7 +86,12 @@ else ` + DefaultSocket + `; or over TCP with --server.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// A bare "pivirtctl" prints help, as kubectl does.
-		Run: func(cmd *cobra.Command, _ []string) { _ = cmd.Help() },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if manDir != "" {
+				return genMan(cmd, manDir)
+			}
+			return cmd.Help()
+		},
 	}
 	cmd.SetIn(streams.In)
 	cmd.SetOut(streams.Out)
@@ -106,6 +113,10 @@ else ` + DefaultSocket + `; or over TCP with --server.`,
 	f.StringVar(&r.conn.ClientCert, "client-cert", "", "PEM client certificate for --server with mutual TLS (pivirtd --tls-client-ca); its organization gives the role")
 	f.StringVar(&r.conn.ClientKey, "client-key", "", "PEM key of --client-cert")
 
+	// The package build's: pivirtctl(1) and a page per command.
+	cmd.Flags().StringVar(&manDir, "gen-man", "", "write the man pages into this directory and exit")
+	_ = cmd.Flags().MarkHidden("gen-man")
+
 	r.cmd = cmd
 	cmd.AddCommand(
 		r.newApplyCommand(),
@@ -119,6 +130,19 @@ else ` + DefaultSocket + `; or over TCP with --server.`,
 	// Argument errors of every command go through usageError too.
 	wrapArgs(cmd)
 	return r
+}
+
+// genMan writes a man page (section 1) for root and each command under it
+// into dir.
+func genMan(root *cobra.Command, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	header := &doc.GenManHeader{Title: "PIVIRTCTL", Section: "1", Source: "pivirt " + Version, Manual: "pivirt"}
+	if err := doc.GenManTree(root, header, dir); err != nil {
+		return fmt.Errorf("writing man pages to %s: %w", dir, err)
+	}
+	return nil
 }
 
 // NewRootCommand returns the bare cobra tree of New(streams).

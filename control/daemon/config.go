@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,9 +21,12 @@ import (
 
 // Config is pivirtd's configuration; every field is a flag of the same name.
 type Config struct {
-	Version        string   // what the binary was built as (not a flag): pivirt_build_info
-	StateDir       string   // --state-dir: bbolt at StateDir/state.db
-	Socket         string   // --socket: the API on a unix socket, mode 0600
+	Version  string // what the binary was built as (not a flag): pivirt_build_info
+	StateDir string // --state-dir: bbolt at StateDir/state.db
+	Socket   string // --socket: the API on a unix socket, mode 0600 (0660 root:GROUP with --socket-group)
+	// --socket-group: a group (name or GID) whose members may use the
+	// socket too: it is then root:GROUP, mode 0660. Empty: root only.
+	SocketGroup    string
 	Listen         string   // --listen: the API on TCP (needs --token-file; --tls-cert/--tls-key for server TLS)
 	TokenFile      string   // --token-file: bearer tokens with roles
 	TLSCert        string   // --tls-cert
@@ -128,6 +133,9 @@ func (c *Config) Validate() error {
 	if c.Listen != "" && c.TLSCert == "" && !c.InsecureListen && !loopbackListen(c.Listen) {
 		errs = append(errs, fmt.Errorf("--listen %s without --tls-cert would send bearer tokens in clear text over the network: give --tls-cert and --tls-key, listen on a loopback address, or say --insecure-listen", c.Listen))
 	}
+	if _, err := c.SocketGID(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Socket == "" && c.Listen == "" {
 		errs = append(errs, errors.New("neither --socket nor --listen: the API would be unreachable"))
 	}
@@ -182,6 +190,25 @@ func (c *Config) TrustedRelays() ([]netip.Prefix, error) {
 		return nil, fmt.Errorf("--dhcp-trusted-relays: %w", err)
 	}
 	return out, nil
+}
+
+// SocketGID resolves --socket-group to a GID; -1 when unset.
+func (c *Config) SocketGID() (int, error) {
+	if c.SocketGroup == "" {
+		return -1, nil
+	}
+	if gid, err := strconv.Atoi(c.SocketGroup); err == nil && gid >= 0 {
+		return gid, nil
+	}
+	g, err := user.LookupGroup(c.SocketGroup)
+	if err != nil {
+		return -1, fmt.Errorf("--socket-group %q: %w", c.SocketGroup, err)
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return -1, fmt.Errorf("--socket-group %q: GID %q: %w", c.SocketGroup, g.Gid, err)
+	}
+	return gid, nil
 }
 
 // VTEP parses --vtep-address (zero when unset).

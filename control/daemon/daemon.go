@@ -69,6 +69,8 @@ type Daemon struct {
 	dhcp   *dhcpd.Manager
 	reg    *prometheus.Registry
 	ready  readiness
+	// started is when Run began (pivirtctl status).
+	started time.Time
 }
 
 // Run starts pivirtd and blocks until ctx is done, then shuts the API down.
@@ -78,7 +80,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry()}
+	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry(), started: time.Now()}
 	d.index.Shared = cfg.Store == "etcd" // other nodes write it too
 	b := readBuild(cfg.Version)
 	// What an upgrade or a downgrade changes (README "Upgrading"): the
@@ -358,7 +360,7 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 	opts := apiserver.HandlerOptions(connect.WithInterceptors(logErrors(d.log)))
 	path, h := resourcev1connect.NewResourceServiceHandler(rs, opts...)
 	mux.Handle(path, h)
-	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard, NAT: d.nat}, opts...)
+	path, h = inspectv1connect.NewInspectServiceHandler(&inspect.Server{Loader: d.loader, Guard: d.guard, NAT: d.nat, DHCP: d.dhcp, Self: d.status}, opts...)
 	mux.Handle(path, h)
 
 	var creds *apiserver.Credentials
@@ -392,11 +394,13 @@ func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Serve
 	}
 
 	if d.cfg.Socket != "" {
-		l, err := listenUnix(d.cfg.Socket)
+		gid, _ := d.cfg.SocketGID() // Validate checked it
+		l, err := listenUnix(d.cfg.Socket, gid)
 		if err != nil {
 			return nil, err
 		}
-		// The socket is root-only (0600): its callers are operators.
+		// The socket is root's (0600), or root's and --socket-group's
+		// (0660): its callers are operators.
 		serve(&http.Server{Handler: apiserver.Authenticate(mux, creds, apiserver.RoleOperator), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}, l, d.cfg.Socket)
 	}
 	if d.cfg.Listen != "" {
@@ -475,8 +479,9 @@ func (d *Daemon) reloadCredentials(ctx context.Context, creds *apiserver.Credent
 // credentialPoll is how often reloadCredentials looks for a changed file.
 const credentialPoll = 2 * time.Second
 
-// listenUnix replaces a stale socket file and restricts the new one to root.
-func listenUnix(path string) (net.Listener, error) {
+// listenUnix replaces a stale socket file and restricts the new one to
+// root, and to the group gid too unless gid is -1 (root:gid, mode 0660).
+func listenUnix(path string, gid int) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("creating socket dir: %w", err)
 	}
@@ -490,6 +495,19 @@ func listenUnix(path string) (net.Listener, error) {
 	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	if gid >= 0 {
+		// Widened to the group only after the chown: never to another group.
+		// Root without CAP_CHOWN may still give a file it owns to a
+		// group it is a member of (the unit's SupplementaryGroups).
+		if err := os.Chown(path, -1, gid); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("giving socket %s to group %d (pivirtd needs CAP_CHOWN or to be in the group): %w", path, gid, err)
+		}
+		if err := os.Chmod(path, 0o660); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("opening socket %s to its group: %w", path, err)
+		}
 	}
 	return l, nil
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,6 +64,9 @@ func TestConfigValidate(t *testing.T) {
 		{"slow journal on purpose", func(c *daemon.Config) { c.JournalSyncDelay = 3 * time.Millisecond }, nil},
 		{"negative journal delay", func(c *daemon.Config) { c.JournalSyncDelay = -time.Millisecond }, []string{"--journal-sync-delay -1ms"}},
 		{"relay", func(c *daemon.Config) { c.DHCPTrustedRelays = []string{"10.0.0.300"} }, []string{"10.0.0.300"}},
+		{"socket group by GID", func(c *daemon.Config) { c.SocketGroup = "0" }, nil},
+		{"socket group by name", func(c *daemon.Config) { c.SocketGroup = "root" }, nil},
+		{"unknown socket group", func(c *daemon.Config) { c.SocketGroup = "no-such-group-pv" }, []string{`--socket-group "no-such-group-pv"`}},
 		{"vtep address", func(c *daemon.Config) { c.VTEPAddress = "10.99.0.1" }, nil},
 		{"vtep not an address", func(c *daemon.Config) { c.VTEPAddress = "eth0" }, []string{`--vtep-address "eth0": want this node's unicast IPv4 address on the underlay`}},
 		{"vtep loopback", func(c *daemon.Config) { c.VTEPAddress = "127.0.0.1" }, []string{`--vtep-address "127.0.0.1"`}},
@@ -171,11 +175,21 @@ spec: {network: br-lab, macAddress: "52:54:00:aa:bb:01", ipAddress: 10.80.0.50, 
 	if out, err := ctl(t, c.Socket, bad, "apply", "-f", "-"); err == nil || !strings.Contains(out, "spec.ipAddress") || !strings.Contains(out, "10.80.0.500") {
 		t.Errorf("apply of a bad address: err %v, output %q: want spec.ipAddress and the value named", err, out)
 	}
+	if fi, err := os.Stat(c.Socket); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket without --socket-group: %v, %v; want mode 0600", fi, err)
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("stopping: %v", err)
 	}
 
+	// Restarted with --socket-group: the socket is root:GROUP, 0660.
+	c.SocketGroup = "nogroup"
 	stop = start()
+	if fi, err := os.Stat(c.Socket); err != nil {
+		t.Error(err)
+	} else if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o660 || st.Uid != 0 || st.Gid != 65534 {
+		t.Errorf("socket with --socket-group nogroup: mode %v, owner %d:%d; want 0660, 0:65534", fi.Mode().Perm(), st.Uid, st.Gid)
+	}
 	defer func() {
 		if err := stop(); err != nil {
 			t.Error(err)

@@ -18,6 +18,7 @@ import (
 
 	inspectv1 "pivirt.hu/pivirt/api/inspect/v1"
 	"pivirt.hu/pivirt/api/inspect/v1/inspectv1connect"
+	"pivirt.hu/pivirt/control/dhcpd"
 	"pivirt.hu/pivirt/control/externalip"
 	"pivirt.hu/pivirt/control/mapsync"
 	"pivirt.hu/pivirt/control/portguard"
@@ -34,6 +35,10 @@ type Server struct {
 	Loader *loader.Loader
 	Guard  *portguard.Controller
 	NAT    *externalip.Controller // nil: no NAT maps in `inspect desired`
+	DHCP   *dhcpd.Manager         // nil: no responders in Status
+	// Self is what the daemon says of itself in Status (build, node,
+	// store, controllers); nil: Status reports the dataplane only.
+	Self func(ctx context.Context) *inspectv1.StatusResponse
 }
 
 var _ inspectv1connect.InspectServiceHandler = (*Server)(nil)

@@ -17,7 +17,8 @@ import (
 	"pivirt.hu/pivirt/control/cli"
 )
 
-// Commands returns the inspect and simulate commands, dialing through r.
+// Commands returns the inspect, simulate and status commands, dialing
+// through r.
 func Commands(r *cli.Root) []*cobra.Command {
 	client := func() (inspectv1connect.InspectServiceClient, error) {
 		hc, base, err := r.Dial()
@@ -31,7 +32,7 @@ func Commands(r *cli.Root) []*cobra.Command {
 		Short: "Show the compiled eBPF maps and attached programs (like bpftool, decoded)",
 	}
 	inspect.AddCommand(mapsCmd(client), mapCmd(client), progsCmd(client), desiredCmd(client))
-	return []*cobra.Command{inspect, simulateCmd(client)}
+	return []*cobra.Command{inspect, simulateCmd(client), statusCmd(client)}
 }
 
 type clientFunc func() (inspectv1connect.InspectServiceClient, error)

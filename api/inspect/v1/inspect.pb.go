@@ -879,6 +879,624 @@ func (x *SimulateResponse) GetDurationNs() int64 {
 	return 0
 }
 
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{14}
+}
+
+type StatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is what the daemon was built as (-X main.version); revision
+	// the git commit; go_version the Go release.
+	Version   string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Revision  string `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	GoVersion string `protobuf:"bytes,3,opt,name=go_version,json=goVersion,proto3" json:"go_version,omitempty"`
+	Node      string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	// started is when the daemon started, in Unix seconds.
+	StartedUnix int64 `protobuf:"varint,5,opt,name=started_unix,json=startedUnix,proto3" json:"started_unix,omitempty"`
+	// ready: every controller loop's first full pass succeeded (READY=1).
+	Ready       bool                `protobuf:"varint,6,opt,name=ready,proto3" json:"ready,omitempty"`
+	Store       *StoreStatus        `protobuf:"bytes,7,opt,name=store,proto3" json:"store,omitempty"`
+	Controllers []*ControllerStatus `protobuf:"bytes,8,rep,name=controllers,proto3" json:"controllers,omitempty"`
+	Maps        []*MapInfo          `protobuf:"bytes,9,rep,name=maps,proto3" json:"maps,omitempty"`
+	Bpffs       string              `protobuf:"bytes,10,opt,name=bpffs,proto3" json:"bpffs,omitempty"`
+	// ports are the interfaces the guard is attached to.
+	Ports         []*PortStatus      `protobuf:"bytes,11,rep,name=ports,proto3" json:"ports,omitempty"`
+	Responders    []*ResponderStatus `protobuf:"bytes,12,rep,name=responders,proto3" json:"responders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *StatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetGoVersion() string {
+	if x != nil {
+		return x.GoVersion
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetStartedUnix() int64 {
+	if x != nil {
+		return x.StartedUnix
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *StatusResponse) GetStore() *StoreStatus {
+	if x != nil {
+		return x.Store
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetControllers() []*ControllerStatus {
+	if x != nil {
+		return x.Controllers
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetMaps() []*MapInfo {
+	if x != nil {
+		return x.Maps
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetBpffs() string {
+	if x != nil {
+		return x.Bpffs
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetPorts() []*PortStatus {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetResponders() []*ResponderStatus {
+	if x != nil {
+		return x.Responders
+	}
+	return nil
+}
+
+type StoreStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// backend is "bbolt" or "etcd".
+	Backend string `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// path is the bbolt file.
+	Path      string   `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Endpoints []string `protobuf:"bytes,3,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	Prefix    string   `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// revision is the store's current revision; error why it could not be
+	// read (the store is unhealthy then).
+	Revision      int64         `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Error         string        `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Members       []*EtcdMember `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreStatus) Reset() {
+	*x = StoreStatus{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreStatus) ProtoMessage() {}
+
+func (x *StoreStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
+func (*StoreStatus) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StoreStatus) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *StoreStatus) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *StoreStatus) GetEndpoints() []string {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+func (x *StoreStatus) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *StoreStatus) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *StoreStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *StoreStatus) GetMembers() []*EtcdMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type EtcdMember struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Id         string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	ClientUrls []string               `protobuf:"bytes,3,rep,name=client_urls,json=clientUrls,proto3" json:"client_urls,omitempty"`
+	Healthy    bool                   `protobuf:"varint,4,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Leader     bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	// error is why its status could not be read.
+	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	DbSize        int64  `protobuf:"varint,7,opt,name=db_size,json=dbSize,proto3" json:"db_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdMember) Reset() {
+	*x = EtcdMember{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdMember) ProtoMessage() {}
+
+func (x *EtcdMember) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdMember.ProtoReflect.Descriptor instead.
+func (*EtcdMember) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *EtcdMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EtcdMember) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *EtcdMember) GetClientUrls() []string {
+	if x != nil {
+		return x.ClientUrls
+	}
+	return nil
+}
+
+func (x *EtcdMember) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *EtcdMember) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *EtcdMember) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *EtcdMember) GetDbSize() int64 {
+	if x != nil {
+		return x.DbSize
+	}
+	return 0
+}
+
+type ControllerStatus struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Ready  bool                   `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`
+	Passes uint64                 `protobuf:"varint,3,opt,name=passes,proto3" json:"passes,omitempty"`
+	// last_pass_unix is when the last pass ended (Unix milliseconds; 0:
+	// none yet); last_error how, when it failed.
+	LastPassUnixMs int64  `protobuf:"varint,4,opt,name=last_pass_unix_ms,json=lastPassUnixMs,proto3" json:"last_pass_unix_ms,omitempty"`
+	LastError      string `protobuf:"bytes,5,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ControllerStatus) Reset() {
+	*x = ControllerStatus{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerStatus) ProtoMessage() {}
+
+func (x *ControllerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerStatus.ProtoReflect.Descriptor instead.
+func (*ControllerStatus) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ControllerStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ControllerStatus) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *ControllerStatus) GetPasses() uint64 {
+	if x != nil {
+		return x.Passes
+	}
+	return 0
+}
+
+func (x *ControllerStatus) GetLastPassUnixMs() int64 {
+	if x != nil {
+		return x.LastPassUnixMs
+	}
+	return 0
+}
+
+func (x *ControllerStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+type PortStatus struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Interface string                 `protobuf:"bytes,1,opt,name=interface,proto3" json:"interface,omitempty"`
+	// hook and mode as in ProgramInfo; acl: the port ACL is attached too.
+	Hook          string `protobuf:"bytes,2,opt,name=hook,proto3" json:"hook,omitempty"`
+	Mode          string `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Acl           bool   `protobuf:"varint,4,opt,name=acl,proto3" json:"acl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortStatus) Reset() {
+	*x = PortStatus{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortStatus) ProtoMessage() {}
+
+func (x *PortStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortStatus.ProtoReflect.Descriptor instead.
+func (*PortStatus) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PortStatus) GetInterface() string {
+	if x != nil {
+		return x.Interface
+	}
+	return ""
+}
+
+func (x *PortStatus) GetHook() string {
+	if x != nil {
+		return x.Hook
+	}
+	return ""
+}
+
+func (x *PortStatus) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *PortStatus) GetAcl() bool {
+	if x != nil {
+		return x.Acl
+	}
+	return false
+}
+
+type ResponderStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Segment string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	Bridge  string                 `protobuf:"bytes,2,opt,name=bridge,proto3" json:"bridge,omitempty"`
+	HostIp  string                 `protobuf:"bytes,3,opt,name=host_ip,json=hostIp,proto3" json:"host_ip,omitempty"`
+	// The range's addresses by state.
+	Size          int32  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Free          int32  `protobuf:"varint,5,opt,name=free,proto3" json:"free,omitempty"`
+	Bound         int32  `protobuf:"varint,6,opt,name=bound,proto3" json:"bound,omitempty"`
+	Offered       int32  `protobuf:"varint,7,opt,name=offered,proto3" json:"offered,omitempty"`
+	Reserved      int32  `protobuf:"varint,8,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	Received      uint64 `protobuf:"varint,9,opt,name=received,proto3" json:"received,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponderStatus) Reset() {
+	*x = ResponderStatus{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponderStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponderStatus) ProtoMessage() {}
+
+func (x *ResponderStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponderStatus.ProtoReflect.Descriptor instead.
+func (*ResponderStatus) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ResponderStatus) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *ResponderStatus) GetBridge() string {
+	if x != nil {
+		return x.Bridge
+	}
+	return ""
+}
+
+func (x *ResponderStatus) GetHostIp() string {
+	if x != nil {
+		return x.HostIp
+	}
+	return ""
+}
+
+func (x *ResponderStatus) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ResponderStatus) GetFree() int32 {
+	if x != nil {
+		return x.Free
+	}
+	return 0
+}
+
+func (x *ResponderStatus) GetBound() int32 {
+	if x != nil {
+		return x.Bound
+	}
+	return 0
+}
+
+func (x *ResponderStatus) GetOffered() int32 {
+	if x != nil {
+		return x.Offered
+	}
+	return 0
+}
+
+func (x *ResponderStatus) GetReserved() int32 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *ResponderStatus) GetReceived() uint64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
 var File_inspect_v1_inspect_proto protoreflect.FileDescriptor
 
 const file_inspect_v1_inspect_proto_rawDesc = "" +
@@ -946,13 +1564,73 @@ const file_inspect_v1_inspect_proto_rawDesc = "" +
 	"\n" +
 	"program_id\x18\x04 \x01(\rR\tprogramId\x12\x1f\n" +
 	"\vduration_ns\x18\x05 \x01(\x03R\n" +
-	"durationNs2\xbf\x03\n" +
+	"durationNs\"\x0f\n" +
+	"\rStatusRequest\"\xee\x03\n" +
+	"\x0eStatusResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\tR\brevision\x12\x1d\n" +
+	"\n" +
+	"go_version\x18\x03 \x01(\tR\tgoVersion\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12!\n" +
+	"\fstarted_unix\x18\x05 \x01(\x03R\vstartedUnix\x12\x14\n" +
+	"\x05ready\x18\x06 \x01(\bR\x05ready\x124\n" +
+	"\x05store\x18\a \x01(\v2\x1e.pivirt.inspect.v1.StoreStatusR\x05store\x12E\n" +
+	"\vcontrollers\x18\b \x03(\v2#.pivirt.inspect.v1.ControllerStatusR\vcontrollers\x12.\n" +
+	"\x04maps\x18\t \x03(\v2\x1a.pivirt.inspect.v1.MapInfoR\x04maps\x12\x14\n" +
+	"\x05bpffs\x18\n" +
+	" \x01(\tR\x05bpffs\x123\n" +
+	"\x05ports\x18\v \x03(\v2\x1d.pivirt.inspect.v1.PortStatusR\x05ports\x12B\n" +
+	"\n" +
+	"responders\x18\f \x03(\v2\".pivirt.inspect.v1.ResponderStatusR\n" +
+	"responders\"\xdc\x01\n" +
+	"\vStoreStatus\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\tendpoints\x18\x03 \x03(\tR\tendpoints\x12\x16\n" +
+	"\x06prefix\x18\x04 \x01(\tR\x06prefix\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x127\n" +
+	"\amembers\x18\a \x03(\v2\x1d.pivirt.inspect.v1.EtcdMemberR\amembers\"\xb2\x01\n" +
+	"\n" +
+	"EtcdMember\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1f\n" +
+	"\vclient_urls\x18\x03 \x03(\tR\n" +
+	"clientUrls\x12\x18\n" +
+	"\ahealthy\x18\x04 \x01(\bR\ahealthy\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x17\n" +
+	"\adb_size\x18\a \x01(\x03R\x06dbSize\"\x9e\x01\n" +
+	"\x10ControllerStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05ready\x18\x02 \x01(\bR\x05ready\x12\x16\n" +
+	"\x06passes\x18\x03 \x01(\x04R\x06passes\x12)\n" +
+	"\x11last_pass_unix_ms\x18\x04 \x01(\x03R\x0elastPassUnixMs\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x05 \x01(\tR\tlastError\"d\n" +
+	"\n" +
+	"PortStatus\x12\x1c\n" +
+	"\tinterface\x18\x01 \x01(\tR\tinterface\x12\x12\n" +
+	"\x04hook\x18\x02 \x01(\tR\x04hook\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\tR\x04mode\x12\x10\n" +
+	"\x03acl\x18\x04 \x01(\bR\x03acl\"\xec\x01\n" +
+	"\x0fResponderStatus\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
+	"\x06bridge\x18\x02 \x01(\tR\x06bridge\x12\x17\n" +
+	"\ahost_ip\x18\x03 \x01(\tR\x06hostIp\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x05R\x04size\x12\x12\n" +
+	"\x04free\x18\x05 \x01(\x05R\x04free\x12\x14\n" +
+	"\x05bound\x18\x06 \x01(\x05R\x05bound\x12\x18\n" +
+	"\aoffered\x18\a \x01(\x05R\aoffered\x12\x1a\n" +
+	"\breserved\x18\b \x01(\x05R\breserved\x12\x1a\n" +
+	"\breceived\x18\t \x01(\x04R\breceived2\x8e\x04\n" +
 	"\x0eInspectService\x12S\n" +
 	"\bListMaps\x12\".pivirt.inspect.v1.ListMapsRequest\x1a#.pivirt.inspect.v1.ListMapsResponse\x12P\n" +
 	"\aDumpMap\x12!.pivirt.inspect.v1.DumpMapRequest\x1a\".pivirt.inspect.v1.DumpMapResponse\x12_\n" +
 	"\fListPrograms\x12&.pivirt.inspect.v1.ListProgramsRequest\x1a'.pivirt.inspect.v1.ListProgramsResponse\x12P\n" +
 	"\aDesired\x12!.pivirt.inspect.v1.DesiredRequest\x1a\".pivirt.inspect.v1.DesiredResponse\x12S\n" +
-	"\bSimulate\x12\".pivirt.inspect.v1.SimulateRequest\x1a#.pivirt.inspect.v1.SimulateResponseB+Z)pivirt.hu/pivirt/api/inspect/v1;inspectv1b\x06proto3"
+	"\bSimulate\x12\".pivirt.inspect.v1.SimulateRequest\x1a#.pivirt.inspect.v1.SimulateResponse\x12M\n" +
+	"\x06Status\x12 .pivirt.inspect.v1.StatusRequest\x1a!.pivirt.inspect.v1.StatusResponseB+Z)pivirt.hu/pivirt/api/inspect/v1;inspectv1b\x06proto3"
 
 var (
 	file_inspect_v1_inspect_proto_rawDescOnce sync.Once
@@ -966,7 +1644,7 @@ func file_inspect_v1_inspect_proto_rawDescGZIP() []byte {
 	return file_inspect_v1_inspect_proto_rawDescData
 }
 
-var file_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_inspect_v1_inspect_proto_goTypes = []any{
 	(*MapInfo)(nil),              // 0: pivirt.inspect.v1.MapInfo
 	(*MapEntry)(nil),             // 1: pivirt.inspect.v1.MapEntry
@@ -982,6 +1660,13 @@ var file_inspect_v1_inspect_proto_goTypes = []any{
 	(*DesiredResponse)(nil),      // 11: pivirt.inspect.v1.DesiredResponse
 	(*SimulateRequest)(nil),      // 12: pivirt.inspect.v1.SimulateRequest
 	(*SimulateResponse)(nil),     // 13: pivirt.inspect.v1.SimulateResponse
+	(*StatusRequest)(nil),        // 14: pivirt.inspect.v1.StatusRequest
+	(*StatusResponse)(nil),       // 15: pivirt.inspect.v1.StatusResponse
+	(*StoreStatus)(nil),          // 16: pivirt.inspect.v1.StoreStatus
+	(*EtcdMember)(nil),           // 17: pivirt.inspect.v1.EtcdMember
+	(*ControllerStatus)(nil),     // 18: pivirt.inspect.v1.ControllerStatus
+	(*PortStatus)(nil),           // 19: pivirt.inspect.v1.PortStatus
+	(*ResponderStatus)(nil),      // 20: pivirt.inspect.v1.ResponderStatus
 }
 var file_inspect_v1_inspect_proto_depIdxs = []int32{
 	0,  // 0: pivirt.inspect.v1.ListMapsResponse.maps:type_name -> pivirt.inspect.v1.MapInfo
@@ -993,21 +1678,29 @@ var file_inspect_v1_inspect_proto_depIdxs = []int32{
 	1,  // 6: pivirt.inspect.v1.DesiredMap.stale:type_name -> pivirt.inspect.v1.MapEntry
 	1,  // 7: pivirt.inspect.v1.DesiredMap.differ:type_name -> pivirt.inspect.v1.MapEntry
 	10, // 8: pivirt.inspect.v1.DesiredResponse.maps:type_name -> pivirt.inspect.v1.DesiredMap
-	2,  // 9: pivirt.inspect.v1.InspectService.ListMaps:input_type -> pivirt.inspect.v1.ListMapsRequest
-	4,  // 10: pivirt.inspect.v1.InspectService.DumpMap:input_type -> pivirt.inspect.v1.DumpMapRequest
-	7,  // 11: pivirt.inspect.v1.InspectService.ListPrograms:input_type -> pivirt.inspect.v1.ListProgramsRequest
-	9,  // 12: pivirt.inspect.v1.InspectService.Desired:input_type -> pivirt.inspect.v1.DesiredRequest
-	12, // 13: pivirt.inspect.v1.InspectService.Simulate:input_type -> pivirt.inspect.v1.SimulateRequest
-	3,  // 14: pivirt.inspect.v1.InspectService.ListMaps:output_type -> pivirt.inspect.v1.ListMapsResponse
-	5,  // 15: pivirt.inspect.v1.InspectService.DumpMap:output_type -> pivirt.inspect.v1.DumpMapResponse
-	8,  // 16: pivirt.inspect.v1.InspectService.ListPrograms:output_type -> pivirt.inspect.v1.ListProgramsResponse
-	11, // 17: pivirt.inspect.v1.InspectService.Desired:output_type -> pivirt.inspect.v1.DesiredResponse
-	13, // 18: pivirt.inspect.v1.InspectService.Simulate:output_type -> pivirt.inspect.v1.SimulateResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	16, // 9: pivirt.inspect.v1.StatusResponse.store:type_name -> pivirt.inspect.v1.StoreStatus
+	18, // 10: pivirt.inspect.v1.StatusResponse.controllers:type_name -> pivirt.inspect.v1.ControllerStatus
+	0,  // 11: pivirt.inspect.v1.StatusResponse.maps:type_name -> pivirt.inspect.v1.MapInfo
+	19, // 12: pivirt.inspect.v1.StatusResponse.ports:type_name -> pivirt.inspect.v1.PortStatus
+	20, // 13: pivirt.inspect.v1.StatusResponse.responders:type_name -> pivirt.inspect.v1.ResponderStatus
+	17, // 14: pivirt.inspect.v1.StoreStatus.members:type_name -> pivirt.inspect.v1.EtcdMember
+	2,  // 15: pivirt.inspect.v1.InspectService.ListMaps:input_type -> pivirt.inspect.v1.ListMapsRequest
+	4,  // 16: pivirt.inspect.v1.InspectService.DumpMap:input_type -> pivirt.inspect.v1.DumpMapRequest
+	7,  // 17: pivirt.inspect.v1.InspectService.ListPrograms:input_type -> pivirt.inspect.v1.ListProgramsRequest
+	9,  // 18: pivirt.inspect.v1.InspectService.Desired:input_type -> pivirt.inspect.v1.DesiredRequest
+	12, // 19: pivirt.inspect.v1.InspectService.Simulate:input_type -> pivirt.inspect.v1.SimulateRequest
+	14, // 20: pivirt.inspect.v1.InspectService.Status:input_type -> pivirt.inspect.v1.StatusRequest
+	3,  // 21: pivirt.inspect.v1.InspectService.ListMaps:output_type -> pivirt.inspect.v1.ListMapsResponse
+	5,  // 22: pivirt.inspect.v1.InspectService.DumpMap:output_type -> pivirt.inspect.v1.DumpMapResponse
+	8,  // 23: pivirt.inspect.v1.InspectService.ListPrograms:output_type -> pivirt.inspect.v1.ListProgramsResponse
+	11, // 24: pivirt.inspect.v1.InspectService.Desired:output_type -> pivirt.inspect.v1.DesiredResponse
+	13, // 25: pivirt.inspect.v1.InspectService.Simulate:output_type -> pivirt.inspect.v1.SimulateResponse
+	15, // 26: pivirt.inspect.v1.InspectService.Status:output_type -> pivirt.inspect.v1.StatusResponse
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_inspect_v1_inspect_proto_init() }
@@ -1021,7 +1714,7 @@ func file_inspect_v1_inspect_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inspect_v1_inspect_proto_rawDesc), len(file_inspect_v1_inspect_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

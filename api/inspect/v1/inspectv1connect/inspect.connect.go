@@ -46,6 +46,8 @@ const (
 	InspectServiceDesiredProcedure = "/pivirt.inspect.v1.InspectService/Desired"
 	// InspectServiceSimulateProcedure is the fully-qualified name of the InspectService's Simulate RPC.
 	InspectServiceSimulateProcedure = "/pivirt.inspect.v1.InspectService/Simulate"
+	// InspectServiceStatusProcedure is the fully-qualified name of the InspectService's Status RPC.
+	InspectServiceStatusProcedure = "/pivirt.inspect.v1.InspectService/Status"
 )
 
 // InspectServiceClient is a client for the pivirt.inspect.v1.InspectService service.
@@ -55,6 +57,10 @@ type InspectServiceClient interface {
 	ListPrograms(context.Context, *connect.Request[v1.ListProgramsRequest]) (*connect.Response[v1.ListProgramsResponse], error)
 	Desired(context.Context, *connect.Request[v1.DesiredRequest]) (*connect.Response[v1.DesiredResponse], error)
 	Simulate(context.Context, *connect.Request[v1.SimulateRequest]) (*connect.Response[v1.SimulateResponse], error)
+	// Status is the daemon at a glance, as `cilium-dbg status` shows an
+	// agent: build, node, store health, each controller's last pass, map
+	// fill, guarded ports and DHCP responders.
+	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 }
 
 // NewInspectServiceClient constructs a client for the pivirt.inspect.v1.InspectService service. By
@@ -98,6 +104,12 @@ func NewInspectServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(inspectServiceMethods.ByName("Simulate")),
 			connect.WithClientOptions(opts...),
 		),
+		status: connect.NewClient[v1.StatusRequest, v1.StatusResponse](
+			httpClient,
+			baseURL+InspectServiceStatusProcedure,
+			connect.WithSchema(inspectServiceMethods.ByName("Status")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -108,6 +120,7 @@ type inspectServiceClient struct {
 	listPrograms *connect.Client[v1.ListProgramsRequest, v1.ListProgramsResponse]
 	desired      *connect.Client[v1.DesiredRequest, v1.DesiredResponse]
 	simulate     *connect.Client[v1.SimulateRequest, v1.SimulateResponse]
+	status       *connect.Client[v1.StatusRequest, v1.StatusResponse]
 }
 
 // ListMaps calls pivirt.inspect.v1.InspectService.ListMaps.
@@ -135,6 +148,11 @@ func (c *inspectServiceClient) Simulate(ctx context.Context, req *connect.Reques
 	return c.simulate.CallUnary(ctx, req)
 }
 
+// Status calls pivirt.inspect.v1.InspectService.Status.
+func (c *inspectServiceClient) Status(ctx context.Context, req *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
+	return c.status.CallUnary(ctx, req)
+}
+
 // InspectServiceHandler is an implementation of the pivirt.inspect.v1.InspectService service.
 type InspectServiceHandler interface {
 	ListMaps(context.Context, *connect.Request[v1.ListMapsRequest]) (*connect.Response[v1.ListMapsResponse], error)
@@ -142,6 +160,10 @@ type InspectServiceHandler interface {
 	ListPrograms(context.Context, *connect.Request[v1.ListProgramsRequest]) (*connect.Response[v1.ListProgramsResponse], error)
 	Desired(context.Context, *connect.Request[v1.DesiredRequest]) (*connect.Response[v1.DesiredResponse], error)
 	Simulate(context.Context, *connect.Request[v1.SimulateRequest]) (*connect.Response[v1.SimulateResponse], error)
+	// Status is the daemon at a glance, as `cilium-dbg status` shows an
+	// agent: build, node, store health, each controller's last pass, map
+	// fill, guarded ports and DHCP responders.
+	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
 }
 
 // NewInspectServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -181,6 +203,12 @@ func NewInspectServiceHandler(svc InspectServiceHandler, opts ...connect.Handler
 		connect.WithSchema(inspectServiceMethods.ByName("Simulate")),
 		connect.WithHandlerOptions(opts...),
 	)
+	inspectServiceStatusHandler := connect.NewUnaryHandler(
+		InspectServiceStatusProcedure,
+		svc.Status,
+		connect.WithSchema(inspectServiceMethods.ByName("Status")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/pivirt.inspect.v1.InspectService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case InspectServiceListMapsProcedure:
@@ -193,6 +221,8 @@ func NewInspectServiceHandler(svc InspectServiceHandler, opts ...connect.Handler
 			inspectServiceDesiredHandler.ServeHTTP(w, r)
 		case InspectServiceSimulateProcedure:
 			inspectServiceSimulateHandler.ServeHTTP(w, r)
+		case InspectServiceStatusProcedure:
+			inspectServiceStatusHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -220,4 +250,8 @@ func (UnimplementedInspectServiceHandler) Desired(context.Context, *connect.Requ
 
 func (UnimplementedInspectServiceHandler) Simulate(context.Context, *connect.Request[v1.SimulateRequest]) (*connect.Response[v1.SimulateResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pivirt.inspect.v1.InspectService.Simulate is not implemented"))
+}
+
+func (UnimplementedInspectServiceHandler) Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pivirt.inspect.v1.InspectService.Status is not implemented"))
 }
