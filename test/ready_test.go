@@ -106,7 +106,7 @@ func TestPrivilegedReadyMeansEnforced(t *testing.T) {
 	}
 	t.Logf("sd_notify messages: %q", statuses)
 	out, err := host.Exec("curl", "-s", "-w", "%{http_code}", "http://127.0.0.1:9466/readyz?verbose")
-	if err != nil || !strings.HasSuffix(string(out), "200") || !strings.Contains(string(out), "[+]guard ok") {
+	if err != nil || !strings.HasSuffix(string(out), "200") || !strings.Contains(string(out), "[+]guard ok") || !strings.Contains(string(out), "[+]nat ok") {
 		t.Errorf("/readyz?verbose after READY=1: %v\n%s", err, out)
 	}
 }

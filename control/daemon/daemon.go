@@ -139,6 +139,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			d.ready.loops = append(d.ready.loops, l)
 		}
 	}
+	// The NAT runs its own loop: ready means its ExternalIPs are
+	// translated too.
+	d.ready.loops = append(d.ready.loops, d.nat.Loop())
 	if es, ok := st.(*etcd.Store); ok && cfg.EtcdCompactionInterval > 0 {
 		controllers = append(controllers, d.etcdHousekeeping(es))
 	}

@@ -61,6 +61,7 @@ type Controller struct {
 	attached map[uint32]attachment         // by scope
 	bypass   map[string][]vpcrouter.Bypass // by router, as last applied
 	swept    bool
+	loop     *reconcile.Loop
 }
 
 // attachment is what runs on one uplink.
@@ -96,15 +97,7 @@ func New(o Options) *Controller {
 	if o.NoRedirect {
 		c.load = append(c.load, nat.WithoutRedirect())
 	}
-	return c
-}
-
-// Name is the controller's name in logs.
-func (c *Controller) Name() string { return "nat" }
-
-// Run reconciles until ctx is done.
-func (c *Controller) Run(ctx context.Context) error {
-	l := &reconcile.Loop{
+	c.loop = &reconcile.Loop{
 		ID:    c.Name(),
 		Store: c.store,
 		Cache: c.cache,
@@ -118,8 +111,18 @@ func (c *Controller) Run(ctx context.Context) error {
 		Func:     c.Reconcile,
 		Log:      c.log,
 	}
-	return l.Run(ctx)
+	return c
 }
+
+// Name is the controller's name in logs.
+func (c *Controller) Name() string { return "nat" }
+
+// Run reconciles until ctx is done.
+func (c *Controller) Run(ctx context.Context) error { return c.loop.Run(ctx) }
+
+// Loop is the controller's reconcile loop, whose Status says whether its
+// first full pass is done (pivirtd's readiness waits for it).
+func (c *Controller) Loop() *reconcile.Loop { return c.loop }
 
 func (c *Controller) record(kind, name, typ, reason, msg string) {
 	if c.events != nil {
