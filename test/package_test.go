@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/guest"
 	"pivirt.hu/pivirt/test/testutil"
 )
 
@@ -432,7 +433,8 @@ conffile kept: # edited by the operator
 
 // runInOverlay runs overlayRun and waits for READY=1; then pivirtctl, run
 // in pivirtd's namespaces, finds it ready on /var/lib/pivirt/state.db
-// and its socket root:pivirt 0660 (the installed config's socket-group).
+// and its socket root:pivirt 0660 (the installed config's socket-group),
+// and a guest gets its lease through the guard of a port applied there.
 func runInOverlay(t *testing.T, env []string, notifyDir, root, unit string) {
 	var execStart, caps, groups string
 	for _, line := range strings.Split(unit, "\n") {
@@ -507,6 +509,53 @@ func runInOverlay(t *testing.T, env []string, notifyDir, root, unit string) {
 	}
 	if got := strings.TrimSpace(ctl("stat", "-c", "%a %U:%G", "/run/pivirt/pivirtd.sock")); got != "660 root:pivirt" {
 		t.Errorf("the installed pivirtd's socket is %s; want 660 root:pivirt", got)
+	}
+
+	// It serves a guest: a segment and a guarded port applied through the
+	// installed pivirtctl, dhclient's lease through the guard, its pin.
+	pid := strconv.Itoa(cmd.Process.Pid)
+	g := testutil.NewNetNS(t)
+	for _, argv := range [][]string{
+		{"ip", "link", "add", "eth0", "netns", g.Name, "type", "veth", "peer", "name", "hpkg", "netns", pid},
+		{"ip", "-n", g.Name, "link", "set", "eth0", "address", "52:54:00:00:76:01"},
+		{"ip", "-n", g.Name, "link", "set", "eth0", "up"},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+		}
+	}
+	apply := exec.Command("nsenter", "-t", pid, "-m", "-n", "chroot", root, "pivirtctl", "apply", "-f", "-")
+	apply.Stdin = strings.NewReader(`apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: pkg-net}
+spec: {networkRef: net-pkg, bridge: br-pkg, hostIP: 192.168.76.1/24, dhcp: {delegatedRangeStart: 192.168.76.100, delegatedRangeEnd: 192.168.76.199}}
+---
+apiVersion: pivirt.hu/v1
+kind: PortSecurity
+metadata: {name: pkg-guest}
+spec: {interface: hpkg, macAddress: "52:54:00:00:76:01", learnFromDHCP: true}
+`)
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("pivirtctl apply: %v\n%s", err, out)
+	}
+	waitFor(t, 15*time.Second, "br-pkg", func() bool {
+		return exec.Command("nsenter", "-t", pid, "-n", "ip", "link", "set", "hpkg", "master", "br-pkg", "up").Run() == nil
+	})
+	waitFor(t, 15*time.Second, "pkg-guest guarded", func() bool {
+		return strings.Contains(ctl("pivirtctl", "get", "portsec", "pkg-guest", "-o", "yaml"), "phase: Ready")
+	})
+	conf := filepath.Join(t.TempDir(), "dhclient.conf")
+	if err := os.WriteFile(conf, []byte("timeout 30;\nretry 1;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	leases, pidFile := filepath.Join(t.TempDir(), "leases"), filepath.Join(t.TempDir(), "pid")
+	out, err := g.Exec("dhclient", "-4", "-1", "-v", "-cf", conf, "-lf", leases, "-pf", pidFile, "-sf", "/bin/true", "eth0")
+	guest.KillPidFile(pidFile)
+	if err != nil || !strings.Contains(string(out), "bound to 192.168.76.1") {
+		t.Fatalf("the guest's DHCP through the installed pivirtd: %v\n%s", err, out)
+	}
+	if pins := ctl("pivirtctl", "inspect", "map", "pv_leases"); !strings.Contains(pins, "52:54:00:00:76:01") || !strings.Contains(pins, "bound") {
+		t.Errorf("the guest's lease is not pinned by the installed pivirtd:\n%s", pins)
 	}
 }
 
