@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"pivirt.hu/pivirt/test/harness"
 	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/harness"
 	"pivirt.hu/pivirt/test/testutil"
 )
 
