@@ -195,7 +195,11 @@ func (d *Daemon) openStore() (store.Store, error) {
 		// A short watch history: the daemon's own watchers keep up, and one
 		// that falls behind re-lists; every event held is an old object
 		// version kept alive.
-		return bolt.Open(d.cfg.StatePath(), bolt.Options{Logger: d.log, HistorySize: 2048})
+		s, err := bolt.Open(d.cfg.StatePath(), bolt.Options{Logger: d.log, HistorySize: 2048})
+		if err == nil {
+			d.log.Info("store opened", "backend", "bbolt", "path", d.cfg.StatePath(), "schema", bolt.Schema)
+		}
+		return s, err
 	case "etcd":
 		tlsCfg, err := etcd.ClientTLS(d.cfg.EtcdCert, d.cfg.EtcdKey, d.cfg.EtcdCA)
 		if err != nil {

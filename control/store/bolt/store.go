@@ -36,6 +36,7 @@ var (
 	bucketMeta    = []byte("meta")
 	bucketObjects = []byte("objects")
 	keyRevision   = []byte("revision")
+	keySchema     = []byte("schema")
 )
 
 // Options tune a Store; the zero value is fine.
@@ -105,6 +106,9 @@ func Open(path string, opts Options) (*Store, error) {
 			return err
 		}
 		if _, err := tx.CreateBucketIfNotExists(bucketObjects); err != nil {
+			return err
+		}
+		if err := checkSchema(meta, path); err != nil {
 			return err
 		}
 		rev, err = readRevision(meta)
@@ -211,6 +215,29 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 		return 0, ErrClosed
 	}
 	return s.hist.revision(), nil
+}
+
+// Schema is the layout of the file this pivirtd writes (meta/schema): a
+// change that an older pivirtd could not read takes the next number, and
+// that older pivirtd then refuses the file instead of misreading it. A
+// file without the key (written before it existed) is schema 1.
+const Schema = 1
+
+// ErrNewerSchema: the file was written by a newer pivirtd.
+var ErrNewerSchema = errors.New("store written by a newer pivirtd")
+
+// checkSchema stamps a file of this or an older schema with Schema and
+// refuses a newer one.
+func checkSchema(meta *bbolt.Bucket, path string) error {
+	if v := meta.Get(keySchema); v != nil {
+		if len(v) != 8 {
+			return fmt.Errorf("%s: meta/schema is %d bytes, want 8", path, len(v))
+		}
+		if got := binary.BigEndian.Uint64(v); got > Schema {
+			return fmt.Errorf("%s has schema %d, this pivirtd reads up to %d: %w (go back to that version, or forward)", path, got, Schema, ErrNewerSchema)
+		}
+	}
+	return meta.Put(keySchema, binary.BigEndian.AppendUint64(nil, Schema))
 }
 
 func readRevision(meta *bbolt.Bucket) (int64, error) {
