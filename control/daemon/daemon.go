@@ -205,7 +205,12 @@ func (d *Daemon) openStore() (store.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{TLS: tlsCfg, Prefix: d.cfg.EtcdPrefix})
+		s, err := etcd.Open(d.cfg.EtcdEndpoints, etcd.Options{TLS: tlsCfg, Prefix: d.cfg.EtcdPrefix})
+		if err == nil {
+			// Checked (and stamped) at the first list etcd answers.
+			d.log.Info("store opened", "backend", "etcd", "endpoints", d.cfg.EtcdEndpoints, "prefix", d.cfg.EtcdPrefix, "schema", etcd.Schema)
+		}
+		return s, err
 	}
 	return nil, fmt.Errorf("--store %s: this build has no %s backend yet", d.cfg.Store, d.cfg.Store)
 }

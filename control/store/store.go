@@ -27,6 +27,9 @@ var (
 	// --max-txn-ops or --max-request-bytes). Nothing was written; the
 	// same writes split into smaller transactions may go in.
 	ErrTooLarge = errors.New("transaction exceeds a limit of the store")
+	// ErrNewerSchema: the store was written in a layout (a schema number)
+	// newer than this pivirtd reads; it refuses it rather than misread it.
+	ErrNewerSchema = errors.New("store written by a newer pivirtd")
 )
 
 // Store is the manifest store, shaped after etcd: one global revision that

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.etcd.io/bbolt"
+
+	"pivirt.hu/pivirt/control/store"
 )
 
 // TestSchema: a file is stamped with Schema, an older one (no key) is
@@ -64,7 +66,7 @@ func TestSchema(t *testing.T) {
 		t.Errorf("an older file was stamped %d, want %d", got, Schema)
 	}
 	set(binary.BigEndian.AppendUint64(nil, Schema+1))
-	if _, err = Open(path, Options{}); !errors.Is(err, ErrNewerSchema) {
+	if _, err = Open(path, Options{}); !errors.Is(err, store.ErrNewerSchema) {
 		t.Errorf("a file of schema %d: %v, want ErrNewerSchema", Schema+1, err)
 	}
 	if got := read(); got != Schema+1 {

@@ -223,9 +223,6 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 // file without the key (written before it existed) is schema 1.
 const Schema = 1
 
-// ErrNewerSchema: the file was written by a newer pivirtd.
-var ErrNewerSchema = errors.New("store written by a newer pivirtd")
-
 // checkSchema stamps a file of this or an older schema with Schema and
 // refuses a newer one.
 func checkSchema(meta *bbolt.Bucket, path string) error {
@@ -234,7 +231,7 @@ func checkSchema(meta *bbolt.Bucket, path string) error {
 			return fmt.Errorf("%s: meta/schema is %d bytes, want 8", path, len(v))
 		}
 		if got := binary.BigEndian.Uint64(v); got > Schema {
-			return fmt.Errorf("%s has schema %d, this pivirtd reads up to %d: %w (go back to that version, or forward)", path, got, Schema, ErrNewerSchema)
+			return fmt.Errorf("%s has schema %d, this pivirtd reads up to %d: %w (go back to that version, or forward)", path, got, Schema, store.ErrNewerSchema)
 		}
 	}
 	return meta.Put(keySchema, binary.BigEndian.AppendUint64(nil, Schema))

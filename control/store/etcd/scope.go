@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -25,6 +26,9 @@ func (s *Store) ListScope(ctx context.Context, networks []string) ([]*pivirtv1.O
 		return nil, 0, err
 	}
 	if !s.migrated.Load() {
+		if err := s.checkSchema(ctx); err != nil {
+			return nil, 0, err
+		}
 		if err := s.migrateLeases(ctx); err != nil {
 			return nil, 0, err
 		}
@@ -111,4 +115,50 @@ func (s *Store) migrateLease(ctx context.Context, old, name string) error {
 		}
 	}
 	return fmt.Errorf("still changing after %d attempts", attempts)
+}
+
+// Schema is the key layout this pivirtd writes (<prefix>schema): a change
+// an older pivirtd could not read takes the next number, and that pivirtd
+// then refuses the store instead of misreading it. A store without the
+// key (written before it existed) is schema 1.
+const Schema = 1
+
+// checkSchema stamps the store with Schema unless a newer pivirtd did,
+// which it refuses; a store of an older schema is migrated by the
+// callers (migrateLeases) and then stamped.
+func (s *Store) checkSchema(ctx context.Context) error {
+	key := s.prefix + "schema"
+	resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return s.cli.Get(ctx, key)
+	})
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", key, err)
+	}
+	var modRev int64 // 0: the key is absent
+	if len(resp.Kvs) == 1 {
+		modRev = resp.Kvs[0].ModRevision
+		got, err := strconv.Atoi(string(resp.Kvs[0].Value))
+		if err != nil {
+			return fmt.Errorf("%s is %q, not a number", key, resp.Kvs[0].Value)
+		}
+		if got > Schema {
+			return fmt.Errorf("etcd keys under %s have schema %d, this pivirtd reads up to %d: %w (upgrade this node)", s.prefix, got, Schema, store.ErrNewerSchema)
+		}
+		if got == Schema {
+			return nil
+		}
+	}
+	// Only over what was read: a newer node's stamp written meanwhile wins
+	// and is read (and refused) on the next try.
+	tr, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+			Then(clientv3.OpPut(key, strconv.Itoa(Schema))).Commit()
+	})
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", key, err)
+	}
+	if !tr.Succeeded {
+		return s.checkSchema(ctx)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -123,5 +124,34 @@ func TestDependOn(t *testing.T) {
 				t.Errorf("fn ran %d times, want %d", runs, tc.wantRuns)
 			}
 		})
+	}
+}
+
+// TestSchema: the first list stamps the keys with Schema; a store a newer
+// pivirtd stamped is refused with store.ErrNewerSchema.
+func TestSchema(t *testing.T) {
+	url := etcdtest.Start(t).URL
+	open := func() *Store {
+		t.Helper()
+		s, err := Open([]string{url}, Options{Prefix: "/schema/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	s := open()
+	if _, _, err := s.ListScope(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.cli.Get(t.Context(), "/schema/schema")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != fmt.Sprint(Schema) {
+		t.Fatalf("schema key after the first list: %v, %v", resp, err)
+	}
+	if _, err := s.cli.Put(t.Context(), "/schema/schema", fmt.Sprint(Schema+1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := open().ListScope(t.Context(), nil); !errors.Is(err, store.ErrNewerSchema) {
+		t.Errorf("a store of schema %d: %v, want ErrNewerSchema", Schema+1, err)
 	}
 }
