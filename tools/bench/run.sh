@@ -6,7 +6,7 @@
 # perfdhcp, nftables, iptables-nft, ebtables-nft, iperf3, installed by
 # `make deps`), so it runs from a clone with nothing beside it.
 # Parts (BENCH_PARTS, default all but dhcp-shared): control, testrun, dhcp,
-# dhcp-load, guard, nat, vm, cluster, overlay, dhcp-shared.
+# dhcp-load, guard, nat, acl, vm, cluster, overlay, dhcp-shared.
 #   control  tools/applybench: 10,000 DHCPLeases through pivirtctl, single
 #            apply latency, apply-to-map latency (a reservation, a
 #            PortSecurity, polled in the pinned maps), pivirtd RSS
@@ -24,6 +24,12 @@
 #            libvirt-style ebtables chains and an nft set, the plain bridge
 #            as the baseline, one sender core (tools/pktgen), 1,000 and
 #            4,000 ports (GUARD_PORTS)
+#   acl      tools/bench/peers/acl.sh: pivirtd's stateful port ACL of N
+#            rules (ACL_RULES, default 10 100 1000; the matching rule
+#            last) against per-port nftables chains with the same rules
+#            and conntrack (OpenStack's security groups), the guard alone
+#            and the plain bridge; packets of an established flow and
+#            new flows, one sender core
 #   nat      tools/bench/peers/nat.sh: pivirt's NAT (natbench, the daemon,
 #            router mode) against plain forwarding, nftables and
 #            iptables-nft, the same generator
@@ -49,7 +55,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/pivirt-bench.$(date +%Y%m%d-%H%M%S)}
-PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat vm cluster overlay"}
+PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat acl vm cluster overlay"}
 mkdir -p "$OUT"
 [ "$(id -u)" -eq 0 ] || { echo "make bench needs root (namespaces, eBPF)" >&2; exit 1; }
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -86,6 +92,11 @@ if part nat; then
 	say "NAT: pivirt vs forwarding, nftables, iptables-nft (tools/bench/peers/nat.sh)"
 	PIVIRT_BIN="$ROOT/bin" WORK="$OUT/work" OUT="$OUT/nat.txt" ./tools/bench/peers/nat.sh >"$OUT/nat.log" 2>&1 || true
 	python3 tools/bench/peers/summarize.py nat "$OUT/nat.txt" | tee -a "$OUT/summary.txt"
+fi
+if part acl; then
+	say "port ACL: pivirtd vs per-port nftables chains with conntrack, the plain bridge (tools/bench/peers/acl.sh)"
+	PIVIRT_BIN="$ROOT/bin" WORK="$OUT/work" OUT="$OUT/acl.txt" ./tools/bench/peers/acl.sh ${ACL_RULES:-10 100 1000} >"$OUT/acl.log" 2>&1 || true
+	python3 tools/bench/peers/summarize.py acl "$OUT/acl.txt" | tee -a "$OUT/summary.txt"
 fi
 if part vm; then
 	say "VM: TCP from a TCG guest, guard + ACL on its tap vs none (BenchmarkVMGuard)"

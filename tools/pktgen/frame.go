@@ -79,3 +79,54 @@ func fold(acc uint32) uint16 {
 	}
 	return uint16(acc)
 }
+
+// flowSpace is the flows a run cycles through: srcPorts consecutive
+// source ports from the flow's, for each of srcIPs consecutive source
+// addresses from the flow's. Frame i of a run is flow i mod (srcPorts *
+// srcIPs), ports first, so every frame is a new flow until the space is
+// used up.
+type flowSpace struct {
+	srcPorts, srcIPs int
+}
+
+func (s flowSpace) size() int64 { return int64(s.srcPorts) * int64(s.srcIPs) }
+
+// varier rewrites a frame built by udpFrame into another flow of its
+// space, both checksums from sums of the bytes that do not change.
+type varier struct {
+	space            flowSpace
+	port0            uint16
+	ip0              uint32
+	ipFixed, udpFixd uint32 // header sums without the source address (and port), checksums zero
+}
+
+func newVarier(f flow, s flowSpace) *varier {
+	b := udpFrame(f)
+	ip := b[ethLen : ethLen+ipv4Len]
+	udp := b[ethLen+ipv4Len:]
+	v := &varier{space: s, port0: f.srcPort, ip0: binary.BigEndian.Uint32(ip[12:16])}
+	// IPv4 header without the checksum and the source address.
+	v.ipFixed = sum(ip[0:10], 0) + sum(ip[16:20], 0)
+	// Pseudo header without the source address, the UDP header without
+	// the source port and the checksum, the payload.
+	v.udpFixd = sum(ip[16:20], uint32(17)+uint32(udpLen+f.payload)) + sum(udp[2:6], 0) + sum(udp[udpLen:], 0)
+	return v
+}
+
+// apply makes frame (a copy of the flow's frame) carry flow i of the space.
+func (v *varier) apply(frame []byte, i int64) {
+	j := i % v.space.size()
+	port := v.port0 + uint16(j%int64(v.space.srcPorts))
+	addr := v.ip0 + uint32(j/int64(v.space.srcPorts))
+	hi, lo := addr>>16, addr&0xffff
+	ip := frame[ethLen : ethLen+ipv4Len]
+	udp := frame[ethLen+ipv4Len:]
+	binary.BigEndian.PutUint32(ip[12:16], addr)
+	binary.BigEndian.PutUint16(ip[10:], ^fold(v.ipFixed+hi+lo))
+	binary.BigEndian.PutUint16(udp[0:], port)
+	c := ^fold(v.udpFixd + hi + lo + uint32(port))
+	if c == 0 {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(udp[6:], c)
+}

@@ -3,9 +3,12 @@
 // Command pktgen is the traffic generator and receiver of the dataplane
 // benchmarks (tools/bench/peers: guard.sh, nat.sh).
 //
-//	pktgen send -if eth0 -dst-mac M -src-ip A -dst-ip A [-src-mac M] [-src-port P] [-dst-port P] [-payload 64] [-duration 5s] [-count N]
+//	pktgen send -if eth0 -dst-mac M -src-ip A -dst-ip A [-src-mac M] [-src-port P] [-dst-port P] [-src-ports 1] [-src-ips 1] [-payload 64] [-duration 5s] [-count N]
 //	    AF_PACKET with PACKET_QDISC_BYPASS, sendmmsg batches of one linear
-//	    Ethernet/IPv4/UDP frame (valid checksums); prints
+//	    Ethernet/IPv4/UDP frame (valid checksums); with -src-ports or
+//	    -src-ips above 1 each frame is the next flow of that many source
+//	    ports (from -src-port) times source addresses (from -src-ip), so
+//	    a filter that tracks flows sees a new one every frame; prints
 //	    "sent=N failed_calls=E seconds=S pps=P"
 //	pktgen recv -port P [-duration 8s]
 //	    a UDP socket drained with recvmmsg without ever blocking in it;
@@ -17,6 +20,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,6 +63,7 @@ func run(args []string) error {
 type sendConfig struct {
 	ifname   string
 	flow     flow
+	space    flowSpace
 	batch    int
 	duration time.Duration
 	count    int64
@@ -78,6 +83,8 @@ func parseSend(args []string) (sendConfig, error) {
 	fs.StringVar(&dstIP, "dst-ip", "", "destination IPv4 address (required)")
 	fs.UintVar(&srcPort, "src-port", 40000, "UDP source port")
 	fs.UintVar(&dstPort, "dst-port", 9000, "UDP destination port")
+	fs.IntVar(&c.space.srcPorts, "src-ports", 1, "source ports to cycle through, from -src-port")
+	fs.IntVar(&c.space.srcIPs, "src-ips", 1, "source addresses to cycle through, from -src-ip")
 	fs.IntVar(&c.flow.payload, "payload", 64, "UDP payload bytes")
 	fs.IntVar(&c.batch, "batch", 256, "frames per sendmmsg")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to send (at most 120s)")
@@ -111,6 +118,10 @@ func parseSend(args []string) (sendConfig, error) {
 		return c, fmt.Errorf("-batch %d: want 1..1024 (UIO_MAXIOV)", c.batch)
 	case c.duration <= 0 || c.duration > maxSend:
 		return c, fmt.Errorf("-duration %s: want more than 0 and at most %s", c.duration, maxSend)
+	case c.space.srcPorts < 1 || int(srcPort)+c.space.srcPorts-1 > 65535:
+		return c, fmt.Errorf("-src-ports %d: want 1..%d (from -src-port %d)", c.space.srcPorts, 65536-int(srcPort), srcPort)
+	case c.space.srcIPs < 1 || c.space.srcIPs > 1<<24 || uint64(binary.BigEndian.Uint32(c.flow.srcIP.AsSlice()))+uint64(c.space.srcIPs)-1 > 0xffffffff:
+		return c, fmt.Errorf("-src-ips %d: want 1..16777216", c.space.srcIPs)
 	case c.count < 0:
 		return c, fmt.Errorf("-count %d: want 0 or more", c.count)
 	}
@@ -130,7 +141,11 @@ func runSend(args []string) error {
 		}
 		c.flow.srcMAC = ifi.HardwareAddr
 	}
-	r, err := send(c.ifname, udpFrame(c.flow), c.batch, c.duration, c.count)
+	var v *varier
+	if c.space.size() > 1 {
+		v = newVarier(c.flow, c.space)
+	}
+	r, err := send(c.ifname, udpFrame(c.flow), v, c.batch, c.duration, c.count)
 	if err != nil {
 		return err
 	}

@@ -88,3 +88,24 @@ func TestParseSendNamesTheBadFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestVarierMatchesUDPFrame rewrites the flow's frame into each flow of a
+// space: every one must be the bytes udpFrame builds for that flow.
+func TestVarierMatchesUDPFrame(t *testing.T) {
+	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
+	f := flow{mac("52:54:00:00:00:01"), mac("02:00:00:00:01:01"), netip.MustParseAddr("10.99.0.250"), netip.MustParseAddr("192.168.100.1"), 65530, 9000, 63}
+	s := flowSpace{srcPorts: 6, srcIPs: 10}
+	v := newVarier(f, s)
+	frame := udpFrame(f)
+	for i := range 2 * s.size() {
+		j := i % s.size()
+		want := f
+		want.srcPort = f.srcPort + uint16(j%6)
+		a := f.srcIP.As4()
+		want.srcIP = netip.AddrFrom4([4]byte{a[0], a[1], a[2] + byte((int(a[3])+int(j/6))>>8), byte(int(a[3]) + int(j/6))})
+		v.apply(frame, i)
+		if diff := cmp.Diff(udpFrame(want), frame); diff != "" {
+			t.Fatalf("frame %d (%s:%d) differs (-udpFrame +varied):\n%s", i, want.srcIP, want.srcPort, diff)
+		}
+	}
+}

@@ -29,7 +29,11 @@ type sendResult struct {
 // bypasses the qdisc (PACKET_QDISC_BYPASS), so the sender's core pays for
 // the driver and whatever the frame meets after it (on a veth: the peer's
 // whole receive path, in softirq on the same core), and nothing else.
-func send(ifname string, frame []byte, batch int, duration time.Duration, count int64) (sendResult, error) {
+//
+// With v set, message k of each call carries its own copy of frame,
+// rewritten by v to flow (frames sent so far + k) of v's space before the
+// call: each frame a new flow until the space is used up.
+func send(ifname string, frame []byte, v *varier, batch int, duration time.Duration, count int64) (sendResult, error) {
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
 		return sendResult{}, fmt.Errorf("interface %q: %w", ifname, err)
@@ -50,12 +54,19 @@ func send(ifname string, frame []byte, batch int, duration time.Duration, count 
 		return sendResult{}, fmt.Errorf("bind to %s: %w", ifname, err)
 	}
 
-	// Every message points at the same frame: the kernel copies it into
-	// a new skb per message anyway.
+	// Without v every message points at the same frame: the kernel copies
+	// it into a new skb per message anyway.
+	frames := make([][]byte, batch)
+	for i := range frames {
+		frames[i] = frame
+		if v != nil {
+			frames[i] = append([]byte(nil), frame...)
+		}
+	}
 	iov := make([]unix.Iovec, batch)
 	msgs := make([]mmsghdr, batch)
 	for i := range msgs {
-		iov[i].Base = &frame[0]
+		iov[i].Base = &frames[i][0]
 		iov[i].SetLen(len(frame))
 		msgs[i].hdr.Iov = &iov[i]
 		msgs[i].hdr.SetIovlen(1)
@@ -71,6 +82,11 @@ func send(ifname string, frame []byte, batch int, duration time.Duration, count 
 				break
 			}
 			n = int(min(int64(batch), count-r.sent))
+		}
+		if v != nil {
+			for k := range n {
+				v.apply(frames[k], r.sent+int64(k))
+			}
 		}
 		done, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(n), 0, 0, 0)
 		if errno != 0 {

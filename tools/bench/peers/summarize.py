@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Tables of guard.sh and nat.sh output.
+"""Tables of guard.sh, nat.sh and acl.sh output.
 
     summarize.py guard guard.txt
     summarize.py nat nat.txt
+    summarize.py acl acl.txt
     summarize.py dhcp results.tsv     (dhcp.sh's)
 
 Per configuration: received kpps (median over repetitions, [spread %]),
@@ -116,6 +117,55 @@ def nat(path):
         print(l)
 
 
+def acl(path):
+    rx = collections.defaultdict(lambda: collections.defaultdict(dict))  # (N, case) -> cfg -> rep -> pps
+    notes, mismatch = [], 0.0
+    for line in open(path):
+        if line.startswith(('# check', '# acl', '# load', '# topology')):
+            notes.append(line.strip())
+        if not line.startswith('N='):
+            continue
+        d = kv(line)
+        key, c, r = (int(d['N']), d['case']), d['cfg'], int(d['run'])
+        rx[key][c][r] = float(d['rx_pps'])
+        tx = float(d.get('tx_pps') or 0)
+        if tx:
+            mismatch = max(mismatch, abs(tx - rx[key][c][r]) / tx)
+
+    def mmm(xs, f='{:.0f}'):
+        return f'{f.format(med(xs))} [{f.format(min(xs))}..{f.format(max(xs))}]' if xs else '-'
+
+    print('Port ACL, N rules, the matching one last: one sender core through the bridge; received kpps and')
+    print('added ns/packet against the plain bridge of the same repetition, median [min..max] over repetitions')
+    cases = {'est': 'packets of an established flow', 'new': 'each packet a new flow (rules walked, tables full)'}
+    for key in sorted(rx, key=lambda k: (k[1], k[0])):
+        n, case = key
+        runs = rx[key]
+        print(f'N={n} rules, {cases.get(case, case)}:')
+        print(f'  {"cfg":<14} {"kpps median [min..max]":>24} {"x none":>7} {"+ns/pkt median [min..max]":>28}')
+        base = runs.get('none', {})
+        for c in ['none'] + [c for c in runs if c != 'none']:
+            v = [x / 1e3 for x in runs[c].values()]
+            if not v:
+                continue
+            ratio = med(v) * 1e3 / med(list(base.values())) if base else float('nan')
+            add = paired(runs[c], base) if c != 'none' else []
+            print(f'  {c:<14} {mmm(v):>24} {ratio:>7.2f} {mmm(add):>28}')
+        if 'nft' in runs and 'pivirtd' in runs:
+            r = [runs['pivirtd'][k] / runs['nft'][k] for k in runs['pivirtd'] if k in runs['nft'] and runs['nft'][k] > 0]
+            a_pv, a_nft = paired(runs['pivirtd'], base), paired(runs['nft'], base)
+            line = f'  pivirtd / nft, pps of the same repetition: {mmm(r, "{:.2f}")}'
+            if a_pv and a_nft and med(a_nft) > 0:
+                line += f'; added ns pivirtd / nft (medians): {med(a_pv) / med(a_nft):.2f}'
+            print(line)
+        if 'pivirtd-guard' in runs and 'pivirtd' in runs:
+            own = paired(runs['pivirtd'], runs['pivirtd-guard'])
+            print(f'  the ACL alone (pivirtd - pivirtd-guard, same repetition): {mmm(own)} ns/pkt')
+    print(f'largest sent/received mismatch of a run: {100 * mismatch:.1f}%')
+    for l in notes:
+        print(l)
+
+
 def dhcp(path):
     runs = collections.defaultdict(lambda: collections.defaultdict(list))  # server -> phase -> [kv]
     order = []
@@ -166,7 +216,7 @@ def dhcp(path):
 
 
 if __name__ == '__main__':
-    parts = {'guard': guard, 'nat': nat, 'dhcp': dhcp}
+    parts = {'guard': guard, 'nat': nat, 'acl': acl, 'dhcp': dhcp}
     if len(sys.argv) != 3 or sys.argv[1] not in parts:
-        sys.exit('usage: summarize.py guard|nat|dhcp FILE')
+        sys.exit('usage: summarize.py guard|nat|acl|dhcp FILE')
     parts[sys.argv[1]](sys.argv[2])
