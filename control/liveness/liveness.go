@@ -144,6 +144,18 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var errs []error
+	for i, n := range nodes {
+		if !n.Ready && n.LastSeen == nil {
+			// Lapsed since the last pass: its lease lapsed TTL after its
+			// last renewal. Recorded once, for get nodes and the message.
+			seen := c.now().Add(-time.Duration(n.TTL) * time.Second).UTC().Truncate(time.Second)
+			if err := c.Registry.MarkSeen(ctx, n.Name, seen); err != nil {
+				errs = append(errs, err)
+			}
+			nodes[i].Seen, nodes[i].LastSeen = seen, &seen
+		}
+	}
 	segs, _, err := c.Store.List(ctx, pivirtv1.KindNetworkSegment, nil)
 	if err != nil {
 		return fmt.Errorf("listing segments: %w", err)
@@ -152,7 +164,6 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if c.applied == nil {
 		c.applied = map[string]bool{}
 	}
-	var errs []error
 	check := map[string]etcd.NodeState{} // nodes whose leases to check
 	for _, n := range nodes {
 		if was, ok := c.applied[n.Name]; !ok || was != !n.Ready {
@@ -165,7 +176,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		// change of a node's state and at a full pass only.
 		leases, _, err := c.Store.List(ctx, pivirtv1.KindDHCPLease, nil)
 		if err != nil {
-			return fmt.Errorf("listing leases: %w", err)
+			return errors.Join(append(errs, fmt.Errorf("listing leases: %w", err))...)
 		}
 		var objs []*pivirtv1.Object
 		for _, l := range leases {
@@ -183,14 +194,6 @@ func (c *Controller) Pass(ctx context.Context) error {
 	}
 	for name, l := range done {
 		c.applied[name] = l
-	}
-	for _, n := range nodes {
-		if !n.Ready && n.LastSeen == nil {
-			// The lease lapsed TTL after its last renewal.
-			if err := c.Registry.MarkSeen(ctx, n.Name, c.now().Add(-time.Duration(n.TTL)*time.Second)); err != nil {
-				errs = append(errs, err)
-			}
-		}
 	}
 	return errors.Join(errs...)
 }
