@@ -252,3 +252,18 @@ spec: {network: nl-net, macAddress: "52:54:00:53:03:02", ipAddress: 10.53.0.20, 
 		t.Errorf("n3's log does not say it registered again after the thaw")
 	}
 }
+
+// TestPrivilegedNodesBolt: on bbolt the liveness feature is a no-op
+// except that `get nodes` lists the local node, Ready.
+func TestPrivilegedNodesBolt(t *testing.T) {
+	testutil.RequireRoot(t)
+	ns := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: ns.Path(), Args: []string{"--node", "solo", "--node-ttl", "3s"}})
+	out := d.MustCtl("get", "nodes", "--no-headers")
+	if f := strings.Fields(out); len(f) != 6 || f[0] != "solo" || f[1] != "<none>" || f[5] != "True" || strings.Count(out, "\n") != 1 {
+		t.Errorf("get nodes on bbolt:\n%s\nwant one row: solo, no VTEP, Ready", out)
+	}
+	if strings.Contains(d.Log(), "node registered") {
+		t.Error("pivirtd on bbolt registered in a cluster")
+	}
+}
