@@ -253,8 +253,24 @@ func (r *Registration) session(ctx context.Context, lead func(ctx context.Contex
 	go func() {
 		defer close(done)
 		e := concurrency.NewElection(sess, r.s.electionPrefix())
-		if err := e.Campaign(lctx, rec.Name); err != nil {
-			return
+		// A campaign waits on a watch for the keys before this one to
+		// go; one that fails (its watch resumed at a revision compacted
+		// meanwhile, after a member restarted) is tried again, or no
+		// node would lead once the leader dies.
+		for {
+			err := e.Campaign(lctx, rec.Name)
+			if err == nil {
+				break
+			}
+			if lctx.Err() != nil {
+				return
+			}
+			r.Log.Debug("campaigning in the node liveness election", "node", rec.Name, "err", err)
+			select {
+			case <-lctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
 		}
 		r.Log.Info("leading the node liveness election", "node", rec.Name)
 		r.setLeader(true)
