@@ -102,6 +102,7 @@ names (e.g. "state-dir: /var/lib/pivirt"); flags on the command line win.`,
 	f.StringVar(&cfg.EtcdCA, "etcd-ca", cfg.EtcdCA, "CA certificates (PEM) that sign etcd's server certificate (default: the system's)")
 	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "prefix of every etcd key: the nodes of one cluster share it, another cluster on the same etcd takes another")
 	f.DurationVar(&cfg.EtcdCompactionInterval, "etcd-compaction-interval", cfg.EtcdCompactionInterval, "how often the nodes compact etcd's history (one node a round, keeping at least one interval for watches to resume); 0: never")
+	f.DurationVar(&cfg.NodeTTL, "node-ttl", cfg.NodeTTL, "on etcd: the TTL of this node's registration lease, which it renews every third of it; a node silent for that long is listed not Ready and its segments and leases get a NodeLost condition (the other nodes stop flooding to it) until it is back")
 	f.StringVar(&cfg.Metrics, "metrics", cfg.Metrics, "serve Prometheus /metrics, /healthz and /readyz on this address")
 	f.StringVar(&cfg.Attach, "attach", cfg.Attach, "guard attach mode: auto (tcx on veth, XDP driver mode elsewhere), xdp or tc")
 	f.Uint32Var(&cfg.ACLFlowsPerPort, "acl-flows-per-port", cfg.ACLFlowsPerPort, "flows a port with a stateful ACL keeps tracked, in a map of its own (LRU: a port opening more evicts only its own oldest; about 100 bytes each); 0: "+strconv.Itoa(guard.CTPerPort))

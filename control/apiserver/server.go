@@ -33,6 +33,8 @@ type ResourceServer struct {
 	Now      func() time.Time
 	// Clustered: other nodes share the store (admission.Options.Clustered).
 	Clustered bool
+	// Nodes lists the nodes registered in the store (ListNodes).
+	Nodes func(ctx context.Context) ([]*resourcev1.Node, error)
 
 	// partSize is the objects per transaction an apply tries first:
 	// half of the last part the store refused as too large (0: none
@@ -326,4 +328,17 @@ func (s *ResourceServer) applyPart(ctx context.Context, opts admission.Options, 
 func refuse(res *resourcev1.ApplyResult, err error) {
 	res.Action, res.Object = "", nil
 	res.Error, res.Code = err.Error(), code(err).String()
+}
+
+// ListNodes answers from Nodes: the nodes registered in the store
+// (control/liveness); Unimplemented without it.
+func (s *ResourceServer) ListNodes(ctx context.Context, _ *connect.Request[resourcev1.ListNodesRequest]) (*connect.Response[resourcev1.ListNodesResponse], error) {
+	if s.Nodes == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this pivirtd lists no nodes"))
+	}
+	nodes, err := s.Nodes(ctx)
+	if err != nil {
+		return nil, connectError(fmt.Errorf("listing nodes: %w", err))
+	}
+	return connect.NewResponse(&resourcev1.ListNodesResponse{Nodes: nodes}), nil
 }

@@ -346,6 +346,13 @@ func (f *fakeServer) put(t *testing.T, doc string) {
 // startFake serves f on a unix socket and returns its path.
 func startFake(t testing.TB, f *fakeServer) string {
 	t.Helper()
+	return startFakeHandler(t, f)
+}
+
+// startFakeHandler serves h (a fakeServer with more methods) on a unix
+// socket and returns its path.
+func startFakeHandler(t testing.TB, h resourcev1connect.ResourceServiceHandler) string {
+	t.Helper()
 	// Unix socket paths are limited to 108 bytes, which t.TempDir can exceed.
 	dir, err := os.MkdirTemp("", "pvctl")
 	if err != nil {
@@ -358,7 +365,7 @@ func startFake(t testing.TB, f *fakeServer) string {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(resourcev1connect.NewResourceServiceHandler(f))
+	mux.Handle(resourcev1connect.NewResourceServiceHandler(h))
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener.Close()
 	srv.Listener = ln

@@ -55,7 +55,12 @@ func (r *Root) newGetCommand() *cobra.Command {
 KIND is a kind or any of its aliases, case-insensitive (segment, lease,
 portsec, extip, router, ...), or "all" for every kind. With names, only those
 objects are shown; a missing one is an error. An empty list prints
-"No resources found." on standard error and succeeds.`,
+"No resources found." on standard error and succeeds.
+
+"nodes" (node, no) lists the pivirtd registered in the store instead: name,
+VTEP, version, when each last renewed its registration and whether it is
+Ready (its registration lease lives; TTL with -o wide). On bbolt that is the
+local node alone.`,
 		Example: `  # List every lease, with hostnames
   pivirtctl get leases -o wide
 
@@ -64,6 +69,9 @@ objects are shown; a missing one is an error. An empty list prints
 
   # One segment as YAML
   pivirtctl get segment lan -o yaml
+
+  # The nodes of a cluster, and which are Ready
+  pivirtctl get nodes
 
   # Follow changes to port security objects
   pivirtctl get portsec --watch`,
@@ -75,6 +83,9 @@ objects are shown; a missing one is an error. An empty list prints
 			}
 			if o.selector != "" && len(args) > 1 {
 				return usageErrorf(cmd, "names cannot be given together with a selector (-l)")
+			}
+			if isNodes(args[0]) {
+				return r.getNodes(cmd.Context(), args[1:], o)
 			}
 			kind, err := kindArg(args[0], true)
 			if err != nil {

@@ -46,11 +46,14 @@ type Config struct {
 	// of them a round) and so the history kept; 0: never (etcd's own
 	// --auto-compaction-retention does it).
 	EtcdCompactionInterval time.Duration
-	Metrics                string // --metrics: Prometheus /metrics address
-	Attach                 string // --attach: auto | xdp | tc
-	ACLFlowsPerPort        uint32 // --acl-flows-per-port: size of a port's tracked-flow map (0: PV_CT_PER_PORT)
-	QMPDir                 string // --qmp-dir: the VMs' QMP sockets, <name>.qmp (vmRef)
-	NATRedirect            bool   // --nat-redirect: the NAT program forwards what it translates
+	// --node-ttl: the TTL of this node's registration lease on etcd; a
+	// node silent for that long is marked NodeLost (control/liveness).
+	NodeTTL         time.Duration
+	Metrics         string // --metrics: Prometheus /metrics address
+	Attach          string // --attach: auto | xdp | tc
+	ACLFlowsPerPort uint32 // --acl-flows-per-port: size of a port's tracked-flow map (0: PV_CT_PER_PORT)
+	QMPDir          string // --qmp-dir: the VMs' QMP sockets, <name>.qmp (vmRef)
+	NATRedirect     bool   // --nat-redirect: the NAT program forwards what it translates
 	// --vtep-address: this node's underlay address, the local end of its
 	// overlay tunnels, published in the status of its segments on one.
 	VTEPAddress string
@@ -79,6 +82,7 @@ func Defaults() Config {
 		Store:                  "bbolt",
 		EtcdPrefix:             etcd.DefaultPrefix,
 		EtcdCompactionInterval: etcd.DefaultCompactionInterval,
+		NodeTTL:                DefaultNodeTTL,
 		Attach:                 "auto",
 		QMPDir:                 "/run/pivirt/qmp",
 		NATRedirect:            true,
@@ -89,6 +93,11 @@ func Defaults() Config {
 		DHCPOffersPerMAC: server.DefaultOffersPerMAC,
 	}
 }
+
+// DefaultNodeTTL is --node-ttl's default: a crashed node is noticed
+// within 15 s, while a busy node's keepalive (every third of it) may miss
+// twice, and an etcd election (about a second) goes unnoticed.
+const DefaultNodeTTL = 15 * time.Second
 
 // DefaultLeaseReuse is --dhcp-lease-reuse's default: a lease asked for
 // again within its first quarter is ACKed as stored. Clients renew at half
@@ -109,6 +118,9 @@ func (c *Config) Validate() error {
 		}
 		if !strings.HasPrefix(c.EtcdPrefix, "/") || !strings.HasSuffix(c.EtcdPrefix, "/") {
 			errs = append(errs, fmt.Errorf("--etcd-prefix %q: want a key prefix that starts and ends in \"/\", such as %s", c.EtcdPrefix, etcd.DefaultPrefix))
+		}
+		if c.NodeTTL < 2*time.Second || c.NodeTTL%time.Second != 0 {
+			errs = append(errs, fmt.Errorf("--node-ttl %s: want whole seconds, 2s or more (etcd leases count seconds and grant no less)", c.NodeTTL))
 		}
 		if c.EtcdCompactionInterval < 0 {
 			errs = append(errs, fmt.Errorf("--etcd-compaction-interval %s: want a duration of 0 (never) or more", c.EtcdCompactionInterval))

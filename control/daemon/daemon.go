@@ -27,6 +27,7 @@ import (
 
 	"pivirt.hu/pivirt/api/inspect/v1/inspectv1connect"
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
 	"pivirt.hu/pivirt/api/resource/v1/resourcev1connect"
 	"pivirt.hu/pivirt/control/admission"
 	"pivirt.hu/pivirt/control/apiserver"
@@ -35,6 +36,7 @@ import (
 	"pivirt.hu/pivirt/control/events"
 	"pivirt.hu/pivirt/control/externalip"
 	"pivirt.hu/pivirt/control/inspect"
+	"pivirt.hu/pivirt/control/liveness"
 	"pivirt.hu/pivirt/control/overlay"
 	"pivirt.hu/pivirt/control/portguard"
 	"pivirt.hu/pivirt/control/reconcile"
@@ -145,6 +147,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if es, ok := st.(*etcd.Store); ok && cfg.EtcdCompactionInterval > 0 {
 		controllers = append(controllers, d.etcdHousekeeping(es))
 	}
+	if es, ok := st.(*etcd.Store); ok {
+		controllers = append(controllers, d.nodeLiveness(es))
+	}
 	// Leases journaled before a crash go into the store before any
 	// reconciler reads it.
 	if err := d.dhcp.Recover(ctx); err != nil {
@@ -239,6 +244,44 @@ func (d *Daemon) etcdHousekeeping(es *etcd.Store) Controller {
 		c.Run(ctx, d.cfg.EtcdCompactionInterval)
 		return nil
 	}}
+}
+
+// nodeLiveness registers this node under a lease of --node-ttl and, while
+// it leads the liveness election, marks lapsed nodes NodeLost
+// (control/liveness).
+func (d *Daemon) nodeLiveness(es *etcd.Store) Controller {
+	rec := etcd.NodeRecord{Name: d.cfg.Node, VTEP: d.cfg.VTEPAddress, Version: d.version()}
+	reg := es.Register(rec, d.cfg.NodeTTL)
+	reg.Log = d.log
+	ctl := &liveness.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Registry: es,
+		Interval: max(d.cfg.NodeTTL/3, time.Second)}
+	return controllerFunc{"node-liveness", func(ctx context.Context) error { return reg.Run(ctx, ctl.Lead) }}
+}
+
+// version is what ListNodes and pivirt_build_info say this pivirtd is.
+func (d *Daemon) version() string {
+	if d.cfg.Version == "" {
+		return "dev"
+	}
+	return d.cfg.Version
+}
+
+// listNodes is ListNodes: on etcd every registered node; on bbolt this
+// one, always Ready.
+func (d *Daemon) listNodes(ctx context.Context) ([]*resourcev1.Node, error) {
+	es, ok := d.store.(*etcd.Store)
+	if !ok {
+		return []*resourcev1.Node{{Name: d.cfg.Node, Vtep: d.cfg.VTEPAddress, Version: d.version(), LastSeenUnix: time.Now().Unix(), Ready: true}}, nil
+	}
+	nodes, err := es.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*resourcev1.Node, len(nodes))
+	for i, n := range nodes {
+		out[i] = &resourcev1.Node{Name: n.Name, Vtep: n.VTEP, Version: n.Version, LastSeenUnix: n.Seen.Unix(), Ready: n.Ready, TtlSeconds: n.TTL}
+	}
+	return out, nil
 }
 
 // controllers lists what runs beside the API.
@@ -367,7 +410,7 @@ func (c controllerFunc) Run(ctx context.Context) error { return c.run(ctx) }
 
 // serveAPI starts the unix socket, TCP and metrics listeners.
 func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Server, error) {
-	rs := &apiserver.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log, Clustered: d.cfg.Store == "etcd"}
+	rs := &apiserver.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log, Clustered: d.cfg.Store == "etcd", Nodes: d.listNodes}
 	mux := http.NewServeMux()
 	opts := apiserver.HandlerOptions(connect.WithInterceptors(logErrors(d.log)))
 	path, h := resourcev1connect.NewResourceServiceHandler(rs, opts...)

@@ -376,10 +376,12 @@ func storeRecord(b *admission.Batch, r record, node string, clustered bool) erro
 			if pivirtv1.PlacedElsewhere(cur, node) && ackedAt(cur).After(ch.At) {
 				return errSuperseded
 			}
-			// What an operator added to the object stays, and so does the
-			// Conflict condition control/collision owns.
+			// What an operator added to the object stays, and so do the
+			// conditions other controllers own (Conflict, NodeLost).
 			keepMeta(&o.Metadata, cur.Metadata)
-			conflict = pivirtv1.ConditionsOf(cur.Status, pivirtv1.ConditionConflict)
+			for _, typ := range pivirtv1.OwnedConditions {
+				conflict = append(conflict, pivirtv1.ConditionsOf(cur.Status, typ)...)
+			}
 		}
 		if clustered {
 			if o.Metadata.Annotations == nil {

@@ -29,7 +29,7 @@ import (
 var Kinds = []string{pivirtv1.KindOverlayNetwork, pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity}
 
 // React is the overlay loop's filter: status-only changes start no pass
-// except a NetworkSegment's whose phase or VTEP changed (the FDB follows
+// except a NetworkSegment's whose phase, VTEP or NodeLost condition changed (the FDB follows
 // them; its lease counts change with every lease) and a PortSecurity's
 // whose segment changed (the port joined or left a bridge; its counters
 // change all the time), nor do
@@ -51,11 +51,19 @@ func React(c reconcile.Change) bool {
 
 // segStatus is what the controller reads of a segment's status.
 func segStatus(o *pivirtv1.Object) segmentStatus {
-	var st segmentStatus
+	var st struct {
+		segmentStatus
+		Conditions []pivirtv1.Condition `json:"conditions"`
+	}
 	if o != nil {
 		_ = json.Unmarshal(o.Status, &st) // no status yet: not ready
 	}
-	return st
+	for _, c := range st.Conditions {
+		if c.Type == pivirtv1.ConditionNodeLost && c.Status == "True" {
+			st.lost = true
+		}
+	}
+	return st.segmentStatus
 }
 
 // portSegment is the segment a PortSecurity's status places its port on
@@ -124,6 +132,10 @@ type Controller struct {
 type segmentStatus struct {
 	Phase string `json:"phase"`
 	VTEP  string `json:"vtep"`
+	// lost: its node's registration lapsed (a NodeLost condition,
+	// control/liveness): no other node floods to it or places MACs
+	// behind it until it is back.
+	lost bool
 }
 
 // member is one segment on an overlay.
@@ -156,7 +168,10 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		st := segStatus(o)
 		m := member{name: o.Metadata.Name, node: o.Metadata.Labels[pivirtv1.NodeLabel], bridge: spec.Bridge, networkRef: spec.NetworkRef,
-			local: !pivirtv1.PlacedElsewhere(o, c.Node), ready: st.Phase == pivirtv1.PhaseReady}
+			local: !pivirtv1.PlacedElsewhere(o, c.Node)}
+		// A node that sees itself lost (frozen, then thawed before it
+		// registered again) keeps its own tunnel.
+		m.ready = st.Phase == pivirtv1.PhaseReady && (m.local || !st.lost)
 		m.vtep, _ = netip.ParseAddr(st.VTEP)
 		if p, err := netip.ParsePrefix(spec.HostIP); err == nil {
 			m.gateway = p.Addr()

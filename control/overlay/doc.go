@@ -14,7 +14,10 @@
 // store, and a pass runs when the next lease they hold expires. It is the
 // one writer of the node's VTEP filter (dataplane/vxlan VTEPFilter): the
 // tunnel ports of the overlays realized here and their Ready members'
-// VTEPs, the only sources that reach the tunnel sockets. It writes
+// VTEPs, the only sources that reach the tunnel sockets. A segment whose
+// node was lost (a NodeLost condition, control/liveness) counts as not
+// Ready on the other nodes: no flooding to its VTEP, no FDB entry behind
+// it, no pass through the VTEP filter, until the condition goes. It writes
 // each overlay's status, the same on every node: Ready, or Pending where
 // the kernel cannot make the tunnel type, and the VTEPs.
 package overlay

@@ -68,3 +68,46 @@ func TestConditionsSurviveOtherWriters(t *testing.T) {
 		t.Errorf("clearing lost the rest of the status: %s", cleared)
 	}
 }
+
+// TestKeepOwnedConditions: a writer of a whole status keeps both
+// conditions others own (Conflict and NodeLost), in a stable order, and
+// one it sets itself stays as it set it.
+func TestKeepOwnedConditions(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	conflict := pivirtv1.Condition{Type: pivirtv1.ConditionConflict, Status: "True", Reason: "AddressConflict"}
+	lost := pivirtv1.Condition{Type: pivirtv1.ConditionNodeLost, Status: "True", Reason: "RegistrationLapsed"}
+	stored, _, _ := SetCondition(json.RawMessage(`{"phase":"Ready"}`), conflict, t0)
+	stored, _, _ = SetCondition(stored, lost, t0)
+	for _, tc := range []struct {
+		name  string
+		write string
+		want  []string // condition types, in order
+	}{
+		{"no conditions written", `{"phase":"Ready"}`, []string{"Conflict", "NodeLost"}},
+		{"its own condition", `{"phase":"Ready","conditions":[{"type":"Programmed","status":"True"}]}`, []string{"Programmed", "Conflict", "NodeLost"}},
+		{"sets NodeLost itself", `{"phase":"Ready","conditions":[{"type":"NodeLost","status":"False"}]}`, []string{"NodeLost", "Conflict"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			merged, err := KeepConditions(json.RawMessage(tc.write), stored, pivirtv1.OwnedConditions...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st pivirtv1.Status
+			if err := json.Unmarshal(merged, &st); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range st.Conditions {
+				got = append(got, c.Type)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("conditions %v, want %v (%s)", got, tc.want, merged)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("conditions %v, want %v (%s)", got, tc.want, merged)
+				}
+			}
+		})
+	}
+}

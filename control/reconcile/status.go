@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -41,7 +42,7 @@ func SetStatuses(ctx context.Context, st store.Store, ix *admission.Index, updat
 		raw, err := json.Marshal(u.Status)
 		var b json.RawMessage
 		if err == nil {
-			b, err = KeepConditions(raw, u.Object.Status, pivirtv1.ConditionConflict)
+			b, err = KeepConditions(raw, u.Object.Status, pivirtv1.OwnedConditions...)
 		}
 		if err != nil {
 			return fmt.Errorf("encoding status of %s %q: %w", u.Object.Kind, u.Object.Metadata.Name, err)
@@ -57,10 +58,10 @@ func SetStatuses(ctx context.Context, st store.Store, ix *admission.Index, updat
 	}
 	_, err := ix.Update(ctx, st, admission.Options{}, func(batch *admission.Batch) error {
 		for _, c := range changes {
-			// Conditions other writers own (Conflict) stay as stored now,
-			// not as the snapshot had them.
+			// Conditions other writers own (Conflict, NodeLost) stay as
+			// stored now, not as the snapshot had them.
 			if cur, err := batch.Get(c.kind, c.name); err == nil && cur != nil {
-				kept, err := KeepConditions(c.b, cur.Status, pivirtv1.ConditionConflict)
+				kept, err := KeepConditions(c.b, cur.Status, pivirtv1.OwnedConditions...)
 				if err != nil {
 					return fmt.Errorf("encoding status of %s %q: %w", c.kind, c.name, err)
 				}
@@ -75,12 +76,16 @@ func SetStatuses(ctx context.Context, st store.Store, ix *admission.Index, updat
 	return err
 }
 
-// KeepConditions adds to status the conditions of type typ that stored
-// holds and status does not: another controller owns them (collision's
-// Conflict), and a writer of the rest of the status must not drop them.
-// Without any to keep, status is returned as it is.
-func KeepConditions(status, stored json.RawMessage, typ string) (json.RawMessage, error) {
-	keep := pivirtv1.ConditionsOf(stored, typ)
+// KeepConditions adds to status the conditions of the types typs that
+// stored holds and status does not: another controller owns them
+// (collision's Conflict, liveness's NodeLost), and a writer of the rest
+// of the status must not drop them. A type status sets itself stays as
+// status has it. Without any to keep, status is returned as it is.
+func KeepConditions(status, stored json.RawMessage, typs ...string) (json.RawMessage, error) {
+	var keep []pivirtv1.Condition
+	for _, typ := range typs {
+		keep = append(keep, pivirtv1.ConditionsOf(stored, typ)...)
+	}
 	if len(keep) == 0 {
 		return status, nil
 	}
@@ -97,12 +102,16 @@ func KeepConditions(status, stored json.RawMessage, typ string) (json.RawMessage
 			return nil, err
 		}
 	}
-	for _, c := range conds {
-		if c.Type == typ {
-			return status, nil // the writer set them itself
+	n := len(conds)
+	for _, k := range keep {
+		if !slices.ContainsFunc(conds[:n], func(c pivirtv1.Condition) bool { return c.Type == k.Type }) {
+			conds = append(conds, k) // the writer did not set it itself
 		}
 	}
-	return SetConditions(fields, append(conds, keep...))
+	if len(conds) == n {
+		return status, nil
+	}
+	return SetConditions(fields, conds)
 }
 
 // SetConditions replaces the conditions in a decoded status, and encodes

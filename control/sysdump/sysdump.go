@@ -64,7 +64,7 @@ func Command(root *cli.Root, tree Tree) *cobra.Command {
 		Use:   "sysdump",
 		Short: "Collect objects, events, maps, programs, metrics, logs and the host's network state into one tarball",
 		Long: `sysdump writes one .tar.gz of what a bug report about this node needs:
-the daemon's status and versions; every object (-o yaml) and its description
+the daemon's status and versions; the nodes and their liveness; every object (-o yaml) and its description
 with events; the pinned maps and the attached programs as inspect shows
 them; the host's links, addresses, routes, bridges, namespaces, netfilter
 rules and BPF programs; pivirtd's log of the last --since (journalctl); and
@@ -167,6 +167,7 @@ func (d *dump) collect(metricsURL string, since time.Duration) {
 		time.Now().UTC().Format(time.RFC3339), strings.Join(os.Args, " "))))
 	d.ctl("version.txt", "version")
 	d.ctl("status.txt", "status")
+	d.ctl("nodes.txt", "get", "nodes", "-o", "wide")
 	for _, k := range pivirtv1.Kinds {
 		d.ctl("objects/"+k.Plural+".yaml", "get", k.Plural, "-o", "yaml")
 		d.ctl("describe/"+k.Plural+".txt", "describe", k.Plural)

@@ -830,6 +830,176 @@ func (x *EventsResponse) GetEvents() []*Event {
 	return nil
 }
 
+type ListNodesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesRequest) Reset() {
+	*x = ListNodesRequest{}
+	mi := &file_resource_v1_resource_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesRequest) ProtoMessage() {}
+
+func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_resource_v1_resource_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
+func (*ListNodesRequest) Descriptor() ([]byte, []int) {
+	return file_resource_v1_resource_proto_rawDescGZIP(), []int{14}
+}
+
+// Node is one pivirtd as registered in the store.
+type Node struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// vtep is its --vtep-address; empty without one.
+	Vtep string `protobuf:"bytes,2,opt,name=vtep,proto3" json:"vtep,omitempty"`
+	// version is the pivirtd build it runs (or last ran).
+	Version string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// last_seen_unix is when it last renewed its registration (seconds).
+	LastSeenUnix int64 `protobuf:"varint,4,opt,name=last_seen_unix,json=lastSeenUnix,proto3" json:"last_seen_unix,omitempty"`
+	// ready: its registration lease lives; false once it lapsed.
+	Ready bool `protobuf:"varint,5,opt,name=ready,proto3" json:"ready,omitempty"`
+	// ttl_seconds is its registration's TTL (--node-ttl).
+	TtlSeconds    int64 `protobuf:"varint,6,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Node) Reset() {
+	*x = Node{}
+	mi := &file_resource_v1_resource_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Node) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Node) ProtoMessage() {}
+
+func (x *Node) ProtoReflect() protoreflect.Message {
+	mi := &file_resource_v1_resource_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Node.ProtoReflect.Descriptor instead.
+func (*Node) Descriptor() ([]byte, []int) {
+	return file_resource_v1_resource_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Node) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Node) GetVtep() string {
+	if x != nil {
+		return x.Vtep
+	}
+	return ""
+}
+
+func (x *Node) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Node) GetLastSeenUnix() int64 {
+	if x != nil {
+		return x.LastSeenUnix
+	}
+	return 0
+}
+
+func (x *Node) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *Node) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type ListNodesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesResponse) Reset() {
+	*x = ListNodesResponse{}
+	mi := &file_resource_v1_resource_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesResponse) ProtoMessage() {}
+
+func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_resource_v1_resource_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
+func (*ListNodesResponse) Descriptor() ([]byte, []int) {
+	return file_resource_v1_resource_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListNodesResponse) GetNodes() []*Node {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
 var File_resource_v1_resource_proto protoreflect.FileDescriptor
 
 const file_resource_v1_resource_proto_rawDesc = "" +
@@ -885,14 +1055,26 @@ const file_resource_v1_resource_proto_rawDesc = "" +
 	"\x14first_timestamp_unix\x18\x05 \x01(\x03R\x12firstTimestampUnix\x12.\n" +
 	"\x13last_timestamp_unix\x18\x06 \x01(\x03R\x11lastTimestampUnix\"C\n" +
 	"\x0eEventsResponse\x121\n" +
-	"\x06events\x18\x01 \x03(\v2\x19.pivirt.resource.v1.EventR\x06events2\xe4\x03\n" +
+	"\x06events\x18\x01 \x03(\v2\x19.pivirt.resource.v1.EventR\x06events\"\x12\n" +
+	"\x10ListNodesRequest\"\xa5\x01\n" +
+	"\x04Node\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04vtep\x18\x02 \x01(\tR\x04vtep\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12$\n" +
+	"\x0elast_seen_unix\x18\x04 \x01(\x03R\flastSeenUnix\x12\x14\n" +
+	"\x05ready\x18\x05 \x01(\bR\x05ready\x12\x1f\n" +
+	"\vttl_seconds\x18\x06 \x01(\x03R\n" +
+	"ttlSeconds\"C\n" +
+	"\x11ListNodesResponse\x12.\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x18.pivirt.resource.v1.NodeR\x05nodes2\xbe\x04\n" +
 	"\x0fResourceService\x12L\n" +
 	"\x05Apply\x12 .pivirt.resource.v1.ApplyRequest\x1a!.pivirt.resource.v1.ApplyResponse\x12F\n" +
 	"\x03Get\x12\x1e.pivirt.resource.v1.GetRequest\x1a\x1f.pivirt.resource.v1.GetResponse\x12I\n" +
 	"\x04List\x12\x1f.pivirt.resource.v1.ListRequest\x1a .pivirt.resource.v1.ListResponse\x12O\n" +
 	"\x06Delete\x12!.pivirt.resource.v1.DeleteRequest\x1a\".pivirt.resource.v1.DeleteResponse\x12N\n" +
 	"\x05Watch\x12 .pivirt.resource.v1.WatchRequest\x1a!.pivirt.resource.v1.WatchResponse0\x01\x12O\n" +
-	"\x06Events\x12!.pivirt.resource.v1.EventsRequest\x1a\".pivirt.resource.v1.EventsResponseB-Z+pivirt.hu/pivirt/api/resource/v1;resourcev1b\x06proto3"
+	"\x06Events\x12!.pivirt.resource.v1.EventsRequest\x1a\".pivirt.resource.v1.EventsResponse\x12X\n" +
+	"\tListNodes\x12$.pivirt.resource.v1.ListNodesRequest\x1a%.pivirt.resource.v1.ListNodesResponseB-Z+pivirt.hu/pivirt/api/resource/v1;resourcev1b\x06proto3"
 
 var (
 	file_resource_v1_resource_proto_rawDescOnce sync.Once
@@ -906,43 +1088,49 @@ func file_resource_v1_resource_proto_rawDescGZIP() []byte {
 	return file_resource_v1_resource_proto_rawDescData
 }
 
-var file_resource_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_resource_v1_resource_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_resource_v1_resource_proto_goTypes = []any{
-	(*ApplyRequest)(nil),   // 0: pivirt.resource.v1.ApplyRequest
-	(*ApplyResult)(nil),    // 1: pivirt.resource.v1.ApplyResult
-	(*ApplyResponse)(nil),  // 2: pivirt.resource.v1.ApplyResponse
-	(*GetRequest)(nil),     // 3: pivirt.resource.v1.GetRequest
-	(*GetResponse)(nil),    // 4: pivirt.resource.v1.GetResponse
-	(*ListRequest)(nil),    // 5: pivirt.resource.v1.ListRequest
-	(*ListResponse)(nil),   // 6: pivirt.resource.v1.ListResponse
-	(*DeleteRequest)(nil),  // 7: pivirt.resource.v1.DeleteRequest
-	(*DeleteResponse)(nil), // 8: pivirt.resource.v1.DeleteResponse
-	(*WatchRequest)(nil),   // 9: pivirt.resource.v1.WatchRequest
-	(*WatchResponse)(nil),  // 10: pivirt.resource.v1.WatchResponse
-	(*EventsRequest)(nil),  // 11: pivirt.resource.v1.EventsRequest
-	(*Event)(nil),          // 12: pivirt.resource.v1.Event
-	(*EventsResponse)(nil), // 13: pivirt.resource.v1.EventsResponse
+	(*ApplyRequest)(nil),      // 0: pivirt.resource.v1.ApplyRequest
+	(*ApplyResult)(nil),       // 1: pivirt.resource.v1.ApplyResult
+	(*ApplyResponse)(nil),     // 2: pivirt.resource.v1.ApplyResponse
+	(*GetRequest)(nil),        // 3: pivirt.resource.v1.GetRequest
+	(*GetResponse)(nil),       // 4: pivirt.resource.v1.GetResponse
+	(*ListRequest)(nil),       // 5: pivirt.resource.v1.ListRequest
+	(*ListResponse)(nil),      // 6: pivirt.resource.v1.ListResponse
+	(*DeleteRequest)(nil),     // 7: pivirt.resource.v1.DeleteRequest
+	(*DeleteResponse)(nil),    // 8: pivirt.resource.v1.DeleteResponse
+	(*WatchRequest)(nil),      // 9: pivirt.resource.v1.WatchRequest
+	(*WatchResponse)(nil),     // 10: pivirt.resource.v1.WatchResponse
+	(*EventsRequest)(nil),     // 11: pivirt.resource.v1.EventsRequest
+	(*Event)(nil),             // 12: pivirt.resource.v1.Event
+	(*EventsResponse)(nil),    // 13: pivirt.resource.v1.EventsResponse
+	(*ListNodesRequest)(nil),  // 14: pivirt.resource.v1.ListNodesRequest
+	(*Node)(nil),              // 15: pivirt.resource.v1.Node
+	(*ListNodesResponse)(nil), // 16: pivirt.resource.v1.ListNodesResponse
 }
 var file_resource_v1_resource_proto_depIdxs = []int32{
 	1,  // 0: pivirt.resource.v1.ApplyResponse.results:type_name -> pivirt.resource.v1.ApplyResult
 	12, // 1: pivirt.resource.v1.EventsResponse.events:type_name -> pivirt.resource.v1.Event
-	0,  // 2: pivirt.resource.v1.ResourceService.Apply:input_type -> pivirt.resource.v1.ApplyRequest
-	3,  // 3: pivirt.resource.v1.ResourceService.Get:input_type -> pivirt.resource.v1.GetRequest
-	5,  // 4: pivirt.resource.v1.ResourceService.List:input_type -> pivirt.resource.v1.ListRequest
-	7,  // 5: pivirt.resource.v1.ResourceService.Delete:input_type -> pivirt.resource.v1.DeleteRequest
-	9,  // 6: pivirt.resource.v1.ResourceService.Watch:input_type -> pivirt.resource.v1.WatchRequest
-	11, // 7: pivirt.resource.v1.ResourceService.Events:input_type -> pivirt.resource.v1.EventsRequest
-	2,  // 8: pivirt.resource.v1.ResourceService.Apply:output_type -> pivirt.resource.v1.ApplyResponse
-	4,  // 9: pivirt.resource.v1.ResourceService.Get:output_type -> pivirt.resource.v1.GetResponse
-	6,  // 10: pivirt.resource.v1.ResourceService.List:output_type -> pivirt.resource.v1.ListResponse
-	8,  // 11: pivirt.resource.v1.ResourceService.Delete:output_type -> pivirt.resource.v1.DeleteResponse
-	10, // 12: pivirt.resource.v1.ResourceService.Watch:output_type -> pivirt.resource.v1.WatchResponse
-	13, // 13: pivirt.resource.v1.ResourceService.Events:output_type -> pivirt.resource.v1.EventsResponse
-	8,  // [8:14] is the sub-list for method output_type
-	2,  // [2:8] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	15, // 2: pivirt.resource.v1.ListNodesResponse.nodes:type_name -> pivirt.resource.v1.Node
+	0,  // 3: pivirt.resource.v1.ResourceService.Apply:input_type -> pivirt.resource.v1.ApplyRequest
+	3,  // 4: pivirt.resource.v1.ResourceService.Get:input_type -> pivirt.resource.v1.GetRequest
+	5,  // 5: pivirt.resource.v1.ResourceService.List:input_type -> pivirt.resource.v1.ListRequest
+	7,  // 6: pivirt.resource.v1.ResourceService.Delete:input_type -> pivirt.resource.v1.DeleteRequest
+	9,  // 7: pivirt.resource.v1.ResourceService.Watch:input_type -> pivirt.resource.v1.WatchRequest
+	11, // 8: pivirt.resource.v1.ResourceService.Events:input_type -> pivirt.resource.v1.EventsRequest
+	14, // 9: pivirt.resource.v1.ResourceService.ListNodes:input_type -> pivirt.resource.v1.ListNodesRequest
+	2,  // 10: pivirt.resource.v1.ResourceService.Apply:output_type -> pivirt.resource.v1.ApplyResponse
+	4,  // 11: pivirt.resource.v1.ResourceService.Get:output_type -> pivirt.resource.v1.GetResponse
+	6,  // 12: pivirt.resource.v1.ResourceService.List:output_type -> pivirt.resource.v1.ListResponse
+	8,  // 13: pivirt.resource.v1.ResourceService.Delete:output_type -> pivirt.resource.v1.DeleteResponse
+	10, // 14: pivirt.resource.v1.ResourceService.Watch:output_type -> pivirt.resource.v1.WatchResponse
+	13, // 15: pivirt.resource.v1.ResourceService.Events:output_type -> pivirt.resource.v1.EventsResponse
+	16, // 16: pivirt.resource.v1.ResourceService.ListNodes:output_type -> pivirt.resource.v1.ListNodesResponse
+	10, // [10:17] is the sub-list for method output_type
+	3,  // [3:10] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_resource_v1_resource_proto_init() }
@@ -956,7 +1144,7 @@ func file_resource_v1_resource_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_resource_v1_resource_proto_rawDesc), len(file_resource_v1_resource_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

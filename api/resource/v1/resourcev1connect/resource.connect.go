@@ -47,6 +47,9 @@ const (
 	ResourceServiceWatchProcedure = "/pivirt.resource.v1.ResourceService/Watch"
 	// ResourceServiceEventsProcedure is the fully-qualified name of the ResourceService's Events RPC.
 	ResourceServiceEventsProcedure = "/pivirt.resource.v1.ResourceService/Events"
+	// ResourceServiceListNodesProcedure is the fully-qualified name of the ResourceService's ListNodes
+	// RPC.
+	ResourceServiceListNodesProcedure = "/pivirt.resource.v1.ResourceService/ListNodes"
 )
 
 // ResourceServiceClient is a client for the pivirt.resource.v1.ResourceService service.
@@ -64,6 +67,10 @@ type ResourceServiceClient interface {
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
 	// Events returns the recent events recorded about one object.
 	Events(context.Context, *connect.Request[v1.EventsRequest]) (*connect.Response[v1.EventsResponse], error)
+	// ListNodes returns the nodes registered in the store: on etcd every
+	// node that ever registered, Ready while its registration lease lives;
+	// on bbolt the one local node.
+	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 }
 
 // NewResourceServiceClient constructs a client for the pivirt.resource.v1.ResourceService service.
@@ -113,17 +120,24 @@ func NewResourceServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(resourceServiceMethods.ByName("Events")),
 			connect.WithClientOptions(opts...),
 		),
+		listNodes: connect.NewClient[v1.ListNodesRequest, v1.ListNodesResponse](
+			httpClient,
+			baseURL+ResourceServiceListNodesProcedure,
+			connect.WithSchema(resourceServiceMethods.ByName("ListNodes")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // resourceServiceClient implements ResourceServiceClient.
 type resourceServiceClient struct {
-	apply  *connect.Client[v1.ApplyRequest, v1.ApplyResponse]
-	get    *connect.Client[v1.GetRequest, v1.GetResponse]
-	list   *connect.Client[v1.ListRequest, v1.ListResponse]
-	delete *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
-	watch  *connect.Client[v1.WatchRequest, v1.WatchResponse]
-	events *connect.Client[v1.EventsRequest, v1.EventsResponse]
+	apply     *connect.Client[v1.ApplyRequest, v1.ApplyResponse]
+	get       *connect.Client[v1.GetRequest, v1.GetResponse]
+	list      *connect.Client[v1.ListRequest, v1.ListResponse]
+	delete    *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
+	watch     *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	events    *connect.Client[v1.EventsRequest, v1.EventsResponse]
+	listNodes *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
 }
 
 // Apply calls pivirt.resource.v1.ResourceService.Apply.
@@ -156,6 +170,11 @@ func (c *resourceServiceClient) Events(ctx context.Context, req *connect.Request
 	return c.events.CallUnary(ctx, req)
 }
 
+// ListNodes calls pivirt.resource.v1.ResourceService.ListNodes.
+func (c *resourceServiceClient) ListNodes(ctx context.Context, req *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error) {
+	return c.listNodes.CallUnary(ctx, req)
+}
+
 // ResourceServiceHandler is an implementation of the pivirt.resource.v1.ResourceService service.
 type ResourceServiceHandler interface {
 	// Apply creates or updates objects (one transaction per request, each
@@ -171,6 +190,10 @@ type ResourceServiceHandler interface {
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
 	// Events returns the recent events recorded about one object.
 	Events(context.Context, *connect.Request[v1.EventsRequest]) (*connect.Response[v1.EventsResponse], error)
+	// ListNodes returns the nodes registered in the store: on etcd every
+	// node that ever registered, Ready while its registration lease lives;
+	// on bbolt the one local node.
+	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 }
 
 // NewResourceServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -216,6 +239,12 @@ func NewResourceServiceHandler(svc ResourceServiceHandler, opts ...connect.Handl
 		connect.WithSchema(resourceServiceMethods.ByName("Events")),
 		connect.WithHandlerOptions(opts...),
 	)
+	resourceServiceListNodesHandler := connect.NewUnaryHandler(
+		ResourceServiceListNodesProcedure,
+		svc.ListNodes,
+		connect.WithSchema(resourceServiceMethods.ByName("ListNodes")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/pivirt.resource.v1.ResourceService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ResourceServiceApplyProcedure:
@@ -230,6 +259,8 @@ func NewResourceServiceHandler(svc ResourceServiceHandler, opts ...connect.Handl
 			resourceServiceWatchHandler.ServeHTTP(w, r)
 		case ResourceServiceEventsProcedure:
 			resourceServiceEventsHandler.ServeHTTP(w, r)
+		case ResourceServiceListNodesProcedure:
+			resourceServiceListNodesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -261,4 +292,8 @@ func (UnimplementedResourceServiceHandler) Watch(context.Context, *connect.Reque
 
 func (UnimplementedResourceServiceHandler) Events(context.Context, *connect.Request[v1.EventsRequest]) (*connect.Response[v1.EventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pivirt.resource.v1.ResourceService.Events is not implemented"))
+}
+
+func (UnimplementedResourceServiceHandler) ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pivirt.resource.v1.ResourceService.ListNodes is not implemented"))
 }
