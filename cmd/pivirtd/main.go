@@ -138,7 +138,7 @@ VTEP filter detach) and map under --bpffs, unmounts the bpffs pivirtd
 mounted there, and removes the VPCRouter namespaces (with their veths and
 iptables rules) and the VXLAN devices (with their tc filters) it made in
 this network namespace. The store and the lease journal in --state-dir,
-and the segments' bridges, stay. It refuses while a pivirtd runs on the
+and the segments' and Networks' bridges, stay. It refuses while a pivirtd runs on the
 same --state-dir or --socket. Guests lose their guard: stop them first.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,

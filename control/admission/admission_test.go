@@ -68,6 +68,16 @@ func extIP(name, addr, target string, ports ...string) string {
 	return fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: ExternalIP\nmetadata: {name: %s}\nspec: %s\n", name, spec)
 }
 
+// network returns a Network manifest with the given spec (flow YAML).
+func network(name, spec string) string {
+	return fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: Network\nmetadata: {name: %s}\nspec: %s\n", name, spec)
+}
+
+var (
+	routedNet = network("lab", "{type: routed, bridge: br-lab, uplink: eth1, cidr: 10.90.0.0/24}")
+	onLab     = segment("lab-seg", "br-lab", "10.90.0.1/24", "10.90.0.100", "10.90.0.199", "  networkRef: lab")
+)
+
 var vmNet = segment("vm-net", "br-vm", "192.168.100.1/24", "192.168.100.100", "192.168.100.199", "  networkRef: lab-net")
 
 // mustApply applies each manifest in order and fails on any error.
@@ -286,6 +296,34 @@ func TestCrossObject(t *testing.T) {
 			segment("vm-net", "br-vm", "192.168.100.1/24", "192.168.100.160", "192.168.100.199", "  networkRef: lab-net"), nil},
 		{"a dynamic lease does not block", []string{vmNet, strings.Replace(lease("lease-52-54-00-12-34-56", "br-vm", "52:54:00:12:34:56", "192.168.100.150"), "}", ", type: dynamic, expiresAt: \"2026-12-03T17:00:00Z\"}", 1)},
 			segment("vm-net", "br-vm", "192.168.100.1/24", "192.168.100.160", "192.168.100.199", "  networkRef: lab-net"), nil},
+
+		// Network and the segments riding it
+		{"segment rides a routed network", []string{routedNet}, onLab, nil},
+		{"segment on another bridge than its network's", []string{routedNet},
+			segment("lab-seg", "br-x", "10.90.0.1/24", "10.90.0.100", "10.90.0.199", "  networkRef: lab"),
+			[]string{"spec.bridge: br-x is not the bridge of network lab (br-lab), which networkRef names"}},
+		{"segment hostIP outside its network's cidr", []string{routedNet},
+			segment("lab-seg", "br-lab", "10.91.0.1/24", "10.91.0.100", "10.91.0.199", "  networkRef: lab"),
+			[]string{"spec.hostIP: 10.91.0.1/24 is outside cidr 10.90.0.0/24 of network lab, which networkRef names"}},
+		{"segment hostIP wider than its network's cidr", []string{routedNet},
+			segment("lab-seg", "br-lab", "10.90.0.1/16", "10.90.0.100", "10.90.0.199", "  networkRef: lab"),
+			[]string{"spec.hostIP: 10.90.0.1/16 is outside cidr 10.90.0.0/24 of network lab, which networkRef names"}},
+		{"segment on a network's bridge naming another network", []string{routedNet},
+			segment("lab-seg", "br-lab", "10.90.0.1/24", "10.90.0.100", "10.90.0.199", "  networkRef: cluster-net"),
+			[]string{"spec.networkRef: cluster-net must be lab: bridge br-lab belongs to network lab"}},
+		{"segment of a bridge network keeps its own address", []string{network("lan", "{type: bridge, bridge: br-lan, uplink: eth0}")},
+			segment("lan-seg", "br-lan", "192.0.2.10/24", "192.0.2.100", "192.0.2.199", "  networkRef: lan"), nil},
+		{"network over a segment's bridge", []string{vmNet}, network("lab", "{type: bridge, bridge: br-vm}"),
+			[]string{"spec.bridge: br-vm is already the bridge of networksegment vm-net (networkRef lab-net); a segment rides a network by naming it in networkRef"}},
+		{"network change leaves its segment outside", []string{routedNet, onLab},
+			network("lab", "{type: routed, bridge: br-lab, uplink: eth1, cidr: 10.80.0.0/24}"),
+			[]string{"spec.hostIP: 10.90.0.1/24 would no longer carry networksegment lab-seg, which rides it: is outside cidr 10.80.0.0/24 of network lab, which networkRef names"}},
+		{"network bridge taken", []string{routedNet}, network("lab2", "{type: bridge, bridge: br-lab}"),
+			[]string{"spec.bridge: br-lab is already the bridge of network lab"}},
+		{"network uplink taken", []string{routedNet}, network("lab2", "{type: bridge, uplink: eth1}"),
+			[]string{"spec.uplink: eth1 is already the uplink or bridge of network lab"}},
+		{"network cidrs overlap", []string{routedNet}, network("lab2", "{type: routed, uplink: eth2, cidr: 10.90.0.0/16}"),
+			[]string{"spec.cidr: 10.90.0.0/16 overlaps cidr 10.90.0.0/24 of network lab"}},
 
 		// DHCPLease
 		{"lease inside the range", []string{vmNet}, lease("web", "br-vm", "52:54:00:12:34:56", "192.168.100.150"), nil},

@@ -26,6 +26,8 @@ func (b *Batch) crossCheck(o *pivirtv1.Object, spec pivirtv1.Spec, old *entry) (
 		errs, err = b.checkPortSecurity(o.Metadata.Name, o.Metadata.Labels[pivirtv1.NodeLabel], s)
 	case *pivirtv1.VPCRouterSpec:
 		errs, err = b.checkVPCRouter(o.Metadata.Name, s)
+	case *pivirtv1.NetworkSpec:
+		errs, err = b.checkNetwork(o.Metadata.Name, o.Metadata.Labels[pivirtv1.NodeLabel], s)
 	}
 	return errs, nil, err
 }
@@ -68,6 +70,11 @@ func (b *Batch) checkSegment(name, node string, s *pivirtv1.NetworkSegmentSpec, 
 			errs.Add("spec.networkRef", s.NetworkRef, "is the bridge of segment %s, so leases naming it would be ambiguous", es[0].obj.Metadata.Name)
 		}
 	}
+	nerrs, err := b.checkSegmentNetwork(node, s)
+	if err != nil {
+		return nil, err
+	}
+	errs = append(errs, nerrs...)
 	if es := segs.lookup(keyRef+s.Bridge, name); len(es) > 0 && segSpec(es[0]).Bridge != s.Bridge {
 		errs.Add("spec.bridge", s.Bridge, "is the networkRef of segment %s, so leases naming it would be ambiguous", es[0].obj.Metadata.Name)
 	}

@@ -91,10 +91,15 @@ func (b *Batch) Delete(kind, name, resourceVersion string) ([]string, error) {
 	}
 
 	for _, e := range doomed {
-		if e.obj.Kind == pivirtv1.KindNetworkSegment {
-			if err := b.checkSegmentDelete(e); err != nil {
-				return nil, fmt.Errorf("deleting %s: %w", what, err)
-			}
+		var err error
+		switch e.obj.Kind {
+		case pivirtv1.KindNetworkSegment:
+			err = b.checkSegmentDelete(e)
+		case pivirtv1.KindNetwork:
+			err = b.checkNetworkDelete(e, isDoomed)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("deleting %s: %w", what, err)
 		}
 	}
 

@@ -57,8 +57,8 @@ func TestDelete(t *testing.T) {
 		wantLeft    []string
 	}{
 		{name: "missing", kind: "lease", obj: "nope", wantErr: store.ErrNotFound, wantMsg: "deleting dhcplease/nope: not found"},
-		{name: "unknown kind", kind: "frob", obj: "x", wantMsg: `deleting frob/x: unknown kind "frob" (known: dhcplease, dhcpleases, externalip, externalips, extip, ippool, ippools, lease, leases, networksegment, networksegments, overlay, overlaynetwork, overlaynetworks, overlays, portsec, portsecurities, portsecurity, router, routers, segment, segments, vpcrouter, vpcrouters)`},
-		{name: "kind of another tier", kind: "bridge", obj: "x", wantMsg: `deleting bridge/x: Network (bridge) is not served by this pivirtd: it serves OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter (Network belongs to the cluster agent, which realizes it here as NetworkSegments)`},
+		{name: "unknown kind", kind: "frob", obj: "x", wantMsg: `deleting frob/x: unknown kind "frob" (known: bridge, dhcplease, dhcpleases, externalip, externalips, extip, ippool, ippools, lease, leases, net, nets, network, networks, networksegment, networksegments, overlay, overlaynetwork, overlaynetworks, overlays, portsec, portsecurities, portsecurity, router, routers, segment, segments, vpcrouter, vpcrouters)`},
+		{name: "kind of another tier", kind: "vm", obj: "x", wantMsg: `deleting vm/x: VirtualMachine (vm) is not served by this pivirtd: it serves Network, OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter (VirtualMachine belongs to the host tier's VM runtime)`},
 		{name: "stale resourceVersion", setup: []string{vmNet}, kind: "segment", obj: "vm-net", rv: "1", wantErr: store.ErrConflict,
 			wantLeft: []string{"NetworkSegment/vm-net"}},
 		{name: "plain", setup: []string{vmNet, lease("web", "br-vm", "52:54:00:12:34:56", "192.168.100.150")}, kind: "segments", obj: "vm-net",
@@ -120,6 +120,12 @@ func TestDelete(t *testing.T) {
 			kind: "segment", obj: "vm-net", wantErr: ErrBlocked,
 			wantMsg:  `deleting networksegment/vm-net: dhcplease/web cannot be deleted while annotation pivirtd.pilab.hu/is-provisioning is "true" on it: blocked`,
 			wantLeft: []string{"DHCPLease/web", "NetworkSegment/vm-net"}},
+		{name: "a network its segment rides", setup: []string{routedNet, onLab},
+			kind: "net", obj: "lab", wantErr: ErrBlocked,
+			wantMsg:  "deleting network/lab: network/lab carries networksegment/lab-seg, which names it in networkRef; delete the segment first: blocked",
+			wantLeft: []string{"Network/lab", "NetworkSegment/lab-seg"}},
+		{name: "a network nothing rides", setup: []string{routedNet}, kind: "bridge", obj: "lab",
+			wantDeleted: []string{"Network/lab"}},
 		{name: "deleting a provisioning owner", setup: []string{
 			portSec("web-nic0", "tap0", "  annotations: {"+provisioningTrue+"}"),
 			lease("web", "br-vm", "52:54:00:12:34:56", "192.168.100.150", owned("PortSecurity", "web-nic0", "uid-1", false))},

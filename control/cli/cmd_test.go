@@ -201,11 +201,11 @@ kind: List
 		{name: "get all", setup: []string{leaseDoc, segmentDoc}, args: []string{"get", "all", "-o", "name"},
 			wantOut: "dhcplease/web-01\nnetworksegment/lan\n"},
 		{name: "get a kind of another tier", args: []string{"get", "vm"}, wantCode: 1,
-			wantErr: "error: VirtualMachine (vm) is not served by this pivirtd: it serves OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter (VirtualMachine belongs to the host tier's VM runtime)\n"},
+			wantErr: "error: VirtualMachine (vm) is not served by this pivirtd: it serves Network, OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter (VirtualMachine belongs to the host tier's VM runtime)\n"},
 		{name: "get a misspelt kind", args: []string{"get", "leses"}, wantCode: 1,
 			wantErr: "error: unknown kind \"leses\": did you mean \"leases\"? (pivirtctl api-resources lists the kinds)\n"},
 		{name: "get unknown kind", args: []string{"get", "pods"}, wantCode: 1,
-			wantErr: `error: unknown kind "pods" (known: dhcplease, dhcpleases, externalip, externalips, extip, ippool, ippools, lease, leases, networksegment, networksegments, overlay, overlaynetwork, overlaynetworks, overlays, portsec, portsecurities, portsecurity, router, routers, segment, segments, vpcrouter, vpcrouters)` + "\n"},
+			wantErr: `error: unknown kind "pods" (known: bridge, dhcplease, dhcpleases, externalip, externalips, extip, ippool, ippools, lease, leases, net, nets, network, networks, networksegment, networksegments, overlay, overlaynetwork, overlaynetworks, overlays, portsec, portsecurities, portsecurity, router, routers, segment, segments, vpcrouter, vpcrouters)` + "\n"},
 		{name: "get names and selector", args: []string{"get", "lease", "a", "-l", "x=y"}, wantCode: 1,
 			wantErr: "error: names cannot be given together with a selector (-l)\nSee 'pivirtctl get --help' for usage.\n"},
 		{name: "get bad output", args: []string{"get", "lease", "-o", "table"}, wantCode: 1,
@@ -377,6 +377,7 @@ Events:   <none>
 		// misc
 		{name: "api-resources", args: []string{"api-resources"},
 			wantOut: `NAME              SHORTNAMES                        APIVERSION     KIND
+networks          network,net,nets,bridge           pivirt.hu/v1   Network
 overlaynetworks   overlaynetwork,overlay,overlays   pivirt.hu/v1   OverlayNetwork
 networksegments   networksegment,segment,segments   pivirt.hu/v1   NetworkSegment
 dhcpleases        dhcplease,lease,leases            pivirt.hu/v1   DHCPLease
@@ -386,6 +387,7 @@ vpcrouters        vpcrouter,router,routers          pivirt.hu/v1   VPCRouter
 `},
 		{name: "api-resources --all marks the kinds of other tiers", args: []string{"api-resources", "--all"},
 			wantOut: `NAME              SHORTNAMES                              APIVERSION     KIND             SERVED
+networks          network,net,nets,bridge                 pivirt.hu/v1   Network          true
 overlaynetworks   overlaynetwork,overlay,overlays         pivirt.hu/v1   OverlayNetwork   true
 networksegments   networksegment,segment,segments         pivirt.hu/v1   NetworkSegment   true
 dhcpleases        dhcplease,lease,leases                  pivirt.hu/v1   DHCPLease        true
@@ -395,7 +397,6 @@ vpcrouters        vpcrouter,router,routers                pivirt.hu/v1   VPCRout
 virtualmachines   vm,vms,virtualmachine,virtualmachines   pivirt.hu/v1   VirtualMachine   false
 storagepools      pool,pools,storagepool,storagepools     pivirt.hu/v1   StoragePool      false
 virtualdisks      disk,disks,virtualdisk,virtualdisks     pivirt.hu/v1   VirtualDisk      false
-networks          net,nets,network,networks,bridge        pivirt.hu/v1   Network          false
 snapshots         snap,snaps,snapshot,snapshots           pivirt.hu/v1   Snapshot         false
 <none>            <none>                                  pivirt.hu/v1   IPPool           false
 ipallocations     ipallocation,ipallocations              pivirt.hu/v1   IPAllocation     false

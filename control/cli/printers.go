@@ -325,6 +325,8 @@ func columnsOf(kind string) []column {
 		return routerColumns
 	case "overlaynetwork":
 		return overlayColumns
+	case "network":
+		return networkColumns
 	}
 	return []column{colName, colPhase, colAge}
 }
@@ -547,6 +549,36 @@ var overlayColumns = []column{
 	{name: "PORT", value: func(r row) string { return strconv.Itoa(overlaySpec(r).Port) }},
 	{name: "VTEPS", value: func(r row) string {
 		v, _ := r.status["vteps"].([]any)
+		return strconv.Itoa(len(v))
+	}},
+	colPhase,
+	colAge,
+}
+
+func networkSpec(r row) *pivirtv1.NetworkSpec {
+	if s, ok := r.spec.(*pivirtv1.NetworkSpec); ok {
+		return s
+	}
+	return &pivirtv1.NetworkSpec{}
+}
+
+// networkColumns: SEGMENTS counts the segments of this node riding the
+// network (status.segments).
+var networkColumns = []column{
+	colName,
+	{name: "TYPE", value: func(r row) string { return networkSpec(r).Type }},
+	{name: "BRIDGE", value: func(r row) string { return networkSpec(r).Bridge }},
+	{name: "UPLINK", value: func(r row) string { return orNone(networkSpec(r).Uplink) }},
+	{name: "CIDR", value: func(r row) string { return orNone(networkSpec(r).CIDR) }},
+	{name: "GATEWAY", wide: true, value: func(r row) string { return orNone(networkSpec(r).Gateway) }},
+	{name: "MTU", wide: true, value: func(r row) string {
+		if m := networkSpec(r).MTU; m != 0 {
+			return strconv.Itoa(m)
+		}
+		return "<kernel>"
+	}},
+	{name: "SEGMENTS", wide: true, value: func(r row) string {
+		v, _ := r.status["segments"].([]any)
 		return strconv.Itoa(len(v))
 	}},
 	colPhase,

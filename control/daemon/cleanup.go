@@ -92,7 +92,7 @@ func Cleanup(cfg Config, dryRun bool, w io.Writer) error {
 			errs = append(errs, vxlan.Remove(nl, tunnels[n]))
 		}
 	}
-	fmt.Fprintf(w, "kept %s (the store and the lease journal) and the segments' bridges\n", cfg.StateDir)
+	fmt.Fprintf(w, "kept %s (the store and the lease journal), the segments' bridges and the Networks' (delete a Network to give its uplink back)\n", cfg.StateDir)
 	return errors.Join(errs...)
 }
 

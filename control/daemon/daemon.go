@@ -37,6 +37,7 @@ import (
 	"pivirt.hu/pivirt/control/externalip"
 	"pivirt.hu/pivirt/control/inspect"
 	"pivirt.hu/pivirt/control/liveness"
+	"pivirt.hu/pivirt/control/network"
 	"pivirt.hu/pivirt/control/overlay"
 	"pivirt.hu/pivirt/control/portguard"
 	"pivirt.hu/pivirt/control/reconcile"
@@ -360,17 +361,25 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	overlayLoop := &reconcile.Loop{ID: "overlay", Cache: cache, AllNodes: true, Log: d.log, Kinds: overlay.Kinds, React: overlay.React,
 		Debounce: 20 * time.Millisecond, Func: overlays.Reconcile}
 	overlays.Wake = overlayLoop.Trigger
+	segmentsLoop := &reconcile.Loop{
+		ID: "segments", Cache: cache, Log: d.log,
+		// Every kind, as possible owners holding a lease (the DHCP
+		// manager's Sync neither releases nor expires a held one).
+		Kinds: pivirtv1.KindNames(),
+		React: reconcile.Unless(reconcile.StatusOnly, segment.Renewal,
+			reconcile.OwnersOnly(pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindOverlayNetwork, pivirtv1.KindNetwork)),
+		Func: segments.Reconcile,
+	}
+	// Networks first make the bridges their segments wait for, then wake
+	// them. A segment's delete may take a gateway off a routed network's
+	// bridge: segments wake this loop too.
+	networks := &network.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Node: d.cfg.Node, Wake: segmentsLoop.Trigger}
+	networkLoop := &reconcile.Loop{ID: "networks", Cache: cache, Log: d.log, Kinds: network.Kinds,
+		React: reconcile.Unless(reconcile.StatusOnly), Debounce: 20 * time.Millisecond, Func: networks.Reconcile}
 	return []Controller{
 		cache,
-		&reconcile.Loop{
-			ID: "segments", Cache: cache, Log: d.log,
-			// Every kind, as possible owners holding a lease (the DHCP
-			// manager's Sync neither releases nor expires a held one).
-			Kinds: pivirtv1.KindNames(),
-			React: reconcile.Unless(reconcile.StatusOnly, segment.Renewal,
-				reconcile.OwnersOnly(pivirtv1.KindNetworkSegment, pivirtv1.KindDHCPLease, pivirtv1.KindOverlayNetwork)),
-			Func: segments.Reconcile,
-		},
+		networkLoop,
+		segmentsLoop,
 		overlayLoop,
 		guardLoop,
 		controllerFunc{"guard-status", guards.RunStatus},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -16,6 +17,7 @@ import (
 	"pivirt.hu/pivirt/control/reconcile"
 	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/dataplane/bridge"
+	"pivirt.hu/pivirt/dataplane/hostnet"
 )
 
 // Status is a NetworkSegment's status.
@@ -117,6 +119,13 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 				seg.Spec.DHCP.MTU = ov.MTU
 			}
 		}
+		if why := c.network(seg, snap); why != "" {
+			st.Phase, st.Message = pivirtv1.PhasePending, why
+			if err := reconcile.SetStatus(ctx, c.Store, c.Index, o, st); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		desired[seg.Name] = true
 		old, had := c.realized[seg.Name]
 		var oldIP netip.Prefix
@@ -133,7 +142,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 				c.Events.Record(o.Kind, seg.Name, events.Normal, "Realized", fmt.Sprintf("bridge %s (ifindex %d) holds %s", seg.Spec.Bridge, bs.Index, seg.HostIP))
 			}
 			if had && old.Spec.Bridge != seg.Spec.Bridge {
-				if err := bridge.Remove(old.Spec.Bridge, old.HostIP); err != nil {
+				if err := removeBridge(old); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -178,7 +187,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		if desired[name] {
 			continue
 		}
-		if err := bridge.Remove(seg.Spec.Bridge, seg.HostIP); err != nil {
+		if err := removeBridge(seg); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -199,6 +208,32 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// network says why a segment must wait for the Network its networkRef
+// names ("" when it names none, or its Network's bridge is realized).
+// The Network's controller makes the bridge (hostnet) and wakes this loop.
+func (c *Controller) network(seg Segment, snap reconcile.Snapshot) string {
+	for _, o := range snap.Of(pivirtv1.KindNetwork) {
+		if o.Metadata.Name != seg.Spec.NetworkRef {
+			continue
+		}
+		if rec, ok := hostnet.Lookup(seg.Spec.Bridge); !ok || rec.Network != o.Metadata.Name {
+			return fmt.Sprintf("network %q has not realized bridge %s yet: the segment's address and DHCP wait for it", o.Metadata.Name, seg.Spec.Bridge)
+		}
+	}
+	return ""
+}
+
+// removeBridge undoes bridge.Ensure for a segment. On a Network's bridge
+// the segment's hostIP stays when it is one of the Network's own
+// addresses (the host's, moved from the uplink, or the gateway).
+func removeBridge(seg Segment) error {
+	ip := seg.HostIP
+	if rec, ok := hostnet.Lookup(seg.Spec.Bridge); ok && slices.Contains(rec.Kept, ip) {
+		ip = netip.Prefix{}
+	}
+	return bridge.Remove(seg.Spec.Bridge, ip)
 }
 
 // overlay returns the OverlayNetwork a segment names, or why the segment

@@ -125,9 +125,16 @@ func Remove(name string, hostIP netip.Prefix) error {
 	return nil
 }
 
-func addr(p netip.Prefix) *netlink.Addr {
-	return &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+func addr(p netip.Prefix) *netlink.Addr { return &netlink.Addr{IPNet: IPNet(p)} }
+
+// IPNet converts an interface address with its prefix for netlink.
+func IPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
+
+// IsSegments reports whether link is a bridge a segment made (and its
+// segment's removal would delete).
+func IsSegments(link netlink.Link) bool { return strings.HasPrefix(link.Attrs().Alias, aliasPrefix) }
 
 // Owned returns the bridges pivirtd created, by the segment named in their
 // alias, so a restarted daemon can remove those whose segment is gone.

@@ -64,6 +64,6 @@ func (o *Object) DefaultedSpec() (Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Default()
+	applyDefaults(s, o.Metadata.Name)
 	return s, nil
 }

@@ -18,6 +18,7 @@ const (
 	KindExternalIP     = "ExternalIP"
 	KindVPCRouter      = "VPCRouter"
 	KindOverlayNetwork = "OverlayNetwork"
+	KindNetwork        = "Network"
 )
 
 // KindInfo describes one kind: its canonical name, the lower-case aliases the
@@ -30,9 +31,10 @@ type KindInfo struct {
 }
 
 // Kinds lists every kind in the order the CLI and compile walk them
-// (overlays before the segments that name them, segments before the
-// leases that name them).
+// (networks and overlays before the segments that name them, segments
+// before the leases that name them).
 var Kinds = []KindInfo{
+	{KindNetwork, "networks", []string{"network", "networks", "net", "nets", "bridge"}, func() Spec { return &NetworkSpec{} }},
 	{KindOverlayNetwork, "overlaynetworks", []string{"overlaynetwork", "overlaynetworks", "overlay", "overlays"}, func() Spec { return &OverlayNetworkSpec{} }},
 	{KindNetworkSegment, "networksegments", []string{"networksegment", "networksegments", "segment", "segments"}, func() Spec { return &NetworkSegmentSpec{} }},
 	{KindDHCPLease, "dhcpleases", []string{"dhcplease", "dhcpleases", "lease", "leases"}, func() Spec { return &DHCPLeaseSpec{} }},
@@ -71,7 +73,6 @@ var OtherKinds = []OtherKind{
 	{"VirtualMachine", []string{"vm", "vms", "virtualmachine", "virtualmachines"}, "host tier's VM runtime"},
 	{"StoragePool", []string{"pool", "pools", "storagepool", "storagepools"}, "host tier's storage"},
 	{"VirtualDisk", []string{"disk", "disks", "virtualdisk", "virtualdisks"}, "host tier's storage"},
-	{"Network", []string{"net", "nets", "network", "networks", "bridge"}, "cluster agent, which realizes it here as NetworkSegments"},
 	{"Snapshot", []string{"snap", "snaps", "snapshot", "snapshots"}, "host tier's VM runtime"},
 	{"IPPool", nil, "cluster IPAM"},
 	{"IPAllocation", []string{"ipallocation", "ipallocations"}, "cluster IPAM"},
@@ -128,7 +129,9 @@ func LookupKind(name string) (KindInfo, error) {
 		known = append(known, k.Aliases...)
 	}
 	sort.Strings(known)
-	best, bestD := "", 4 // suggest only names within 3 edits
+	// Suggest only names within 3 edits, fewer for short names ("pods"
+	// is not a misspelt "nets").
+	best, bestD := "", min(4, len(n)/3+2)
 	for _, k := range known {
 		if d := editDistance(n, k); d < bestD {
 			best, bestD = k, d

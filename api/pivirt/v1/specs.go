@@ -13,6 +13,18 @@ type Spec interface {
 	Validate() ErrorList
 }
 
+// namedDefaulter is a spec with defaults derived from its object's name
+// (a Network's bridge).
+type namedDefaulter interface{ DefaultNamed(name string) }
+
+// applyDefaults runs a spec's Default, then its DefaultNamed if it has one.
+func applyDefaults(s Spec, name string) {
+	s.Default()
+	if n, ok := s.(namedDefaulter); ok {
+		n.DefaultNamed(name)
+	}
+}
+
 // NetworkSegmentSpec is a layer-2 segment on a Linux bridge of this node,
 // with the host's address on it and an optional DHCP service.
 type NetworkSegmentSpec struct {

@@ -78,7 +78,7 @@ func prepare(o *Object, typed Spec) (KindInfo, Spec, error) {
 			return KindInfo{}, nil, fmt.Errorf("preparing %s %q: spec is a %T, want %T", kind.Kind, o.Metadata.Name, typed, want)
 		}
 		spec = typed
-		spec.Default()
+		applyDefaults(spec, o.Metadata.Name)
 		errs = append(errs, spec.Validate()...)
 	default:
 		spec = kind.NewSpec()
@@ -87,7 +87,7 @@ func prepare(o *Object, typed Spec) (KindInfo, Spec, error) {
 		} else if serrs := decodeStrict(o.Spec, spec, "spec"); len(serrs) > 0 {
 			errs = append(errs, serrs...)
 		} else {
-			spec.Default()
+			applyDefaults(spec, o.Metadata.Name)
 			errs = append(errs, spec.Validate()...)
 		}
 	}

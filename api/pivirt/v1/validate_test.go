@@ -72,6 +72,8 @@ var (
 		"uplink": map[string]any{"bridge": "br-ext", "ip": "198.51.100.2/24", "gateway": "198.51.100.1"},
 	})
 	goodOverlay = obj(KindOverlayNetwork, map[string]any{"vni": 4242})
+	goodRouted  = obj(KindNetwork, map[string]any{"type": "routed", "uplink": "eth1", "cidr": "10.90.0.0/24"})
+	goodBridged = obj(KindNetwork, map[string]any{"type": "bridge", "uplink": "eth1"})
 	rule        = func(kv ...any) []any {
 		return []any{with(map[string]any{"action": "allow", "protocol": "tcp"}, kv...)}
 	}
@@ -94,7 +96,9 @@ func toObject(t *testing.T, m map[string]any) *Object {
 }
 
 func TestValidateObjectGood(t *testing.T) {
-	for _, m := range []map[string]any{goodSegment, goodLease, goodPortSec, goodExtIP, goodRouter,
+	for _, m := range []map[string]any{goodSegment, goodLease, goodPortSec, goodExtIP, goodRouter, goodRouted, goodBridged,
+		with(goodBridged, "spec.uplink", del, "kind", "bridge"), // an isolated bridge, by seed 002's alias
+		with(goodRouted, "spec.gateway", "10.90.0.254", "spec.mtu", 9000),
 		with(goodLease, "kind", "leases", "metadata.labels", map[string]any{"app": "web", "example.com/tier": ""}),
 		with(goodExtIP, "spec.mode", "portForward", "spec.ports", fwd()),
 		with(goodSegment, "spec.hostIP", "10.0.0.1/31", "spec.dhcp", map[string]any{"enabled": false}),
@@ -120,8 +124,8 @@ func TestValidateObjectBad(t *testing.T) {
 		// envelope and metadata
 		{"apiVersion wrong", with(goodSegment, "apiVersion", "pivirt.hu/v2"), "apiVersion: pivirt.hu/v2 is not supported (want pivirt.hu/v1)"},
 		{"apiVersion missing", with(goodSegment, "apiVersion", del), "apiVersion: required (want pivirt.hu/v1)"},
-		{"kind unknown", with(goodSegment, "kind", "Bridge"), "kind: Bridge is not a known kind (one of OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter)"},
-		{"kind missing", with(goodSegment, "kind", del), "kind: required (one of OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter)"},
+		{"kind unknown", with(goodSegment, "kind", "Switch"), "kind: Switch is not a known kind (one of Network, OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter)"},
+		{"kind missing", with(goodSegment, "kind", del), "kind: required (one of Network, OverlayNetwork, NetworkSegment, DHCPLease, PortSecurity, ExternalIP, VPCRouter)"},
 		{"name missing", with(goodSegment, "metadata.name", del), "metadata.name: required"},
 		{"name upper", with(goodSegment, "metadata.name", "Web_01"), "metadata.name: Web_01 is not a DNS-1123 subdomain (at most 253 lowercase alphanumerics, '-' or '.', starting and ending alphanumeric)"},
 		{"name too long", with(goodSegment, "metadata.name", long), "metadata.name: " + long + " is not a DNS-1123 subdomain (at most 253 lowercase alphanumerics, '-' or '.', starting and ending alphanumeric)"},
@@ -269,6 +273,21 @@ func TestValidateObjectBad(t *testing.T) {
 		{"overlay vni too big", with(goodOverlay, "spec.vni", 16777216), "spec.vni: 16777216 is out of range 1-16777215 (required: the 24-bit network identifier)"},
 		{"overlay mtu", with(goodOverlay, "spec.mtu", 67), "spec.mtu: 67 is outside 68-65535"},
 		{"overlay port", with(goodOverlay, "spec.port", 70000), "spec.port: 70000 is out of range 1-65535"},
+		// Network
+		{"network type missing", with(goodRouted, "spec.type", del), "spec.type: required"},
+		{"network type unknown", with(goodRouted, "spec.type", "macvlan"), "spec.type: macvlan must be one of bridge, routed, nat"},
+		{"network nat not yet", with(goodRouted, "spec.type", "nat"), "spec.type: nat is not realized by this pivirtd yet (its eBPF masquerade is not built); use bridge, or routed with your own masquerade"},
+		{"network bridge name", with(goodRouted, "spec.bridge", "a-very-long-bridge-name"), "spec.bridge: a-very-long-bridge-name is longer than 15 characters (IFNAMSIZ)"},
+		{"network uplink is bridge", with(goodRouted, "spec.bridge", "eth1"), "spec.uplink: eth1 is also the bridge"},
+		{"network routed uplink missing", with(goodRouted, "spec.uplink", del), "spec.uplink: required for a routed network: the way out of its cidr"},
+		{"network routed cidr missing", with(goodRouted, "spec.cidr", del), "spec.cidr: required"},
+		{"network cidr host bits", with(goodRouted, "spec.cidr", "10.90.0.1/24"), "spec.cidr: 10.90.0.1/24 has host bits set (did you mean 10.90.0.0/24?)"},
+		{"network cidr too small", with(goodRouted, "spec.cidr", "10.90.0.0/31"), "spec.cidr: 10.90.0.0/31 leaves no room for a gateway and a guest (at most /30)"},
+		{"network gateway outside", with(goodRouted, "spec.gateway", "10.91.0.1"), "spec.gateway: 10.91.0.1 is outside cidr 10.90.0.0/24"},
+		{"network gateway broadcast", with(goodRouted, "spec.gateway", "10.90.0.255"), "spec.gateway: 10.90.0.255 is the network or broadcast address of 10.90.0.0/24"},
+		{"network bridge with cidr", with(goodBridged, "spec.cidr", "10.90.0.0/24"), "spec.cidr: 10.90.0.0/24 is for routed and nat networks: a bridge network carries its uplink's own LAN"},
+		{"network vlans not yet", with(goodBridged, "spec.vlans", []any{10, 20}), "spec.vlans: 10 VLAN trunks are not realized by this pivirtd yet"},
+		{"network mtu", with(goodBridged, "spec.mtu", 67), "spec.mtu: 67 is outside 68-65535 (0 leaves the kernel's)"},
 		{"subnets overlap", with(goodRouter, "spec.uplink", map[string]any{"bridge": "br-ext", "ip": "10.10.0.2/16", "gateway": "10.10.255.254"}), "spec.uplink.ip: 10.10.0.2/16 overlaps inside subnet 10.10.0.0/24"},
 	}
 	for _, tc := range tests {
@@ -310,6 +329,8 @@ func TestPrepareObjectDefaults(t *testing.T) {
 		{"externalip forward", with(goodExtIP, "spec.mode", "portForward", "spec.ports", append(fwd(), fwd("protocol", "udp", "port", 53, "targetPort", 5353)...)), `{"address":"203.0.113.10","interface":"uplink0","target":"192.168.100.10","mode":"portForward","ports":[{"protocol":"tcp","port":443,"targetPort":443},{"protocol":"udp","port":53,"targetPort":5353}]}`},
 		{"overlay", goodOverlay, `{"type":"vxlan","vni":4242,"mtu":1450,"port":4789}`},
 		{"overlay geneve", with(goodOverlay, "spec.type", "geneve", "spec.mtu", 1400, "spec.port", 6081), `{"type":"geneve","vni":4242,"mtu":1400,"port":6081}`},
+		{"network routed", goodRouted, `{"type":"routed","bridge":"pvbr-x","uplink":"eth1","cidr":"10.90.0.0/24","gateway":"10.90.0.1"}`},
+		{"network bridge long name", with(goodBridged, "metadata.name", "office-lan-uplink"), `{"type":"bridge","bridge":"pvbr-01a4e80ccf","uplink":"eth1"}`},
 		{"vpcrouter", goodRouter, `{"inside":{"bridge":"vpcbr-a","ip":"10.10.0.1/24"},"uplink":{"bridge":"br-ext","ip":"198.51.100.2/24","gateway":"198.51.100.1"}}`},
 	}
 	for _, tc := range tests {

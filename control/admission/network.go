@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package admission
+
+import (
+	"fmt"
+	"net/netip"
+
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+)
+
+func networkSpec(e *entry) *pivirtv1.NetworkSpec {
+	s, _ := e.spec.(*pivirtv1.NetworkSpec)
+	return s
+}
+
+// checkNetwork: a bridge and an uplink belong to one Network per node,
+// routed CIDRs of one node are disjoint, and every segment on the bridge
+// rides this Network (names it in networkRef) and still fits it.
+func (b *Batch) checkNetwork(name, node string, s *pivirtv1.NetworkSpec) (pivirtv1.ErrorList, error) {
+	nets, err := b.kind(pivirtv1.KindNetwork)
+	if err != nil {
+		return nil, err
+	}
+	segs, err := b.kind(pivirtv1.KindNetworkSegment)
+	if err != nil {
+		return nil, err
+	}
+	var errs pivirtv1.ErrorList
+	cidr, _ := netip.ParsePrefix(s.CIDR)
+	for other, e := range nets.byName {
+		o := networkSpec(e)
+		if other == name || o == nil || !sameNode(node, nodeOf(e)) {
+			continue
+		}
+		switch {
+		case o.Bridge == s.Bridge:
+			errs.Add("spec.bridge", s.Bridge, "is already the bridge of network %s", other)
+		case s.Uplink != "" && (o.Uplink == s.Uplink || o.Bridge == s.Uplink):
+			errs.Add("spec.uplink", s.Uplink, "is already the uplink or bridge of network %s", other)
+		case o.Uplink != "" && o.Uplink == s.Bridge:
+			errs.Add("spec.bridge", s.Bridge, "is the uplink of network %s", other)
+		}
+		if oc, err := netip.ParsePrefix(o.CIDR); err == nil && cidr.IsValid() && oc.Overlaps(cidr) {
+			errs.Add("spec.cidr", s.CIDR, "overlaps cidr %s of network %s", oc, other)
+		}
+	}
+	for _, e := range segs.lookup(keyBridge+s.Bridge, "") {
+		seg := segSpec(e)
+		if seg == nil || !sameNode(node, nodeOf(e)) || seg.NetworkRef == name {
+			continue
+		}
+		errs.Add("spec.bridge", s.Bridge, "is already the bridge of networksegment %s (networkRef %s); a segment rides a network by naming it in networkRef",
+			e.obj.Metadata.Name, seg.NetworkRef)
+	}
+	for _, e := range segs.lookup(keyRef+name, "") {
+		if seg := segSpec(e); seg != nil && sameNode(node, nodeOf(e)) {
+			for _, fe := range segmentOnNetwork(seg, name, s) {
+				errs.Add(fe.Path, fe.Value, "would no longer carry networksegment %s, which rides it: %s", e.obj.Metadata.Name, fe.Detail)
+			}
+		}
+	}
+	return errs, nil
+}
+
+// checkSegmentNetwork: a segment whose networkRef names a Network of its
+// node rides it, and a segment on a Network's bridge names it.
+func (b *Batch) checkSegmentNetwork(node string, s *pivirtv1.NetworkSegmentSpec) (pivirtv1.ErrorList, error) {
+	nets, err := b.kind(pivirtv1.KindNetwork)
+	if err != nil {
+		return nil, err
+	}
+	var errs pivirtv1.ErrorList
+	if e := nets.get(s.NetworkRef); e != nil && networkSpec(e) != nil && sameNode(node, nodeOf(e)) {
+		return segmentOnNetwork(s, s.NetworkRef, networkSpec(e)), nil
+	}
+	for other, e := range nets.byName {
+		if n := networkSpec(e); n != nil && n.Bridge == s.Bridge && sameNode(node, nodeOf(e)) {
+			errs.Add("spec.networkRef", s.NetworkRef, "must be %s: bridge %s belongs to network %s", other, s.Bridge, other)
+		}
+	}
+	return errs, nil
+}
+
+// segmentOnNetwork lists what keeps segment s from riding network n
+// (named name), with field paths of the segment.
+func segmentOnNetwork(s *pivirtv1.NetworkSegmentSpec, name string, n *pivirtv1.NetworkSpec) pivirtv1.ErrorList {
+	var out pivirtv1.ErrorList
+	if s.Bridge != n.Bridge {
+		out.Add("spec.bridge", s.Bridge, "is not the bridge of network %s (%s), which networkRef names", name, n.Bridge)
+	}
+	if n.Type == pivirtv1.NetworkBridge {
+		return out
+	}
+	cidr, err1 := netip.ParsePrefix(n.CIDR)
+	host, err2 := netip.ParsePrefix(s.HostIP)
+	if err1 == nil && err2 == nil && (!cidr.Contains(host.Addr()) || host.Bits() < cidr.Bits()) {
+		out.Add("spec.hostIP", s.HostIP, "is outside cidr %s of network %s, which networkRef names", cidr, name)
+	}
+	return out
+}
+
+// checkNetworkDelete refuses to delete a Network that segments ride (as
+// blockOwnerDeletion would): their bridge would go from under them.
+func (b *Batch) checkNetworkDelete(n *entry, isDoomed map[*entry]bool) error {
+	segs, err := b.kind(pivirtv1.KindNetworkSegment)
+	if err != nil {
+		return err
+	}
+	for _, e := range segs.lookup(keyRef+n.obj.Metadata.Name, "") {
+		if !isDoomed[e] && sameNode(nodeOf(n), nodeOf(e)) {
+			return fmt.Errorf("%s carries %s, which names it in networkRef; delete the segment first: %w",
+				lref(n.obj.Kind, n.obj.Metadata.Name), lref(e.obj.Kind, e.obj.Metadata.Name), ErrBlocked)
+		}
+	}
+	return nil
+}

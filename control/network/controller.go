@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/dataplane/hostnet"
+)
+
+// Kinds are what the controller reads: its Networks, and the segments
+// riding them (for status, and to put back a gateway a deleted segment
+// took with it).
+var Kinds = []string{pivirtv1.KindNetwork, pivirtv1.KindNetworkSegment}
+
+// Status is a Network's status.
+type Status struct {
+	pivirtv1.Status
+	Bridge      string `json:"bridge,omitempty"`
+	BridgeIndex int    `json:"bridgeIndex,omitempty"`
+	Uplink      string `json:"uplink,omitempty"`
+	// Addresses are the host's addresses on the bridge that are the
+	// Network's: moved from the uplink (bridge), the gateway (routed).
+	Addresses []string `json:"addresses,omitempty"`
+	// Segments are the NetworkSegments of this node riding the Network.
+	Segments []string `json:"segments,omitempty"`
+}
+
+// Controller realizes the Networks of this node.
+type Controller struct {
+	Store  store.Store
+	Index  *admission.Index
+	Events *events.Recorder
+	Log    *slog.Logger
+	Node   string
+	// Wake, when set, is called after a pass that realized a bridge, so
+	// the segments waiting for it go on.
+	Wake func()
+
+	realized map[string]pivirtv1.NetworkSpec // by Network name
+	swept    bool
+}
+
+// Reconcile is a reconcile.Func over Kinds.
+func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) error {
+	if c.realized == nil {
+		c.realized = map[string]pivirtv1.NetworkSpec{}
+	}
+	var errs []error
+	desired := map[string]bool{}
+	riding := map[string][]string{}
+	for _, o := range snap.Of(pivirtv1.KindNetworkSegment) {
+		if s, err := snap.Spec(o); err == nil {
+			ref := s.(*pivirtv1.NetworkSegmentSpec).NetworkRef
+			riding[ref] = append(riding[ref], o.Metadata.Name)
+		}
+	}
+	if !c.swept {
+		// A Network deleted while pivirtd was down left its bridge.
+		owned, err := hostnet.Owned()
+		if err != nil {
+			return err
+		}
+		c.swept = true
+		for br, rec := range owned {
+			if _, ok := c.realized[rec.Network]; !ok {
+				c.realized[rec.Network] = pivirtv1.NetworkSpec{Bridge: br}
+			}
+		}
+	}
+	woke := false
+	for _, o := range snap.Of(pivirtv1.KindNetwork) {
+		name := o.Metadata.Name
+		s, err := snap.Spec(o)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("network %s: %w", name, err))
+			continue
+		}
+		spec := *s.(*pivirtv1.NetworkSpec)
+		desired[name] = true
+		st := Status{Status: pivirtv1.Status{ObservedGeneration: o.Metadata.Generation}, Bridge: spec.Bridge, Uplink: spec.Uplink, Segments: riding[name]}
+		old, had := c.realized[name]
+		if had && (old.Bridge != spec.Bridge || (old.Type != "" && old.Type != spec.Type)) {
+			// Another device or another kind of realization: the
+			// old one goes first (an uplink change is done in place).
+			if err := hostnet.Remove(old.Bridge); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		hs, err := realize(name, c.Node, spec)
+		if err != nil {
+			st.Phase, st.Message = pivirtv1.PhaseFailed, err.Error()
+			c.Events.Record(pivirtv1.KindNetwork, name, events.Warning, "RealizeFailed", err.Error())
+			errs = append(errs, fmt.Errorf("network %s: %w", name, err))
+		} else {
+			if !had || !equalSpec(old, spec) {
+				c.Events.Record(pivirtv1.KindNetwork, name, events.Normal, "Realized", describe(spec, hs))
+				c.Log.Info("network realized", "network", name, "type", spec.Type, "bridge", spec.Bridge, "uplink", spec.Uplink)
+				woke = true
+			}
+			c.realized[name] = spec
+			st.Phase, st.BridgeIndex = pivirtv1.PhaseReady, hs.Index
+			for _, a := range hs.Addresses {
+				st.Addresses = append(st.Addresses, a.String())
+			}
+		}
+		if err := reconcile.SetStatus(ctx, c.Store, c.Index, o, st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for name, spec := range c.realized {
+		if desired[name] {
+			continue
+		}
+		if err := hostnet.Remove(spec.Bridge); err != nil {
+			errs = append(errs, fmt.Errorf("removing network %s: %w", name, err))
+			continue
+		}
+		c.Log.Info("network removed", "network", name, "bridge", spec.Bridge)
+		delete(c.realized, name)
+	}
+	if woke && c.Wake != nil {
+		c.Wake()
+	}
+	return errors.Join(errs...)
+}
+
+// realize makes the host match one Network.
+func realize(name, node string, s pivirtv1.NetworkSpec) (hostnet.State, error) {
+	switch s.Type {
+	case pivirtv1.NetworkBridge:
+		return hostnet.Bridged(name, node, s.Bridge, s.Uplink, s.MTU)
+	case pivirtv1.NetworkRouted:
+		return hostnet.Routed(name, node, s.Bridge, s.Uplink, s.GatewayPrefix(), s.MTU)
+	}
+	return hostnet.State{}, fmt.Errorf("type %s is not realized by this pivirtd", s.Type)
+}
+
+func equalSpec(a, b pivirtv1.NetworkSpec) bool {
+	return a.Type == b.Type && a.Bridge == b.Bridge && a.Uplink == b.Uplink && a.CIDR == b.CIDR &&
+		a.Gateway == b.Gateway && a.MTU == b.MTU && slices.Equal(a.VLANs, b.VLANs)
+}
+
+func describe(s pivirtv1.NetworkSpec, hs hostnet.State) string {
+	addrs := make([]string, len(hs.Addresses))
+	for i, a := range hs.Addresses {
+		addrs[i] = a.String()
+	}
+	switch {
+	case s.Type == pivirtv1.NetworkRouted:
+		return fmt.Sprintf("bridge %s (ifindex %d) routes %s through %s, gateway %s", s.Bridge, hs.Index, s.CIDR, s.Uplink, s.Gateway)
+	case s.Uplink == "":
+		return fmt.Sprintf("isolated bridge %s (ifindex %d)", s.Bridge, hs.Index)
+	}
+	return fmt.Sprintf("bridge %s (ifindex %d) carries uplink %s; host addresses on the bridge: %v", s.Bridge, hs.Index, s.Uplink, addrs)
+}
