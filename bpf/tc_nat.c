@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //go:build ignore
 
-/* NAT of ExternalIPs at tcx of an uplink: DNAT at ingress, SNAT at
- * egress. The body, and what it does, is in lib/nat.h.
+/* NAT at tcx of an uplink: ExternalIPs (DNAT at ingress, SNAT at egress)
+ * and the masquerade of NAT Networks. The body, and what it does, is in
+ * lib/nat.h.
  */
 
 #define PV_CTX_SKB
@@ -13,6 +14,9 @@
  */
 volatile const enum pv_nat_flags pv_nat_flags_btf = 0;
 volatile const enum pv_nat_reason pv_nat_reason_btf = 0;
+volatile const enum pv_masq_dir pv_masq_dir_btf = 0;
+volatile const enum pv_masq_state pv_masq_state_btf = 0;
+volatile const enum pv_masq_timeout pv_masq_timeout_btf = 0;
 
 SEC("tcx/ingress")
 int pv_tc_nat_in(struct __sk_buff *skb)

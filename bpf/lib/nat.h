@@ -60,6 +60,7 @@ volatile const __u8 pv_nat_redirect = 1;
 #define NAT_PULL_ICMP (ETH_HLEN + 60 + 8 + 60 + 20)
 
 #define IP_MF     0x2000
+#define EEXIST    17
 #define IP_OFFSET 0x1fff
 
 /* nat_map is the translation map of a direction. */
@@ -312,6 +313,59 @@ static __always_inline int nat_icmp_parse(struct __sk_buff *skb, struct nat_icmp
 	return NAT_DONE;
 }
 
+/* nat_icmp_lcp finds the quoted L4 checksum, which follows the ports: the
+ * quoted header carries it only if long enough (RFC 792 quotes 8 bytes:
+ * UDP's, not TCP's).
+ */
+static __always_inline void nat_icmp_lcp(struct nat_icmp *e, __u8 proto)
+{
+	e->lcp = (void *)e->ports +
+		 (proto == IPPROTO_TCP ? offsetof(struct tcphdr, check) : offsetof(struct udphdr, check));
+	if ((void *)(e->lcp + 1) > e->end || (proto == IPPROTO_UDP && *e->lcp == 0))
+		e->lcp = NULL;
+}
+
+/* masq_icmp_lookup finds the masqueraded flow an ICMP error quotes: at
+ * ingress a packet sent from the public side (its IN entry is the quoted
+ * packet's reply), at egress one a guest received (its OUT entry is the
+ * reply's). Only TCP and UDP are carried through errors.
+ */
+static __always_inline int masq_icmp_lookup(struct nat_icmp *e, const int in, struct pv_nat_key *k)
+{
+	__u8 proto = e->iip->protocol;
+	struct pv_masq_val *v;
+
+	if ((proto != IPPROTO_TCP && proto != IPPROTO_UDP) || (e->iip->frag_off & bpf_htons(IP_OFFSET)))
+		return NAT_NOMATCH;
+	e->ports = (void *)e->iip + e->ihlen;
+	if ((void *)(e->ports + 2) > e->end)
+		return NAT_BAD;
+
+	struct pv_masq_key mk = {
+		.scope = pv_nat_scope,
+		.saddr = e->iip->daddr,
+		.daddr = e->iip->saddr,
+		.sport = e->ports[1],
+		.dport = e->ports[0],
+		.proto = proto,
+		.dir = in ? PV_MASQ_IN : PV_MASQ_OUT,
+	};
+
+	v = bpf_map_lookup_elem(&pv_masq_ct, &mk);
+	if (!v)
+		return NAT_NOMATCH;
+	k->addr = in ? e->iip->saddr : e->iip->daddr;
+	k->port = in ? e->ports[0] : e->ports[1];
+	k->proto = proto;
+	e->to = v->addr;
+	e->pto = v->port;
+	e->ported = 1;
+	nat_icmp_lcp(e, proto);
+	if (in && e->ip->daddr != k->addr)
+		return NAT_NOMATCH;
+	return NAT_DONE;
+}
+
 /* nat_icmp_quoted_l4 finds the quoted packet's TCP/UDP ports, the port
  * forward they match (*pm, when the address has port forwards), and the
  * quoted L4 checksum, which follows the addresses and ports it covers.
@@ -331,13 +385,7 @@ static __always_inline int nat_icmp_quoted_l4(struct nat_icmp *e, const int in, 
 		k->proto = proto;
 		*pm = bpf_map_lookup_elem(nat_map(in), k);
 	}
-	/* The quoted L4 header carries its checksum only if long enough
-	 * (RFC 792 quotes 8 bytes: UDP's, not TCP's).
-	 */
-	e->lcp = (void *)e->ports +
-		 (proto == IPPROTO_TCP ? offsetof(struct tcphdr, check) : offsetof(struct udphdr, check));
-	if ((void *)(e->lcp + 1) > e->end || (proto == IPPROTO_UDP && *e->lcp == 0))
-		e->lcp = NULL;
+	nat_icmp_lcp(e, proto);
 	return NAT_DONE;
 }
 
@@ -353,7 +401,7 @@ static __always_inline int nat_icmp_lookup(struct nat_icmp *e, const int in, str
 	k->addr = in ? e->iip->saddr : e->iip->daddr;
 	m = bpf_map_lookup_elem(nat_map(in), k);
 	if (!m)
-		return NAT_NOMATCH;
+		return masq_icmp_lookup(e, in, k);
 	if (nat_icmp_quoted_l4(e, in, k, m, &pm))
 		return NAT_BAD;
 	if (pm) {
@@ -362,7 +410,7 @@ static __always_inline int nat_icmp_lookup(struct nat_icmp *e, const int in, str
 		e->pto = pm->port;
 	} else {
 		if (!(m->flags & PV_NAT_ONE_TO_ONE))
-			return NAT_NOMATCH;
+			return masq_icmp_lookup(e, in, k);
 		k->port = 0;
 		k->proto = 0;
 		e->to = m->addr;
@@ -749,6 +797,240 @@ static __always_inline int nat_one_to_one(struct __sk_buff *skb, const int in, c
 	return p->first && !p->more ? NAT_FORWARD : NAT_PASS;
 }
 
+/* Masquerade of NAT Networks: a guest's flow leaving through the uplink
+ * takes the uplink's address and a free port (pv_masq_nets says which
+ * sources and which ports), recorded in pv_masq_ct as an OUT entry (the
+ * guest's packets) and an IN entry (the replies); the mapping depends on
+ * the destination, so a port serves one flow per remote endpoint. ICMP
+ * echo is carried by its id, ICMP errors by the flow they quote. A full
+ * table or no free port refuses the new flow, counted; flows in the table
+ * go on. Expired entries are deleted by pivirtd (timeouts by state).
+ */
+
+/* masq_ports reads the ports of a packet masquerade carries: TCP and UDP,
+ * ICMP echo by its id (the private side's sport, the public side's
+ * dport). -1 for anything else.
+ */
+static __always_inline int masq_ports(const struct nat_pkt *p, const int in, __be16 *sport, __be16 *dport)
+{
+	if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) {
+		__be16 *ports = p->l4;
+
+		if ((void *)(ports + 2) > p->end || nat_l4_short(p))
+			return -1;
+		*sport = ports[0];
+		*dport = ports[1];
+		return 0;
+	}
+	if (p->proto == IPPROTO_ICMP) {
+		struct icmp_echo *ic = p->l4;
+
+		if ((void *)(ic + 1) > p->end || ic->code != 0 ||
+		    ic->type != (in ? ICMP_ECHOREPLY : ICMP_ECHO))
+			return -1;
+		*sport = in ? 0 : ic->id;
+		*dport = in ? ic->id : 0;
+		return 0;
+	}
+	return -1;
+}
+
+/* masq_state is the state a packet puts its flow in: TCP by its flags (a
+ * closing flow stays closing until a new SYN), others by protocol.
+ */
+static __always_inline __u8 masq_state(const struct nat_pkt *p, __u8 old)
+{
+	struct tcphdr *th = p->l4;
+
+	if (p->proto == IPPROTO_UDP)
+		return PV_MASQ_UDP;
+	if (p->proto != IPPROTO_TCP)
+		return PV_MASQ_ICMP;
+	if ((void *)(th + 1) > p->end)
+		return old;
+	if (th->rst || th->fin)
+		return PV_MASQ_FIN;
+	if (th->syn)
+		return PV_MASQ_SYN;
+	return old == PV_MASQ_FIN ? PV_MASQ_FIN : PV_MASQ_EST;
+}
+
+/* masq_rewrite translates the address and port (TCP, UDP) or echo id. */
+static __always_inline int masq_rewrite(struct __sk_buff *skb, const int in, const struct nat_pkt *p,
+					__be32 from, __be32 to, __be16 pfrom, __be16 pto)
+{
+	if (p->proto != IPPROTO_ICMP)
+		return nat_rewrite(skb, in, p->l4off, p->proto, 1, from, to, pfrom, pto);
+	if (nat_rewrite(skb, in, p->l4off, p->proto, 0, from, to, 0, 0))
+		return NAT_BAD;
+	if (pfrom == pto)
+		return NAT_DONE;
+	/* The ICMP checksum has no pseudo-header: only the id changes it. */
+	if (bpf_l4_csum_replace(skb, p->l4off + offsetof(struct icmp_echo, checksum), pfrom, pto,
+				sizeof(pto)))
+		return NAT_BAD;
+	if (bpf_skb_store_bytes(skb, p->l4off + offsetof(struct icmp_echo, id), &pto, sizeof(pto), 0))
+		return NAT_BAD;
+	return NAT_DONE;
+}
+
+/* masq_new takes a port for a new flow (k: its OUT key) and records both
+ * entries. A port an ExternalIP forwards on the address is never taken.
+ */
+static __always_inline int masq_new(const struct pv_masq_key *k, const struct pv_masq_net *net, __u8 st,
+				    __u64 now, __be16 *pto)
+{
+	struct pv_masq_key in = {
+		.scope = k->scope,
+		.saddr = k->daddr,
+		.daddr = net->addr,
+		.sport = k->dport,
+		.proto = k->proto,
+		.dir = PV_MASQ_IN,
+	};
+	struct pv_masq_val iv = { .addr = k->saddr, .port = k->sport, .state = st, .seen_ns = now };
+	struct pv_masq_val ov = { .addr = net->addr, .state = st, .seen_ns = now };
+	struct pv_nat_key fk = { .scope = k->scope, .addr = net->addr, .proto = k->proto };
+	__u32 span, start = bpf_get_prandom_u32();
+	long r;
+
+	if (net->port_max < net->port_min) {
+		nat_count(PV_NAT_R_MASQ_PORTS);
+		return NAT_DROPPED;
+	}
+	span = (__u32)net->port_max - net->port_min + 1;
+	for (int i = 0; i < PV_MASQ_TRIES; i++) {
+		in.dport = bpf_htons(net->port_min + (start + i) % span);
+		fk.port = in.dport;
+		if (k->proto != IPPROTO_ICMP && bpf_map_lookup_elem(&pv_nat_dnat, &fk))
+			continue;
+		r = bpf_map_update_elem(&pv_masq_ct, &in, &iv, BPF_NOEXIST);
+		if (r == -EEXIST)
+			continue;
+		if (r)
+			break;
+		ov.port = in.dport;
+		r = bpf_map_update_elem(&pv_masq_ct, k, &ov, BPF_NOEXIST);
+		if (r) {
+			bpf_map_delete_elem(&pv_masq_ct, &in);
+			if (r == -EEXIST) {
+				/* Another CPU began the same flow meanwhile. */
+				struct pv_masq_val *v = bpf_map_lookup_elem(&pv_masq_ct, k);
+
+				if (v) {
+					*pto = v->port;
+					return NAT_DONE;
+				}
+			}
+			break;
+		}
+		*pto = in.dport;
+		nat_count(PV_NAT_R_MASQ_NEW);
+		return NAT_DONE;
+	}
+	nat_count(r && r != -EEXIST ? PV_NAT_R_MASQ_FULL : PV_NAT_R_MASQ_PORTS);
+	return NAT_DROPPED;
+}
+
+/* masq_out masquerades a packet leaving from a NAT Network's CIDR. */
+static __always_inline int masq_out(struct __sk_buff *skb, struct nat_pkt *p)
+{
+	struct pv_masq_net_key nk = { .prefixlen = 64, .scope = pv_nat_scope, .addr = p->ip->saddr };
+	struct pv_masq_net *net = bpf_map_lookup_elem(&pv_masq_nets, &nk);
+	struct pv_masq_val *v;
+	__be16 sport, dport, pto;
+	__be32 to;
+	__u64 now;
+
+	if (!net)
+		return NAT_NEXT;
+	if (nat_parse_ip(p) != NAT_NEXT)
+		return NAT_MALFORMED;
+	if (!p->first || p->more) {
+		nat_count(PV_NAT_R_MASQ_FRAG);
+		return NAT_DROPPED;
+	}
+	if (masq_ports(p, 0, &sport, &dport)) {
+		struct icmphdr *ic = p->l4;
+
+		/* A guest's ICMP error about a flow's reply. */
+		if (p->proto == IPPROTO_ICMP && (void *)(ic + 1) <= p->end && icmp4_is_error(ic->type) &&
+		    nat_icmp_error(skb, 0) == NAT_DONE)
+			return NAT_PASS;
+		nat_count(PV_NAT_R_MASQ_PROTO);
+		return NAT_DROPPED;
+	}
+
+	struct pv_masq_key k = {
+		.scope = pv_nat_scope,
+		.saddr = p->ip->saddr,
+		.daddr = p->ip->daddr,
+		.sport = sport,
+		.dport = dport,
+		.proto = p->proto,
+		.dir = PV_MASQ_OUT,
+	};
+
+	now = bpf_ktime_get_coarse_ns();
+	v = bpf_map_lookup_elem(&pv_masq_ct, &k);
+	if (v) {
+		v->seen_ns = now;
+		v->state = masq_state(p, v->state);
+		to = v->addr;
+		pto = v->port;
+	} else {
+		int r = masq_new(&k, net, masq_state(p, PV_MASQ_SYN), now, &pto);
+
+		if (r != NAT_DONE)
+			return r;
+		to = net->addr;
+	}
+	if (masq_rewrite(skb, 0, p, k.saddr, to, sport, pto))
+		return NAT_MALFORMED;
+	return NAT_FORWARD;
+}
+
+/* masq_in translates a reply of a masqueraded flow back to its guest, and
+ * an ICMP error about one. Anything else is not masquerade's.
+ */
+static __always_inline int masq_in(struct __sk_buff *skb, struct nat_pkt *p)
+{
+	struct icmphdr *ic;
+	struct pv_masq_val *v;
+	__be16 sport, dport;
+
+	if (nat_parse_ip(p) != NAT_NEXT || !p->first)
+		return NAT_NEXT;
+	ic = p->l4;
+	if (p->proto == IPPROTO_ICMP && (void *)(ic + 1) <= p->end && icmp4_is_error(ic->type))
+		return !p->more && nat_icmp_error(skb, 1) == NAT_DONE ? NAT_PASS : NAT_NEXT;
+	if (masq_ports(p, 1, &sport, &dport))
+		return NAT_NEXT;
+
+	struct pv_masq_key k = {
+		.scope = pv_nat_scope,
+		.saddr = p->ip->saddr,
+		.daddr = p->ip->daddr,
+		.sport = sport,
+		.dport = dport,
+		.proto = p->proto,
+		.dir = PV_MASQ_IN,
+	};
+
+	v = bpf_map_lookup_elem(&pv_masq_ct, &k);
+	if (!v)
+		return NAT_NEXT;
+	if (p->more) {
+		nat_count(PV_NAT_R_MASQ_FRAG);
+		return NAT_DROPPED;
+	}
+	v->seen_ns = bpf_ktime_get_coarse_ns();
+	v->state = masq_state(p, v->state);
+	if (masq_rewrite(skb, 1, p, k.daddr, v->addr, dport, v->port))
+		return NAT_MALFORMED;
+	return NAT_FORWARD;
+}
+
 /* nat_verdict turns the step that took the packet into the program's
  * verdict: what cannot be translated right is dropped and counted,
  * never passed half-translated.
@@ -790,6 +1072,10 @@ static __always_inline int nat_handle(struct __sk_buff *skb, const int in)
 	k.addr = in ? p.ip->daddr : p.ip->saddr;
 	m = bpf_map_lookup_elem(nat_map(in), &k);
 	if (!m) {
+		/* No ExternalIP: a NAT Network's flow, or nothing of ours. */
+		step = in ? masq_in(skb, &p) : masq_out(skb, &p);
+		if (step != NAT_NEXT)
+			return nat_verdict(skb, in, step);
 		nat_miss(skb, in, &p);
 		return CTX_ACT_OK;
 	}
@@ -800,6 +1086,11 @@ static __always_inline int nat_handle(struct __sk_buff *skb, const int in)
 		step = nat_port_forward(skb, in, &p, &k, m);
 	if (step == NAT_NEXT)
 		step = nat_icmp(skb, in, &p, &k, m);
+	/* An address with port forwards only: its other ports may be a
+	 * NAT Network's flows (the uplink's own address), both ways.
+	 */
+	if (step == NAT_NEXT && !(m->flags & PV_NAT_ONE_TO_ONE))
+		step = in ? masq_in(skb, &p) : masq_out(skb, &p);
 	if (step == NAT_NEXT)
 		step = nat_one_to_one(skb, in, &p, &k, m);
 	return nat_verdict(skb, in, step);

@@ -48,6 +48,15 @@ struct icmphdr {
 	__be32 rest;
 };
 
+/* struct icmp_echo: an ICMP echo request or reply (RFC 792). */
+struct icmp_echo {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be16 id;
+	__be16 seq;
+};
+
 /* struct arp_eth: an Ethernet/IPv4 ARP payload (RFC 826). */
 struct arp_eth {
 	__be16 htype;

@@ -13,6 +13,8 @@ func ProtoName(p uint8) string {
 	switch p {
 	case 0:
 		return "ALL"
+	case 1:
+		return "ICMP"
 	case 6:
 		return "TCP"
 	case 17:

@@ -23,10 +23,12 @@ const (
 	MapSNAT     = "pv_nat_snat"
 	MapStats    = "pv_nat_stats"
 	MapCounters = "pv_nat_counters"
+	MapMasqNets = "pv_masq_nets"
+	MapMasqCT   = "pv_masq_ct"
 )
 
 // MapNames lists every NAT map.
-var MapNames = []string{MapDNAT, MapSNAT, MapStats, MapCounters}
+var MapNames = []string{MapDNAT, MapSNAT, MapStats, MapCounters, MapMasqNets, MapMasqCT}
 
 // Program names, as in bpf/tc_nat.c.
 const (
@@ -50,6 +52,16 @@ type (
 	Flags = tc_natPvNatFlags
 	// Reason mirrors enum pv_nat_reason.
 	Reason = tc_natPvNatReason
+	// MasqNetKey mirrors struct pv_masq_net_key.
+	MasqNetKey = tc_natPvMasqNetKey
+	// MasqNet mirrors struct pv_masq_net.
+	MasqNet = tc_natPvMasqNet
+	// MasqKey mirrors struct pv_masq_key.
+	MasqKey = tc_natPvMasqKey
+	// MasqVal mirrors struct pv_masq_val.
+	MasqVal = tc_natPvMasqVal
+	// MasqState mirrors enum pv_masq_state.
+	MasqState = tc_natPvMasqState
 )
 
 // Mapping flags (enum pv_nat_flags).
@@ -71,11 +83,22 @@ const (
 	ReasonRedirectNeigh Reason = tc_natPvNatReasonPV_NAT_R_REDIRECT_NEIGH
 	// ReasonStack: translated, then forwarded (or delivered, or refused)
 	// by the kernel's stack.
-	ReasonStack     Reason = tc_natPvNatReasonPV_NAT_R_STACK
+	ReasonStack Reason = tc_natPvNatReasonPV_NAT_R_STACK
+	// ReasonMasqNew: a NAT Network's new flow took a port.
+	ReasonMasqNew   Reason = tc_natPvNatReasonPV_NAT_R_MASQ_NEW
 	ReasonDropMin   Reason = tc_natPvNatReasonPV_NAT_R_DROP_MIN
 	ReasonMalformed Reason = tc_natPvNatReasonPV_NAT_R_MALFORMED
 	ReasonFragPorts Reason = tc_natPvNatReasonPV_NAT_R_FRAG_PORTS
 	ReasonICMPInner Reason = tc_natPvNatReasonPV_NAT_R_ICMP_INNER
+	// ReasonMasqFull: a new flow refused, the flow table full.
+	ReasonMasqFull Reason = tc_natPvNatReasonPV_NAT_R_MASQ_FULL
+	// ReasonMasqPorts: a new flow refused, no free port to its destination.
+	ReasonMasqPorts Reason = tc_natPvNatReasonPV_NAT_R_MASQ_PORTS
+	// ReasonMasqFrag: a fragment of a masqueraded flow, dropped.
+	ReasonMasqFrag Reason = tc_natPvNatReasonPV_NAT_R_MASQ_FRAG
+	// ReasonMasqProto: leaving a NAT Network in a protocol masquerade does
+	// not carry.
+	ReasonMasqProto Reason = tc_natPvNatReasonPV_NAT_R_MASQ_PROTO
 	ReasonMax       Reason = tc_natPvNatReasonPV_NAT_R_MAX
 )
 
@@ -89,6 +112,11 @@ var reasonNames = map[Reason]string{
 	ReasonMalformed:     "malformed",
 	ReasonFragPorts:     "fragment-of-forwarded-port",
 	ReasonICMPInner:     "icmp-error-untranslatable",
+	ReasonMasqNew:       "masq-new-flow",
+	ReasonMasqFull:      "masq-table-full",
+	ReasonMasqPorts:     "masq-no-free-port",
+	ReasonMasqFrag:      "masq-fragment",
+	ReasonMasqProto:     "masq-protocol-not-carried",
 }
 
 // String is the reason's stable kebab-case name; unknown values print as
@@ -169,17 +197,20 @@ func Spec() (*ebpf.CollectionSpec, error) { return loadTc_nat() }
 type Objects struct {
 	In, Out                     *ebpf.Program
 	DNAT, SNAT, Stats, Counters *ebpf.Map
+	// MasqNets and MasqCT are the masquerade's: NAT Networks and flows.
+	MasqNets, MasqCT *ebpf.Map
 }
 
 // Close releases the instance's file descriptors (pinned maps and links
 // stay).
 func (o *Objects) Close() error {
 	var err error
-	for _, c := range []interface{ Close() error }{o.In, o.Out, o.DNAT, o.SNAT, o.Stats, o.Counters} {
+	for _, c := range []interface{ Close() error }{o.In, o.Out} {
 		if e := c.Close(); e != nil && err == nil {
 			err = e
 		}
 	}
+	o.closeMaps()
 	return err
 }
 
@@ -243,6 +274,7 @@ func LoadSpec(spec *ebpf.CollectionSpec, scope uint32, mac net.HardwareAddr, map
 	return &Objects{
 		In: objs.PvTcNatIn, Out: objs.PvTcNatOut,
 		DNAT: objs.PvNatDnat, SNAT: objs.PvNatSnat, Stats: objs.PvNatStats, Counters: objs.PvNatCounters,
+		MasqNets: objs.PvMasqNets, MasqCT: objs.PvMasqCt,
 	}, nil
 }
 
@@ -262,7 +294,8 @@ func OpenMaps(mapDir string) (*Objects, error) {
 		return nil, fmt.Errorf("loading NAT spec: %w", err)
 	}
 	o := &Objects{}
-	for name, dst := range map[string]**ebpf.Map{MapDNAT: &o.DNAT, MapSNAT: &o.SNAT, MapStats: &o.Stats, MapCounters: &o.Counters} {
+	for name, dst := range map[string]**ebpf.Map{MapDNAT: &o.DNAT, MapSNAT: &o.SNAT, MapStats: &o.Stats, MapCounters: &o.Counters,
+		MapMasqNets: &o.MasqNets, MapMasqCT: &o.MasqCT} {
 		m, err := ebpf.NewMapWithOptions(spec.Maps[name], ebpf.MapOptions{PinPath: mapDir})
 		if err != nil {
 			o.closeMaps()
@@ -274,7 +307,7 @@ func OpenMaps(mapDir string) (*Objects, error) {
 }
 
 func (o *Objects) closeMaps() {
-	for _, m := range []*ebpf.Map{o.DNAT, o.SNAT, o.Stats, o.Counters} {
+	for _, m := range []*ebpf.Map{o.DNAT, o.SNAT, o.Stats, o.Counters, o.MasqNets, o.MasqCT} {
 		if m != nil {
 			m.Close()
 		}

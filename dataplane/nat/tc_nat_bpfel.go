@@ -13,6 +13,68 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type tc_natPvMasqDir uint32
+
+const (
+	tc_natPvMasqDirPV_MASQ_OUT tc_natPvMasqDir = 0
+	tc_natPvMasqDirPV_MASQ_IN  tc_natPvMasqDir = 1
+)
+
+type tc_natPvMasqKey struct {
+	_     structs.HostLayout
+	Scope uint32
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Dir   uint8
+	Pad   uint16
+}
+
+type tc_natPvMasqNet struct {
+	_       structs.HostLayout
+	Addr    uint32
+	PortMin uint16
+	PortMax uint16
+}
+
+type tc_natPvMasqNetKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Scope     uint32
+	Addr      uint32
+}
+
+type tc_natPvMasqState uint32
+
+const (
+	tc_natPvMasqStatePV_MASQ_SYN  tc_natPvMasqState = 0
+	tc_natPvMasqStatePV_MASQ_EST  tc_natPvMasqState = 1
+	tc_natPvMasqStatePV_MASQ_FIN  tc_natPvMasqState = 2
+	tc_natPvMasqStatePV_MASQ_UDP  tc_natPvMasqState = 3
+	tc_natPvMasqStatePV_MASQ_ICMP tc_natPvMasqState = 4
+)
+
+type tc_natPvMasqTimeout uint32
+
+const (
+	tc_natPvMasqTimeoutPV_MASQ_T_SYN  tc_natPvMasqTimeout = 60
+	tc_natPvMasqTimeoutPV_MASQ_T_EST  tc_natPvMasqTimeout = 7440
+	tc_natPvMasqTimeoutPV_MASQ_T_FIN  tc_natPvMasqTimeout = 10
+	tc_natPvMasqTimeoutPV_MASQ_T_UDP  tc_natPvMasqTimeout = 180
+	tc_natPvMasqTimeoutPV_MASQ_T_ICMP tc_natPvMasqTimeout = 30
+)
+
+type tc_natPvMasqVal struct {
+	_      structs.HostLayout
+	Addr   uint32
+	Port   uint16
+	State  uint8
+	Pad    uint8
+	SeenNs uint64
+}
+
 type tc_natPvNatCounts struct {
 	_    structs.HostLayout
 	Pkts [16]uint64
@@ -49,10 +111,15 @@ const (
 	tc_natPvNatReasonPV_NAT_R_REDIRECT       tc_natPvNatReason = 3
 	tc_natPvNatReasonPV_NAT_R_REDIRECT_NEIGH tc_natPvNatReason = 4
 	tc_natPvNatReasonPV_NAT_R_STACK          tc_natPvNatReason = 5
+	tc_natPvNatReasonPV_NAT_R_MASQ_NEW       tc_natPvNatReason = 6
 	tc_natPvNatReasonPV_NAT_R_DROP_MIN       tc_natPvNatReason = 8
 	tc_natPvNatReasonPV_NAT_R_MALFORMED      tc_natPvNatReason = 8
 	tc_natPvNatReasonPV_NAT_R_FRAG_PORTS     tc_natPvNatReason = 9
 	tc_natPvNatReasonPV_NAT_R_ICMP_INNER     tc_natPvNatReason = 10
+	tc_natPvNatReasonPV_NAT_R_MASQ_FULL      tc_natPvNatReason = 11
+	tc_natPvNatReasonPV_NAT_R_MASQ_PORTS     tc_natPvNatReason = 12
+	tc_natPvNatReasonPV_NAT_R_MASQ_FRAG      tc_natPvNatReason = 13
+	tc_natPvNatReasonPV_NAT_R_MASQ_PROTO     tc_natPvNatReason = 14
 	tc_natPvNatReasonPV_NAT_R_MAX            tc_natPvNatReason = 16
 )
 
@@ -75,17 +142,22 @@ type tc_natPvNatVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tc_natMapPvNatCounters  = "pv_nat_counters"
-	tc_natMapPvNatDnat      = "pv_nat_dnat"
-	tc_natMapPvNatSnat      = "pv_nat_snat"
-	tc_natMapPvNatStats     = "pv_nat_stats"
-	tc_natProgPvTcNatIn     = "pv_tc_nat_in"
-	tc_natProgPvTcNatOut    = "pv_tc_nat_out"
-	tc_natVarPvNatFlagsBtf  = "pv_nat_flags_btf"
-	tc_natVarPvNatMac       = "pv_nat_mac"
-	tc_natVarPvNatReasonBtf = "pv_nat_reason_btf"
-	tc_natVarPvNatRedirect  = "pv_nat_redirect"
-	tc_natVarPvNatScope     = "pv_nat_scope"
+	tc_natMapPvMasqCt         = "pv_masq_ct"
+	tc_natMapPvMasqNets       = "pv_masq_nets"
+	tc_natMapPvNatCounters    = "pv_nat_counters"
+	tc_natMapPvNatDnat        = "pv_nat_dnat"
+	tc_natMapPvNatSnat        = "pv_nat_snat"
+	tc_natMapPvNatStats       = "pv_nat_stats"
+	tc_natProgPvTcNatIn       = "pv_tc_nat_in"
+	tc_natProgPvTcNatOut      = "pv_tc_nat_out"
+	tc_natVarPvMasqDirBtf     = "pv_masq_dir_btf"
+	tc_natVarPvMasqStateBtf   = "pv_masq_state_btf"
+	tc_natVarPvMasqTimeoutBtf = "pv_masq_timeout_btf"
+	tc_natVarPvNatFlagsBtf    = "pv_nat_flags_btf"
+	tc_natVarPvNatMac         = "pv_nat_mac"
+	tc_natVarPvNatReasonBtf   = "pv_nat_reason_btf"
+	tc_natVarPvNatRedirect    = "pv_nat_redirect"
+	tc_natVarPvNatScope       = "pv_nat_scope"
 )
 
 // loadTc_nat returns the embedded CollectionSpec for tc_nat.
@@ -138,6 +210,8 @@ type tc_natProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tc_natMapSpecs struct {
+	PvMasqCt      *ebpf.MapSpec `ebpf:"pv_masq_ct"`
+	PvMasqNets    *ebpf.MapSpec `ebpf:"pv_masq_nets"`
 	PvNatCounters *ebpf.MapSpec `ebpf:"pv_nat_counters"`
 	PvNatDnat     *ebpf.MapSpec `ebpf:"pv_nat_dnat"`
 	PvNatSnat     *ebpf.MapSpec `ebpf:"pv_nat_snat"`
@@ -148,11 +222,14 @@ type tc_natMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tc_natVariableSpecs struct {
-	PvNatFlagsBtf  *ebpf.VariableSpec `ebpf:"pv_nat_flags_btf"`
-	PvNatMac       *ebpf.VariableSpec `ebpf:"pv_nat_mac"`
-	PvNatReasonBtf *ebpf.VariableSpec `ebpf:"pv_nat_reason_btf"`
-	PvNatRedirect  *ebpf.VariableSpec `ebpf:"pv_nat_redirect"`
-	PvNatScope     *ebpf.VariableSpec `ebpf:"pv_nat_scope"`
+	PvMasqDirBtf     *ebpf.VariableSpec `ebpf:"pv_masq_dir_btf"`
+	PvMasqStateBtf   *ebpf.VariableSpec `ebpf:"pv_masq_state_btf"`
+	PvMasqTimeoutBtf *ebpf.VariableSpec `ebpf:"pv_masq_timeout_btf"`
+	PvNatFlagsBtf    *ebpf.VariableSpec `ebpf:"pv_nat_flags_btf"`
+	PvNatMac         *ebpf.VariableSpec `ebpf:"pv_nat_mac"`
+	PvNatReasonBtf   *ebpf.VariableSpec `ebpf:"pv_nat_reason_btf"`
+	PvNatRedirect    *ebpf.VariableSpec `ebpf:"pv_nat_redirect"`
+	PvNatScope       *ebpf.VariableSpec `ebpf:"pv_nat_scope"`
 }
 
 // tc_natObjects contains all objects after they have been loaded into the kernel.
@@ -175,6 +252,8 @@ func (o *tc_natObjects) Close() error {
 //
 // It can be passed to loadTc_natObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tc_natMaps struct {
+	PvMasqCt      *ebpf.Map `ebpf:"pv_masq_ct"`
+	PvMasqNets    *ebpf.Map `ebpf:"pv_masq_nets"`
 	PvNatCounters *ebpf.Map `ebpf:"pv_nat_counters"`
 	PvNatDnat     *ebpf.Map `ebpf:"pv_nat_dnat"`
 	PvNatSnat     *ebpf.Map `ebpf:"pv_nat_snat"`
@@ -183,6 +262,8 @@ type tc_natMaps struct {
 
 func (m *tc_natMaps) Close() error {
 	return _Tc_natClose(
+		m.PvMasqCt,
+		m.PvMasqNets,
 		m.PvNatCounters,
 		m.PvNatDnat,
 		m.PvNatSnat,
@@ -194,11 +275,14 @@ func (m *tc_natMaps) Close() error {
 //
 // It can be passed to loadTc_natObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tc_natVariables struct {
-	PvNatFlagsBtf  *ebpf.Variable `ebpf:"pv_nat_flags_btf"`
-	PvNatMac       *ebpf.Variable `ebpf:"pv_nat_mac"`
-	PvNatReasonBtf *ebpf.Variable `ebpf:"pv_nat_reason_btf"`
-	PvNatRedirect  *ebpf.Variable `ebpf:"pv_nat_redirect"`
-	PvNatScope     *ebpf.Variable `ebpf:"pv_nat_scope"`
+	PvMasqDirBtf     *ebpf.Variable `ebpf:"pv_masq_dir_btf"`
+	PvMasqStateBtf   *ebpf.Variable `ebpf:"pv_masq_state_btf"`
+	PvMasqTimeoutBtf *ebpf.Variable `ebpf:"pv_masq_timeout_btf"`
+	PvNatFlagsBtf    *ebpf.Variable `ebpf:"pv_nat_flags_btf"`
+	PvNatMac         *ebpf.Variable `ebpf:"pv_nat_mac"`
+	PvNatReasonBtf   *ebpf.Variable `ebpf:"pv_nat_reason_btf"`
+	PvNatRedirect    *ebpf.Variable `ebpf:"pv_nat_redirect"`
+	PvNatScope       *ebpf.Variable `ebpf:"pv_nat_scope"`
 }
 
 // tc_natPrograms contains all programs after they have been loaded into the kernel.

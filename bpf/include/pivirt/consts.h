@@ -188,6 +188,7 @@ enum pv_nat_reason {
 	PV_NAT_R_STACK       = 5, /* translated, then left to the kernel's
 				   * forwarding (fib not forwarding it here,
 				   * too big, TTL expiring, IP options...) */
+	PV_NAT_R_MASQ_NEW    = 6, /* a masqueraded flow began: port taken */
 	PV_NAT_R_DROP_MIN    = 8,
 	PV_NAT_R_MALFORMED   = 8, /* truncated headers of a mapped packet */
 	PV_NAT_R_FRAG_PORTS  = 9, /* fragment of a forwarded port: no port in
@@ -195,7 +196,54 @@ enum pv_nat_reason {
 				   * translated statelessly */
 	PV_NAT_R_ICMP_INNER  = 10, /* ICMP error on a mapped address with an
 				    * untranslatable inner packet */
+	PV_NAT_R_MASQ_FULL   = 11, /* new masqueraded flow refused: the
+				    * flow table is full */
+	PV_NAT_R_MASQ_PORTS  = 12, /* new masqueraded flow refused: no free
+				    * port (to that destination) found */
+	PV_NAT_R_MASQ_FRAG   = 13, /* fragment of a masqueraded flow: no
+				    * port in later fragments */
+	PV_NAT_R_MASQ_PROTO  = 14, /* leaving a NAT Network in a protocol
+				    * masquerade does not carry (not TCP,
+				    * UDP, ICMP echo or a matching error) */
 	PV_NAT_R_MAX         = 16,
+};
+
+/* Masquerade of NAT Networks (lib/nat.h, nat_masq). */
+
+/* Entries of pv_masq_ct: two a flow (out and in). A full table refuses
+ * new flows (counted) and keeps the others: a plain hash, not an LRU
+ * that would evict live flows; pivirtd deletes expired entries.
+ */
+#define PV_MASQ_CT_MAX		262144
+#define PV_MASQ_NETS_MAX	1024
+/* Candidate ports tried for a new flow before it is refused. */
+#define PV_MASQ_TRIES		32
+
+/* enum pv_masq_dir: struct pv_masq_key.dir. */
+enum pv_masq_dir {
+	PV_MASQ_OUT = 0, /* keyed by the private side's packet */
+	PV_MASQ_IN  = 1, /* keyed by the reply to the public side */
+};
+
+/* enum pv_masq_timeout: seconds a flow lives past its last packet, by
+ * state (TCP established: RFC 5382's 2 h 4 min; UDP: RFC 4787's 2 min
+ * at least). pivirtd deletes flows past theirs.
+ */
+enum pv_masq_timeout {
+	PV_MASQ_T_SYN  = 60,
+	PV_MASQ_T_EST  = 7440,
+	PV_MASQ_T_FIN  = 10,
+	PV_MASQ_T_UDP  = 180,
+	PV_MASQ_T_ICMP = 30,
+};
+
+/* enum pv_masq_state: struct pv_masq_val.state, for timeouts. */
+enum pv_masq_state {
+	PV_MASQ_SYN  = 0, /* TCP opening */
+	PV_MASQ_EST  = 1, /* TCP established */
+	PV_MASQ_FIN  = 2, /* TCP closing (FIN or RST seen) */
+	PV_MASQ_UDP  = 3,
+	PV_MASQ_ICMP = 4, /* ICMP echo */
 };
 
 #endif /* PIVIRT_CONSTS_H */

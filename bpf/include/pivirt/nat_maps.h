@@ -55,4 +55,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pv_nat_counters SEC(".maps");
 
+/* pv_masq_nets: (scope, CIDR) of each NAT Network -> its uplink's
+ * address and port range.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, PV_MASQ_NETS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct pv_masq_net_key);
+	__type(value, struct pv_masq_net);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pv_masq_nets SEC(".maps");
+
+/* pv_masq_ct: masqueraded flows, an OUT and an IN entry each. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PV_MASQ_CT_MAX);
+	__type(key, struct pv_masq_key);
+	__type(value, struct pv_masq_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pv_masq_ct SEC(".maps");
+
 #endif /* PIVIRT_NAT_MAPS_H */

@@ -207,4 +207,47 @@ struct pv_nat_counts {
 	__u64 pkts[PV_NAT_R_MAX];
 };
 
+/* struct pv_masq_net_key: pv_masq_nets key (LPM trie): a NAT Network's
+ * CIDR on one uplink. prefixlen counts scope's 32 bits too.
+ */
+struct pv_masq_net_key {
+	__u32 prefixlen;
+	__u32 scope;
+	__be32 addr;
+};
+
+/* struct pv_masq_net: where a NAT Network's traffic leaves from. */
+struct pv_masq_net {
+	__be32 addr;     /* the uplink's address */
+	__u16 port_min;  /* host order: the ports masquerade may take */
+	__u16 port_max;
+};
+
+/* struct pv_masq_key: pv_masq_ct key. OUT: the private side's packet
+ * (saddr the guest); IN: the reply (saddr the remote, daddr the uplink's
+ * address, dport the taken port). ICMP echo: its id is the private side's
+ * sport and the public side's dport, the other port 0.
+ */
+struct pv_masq_key {
+	__u32 scope;
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 dir;        /* enum pv_masq_dir */
+	__u16 pad;
+};
+
+/* struct pv_masq_val: what a pv_masq_key's packet translates to (OUT: the
+ * public address and port; IN: the guest's), and when it was last seen.
+ */
+struct pv_masq_val {
+	__be32 addr;
+	__be16 port;
+	__u8 state;      /* enum pv_masq_state */
+	__u8 pad;
+	__u64 seen_ns;   /* bpf_ktime_get_coarse_ns of the last packet */
+};
+
 #endif /* PIVIRT_TYPES_H */
