@@ -21,14 +21,17 @@ package test
 
 import (
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"pivirt.hu/pivirt/dataplane/nat"
 	"pivirt.hu/pivirt/test/guest"
 	"pivirt.hu/pivirt/test/harness"
 	"pivirt.hu/pivirt/test/testutil"
@@ -246,5 +249,125 @@ spec:
 		if got := sh(t, host, "cat", "/proc/sys/net/ipv4/conf/uplink1/forwarding"); got != "0" {
 			t.Errorf("uplink1 forwarding after delete = %s, want 0 as found", got)
 		}
+	})
+}
+
+// NAT (TestPrivilegedNetworkNAT):
+//
+//	inet ns: eth0 203.0.113.1/24, no route to the NAT Network
+//	host ns: uplink2 203.0.113.2/24
+//	  Network nat (nat, cidr 10.91.0.0/24) → pvbr-nat holds 10.91.0.1/24,
+//	  the uplink's NAT program masquerades 10.91.0.0/24 behind 203.0.113.2
+//	  NetworkSegment nat-seg on it, DHCP 10.91.0.100-199; a guest
+func TestPrivilegedNetworkNAT(t *testing.T) {
+	testutil.RequireBPF(t)
+	testutil.RequireTool(t, "dhclient", "ping", "iperf3")
+	host, inet := testutil.NewNetNS(t), testutil.NewNetNS(t)
+	linkNS(t, host, "uplink2", inet, "eth0")
+	ipConfig(t, host, "uplink2", "203.0.113.2/24", "203.0.113.1")
+	ipConfig(t, inet, "eth0", "203.0.113.1/24", "")
+	e := startNAT(t, host)
+	e.apply(`apiVersion: pivirt.hu/v1
+kind: Network
+metadata: {name: nat}
+spec: {type: nat, uplink: uplink2, cidr: 10.91.0.0/24}
+---
+apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: nat-seg}
+spec:
+  networkRef: nat
+  bridge: pvbr-nat
+  hostIP: 10.91.0.1/24
+  dhcp: {delegatedRangeStart: 10.91.0.100, delegatedRangeEnd: 10.91.0.199, defaultLeaseTime: 600}`)
+	var st struct{ Masquerade string }
+	if err := json.Unmarshal([]byte(e.waitStatus("network", "nat", "Ready")), &st); err != nil || st.Masquerade != "203.0.113.2" {
+		t.Errorf("network status masquerade %q (%v), want 203.0.113.2", st.Masquerade, err)
+	}
+	e.waitStatus("segment", "nat-seg", "Ready")
+
+	g := guest.Attach(t, host, "pvbr-nat", "", nil)
+	g.Dhclient(t)
+	if ip := g.Addr(t); !strings.HasPrefix(ip.String(), "10.91.0.") {
+		t.Fatalf("guest got %s, want an address of 10.91.0.0/24", ip)
+	}
+	g.Run(t, "ip", "route", "add", "default", "via", "10.91.0.1")
+	scope := nat.ScopeInterface("uplink2")
+
+	serve(t, inet, "203.0.113.1:7000")
+	t.Run("tcp, udp and ping leave from the uplink's address", func(t *testing.T) {
+		mustSee(t, g.NS, "tcp4", "203.0.113.1:7000", "203.0.113.2")
+		mustSee(t, g.NS, "udp4", "203.0.113.1:7000", "203.0.113.2")
+		if !pings(g.NS, "203.0.113.1") {
+			t.Error("the guest cannot ping through the NAT")
+		}
+	})
+	t.Run("an ICMP error comes back translated to the guest's socket", func(t *testing.T) {
+		if err := udpRefused(t, g.NS, "203.0.113.1:7001"); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("udp to a closed port upstream: %v, want ECONNREFUSED", err)
+		}
+	})
+	t.Run("iperf3 tcp through the NAT", func(t *testing.T) {
+		srv := inet.Command("iperf3", "-s", "-1", "-B", "203.0.113.1", "-p", "5201")
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+		var out string
+		waitFor(t, 10*time.Second, "iperf3 run", func() bool {
+			o, err := g.NS.Exec("iperf3", "-c", "203.0.113.1", "-p", "5201", "-t", "2", "-J")
+			out = string(o)
+			return err == nil
+		})
+		var r struct {
+			End struct {
+				SumReceived struct {
+					Bytes         uint64  `json:"bytes"`
+					BitsPerSecond float64 `json:"bits_per_second"`
+				} `json:"sum_received"`
+			} `json:"end"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || r.End.SumReceived.Bytes == 0 {
+			t.Fatalf("iperf3 moved nothing (%v):\n%s", err, out)
+		}
+		t.Logf("iperf3 through the NAT: %.0f Mbit/s", r.End.SumReceived.BitsPerSecond/1e6)
+	})
+	t.Run("the flows are in the table, like conntrack -L", func(t *testing.T) {
+		o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		flows, err := o.Flows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		protos := map[uint8]bool{}
+		for _, f := range flows {
+			if f.Public.Addr().String() != "203.0.113.2" || f.Scope != scope {
+				t.Errorf("flow %s: public %s scope %x", f, f.Public, f.Scope)
+			}
+			protos[f.Proto] = true
+		}
+		if !protos[1] || !protos[6] || !protos[17] {
+			t.Errorf("flows %v, want ICMP, TCP and UDP ones", flows)
+		}
+		if n := e.reasons(scope)[nat.ReasonMasqNew]; n < 3 {
+			t.Errorf("masq-new-flow = %d, want at least 3", n)
+		}
+	})
+	t.Run("deleting the Network stops the masquerade", func(t *testing.T) {
+		e.delete("segment", "nat-seg")
+		waitFor(t, 10*time.Second, "the segment gone", func() bool { return e.d.Ctl("get", "segment", "nat-seg").Code != 0 })
+		e.delete("network", "nat")
+		waitFor(t, 10*time.Second, "the masquerade gone", func() bool {
+			o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+			if err != nil {
+				return false
+			}
+			defer o.Close()
+			nets, err := o.MasqNetEntries()
+			return err == nil && len(nets) == 0
+		})
 	})
 }

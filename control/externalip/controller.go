@@ -57,6 +57,7 @@ type Controller struct {
 	load   []nat.Option
 
 	maps     *natmap.Map
+	masq     *nat.Objects                  // the masquerade's maps, for syncMasq
 	routers  map[string]vpcrouter.Router   // realized, by name
 	attached map[uint32]attachment         // by scope
 	bypass   map[string][]vpcrouter.Bypass // by router, as last applied
@@ -101,7 +102,7 @@ func New(o Options) *Controller {
 		ID:    c.Name(),
 		Store: c.store,
 		Cache: c.cache,
-		Kinds: []string{pivirtv1.KindExternalIP, pivirtv1.KindVPCRouter, pivirtv1.KindNetworkSegment},
+		Kinds: []string{pivirtv1.KindExternalIP, pivirtv1.KindVPCRouter, pivirtv1.KindNetworkSegment, pivirtv1.KindNetwork},
 		// Segment statuses change with every new lease; NAT reads specs.
 		React: reconcile.Unless(reconcile.StatusOnly),
 		// No lease wakes this loop, and a pass compiles only NAT's own
@@ -117,8 +118,12 @@ func New(o Options) *Controller {
 // Name is the controller's name in logs.
 func (c *Controller) Name() string { return "nat" }
 
-// Run reconciles until ctx is done.
-func (c *Controller) Run(ctx context.Context) error { return c.loop.Run(ctx) }
+// Run reconciles until ctx is done, and deletes expired masqueraded flows
+// every ExpireEvery.
+func (c *Controller) Run(ctx context.Context) error {
+	go c.expireFlows(ctx)
+	return c.loop.Run(ctx)
+}
 
 // Loop is the controller's reconcile loop, whose Status says whether its
 // first full pass is done (pivirtd's readiness waits for it).
@@ -144,6 +149,13 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	}
 	eips, eipObj, routers, routerObj := in.eips, in.eipObj, in.routers, in.routerObj
 	res := Compile(eips, routers, in.segments)
+	// NAT Networks' uplinks carry the programs too (their masquerade).
+	nets := natNetworks(snap.Of(pivirtv1.KindNetwork), snap.Spec)
+	for _, n := range nets {
+		if !slices.ContainsFunc(res.Uplinks, func(u Uplink) bool { return u.Scope == n.scope }) {
+			res.Uplinks = append(res.Uplinks, Uplink{Scope: n.scope, Interface: n.uplink})
+		}
+	}
 
 	// Routers first: their uplinks carry the programs.
 	routerErr := map[string]string{}
@@ -182,6 +194,9 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 
 	// Maps before programs, so a new program finds its entries.
 	if err := c.syncMaps(res.Maps); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.syncMasq(nets); err != nil {
 		errs = append(errs, err)
 	}
 

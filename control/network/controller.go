@@ -33,6 +33,8 @@ type Status struct {
 	Addresses []string `json:"addresses,omitempty"`
 	// Segments are the NetworkSegments of this node riding the Network.
 	Segments []string `json:"segments,omitempty"`
+	// Masquerade is the address a NAT Network's traffic leaves from.
+	Masquerade string `json:"masquerade,omitempty"`
 }
 
 // Controller realizes the Networks of this node.
@@ -109,6 +111,9 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			}
 			c.realized[name] = spec
 			st.Phase, st.BridgeIndex = pivirtv1.PhaseReady, hs.Index
+			if hs.Public.IsValid() {
+				st.Masquerade = hs.Public.String()
+			}
 			for _, a := range hs.Addresses {
 				st.Addresses = append(st.Addresses, a.String())
 			}
@@ -139,8 +144,8 @@ func realize(name, node string, s pivirtv1.NetworkSpec) (hostnet.State, error) {
 	switch s.Type {
 	case pivirtv1.NetworkBridge:
 		return hostnet.Bridged(name, node, s.Bridge, s.Uplink, s.MTU)
-	case pivirtv1.NetworkRouted:
-		return hostnet.Routed(name, node, s.Bridge, s.Uplink, s.GatewayPrefix(), s.MTU)
+	case pivirtv1.NetworkRouted, pivirtv1.NetworkNAT:
+		return hostnet.Routed(name, node, s.Bridge, s.Uplink, s.GatewayPrefix(), s.MTU, s.Type == pivirtv1.NetworkNAT)
 	}
 	return hostnet.State{}, fmt.Errorf("type %s is not realized by this pivirtd", s.Type)
 }
@@ -158,6 +163,8 @@ func describe(s pivirtv1.NetworkSpec, hs hostnet.State) string {
 	switch {
 	case s.Type == pivirtv1.NetworkRouted:
 		return fmt.Sprintf("bridge %s (ifindex %d) routes %s through %s, gateway %s", s.Bridge, hs.Index, s.CIDR, s.Uplink, s.Gateway)
+	case s.Type == pivirtv1.NetworkNAT:
+		return fmt.Sprintf("bridge %s (ifindex %d), gateway %s: %s leaves through %s masqueraded behind %s", s.Bridge, hs.Index, s.Gateway, s.CIDR, s.Uplink, hs.Public)
 	case s.Uplink == "":
 		return fmt.Sprintf("isolated bridge %s (ifindex %d)", s.Bridge, hs.Index)
 	}

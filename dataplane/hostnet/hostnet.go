@@ -28,7 +28,9 @@ const aliasPrefix = "pivirt-network:"
 // segments on the bridge read the same copy.
 type Record struct {
 	Network string
-	Routed  bool // type routed (else bridge)
+	Routed  bool // type routed or nat (else bridge)
+	// Masquerade: type nat (its masquerade is the uplink's NAT program's).
+	Masquerade bool
 	// Uplink is the enslaved uplink (type bridge) or the way out (routed).
 	Uplink string
 	// Forwarding: pivirtd turned IPv4 forwarding on for Uplink; deleting
@@ -43,7 +45,9 @@ type Record struct {
 func (r Record) alias() (string, error) {
 	var b strings.Builder
 	b.WriteString(aliasPrefix + r.Network)
-	if r.Routed {
+	if r.Masquerade {
+		b.WriteString(" type=nat")
+	} else if r.Routed {
 		b.WriteString(" type=routed")
 	}
 	if r.Uplink != "" {
@@ -81,7 +85,8 @@ func parseRecord(alias string) (Record, bool) {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {
 		case "type":
-			r.Routed = v == "routed"
+			r.Routed = v == "routed" || v == "nat"
+			r.Masquerade = v == "nat"
 		case "uplink":
 			r.Uplink = v
 		case "forwarding":

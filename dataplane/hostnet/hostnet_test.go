@@ -17,6 +17,7 @@ func TestRecordAlias(t *testing.T) {
 	for _, r := range []Record{
 		{Network: "lan"},
 		{Network: "lan", Uplink: "eth1", Kept: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")}},
+		{Network: "nat", Routed: true, Masquerade: true, Uplink: "eth3"},
 		{Network: "lab", Routed: true, Uplink: "eth2", Forwarding: true, Kept: []netip.Prefix{netip.MustParsePrefix("10.90.0.1/24")}},
 	} {
 		a, err := r.alias()
@@ -172,7 +173,7 @@ func TestPrivilegedRoutedForwardsAndRestores(t *testing.T) {
 	if got := fwd(uplink); got != "0" {
 		t.Fatalf("a fresh namespace forwards on %s (%s)", uplink, got)
 	}
-	if err := host.Do(func() error { _, err := Routed("lab", "node-1", "pvbr-lab", uplink, gw, 1400); return err }); err != nil {
+	if err := host.Do(func() error { _, err := Routed("lab", "node-1", "pvbr-lab", uplink, gw, 1400, false); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if got := ip(t, host, "-4", "-br", "addr", "show", "dev", "pvbr-lab"); !strings.Contains(got, "10.90.0.1/24") {
@@ -186,7 +187,7 @@ func TestPrivilegedRoutedForwardsAndRestores(t *testing.T) {
 	}
 	// A new gateway replaces the old one.
 	gw2 := netip.MustParsePrefix("10.90.0.254/24")
-	if err := host.Do(func() error { _, err := Routed("lab", "node-1", "pvbr-lab", uplink, gw2, 1400); return err }); err != nil {
+	if err := host.Do(func() error { _, err := Routed("lab", "node-1", "pvbr-lab", uplink, gw2, 1400, false); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if got := ip(t, host, "-4", "-br", "addr", "show", "dev", "pvbr-lab"); strings.Contains(got, "10.90.0.1/") || !strings.Contains(got, "10.90.0.254/24") {
@@ -223,7 +224,7 @@ func TestPrivilegedBridgeOwnership(t *testing.T) {
 		if rec, ok := Lookup("br-seg"); !ok || rec.Network != "vm" {
 			t.Errorf("Lookup(br-seg) = %+v %v, want network vm's", rec, ok)
 		}
-		if _, err := Routed("other", "node-1", "br-seg", "lo", netip.MustParsePrefix("10.1.0.1/24"), 0); err == nil || !strings.Contains(err.Error(), "belongs to network vm") {
+		if _, err := Routed("other", "node-1", "br-seg", "lo", netip.MustParsePrefix("10.1.0.1/24"), 0, false); err == nil || !strings.Contains(err.Error(), "belongs to network vm") {
 			t.Errorf("Routed over network vm's bridge = %v, want it refused", err)
 		}
 		return nil

@@ -20,6 +20,8 @@ type State struct {
 	// Addresses are the host's addresses on the bridge that belong to
 	// the Network (moved from the uplink, or the gateway).
 	Addresses []netip.Prefix
+	// Public is what a NAT Network masquerades behind.
+	Public netip.Addr
 }
 
 // Bridged realizes a Network of type bridge: the bridge, with the
@@ -124,10 +126,19 @@ func release(name string, rec Record) error {
 
 // Routed realizes a Network of type routed: the bridge holding gateway
 // (the host answers ARP for it there), IPv4 forwarding on the bridge and
-// the uplink; no NAT. The bridge gets bridge.StableMAC(node, name).
-func Routed(network, node, name, uplink string, gateway netip.Prefix, mtu int) (State, error) {
-	if _, err := netlink.LinkByName(uplink); err != nil {
+// the uplink; no NAT. The bridge gets bridge.StableMAC(node, name). With
+// masquerade (type nat) the same, and the uplink must have an IPv4
+// address for the NAT program to masquerade behind (State.Public).
+func Routed(network, node, name, uplink string, gateway netip.Prefix, mtu int, masquerade bool) (State, error) {
+	upl, err := netlink.LinkByName(uplink)
+	if err != nil {
 		return State{}, fmt.Errorf("finding uplink %s: %w", uplink, err)
+	}
+	var public netip.Addr
+	if masquerade {
+		if public, err = PublicAddr(upl); err != nil {
+			return State{}, err
+		}
 	}
 	link, rec, err := ensureBridge(network, name, bridge.StableMAC(node, name), mtu)
 	if err != nil {
@@ -136,7 +147,7 @@ func Routed(network, node, name, uplink string, gateway netip.Prefix, mtu int) (
 	if !rec.Routed && rec.Uplink != "" {
 		return State{}, fmt.Errorf("bridge %s is realized as a bridge network with uplink %s: remove it first", name, rec.Uplink)
 	}
-	rec.Routed = true
+	rec.Routed, rec.Masquerade = true, masquerade
 	for _, old := range rec.Kept {
 		if old != gateway {
 			if err := netlink.AddrDel(link, addrOf(old)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
@@ -171,7 +182,22 @@ func Routed(network, node, name, uplink string, gateway netip.Prefix, mtu int) (
 	if err := up(link); err != nil {
 		return State{}, err
 	}
-	return State{Index: link.Attrs().Index, Addresses: rec.Kept}, nil
+	return State{Index: link.Attrs().Index, Addresses: rec.Kept, Public: public}, nil
+}
+
+// PublicAddr is the address a NAT Network masquerades behind: the
+// uplink's first global IPv4 address.
+func PublicAddr(upl netlink.Link) (netip.Addr, error) {
+	as, err := netlink.AddrList(upl, netlink.FAMILY_V4)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("listing addresses of %s: %w", upl.Attrs().Name, err)
+	}
+	for _, a := range as {
+		if p := prefixOf(a.IPNet); a.Scope == unix.RT_SCOPE_UNIVERSE && p.Addr().Is4() {
+			return p.Addr(), nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("uplink %s has no IPv4 address to masquerade behind", upl.Attrs().Name)
 }
 
 // unroute turns the uplink's forwarding off again if pivirtd turned it on.

@@ -21,7 +21,8 @@ const (
 	// subnet upstream.
 	NetworkRouted = "routed"
 	// NetworkNAT is a routed network whose traffic leaving through the
-	// uplink is masqueraded. Refused until the eBPF masquerade lands.
+	// uplink is masqueraded behind the uplink's address by the uplink's
+	// NAT program (eBPF, beside ExternalIP's translations).
 	NetworkNAT = "nat"
 )
 
@@ -86,9 +87,7 @@ func (s *NetworkSpec) Validate() ErrorList {
 		return errs
 	}
 	switch s.Type {
-	case NetworkBridge, NetworkRouted:
-	case NetworkNAT:
-		errs.Add("spec.type", s.Type, "is not realized by this pivirtd yet (its eBPF masquerade is not built); use %s, or %s with your own masquerade", NetworkBridge, NetworkRouted)
+	case NetworkBridge, NetworkRouted, NetworkNAT:
 	default:
 		errs.Add("spec.type", s.Type, "must be one of %s, %s, %s", NetworkBridge, NetworkRouted, NetworkNAT)
 	}

@@ -99,6 +99,7 @@ func TestValidateObjectGood(t *testing.T) {
 	for _, m := range []map[string]any{goodSegment, goodLease, goodPortSec, goodExtIP, goodRouter, goodRouted, goodBridged,
 		with(goodBridged, "spec.uplink", del, "kind", "bridge"), // an isolated bridge, by seed 002's alias
 		with(goodRouted, "spec.gateway", "10.90.0.254", "spec.mtu", 9000),
+		with(goodRouted, "spec.type", "nat"),
 		with(goodLease, "kind", "leases", "metadata.labels", map[string]any{"app": "web", "example.com/tier": ""}),
 		with(goodExtIP, "spec.mode", "portForward", "spec.ports", fwd()),
 		with(goodSegment, "spec.hostIP", "10.0.0.1/31", "spec.dhcp", map[string]any{"enabled": false}),
@@ -276,7 +277,6 @@ func TestValidateObjectBad(t *testing.T) {
 		// Network
 		{"network type missing", with(goodRouted, "spec.type", del), "spec.type: required"},
 		{"network type unknown", with(goodRouted, "spec.type", "macvlan"), "spec.type: macvlan must be one of bridge, routed, nat"},
-		{"network nat not yet", with(goodRouted, "spec.type", "nat"), "spec.type: nat is not realized by this pivirtd yet (its eBPF masquerade is not built); use bridge, or routed with your own masquerade"},
 		{"network bridge name", with(goodRouted, "spec.bridge", "a-very-long-bridge-name"), "spec.bridge: a-very-long-bridge-name is longer than 15 characters (IFNAMSIZ)"},
 		{"network uplink is bridge", with(goodRouted, "spec.bridge", "eth1"), "spec.uplink: eth1 is also the bridge"},
 		{"network routed uplink missing", with(goodRouted, "spec.uplink", del), "spec.uplink: required for a routed network: the way out of its cidr"},

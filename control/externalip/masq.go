@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package externalip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/dataplane/hostnet"
+	"pivirt.hu/pivirt/dataplane/nat"
+)
+
+// ExpireEvery is how often expired masqueraded flows are deleted: well
+// under the shortest timeout (a closing TCP flow's 10 s) times a few, so
+// a full table frees its dead flows soon.
+const ExpireEvery = 5 * time.Second
+
+// natNetwork is a NAT Network of this node as its uplink's program
+// masquerades it.
+type natNetwork struct {
+	name   string
+	uplink string
+	scope  uint32
+	cidr   netip.Prefix
+}
+
+// natNetworks decodes the NAT Networks among objs.
+func natNetworks(objs []*pivirtv1.Object, spec func(*pivirtv1.Object) (pivirtv1.Spec, error)) []natNetwork {
+	var out []natNetwork
+	for _, o := range objs {
+		s, err := spec(o)
+		if err != nil {
+			continue
+		}
+		n := s.(*pivirtv1.NetworkSpec)
+		cidr, err := netip.ParsePrefix(n.CIDR)
+		if n.Type != pivirtv1.NetworkNAT || err != nil {
+			continue
+		}
+		out = append(out, natNetwork{name: o.Metadata.Name, uplink: n.Uplink, scope: nat.ScopeInterface(n.Uplink), cidr: cidr})
+	}
+	return out
+}
+
+// syncMasq makes pv_masq_nets hold each NAT Network's CIDR, masqueraded
+// behind its uplink's address, and nothing else.
+func (c *Controller) syncMasq(nets []natNetwork) error {
+	if c.masq == nil {
+		o, err := nat.OpenMaps(filepath.Join(c.bpffs, "maps"))
+		if err != nil {
+			return err
+		}
+		c.masq = o
+	}
+	var errs []error
+	want := map[nat.MasqNetKey]nat.MasqNet{}
+	for _, n := range nets {
+		l, err := netlink.LinkByName(n.uplink)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("network %s: finding uplink %s: %w", n.name, n.uplink, err))
+			continue
+		}
+		pub, err := hostnet.PublicAddr(l)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("network %s: %w", n.name, err))
+			continue
+		}
+		want[nat.MasqNetKeyOf(n.scope, n.cidr)] = nat.MasqNet{Addr: nat.BE32(pub), PortMin: nat.MasqPortMin, PortMax: nat.MasqPortMax}
+	}
+	have, err := c.masq.MasqNetEntries()
+	if err != nil {
+		return err
+	}
+	for k, v := range want {
+		if have[k] == v {
+			continue
+		}
+		if err := c.masq.MasqNets.Put(&k, &v); err != nil {
+			errs = append(errs, fmt.Errorf("masquerading %s: %w", k, err))
+			continue
+		}
+		c.log.Info("masquerade programmed", "network", k.String(), "behind", nat.Addr4(v.Addr))
+	}
+	for k := range have {
+		if _, ok := want[k]; !ok {
+			if err := c.masq.DeleteMasqNet(k); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			c.log.Info("masquerade removed", "network", k.String())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// expireFlows deletes expired masqueraded flows every ExpireEvery.
+func (c *Controller) expireFlows(ctx context.Context) {
+	o, err := nat.OpenMaps(filepath.Join(c.bpffs, "maps"))
+	if err != nil {
+		c.log.Error("masqueraded flows will not expire", "err", err)
+		return
+	}
+	defer o.Close()
+	t := time.NewTicker(ExpireEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := o.ExpireFlows(); err != nil {
+			c.log.Warn("expiring masqueraded flows", "err", err)
+		} else if n > 0 {
+			c.log.Debug("masqueraded flows expired", "flows", n)
+		}
+	}
+}
