@@ -80,7 +80,7 @@ func (s *Server) DumpMap(ctx context.Context, req *connect.Request[inspectv1.Dum
 	var lines []string
 	var items []json.RawMessage
 	switch {
-	case strings.HasPrefix(name, "pv_nat_"):
+	case strings.HasPrefix(name, "pv_nat_"), strings.HasPrefix(name, "pv_masq_"):
 		lines, items, err = s.natEntries(name)
 	case name == "pv_vteps":
 		lines, items, err = vtepEntries(infos[i].PinPath)

@@ -110,6 +110,10 @@ func (k MasqNetKey) String() string {
 	return fmt.Sprintf("scope=0x%08x %s/%d", k.Scope, Addr4(k.Addr), k.Prefixlen-32)
 }
 
+func (v MasqNet) String() string {
+	return fmt.Sprintf("%s ports %d-%d", Addr4(v.Addr), v.PortMin, v.PortMax)
+}
+
 // Flow is one masqueraded flow, as conntrack -L shows one.
 type Flow struct {
 	Scope                uint32
@@ -131,7 +135,10 @@ func monoNow() time.Duration {
 
 // Flows lists the masqueraded flows, an OUT entry and its IN partner as
 // one flow.
-func (o *Objects) Flows() ([]Flow, error) {
+func (o *Objects) Flows() ([]Flow, error) { return ListFlows(o.MasqCT) }
+
+// ListFlows lists the flows of a pv_masq_ct map.
+func ListFlows(ct *ebpf.Map) ([]Flow, error) {
 	now := monoNow()
 	type half struct {
 		k MasqKey
@@ -140,7 +147,7 @@ func (o *Objects) Flows() ([]Flow, error) {
 	var outs, ins []half
 	var k MasqKey
 	var v MasqVal
-	it := o.MasqCT.Iterate()
+	it := ct.Iterate()
 	for it.Next(&k, &v) {
 		if k.Dir == MasqOut {
 			outs = append(outs, half{k, v})

@@ -55,7 +55,9 @@ func (e Entry) String() string {
 // Decoded returns the entries of the NAT map name, sorted by key: the
 // translation maps with their values (and pv_nat_dnat with its mapping's
 // counters), pv_nat_stats with summed counters, pv_nat_counters with
-// every non-zero reason by name.
+// every non-zero reason by name, pv_masq_nets with where each NAT
+// Network leaves from, pv_masq_ct one masqueraded flow a line as
+// conntrack -L prints it.
 func (m *Map) Decoded(name string) ([]Entry, error) {
 	var out []Entry
 	switch name {
@@ -118,6 +120,27 @@ func (m *Map) Decoded(name string) ([]Entry, error) {
 		}
 		if err := it.Err(); err != nil {
 			return nil, fmt.Errorf("walking %s: %w", name, err)
+		}
+	case nat.MapMasqNets:
+		var (
+			k nat.MasqNetKey
+			v nat.MasqNet
+		)
+		it := m.MasqNets.Iterate()
+		for it.Next(&k, &v) {
+			out = append(out, Entry{Key: k.String(), Value: v.String()})
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("walking %s: %w", name, err)
+		}
+	case nat.MapMasqCT:
+		// One line a flow, as conntrack -L prints it.
+		flows, err := nat.ListFlows(m.MasqCT)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range flows {
+			out = append(out, Entry{Key: f.String()})
 		}
 	default:
 		return nil, fmt.Errorf("map %q: %w", name, ErrUnknownMap)

@@ -19,11 +19,12 @@ import (
 // Map is the set of NAT maps.
 type Map struct {
 	DNAT, SNAT, Stats, Counters *ebpf.Map
+	MasqNets, MasqCT            *ebpf.Map // NAT Networks' masquerade
 }
 
 // New wraps the maps of a loaded or opened NAT instance.
 func New(o *nat.Objects) *Map {
-	return &Map{DNAT: o.DNAT, SNAT: o.SNAT, Stats: o.Stats, Counters: o.Counters}
+	return &Map{DNAT: o.DNAT, SNAT: o.SNAT, Stats: o.Stats, Counters: o.Counters, MasqNets: o.MasqNets, MasqCT: o.MasqCT}
 }
 
 // Mapping is one translation as an operator reads it: the public side,
