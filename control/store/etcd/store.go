@@ -298,7 +298,7 @@ func call[T any](ctx context.Context, s *Store, long bool, op func(context.Conte
 	cctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	v, err := op(cctx)
-	if err != nil && ctx.Err() == nil && unanswered(err) {
+	if err != nil && ctx.Err() == nil && (cctx.Err() != nil || unanswered(err)) {
 		return zero, fmt.Errorf("%w: etcd at %s did not answer within %s: %v", store.ErrUnavailable, strings.Join(s.cli.Endpoints(), ","), d, err)
 	}
 	return v, err
@@ -314,6 +314,13 @@ func unanswered(err error) bool {
 	var ee rpctypes.EtcdError
 	if errors.As(err, &ee) {
 		code = ee.Code()
+	}
+	// A member whose handler ran out of the request's deadline (sent
+	// along by gRPC) while an election went on answers Unknown with the
+	// context's message, a moment before the client's own deadline
+	// fires: unanswered too (seen in TestClusterOutage under load).
+	if code == codes.Unknown && status.Convert(err).Message() == context.DeadlineExceeded.Error() {
+		return true
 	}
 	return code == codes.Unavailable || code == codes.DeadlineExceeded
 }
