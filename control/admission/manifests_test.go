@@ -61,13 +61,13 @@ func TestGoodManifests(t *testing.T) {
 	first := applyGood(t, tx)
 	for _, want := range []string{"NetworkSegment/vm-net", "DHCPLease/web-01-reservation", "PortSecurity/web-01-nic0",
 		"ExternalIP/web-01-public", "ExternalIP/web-01-https", "VPCRouter/vpc-a",
-		"Network/lan", "NetworkSegment/lan-seg", "Network/lab", "NetworkSegment/lab-seg"} {
+		"Network/lan", "NetworkSegment/lan-seg", "Network/lab", "NetworkSegment/lab-seg", "Network/nat", "NetworkSegment/nat-seg"} {
 		if first[want] != ActionCreated {
 			t.Errorf("%s: %q, want created", want, first[want])
 		}
 	}
-	if len(first) != 10 {
-		t.Errorf("applied %d objects, want 10: %v", len(first), first)
+	if len(first) != 12 {
+		t.Errorf("applied %d objects, want 12: %v", len(first), first)
 	}
 	writes := tx.writes
 	for obj, action := range applyGood(t, tx) {
