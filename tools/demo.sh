@@ -15,12 +15,16 @@
 # PortSecurity, run a real dhclient in the VM through the guard, show
 # get/describe, then the compiled maps and programs, and a spoofed packet
 # being dropped, then a port ACL (ingress SSH only) that drops the host's
-# ping and lets the replies of the VM's own ping through.
+# ping and lets the replies of the VM's own ping through, then a NAT
+# Network (test/manifests/network-nat.yaml): a second VM leases on it and
+# reaches an "internet" namespace masqueraded by the uplink's eBPF program.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/bin}
 HOSTNS=pvdemo-host
 VMNS=pvdemo-vm1
+VM2NS=pvdemo-vm2
+INETNS=pvdemo-inet
 WORK=$(mktemp -d /tmp/pivirt-demo.XXXXXX)
 SOCK=$WORK/pivirtd.sock
 PIVIRTD_PID=
@@ -32,6 +36,9 @@ cleanup() {
 	set +e
 	if [ -n "$PIVIRTD_PID" ]; then kill "$PIVIRTD_PID" 2>/dev/null; wait "$PIVIRTD_PID" 2>/dev/null; fi
 	[ -f "$WORK/dhclient.pid" ] && kill "$(cat "$WORK/dhclient.pid")" 2>/dev/null
+	[ -f "$WORK/dhclient2.pid" ] && kill "$(cat "$WORK/dhclient2.pid")" 2>/dev/null
+	ip netns del "$VM2NS" 2>/dev/null
+	ip netns del "$INETNS" 2>/dev/null
 	ip netns del "$VMNS" 2>/dev/null
 	ip netns del "$HOSTNS" 2>/dev/null
 	umount "$WORK/bpffs" 2>/dev/null
@@ -41,8 +48,7 @@ trap cleanup EXIT
 trap 'echo "demo failed at line $LINENO; pivirtd log:"; tail -40 "$WORK/pivirtd.log" 2>/dev/null' ERR
 
 [ "$(id -u)" -eq 0 ] || { echo "make demo needs root (network namespaces, eBPF)" >&2; exit 1; }
-ip netns del "$VMNS" 2>/dev/null || true
-ip netns del "$HOSTNS" 2>/dev/null || true
+for ns in "$VMNS" "$VM2NS" "$INETNS" "$HOSTNS"; do ip netns del "$ns" 2>/dev/null || true; done
 
 step "topology: host and VM namespaces, a veth port"
 ip netns add "$HOSTNS"
@@ -118,5 +124,32 @@ ip netns exec "$HOSTNS" ping -c 2 -W 1 "$VMIP" | tail -2 || true
 echo "the VM pings the host: its echo is tracked, the replies pass"
 ip netns exec "$VMNS" ping -c 2 -W 1 -I "$VMIP" 192.168.100.1 | tail -2
 ctl inspect map pv_conntrack_v2
+
+step "a NAT Network: a second VM reaches the internet, masqueraded in eBPF"
+ip netns add "$INETNS"
+ip netns add "$VM2NS"
+ip -n "$HOSTNS" link add eth3 type veth peer name eth0 netns "$INETNS"
+ip -n "$HOSTNS" addr add 203.0.113.2/24 dev eth3
+ip -n "$HOSTNS" link set eth3 up
+ip -n "$INETNS" addr add 203.0.113.1/24 dev eth0
+ip -n "$INETNS" link set eth0 up
+ip -n "$INETNS" link set lo up
+echo "eth3 203.0.113.2 (host) <-> eth0 203.0.113.1 in $INETNS, which has no route to 10.91.0.0/24"
+ctl apply -f test/manifests/network-nat.yaml
+for _ in $(seq 100); do "$BIN/pivirtctl" --socket "$SOCK" get segment nat-seg 2>/dev/null | grep -q Ready && break; sleep 0.1; done
+ctl get nets -o wide
+ip -n "$HOSTNS" link add vm2-port type veth peer name eth0 netns "$VM2NS"
+ip -n "$VM2NS" link set eth0 up
+ip -n "$VM2NS" link set lo up
+ip -n "$HOSTNS" link set vm2-port master pvbr-nat up
+for _ in $(seq 50); do bridge -n "$HOSTNS" link show dev vm2-port 2>/dev/null | grep -q "state forwarding" && break; sleep 0.05; done
+ip netns exec "$VM2NS" timeout 30 dhclient -4 -1 -v -cf "$PWD/test/scripts/dhclient.conf" -sf "$PWD/test/scripts/dhclient-script" -pf "$WORK/dhclient2.pid" -lf "$WORK/dhclient2.leases" eth0 2>&1 | grep -E "DHCPACK|bound" || true
+GW=$(awk '/option routers/ {gsub(";", "", $3); print $3; exit}' "$WORK/dhclient2.leases")
+ip -n "$VM2NS" route add default via "$GW"
+ip -n "$VM2NS" -4 addr show eth0 | grep inet
+echo "VM2 pings 203.0.113.1 through the NAT"
+ip netns exec "$VM2NS" ping -c 2 -W 1 203.0.113.1 | tail -2
+ctl inspect map pv_masq_nets
+ctl inspect map pv_masq_ct
 
 step "done: cleaning up namespaces, pivirtd and its pins"

@@ -101,10 +101,16 @@ func mapCmd(client clientFunc) *cobra.Command {
 			info := resp.Msg.Info
 			// An array has every key; what is listed is the slots in use.
 			shown := "entries"
+			n := int64(len(resp.Msg.Entries))
 			if strings.HasSuffix(info.Type, "Array") {
 				shown = "slots in use"
+			} else if info.Entries != n {
+				// A line is not an entry (pv_masq_ct: a flow, two
+				// entries): the kernel's count, and the lines'.
+				shown = fmt.Sprintf("entries in %d lines", n)
+				n = info.Entries
 			}
-			fmt.Fprintf(w, "%s: %s, key %dB, value %dB, %d/%d %s, pinned at %s\n", info.Name, info.Type, info.KeySize, info.ValueSize, len(resp.Msg.Entries), info.MaxEntries, shown, info.PinPath)
+			fmt.Fprintf(w, "%s: %s, key %dB, value %dB, %d/%d %s, pinned at %s\n", info.Name, info.Type, info.KeySize, info.ValueSize, n, info.MaxEntries, shown, info.PinPath)
 			printEntries(w, "", resp.Msg.Entries)
 			return nil
 		},

@@ -178,6 +178,15 @@ func TestPrivilegedMasquerade(t *testing.T) {
 		if len(flows) != 5 { // tcp, udp, echo and the two udp flows of the errors
 			t.Fatalf("%d flows, want 5: %v", len(flows), flows)
 		}
+		entries := 0
+		var k nat.MasqKey
+		var v nat.MasqVal
+		for it := o.MasqCT.Iterate(); it.Next(&k, &v); {
+			entries++
+		}
+		if entries != 2*len(flows) {
+			t.Errorf("%d entries in %s, want two a flow (%d)", entries, nat.MapMasqCT, 2*len(flows))
+		}
 		for _, f := range flows {
 			if !f.HasForward || !f.HasReply || f.Public.Addr() != uplink || f.Expires <= 0 {
 				t.Errorf("flow %s: forward %v reply %v expires %v", f, f.HasForward, f.HasReply, f.Expires)
