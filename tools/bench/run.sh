@@ -33,6 +33,10 @@
 #   nat      tools/bench/peers/nat.sh: pivirt's NAT (natbench, the daemon,
 #            router mode) against plain forwarding, nftables and
 #            iptables-nft, the same generator
+#   masq     tools/bench/peers/masq.sh: a NAT Network's masquerade (the
+#            uplink's eBPF program, put there by natbench masq) against
+#            plain forwarding and nftables masquerade, UDP over FLOWS
+#            (default 10,000) concurrent flows and one iperf3 TCP flow
 #   vm       BenchmarkVMGuard (test/vm_bench_test.go): TCP out of a booted
 #            QEMU (TCG) guest through its ExternalIP, with the guard and
 #            ACL on its tap and without, alternating on one guest; the
@@ -55,7 +59,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/pivirt-bench.$(date +%Y%m%d-%H%M%S)}
-PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat acl vm cluster overlay"}
+PARTS=${BENCH_PARTS:-"control testrun dhcp dhcp-load guard nat masq acl vm cluster overlay"}
 mkdir -p "$OUT"
 [ "$(id -u)" -eq 0 ] || { echo "make bench needs root (namespaces, eBPF)" >&2; exit 1; }
 part() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -92,6 +96,11 @@ if part nat; then
 	say "NAT: pivirt vs forwarding, nftables, iptables-nft (tools/bench/peers/nat.sh)"
 	PIVIRT_BIN="$ROOT/bin" WORK="$OUT/work" OUT="$OUT/nat.txt" ./tools/bench/peers/nat.sh >"$OUT/nat.log" 2>&1 || true
 	python3 tools/bench/peers/summarize.py nat "$OUT/nat.txt" | tee -a "$OUT/summary.txt"
+fi
+if part masq; then
+	say "masquerade: a NAT Network's eBPF masquerade vs forwarding and nftables masquerade (tools/bench/peers/masq.sh)"
+	PIVIRT_BIN="$ROOT/bin" WORK="$OUT/work" OUT="$OUT/masq.txt" ./tools/bench/peers/masq.sh >"$OUT/masq.log" 2>&1 || true
+	python3 tools/bench/peers/summarize.py masq "$OUT/masq.txt" | tee -a "$OUT/summary.txt"
 fi
 if part acl; then
 	say "port ACL: pivirtd vs per-port nftables chains with conntrack, the plain bridge (tools/bench/peers/acl.sh)"

@@ -8,6 +8,7 @@
 //
 //	natbench attach -netns pvb-gw -dev pvb-up -bpffs /tmp/pvb/nat-bpffs/natbench -address 198.51.100.10 -target 10.10.0.11 [-extra 9999] [-redirect=false]
 //	natbench detach -netns pvb-gw -dev pvb-up -bpffs /tmp/pvb/nat-bpffs/natbench
+//	natbench masq -netns pvb-gw -dev pvb-up -bpffs /tmp/pvb/nat-bpffs/natbench -cidr 10.10.0.0/24   (a NAT Network's masquerade behind pvb-up's address)
 //	natbench counters -bpffs /tmp/pvb/nat-bpffs/natbench   (pv_nat_counters, as pivirtctl inspect map shows it)
 package main
 
@@ -26,6 +27,7 @@ import (
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/externalip"
+	"pivirt.hu/pivirt/dataplane/hostnet"
 	"pivirt.hu/pivirt/dataplane/maps/natmap"
 	"pivirt.hu/pivirt/dataplane/nat"
 )
@@ -43,6 +45,7 @@ func main() {
 	target := fs.String("target", "10.10.0.11", "private target")
 	extra := fs.Int("extra", 0, "additional 1:1 ExternalIPs (100.64.0.0/16 -> 10.64.0.0/16) to grow the maps")
 	redirect := fs.Bool("redirect", true, "forward translated packets from the program (false: leave them to the kernel's forwarding)")
+	cidr := fs.String("cidr", "10.10.0.0/24", "masq: the NAT Network's CIDR")
 	_ = fs.Parse(os.Args[2:])
 	if *dev == "" && os.Args[1] != "counters" {
 		fmt.Fprintln(os.Stderr, "-dev is required")
@@ -52,6 +55,8 @@ func main() {
 	switch os.Args[1] {
 	case "attach":
 		err = attach(*nsName, *dev, *bpffs, *addr, *target, *extra, *redirect)
+	case "masq":
+		err = masq(*nsName, *dev, *bpffs, *cidr)
 	case "detach":
 		err = detach(*dev, *bpffs)
 	case "counters":
@@ -102,6 +107,44 @@ func attach(nsName, dev, bpffs, addr, target string, extra int, redirect bool) e
 			opts = append(opts, nat.WithoutRedirect())
 		}
 		p, err := nat.Load(res.Uplinks[0].Scope, l.Attrs().HardwareAddr, filepath.Join(bpffs, "maps"), opts...)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		return nat.Attach(p, l.Attrs().Index, nat.LinkDir(bpffs, "", dev))
+	})
+}
+
+// masq puts a NAT Network's masquerade on dev as pivirtd's NAT controller
+// does (control/externalip syncMasq): the CIDR behind dev's address in
+// pv_masq_nets, the programs of dev's scope attached.
+func masq(nsName, dev, bpffs, cidr string) error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("removing memlock rlimit: %w", err)
+	}
+	prefix, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return fmt.Errorf("-cidr: %w", err)
+	}
+	o, err := nat.OpenMaps(filepath.Join(bpffs, "maps"))
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	scope := nat.ScopeInterface(dev)
+	return inNS(nsName, func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return fmt.Errorf("finding %s: %w", dev, err)
+		}
+		pub, err := hostnet.PublicAddr(l)
+		if err != nil {
+			return err
+		}
+		if err := o.PutMasqNet(scope, prefix, pub, nat.MasqPortMin, nat.MasqPortMax); err != nil {
+			return err
+		}
+		p, err := nat.Load(scope, l.Attrs().HardwareAddr, filepath.Join(bpffs, "maps"))
 		if err != nil {
 			return err
 		}

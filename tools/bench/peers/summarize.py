@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Tables of guard.sh, nat.sh and acl.sh output.
+"""Tables of guard.sh, nat.sh, masq.sh and acl.sh output.
 
     summarize.py guard guard.txt
     summarize.py nat nat.txt
+    summarize.py masq masq.txt
     summarize.py acl acl.txt
     summarize.py dhcp results.tsv     (dhcp.sh's)
 
@@ -117,6 +118,39 @@ def nat(path):
         print(l)
 
 
+def masq(path):
+    udp = collections.defaultdict(dict)
+    tcp = collections.defaultdict(dict)
+    notes = []
+    for line in open(path):
+        if line.startswith('# check') or line.startswith('# masq') or line.startswith('# load'):
+            notes.append(line.strip())
+        m = re.match(r'MASQ (udp|tcp) cfg=(\S+) (?:flows=\d+ )?run=(\d+) (.*)', line)
+        if not m:
+            continue
+        d = kv(m.group(4))
+        try:
+            if m.group(1) == 'udp':
+                udp[m.group(2)][int(m.group(3))] = float(d['rx_pps'])
+            else:
+                tcp[m.group(2)][int(m.group(3))] = float(d['gbps'])
+        except (KeyError, ValueError):
+            pass
+    print('Masquerade: UDP from the guest to the internet namespace over many flows, one sender core; '
+          'received kpps, ratio to plain forwarding, added ns/packet')
+    order = [c for c in ['fwd', 'nft', 'pivirt'] if c in udp] + [c for c in udp if c not in ('fwd', 'nft', 'pivirt')]
+    table(udp, 'fwd', order)
+    if 'nft' in udp and 'pivirt' in udp and 'fwd' in udp:
+        pv, nf = med(list(udp['pivirt'].values())), med(list(udp['nft'].values()))
+        add_pv, add_nf = med(paired(udp['pivirt'], udp['fwd'])), med(paired(udp['nft'], udp['fwd']))
+        print(f'  pivirt / nft packets/s: {pv / nf:.2f}; added ns/packet pivirt / nft: {add_pv / add_nf:.2f}')
+    if tcp:
+        print('TCP (iperf3, one flow) Gbit/s, median [min..max]: ' + ', '.join(
+            f'{c} {med(list(v.values())):.2f} [{min(v.values()):.2f}..{max(v.values()):.2f}]' for c, v in tcp.items() if v))
+    for l in notes:
+        print(l)
+
+
 def acl(path):
     rx = collections.defaultdict(lambda: collections.defaultdict(dict))  # (N, case) -> cfg -> rep -> pps
     notes, mismatch = [], 0.0
@@ -216,7 +250,7 @@ def dhcp(path):
 
 
 if __name__ == '__main__':
-    parts = {'guard': guard, 'nat': nat, 'acl': acl, 'dhcp': dhcp}
+    parts = {'guard': guard, 'nat': nat, 'masq': masq, 'acl': acl, 'dhcp': dhcp}
     if len(sys.argv) != 3 or sys.argv[1] not in parts:
         sys.exit('usage: summarize.py guard|nat|acl|dhcp FILE')
     parts[sys.argv[1]](sys.argv[2])
