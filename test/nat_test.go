@@ -140,12 +140,26 @@ spec:
 		// The forward's target too, for ports it does not forward.
 		mustSee(t, vms[2], "tcp4", "198.51.100.1:7000", "198.51.100.2")
 	})
-	t.Run("1:1 flows leave no conntrack entry, masquerade does", func(t *testing.T) {
+	t.Run("no flow in conntrack: masquerade's are in pv_masq_ct", func(t *testing.T) {
 		if n := conntrackCount(t, router, "10.10.0.11"); n != 0 {
 			t.Errorf("%d conntrack entries for the 1:1 target, want 0", n)
 		}
-		if n := conntrackCount(t, router, "10.10.0.12"); n == 0 {
-			t.Errorf("no conntrack entry for the masqueraded VM")
+		if n := conntrackCount(t, router, "10.10.0.12"); n != 0 {
+			t.Errorf("%d conntrack entries for the masqueraded VM, want 0 (eBPF masquerade)", n)
+		}
+		o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		flows, err := o.Flows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(flows, func(f nat.Flow) bool {
+			return f.Guest.Addr().String() == "10.10.0.12" && f.Public.Addr().String() == "198.51.100.2" && f.Scope == nat.ScopeRouter(router)
+		}) {
+			t.Errorf("no masqueraded flow of 10.10.0.12 behind 198.51.100.2 in %v", flows)
 		}
 	})
 	t.Run("maps decode with counters", func(t *testing.T) {
@@ -193,15 +207,16 @@ spec:
 			t.Fatalf("the restarted controller did not program the new port: %q", e.mappings())
 		}
 		mustSee(t, inet, "udp4", "198.51.100.20:53", "198.51.100.1")
-		// masquerade + 2 bypass rules per mapping (1:1, three ports), each once.
+		// 2 bypass rules per mapping (1:1, three ports), each once; no
+		// masquerade rule (it is the NAT program's).
 		var again []string
 		if !natWaitFor(5*time.Second, func() bool {
 			again, err = vpcrouter.Rules(router)
-			return err == nil && len(again) == 1+2+6
+			return err == nil && len(again) == 2+6
 		}) {
 			t.Fatalf("router rules after the restart %q (%v)", again, err)
 		}
-		if len(rules) != 1+2+4 || len(slices.Compact(slices.Sorted(slices.Values(again)))) != len(again) {
+		if len(rules) != 2+4 || len(slices.Compact(slices.Sorted(slices.Values(again)))) != len(again) {
 			t.Errorf("router rules before restart %q, after %q", rules, again)
 		}
 		for _, r := range rules {

@@ -196,7 +196,9 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	if err := c.syncMaps(res.Maps); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.syncMasq(nets); err != nil {
+	masq, merrs := masqWanted(nets, routers, routerErr)
+	errs = append(errs, merrs...)
+	if err := c.syncMasq(masq); err != nil {
 		errs = append(errs, err)
 	}
 

@@ -49,18 +49,16 @@ func natNetworks(objs []*pivirtv1.Object, spec func(*pivirtv1.Object) (pivirtv1.
 	return out
 }
 
-// syncMasq makes pv_masq_nets hold each NAT Network's CIDR, masqueraded
-// behind its uplink's address, and nothing else.
-func (c *Controller) syncMasq(nets []natNetwork) error {
-	if c.masq == nil {
-		o, err := nat.OpenMaps(filepath.Join(c.bpffs, "maps"))
-		if err != nil {
-			return err
-		}
-		c.masq = o
-	}
+// masqWanted is what pv_masq_nets should hold: each NAT Network's CIDR
+// behind its uplink's address, each masquerading VPCRouter's inside subnet
+// behind its uplink address (in the router's namespace, where its
+// program runs). Routers that failed are left out.
+func masqWanted(nets []natNetwork, routers []Router, routerErr map[string]string) (map[nat.MasqNetKey]nat.MasqNet, []error) {
 	var errs []error
 	want := map[nat.MasqNetKey]nat.MasqNet{}
+	put := func(scope uint32, cidr netip.Prefix, pub netip.Addr) {
+		want[nat.MasqNetKeyOf(scope, cidr)] = nat.MasqNet{Addr: nat.BE32(pub), PortMin: nat.MasqPortMin, PortMax: nat.MasqPortMax}
+	}
 	for _, n := range nets {
 		l, err := netlink.LinkByName(n.uplink)
 		if err != nil {
@@ -72,12 +70,30 @@ func (c *Controller) syncMasq(nets []natNetwork) error {
 			errs = append(errs, fmt.Errorf("network %s: %w", n.name, err))
 			continue
 		}
-		want[nat.MasqNetKeyOf(n.scope, n.cidr)] = nat.MasqNet{Addr: nat.BE32(pub), PortMin: nat.MasqPortMin, PortMax: nat.MasqPortMax}
+		put(n.scope, n.cidr, pub)
+	}
+	for _, r := range routers {
+		if _, failed := routerErr[r.Name]; r.Spec.Masquerade && !failed {
+			put(nat.ScopeRouter(r.Name), r.Config.InsideIP.Masked(), r.Config.UplinkIP.Addr())
+		}
+	}
+	return want, errs
+}
+
+// syncMasq makes pv_masq_nets hold exactly want.
+func (c *Controller) syncMasq(want map[nat.MasqNetKey]nat.MasqNet) error {
+	if c.masq == nil {
+		o, err := nat.OpenMaps(filepath.Join(c.bpffs, "maps"))
+		if err != nil {
+			return err
+		}
+		c.masq = o
 	}
 	have, err := c.masq.MasqNetEntries()
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for k, v := range want {
 		if have[k] == v {
 			continue

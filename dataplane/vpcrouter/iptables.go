@@ -15,14 +15,13 @@ import (
 // from a built-in chain and rewritten whole when it differs, so re-applies
 // never duplicate rules and stale rules of an older spec disappear.
 const (
-	chainMasq   = "PIVIRT-MASQ"   // nat POSTROUTING
+	chainMasq   = "PIVIRT-MASQ"   // nat POSTROUTING, of pivirtd before the eBPF masquerade: removed
 	chainBypass = "PIVIRT-BYPASS" // raw PREROUTING
 )
 
 // Bypass exempts an ExternalIP's traffic from conntrack inside the router:
-// the eBPF fast path translates it statelessly, and an untracked packet
-// also skips masquerade, so an ExternalIP wins over masquerade for its
-// target. Proto "" means every packet of Target.
+// the eBPF fast path translates it statelessly, and conntrack would only
+// cost. Proto "" means every packet of Target.
 type Bypass struct {
 	Target netip.Addr
 	Proto  string // "", "tcp" or "udp"
@@ -39,16 +38,26 @@ func newIPT() (*iptables.IPTables, error) {
 	return ipt, nil
 }
 
-func ensureMasquerade(cfg Config) error {
+// removeMasquerade deletes the masquerade chain an older pivirtd kept in
+// the router's namespace: the router's masquerade is its uplink's NAT
+// program's now (pv_masq_nets, control/externalip), so no netfilter NAT
+// table sits in its path.
+func removeMasquerade() error {
 	ipt, err := newIPT()
 	if err != nil {
 		return err
 	}
-	var rules [][]string
-	if cfg.Masquerade {
-		rules = append(rules, []string{"-s", cfg.InsideIP.Masked().String(), "-o", UplinkIf, "-j", "MASQUERADE"})
+	ok, err := ipt.ChainExists("nat", chainMasq)
+	if err != nil || !ok {
+		return err
 	}
-	return syncChain(ipt, "nat", "POSTROUTING", chainMasq, rules)
+	if err := ipt.DeleteIfExists("nat", "POSTROUTING", "-j", chainMasq); err != nil {
+		return fmt.Errorf("removing the jump to %s: %w", chainMasq, err)
+	}
+	if err := ipt.ClearAndDeleteChain("nat", chainMasq); err != nil {
+		return fmt.Errorf("removing chain %s: %w", chainMasq, err)
+	}
+	return nil
 }
 
 // SetBypass makes the router's conntrack bypass exactly bs.
@@ -130,7 +139,8 @@ func syncChain(ipt *iptables.IPTables, table, parent, chain string, rules [][]st
 }
 
 // Rules lists the router's own rules as iptables -S prints them, for
-// status and tests: the masquerade and bypass chains.
+// status and tests: the bypass chain (and an older pivirtd's masquerade
+// chain while it is there).
 func Rules(name string) ([]string, error) {
 	var out []string
 	err := Do(name, func() error {

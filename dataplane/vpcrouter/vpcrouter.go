@@ -43,7 +43,9 @@ type Config struct {
 	UplinkBridge string
 	UplinkIP     netip.Prefix
 	Gateway      netip.Addr // optional default route of the router
-	Masquerade   bool
+	// Masquerade: the inside subnet leaves masqueraded behind UplinkIP,
+	// by the uplink's NAT program (control/externalip), not here.
+	Masquerade bool
 }
 
 // Router is a realized router.
@@ -148,7 +150,7 @@ func Ensure(cfg Config) (Router, error) {
 			return fmt.Errorf("finding %s: %w", UplinkIf, err)
 		}
 		r.UplinkIndex, r.UplinkMAC = up.Attrs().Index, up.Attrs().HardwareAddr
-		return ensureMasquerade(cfg)
+		return removeMasquerade()
 	})
 	return r, err
 }

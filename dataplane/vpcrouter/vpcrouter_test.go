@@ -4,8 +4,10 @@ package vpcrouter_test
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -133,7 +135,8 @@ func TestPrivilegedRouterLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	wantMasq := []string{"nat -A PIVIRT-MASQ -s 10.10.0.0/24 -o pvr-up -j MASQUERADE"}
+	// The masquerade is the uplink's NAT program's: no netfilter NAT.
+	var wantMasq []string
 	rules := func() []string {
 		t.Helper()
 		rs, err := vpcrouter.Rules(name)
@@ -146,7 +149,27 @@ func TestPrivilegedRouterLifecycle(t *testing.T) {
 		t.Errorf("rules (-want +got):\n%s", d)
 	}
 
-	// Re-apply (as after a crash): same state, no duplicate rule.
+	// An older pivirtd's MASQUERADE chain goes at the next Ensure.
+	if err := vpcrouter.Do(name, func() error {
+		for _, args := range [][]string{
+			{"-t", "nat", "-N", "PIVIRT-MASQ"},
+			{"-t", "nat", "-A", "POSTROUTING", "-j", "PIVIRT-MASQ"},
+			{"-t", "nat", "-A", "PIVIRT-MASQ", "-s", "10.10.0.0/24", "-o", "pvr-up", "-j", "MASQUERADE"},
+		} {
+			if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+				return fmt.Errorf("iptables %v: %w: %s", args, err, out)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rs := rules(); len(rs) != 1 {
+		t.Fatalf("the old masquerade rule was not planted: %v", rs)
+	}
+
+	// Re-apply (as after a crash, or an upgrade): same state, no
+	// duplicate rule, the old chain gone.
 	ensure(cfg)
 	if d := cmp.Diff(wantMasq, rules()); d != "" {
 		t.Errorf("rules after re-apply (-want +got):\n%s", d)
@@ -177,7 +200,7 @@ func TestPrivilegedRouterLifecycle(t *testing.T) {
 	if err := vpcrouter.SetBypass(name, []vpcrouter.Bypass{{Target: netip.MustParseAddr("10.10.0.11")}}); err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff(wantBypass[:3], rules()); d != "" {
+	if d := cmp.Diff(wantBypass[:len(wantMasq)+2], rules()); d != "" {
 		t.Errorf("rules after shrinking the bypass (-want +got):\n%s", d)
 	}
 
