@@ -22,6 +22,7 @@ package test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -288,8 +289,9 @@ spec:
 
 	g := guest.Attach(t, host, "pvbr-nat", "", nil)
 	g.Dhclient(t)
-	if ip := g.Addr(t); !strings.HasPrefix(ip.String(), "10.91.0.") {
-		t.Fatalf("guest got %s, want an address of 10.91.0.0/24", ip)
+	guestIP := g.Addr(t)
+	if !strings.HasPrefix(guestIP.String(), "10.91.0.") {
+		t.Fatalf("guest got %s, want an address of 10.91.0.0/24", guestIP)
 	}
 	g.Run(t, "ip", "route", "add", "default", "via", "10.91.0.1")
 	scope := nat.ScopeInterface("uplink2")
@@ -361,6 +363,41 @@ spec:
 		if n := e.reasons(scope)[nat.ReasonMasqNew]; n < 3 {
 			t.Errorf("masq-new-flow = %d, want at least 3", n)
 		}
+	})
+	t.Run("an ExternalIP port forward on the uplink's address works beside the masquerade", func(t *testing.T) {
+		serve(t, g.NS, "0.0.0.0:7001")
+		e.apply(fmt.Sprintf(`apiVersion: pivirt.hu/v1
+kind: ExternalIP
+metadata: {name: nat-guest-web}
+spec:
+  address: "203.0.113.2"
+  interface: uplink2
+  target: %q
+  mode: portForward
+  ports: [{protocol: tcp, port: 8080, targetPort: 7001}]`, guestIP))
+		e.waitStatus("externalip", "nat-guest-web", "Ready")
+		mustSee(t, inet, "tcp4", "203.0.113.2:8080", "203.0.113.1")
+		mustSee(t, g.NS, "tcp4", "203.0.113.1:7000", "203.0.113.2")
+		mustSee(t, g.NS, "udp4", "203.0.113.1:7000", "203.0.113.2")
+		e.delete("externalip", "nat-guest-web")
+	})
+	t.Run("the uplink's address changes, the masquerade follows", func(t *testing.T) {
+		// Renumbered with never a moment without an address (the new
+		// one promoted as the old goes), so no failed pass retries: only
+		// the address watch can notice.
+		sh(t, host, "sysctl", "-qw", "net.ipv4.conf.uplink2.promote_secondaries=1")
+		sh(t, host, "ip", "addr", "add", "203.0.113.5/24", "dev", "uplink2")
+		sh(t, host, "ip", "addr", "del", "203.0.113.2/24", "dev", "uplink2")
+		sh(t, host, "ip", "route", "replace", "default", "via", "203.0.113.1")
+		defer func() {
+			if t.Failed() {
+				t.Log(e.d.Log())
+			}
+		}()
+		waitFor(t, 10*time.Second, "pv_masq_nets behind 203.0.113.5", func() bool {
+			return strings.Contains(e.d.Ctl("inspect", "map", "pv_masq_nets").Stdout, "-> 203.0.113.5 ")
+		})
+		mustSee(t, g.NS, "tcp4", "203.0.113.1:7000", "203.0.113.5")
 	})
 	t.Run("deleting the Network stops the masquerade", func(t *testing.T) {
 		e.delete("segment", "nat-seg")

@@ -118,10 +118,12 @@ func New(o Options) *Controller {
 // Name is the controller's name in logs.
 func (c *Controller) Name() string { return "nat" }
 
-// Run reconciles until ctx is done, and deletes expired masqueraded flows
-// every ExpireEvery.
+// Run reconciles until ctx is done (and on address changes, for the
+// masquerade's address), and deletes expired masqueraded flows every
+// ExpireEvery.
 func (c *Controller) Run(ctx context.Context) error {
 	go c.expireFlows(ctx)
+	go c.watchAddrs(ctx)
 	return c.loop.Run(ctx)
 }
 

@@ -116,21 +116,61 @@ func (c *Controller) syncMasq(want map[nat.MasqNetKey]nat.MasqNet) error {
 	return errors.Join(errs...)
 }
 
-// expireFlows deletes expired masqueraded flows every ExpireEvery.
-func (c *Controller) expireFlows(ctx context.Context) {
-	o, err := nat.OpenMaps(filepath.Join(c.bpffs, "maps"))
-	if err != nil {
-		c.log.Error("masqueraded flows will not expire", "err", err)
+// watchAddrs runs a pass on every IPv4 address change of this namespace:
+// a NAT Network masquerades behind its uplink's current address (one a
+// DHCP client on the uplink may change).
+func (c *Controller) watchAddrs(ctx context.Context) {
+	updates := make(chan netlink.AddrUpdate, 64)
+	done := make(chan struct{})
+	if err := netlink.AddrSubscribe(updates, done); err != nil {
+		c.log.Error("masquerade will not follow uplink address changes", "err", err)
 		return
 	}
-	defer o.Close()
+	defer close(done)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u, ok := <-updates:
+			if !ok {
+				return
+			}
+			if u.LinkAddress.IP.To4() != nil {
+				c.loop.Trigger()
+			}
+		}
+	}
+}
+
+// expireFlows deletes expired masqueraded flows every ExpireEvery. The
+// maps are opened at the first tick that finds them openable: at start
+// the reconcile pass may be creating and pinning them at the same moment
+// (two creators of one pin: one gets EEXIST).
+func (c *Controller) expireFlows(ctx context.Context) {
+	var o *nat.Objects
+	defer func() {
+		if o != nil {
+			o.Close()
+		}
+	}()
 	t := time.NewTicker(ExpireEvery)
 	defer t.Stop()
+	warned := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if o == nil {
+			var err error
+			if o, err = nat.OpenMaps(filepath.Join(c.bpffs, "maps")); err != nil {
+				if !warned {
+					c.log.Warn("masqueraded flows do not expire until the NAT maps open", "err", err)
+					warned = true
+				}
+				continue
+			}
 		}
 		if n, err := o.ExpireFlows(); err != nil {
 			c.log.Warn("expiring masqueraded flows", "err", err)
