@@ -4,10 +4,12 @@ package network
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/admission"
@@ -99,6 +101,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			}
 		}
 		hs, err := realize(name, c.Node, spec)
+		st.Conditions = conditions(o, spec, hs, err, time.Now())
 		if err != nil {
 			st.Phase, st.Message = pivirtv1.PhaseFailed, err.Error()
 			c.Events.Record(pivirtv1.KindNetwork, name, events.Warning, "RealizeFailed", err.Error())
@@ -137,6 +140,45 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		c.Wake()
 	}
 	return errors.Join(errs...)
+}
+
+// Condition types of a Network's status.
+const (
+	// ConditionRealized: the bridge and what its type does to the host
+	// (uplink enslaved; gateway and forwarding) are in place.
+	ConditionRealized = "Realized"
+	// ConditionMasquerade (type nat): the address its CIDR leaves from.
+	ConditionMasquerade = "Masquerade"
+)
+
+// conditions are a Network's conditions after a pass; a condition that
+// keeps its status keeps its transition time (a pass that changes
+// nothing writes nothing).
+func conditions(o *pivirtv1.Object, s pivirtv1.NetworkSpec, hs hostnet.State, err error, now time.Time) []pivirtv1.Condition {
+	realized := pivirtv1.Condition{Type: ConditionRealized, Status: "True", Reason: "Realized"}
+	if err != nil {
+		realized = pivirtv1.Condition{Type: ConditionRealized, Status: "False", Reason: "RealizeFailed", Message: err.Error()}
+	}
+	conds := []pivirtv1.Condition{realized}
+	if s.Type == pivirtv1.NetworkNAT {
+		m := pivirtv1.Condition{Type: ConditionMasquerade, Status: "False", Reason: "NotRealized", Message: "the bridge is not realized"}
+		if err == nil {
+			m = pivirtv1.Condition{Type: ConditionMasquerade, Status: "True", Reason: "BehindUplink",
+				Message: fmt.Sprintf("%s leaves %s as %s", s.CIDR, s.Uplink, hs.Public)}
+		}
+		conds = append(conds, m)
+	}
+	var old pivirtv1.Status
+	_ = json.Unmarshal(o.Status, &old) // no status yet: every condition is new
+	for i := range conds {
+		conds[i].LastTransitionTime = now.UTC().Truncate(time.Second)
+		for _, oc := range old.Conditions {
+			if oc.Type == conds[i].Type && oc.Status == conds[i].Status {
+				conds[i].LastTransitionTime = oc.LastTransitionTime
+			}
+		}
+	}
+	return conds
 }
 
 // realize makes the host match one Network.
