@@ -68,18 +68,8 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			riding[ref] = append(riding[ref], o.Metadata.Name)
 		}
 	}
-	if !c.swept {
-		// A Network deleted while pivirtd was down left its bridge.
-		owned, err := hostnet.Owned()
-		if err != nil {
-			return err
-		}
-		c.swept = true
-		for br, rec := range owned {
-			if _, ok := c.realized[rec.Network]; !ok {
-				c.realized[rec.Network] = pivirtv1.NetworkSpec{Bridge: br}
-			}
-		}
+	if err := c.sweep(); err != nil {
+		return err
 	}
 	woke := false
 	for _, o := range snap.Of(pivirtv1.KindNetwork) {
@@ -125,6 +115,37 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, c.prune(desired)...)
+	if woke && c.Wake != nil {
+		c.Wake()
+	}
+	return errors.Join(errs...)
+}
+
+// sweep adopts, on the first pass, the bridges of Networks a previous
+// pivirtd realized (their Record), so that those deleted while it was
+// down are removed by prune.
+func (c *Controller) sweep() error {
+	if c.swept {
+		return nil
+	}
+	owned, err := hostnet.Owned()
+	if err != nil {
+		return err
+	}
+	c.swept = true
+	for br, rec := range owned {
+		if _, ok := c.realized[rec.Network]; !ok {
+			c.realized[rec.Network] = pivirtv1.NetworkSpec{Bridge: br}
+		}
+	}
+	return nil
+}
+
+// prune removes the realized Networks not desired: the uplink gets back
+// what the Network took, the bridge goes.
+func (c *Controller) prune(desired map[string]bool) []error {
+	var errs []error
 	for name, spec := range c.realized {
 		if desired[name] {
 			continue
@@ -136,10 +157,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		c.Log.Info("network removed", "network", name, "bridge", spec.Bridge)
 		delete(c.realized, name)
 	}
-	if woke && c.Wake != nil {
-		c.Wake()
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Condition types of a Network's status.

@@ -5,7 +5,9 @@ package network
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/dataplane/hostnet"
+	"pivirt.hu/pivirt/test/testutil"
 )
 
 func TestConditions(t *testing.T) {
@@ -53,5 +56,46 @@ func TestConditions(t *testing.T) {
 		if diff := cmp.Diff(tc.want, conditions(tc.o, tc.spec, hs, tc.err, t1)); diff != "" {
 			t.Errorf("%s: conditions (-want +got):\n%s", tc.name, diff)
 		}
+	}
+}
+
+// TestPrivilegedSweepsNetworksDeletedWhileDown: a Network deleted while
+// pivirtd was down left its bridge, with the host's addresses on it; the
+// first pass of a new controller gives them back to the uplink and
+// deletes the bridge, and leaves a Network it still has alone.
+func TestPrivilegedSweepsNetworksDeletedWhileDown(t *testing.T) {
+	testutil.RequireTool(t, "ip")
+	ns := testutil.NewNetNS(t)
+	uplink, _ := testutil.VethPair(t, ns)
+	kept, _ := testutil.VethPair(t, ns)
+	if _, err := ns.Exec("ip", "addr", "add", "192.0.2.10/24", "dev", uplink); err != nil {
+		t.Fatal(err)
+	}
+	err := ns.Do(func() error {
+		if _, err := hostnet.Bridged("gone", "node-1", "pvbr-gone", uplink, 0); err != nil {
+			return err
+		}
+		if _, err := hostnet.Routed("stays", "node-1", "pvbr-stays", kept, netip.MustParsePrefix("10.90.0.1/24"), 0, false); err != nil {
+			return err
+		}
+		// A new controller: nothing realized yet, "stays" still in the
+		// store, "gone" not.
+		c := &Controller{Log: slog.New(slog.DiscardHandler), Node: "node-1", realized: map[string]pivirtv1.NetworkSpec{}}
+		if err := c.sweep(); err != nil {
+			return err
+		}
+		return errors.Join(c.prune(map[string]bool{"stays": true})...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Exec("ip", "link", "show", "pvbr-gone"); err == nil {
+		t.Error("the bridge of the Network deleted while down is still there")
+	}
+	if out, _ := ns.Exec("ip", "-4", "-br", "addr", "show", "dev", uplink); !strings.Contains(string(out), "192.0.2.10/24") {
+		t.Errorf("the uplink did not get its address back: %s", out)
+	}
+	if _, err := ns.Exec("ip", "link", "show", "pvbr-stays"); err != nil {
+		t.Error("the sweep removed a Network's bridge it still has")
 	}
 }
