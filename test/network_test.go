@@ -364,6 +364,41 @@ spec:
 			t.Errorf("masq-new-flow = %d, want at least 3", n)
 		}
 	})
+	t.Run("simulate runs the masquerade over a copy of the live maps", func(t *testing.T) {
+		o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		before, err := o.Flows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := e.d.MustCtl("simulate", "uplink2", "--nat", "--src-mac", "02:00:00:00:00:01", "--src-ip", "10.91.0.150",
+			"--dst-ip", "203.0.113.1", "--proto", "tcp", "--sport", "40999", "--dport", "80")
+		if !strings.Contains(out, "PASS (reasons: masq-new-flow)") || !strings.Contains(out, "TCP 10.91.0.150:40999 -> 203.0.113.1:80") ||
+			!strings.Contains(out, "=> TCP 203.0.113.2:") {
+			t.Errorf("simulate of a new flow leaving:\n%s", out)
+		}
+		// The reply of a live TCP flow comes back to its guest.
+		i := slices.IndexFunc(before, func(f nat.Flow) bool { return f.Proto == 6 })
+		if i < 0 {
+			t.Fatalf("no live TCP flow in %v", before)
+		}
+		f := before[i]
+		out = e.d.MustCtl("simulate", "uplink2", "--nat", "--inbound", "--src-mac", "02:00:00:00:00:02", "--src-ip", f.Remote.Addr().String(),
+			"--dst-ip", f.Public.Addr().String(), "--proto", "tcp", "--sport", fmt.Sprint(f.Remote.Port()), "--dport", fmt.Sprint(f.Public.Port()))
+		if want := fmt.Sprintf("=> TCP %s -> %s", f.Remote, f.Guest); !strings.Contains(out, want) {
+			t.Errorf("simulate of a reply: want %q in\n%s", want, out)
+		}
+		after, err := o.Flows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(after) != len(before) {
+			t.Errorf("simulate changed the live flow table: %d flows before, %d after", len(before), len(after))
+		}
+	})
 	t.Run("an ExternalIP port forward on the uplink's address works beside the masquerade", func(t *testing.T) {
 		serve(t, g.NS, "0.0.0.0:7001")
 		e.apply(fmt.Sprintf(`apiVersion: pivirt.hu/v1

@@ -170,6 +170,33 @@ func (s *Server) natEntries(name string) ([]string, []json.RawMessage, error) {
 	return rendered(es)
 }
 
+// simulateNAT runs a frame through the NAT program of an uplink (host
+// mode: the interface's scope) over a private copy of the live maps.
+func (s *Server) simulateNAT(m *inspectv1.SimulateRequest) (*connect.Response[inspectv1.SimulateResponse], error) {
+	start := time.Now()
+	l, err := netlink.LinkByName(m.Port)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("uplink %s: %w", m.Port, err))
+	}
+	r, err := nat.Simulate(loader.MapsDir(s.Loader.Base()), nat.ScopeInterface(m.Port), l.Attrs().HardwareAddr, m.Frame, m.NatInbound)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	out := &inspectv1.SimulateResponse{Verdict: r.Verdict, Program: r.Program + " (over a private copy of the live NAT maps)",
+		DurationNs: time.Since(start).Nanoseconds(), Original: nat.Describe(m.Frame)}
+	if r.Changed {
+		out.Translated = nat.Describe(r.Out)
+	}
+	for _, reason := range r.Reasons {
+		out.Reasons = append(out.Reasons, reason.String())
+	}
+	out.Reason = "none"
+	if len(out.Reasons) > 0 {
+		out.Reason = strings.Join(out.Reasons, ",")
+	}
+	return connect.NewResponse(out), nil
+}
+
 // ListPrograms lists the programs attached through pinned links.
 func (s *Server) ListPrograms(ctx context.Context, _ *connect.Request[inspectv1.ListProgramsRequest]) (*connect.Response[inspectv1.ListProgramsResponse], error) {
 	as, err := s.Loader.Attached()
@@ -242,6 +269,9 @@ func entries[K comparable, V any](m map[K]V) []*inspectv1.MapEntry {
 
 // Simulate runs a frame through the guard of a port.
 func (s *Server) Simulate(ctx context.Context, req *connect.Request[inspectv1.SimulateRequest]) (*connect.Response[inspectv1.SimulateResponse], error) {
+	if req.Msg.Nat {
+		return s.simulateNAT(req.Msg)
+	}
 	start := time.Now()
 	var (
 		r   loader.SimResult

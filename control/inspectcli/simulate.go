@@ -20,6 +20,7 @@ import (
 // packet describes the frame simulate builds.
 type packet struct {
 	toVM           bool
+	nat, inbound   bool
 	srcMAC, dstMAC string
 	srcIP, dstIP   string
 	proto          string
@@ -33,13 +34,17 @@ func simulateCmd(client clientFunc) *cobra.Command {
 	var p packet
 	cmd := &cobra.Command{
 		Use:   "simulate PORT",
-		Short: "Run a described packet through the guard and ACL loaded on PORT and print the verdict and reason",
+		Short: "Run a described packet through the guard and ACL loaded on PORT (or the NAT of uplink PORT) and print the verdict and reason",
 		Long: `Build the frame a VM on PORT would send, run it through the guard and, if
 the port has one, the egress rules of its ACL (BPF_PROG_TEST_RUN of their
 simulation twins over the live maps: no packet leaves, nothing is counted
 and no flow is tracked) and print the verdict and the reason. With --to-vm
 the frame goes the other way, through the ACL's ingress rules; a flow the
-ACL tracks passes as it would.`,
+ACL tracks passes as it would. With --nat PORT is an uplink and the frame
+goes through its NAT program (ExternalIPs and the masquerade of NAT
+Networks), leaving it or, with --inbound, arriving, over a private copy
+of the live NAT maps: the output shows the packet as translated, and no
+flow or counter of the live maps changes.`,
 		Example: `  # a DHCP server answer from a VM (dropped by the DHCP guard)
   pivirtctl simulate tap-web01-0 --src-mac 52:54:00:12:34:56 --src-ip 192.168.100.10 --proto udp --sport 67 --dport 68
   # a spoofed source address
@@ -47,7 +52,9 @@ ACL tracks passes as it would.`,
   # an ARP reply claiming another address
   pivirtctl simulate tap-web01-0 --src-mac 52:54:00:12:34:56 --proto arp --arp-op reply --src-ip 192.168.100.1
   # telnet toward the VM, through its ACL's ingress rules
-  pivirtctl simulate tap-web01-0 --to-vm --src-mac 02:00:00:00:00:01 --src-ip 10.1.2.3 --dst-ip 192.168.100.10 --proto tcp --sport 40000 --dport 23`,
+  pivirtctl simulate tap-web01-0 --to-vm --src-mac 02:00:00:00:00:01 --src-ip 10.1.2.3 --dst-ip 192.168.100.10 --proto tcp --sport 40000 --dport 23
+  # a guest of a NAT Network leaving through uplink eth3: the address and port it would leave as
+  pivirtctl simulate eth3 --nat --src-mac 02:00:00:00:00:01 --src-ip 10.91.0.100 --dst-ip 203.0.113.1 --proto tcp --sport 40000 --dport 443`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			frame, err := p.frame()
@@ -58,17 +65,29 @@ ACL tracks passes as it would.`,
 			if err != nil {
 				return err
 			}
-			resp, err := c.Simulate(cmd.Context(), connect.NewRequest(&inspectv1.SimulateRequest{Port: args[0], Frame: frame, ToVm: p.toVM}))
+			resp, err := c.Simulate(cmd.Context(), connect.NewRequest(&inspectv1.SimulateRequest{Port: args[0], Frame: frame, ToVm: p.toVM,
+				Nat: p.nat, NatInbound: p.inbound}))
 			if err != nil {
 				return err
 			}
 			m := resp.Msg
+			if p.nat {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s (reasons: %s) by %s on %s\n", m.Verdict, m.Reason, m.Program, args[0])
+				if m.Translated != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "  %s\n  => %s\n", m.Original, m.Translated)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "  %s (untranslated)\n", m.Original)
+				}
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s (reason: %s) by %s (id %d) on %s\n", m.Verdict, m.Reason, m.Program, m.ProgramId, args[0])
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&p.toVM, "to-vm", false, "send the frame toward the VM, through the port ACL's ingress rules")
+	f.BoolVar(&p.nat, "nat", false, "PORT is an uplink: run the frame through its NAT program (leaving; --inbound: arriving)")
+	f.BoolVar(&p.inbound, "inbound", false, "with --nat: the frame arrives on the uplink")
 	f.StringVar(&p.srcMAC, "src-mac", "", "source MAC (required unless --hex)")
 	f.StringVar(&p.dstMAC, "dst-mac", "ff:ff:ff:ff:ff:ff", "destination MAC")
 	f.StringVar(&p.srcIP, "src-ip", "0.0.0.0", "source IP (IPv4, or IPv6 with --proto ra|icmpv6); ARP: sender IP")

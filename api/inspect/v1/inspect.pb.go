@@ -745,7 +745,12 @@ type SimulateRequest struct {
 	Frame []byte `protobuf:"bytes,2,opt,name=frame,proto3" json:"frame,omitempty"`
 	// to_vm runs the frame through the port ACL's ingress rules (toward
 	// the VM) instead of the guard and the ACL's egress rules.
-	ToVm          bool `protobuf:"varint,3,opt,name=to_vm,json=toVm,proto3" json:"to_vm,omitempty"`
+	ToVm bool `protobuf:"varint,3,opt,name=to_vm,json=toVm,proto3" json:"to_vm,omitempty"`
+	// nat runs the frame through the NAT program of the uplink port
+	// (ExternalIPs, masquerade) over a private copy of the live NAT maps:
+	// as leaving through it, or with nat_inbound as arriving.
+	Nat           bool `protobuf:"varint,4,opt,name=nat,proto3" json:"nat,omitempty"`
+	NatInbound    bool `protobuf:"varint,5,opt,name=nat_inbound,json=natInbound,proto3" json:"nat_inbound,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -801,15 +806,36 @@ func (x *SimulateRequest) GetToVm() bool {
 	return false
 }
 
+func (x *SimulateRequest) GetNat() bool {
+	if x != nil {
+		return x.Nat
+	}
+	return false
+}
+
+func (x *SimulateRequest) GetNatInbound() bool {
+	if x != nil {
+		return x.NatInbound
+	}
+	return false
+}
+
 type SimulateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// verdict is PASS or DROP (XDP_PASS/XDP_DROP or TCX_PASS/TCX_DROP).
 	Verdict string `protobuf:"bytes,1,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	// reason is the counter the program bumped (e.g. "mac_mismatch").
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	Program       string `protobuf:"bytes,3,opt,name=program,proto3" json:"program,omitempty"`
-	ProgramId     uint32 `protobuf:"varint,4,opt,name=program_id,json=programId,proto3" json:"program_id,omitempty"`
-	DurationNs    int64  `protobuf:"varint,5,opt,name=duration_ns,json=durationNs,proto3" json:"duration_ns,omitempty"`
+	Reason     string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Program    string `protobuf:"bytes,3,opt,name=program,proto3" json:"program,omitempty"`
+	ProgramId  uint32 `protobuf:"varint,4,opt,name=program_id,json=programId,proto3" json:"program_id,omitempty"`
+	DurationNs int64  `protobuf:"varint,5,opt,name=duration_ns,json=durationNs,proto3" json:"duration_ns,omitempty"`
+	// translated (nat) is the packet as it came out, when the program
+	// changed it: "src -> dst" of its IPv4 and L4 headers.
+	Translated string `protobuf:"bytes,6,opt,name=translated,proto3" json:"translated,omitempty"`
+	// reasons (nat) are the NAT counters the packet bumped.
+	Reasons []string `protobuf:"bytes,7,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	// original (nat) is the packet as sent, described as translated is.
+	Original      string `protobuf:"bytes,8,opt,name=original,proto3" json:"original,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -877,6 +903,27 @@ func (x *SimulateResponse) GetDurationNs() int64 {
 		return x.DurationNs
 	}
 	return 0
+}
+
+func (x *SimulateResponse) GetTranslated() string {
+	if x != nil {
+		return x.Translated
+	}
+	return ""
+}
+
+func (x *SimulateResponse) GetReasons() []string {
+	if x != nil {
+		return x.Reasons
+	}
+	return nil
+}
+
+func (x *SimulateResponse) GetOriginal() string {
+	if x != nil {
+		return x.Original
+	}
+	return ""
 }
 
 type StatusRequest struct {
@@ -1552,11 +1599,14 @@ const file_inspect_v1_inspect_proto_rawDesc = "" +
 	"\x06differ\x18\x05 \x03(\v2\x1b.pivirt.inspect.v1.MapEntryR\x06differ\"`\n" +
 	"\x0fDesiredResponse\x121\n" +
 	"\x04maps\x18\x01 \x03(\v2\x1d.pivirt.inspect.v1.DesiredMapR\x04maps\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"P\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x83\x01\n" +
 	"\x0fSimulateRequest\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\tR\x04port\x12\x14\n" +
 	"\x05frame\x18\x02 \x01(\fR\x05frame\x12\x13\n" +
-	"\x05to_vm\x18\x03 \x01(\bR\x04toVm\"\x9e\x01\n" +
+	"\x05to_vm\x18\x03 \x01(\bR\x04toVm\x12\x10\n" +
+	"\x03nat\x18\x04 \x01(\bR\x03nat\x12\x1f\n" +
+	"\vnat_inbound\x18\x05 \x01(\bR\n" +
+	"natInbound\"\xf4\x01\n" +
 	"\x10SimulateResponse\x12\x18\n" +
 	"\averdict\x18\x01 \x01(\tR\averdict\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
@@ -1564,7 +1614,12 @@ const file_inspect_v1_inspect_proto_rawDesc = "" +
 	"\n" +
 	"program_id\x18\x04 \x01(\rR\tprogramId\x12\x1f\n" +
 	"\vduration_ns\x18\x05 \x01(\x03R\n" +
-	"durationNs\"\x0f\n" +
+	"durationNs\x12\x1e\n" +
+	"\n" +
+	"translated\x18\x06 \x01(\tR\n" +
+	"translated\x12\x18\n" +
+	"\areasons\x18\a \x03(\tR\areasons\x12\x1a\n" +
+	"\boriginal\x18\b \x01(\tR\boriginal\"\x0f\n" +
 	"\rStatusRequest\"\xee\x03\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1a\n" +
