@@ -18,17 +18,20 @@
 #           masquerade (conntrack)
 #   pivirt  pivirt's masquerade (bpf/lib/nat.h, masq_out/masq_in) on pvb-up,
 #           put there by tools/natbench masq as pivirtd's NAT controller does
+#   prog    the same programs on pvb-up masquerading another CIDR: packets
+#           forwarded untranslated past them, a control for what the mere
+#           presence of the tcx programs does to the path
 # The UDP runs (pktgen) cycle FLOWS source ports, so the filter tracks
 # FLOWS concurrent flows (each is seen again every FLOWS frames); the TCP
 # run is one iperf3 flow (client in pvb-vm on SEND_CPU).
 # Before the runs each configuration is checked: 2,000 frames from 2,000
 # source ports must reach pvb-inet, from 198.51.100.2 unless fwd.
 #
-# Env: CFGS="fwd nft pivirt" FLOWS=10000 TCP=1 DUR=5 REPS=3 SEND_CPU=0
+# Env: CFGS="fwd nft pivirt prog" FLOWS=10000 TCP=1 DUR=5 REPS=3 SEND_CPU=0
 #   RECV_CPU=1 WORK=/tmp/pvb OUT=$WORK/masq.txt
 # Summary: python3 tools/bench/peers/summarize.py masq $OUT
 . "$(dirname "$(readlink -f "$0")")/lib.sh"
-CFGS=${CFGS:-"fwd nft pivirt"}
+CFGS=${CFGS:-"fwd nft pivirt prog"}
 FLOWS=${FLOWS:-10000}
 OUT=${OUT:-$WORK/masq.txt}
 NB=$WORK/bin/natbench
@@ -76,6 +79,7 @@ table ip pvb_masq {
 R
 		;;
 	pivirt) "$NB" masq -netns pvb-gw -dev pvb-up -bpffs "$NBPIN" -cidr 10.10.0.0/24 ;;
+	prog) "$NB" masq -netns pvb-gw -dev pvb-up -bpffs "$NBPIN" -cidr 10.99.0.0/24 ;;
 	*) echo "unknown configuration $1" >&2; exit 1 ;;
 	esac
 }
@@ -84,7 +88,7 @@ cfg_off() {
 	fwd) ;;
 	# The conntrack entries of its flows go with the table's hook.
 	nft) nsx pvb-gw nft delete table ip pvb_masq ;;
-	pivirt) "$NB" detach -dev pvb-up -bpffs "$NBPIN" ;;
+	pivirt | prog) "$NB" detach -dev pvb-up -bpffs "$NBPIN" ;;
 	esac
 }
 
@@ -115,7 +119,7 @@ for c in $CFGS; do
 	cfg_on "$c"
 	n=$(udp_count pvb-inet pvb-vm eth0 "$GW_MAC" 10.10.0.11 198.51.100.1 2000 -dst-port 9 -src-port 20000 -src-ports 2000)
 	note=""
-	[ "$c" = pivirt ] && note="; counters: $("$NB" counters -bpffs "$NBPIN" 2>&1 | tr '\n' ' ')"
+	[ "$c" = pivirt ] || [ "$c" = prog ] && note="; counters: $("$NB" counters -bpffs "$NBPIN" 2>&1 | tr '\n' ' ')"
 	[ "$c" = nft ] && note="; conntrack entries in pvb-gw: $(nsx pvb-gw grep -c 'dport=9 ' /proc/net/nf_conntrack 2>/dev/null || echo NA)"
 	echo "# check $c: $n/2000 reached pvb-inet$note" | tee -a "$OUT"
 	cfg_off "$c"

@@ -138,12 +138,17 @@ def masq(path):
             pass
     print('Masquerade: UDP from the guest to the internet namespace over many flows, one sender core; '
           'received kpps, ratio to plain forwarding, added ns/packet')
-    order = [c for c in ['fwd', 'nft', 'pivirt'] if c in udp] + [c for c in udp if c not in ('fwd', 'nft', 'pivirt')]
+    order = [c for c in ['fwd', 'nft', 'pivirt', 'prog'] if c in udp] + [c for c in udp if c not in ('fwd', 'nft', 'pivirt', 'prog')]
     table(udp, 'fwd', order)
     if 'nft' in udp and 'pivirt' in udp and 'fwd' in udp:
         pv, nf = med(list(udp['pivirt'].values())), med(list(udp['nft'].values()))
         add_pv, add_nf = med(paired(udp['pivirt'], udp['fwd'])), med(paired(udp['nft'], udp['fwd']))
         print(f'  pivirt / nft packets/s: {pv / nf:.2f}; added ns/packet pivirt / nft: {add_pv / add_nf:.2f}')
+    if 'prog' in udp and 'pivirt' in udp and 'nft' in udp:
+        # The programs attached but translating nothing: the floor of the
+        # masquerade's own cost, if their presence changes the path.
+        add = med(paired(udp['pivirt'], udp['prog']))
+        print(f'  pivirt over prog (the masquerade itself): {add:.0f} ns/packet; nft over fwd: {med(paired(udp["nft"], udp["fwd"])):.0f} ns/packet')
     if tcp:
         print('TCP (iperf3, one flow) Gbit/s, median [min..max]: ' + ', '.join(
             f'{c} {med(list(v.values())):.2f} [{min(v.values()):.2f}..{max(v.values()):.2f}]' for c, v in tcp.items() if v))
