@@ -449,3 +449,33 @@ spec:
 		})
 	})
 }
+
+// TestPrivilegedNetworkUplinkLate: a Network applied before its uplink
+// exists fails, naming it, and is realized as soon as the uplink appears
+// (a link event, not a retry's backoff).
+func TestPrivilegedNetworkUplinkLate(t *testing.T) {
+	testutil.RequireBPF(t)
+	host, inet := testutil.NewNetNS(t), testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), BPFFS: testutil.TempBPFFS(t)})
+	e := &natEnv{t: t, host: host, d: d}
+	e.apply(`apiVersion: pivirt.hu/v1
+kind: Network
+metadata: {name: late}
+spec: {type: routed, uplink: uplink9, cidr: 10.92.0.0/24}`)
+	st := e.waitStatus("network", "late", "Failed")
+	if !strings.Contains(st, "uplink9") {
+		t.Errorf("status %s does not name the missing uplink", st)
+	}
+	// Let the retries back off (0.1 s doubling: after 7 s the next is
+	// about 5 s away) past what the test waits below.
+	time.Sleep(7 * time.Second)
+	linkNS(t, host, "uplink9", inet, "eth0")
+	start := time.Now()
+	e.waitStatus("network", "late", "Ready")
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("realized %v after the uplink appeared, want within 2 s (a link event)", took)
+	}
+	if got := sh(t, host, "cat", "/proc/sys/net/ipv4/conf/uplink9/forwarding"); got != "1" {
+		t.Errorf("uplink9 forwarding = %s, want 1", got)
+	}
+}

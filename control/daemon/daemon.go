@@ -403,7 +403,11 @@ func (d *Daemon) controllers() ([]Controller, error) {
 			},
 			Func: d.dhcp.SyncElsewhere,
 		},
-		controllerFunc{"link-watch", func(ctx context.Context) error { return portguard.WatchLinks(ctx, guardLoop.Trigger) }},
+		// A port or an uplink that comes (or goes) late: the guard attaches
+		// it, a Network waiting for its uplink is realized.
+		controllerFunc{"link-watch", func(ctx context.Context) error {
+			return portguard.WatchLinks(ctx, func() { guardLoop.Trigger(); networkLoop.Trigger() })
+		}},
 		d.nat,
 	}, nil
 }

@@ -140,7 +140,7 @@ func (l *Loop) Run(ctx context.Context) error {
 				return nil
 			}
 			l.Log.Warn("reconcile failed; retrying", "reconciler", l.ID, "rev", snap.Revision, "err", err, "retry_in", backoff)
-			if !sleep(ctx, backoff) {
+			if !retryAfter(ctx, backoff, kick) {
 				return nil
 			}
 			backoff = min(backoff*2, 10*time.Second)
@@ -200,7 +200,7 @@ func (l *Loop) runQueued(ctx context.Context) error {
 				return nil
 			}
 			l.Log.Warn("reconcile failed; retrying", "reconciler", l.ID, "rev", rev, "err", err, "retry_in", backoff)
-			if !sleep(ctx, backoff) {
+			if !retryAfter(ctx, backoff, kick) {
 				return nil
 			}
 			backoff = min(backoff*2, 10*time.Second)
@@ -243,6 +243,23 @@ func waitForChange(ctx context.Context, changed, kick <-chan struct{}, debounce,
 		return true
 	case <-changed:
 		return sleep(ctx, debounce)
+	}
+}
+
+// retryAfter waits out a failed pass's backoff, or less when Trigger says
+// the world changed meanwhile (an uplink that appeared, a port that came):
+// what failed may work now, and a backoff grown to seconds must not keep
+// the fix waiting.
+func retryAfter(ctx context.Context, d time.Duration, kick <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-kick:
+		return true
+	case <-t.C:
+		return true
 	}
 }
 
