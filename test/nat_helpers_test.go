@@ -109,6 +109,21 @@ func (e *natEnv) mappings() []string {
 	return out
 }
 
+// flows returns the masqueraded flows in the live pv_masq_ct.
+func (e *natEnv) flows() []nat.Flow {
+	e.t.Helper()
+	o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer o.Close()
+	fs, err := o.Flows()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return fs
+}
+
 // reasons returns the NAT event and drop counters of an uplink scope.
 func (e *natEnv) reasons(scope uint32) map[nat.Reason]uint64 {
 	e.t.Helper()

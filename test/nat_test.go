@@ -147,15 +147,7 @@ spec:
 		if n := conntrackCount(t, router, "10.10.0.12"); n != 0 {
 			t.Errorf("%d conntrack entries for the masqueraded VM, want 0 (eBPF masquerade)", n)
 		}
-		o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer o.Close()
-		flows, err := o.Flows()
-		if err != nil {
-			t.Fatal(err)
-		}
+		flows := e.flows()
 		if !slices.ContainsFunc(flows, func(f nat.Flow) bool {
 			return f.Guest.Addr().String() == "10.10.0.12" && f.Public.Addr().String() == "198.51.100.2" && f.Scope == nat.ScopeRouter(router)
 		}) {

@@ -38,6 +38,25 @@ import (
 	"pivirt.hu/pivirt/test/testutil"
 )
 
+// networkWithSegment is a Network NAME of type typ on uplink, cidr
+// <net>.0/24, and the segment NAME-seg riding it on pvbr-NAME: the host at
+// .1, DHCP from .100-.199.
+func networkWithSegment(name, typ, uplink, net string) string {
+	return fmt.Sprintf(`apiVersion: pivirt.hu/v1
+kind: Network
+metadata: {name: %[1]s}
+spec: {type: %[2]s, uplink: %[3]s, cidr: %[4]s.0/24}
+---
+apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: %[1]s-seg}
+spec:
+  networkRef: %[1]s
+  bridge: pvbr-%[1]s
+  hostIP: %[4]s.1/24
+  dhcp: {delegatedRangeStart: %[4]s.100, delegatedRangeEnd: %[4]s.199, defaultLeaseTime: 600}`, name, typ, uplink, net)
+}
+
 // sh runs a command in ns and fails the test on error.
 func sh(t *testing.T, ns *testutil.NetNS, args ...string) string {
 	t.Helper()
@@ -197,21 +216,9 @@ func TestPrivilegedNetworkRouted(t *testing.T) {
 	ipConfig(t, inet, "eth0", "203.0.113.1/24", "")
 	// The upstream router learned the subnet (as announced by BGP).
 	sh(t, inet, "ip", "route", "add", "10.90.0.0/24", "via", "203.0.113.2")
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), BPFFS: testutil.TempBPFFS(t)})
-	e := &natEnv{t: t, host: host, d: d}
-	e.apply(`apiVersion: pivirt.hu/v1
-kind: Network
-metadata: {name: lab}
-spec: {type: routed, uplink: uplink1, cidr: 10.90.0.0/24}
----
-apiVersion: pivirt.hu/v1
-kind: NetworkSegment
-metadata: {name: lab-seg}
-spec:
-  networkRef: lab
-  bridge: pvbr-lab
-  hostIP: 10.90.0.1/24
-  dhcp: {delegatedRangeStart: 10.90.0.100, delegatedRangeEnd: 10.90.0.199, defaultLeaseTime: 600}`)
+	e := startNAT(t, host)
+	d := e.d
+	e.apply(networkWithSegment("lab", "routed", "uplink1", "10.90.0"))
 	e.waitStatus("network", "lab", "Ready")
 	e.waitStatus("segment", "lab-seg", "Ready")
 
@@ -268,19 +275,7 @@ func TestPrivilegedNetworkNAT(t *testing.T) {
 	ipConfig(t, host, "uplink2", "203.0.113.2/24", "203.0.113.1")
 	ipConfig(t, inet, "eth0", "203.0.113.1/24", "")
 	e := startNAT(t, host)
-	e.apply(`apiVersion: pivirt.hu/v1
-kind: Network
-metadata: {name: nat}
-spec: {type: nat, uplink: uplink2, cidr: 10.91.0.0/24}
----
-apiVersion: pivirt.hu/v1
-kind: NetworkSegment
-metadata: {name: nat-seg}
-spec:
-  networkRef: nat
-  bridge: pvbr-nat
-  hostIP: 10.91.0.1/24
-  dhcp: {delegatedRangeStart: 10.91.0.100, delegatedRangeEnd: 10.91.0.199, defaultLeaseTime: 600}`)
+	e.apply(networkWithSegment("nat", "nat", "uplink2", "10.91.0"))
 	var st struct{ Masquerade string }
 	if err := json.Unmarshal([]byte(e.waitStatus("network", "nat", "Ready")), &st); err != nil || st.Masquerade != "203.0.113.2" {
 		t.Errorf("network status masquerade %q (%v), want 203.0.113.2", st.Masquerade, err)
@@ -334,15 +329,7 @@ spec:
 		t.Logf("iperf3 through the NAT: %.0f Mbit/s", r.End.SumReceived.BitsPerSecond/1e6)
 	})
 	t.Run("the flows are in the table, like conntrack -L", func(t *testing.T) {
-		o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer o.Close()
-		flows, err := o.Flows()
-		if err != nil {
-			t.Fatal(err)
-		}
+		flows := e.flows()
 		protos := map[uint8]bool{}
 		for _, f := range flows {
 			if f.Public.Addr().String() != "203.0.113.2" || f.Scope != scope {
@@ -365,15 +352,7 @@ spec:
 		}
 	})
 	t.Run("simulate runs the masquerade over a copy of the live maps", func(t *testing.T) {
-		o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer o.Close()
-		before, err := o.Flows()
-		if err != nil {
-			t.Fatal(err)
-		}
+		before := e.flows()
 		out := e.d.MustCtl("simulate", "uplink2", "--nat", "--src-mac", "02:00:00:00:00:01", "--src-ip", "10.91.0.150",
 			"--dst-ip", "203.0.113.1", "--proto", "tcp", "--sport", "40999", "--dport", "80")
 		if !strings.Contains(out, "PASS (reasons: masq-new-flow)") || !strings.Contains(out, "TCP 10.91.0.150:40999 -> 203.0.113.1:80") ||
@@ -391,11 +370,7 @@ spec:
 		if want := fmt.Sprintf("=> TCP %s -> %s", f.Remote, f.Guest); !strings.Contains(out, want) {
 			t.Errorf("simulate of a reply: want %q in\n%s", want, out)
 		}
-		after, err := o.Flows()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(after) != len(before) {
+		if after := e.flows(); len(after) != len(before) {
 			t.Errorf("simulate changed the live flow table: %d flows before, %d after", len(before), len(after))
 		}
 	})

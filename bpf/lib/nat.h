@@ -807,19 +807,25 @@ static __always_inline int nat_one_to_one(struct __sk_buff *skb, const int in, c
  * go on. Expired entries are deleted by pivirtd (timeouts by state).
  */
 
-/* masq_ports reads the ports of a packet masquerade carries: TCP and UDP,
- * ICMP echo by its id (the private side's sport, the public side's
- * dport). -1 for anything else.
+/* masq_key makes the pv_masq_ct key of a packet masquerade carries (OUT
+ * at egress, IN at ingress): TCP and UDP by their ports, ICMP echo by its
+ * id (the private side's sport, the public side's dport). -1 for
+ * anything else.
  */
-static __always_inline int masq_ports(const struct nat_pkt *p, const int in, __be16 *sport, __be16 *dport)
+static __always_inline int masq_key(const struct nat_pkt *p, const int in, struct pv_masq_key *k)
 {
+	k->scope = pv_nat_scope;
+	k->saddr = p->ip->saddr;
+	k->daddr = p->ip->daddr;
+	k->proto = p->proto;
+	k->dir = in ? PV_MASQ_IN : PV_MASQ_OUT;
 	if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) {
 		__be16 *ports = p->l4;
 
 		if ((void *)(ports + 2) > p->end || nat_l4_short(p))
 			return -1;
-		*sport = ports[0];
-		*dport = ports[1];
+		k->sport = ports[0];
+		k->dport = ports[1];
 		return 0;
 	}
 	if (p->proto == IPPROTO_ICMP) {
@@ -828,8 +834,8 @@ static __always_inline int masq_ports(const struct nat_pkt *p, const int in, __b
 		if ((void *)(ic + 1) > p->end || ic->code != 0 ||
 		    ic->type != (in ? ICMP_ECHOREPLY : ICMP_ECHO))
 			return -1;
-		*sport = in ? 0 : ic->id;
-		*dport = in ? ic->id : 0;
+		k->sport = in ? 0 : ic->id;
+		k->dport = in ? ic->id : 0;
 		return 0;
 	}
 	return -1;
@@ -937,8 +943,9 @@ static __always_inline int masq_out(struct __sk_buff *skb, struct nat_pkt *p)
 {
 	struct pv_masq_net_key nk = { .prefixlen = 64, .scope = pv_nat_scope, .addr = p->ip->saddr };
 	struct pv_masq_net *net = bpf_map_lookup_elem(&pv_masq_nets, &nk);
+	struct pv_masq_key k = {};
 	struct pv_masq_val *v;
-	__be16 sport, dport, pto;
+	__be16 pto;
 	__be32 to;
 	__u64 now;
 
@@ -950,7 +957,7 @@ static __always_inline int masq_out(struct __sk_buff *skb, struct nat_pkt *p)
 		nat_count(PV_NAT_R_MASQ_FRAG);
 		return NAT_DROPPED;
 	}
-	if (masq_ports(p, 0, &sport, &dport)) {
+	if (masq_key(p, 0, &k)) {
 		struct icmphdr *ic = p->l4;
 
 		/* A guest's ICMP error about a flow's reply. */
@@ -960,16 +967,6 @@ static __always_inline int masq_out(struct __sk_buff *skb, struct nat_pkt *p)
 		nat_count(PV_NAT_R_MASQ_PROTO);
 		return NAT_DROPPED;
 	}
-
-	struct pv_masq_key k = {
-		.scope = pv_nat_scope,
-		.saddr = p->ip->saddr,
-		.daddr = p->ip->daddr,
-		.sport = sport,
-		.dport = dport,
-		.proto = p->proto,
-		.dir = PV_MASQ_OUT,
-	};
 
 	now = bpf_ktime_get_coarse_ns();
 	v = bpf_map_lookup_elem(&pv_masq_ct, &k);
@@ -985,7 +982,7 @@ static __always_inline int masq_out(struct __sk_buff *skb, struct nat_pkt *p)
 			return r;
 		to = net->addr;
 	}
-	if (masq_rewrite(skb, 0, p, k.saddr, to, sport, pto))
+	if (masq_rewrite(skb, 0, p, k.saddr, to, k.sport, pto))
 		return NAT_MALFORMED;
 	return NAT_FORWARD;
 }
@@ -995,28 +992,17 @@ static __always_inline int masq_out(struct __sk_buff *skb, struct nat_pkt *p)
  */
 static __always_inline int masq_in(struct __sk_buff *skb, struct nat_pkt *p)
 {
+	struct pv_masq_key k = {};
 	struct icmphdr *ic;
 	struct pv_masq_val *v;
-	__be16 sport, dport;
 
 	if (nat_parse_ip(p) != NAT_NEXT || !p->first)
 		return NAT_NEXT;
 	ic = p->l4;
 	if (p->proto == IPPROTO_ICMP && (void *)(ic + 1) <= p->end && icmp4_is_error(ic->type))
 		return !p->more && nat_icmp_error(skb, 1) == NAT_DONE ? NAT_PASS : NAT_NEXT;
-	if (masq_ports(p, 1, &sport, &dport))
+	if (masq_key(p, 1, &k))
 		return NAT_NEXT;
-
-	struct pv_masq_key k = {
-		.scope = pv_nat_scope,
-		.saddr = p->ip->saddr,
-		.daddr = p->ip->daddr,
-		.sport = sport,
-		.dport = dport,
-		.proto = p->proto,
-		.dir = PV_MASQ_IN,
-	};
-
 	v = bpf_map_lookup_elem(&pv_masq_ct, &k);
 	if (!v)
 		return NAT_NEXT;
@@ -1026,7 +1012,7 @@ static __always_inline int masq_in(struct __sk_buff *skb, struct nat_pkt *p)
 	}
 	v->seen_ns = bpf_ktime_get_coarse_ns();
 	v->state = masq_state(p, v->state);
-	if (masq_rewrite(skb, 1, p, k.daddr, v->addr, dport, v->port))
+	if (masq_rewrite(skb, 1, p, k.daddr, v->addr, k.dport, v->port))
 		return NAT_MALFORMED;
 	return NAT_FORWARD;
 }

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 #
-# lib.sh: what guard.sh and nat.sh share (sourced, not run): namespaces
-# named pvb-*, the generator (tools/pktgen) built into $WORK, the
-# per-namespace counters a run is read from, and one measured UDP run.
+# lib.sh: what guard.sh, nat.sh, masq.sh and acl.sh share (sourced, not
+# run): namespaces named pvb-*, the generator (tools/pktgen) built into
+# $WORK, the per-namespace counters a run is read from, one measured UDP
+# run and one iperf3 TCP run.
 #
 # The method: the sender (pktgen send) is pinned to SEND_CPU; on a veth
 # the whole receive path (bridge or routing, the filter under test, the
@@ -96,4 +97,23 @@ udp_count() {
 	nsx "$txns" timeout 10 "$PKTGEN" send -if "$txif" -dst-mac "$dmac" -src-ip "$sip" -dst-ip "$dip" -count "$k" -duration 5s "$@" >/dev/null
 	sleep 0.2
 	echo $(($(snmp "$rxns" Ip InReceives) - r0))
+}
+
+# tcp_run LABEL SRVNS CLINS DST: one iperf3 TCP run, server in SRVNS on
+# RECV_CPU, client in CLINS on SEND_CPU; prints "LABEL gbps= retr= cpu..".
+tcp_run() {
+	local label=$1 srvns=$2 clins=$3 dst=$4 sp c0 c1 out
+	taskset -c "$RECV_CPU" ip netns exec "$srvns" timeout $((DUR + 15)) iperf3 -s -1 -A "$RECV_CPU" >/dev/null 2>&1 &
+	sp=$!
+	BG+=("$sp")
+	sleep 0.5
+	c0=$(cpustat)
+	out=$(ip netns exec "$clins" timeout $((DUR + 10)) iperf3 -c "$dst" -t "$DUR" -A "$SEND_CPU" -J 2>&1)
+	c1=$(cpustat)
+	wait "$sp" 2>/dev/null
+	BG=()
+	printf '%s gbps=%s retr=%s %s\n' "$label" \
+		"$(python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))' <<<"$out" 2>/dev/null || echo NA)" \
+		"$(python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_sent"].get("retransmits", "NA"))' <<<"$out" 2>/dev/null || echo NA)" \
+		"$(cpudelta "$c0" "$c1")"
 }

@@ -92,23 +92,6 @@ cfg_off() {
 	esac
 }
 
-tcp_run() { # LABEL
-	local sp c0 c1 out
-	taskset -c "$RECV_CPU" ip netns exec pvb-inet timeout $((DUR + 15)) iperf3 -s -1 -A "$RECV_CPU" >/dev/null 2>&1 &
-	sp=$!
-	BG+=("$sp")
-	sleep 0.5
-	c0=$(cpustat)
-	out=$(ip netns exec pvb-vm timeout $((DUR + 10)) iperf3 -c 198.51.100.1 -t "$DUR" -A "$SEND_CPU" -J 2>&1)
-	c1=$(cpustat)
-	wait "$sp" 2>/dev/null
-	BG=()
-	printf '%s gbps=%s retr=%s %s\n' "$1" \
-		"$(python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))' <<<"$out" 2>/dev/null || echo NA)" \
-		"$(python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_sent"].get("retransmits", "NA"))' <<<"$out" 2>/dev/null || echo NA)" \
-		"$(cpudelta "$c0" "$c1")"
-}
-
 build_pktgen
 (cd "$ROOT" && go build -o "$NB" ./tools/natbench) || { echo "building tools/natbench failed" >&2; exit 1; }
 mkdir -p "$NBFS"
@@ -128,7 +111,7 @@ for r in $(seq "$REPS"); do
 	for c in $CFGS; do
 		cfg_on "$c"
 		udp_run "MASQ udp cfg=$c flows=$FLOWS run=$r" pvb-inet 9000 pvb-vm eth0 "$GW_MAC" 10.10.0.11 198.51.100.1 -src-port 20000 -src-ports "$FLOWS" | tee -a "$OUT"
-		[ "${TCP:-1}" = 1 ] && tcp_run "MASQ tcp cfg=$c run=$r" | tee -a "$OUT"
+		[ "${TCP:-1}" = 1 ] && tcp_run "MASQ tcp cfg=$c run=$r" pvb-inet pvb-vm 198.51.100.1 | tee -a "$OUT"
 		cfg_off "$c"
 	done
 done

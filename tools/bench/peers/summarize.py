@@ -82,14 +82,16 @@ def guard(path):
         print(l)
 
 
-def nat(path):
+def runs(path, tag):
+    """UDP kpps and TCP Gbit/s by cfg and repetition, and the notes, of
+    nat.sh (tag NAT) or masq.sh (tag MASQ) output."""
     udp = collections.defaultdict(dict)
     tcp = collections.defaultdict(dict)
     notes = []
     for line in open(path):
-        if line.startswith('# check') or line.startswith('# nat') or line.startswith('# load'):
+        if line.startswith('# check') or line.startswith('# ' + tag.lower()) or line.startswith('# load'):
             notes.append(line.strip())
-        m = re.match(r'NAT (udp|tcp) cfg=(\S+) run=(\d+) (.*)', line)
+        m = re.match(tag + r' (udp|tcp) cfg=(\S+) (?:flows=\d+ )?run=(\d+) (.*)', line)
         if not m:
             continue
         d = kv(m.group(4))
@@ -100,6 +102,11 @@ def nat(path):
                 tcp[m.group(2)][int(m.group(3))] = float(d['gbps'])
         except (KeyError, ValueError):
             pass  # a run that printed NA: left out, visible in the raw file
+    return udp, tcp, notes
+
+
+def nat(path):
+    udp, tcp, notes = runs(path, 'NAT')
     print('NAT: UDP from the internet namespace to the VM, one sender core; received kpps, ratio to plain forwarding, added ns/packet')
     order = [c for c in ['fwd', 'nft', 'ipt'] if c in udp] + [c for c in udp if c not in ('fwd', 'nft', 'ipt')]
     table(udp, 'fwd', order)
@@ -119,23 +126,7 @@ def nat(path):
 
 
 def masq(path):
-    udp = collections.defaultdict(dict)
-    tcp = collections.defaultdict(dict)
-    notes = []
-    for line in open(path):
-        if line.startswith('# check') or line.startswith('# masq') or line.startswith('# load'):
-            notes.append(line.strip())
-        m = re.match(r'MASQ (udp|tcp) cfg=(\S+) (?:flows=\d+ )?run=(\d+) (.*)', line)
-        if not m:
-            continue
-        d = kv(m.group(4))
-        try:
-            if m.group(1) == 'udp':
-                udp[m.group(2)][int(m.group(3))] = float(d['rx_pps'])
-            else:
-                tcp[m.group(2)][int(m.group(3))] = float(d['gbps'])
-        except (KeyError, ValueError):
-            pass
+    udp, tcp, notes = runs(path, 'MASQ')
     print('Masquerade: UDP from the guest to the internet namespace over many flows, one sender core; '
           'received kpps, ratio to plain forwarding, added ns/packet')
     order = [c for c in ['fwd', 'nft', 'pivirt', 'prog'] if c in udp] + [c for c in udp if c not in ('fwd', 'nft', 'pivirt', 'prog')]
