@@ -57,6 +57,28 @@ spec:
   dhcp: {delegatedRangeStart: %[4]s.100, delegatedRangeEnd: %[4]s.199, defaultLeaseTime: 600}`, name, typ, uplink, net)
 }
 
+// hostLANOn checks that the host of TestPrivilegedNetworkBridge has its LAN
+// address 192.0.2.10/24 on dev (and not on other), its default route and
+// its policy table's route through dev, and its way out.
+func hostLANOn(t *testing.T, host *testutil.NetNS, dev, other string) {
+	t.Helper()
+	if got := sh(t, host, "ip", "-4", "-br", "addr", "show", "dev", dev); !strings.Contains(got, "192.0.2.10/24") {
+		t.Errorf("%s: %q, want 192.0.2.10/24", dev, got)
+	}
+	if got, _ := host.Exec("ip", "-4", "-br", "addr", "show", "dev", other); strings.Contains(string(got), "192.0.2.10") {
+		t.Errorf("%s kept the address: %q", other, got)
+	}
+	if got := sh(t, host, "ip", "route", "show", "default"); !strings.Contains(got, "via 192.0.2.1 dev "+dev) {
+		t.Errorf("default route %q, want via 192.0.2.1 dev %s", got, dev)
+	}
+	if got := sh(t, host, "ip", "route", "show", "table", "100"); !strings.Contains(got, "dev "+dev) {
+		t.Errorf("table 100: %q, want its route through %s", got, dev)
+	}
+	if !pings(host, "198.51.100.1") {
+		t.Errorf("the host cannot reach beyond its LAN with its address on %s", dev)
+	}
+}
+
 // sh runs a command in ns and fails the test on error.
 func sh(t *testing.T, ns *testutil.NetNS, args ...string) string {
 	t.Helper()
@@ -112,21 +134,7 @@ spec: {interface: hlan1, macAddress: "52:54:00:00:34:01"}`)
 	e.waitStatus("segment", "lan-seg", "Ready")
 
 	t.Run("the host keeps its address, routes and reach on the bridge", func(t *testing.T) {
-		if got := sh(t, host, "ip", "-4", "-br", "addr", "show", "dev", "pvbr-lan"); !strings.Contains(got, "192.0.2.10/24") {
-			t.Errorf("pvbr-lan: %q, want 192.0.2.10/24", got)
-		}
-		if got := sh(t, host, "ip", "-4", "-br", "addr", "show", "dev", "uplink0"); strings.Contains(got, "192.0.2.10") {
-			t.Errorf("uplink0 kept its address: %q", got)
-		}
-		if got := sh(t, host, "ip", "route", "show", "default"); !strings.Contains(got, "via 192.0.2.1 dev pvbr-lan") {
-			t.Errorf("default route %q, want via 192.0.2.1 dev pvbr-lan", got)
-		}
-		if got := sh(t, host, "ip", "route", "show", "table", "100"); !strings.Contains(got, "dev pvbr-lan") {
-			t.Errorf("table 100: %q, want its route on the bridge", got)
-		}
-		if !pings(host, "198.51.100.1") {
-			t.Error("the host lost its way out")
-		}
+		hostLANOn(t, host, "pvbr-lan", "uplink0")
 	})
 
 	t.Run("a guarded guest gets its lease from the segment and reaches the LAN", func(t *testing.T) {
@@ -192,18 +200,7 @@ spec: {interface: hlan1, macAddress: "52:54:00:00:34:01"}`)
 	t.Run("deleting the Network gives the uplink back", func(t *testing.T) {
 		d.MustCtl("delete", "network", "lan")
 		waitFor(t, 10*time.Second, "pvbr-lan gone", func() bool { _, err := host.Exec("ip", "link", "show", "pvbr-lan"); return err != nil })
-		if got := sh(t, host, "ip", "-4", "-br", "addr", "show", "dev", "uplink0"); !strings.Contains(got, "192.0.2.10/24") {
-			t.Errorf("uplink0 after delete: %q, want 192.0.2.10/24 back", got)
-		}
-		if got := sh(t, host, "ip", "route", "show", "default"); !strings.Contains(got, "via 192.0.2.1 dev uplink0") {
-			t.Errorf("default route after delete %q, want via 192.0.2.1 dev uplink0", got)
-		}
-		if got := sh(t, host, "ip", "route", "show", "table", "100"); !strings.Contains(got, "dev uplink0") {
-			t.Errorf("table 100 after delete: %q, want its route on uplink0", got)
-		}
-		if !pings(host, "198.51.100.1") {
-			t.Error("the host cannot reach beyond its LAN after the Network went")
-		}
+		hostLANOn(t, host, "uplink0", "pvbr-lan")
 	})
 }
 
