@@ -89,6 +89,12 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			if err := hostnet.Remove(old.Bridge); err != nil {
 				errs = append(errs, err)
 			}
+		} else if rec, ok := hostnet.Lookup(spec.Bridge); ok && rec.Network == name && rec.Routed != (spec.Type != pivirtv1.NetworkBridge) {
+			// The type changed while pivirtd was down (the bridge's
+			// record is the old realization's): undo it first too.
+			if err := hostnet.Remove(spec.Bridge); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		hs, err := realize(name, c.Node, spec)
 		st.Conditions = conditions(o, spec, hs, err, time.Now())
