@@ -46,6 +46,11 @@ type Store interface {
 	// match sel (nil matches all), sorted by name, and the store revision
 	// they were read at.
 	List(ctx context.Context, kind string, sel Selector) ([]*pivirtv1.Object, int64, error)
+	// ListPage returns one page of the objects of kind that match opts,
+	// in the store's key order, and the token of the next (see
+	// ListOptions). A field the store indexes (fields.Indexed) selects
+	// without reading the other objects of the kind.
+	ListPage(ctx context.Context, kind string, opts ListOptions) (Page, error)
 	// Update runs fn in a serializable read-write transaction and commits
 	// it durably (fsync) before returning. If fn returns an error nothing
 	// is written. Concurrent Updates may be committed together (group

@@ -347,6 +347,9 @@ func (t *tx) flush() ([]record, error) {
 			return nil, fmt.Errorf("creating bucket %s: %w", k.kind, err)
 		}
 		prev := b.Get([]byte(k.name))
+		if err := reindex(t.btx, k.kind, k.name, prev, data); err != nil {
+			return nil, fmt.Errorf("indexing %s/%s: %w", k.kind, k.name, err)
+		}
 		switch {
 		case data != nil:
 			typ := store.Modified

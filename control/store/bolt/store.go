@@ -111,8 +111,10 @@ func Open(path string, opts Options) (*Store, error) {
 		if err := checkSchema(meta, path); err != nil {
 			return err
 		}
-		rev, err = readRevision(meta)
-		return err
+		if rev, err = readRevision(meta); err != nil {
+			return err
+		}
+		return ensureIndex(tx, rev)
 	})
 	if err != nil {
 		_ = db.Close()
@@ -248,8 +250,13 @@ func readRevision(meta *bbolt.Bucket) (int64, error) {
 	return 0, fmt.Errorf("reading revision: corrupt value of %d bytes", len(v))
 }
 
+// writeRevision stamps the revision and that the indexes are current at it.
 func writeRevision(tx *bbolt.Tx, rev int64) error {
-	return tx.Bucket(bucketMeta).Put(keyRevision, binary.BigEndian.AppendUint64(nil, uint64(rev)))
+	meta := tx.Bucket(bucketMeta)
+	if err := meta.Put(keyIndexed, indexStamp(rev)); err != nil {
+		return err
+	}
+	return meta.Put(keyRevision, binary.BigEndian.AppendUint64(nil, uint64(rev)))
 }
 
 // getRaw returns the stored JSON of kind/name, or nil; valid only in tx.

@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"WatchConcurrentWrites", testWatchConcurrentWrites},
 		{"ConcurrentReadModifyWrite", testConcurrentReadModifyWrite},
 		{"DependOnKeptCopy", testDependOnKeptCopy},
+		{"ListPages", testListPages},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
