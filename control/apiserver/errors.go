@@ -36,6 +36,8 @@ func code(err error) connect.Code {
 		return connect.CodeUnavailable
 	case errors.Is(err, store.ErrTooLarge):
 		return connect.CodeResourceExhausted
+	case errors.Is(err, store.ErrCompacted):
+		return connect.CodeOutOfRange
 	}
 	return connect.CodeInternal
 }

@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"pivirt.hu/pivirt/api/fields"
 	"pivirt.hu/pivirt/api/labels"
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
@@ -127,7 +128,8 @@ func (s *ResourceServer) Get(ctx context.Context, req *connect.Request[resourcev
 }
 
 // List returns the objects of a kind (every kind when empty) matching the
-// label selector.
+// label and field selectors, a page at a time when the request sets a
+// limit.
 func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resourcev1.ListRequest]) (*connect.Response[resourcev1.ListResponse], error) {
 	kind := ""
 	if req.Msg.Kind != "" {
@@ -141,12 +143,24 @@ func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resource
 	if err != nil {
 		return nil, connectError(fmt.Errorf("%w: %w", errInvalid, err))
 	}
-	objs, rev, err := s.Store.List(ctx, kind, sel)
+	fs, err := fields.Parse(kind, req.Msg.FieldSelector)
 	if err != nil {
+		return nil, connectError(fmt.Errorf("%w: %w", errInvalid, err))
+	}
+	if req.Msg.Limit < 0 {
+		return nil, connectError(fmt.Errorf("%w: limit %d: want 0 (all) or more", errInvalid, req.Msg.Limit))
+	}
+	page, err := s.Store.ListPage(ctx, kind, store.ListOptions{Labels: sel, Fields: fs, Limit: int(req.Msg.Limit), Continue: req.Msg.Continue})
+	switch {
+	case errors.Is(err, store.ErrBadContinue):
+		return nil, connectError(fmt.Errorf("%w: continue: %w", errInvalid, err))
+	case errors.Is(err, store.ErrCompacted):
+		return nil, connectError(fmt.Errorf("the list's continue token is too old (%w): list again from the start", err))
+	case err != nil:
 		return nil, connectError(fmt.Errorf("listing %s: %w", kind, err))
 	}
-	out := &resourcev1.ListResponse{Revision: rev, Objects: make([][]byte, 0, len(objs))}
-	for _, o := range objs {
+	out := &resourcev1.ListResponse{Revision: page.Revision, Continue: page.Continue, Objects: make([][]byte, 0, len(page.Objects))}
+	for _, o := range page.Objects {
 		b, err := json.Marshal(o)
 		if err != nil {
 			return nil, connectError(err)

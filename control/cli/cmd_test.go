@@ -207,7 +207,7 @@ kind: List
 		{name: "get unknown kind", args: []string{"get", "pods"}, wantCode: 1,
 			wantErr: `error: unknown kind "pods" (known: bridge, dhcplease, dhcpleases, externalip, externalips, extip, ippool, ippools, lease, leases, net, nets, network, networks, networksegment, networksegments, overlay, overlaynetwork, overlaynetworks, overlays, portsec, portsecurities, portsecurity, router, routers, segment, segments, vpcrouter, vpcrouters)` + "\n"},
 		{name: "get names and selector", args: []string{"get", "lease", "a", "-l", "x=y"}, wantCode: 1,
-			wantErr: "error: names cannot be given together with a selector (-l)\nSee 'pivirtctl get --help' for usage.\n"},
+			wantErr: "error: names cannot be given together with a selector (-l, --field-selector)\nSee 'pivirtctl get --help' for usage.\n"},
 		{name: "get bad output", args: []string{"get", "lease", "-o", "table"}, wantCode: 1,
 			wantErr: "error: unknown output format \"table\": want yaml, json, wide or name\nSee 'pivirtctl get --help' for usage.\n"},
 

@@ -24,6 +24,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"pivirt.hu/pivirt/api/fields"
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
 	"pivirt.hu/pivirt/api/resource/v1/resourcev1connect"
@@ -44,6 +45,7 @@ type fakeServer struct {
 	rev        int64
 	events     map[string][]*resourcev1.Event
 	applySizes []int
+	lists      int // List calls
 	// failApply, when set, fails the Apply request with this index (0-based).
 	failApply func(call int) error
 	watchers  map[chan *resourcev1.WatchResponse]string // channel -> kind filter
@@ -204,17 +206,26 @@ func (f *fakeServer) List(_ context.Context, req *connect.Request[resourcev1.Lis
 			return nil, err
 		}
 	}
+	fs, err := fields.Parse(kind, req.Msg.GetFieldSelector())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	var keys []string
 	for k, o := range f.objs {
-		if (kind == "" || o.Kind == kind) && matches(o.Metadata.Labels, req.Msg.GetLabelSelector()) {
+		if (kind == "" || o.Kind == kind) && matches(o.Metadata.Labels, req.Msg.GetLabelSelector()) && fs.Matches(o) && k > req.Msg.GetContinue() {
 			keys = append(keys, k)
 		}
 	}
 	sort.Strings(keys)
 	resp := &resourcev1.ListResponse{Revision: f.rev}
-	for _, k := range keys {
+	for i, k := range keys {
+		if l := int(req.Msg.GetLimit()); l > 0 && i == l {
+			resp.Continue = keys[i-1] // the real token is opaque; this one is the last key
+			break
+		}
 		raw, _ := json.Marshal(f.objs[k])
 		resp.Objects = append(resp.Objects, raw)
 	}

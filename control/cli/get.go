@@ -3,6 +3,8 @@
 package cli
 
 import (
+	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"pivirt.hu/pivirt/api/fields"
 	"pivirt.hu/pivirt/api/labels"
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
@@ -38,6 +41,8 @@ func kindArg(arg string, allowAll bool) (string, error) {
 
 type getOptions struct {
 	selector    string
+	fields      string
+	chunkSize   int64
 	output      string
 	noHeaders   bool
 	showLabels  bool
@@ -81,8 +86,11 @@ local node alone.`,
 			if !ValidOutput(o.output) {
 				return usageErrorf(cmd, "unknown output format %q: want yaml, json, wide or name", o.output)
 			}
-			if o.selector != "" && len(args) > 1 {
-				return usageErrorf(cmd, "names cannot be given together with a selector (-l)")
+			if (o.selector != "" || o.fields != "") && len(args) > 1 {
+				return usageErrorf(cmd, "names cannot be given together with a selector (-l, --field-selector)")
+			}
+			if o.chunkSize < 0 {
+				return usageErrorf(cmd, "--chunk-size %d: want 0 (all at once) or more", o.chunkSize)
 			}
 			if isNodes(args[0]) {
 				return r.getNodes(cmd.Context(), args[1:], o)
@@ -96,6 +104,8 @@ local node alone.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.selector, "selector", "l", "", "label selector: k=v, k!=v, 'k in (a,b)', 'k notin (a,b)', k, !k; comma-separated terms must all match")
+	f.StringVar(&o.fields, "field-selector", "", "field selector: spec.network=lan,spec.macAddress!=52:54:00:00:00:01 (=, ==, !=; a lease's spec.network and spec.macAddress come from an index)")
+	f.Int64Var(&o.chunkSize, "chunk-size", 500, "fetch lists this many objects at a time, printing tables and names as they arrive (0: all at once)")
 	f.StringVarP(&o.output, "output", "o", "", "output format: yaml, json, wide or name")
 	f.BoolVar(&o.noHeaders, "no-headers", false, "omit the header row of tables")
 	f.BoolVar(&o.showLabels, "show-labels", false, "add a LABELS column to tables")
@@ -127,18 +137,16 @@ func (r *Root) get(ctx context.Context, kind string, names []string, o getOption
 		if items, missing, err = r.getNamed(ctx, client, kind, names); err != nil {
 			return err
 		}
+	} else if kind != "" && !o.watch && (o.output == OutputTable || o.output == OutputWide || o.output == OutputName) {
+		return r.printPages(ctx, client, kind, o, po)
 	} else {
-		resp, err := client.List(ctx, connect.NewRequest(&resourcev1.ListRequest{Kind: kind, LabelSelector: o.selector}))
+		var err error
+		revision, err = listPages(ctx, client, kind, o, func(page []Item) error {
+			items = append(items, page...)
+			return nil
+		})
 		if err != nil {
 			return err
-		}
-		revision = resp.Msg.GetRevision()
-		for _, raw := range resp.Msg.GetObjects() {
-			it, err := decodeItem(raw)
-			if err != nil {
-				return err
-			}
-			items = append(items, it)
 		}
 	}
 
@@ -166,6 +174,97 @@ func (r *Root) get(ctx context.Context, kind string, names []string, o getOption
 	}
 	if missing > 0 {
 		return errReported
+	}
+	return nil
+}
+
+// listPages lists kind as o selects, --chunk-size objects a request, and
+// hands each page to f. The next page is requested while f prints this
+// one (the server reads while the client decodes). It returns the
+// list's revision.
+func listPages(ctx context.Context, c resourcev1connect.ResourceServiceClient, kind string, o getOptions, f func([]Item) error) (int64, error) {
+	type page struct {
+		items    []Item
+		revision int64
+		err      error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pages := make(chan page, 1)
+	go func() {
+		defer close(pages)
+		req := &resourcev1.ListRequest{Kind: kind, LabelSelector: o.selector, FieldSelector: o.fields, Limit: o.chunkSize}
+		for {
+			resp, err := c.List(ctx, connect.NewRequest(req))
+			var p page
+			if err == nil {
+				p.revision = resp.Msg.GetRevision()
+				p.items = make([]Item, 0, len(resp.Msg.GetObjects()))
+				for _, raw := range resp.Msg.GetObjects() {
+					it, err := decodeItem(raw)
+					if err != nil {
+						p.err = err
+						break
+					}
+					p.items = append(p.items, it)
+				}
+			}
+			if p.err = cmp.Or(err, p.err); p.err == nil && resp.Msg.GetContinue() != "" {
+				req.Continue = resp.Msg.GetContinue()
+			} else {
+				req.Continue = ""
+			}
+			select {
+			case pages <- p:
+			case <-ctx.Done():
+				return
+			}
+			if req.Continue == "" {
+				return
+			}
+		}
+	}()
+	var rev int64
+	for p := range pages {
+		if p.err != nil {
+			return 0, p.err
+		}
+		if err := f(p.items); err != nil {
+			return 0, err
+		}
+		rev = p.revision
+	}
+	return rev, ctx.Err()
+}
+
+// printPages prints a table or names of kind page by page, as kubectl
+// does with --chunk-size: the first rows appear while later pages are
+// still read, and a table's columns keep the widths of the rows above
+// (widening only for a later page that needs it).
+func (r *Root) printPages(ctx context.Context, c resourcev1connect.ResourceServiceClient, kind string, o getOptions, po PrintOptions) error {
+	out := bufio.NewWriterSize(r.streams.Out, 64<<10)
+	tw := newWidthWriter(out)
+	header, shown := !o.noHeaders, 0
+	_, err := listPages(ctx, c, kind, o, func(page []Item) error {
+		if po.Output == OutputName {
+			for _, it := range page {
+				fmt.Fprintf(out, "%s/%s\n", kindLower(it.Obj.Kind), it.Obj.Metadata.Name)
+			}
+		} else if len(page) > 0 {
+			PrintTable(tw, page, po, header)
+			header = false
+		}
+		shown += len(page)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		return out.Flush()
+	})
+	if err != nil {
+		return err
+	}
+	if shown == 0 {
+		fmt.Fprintln(r.streams.ErrOut, "No resources found.")
 	}
 	return nil
 }
@@ -276,17 +375,21 @@ func (r *Root) watch(ctx context.Context, c resourcev1connect.ResourceServiceCli
 		fmt.Fprintln(r.streams.ErrOut, "No resources found.")
 	}
 
-	// The server filters by kind only; names and the selector apply here.
+	// The server filters by kind only; names and the selectors apply here.
 	sel, err := labels.Parse(o.selector)
 	if err != nil {
 		return fmt.Errorf("parsing selector: %w", err)
+	}
+	fsel, err := fields.Parse(kind, o.fields)
+	if err != nil {
+		return err
 	}
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
 	}
 	wanted := func(it Item) bool {
-		return (len(want) == 0 || want[it.Obj.Metadata.Name]) && sel.Matches(it.Obj.Metadata.Labels)
+		return (len(want) == 0 || want[it.Obj.Metadata.Name]) && sel.Matches(it.Obj.Metadata.Labels) && fsel.Matches(it.Obj)
 	}
 	known := map[string]Item{}
 	for _, it := range items {

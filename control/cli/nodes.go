@@ -47,8 +47,8 @@ type nodeDoc struct {
 // LAST-SEEN and READY (TTL with -o wide), names, or the nodes as yaml or
 // json documents of kind Node.
 func (r *Root) getNodes(ctx context.Context, names []string, o getOptions) error {
-	if o.selector != "" || o.watch {
-		return fmt.Errorf("get nodes takes no selector (-l) and no --watch")
+	if o.selector != "" || o.fields != "" || o.watch {
+		return fmt.Errorf("get nodes takes no selector (-l, --field-selector) and no --watch")
 	}
 	client, err := r.Client()
 	if err != nil {

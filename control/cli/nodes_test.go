@@ -68,7 +68,7 @@ func TestGetNodes(t *testing.T) {
 			wantErr:  "Error from server (NotFound): nodes \"n9\" not found\n",
 			wantCode: 1},
 		{name: "no selector", args: []string{"get", "nodes", "-l", "a=b"},
-			wantErr: "error: get nodes takes no selector (-l) and no --watch\n", wantCode: 1},
+			wantErr: "error: get nodes takes no selector (-l, --field-selector) and no --watch\n", wantCode: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, code := run(t, sock, "", tc.args...)

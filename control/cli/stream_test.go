@@ -14,6 +14,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -428,5 +430,73 @@ func TestSocketFromEnvAndCompletion(t *testing.T) {
 				t.Errorf("stdout %q, exit %d; want %q, 0 (stderr %q)", out.String(), code, tc.want, errOut.String())
 			}
 		})
+	}
+}
+
+// get lists in pages of --chunk-size and prints a page as it arrives: the
+// same table as one request makes (columns as wide, one header), names
+// alike, and yaml and json as one List.
+func TestGetPages(t *testing.T) {
+	f := newFakeServer()
+	sock := startFake(t, f)
+	if _, errOut, code := run(t, sock, leases(1234), "apply", "-f", "-"); code != 0 {
+		t.Fatalf("apply: %s", errOut)
+	}
+	for _, args := range [][]string{
+		{"get", "leases"},
+		{"get", "leases", "-o", "wide", "--no-headers"},
+		{"get", "leases", "-o", "name"},
+		{"get", "leases", "-o", "json"},
+		{"get", "leases", "--field-selector", "spec.network=br0"},
+	} {
+		f.lists = 0
+		whole, _, code := run(t, sock, "", append(args, "--chunk-size", "0")...)
+		if code != 0 || f.lists != 1 {
+			t.Fatalf("%v --chunk-size 0: exit %d after %d requests", args, code, f.lists)
+		}
+		for _, chunk := range []string{"1", "100", "500", "1234", "5000"} {
+			f.lists = 0
+			paged, errOut, code := run(t, sock, "", append(args, "--chunk-size", chunk)...)
+			if code != 0 || errOut != "" {
+				t.Fatalf("%v --chunk-size %s: exit %d, %s", args, chunk, code, errOut)
+			}
+			n, _ := strconv.Atoi(chunk)
+			// A later page may widen a column (the rows above stay as
+			// printed): the same cells, and the same bytes in one page.
+			if n >= 1234 && paged != whole || !slices.EqualFunc(strings.Split(paged, "\n"), strings.Split(whole, "\n"), func(a, b string) bool {
+				return slices.Equal(strings.Fields(a), strings.Fields(b))
+			}) {
+				t.Errorf("%v --chunk-size %s printed %d bytes, one request %d", args, chunk, len(paged), len(whole))
+			}
+			if want := (1234 + n - 1) / n; n < 1234 && f.lists != want {
+				t.Errorf("%v --chunk-size %s: %d requests, want %d", args, chunk, f.lists, want)
+			}
+		}
+	}
+	out, _, _ := run(t, sock, "", "get", "leases", "--chunk-size", "7")
+	if strings.Count(out, "NAME") != 1 || strings.Count(out, "\n") != 1235 {
+		t.Errorf("paged table: %d headers, %d lines; want 1 and 1235", strings.Count(out, "NAME"), strings.Count(out, "\n"))
+	}
+}
+
+// --field-selector reaches the server; an unknown field is the server's
+// error naming it; a negative --chunk-size is a usage error.
+func TestGetFieldSelector(t *testing.T) {
+	f := newFakeServer()
+	sock := startFake(t, f)
+	if _, errOut, code := run(t, sock, leases(300), "apply", "-f", "-"); code != 0 {
+		t.Fatalf("apply: %s", errOut)
+	}
+	out, errOut, code := run(t, sock, "", "get", "leases", "-o", "name", "--field-selector", "spec.macAddress=52-54-00-00-01-02")
+	if code != 0 || out != "dhcplease/vm-00258\n" {
+		t.Errorf("by MAC: exit %d, %q, %s", code, out, errOut)
+	}
+	_, errOut, code = run(t, sock, "", "get", "leases", "--field-selector", "spec.vlan=3")
+	if code == 0 || !strings.Contains(errOut, `"spec.vlan" is not a field of DHCPLease`) {
+		t.Errorf("unknown field: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = run(t, sock, "", "get", "leases", "--chunk-size", "-1")
+	if code == 0 || !strings.Contains(errOut, "--chunk-size -1: want 0 (all at once) or more") {
+		t.Errorf("--chunk-size -1: exit %d, %q", code, errOut)
 	}
 }

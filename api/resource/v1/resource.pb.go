@@ -320,6 +320,15 @@ type ListRequest struct {
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// label_selector uses kubectl syntax: k=v, k!=v, k in (a,b), k notin (a,b), k, !k.
 	LabelSelector string `protobuf:"bytes,2,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
+	// field_selector uses kubectl syntax over the kind's fields:
+	// spec.network=lan,spec.macAddress!=52:54:00:00:00:01 (=, ==, !=).
+	// A lease's spec.network and spec.macAddress are answered from an index.
+	FieldSelector string `protobuf:"bytes,3,opt,name=field_selector,json=fieldSelector,proto3" json:"field_selector,omitempty"`
+	// limit is the most objects one response holds (0: all); with more,
+	// ListResponse.continue fetches the next page. Ignored for every kind.
+	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// continue is the previous page's ListResponse.continue.
+	Continue      string `protobuf:"bytes,5,opt,name=continue,proto3" json:"continue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -368,10 +377,35 @@ func (x *ListRequest) GetLabelSelector() string {
 	return ""
 }
 
+func (x *ListRequest) GetFieldSelector() string {
+	if x != nil {
+		return x.FieldSelector
+	}
+	return ""
+}
+
+func (x *ListRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListRequest) GetContinue() string {
+	if x != nil {
+		return x.Continue
+	}
+	return ""
+}
+
 type ListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Objects       [][]byte               `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
-	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Objects [][]byte               `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	// revision is the store revision the list is read at; on etcd every
+	// page of a list reads at the first page's.
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// continue fetches the next page; empty after the last.
+	Continue      string `protobuf:"bytes,3,opt,name=continue,proto3" json:"continue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -418,6 +452,13 @@ func (x *ListResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *ListResponse) GetContinue() string {
+	if x != nil {
+		return x.Continue
+	}
+	return ""
 }
 
 type DeleteRequest struct {
@@ -1023,13 +1064,17 @@ const file_resource_v1_resource_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"%\n" +
 	"\vGetResponse\x12\x16\n" +
-	"\x06object\x18\x01 \x01(\fR\x06object\"H\n" +
+	"\x06object\x18\x01 \x01(\fR\x06object\"\xa1\x01\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12%\n" +
-	"\x0elabel_selector\x18\x02 \x01(\tR\rlabelSelector\"D\n" +
+	"\x0elabel_selector\x18\x02 \x01(\tR\rlabelSelector\x12%\n" +
+	"\x0efield_selector\x18\x03 \x01(\tR\rfieldSelector\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1a\n" +
+	"\bcontinue\x18\x05 \x01(\tR\bcontinue\"`\n" +
 	"\fListResponse\x12\x18\n" +
 	"\aobjects\x18\x01 \x03(\fR\aobjects\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"{\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1a\n" +
+	"\bcontinue\x18\x03 \x01(\tR\bcontinue\"{\n" +
 	"\rDeleteRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
