@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // lockKind is how the interlock holds a client's lease.
@@ -63,6 +64,11 @@ func (r *orderRun) lock(c *orderClient, kind lockKind) {
 			r.fatalf("locking %s: %s", portName(c), res)
 		}
 	}
+	// A binding whose reservation was just deleted becomes lease-<mac>
+	// through the journal's writer: moments after the delete returns.
+	waitFor(r.t, 5*time.Second, leaseName(c.g.MAC)+" stored", func() bool {
+		return r.d.Ctl("get", "lease", leaseName(c.g.MAC)).Code == 0
+	})
 	if !r.editLease(c, func(meta map[string]any) {
 		if kind == lockLease {
 			ann, _ := meta["annotations"].(map[string]any)

@@ -110,13 +110,14 @@ func TestPrivilegedOrderingRegressions(t *testing.T) {
 		seed  uint64
 		steps int
 	}{
-		{90417, 133},    // delete a lease, DORA, kill -9: the ACK reused the binding being deleted
-		{11, 28},        // delete the reservation, delete the lease, DORA, kill -9
-		{202, 38},       // the same, another order
-		{3003, 58},      // the same, another order
-		{40004, 85},     // a stored lease whose pin went
-		{627874531, 56}, // reserve, delete the segment, apply it again: the pin unbound
-		{20261204, 98},  // ACKed, neither stored nor pinned
+		{90417, 133},               // delete a lease, DORA, kill -9: the ACK reused the binding being deleted
+		{11, 28},                   // delete the reservation, delete the lease, DORA, kill -9
+		{202, 38},                  // the same, another order
+		{3003, 58},                 // the same, another order
+		{40004, 85},                // a stored lease whose pin went
+		{627874531, 56},            // reserve, delete the segment, apply it again: the pin unbound
+		{20261204, 98},             // ACKed, neither stored nor pinned
+		{1796492356900123160, 748}, // delete a reservation: its binding unpinned and unstored until the next Sync
 	} {
 		t.Run(strconv.FormatUint(tc.seed, 10), func(t *testing.T) {
 			runOrderings(t, tc.seed, tc.steps, 3*time.Millisecond, false)

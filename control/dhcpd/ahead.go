@@ -3,6 +3,7 @@
 package dhcpd
 
 import (
+	"net"
 	"slices"
 	"sync"
 
@@ -27,7 +28,8 @@ type ahead struct {
 
 type aheadReservation struct {
 	server.Reservation
-	rev int64
+	rev  int64
+	gone bool // its deletion, not a reservation (BeforeCommit's unreserve)
 }
 
 // add notes r, committing at rev; a.mu must be held.
@@ -38,7 +40,14 @@ func (a *ahead) add(seg uint32, r server.Reservation, rev int64) {
 	if a.res[seg] == nil {
 		a.res[seg] = map[string]aheadReservation{}
 	}
-	a.res[seg][r.MAC.String()] = aheadReservation{r, rev}
+	a.res[seg][r.MAC.String()] = aheadReservation{Reservation: r, rev: rev}
+}
+
+// remove notes that the reservation of mac is deleted, committing at rev;
+// a.mu must be held.
+func (a *ahead) remove(seg uint32, mac net.HardwareAddr, rev int64) {
+	a.add(seg, server.Reservation{MAC: mac}, rev) // makes the maps
+	a.res[seg][mac.String()] = aheadReservation{Reservation: server.Reservation{MAC: mac}, rev: rev, gone: true}
 }
 
 // committed moves the reservations added at the expected revision to the
@@ -70,24 +79,27 @@ func (a *ahead) committed(expected, rev int64, err error) {
 // past theirs: stored, or their commit failed) are forgotten: from then
 // on the store says what holds. a.mu must be held.
 func (a *ahead) merge(seg uint32, static []server.Reservation, rev int64) []server.Reservation {
-	var newer []server.Reservation
+	var newer, gone []server.Reservation
 	for mac, r := range a.res[seg] {
-		if r.rev <= rev {
+		switch {
+		case r.rev <= rev:
 			delete(a.res[seg], mac)
-			continue
+		case r.gone:
+			gone = append(gone, r.Reservation)
+		default:
+			newer = append(newer, r.Reservation)
 		}
-		newer = append(newer, r.Reservation)
 	}
 	if len(a.res[seg]) == 0 {
 		delete(a.res, seg)
 	}
-	if len(newer) == 0 {
+	if len(newer) == 0 && len(gone) == 0 {
 		return static
 	}
 	out := slices.DeleteFunc(slices.Clone(static), func(s server.Reservation) bool {
 		return slices.ContainsFunc(newer, func(n server.Reservation) bool {
 			return n.MAC.String() == s.MAC.String() || n.IP == s.IP
-		})
+		}) || slices.ContainsFunc(gone, func(g server.Reservation) bool { return g.MAC.String() == s.MAC.String() })
 	})
 	out = append(out, newer...)
 	sortReservations(out)

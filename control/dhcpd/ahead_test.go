@@ -31,8 +31,9 @@ func res(mac, ip string) server.Reservation {
 
 func TestAheadMerge(t *testing.T) {
 	type added struct {
-		r   server.Reservation
-		rev int64
+		r    server.Reservation
+		rev  int64
+		gone bool // a deletion (remove)
 	}
 	cases := []struct {
 		name      string
@@ -44,29 +45,38 @@ func TestAheadMerge(t *testing.T) {
 	}{
 		{"none ahead", nil, []server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
 			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 0},
-		{"an older snapshot keeps it", []added{{res("52:54:00:00:00:02", "192.168.100.105"), 8}},
+		{"an older snapshot keeps it", []added{{r: res("52:54:00:00:00:02", "192.168.100.105"), rev: 8}},
 			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
 			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105"), res("52:54:00:00:00:01", "192.168.100.110")}, 1},
-		{"it replaces the snapshot's of its MAC", []added{{res("52:54:00:00:00:01", "192.168.100.140"), 8}},
+		{"it replaces the snapshot's of its MAC", []added{{r: res("52:54:00:00:00:01", "192.168.100.140"), rev: 8}},
 			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
 			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.140")}, 1},
-		{"it replaces the snapshot's of its address", []added{{res("52:54:00:00:00:03", "192.168.100.110"), 8}},
+		{"it replaces the snapshot's of its address", []added{{r: res("52:54:00:00:00:03", "192.168.100.110"), rev: 8}},
 			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
 			[]server.Reservation{res("52:54:00:00:00:03", "192.168.100.110")}, 1},
-		{"a snapshot that holds it forgets it", []added{{res("52:54:00:00:00:02", "192.168.100.105"), 8}},
+		{"a snapshot that holds it forgets it", []added{{r: res("52:54:00:00:00:02", "192.168.100.105"), rev: 8}},
 			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 8,
 			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 0},
-		{"a later snapshot without it (its commit failed) forgets it", []added{{res("52:54:00:00:00:02", "192.168.100.105"), 8}},
+		{"a later snapshot without it (its commit failed) forgets it", []added{{r: res("52:54:00:00:00:02", "192.168.100.105"), rev: 8}},
 			nil, 9, nil, 0},
-		{"only the ones past the snapshot stay", []added{{res("52:54:00:00:00:02", "192.168.100.105"), 8}, {res("52:54:00:00:00:04", "192.168.100.104"), 10}},
+		{"only the ones past the snapshot stay", []added{{r: res("52:54:00:00:00:02", "192.168.100.105"), rev: 8}, {r: res("52:54:00:00:00:04", "192.168.100.104"), rev: 10}},
 			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 9,
 			[]server.Reservation{res("52:54:00:00:00:04", "192.168.100.104"), res("52:54:00:00:00:02", "192.168.100.105")}, 1},
+		{"a deletion ahead takes the older snapshot's out", []added{{r: res("52:54:00:00:00:01", "0.0.0.0"), rev: 8, gone: true}},
+			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110"), res("52:54:00:00:00:02", "192.168.100.105")}, 7,
+			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 1},
+		{"a snapshot past the deletion forgets it", []added{{r: res("52:54:00:00:00:01", "0.0.0.0"), rev: 8, gone: true}},
+			nil, 8, nil, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var a ahead
 			for _, x := range tc.ahead {
-				a.add(7, x.r, x.rev)
+				if x.gone {
+					a.remove(7, x.r.MAC, x.rev)
+				} else {
+					a.add(7, x.r, x.rev)
+				}
 			}
 			got := a.merge(7, tc.static, tc.rev)
 			if !slices.EqualFunc(got, tc.want, sameReservation) {

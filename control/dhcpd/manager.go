@@ -651,6 +651,9 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 			continue
 		}
 		if w.Deleted {
+			if !reserving[mac.String()] {
+				m.unreserve(w.Object.Metadata.Name, l.Network, mac, w.Revision, segs)
+			}
 			continue
 		}
 		m.ledger.forgetStored(mac.String(), w.Revision) // superseded in this transaction
@@ -668,6 +671,39 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 			}
 			m.ahead.mu.Unlock()
 		}
+	}
+}
+
+// unreserve drops, in the segments serving network, the reservation of
+// mac the operator deleted, and makes the binding it had durable as the
+// dynamic lease it becomes (journal, pv_leases, then lease-<mac>) before
+// the delete commits: the guard's pin follows the binding, not the
+// reservation, so it never lapses, and a kill -9 right after the delete
+// cannot lose it (it did: found by the ordering test, seed
+// 1796492356900123160, when the binding was made durable only by the next
+// Sync's keepUnreserved).
+func (m *Manager) unreserve(name, network string, mac net.HardwareAddr, rev int64, segs map[uint32]segInfo) {
+	for id, si := range segs {
+		if !si.seg.Names(network) {
+			continue
+		}
+		m.resDirty.Store(true)
+		m.ahead.mu.Lock()
+		l, live, err := m.srv.Unreserve(m.now(), id, mac)
+		if err == nil {
+			m.ahead.remove(id, mac, rev)
+		}
+		m.ahead.mu.Unlock()
+		if err != nil || !live {
+			continue
+		}
+		ch := server.LeaseChange{Kind: server.Bound, Segment: id, Lease: l, At: m.now()}
+		if err := m.ledger.Persist(context.Background(), []server.LeaseChange{ch}); err != nil {
+			// The next Sync's keepUnreserved persists it again.
+			m.Log.Warn("persisting the binding of a deleted reservation", "lease", name, "err", err)
+			continue
+		}
+		m.Log.Info("reservation deleted: its binding stays as a dynamic lease", "lease", name, "ip", l.IP, "mac", mac, "expires", l.Expires)
 	}
 }
 

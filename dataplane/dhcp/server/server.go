@@ -241,6 +241,34 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 	return changes, nil
 }
 
+// Unreserve drops the reservation of mac at once, before the store has
+// deleted it (admission calls it inside the transaction that deletes the
+// reservation), and returns the MAC's binding, which outlives its
+// reservation as a dynamic lease, if it has a live one: the caller makes
+// that durable before the delete commits, so neither the client's pin nor
+// its address lapses in between (as Kea keeps a lease whose reservation
+// goes). The next SetReservations, from the store, replaces it either way.
+func (s *Server) Unreserve(now time.Time, seg uint32, mac net.HardwareAddr) (Lease, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return Lease{}, false, fmt.Errorf("unreserving %s: %w", mac, ErrNoSegment)
+	}
+	r, ok := st.resByMAC[string(mac)]
+	if !ok {
+		return Lease{}, false, nil
+	}
+	delete(st.resByIP, r.IP)
+	delete(st.resByMAC, string(mac))
+	st.maybeFree(r.IP)
+	l := st.byMAC[string(mac)]
+	if l == nil || l.offered || !now.Before(l.Expires) {
+		return Lease{}, false, nil
+	}
+	return l.Lease, true, nil
+}
+
 // RemoveSegment forgets a segment and its leases.
 func (s *Server) RemoveSegment(id uint32) {
 	s.mu.Lock()

@@ -839,3 +839,41 @@ func TestOneMACCannotHoldThePool(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreserve: the reservation goes at once; a live binding is handed
+// back (it becomes a dynamic lease and renews), no binding or an expired
+// one is not, and an unreserved MAC has nothing to drop.
+func TestUnreserve(t *testing.T) {
+	s := newServer(t)
+	if err := s.SetReservations(1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}, {MAC: macB, IP: ip("192.168.100.12")}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
+	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(sid1), reqIP("192.168.100.11"))})
+	for _, tc := range []struct {
+		name string
+		mac  net.HardwareAddr
+		at   time.Time
+		live bool
+	}{
+		{"bound", macA, t0.Add(time.Minute), true},
+		{"reserved, never bound", macB, t0, false},
+		{"not reserved", macR, t0, false},
+	} {
+		l, live, err := s.Unreserve(tc.at, 1, tc.mac)
+		if err != nil || live != tc.live || live && l.IP != ip("192.168.100.11") {
+			t.Errorf("%s: Unreserve = %v, %v, %v", tc.name, l, live, err)
+		}
+	}
+	if st, _ := s.Stats(1); st.Reserved != 0 {
+		t.Errorf("after Unreserve: %+v, want no reservation", st)
+	}
+	// Its binding is a dynamic lease now: the renewal is ACKed, not NAKed.
+	r, _ := s.Handle(t0.Add(2*time.Minute), Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.11"))})
+	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeAck || !r.Msg.YourIPAddr.Equal(net.IP{192, 168, 100, 11}) {
+		t.Errorf("renewal after Unreserve: %v", r.Msg)
+	}
+	if _, _, err := s.Unreserve(t0, 9, macA); !errors.Is(err, ErrNoSegment) {
+		t.Errorf("unknown segment: %v", err)
+	}
+}
