@@ -9,8 +9,12 @@
 //     of a second lease holding a first lease's address for another MAC
 //     to the Conflict condition on both leases, p50/p99 over -collisions;
 //   - leases: -leases leases in etcd over ten networks, one node serving
-//     one of them: `pivirtctl get leases` latency (every node's leases,
-//     read from etcd), the node's RSS and what its watch received;
+//     one of them, and 1% more in a network nobody serves: `pivirtctl
+//     get leases` (every node's leases, read from etcd in pages) as a
+//     table, names, by field selector (the 1% network) and label, and in
+//     one response: time to the first line and to the end, and the
+//     node's highest RSS meanwhile against before; what its watch
+//     received;
 //   - watch: 1 to -max-nodes nodes, each serving its own network whose
 //     leases are renewed at -rate per second: what node 1's scoped watch
 //     received (pivirt_store_watch_*), against an unscoped watch of the
@@ -255,6 +259,65 @@ func (n *node) ctl(stdin string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
+// listing is one timed pivirtctl list: when its first line came, when
+// it ended, its lines, and the node's highest RSS meanwhile (sampled
+// every 10 ms).
+type listing struct {
+	first, all time.Duration
+	lines      int
+	maxRSS     int
+}
+
+func (n *node) timedList(args ...string) (listing, error) {
+	cmd := exec.Command(n.ctlBin, append([]string{"--server", "http://" + n.listen, "--token-file", filepath.Join(n.dir, "token")}, args...)...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return listing{}, err
+	}
+	var l listing
+	done := make(chan struct{})
+	sampled := make(chan int)
+	go func() {
+		m := n.rssKiB()
+		for {
+			select {
+			case <-done:
+				sampled <- m
+				return
+			case <-time.After(10 * time.Millisecond):
+				m = max(m, n.rssKiB())
+			}
+		}
+	}()
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		close(done)
+		<-sampled
+		return listing{}, err
+	}
+	buf := make([]byte, 256<<10)
+	for {
+		k, rerr := out.Read(buf)
+		if k > 0 && l.lines == 0 && l.first == 0 {
+			l.first = time.Since(start)
+		}
+		l.lines += bytes.Count(buf[:k], []byte{'\n'})
+		if rerr != nil {
+			break
+		}
+	}
+	err = cmd.Wait()
+	l.all = time.Since(start)
+	close(done)
+	l.maxRSS = <-sampled
+	if err != nil {
+		return l, fmt.Errorf("pivirtctl %s: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return l, nil
+}
+
 func (n *node) rssKiB() int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.cmd.Process.Pid))
 	if err != nil {
@@ -483,33 +546,59 @@ func benchLeases(c config) error {
 		return err
 	}
 	rss1 := n.rssKiB()
-	var lat []time.Duration
-	var lines int
-	for range 5 {
-		t := time.Now()
-		out, err := n.ctl("", "get", "leases")
-		if err != nil {
-			return err
+	// One network of 1% of the leases more, served by no node: what
+	// --field-selector spec.network= picks out of the whole.
+	small := c.leases / 100
+	for j := 0; j < small; j += 60 {
+		var batch []*pivirtv1.Object
+		for x := j; x < min(j+60, small); x++ {
+			batch = append(batch, leaseObj(fmt.Sprintf("s-%d", x), "n99", "cblsmall",
+				[6]byte{0x52, 0x55, 0, byte(x >> 16), byte(x >> 8), byte(x)}, ipOf(nets, x), exp))
 		}
-		lat = append(lat, time.Since(t))
-		lines = strings.Count(out, "\n")
+		if err := create(ctx, st, batch...); err != nil {
+			return fmt.Errorf("writing the small network's leases: %w", err)
+		}
 	}
-	t := time.Now()
-	if _, err := n.ctl("", "get", "leases", "-l", "pivirt.hu/node=n1"); err != nil {
-		return err
+	time.Sleep(3 * time.Second)
+	rss1 = n.rssKiB()
+	runs := map[string][]listing{}
+	for _, q := range []struct {
+		name string
+		args []string
+	}{
+		{"table", []string{"get", "leases"}},
+		{"name", []string{"get", "leases", "-o", "name"}},
+		{"field", []string{"get", "leases", "--field-selector", "spec.network=cblsmall"}},
+		{"label", []string{"get", "leases", "-l", "pivirt.hu/node=n1"}},
+		{"whole", []string{"get", "leases", "--chunk-size", "0"}},
+	} {
+		for range 5 {
+			l, err := n.timedList(q.args...)
+			if err != nil {
+				return err
+			}
+			runs[q.name] = append(runs[q.name], l)
+		}
 	}
-	sel := time.Since(t)
-	t = time.Now()
-	if _, err := n.ctl("", "get", "leases", "-o", "name"); err != nil {
-		return err
-	}
-	names := time.Since(t)
-	fmt.Printf("leases: %d leases over %d networks written in %s (%.0f/s, 8 writers); node n1 serves 1 network\n",
-		c.leases, nets, wrote.Round(time.Millisecond), float64(c.leases)/wrote.Seconds())
+	fmt.Printf("leases: %d leases over %d networks written in %s (%.0f/s, 8 writers); node n1 serves 1 network; %d more in a network no node serves\n",
+		c.leases, nets, wrote.Round(time.Millisecond), float64(c.leases)/wrote.Seconds(), small)
 	fmt.Printf("leases: n1's watch received %.0f events, %.1f MB while they were written (its network's %d leases)\n", e1-e0, (b1-b0)/1e6, per)
-	fmt.Printf("leases: pivirtctl get leases on n1 (%d lines): p50 %s, max %s over %d; -o name: %s; -l pivirt.hu/node=n1 (a tenth): %s\n",
-		lines, ms(pct(lat, 0.5)), ms(pct(lat, 1)), len(lat), ms(names), ms(sel))
-	fmt.Printf("leases: pivirtd n1 RSS %d KiB before, %d KiB with %d leases in etcd (%d of them in its scope)\n", rss0, rss1, c.leases, per)
+	for _, q := range []struct{ name, what string }{
+		{"table", "get leases"},
+		{"name", "get leases -o name"},
+		{"field", fmt.Sprintf("get leases --field-selector spec.network=cblsmall (%d)", small)},
+		{"label", "get leases -l pivirt.hu/node=n1 (a tenth)"},
+		{"whole", "get leases --chunk-size 0 (one response)"},
+	} {
+		var first, all []time.Duration
+		var rss, lines int
+		for _, l := range runs[q.name] {
+			first, all, rss, lines = append(first, l.first), append(all, l.all), max(rss, l.maxRSS), l.lines
+		}
+		fmt.Printf("leases: %s on n1 (%d lines): first line p50 %s, all p50 %s max %s over %d; n1 RSS at most %d KiB (%.2fx its %d KiB before)\n",
+			q.what, lines, ms(pct(first, 0.5)), ms(pct(all, 0.5)), ms(pct(all, 1)), len(all), rss, float64(rss)/float64(rss1), rss1)
+	}
+	fmt.Printf("leases: pivirtd n1 RSS %d KiB before, %d KiB with %d leases in etcd (%d of them in its scope)\n", rss0, rss1, c.leases+small, per)
 
 	// The same node serving all ten networks: every lease in its scope,
 	// what an unscoped node would hold.
@@ -526,7 +615,7 @@ func benchLeases(c config) error {
 			return err
 		}
 	}
-	t = time.Now()
+	t := time.Now()
 	if n, err = startNode(c, prefix, "n1", 0); err != nil {
 		return err
 	}
