@@ -161,6 +161,9 @@ func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resource
 	}
 	out := &resourcev1.ListResponse{Revision: page.Revision, Continue: page.Continue, Objects: make([][]byte, 0, len(page.Objects))}
 	for _, o := range page.Objects {
+		if req.Msg.MetadataOnly {
+			o = &pivirtv1.Object{APIVersion: o.APIVersion, Kind: o.Kind, Metadata: o.Metadata}
+		}
 		b, err := json.Marshal(o)
 		if err != nil {
 			return nil, connectError(err)

@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	resourcev1 "pivirt.hu/pivirt/api/resource/v1"
 	"pivirt.hu/pivirt/api/resource/v1/resourcev1connect"
 	"pivirt.hu/pivirt/control/admission"
@@ -235,5 +236,74 @@ func TestRequestSizeLimit(t *testing.T) {
 	}
 	if r := resp.Msg.Results[0]; r.Code != connect.CodeInvalidArgument.String() || len(r.Error) > 1024 || !strings.Contains(r.Error, "(1048576 bytes)") {
 		t.Errorf("a 1 MiB bad value echoed as %d bytes: %.300s", len(r.Error), r.Error)
+	}
+}
+
+// TestListPages: List pages through a real store with limit and
+// continue, selects by field, strips spec and status for metadata_only,
+// and refuses a bad field, limit or token with InvalidArgument naming it.
+func TestListPages(t *testing.T) {
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rs := &ResourceServer{Store: st, Index: admission.NewIndex(), Recorder: events.NewRecorder(5)}
+	mux := http.NewServeMux()
+	mux.Handle(resourcev1connect.NewResourceServiceHandler(rs, HandlerOptions()...))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	client := resourcev1connect.NewResourceServiceClient(srv.Client(), srv.URL)
+	ctx := context.Background()
+	var objs [][]byte
+	for i := range 25 {
+		b, _ := json.Marshal(map[string]any{"apiVersion": "pivirt.hu/v1", "kind": "DHCPLease", "metadata": map[string]any{"name": fmt.Sprintf("l-%02d", i)},
+			"spec": map[string]any{"network": []string{"br-a", "br-b"}[i%2], "macAddress": fmt.Sprintf("52:54:00:00:00:%02x", i), "ipAddress": fmt.Sprintf("10.0.%d.%d", i%2, 10+i)}})
+		objs = append(objs, b)
+	}
+	if _, err := client.Apply(ctx, connect.NewRequest(&resourcev1.ApplyRequest{Objects: objs})); err != nil {
+		t.Fatal(err)
+	}
+	list := func(req *resourcev1.ListRequest) (names []string, pages int) {
+		t.Helper()
+		for pages = 1; ; pages++ {
+			resp, err := client.List(ctx, connect.NewRequest(req))
+			if err != nil {
+				t.Fatalf("List %v: %v", req, err)
+			}
+			for _, raw := range resp.Msg.Objects {
+				var o pivirtv1.Object
+				if err := json.Unmarshal(raw, &o); err != nil {
+					t.Fatal(err)
+				}
+				if req.MetadataOnly != (o.Spec == nil) {
+					t.Errorf("metadata_only %v: %s", req.MetadataOnly, raw)
+				}
+				names = append(names, o.Metadata.Name)
+			}
+			if resp.Msg.Continue == "" {
+				return names, pages
+			}
+			req.Continue = resp.Msg.Continue
+		}
+	}
+	if names, pages := list(&resourcev1.ListRequest{Kind: "leases", Limit: 10}); len(names) != 25 || pages != 3 || names[0] != "l-00" || names[24] != "l-24" {
+		t.Errorf("limit 10: %d names in %d pages (%v)", len(names), pages, names)
+	}
+	if names, _ := list(&resourcev1.ListRequest{Kind: "lease", FieldSelector: "spec.network=br-b", Limit: 5, MetadataOnly: true}); len(names) != 12 || names[0] != "l-01" {
+		t.Errorf("spec.network=br-b: %v", names)
+	}
+	for _, tc := range []struct {
+		req  *resourcev1.ListRequest
+		want string
+	}{
+		{&resourcev1.ListRequest{Kind: "leases", FieldSelector: "spec.bridge=x"}, `"spec.bridge" is not a field of DHCPLease`},
+		{&resourcev1.ListRequest{Kind: "leases", Limit: -1}, "limit -1"},
+		{&resourcev1.ListRequest{Kind: "leases", Continue: "nope"}, "continue: invalid continue token"},
+	} {
+		_, err := client.List(ctx, connect.NewRequest(tc.req))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("List %v: %v, want InvalidArgument saying %q", tc.req, err, tc.want)
+		}
 	}
 }

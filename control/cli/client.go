@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -35,12 +36,28 @@ func (r *Root) Client() (resourcev1connect.ResourceServiceClient, error) {
 		return nil, err
 	}
 	var opts []connect.ClientOption
-	if r.conn.Server == "" {
-		// Over the local socket, compressing a list of 100,000 leases
-		// costs both ends more time than sending it.
+	if r.conn.local() {
+		// Over the local socket or loopback, compressing a list of
+		// 100,000 leases costs both ends more time than sending it.
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
 	}
 	return resourcev1connect.NewResourceServiceClient(hc, base, opts...), nil
+}
+
+// local reports whether the daemon is on this host: the unix socket, or
+// a --server on a loopback address or localhost.
+func (c ConnFlags) local() bool {
+	if c.Server == "" {
+		return true
+	}
+	u, err := url.Parse(c.Server)
+	if err != nil {
+		return false
+	}
+	if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
+		return ip.IsLoopback()
+	}
+	return u.Hostname() == "localhost"
 }
 
 // Target names where the daemon is expected, for error messages.

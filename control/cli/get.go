@@ -193,7 +193,8 @@ func listPages(ctx context.Context, c resourcev1connect.ResourceServiceClient, k
 	pages := make(chan page, 1)
 	go func() {
 		defer close(pages)
-		req := &resourcev1.ListRequest{Kind: kind, LabelSelector: o.selector, FieldSelector: o.fields, Limit: o.chunkSize}
+		req := &resourcev1.ListRequest{Kind: kind, LabelSelector: o.selector, FieldSelector: o.fields, Limit: o.chunkSize,
+			MetadataOnly: o.output == OutputName && !o.watch}
 		for {
 			resp, err := c.List(ctx, connect.NewRequest(req))
 			var p page

@@ -85,6 +85,8 @@ type Store struct {
 	migrated atomic.Bool
 	// What the watches received: events, and bytes of keys and values.
 	watchEvents, watchBytes atomic.Uint64
+	// ahead keeps what a list page read past itself (page.go).
+	ahead readAhead
 }
 
 var _ store.Store = (*Store)(nil)
