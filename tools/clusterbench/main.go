@@ -545,7 +545,6 @@ func benchLeases(c config) error {
 	if err != nil {
 		return err
 	}
-	rss1 := n.rssKiB()
 	// One network of 1% of the leases more, served by no node: what
 	// --field-selector spec.network= picks out of the whole.
 	small := c.leases / 100
@@ -560,7 +559,7 @@ func benchLeases(c config) error {
 		}
 	}
 	time.Sleep(3 * time.Second)
-	rss1 = n.rssKiB()
+	rss1 := n.rssKiB()
 	runs := map[string][]listing{}
 	for _, q := range []struct {
 		name string
