@@ -149,6 +149,8 @@ ADDED      db-01    br0       52:54:00:12:34:57   192.168.100.11   static   <non
 DELETED    web-01   br0       52:54:00:12:34:56   192.168.100.10   static   <none>    <none>   <none>     <none>   5m
 `},
 		{"one name", []string{"get", "lease", "web-01", "-w", "-o", "name", "--output-watch-events"}, "ADDED\tdhcplease/web-01\nDELETED\tdhcplease/web-01\n"},
+		{"field selector", []string{"get", "lease", "-w", "-o", "name", "--output-watch-events", "--field-selector", "spec.macAddress=52-54-00-12-34-56"},
+			"ADDED\tdhcplease/web-01\nDELETED\tdhcplease/web-01\n"}, // db-01's ADDED is not its MAC
 		{"json events", []string{"get", "lease", "-w", "-o", "json", "--output-watch-events"}, "DELETED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
