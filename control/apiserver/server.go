@@ -150,7 +150,11 @@ func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resource
 	if req.Msg.Limit < 0 {
 		return nil, connectError(fmt.Errorf("%w: limit %d: want 0 (all) or more", errInvalid, req.Msg.Limit))
 	}
-	page, err := s.Store.ListPage(ctx, kind, store.ListOptions{Labels: sel, Fields: fs, Limit: int(req.Msg.Limit), Continue: req.Msg.Continue})
+	opts := store.ListOptions{Fields: fs, Limit: int(req.Msg.Limit), Continue: req.Msg.Continue, Raw: !req.Msg.MetadataOnly}
+	if req.Msg.LabelSelector != "" {
+		opts.Labels = sel // none: nothing to decode objects for
+	}
+	page, err := s.Store.ListPage(ctx, kind, opts)
 	switch {
 	case errors.Is(err, store.ErrBadContinue):
 		return nil, connectError(fmt.Errorf("%w: continue: %w", errInvalid, err))
@@ -159,8 +163,8 @@ func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resource
 	case err != nil:
 		return nil, connectError(fmt.Errorf("listing %s: %w", kind, err))
 	}
-	out := &resourcev1.ListResponse{Revision: page.Revision, Continue: page.Continue, Objects: make([][]byte, 0, len(page.Objects))}
-	for _, o := range page.Objects {
+	out := &resourcev1.ListResponse{Revision: page.Revision, Continue: page.Continue, Objects: page.Raw}
+	for _, o := range page.Objects { // metadata only
 		if req.Msg.MetadataOnly {
 			o = &pivirtv1.Object{APIVersion: o.APIVersion, Kind: o.Kind, Metadata: o.Metadata}
 		}

@@ -23,11 +23,17 @@ type ListOptions struct {
 	// Continue is the previous page's Page.Continue: the list goes on
 	// after its last key.
 	Continue string
+	// Raw asks for Page.Raw instead of Page.Objects: each object's JSON
+	// as stored, resourceVersion exact, decoded only where a selector
+	// must read it (what an API list sends on: no decode, no re-encode).
+	Raw bool
 }
 
 // Page is one page of a list.
 type Page struct {
 	Objects []*pivirtv1.Object
+	// Raw holds the objects' JSON instead, with ListOptions.Raw.
+	Raw [][]byte
 	// Revision is the store revision the list is read at: the first
 	// page's, carried by its token to the others.
 	Revision int64
@@ -38,6 +44,30 @@ type Page struct {
 // Matches reports whether o satisfies both selectors.
 func (o ListOptions) Matches(obj *pivirtv1.Object) bool {
 	return (o.Labels == nil || o.Labels.Matches(obj.Metadata.Labels)) && o.Fields.Matches(obj)
+}
+
+// Selects reports whether o has a selector: without one every object
+// matches and none needs decoding.
+func (o ListOptions) Selects() bool { return o.Labels != nil || len(o.Fields) > 0 }
+
+// Len is how many objects the page holds.
+func (p Page) Len() int { return len(p.Objects) + len(p.Raw) }
+
+// AllKinds is the one page of a list of every kind (not paged): objs,
+// encoded with ListOptions.Raw.
+func AllKinds(objs []*pivirtv1.Object, rev int64, opts ListOptions) (Page, error) {
+	if !opts.Raw {
+		return Page{Objects: objs, Revision: rev}, nil
+	}
+	p := Page{Raw: make([][]byte, 0, len(objs)), Revision: rev}
+	for _, o := range objs {
+		b, err := json.Marshal(o)
+		if err != nil {
+			return Page{}, fmt.Errorf("encoding %s/%s: %w", o.Kind, o.Metadata.Name, err)
+		}
+		p.Raw = append(p.Raw, b)
+	}
+	return p, nil
 }
 
 // ErrBadContinue: a continue token that is not one this kind's list made.

@@ -108,8 +108,10 @@ func ensureIndex(tx *bbolt.Tx, rev int64) error {
 func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOptions) (store.Page, error) {
 	if kind == "" {
 		objs, rev, err := s.List(ctx, kind, nil)
-		objs = filter(objs, opts)
-		return store.Page{Objects: objs, Revision: rev}, err
+		if err != nil {
+			return store.Page{}, err
+		}
+		return store.AllKinds(filter(objs, opts), rev, opts)
 	}
 	rev0, after, err := store.DecodeContinue(kind, opts)
 	if err != nil {
@@ -142,22 +144,32 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 		if after != "" && k != nil && bytes.Equal(k[len(prefix):], []byte(after)) {
 			k, _ = names.Next()
 		}
+		last := ""
 		for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = names.Next() {
-			if opts.Limit > 0 && len(page.Objects) == opts.Limit {
-				page.Continue = store.EncodeContinue(kind, opts, page.Revision, string(page.Objects[len(page.Objects)-1].Metadata.Name))
+			if opts.Limit > 0 && page.Len() == opts.Limit {
+				page.Continue = store.EncodeContinue(kind, opts, page.Revision, last)
 				return nil
 			}
-			data := objects.Get(k[len(prefix):])
+			name := k[len(prefix):]
+			data := objects.Get(name)
 			if data == nil {
 				continue
 			}
-			obj, err := decode(data)
-			if err != nil {
-				return err
+			var obj *pivirtv1.Object
+			if !opts.Raw || opts.Selects() {
+				if obj, err = decode(data); err != nil {
+					return err
+				}
+				if !opts.Matches(obj) {
+					continue
+				}
 			}
-			if opts.Matches(obj) {
+			if opts.Raw {
+				page.Raw = append(page.Raw, bytes.Clone(data)) // data is the mmap's, valid in tx only
+			} else {
 				page.Objects = append(page.Objects, obj)
 			}
+			last = string(name)
 		}
 		return nil
 	})

@@ -3,12 +3,16 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -26,13 +30,16 @@ import (
 func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOptions) (store.Page, error) {
 	if kind == "" {
 		objs, rev, err := s.List(ctx, kind, nil)
+		if err != nil {
+			return store.Page{}, err
+		}
 		out := objs[:0]
 		for _, o := range objs {
 			if opts.Matches(o) {
 				out = append(out, o)
 			}
 		}
-		return store.Page{Objects: out, Revision: rev}, err
+		return store.AllKinds(out, rev, opts)
 	}
 	if err := s.check(ctx); err != nil {
 		return store.Page{}, err
@@ -75,14 +82,10 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 		cached = false
 		page.Revision = rev
 		for i, kv := range kvs {
-			obj, err := decode(kv.Value, kv.ModRevision)
-			if err != nil {
+			if err := add(&page, opts, kv); err != nil {
 				return store.Page{}, err
 			}
-			if opts.Matches(obj) {
-				page.Objects = append(page.Objects, obj)
-			}
-			if opts.Limit > 0 && len(page.Objects) == opts.Limit && (i < len(kvs)-1 || more) {
+			if opts.Limit > 0 && page.Len() == opts.Limit && (i < len(kvs)-1 || more) {
 				page.Continue = store.EncodeContinue(kind, opts, rev, strings.TrimPrefix(string(kv.Key), base))
 				s.ahead.put(page.Continue, kvs[i+1:], more)
 				return page, nil
@@ -93,6 +96,43 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 		}
 		start = string(kvs[len(kvs)-1].Key) + "\x00"
 	}
+}
+
+// add puts kv on the page if it matches opts: decoded, or (opts.Raw) as
+// stored with its resourceVersion set to the key's ModRevision, decoded
+// only for a selector.
+func add(page *store.Page, opts store.ListOptions, kv *mvccpb.KeyValue) error {
+	if opts.Raw && !opts.Selects() {
+		raw, err := withRevision(kv.Value, kv.ModRevision)
+		page.Raw = append(page.Raw, raw)
+		return err
+	}
+	obj, err := decode(kv.Value, kv.ModRevision)
+	if err != nil || !opts.Matches(obj) {
+		return err
+	}
+	if opts.Raw {
+		raw, err := withRevision(kv.Value, kv.ModRevision)
+		page.Raw = append(page.Raw, raw)
+		return err
+	}
+	page.Objects = append(page.Objects, obj)
+	return nil
+}
+
+// withRevision is a stored object's JSON with metadata.resourceVersion
+// set to its key's ModRevision (the stored one is the revision its
+// transaction expected, which another writer's commit can overtake).
+func withRevision(data []byte, modRev int64) ([]byte, error) {
+	rv := strconv.FormatInt(modRev, 10)
+	if gjson.GetBytes(data, "metadata.resourceVersion").Str == rv {
+		return data, nil
+	}
+	out, err := sjson.SetBytes(bytes.Clone(data), "metadata.resourceVersion", rv)
+	if err != nil {
+		return nil, fmt.Errorf("setting the resourceVersion of a stored object: %w", err)
+	}
+	return out, nil
 }
 
 // An etcd range with a limit still counts every key to the end of its

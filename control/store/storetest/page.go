@@ -3,6 +3,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -39,8 +40,21 @@ func pages(t *testing.T, s store.Store, kind string, opts store.ListOptions, bet
 		if err != nil {
 			t.Fatalf("ListPage(%s, %+v) page %d: %v", kind, opts, n, err)
 		}
-		if opts.Limit > 0 && len(p.Objects) > opts.Limit {
-			t.Fatalf("page %d holds %d objects, limit %d", n, len(p.Objects), opts.Limit)
+		if opts.Limit > 0 && p.Len() > opts.Limit {
+			t.Fatalf("page %d holds %d objects, limit %d", n, p.Len(), opts.Limit)
+		}
+		if opts.Raw && len(p.Objects) > 0 || !opts.Raw && len(p.Raw) > 0 {
+			t.Fatalf("ListOptions.Raw %v, page holds %d objects and %d JSON documents", opts.Raw, len(p.Objects), len(p.Raw))
+		}
+		for _, raw := range p.Raw {
+			var o pivirtv1.Object
+			if err := json.Unmarshal(raw, &o); err != nil {
+				t.Fatalf("page %d: %v: %s", n, err, raw)
+			}
+			if cur := get(t, s, o.Kind, o.Metadata.Name); between == nil && cur.Metadata.ResourceVersion != o.Metadata.ResourceVersion {
+				t.Errorf("%s as JSON has resourceVersion %q, Get %q", o.Metadata.Name, o.Metadata.ResourceVersion, cur.Metadata.ResourceVersion)
+			}
+			p.Objects = append(p.Objects, &o)
 		}
 		if n > 0 && p.Revision != rev {
 			t.Errorf("page %d read at revision %d, the first at %d", n, p.Revision, rev)
@@ -106,14 +120,20 @@ func testListPages(t *testing.T, s store.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, sizes := pages(t, s, pivirtv1.KindDHCPLease, store.ListOptions{Fields: fs, Labels: ls, Limit: tc.limit}, nil)
-		gotNames := names(got)
-		slices.Sort(gotNames)
-		if w := want(tc.keep); !slices.Equal(gotNames, w) {
-			t.Errorf("fields %q labels %q limit %d: got %v, want %v (pages %v)", tc.fields, tc.labels, tc.limit, gotNames, w, sizes)
-		}
-		if tc.limit > 0 && len(sizes) > 1 && sizes[0] != tc.limit {
-			t.Errorf("fields %q limit %d: a first page of %d of more", tc.fields, tc.limit, sizes[0])
+		for _, raw := range []bool{false, true} {
+			opts := store.ListOptions{Fields: fs, Limit: tc.limit, Raw: raw}
+			if tc.labels != "" {
+				opts.Labels = ls
+			}
+			got, sizes := pages(t, s, pivirtv1.KindDHCPLease, opts, nil)
+			gotNames := names(got)
+			slices.Sort(gotNames)
+			if w := want(tc.keep); !slices.Equal(gotNames, w) {
+				t.Errorf("fields %q labels %q limit %d raw %v: got %v, want %v (pages %v)", tc.fields, tc.labels, tc.limit, raw, gotNames, w, sizes)
+			}
+			if tc.limit > 0 && len(sizes) > 1 && sizes[0] != tc.limit {
+				t.Errorf("fields %q limit %d raw %v: a first page of %d of more", tc.fields, tc.limit, raw, sizes[0])
+			}
 		}
 	}
 
