@@ -201,25 +201,32 @@ func TestProtocolsAndRoles(t *testing.T) {
 	}
 }
 
-// TestRequestSizeLimit: a request just over MaxRequestBytes is refused
-// with a clear ResourceExhausted error and the server keeps serving; a
-// huge bad value is echoed only as a short prefix.
-func TestRequestSizeLimit(t *testing.T) {
+// newPlainClient is a client of a ResourceServer on a bolt store in
+// t's temporary directory, over plain HTTP, with the daemon's handler
+// options.
+func newPlainClient(t *testing.T) resourcev1connect.ResourceServiceClient {
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() })
 	rs := &ResourceServer{Store: st, Index: admission.NewIndex(), Recorder: events.NewRecorder(5)}
 	mux := http.NewServeMux()
 	mux.Handle(resourcev1connect.NewResourceServiceHandler(rs, HandlerOptions()...))
 	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	client := resourcev1connect.NewResourceServiceClient(srv.Client(), srv.URL)
+	t.Cleanup(srv.Close)
+	return resourcev1connect.NewResourceServiceClient(srv.Client(), srv.URL)
+}
+
+// TestRequestSizeLimit: a request just over MaxRequestBytes is refused
+// with a clear ResourceExhausted error and the server keeps serving; a
+// huge bad value is echoed only as a short prefix.
+func TestRequestSizeLimit(t *testing.T) {
+	client := newPlainClient(t)
 	ctx := context.Background()
 
 	big := bytes.Repeat([]byte("a"), MaxRequestBytes)
-	_, err = client.Apply(ctx, connect.NewRequest(&resourcev1.ApplyRequest{Objects: [][]byte{big}}))
+	_, err := client.Apply(ctx, connect.NewRequest(&resourcev1.ApplyRequest{Objects: [][]byte{big}}))
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "larger than configured max") {
 		t.Fatalf("a request over the limit: %v, want ResourceExhausted naming the limit", err)
 	}
@@ -243,17 +250,7 @@ func TestRequestSizeLimit(t *testing.T) {
 // continue, selects by field, strips spec and status for metadata_only,
 // and refuses a bad field, limit or token with InvalidArgument naming it.
 func TestListPages(t *testing.T) {
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	rs := &ResourceServer{Store: st, Index: admission.NewIndex(), Recorder: events.NewRecorder(5)}
-	mux := http.NewServeMux()
-	mux.Handle(resourcev1connect.NewResourceServiceHandler(rs, HandlerOptions()...))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	client := resourcev1connect.NewResourceServiceClient(srv.Client(), srv.URL)
+	client := newPlainClient(t)
 	ctx := context.Background()
 	var objs [][]byte
 	for i := range 25 {
