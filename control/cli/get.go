@@ -60,7 +60,9 @@ func (r *Root) newGetCommand() *cobra.Command {
 KIND is a kind or any of its aliases, case-insensitive (segment, lease,
 portsec, extip, router, ...), or "all" for every kind. With names, only those
 objects are shown; a missing one is an error. An empty list prints
-"No resources found." on standard error and succeeds.
+"No resources found." on standard error and succeeds. Lists are fetched
+--chunk-size objects at a time and tables and names printed as they
+arrive.
 
 "nodes" (node, no) lists the pivirtd registered in the store instead: name,
 VTEP, version, when each last renewed its registration and whether it is
@@ -71,6 +73,10 @@ local node alone.`,
 
   # Leases of one app, by label selector
   pivirtctl get lease -l 'app=web,tier in (fe,be)'
+
+  # The leases of one network, or of one MAC (from an index)
+  pivirtctl get leases --field-selector spec.network=br0
+  pivirtctl get leases --field-selector spec.macAddress=52:54:00:12:34:56
 
   # One segment as YAML
   pivirtctl get segment lan -o yaml
