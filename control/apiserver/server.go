@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/tidwall/gjson"
 
 	"pivirt.hu/pivirt/api/fields"
 	"pivirt.hu/pivirt/api/labels"
@@ -150,7 +151,7 @@ func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resource
 	if req.Msg.Limit < 0 {
 		return nil, connectError(fmt.Errorf("%w: limit %d: want 0 (all) or more", errInvalid, req.Msg.Limit))
 	}
-	opts := store.ListOptions{Fields: fs, Limit: int(req.Msg.Limit), Continue: req.Msg.Continue, Raw: !req.Msg.MetadataOnly}
+	opts := store.ListOptions{Fields: fs, Limit: int(req.Msg.Limit), Continue: req.Msg.Continue, Raw: true}
 	if req.Msg.LabelSelector != "" {
 		opts.Labels = sel // none: nothing to decode objects for
 	}
@@ -164,17 +165,21 @@ func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resource
 		return nil, connectError(fmt.Errorf("listing %s: %w", kind, err))
 	}
 	out := &resourcev1.ListResponse{Revision: page.Revision, Continue: page.Continue, Objects: page.Raw}
-	for _, o := range page.Objects { // metadata only
-		if req.Msg.MetadataOnly {
-			o = &pivirtv1.Object{APIVersion: o.APIVersion, Kind: o.Kind, Metadata: o.Metadata}
+	if req.Msg.MetadataOnly {
+		for i, raw := range out.Objects {
+			out.Objects[i] = metadataOnly(raw)
 		}
-		b, err := json.Marshal(o)
-		if err != nil {
-			return nil, connectError(err)
-		}
-		out.Objects = append(out.Objects, b)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// metadataOnly is an object's JSON without its spec and status.
+func metadataOnly(raw []byte) []byte {
+	r := gjson.GetManyBytes(raw, "apiVersion", "kind", "metadata")
+	b := append([]byte(`{"apiVersion":`), r[0].Raw...)
+	b = append(append(b, `,"kind":`...), r[1].Raw...)
+	b = append(append(b, `,"metadata":`...), r[2].Raw...)
+	return append(b, '}')
 }
 
 // Delete removes an object and its dependents.

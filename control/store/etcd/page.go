@@ -57,8 +57,10 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 	if after != "" {
 		start = base + after + "\x00"
 	}
-	batch := int64(0) // etcd reads: several pages at once (see readAhead)
-	if opts.Limit > 0 {
+	// etcd reads: several pages at once (see readAhead), but the first
+	// page alone, so that it comes back soonest.
+	batch := int64(opts.Limit)
+	if opts.Limit > 0 && opts.Continue != "" {
 		batch = int64(min(max(opts.Limit*readAheadPages, minRead), maxRead))
 	}
 	var page store.Page
