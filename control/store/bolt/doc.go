@@ -4,7 +4,8 @@
 // bbolt file (pivirtd's --state-dir/state.db).
 //
 // Layout: bucket "meta" holds the global revision (8 bytes, big endian);
-// bucket "objects" holds one nested bucket per kind, name → object JSON.
+// bucket "objects" holds one nested bucket per kind, name → object JSON;
+// bucket "index" the field indexes ListPage selects by (index.go).
 //
 // Writes go through a single committer goroutine that takes every Update
 // waiting at that moment, runs their functions one after another in one
