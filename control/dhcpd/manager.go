@@ -703,7 +703,7 @@ func (m *Manager) unreserve(name, network string, mac net.HardwareAddr, rev int6
 			m.Log.Warn("persisting the binding of a deleted reservation", "lease", name, "err", err)
 			continue
 		}
-		m.Log.Info("reservation deleted: its binding stays as a dynamic lease", "lease", name, "ip", l.IP, "mac", mac, "expires", l.Expires)
+		m.Log.Info("reservation deleted: its binding stays as a dynamic lease", "lease", name, "ip", l.IP, "mac", mac.String(), "expires", l.Expires)
 	}
 }
 
@@ -726,6 +726,6 @@ func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr
 			m.Log.Warn("persisting the release of a deleted lease", "lease", name, "err", err)
 			continue
 		}
-		m.Log.Info("lease released by deletion", "lease", name, "ip", ip, "mac", mac)
+		m.Log.Info("lease released by deletion", "lease", name, "ip", ip, "mac", mac.String())
 	}
 }
