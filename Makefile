@@ -9,7 +9,7 @@ BIN          := $(CURDIR)/bin
 TOOLS        := $(BIN)/tools
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS      := -X main.version=$(VERSION) -X pivirt.hu/pivirt/control/cli.Version=$(VERSION)
-TEST_TIMEOUT ?= 40m
+TEST_TIMEOUT ?= 60m
 
 # Pinned code generators (the generated code is committed; a build needs none).
 BUF_VERSION          := v1.75.0

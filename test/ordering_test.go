@@ -118,6 +118,7 @@ func TestPrivilegedOrderingRegressions(t *testing.T) {
 		{627874531, 56},            // reserve, delete the segment, apply it again: the pin unbound
 		{20261204, 98},             // ACKed, neither stored nor pinned
 		{1796492356900123160, 748}, // delete a reservation: its binding unpinned and unstored until the next Sync
+		{1796499881600462388, 628}, // delete a reservation, lock the lease: the next Sync re-pinned it at its plain expiry
 	} {
 		t.Run(strconv.FormatUint(tc.seed, 10), func(t *testing.T) {
 			runOrderings(t, tc.seed, tc.steps, 3*time.Millisecond, false)

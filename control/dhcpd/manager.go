@@ -184,12 +184,21 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		for _, res := range static {
 			reserved[res.MAC.String()] = true
 		}
+		held := m.segmentHeld(seg, heldObjs, snap)
+		if r != nil {
+			// What this pass persists is pinned by the held set of this
+			// snapshot (ledger.pinExpiry), not the last pass's: a lease
+			// locked since is pinned years ahead, as compile pins it
+			// (ordering seed 1796499881600462388: keepUnreserved re-pinned
+			// a just-locked lease at its plain expiry).
+			r.held = macSet(held)
+			m.publishInfos()
+		}
 		if reset && r != nil {
 			if err := m.keepUnreserved(ctx, cfg.ID, r.static, static); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		held := m.segmentHeld(seg, heldObjs, snap)
 		if due, err := m.srv.SetHeld(cfg.ID, held); err != nil {
 			errs = append(errs, err)
 		} else if len(due) > 0 {
@@ -224,10 +233,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		m.ledger.noteSnapshot(storedDyn, snap.Revision)
 		r = m.running[seg.Name]
 		r.seg, r.cfg, r.static = seg, cfg, static
-		r.held = map[string]bool{}
-		for _, mac := range held {
-			r.held[mac.String()] = true
-		}
+		r.held = macSet(held)
 	}
 	for name := range m.running {
 		if !want[name] {
@@ -236,6 +242,15 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 	}
 	m.publishInfos()
 	return errors.Join(errs...)
+}
+
+// macSet is the set of macs by their string form.
+func macSet(macs []net.HardwareAddr) map[string]bool {
+	out := make(map[string]bool, len(macs))
+	for _, mac := range macs {
+		out[mac.String()] = true
+	}
+	return out
 }
 
 // loadReservations sets a segment's reservations in the server to static,
