@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"pivirt.hu/pivirt/api/fields"
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -53,9 +54,10 @@ func (o ListOptions) Selects() bool { return o.Labels != nil || len(o.Fields) > 
 // Len is how many objects the page holds.
 func (p Page) Len() int { return len(p.Objects) + len(p.Raw) }
 
-// AllKinds is the one page of a list of every kind (not paged): objs,
-// encoded with ListOptions.Raw.
+// AllKinds is the one page of a list of every kind (not paged): the
+// objects of objs that opts selects, encoded with ListOptions.Raw.
 func AllKinds(objs []*pivirtv1.Object, rev int64, opts ListOptions) (Page, error) {
+	objs = slices.DeleteFunc(objs, func(o *pivirtv1.Object) bool { return !opts.Matches(o) })
 	if !opts.Raw {
 		return Page{Objects: objs, Revision: rev}, nil
 	}

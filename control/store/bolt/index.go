@@ -111,7 +111,7 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 		if err != nil {
 			return store.Page{}, err
 		}
-		return store.AllKinds(filter(objs, opts), rev, opts)
+		return store.AllKinds(objs, rev, opts)
 	}
 	rev0, after, err := store.DecodeContinue(kind, opts)
 	if err != nil {
@@ -184,14 +184,4 @@ func indexCursor(tx *bbolt.Tx, kind, field string) *bbolt.Cursor {
 		}
 	}
 	return nil
-}
-
-func filter(objs []*pivirtv1.Object, opts store.ListOptions) []*pivirtv1.Object {
-	out := objs[:0]
-	for _, o := range objs {
-		if opts.Matches(o) {
-			out = append(out, o)
-		}
-	}
-	return out
 }

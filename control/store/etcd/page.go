@@ -33,13 +33,7 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 		if err != nil {
 			return store.Page{}, err
 		}
-		out := objs[:0]
-		for _, o := range objs {
-			if opts.Matches(o) {
-				out = append(out, o)
-			}
-		}
-		return store.AllKinds(out, rev, opts)
+		return store.AllKinds(objs, rev, opts)
 	}
 	if err := s.check(ctx); err != nil {
 		return store.Page{}, err
