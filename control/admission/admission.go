@@ -78,6 +78,14 @@ type Batch struct {
 	kinds map[string]*kindCache
 	used  map[string]bool    // kinds this transaction listed or depends on
 	undo  map[undoKey]*entry // nil unless the batch runs on an Index
+
+	// stx is set on a shared Index over a store.ScopedTx (scoped.go):
+	// vers is the store's scope versions, read once; usedAll the kinds
+	// current and depended on whole, usedScope the lease scopes.
+	stx       store.ScopedTx
+	vers      map[string]map[string]int64
+	usedAll   map[string]bool
+	usedScope map[string]bool
 }
 
 // NewBatch starts admitting writes through tx.

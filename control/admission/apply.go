@@ -46,10 +46,11 @@ func (b *Batch) Get(kind, name string) (*pivirtv1.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	if e := c.get(name); e != nil {
-		return e.obj, nil
+	e, err := b.getEntry(c, name)
+	if err != nil || e == nil {
+		return nil, err
 	}
-	return nil, nil
+	return e.obj, nil
 }
 
 // StatusFunc returns the status to store with an object about to be
@@ -80,7 +81,10 @@ func (b *Batch) apply(obj *pivirtv1.Object, in pivirtv1.Object, kind pivirtv1.Ki
 	if err != nil {
 		return nil, "", fmt.Errorf("applying %s: %w", what, err)
 	}
-	old := c.get(name)
+	old, err := b.getEntry(c, name)
+	if err != nil {
+		return nil, "", fmt.Errorf("applying %s: %w", what, err)
+	}
 
 	if rv := obj.Metadata.ResourceVersion; rv != "" {
 		switch {
@@ -253,7 +257,10 @@ func (b *Batch) UpdateStatus(kind, name string, status any) error {
 	if err != nil {
 		return fmt.Errorf("updating status of %s: %w", what, err)
 	}
-	e := c.get(name)
+	e, err := b.getEntry(c, name)
+	if err != nil {
+		return fmt.Errorf("updating status of %s: %w", what, err)
+	}
 	if e == nil {
 		return fmt.Errorf("updating status of %s: %w", what, store.ErrNotFound)
 	}

@@ -3,20 +3,21 @@
 package admission
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // entry is one stored object with its decoded spec (nil when the stored
 // spec no longer decodes; such objects are skipped by cross-object rules).
 type entry struct {
-	obj  *pivirtv1.Object
-	spec pivirtv1.Spec
-	keys []string
+	obj   *pivirtv1.Object
+	spec  pivirtv1.Spec
+	keys  []string
+	scope string // store.ScopedTx's: a lease's network, else ""
 }
 
 // kindCache holds every object of one kind as the transaction sees it,
@@ -25,6 +26,20 @@ type kindCache struct {
 	kind   string
 	byName map[string]*entry
 	index  map[string]map[string]struct{}
+	// rev and revs: the revision the cache reflects, per scope where
+	// revs has one (stx mode only, see scoped.go).
+	rev  int64
+	revs map[string]int64
+}
+
+func newKindCache(kind string, size int) *kindCache {
+	return &kindCache{kind: kind, byName: make(map[string]*entry, size), index: map[string]map[string]struct{}{}, revs: map[string]int64{}}
+}
+
+// clear empties c.
+func (c *kindCache) clear() {
+	clear(c.byName)
+	clear(c.index)
 }
 
 // Index key prefixes.
@@ -46,6 +61,9 @@ const (
 // a dependency of this transaction's commit (Tx.DependOn), as a listed
 // kind is.
 func (b *Batch) kind(kind string) (*kindCache, error) {
+	if b.stx != nil {
+		return b.scopedKind(kind)
+	}
 	if c, ok := b.kinds[kind]; ok {
 		if !b.used[kind] {
 			if err := b.tx.DependOn(kind); err != nil {
@@ -64,25 +82,46 @@ func (b *Batch) kind(kind string) (*kindCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", info.Plural, err)
 	}
-	c := &kindCache{kind: info.Kind, byName: make(map[string]*entry, len(objs)), index: map[string]map[string]struct{}{}}
-	for _, o := range objs {
-		spec := info.NewSpec()
-		if json.Unmarshal(o.Spec, spec) != nil {
-			spec = nil
-		}
-		c.put(o, spec)
-	}
+	c := newKindCache(info.Kind, len(objs))
+	c.load(objs, info)
 	b.kinds[info.Kind] = c
 	return c, nil
 }
 
-// allKinds loads every kind, for rules that follow ownerReferences.
+// scopedKind is kind in stx mode: a kind without scopes is made current
+// and a dependency; the lease cache only when a scope of it is used.
+func (b *Batch) scopedKind(kind string) (*kindCache, error) {
+	info, err := pivirtv1.LookupKind(kind)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := b.kinds[info.Kind]
+	if !ok {
+		c = newKindCache(info.Kind, 0)
+		b.kinds[info.Kind] = c
+	}
+	if info.Kind != store.ScopedKind {
+		if err := b.useKind(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// allKinds loads every kind, every scope of the leases included, for
+// rules that follow ownerReferences (an owner's dependents may be leases
+// of any network).
 func (b *Batch) allKinds() ([]*kindCache, error) {
 	out := make([]*kindCache, 0, len(pivirtv1.Kinds))
 	for _, k := range pivirtv1.Kinds {
 		c, err := b.kind(k.Kind)
 		if err != nil {
 			return nil, err
+		}
+		if b.stx != nil && k.Kind == store.ScopedKind {
+			if err := b.useKind(c); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, c)
 	}
@@ -94,7 +133,7 @@ func (c *kindCache) get(name string) *entry { return c.byName[name] }
 // put records o (replacing an entry of the same name) and indexes it.
 func (c *kindCache) put(o *pivirtv1.Object, spec pivirtv1.Spec) {
 	c.remove(o.Metadata.Name)
-	e := &entry{obj: o, spec: spec, keys: indexKeys(o, spec)}
+	e := &entry{obj: o, spec: spec, keys: indexKeys(o, spec), scope: entryScope(o, spec)}
 	c.byName[o.Metadata.Name] = e
 	for _, k := range e.keys {
 		set := c.index[k]

@@ -3,6 +3,7 @@
 package admission_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/control/store/etcd"
 	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
 )
@@ -182,5 +184,198 @@ spec: {network: %s, macAddress: "52:54:00:20:00:01", ipAddress: %s, type: %s%s}
 				t.Fatalf("err = %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestLeaseScopesAcrossNodes: two nodes keep their Indexes' lease caches
+// by network (store.ScopedTx). A node writing leases of its network never
+// runs again for the other's writes of another network, and still sees
+// every write of the other in a network it uses: the same address or MAC
+// applied at once from both nodes is stored once, a lease the other node
+// stored is refused an address or MAC it holds, and a lease the other
+// node created is moved, not created twice. Seeded and bounded.
+func TestLeaseScopesAcrossNodes(t *testing.T) {
+	srv := etcdtest.Start(t)
+	const prefix = "/cluster-scopes/"
+	var nodes [2]node
+	for i := range nodes {
+		st, err := etcd.Open([]string{srv.URL}, etcd.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		nodes[i] = node{st: st, index: admission.NewIndex()}
+		nodes[i].index.Shared = true
+	}
+	lease := func(name, network, mac, ip string) string {
+		return fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: %s}\nspec: {network: %s, macAddress: %q, ipAddress: %s}\n", name, network, mac, ip)
+	}
+	// runs counts the transactions' function runs of one node's apply.
+	runs := func(n node, doc string) (int, error) {
+		o, err := pivirtv1.DecodeObject([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := 0
+		_, err = n.index.Update(t.Context(), n.st, admission.Options{Privileged: true, Clustered: true}, func(b *admission.Batch) error {
+			count++
+			_, _, err := b.Apply(o.DeepCopy())
+			return err
+		})
+		return count, err
+	}
+	const (
+		seed   = 20261205
+		rounds = 12
+		each   = 15 // leases each node writes in its own network per round
+	)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	nets := [2]string{"net-a", "net-b"}
+	for r := range rounds {
+		// Each node writes leases of its own network while the other does.
+		var wg sync.WaitGroup
+		reruns := make([]int, 2)
+		errs := make([]error, 2)
+		for i, n := range nodes {
+			wg.Go(func() {
+				for k := range each {
+					x := r*each + k
+					c, err := runs(n, lease(fmt.Sprintf("own-%d-%d", i, x), nets[i], fmt.Sprintf("52:54:%02x:00:%02x:%02x", i, x/256, x%256), fmt.Sprintf("10.%d.%d.%d", 30+i, x/256, x%256)))
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					reruns[i] += c - 1
+				}
+			})
+		}
+		wg.Wait()
+		for i := range nodes {
+			if errs[i] != nil {
+				t.Fatalf("round %d: node %d writing its network: %v", r, i, errs[i])
+			}
+			if reruns[i] != 0 {
+				t.Errorf("round %d: node %d ran %d of its transactions again while the other node wrote another network", r, i, reruns[i])
+			}
+		}
+
+		// One address of a network, applied from both nodes at once
+		// under different names: stored once.
+		network := nets[rng.IntN(2)]
+		ip := fmt.Sprintf("10.40.%d.%d", r, 1+rng.IntN(200))
+		const attempts = 6
+		won := make([]error, attempts)
+		for a := range attempts {
+			doc := lease(fmt.Sprintf("race-%d-%d", r, a), network, fmt.Sprintf("52:55:00:%02x:00:%02x", r, a), ip)
+			wg.Go(func() { won[a] = nodes[a%2].apply(t, doc, false) })
+		}
+		wg.Wait()
+		stored := 0
+		for a, err := range won {
+			switch {
+			case err == nil:
+				stored++
+			case !strings.Contains(err.Error(), "is already reserved in network"):
+				t.Errorf("round %d: racing attempt %d: %v, want refused for the address", r, a, err)
+			}
+		}
+		if stored != 1 {
+			t.Fatalf("round %d: %d of %d leases of %s in %s stored at once, want 1", r, stored, attempts, ip, network)
+		}
+
+		// What one node stored, the other's warm cache sees.
+		w, o := nodes[r%2], nodes[1-r%2]
+		mac, addr := fmt.Sprintf("52:56:00:%02x:00:01", r), fmt.Sprintf("10.41.%d.1", r)
+		if err := w.apply(t, lease(fmt.Sprintf("seen-%d", r), network, mac, addr), false); err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		if err := o.apply(t, lease(fmt.Sprintf("other-ip-%d", r), network, "52:57:00:00:00:01", addr), false); err == nil || !strings.Contains(err.Error(), "is already reserved in network") {
+			t.Errorf("round %d: the other node stored a second lease of %s in %s: %v", r, addr, network, err)
+		}
+		if err := o.apply(t, lease(fmt.Sprintf("other-mac-%d", r), network, mac, fmt.Sprintf("10.41.%d.2", r)), false); err == nil || !strings.Contains(err.Error(), "is already reserved in network") {
+			t.Errorf("round %d: the other node stored a second lease of %s in %s: %v", r, mac, network, err)
+		}
+		// The same name in the other network: a move of that lease.
+		moved := nets[0]
+		if network == moved {
+			moved = nets[1]
+		}
+		if err := o.apply(t, lease(fmt.Sprintf("seen-%d", r), moved, mac, addr), false); err != nil {
+			t.Errorf("round %d: moving the other node's lease to %s: %v", r, moved, err)
+		}
+	}
+	// No network holds an address or a MAC twice.
+	objs, _, err := nodes[0].st.List(t.Context(), pivirtv1.KindDHCPLease, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, o := range objs {
+		var s pivirtv1.DHCPLeaseSpec
+		if err := json.Unmarshal(o.Spec, &s); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{s.Network + " ip " + s.IPAddress, s.Network + " mac " + s.MACAddress} {
+			if prev, dup := seen[k]; dup {
+				t.Errorf("%s held by %s and %s", k, prev, o.Metadata.Name)
+			}
+			seen[k] = o.Metadata.Name
+		}
+	}
+	if len(objs) < rounds*(2*each+2) {
+		t.Errorf("%d leases stored, want at least %d", len(objs), rounds*(2*each+2))
+	}
+}
+
+// TestScopedCachesMatchFreshAdmission: two nodes apply and delete leases
+// of three networks in a seeded random order, each through its own warm
+// Index; every decision must be the one a fresh transaction without
+// caches takes on the same store (a dry run just before). A cache scope
+// that missed the other node's write would accept or refuse differently.
+func TestScopedCachesMatchFreshAdmission(t *testing.T) {
+	srv := etcdtest.Start(t)
+	const prefix = "/cluster-fresh/"
+	var nodes [2]node
+	for i := range nodes {
+		st, err := etcd.Open([]string{srv.URL}, etcd.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		nodes[i] = node{st: st, index: admission.NewIndex()}
+		nodes[i].index.Shared = true
+	}
+	const (
+		seed  = 77
+		steps = 400
+	)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	nets := []string{"net-a", "net-b", "net-c"}
+	opts := admission.Options{Privileged: true, Clustered: true}
+	for step := range steps {
+		n := nodes[rng.IntN(2)]
+		name := fmt.Sprintf("l-%d", rng.IntN(20))
+		del := rng.IntN(5) == 0
+		doc := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: %s}\nspec: {network: %s, macAddress: \"52:54:00:00:00:%02x\", ipAddress: 10.50.0.%d, type: %s}\n",
+			name, nets[rng.IntN(len(nets))], rng.IntN(8), 1+rng.IntN(8), []string{"static", "dynamic"}[rng.IntN(2)])
+		o, err := pivirtv1.DecodeObject([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		do := func(b *admission.Batch) error {
+			if del {
+				_, err := b.Delete(pivirtv1.KindDHCPLease, name, "")
+				return err
+			}
+			_, _, err := b.Apply(o.DeepCopy())
+			return err
+		}
+		dry := opts
+		dry.DryRun = true
+		_, want := n.st.Update(t.Context(), func(tx store.Tx) error { return do(admission.NewBatch(tx, dry)) })
+		_, got := n.index.Update(t.Context(), n.st, opts, do)
+		if (want == nil) != (got == nil) {
+			t.Fatalf("step %d (delete %v): %s\n through the node's Index: %v\n fresh: %v", step, del, doc, got, want)
+		}
 	}
 }

@@ -165,7 +165,11 @@ func (b *Batch) checkSegmentShrink(name string, s, prev *pivirtv1.NetworkSegment
 		nets = append(nets, prev.NetworkRef)
 	}
 	for _, n := range nets {
-		for _, e := range leases.lookup(keyNet+n, "") {
+		es, err := b.lookupIn(leases, n, keyNet+n, "")
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
 			l := leaseSpec(e)
 			if l == nil {
 				continue
@@ -323,7 +327,11 @@ func (b *Batch) checkLease(name string, l *pivirtv1.DHCPLeaseSpec, old *entry) (
 	var superseded []*entry
 	seen := map[*entry]bool{}
 	for _, n := range b.networkNames(l.Network, segs) {
-		for _, e := range leases.lookup(keyMAC+n+"\x00"+mac, name) {
+		byMAC, err := b.lookupIn(leases, n, keyMAC+n+"\x00"+mac, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, e := range byMAC {
 			other := leaseSpec(e)
 			switch {
 			case static && other != nil && other.Type == pivirtv1.LeaseDynamic:
@@ -335,7 +343,11 @@ func (b *Batch) checkLease(name string, l *pivirtv1.DHCPLeaseSpec, old *entry) (
 				macBy = e.obj.Metadata.Name
 			}
 		}
-		for _, e := range leases.lookup(keyIP+n+"\x00"+ip.String(), name) {
+		byIP, err := b.lookupIn(leases, n, keyIP+n+"\x00"+ip.String(), name)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, e := range byIP {
 			other := leaseSpec(e)
 			switch {
 			case seen[e]:

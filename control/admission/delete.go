@@ -27,7 +27,10 @@ func (b *Batch) Delete(kind, name, resourceVersion string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deleting %s: %w", what, err)
 	}
-	root := b.kinds[info.Kind].get(name)
+	root, err := b.getEntry(b.kinds[info.Kind], name)
+	if err != nil {
+		return nil, fmt.Errorf("deleting %s: %w", what, err)
+	}
 	if root == nil {
 		return nil, fmt.Errorf("deleting %s: %w", what, store.ErrNotFound)
 	}
@@ -172,7 +175,10 @@ func (b *Batch) owner(r pivirtv1.OwnerReference) (*entry, error) {
 		if err != nil {
 			return nil, err
 		}
-		e := c.get(r.Name)
+		e, err := b.getEntry(c, r.Name)
+		if err != nil {
+			return nil, err
+		}
 		if e == nil || !refersTo(r, e) {
 			return nil, nil
 		}

@@ -82,20 +82,50 @@ func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn fun
 	}
 	published := false
 	runs := 0
-	var expect int64 // the revision the last successful fn expected to commit as
+	var scoped *Batch // the last run's batch in stx mode (scoped.go)
+	fnFailed := false // the last run's fn failed (and was rolled back)
+	var expect int64  // the revision the last successful fn expected to commit as
 	var wrote bool
 	var hooked int64 // the revision BeforeCommit was last told, 0: not called
 	rev, err := st.Update(ctx, func(tx store.Tx) error {
 		x.mu.Lock()
 		defer x.mu.Unlock()
 		runs++
+		b := &Batch{tx: tx, opts: opts, kinds: x.kinds, used: map[string]bool{}, undo: map[undoKey]*entry{}}
+		if stx, ok := tx.(store.ScopedTx); ok && x.Shared {
+			// Each cache says which revision each of its scopes
+			// reflects: other nodes' commits leave it usable.
+			if runs > 1 {
+				// The last run's commit failed: its writes are in the caches.
+				x.kinds = map[string]*kindCache{}
+				b.kinds = x.kinds
+			}
+			b.stx, b.usedAll, b.usedScope = stx, map[string]bool{}, map[string]bool{}
+			scoped, fnFailed = b, false
+			ok := false
+			defer func() {
+				if !ok || opts.DryRun {
+					b.rollback()
+				}
+			}()
+			if err := fn(b); err != nil {
+				fnFailed = true
+				return err
+			}
+			ok = true
+			if x.BeforeCommit != nil && !opts.DryRun && len(b.undo) > 0 {
+				x.BeforeCommit(b.written())
+				hooked = tx.Revision()
+			}
+			return nil
+		}
 		// A second run means the first one's commit failed: its writes
 		// are in the caches.
 		if runs > 1 || x.rev == 0 || x.rev != tx.Revision()-1 {
 			x.kinds = map[string]*kindCache{}
+			b.kinds = x.kinds
 		}
 		x.rev = 0 // until this transaction is known to be good
-		b := &Batch{tx: tx, opts: opts, kinds: x.kinds, used: map[string]bool{}, undo: map[undoKey]*entry{}}
 		ok := false
 		defer func() {
 			if !ok || opts.DryRun {
@@ -122,6 +152,18 @@ func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn fun
 	})
 	if hooked != 0 && x.AfterCommit != nil {
 		defer x.AfterCommit(hooked, rev, err)
+	}
+	if scoped != nil {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		switch {
+		case err == nil && len(scoped.undo) > 0 && !opts.DryRun:
+			scoped.committed(rev)
+		case err != nil && len(scoped.undo) > 0 && !opts.DryRun && !fnFailed:
+			// The commit failed after fn's writes went into the caches.
+			x.kinds = map[string]*kindCache{}
+		}
+		return rev, err
 	}
 	if published && (err != nil || rev != expect) {
 		x.mu.Lock()

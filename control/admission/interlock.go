@@ -69,7 +69,11 @@ func (b *Batch) checkSegmentDelete(seg *entry) error {
 		if n == "" {
 			continue
 		}
-		for _, e := range leases.lookup(keyNet+n, "") {
+		es, err := b.lookupIn(leases, n, keyNet+n, "")
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
 			l := leaseSpec(e)
 			if l == nil {
 				continue

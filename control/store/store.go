@@ -91,6 +91,36 @@ type Tx interface {
 	DependOn(kind string) error
 }
 
+// ScopedTx is the Tx of a store that several processes write at once
+// (etcd). A lease (DHCPLease) belongs to the scope of its spec.network;
+// every object of another kind to its kind's one scope, "". A writer that
+// keeps copies of kinds between transactions (admission.Index) asks which
+// scopes changed since it read them, reads only those again, and depends
+// only on the scopes it reads: nodes writing leases of different networks
+// then never make each other's transactions run again.
+type ScopedTx interface {
+	Tx
+	// Versions returns, by kind and scope, the revision at which an object
+	// in that scope was last written or deleted, as of this transaction's
+	// snapshot (Revision()-1). A scope not written since the store took
+	// this layout is absent: nothing in it changed since.
+	Versions() (map[string]map[string]int64, error)
+	// ListIn lists the objects of kind in scope; the commit depends on
+	// them (DependOnScope).
+	ListIn(kind, scope string) ([]*pivirtv1.Object, error)
+	// ScopeOf returns the scope of the object kind/name, and false when
+	// there is none; the commit depends on that answer.
+	ScopeOf(kind, name string) (string, bool, error)
+	// DependOnScope is DependOn narrowed to the objects of kind in scope:
+	// only a write or delete of one of them after this transaction's
+	// snapshot makes fn run again.
+	DependOnScope(kind, scope string) error
+}
+
+// ScopedKind is the kind whose objects are scoped by spec.network
+// (ScopedTx); the objects of every other kind share the scope "".
+const ScopedKind = pivirtv1.KindDHCPLease
+
 // Selector filters objects by labels (see api/labels).
 type Selector interface {
 	Matches(labels map[string]string) bool

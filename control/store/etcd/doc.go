@@ -13,15 +13,18 @@
 // WatchScope, one etcd watch per network beside those of every other
 // kind) while a List of the kind still reads every network's. Leases
 // stored at <prefix>o/DHCPLease/<name>, before this layout, move under
-// their network at a Store's first ListScope. <prefix>d/<kind> is
-// rewritten by every delete in a kind so that a List inside an Update
-// notices deletions.
+// their network at a Store's first ListScope. <prefix>v/<kind>/<scope>
+// is rewritten by every write in a scope (a lease's network; "" for the
+// objects of other kinds), so that a transaction depends on a scope or a
+// kind with one compare of its version keys (store.ScopedTx), not one
+// over every object; <prefix>d/<kind>, rewritten by every delete in a
+// kind, is what pivirtd of schema 1 compared instead.
 //
 // Update is optimistic and serializable like concurrency.NewSTM, but with
 // range reads, which STM lacks: fn reads at one revision R, every key it
-// read (present or absent) and every kind it listed become compares of one
-// etcd Txn (ModRevision unchanged; for a listed kind, no key in its range
-// newer than R and no delete since), and the Txn applies fn's writes only
+// read (present or absent) and every kind or scope it listed become
+// compares of one etcd Txn (ModRevision unchanged; for a listed kind or
+// scope, no version key of it newer than R), and the Txn applies fn's writes only
 // if they hold; otherwise fn runs again on a fresh snapshot. So fn may run
 // more than once. Tx.Revision is R+1, exact unless another writer commits
 // in between; objects passed to Create/Put get the real revision after the

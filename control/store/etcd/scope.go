@@ -105,7 +105,8 @@ func (s *Store) migrateLease(ctx context.Context, old, name string) error {
 				clientv3.OpTxn([]clientv3.Cmp{absent},
 					[]clientv3.Op{clientv3.OpDelete(old), clientv3.OpPut(s.kindPrefix(pivirtv1.KindDHCPLease)+at, string(kv.Value)), clientv3.OpPut(s.leaseIndexKey(name), at)},
 					[]clientv3.Op{clientv3.OpDelete(old)}),
-				clientv3.OpPut(s.deleteKey(pivirtv1.KindDHCPLease), "")).Commit()
+				clientv3.OpPut(s.deleteKey(pivirtv1.KindDHCPLease), ""),
+				clientv3.OpPut(s.versionKey(pivirtv1.KindDHCPLease, strings.ReplaceAll(obj.Spec.Network, "/", "_")), "")).Commit()
 		})
 		if err != nil {
 			return err
@@ -120,8 +121,11 @@ func (s *Store) migrateLease(ctx context.Context, old, name string) error {
 // Schema is the key layout this pivirtd writes (<prefix>schema): a change
 // an older pivirtd could not read takes the next number, and that pivirtd
 // then refuses the store instead of misreading it. A store without the
-// key (written before it existed) is schema 1.
-const Schema = 1
+// key (written before it existed) is schema 1. Schema 2 adds the version
+// keys (<prefix>v/...) that transactions compare instead of whole kinds:
+// a pivirtd of schema 1 does not bump them, so its writes would go unseen
+// by the compares of this one.
+const Schema = 2
 
 // checkSchema stamps the store with Schema unless a newer pivirtd did,
 // which it refuses; a store of an older schema is migrated by the

@@ -175,6 +175,49 @@ func (s *Store) kindPrefix(kind string) string {
 
 func (s *Store) deleteKey(kind string) string { return s.prefix + "d/" + kind }
 
+// versionKey is bumped by every write of an object of kind in scope
+// (store.ScopedTx): <prefix>v/<kind>/<scope>, the scope being a lease's
+// network and "" for every other kind.
+func (s *Store) versionKey(kind, scope string) string { return s.versionPrefix(kind) + scope }
+
+// versionPrefix holds the version keys of kind ("": of every kind).
+func (s *Store) versionPrefix(kind string) string {
+	if kind == "" {
+		return s.prefix + "v/"
+	}
+	return s.prefix + "v/" + kind + "/"
+}
+
+// parseVersions reads version keys into kind → scope → ModRevision.
+func (s *Store) parseVersions(kvs []*mvccpb.KeyValue) map[string]map[string]int64 {
+	out := map[string]map[string]int64{}
+	for _, kv := range kvs {
+		kind, scope, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.versionPrefix("")), "/")
+		if out[kind] == nil {
+			out[kind] = map[string]int64{}
+		}
+		out[kind][scope] = kv.ModRevision
+	}
+	return out
+}
+
+// kindOfVersionKey is the kind of a version key.
+func (s *Store) kindOfVersionKey(key string) string {
+	kind, _, _ := strings.Cut(strings.TrimPrefix(key, s.prefix+"v/"), "/")
+	return kind
+}
+
+// scopeOfKey is the scope of the object stored at key: a lease's network,
+// "" for the objects of other kinds.
+func (s *Store) scopeOfKey(key string) string {
+	rest, ok := strings.CutPrefix(key, s.kindPrefix(store.ScopedKind))
+	if !ok {
+		return ""
+	}
+	network, _, _ := strings.Cut(rest, "/")
+	return network
+}
+
 // decode turns a stored key-value into an object whose resourceVersion
 // is the key's ModRevision.
 func decode(data []byte, modRev int64) (*pivirtv1.Object, error) {

@@ -23,11 +23,16 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) (int64, err
 		if err := s.check(ctx); err != nil {
 			return 0, err
 		}
-		rev, err := s.Revision(ctx)
+		// The snapshot's revision and the scopes' versions in one read.
+		vr, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
+			return s.cli.Get(ctx, s.versionPrefix(""), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		})
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("reading etcd revision: %w", err)
 		}
-		t := &tx{s: s, ctx: ctx, rev: rev, reads: map[string]int64{}, listed: map[string]bool{}, writes: map[string]*write{}}
+		rev := vr.Header.Revision
+		t := &tx{s: s, ctx: ctx, rev: rev, reads: map[string]int64{}, values: map[string][]byte{}, listed: map[string]bool{},
+			scopes: map[string]bool{}, writes: map[string]*write{}, versions: s.parseVersions(vr.Kvs)}
 		err = fn(t)
 		t.done = true
 		if err != nil {
@@ -67,14 +72,18 @@ type tx struct {
 	s      *Store
 	ctx    context.Context
 	rev    int64
-	reads  map[string]int64 // key → ModRevision at rev (0: absent)
-	listed map[string]bool  // kinds listed ("" = all)
-	writes map[string]*write
-	done   bool
-	err    error // a read failure, reported again by every later call
+	reads  map[string]int64  // key → ModRevision at rev (0: absent)
+	listed map[string]bool   // kinds listed ("" = all)
+	scopes map[string]bool   // version keys of the scopes depended on
+	values map[string][]byte // what reads returned (reads has their revisions)
+	// versions: the scopes' versions at rev (store.ScopedTx.Versions).
+	versions map[string]map[string]int64
+	writes   map[string]*write
+	done     bool
+	err      error // a read failure, reported again by every later call
 }
 
-var _ store.Tx = (*tx)(nil)
+var _ store.ScopedTx = (*tx)(nil)
 
 var errTxDone = errors.New("transaction used after its Update function returned")
 
@@ -94,6 +103,9 @@ func (t *tx) read(key string) ([]byte, int64, error) {
 	if w, ok := t.writes[key]; ok {
 		return w.data, t.Revision(), nil
 	}
+	if mod, ok := t.reads[key]; ok {
+		return t.values[key], mod, nil // the snapshot does not change
+	}
 	resp, err := call(t.ctx, t.s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return t.s.cli.Get(ctx, key, clientv3.WithRev(t.rev))
 	})
@@ -106,9 +118,7 @@ func (t *tx) read(key string) ([]byte, int64, error) {
 	if len(resp.Kvs) > 0 {
 		data, mod = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
 	}
-	if _, seen := t.reads[key]; !seen {
-		t.reads[key] = mod
-	}
+	t.reads[key], t.values[key] = mod, data
 	return data, mod, nil
 }
 
@@ -173,6 +183,75 @@ func (t *tx) DependOn(kind string) error {
 	}
 	t.listed[kind] = true
 	return nil
+}
+
+// DependOnScope implements store.ScopedTx: one compare, on the scope's
+// version key.
+func (t *tx) DependOnScope(kind, scope string) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	t.scopes[t.s.versionKey(kind, scope)] = true
+	return nil
+}
+
+// Versions implements store.ScopedTx: read with the snapshot's revision.
+func (t *tx) Versions() (map[string]map[string]int64, error) {
+	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	return t.versions, nil
+}
+
+// ListIn implements store.ScopedTx: a lease scope is one network's key
+// range; the scope "" of another kind is the kind.
+func (t *tx) ListIn(kind, scope string) ([]*pivirtv1.Object, error) {
+	if kind != store.ScopedKind {
+		return t.List(kind, nil)
+	}
+	if err := t.usable(); err != nil {
+		return nil, err
+	}
+	prefix := t.s.networkPrefix(scope)
+	resp, err := call(t.ctx, t.s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return t.s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(t.rev))
+	})
+	if err != nil {
+		t.err = fmt.Errorf("listing %s of %s at revision %d: %w", kind, scope, t.rev, err)
+		return nil, t.err
+	}
+	t.scopes[t.s.versionKey(kind, scope)] = true
+	kvs := resp.Kvs[:0:0]
+	for _, kv := range resp.Kvs {
+		if _, pending := t.writes[string(kv.Key)]; !pending {
+			kvs = append(kvs, kv)
+		}
+	}
+	var extra []*pivirtv1.Object
+	for key, w := range t.writes {
+		if w.data != nil && strings.HasPrefix(key, prefix) {
+			obj, err := decode(w.data, t.Revision())
+			if err != nil {
+				return nil, err
+			}
+			extra = append(extra, obj)
+		}
+	}
+	return filterSort(kvs, nil, extra)
+}
+
+// ScopeOf implements store.ScopedTx: a lease's index key names its
+// network (a read the commit compares); any other object's scope is "".
+func (t *tx) ScopeOf(kind, name string) (string, bool, error) {
+	key, err := t.keyOf(kind, name)
+	if err != nil || key == "" {
+		return "", false, err
+	}
+	if kind != store.ScopedKind {
+		data, _, err := t.read(key)
+		return "", data != nil, err
+	}
+	return t.s.scopeOfKey(key), true, nil
 }
 
 func (t *tx) Create(obj *pivirtv1.Object) error {
@@ -318,18 +397,22 @@ func (t *tx) write(key string, obj *pivirtv1.Object) error {
 	return nil
 }
 
-// compares: everything read is unchanged since rev.
+// compares: everything read is unchanged since rev. A listed kind or
+// scope is compared through its version keys, which every write in it
+// bumps (ops): a compare over the objects' own range made etcd read every
+// object of the kind at each commit, so a node's writes slowed down with
+// the size of the cluster (BENCHMARKS, "Writes of several nodes").
 func (t *tx) compares() []clientv3.Cmp {
 	var cmps []clientv3.Cmp
 	for key, mod := range t.reads {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
 	}
 	for kind := range t.listed {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(t.s.kindPrefix(kind)), "<", t.rev+1).WithPrefix())
-		if kind == "" {
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(t.s.prefix+"d/"), "<", t.rev+1).WithPrefix())
-		} else {
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(t.s.deleteKey(kind)), "<", t.rev+1))
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(t.s.versionPrefix(kind)), "<", t.rev+1).WithPrefix())
+	}
+	for key := range t.scopes {
+		if !t.listed[""] && !t.listed[t.s.kindOfVersionKey(key)] {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "<", t.rev+1))
 		}
 	}
 	return cmps
@@ -342,7 +425,11 @@ func (t *tx) compares() []clientv3.Cmp {
 func (t *tx) ops() []clientv3.Op {
 	var ops, puts []clientv3.Op
 	deleted := map[string]bool{}
+	versions := map[string]bool{}
 	for key, w := range t.writes {
+		if !w.index {
+			versions[t.s.versionKey(w.kind, t.s.scopeOfKey(key))] = true
+		}
 		if w.data == nil {
 			ops = append(ops, clientv3.OpDelete(key))
 			if !w.index {
@@ -353,8 +440,13 @@ func (t *tx) ops() []clientv3.Op {
 		puts = append(puts, clientv3.OpPut(key, string(w.data)))
 	}
 	ops = append(ops, puts...)
+	// The delete keys are what a pivirtd of schema 1 compares a listed
+	// kind's deletions with: they stay until no such node can run.
 	for kind := range deleted {
 		ops = append(ops, clientv3.OpPut(t.s.deleteKey(kind), ""))
+	}
+	for key := range versions {
+		ops = append(ops, clientv3.OpPut(key, ""))
 	}
 	return ops
 }
