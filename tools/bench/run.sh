@@ -46,7 +46,9 @@
 #            one-member etcd) alternating, the etcd/bbolt ratio of the
 #            highest passing DORA/s per round; tools/clusterbench: collision
 #            to Conflict p50/p99 over 100, get leases and RSS at 100,000
-#            leases, node 1's watch traffic with 1 to 8 nodes
+#            leases, node 1's watch traffic with 1 to 8 nodes, lease
+#            writes/s of 1, 2 and 4 nodes writing their own networks at
+#            once against etcd's own puts/s with as many clients
 #   overlay  tools/overlaybench: two pivirtd on etcd, guests on one
 #            OverlayNetwork: iperf3 TCP and 64-byte UDP guest to guest
 #            across the VXLAN tunnel vs on one bridge (alternating

@@ -18,7 +18,9 @@
 //   - watch: 1 to -max-nodes nodes, each serving its own network whose
 //     leases are renewed at -rate per second: what node 1's scoped watch
 //     received (pivirt_store_watch_*), against an unscoped watch of the
-//     whole prefix in this process.
+//     whole prefix in this process;
+//   - writes: 1, 2 and 4 nodes renewing leases of their own networks at
+//     once (writes.go): writes/s per node against one node alone.
 //
 // Run as root: clusterbench -pivirtd bin/pivirtd -pivirtctl bin/pivirtctl
 package main
@@ -36,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,6 +64,8 @@ const (
 type config struct {
 	pivirtd, pivirtctl, parts, dir string
 	collisions, leases, maxNodes   int
+	writeLeases                    int
+	writeNodes                     []int
 	rate                           int
 	period                         time.Duration
 }
@@ -69,15 +74,40 @@ func main() {
 	var c config
 	flag.StringVar(&c.pivirtd, "pivirtd", "bin/pivirtd", "pivirtd binary")
 	flag.StringVar(&c.pivirtctl, "pivirtctl", "bin/pivirtctl", "pivirtctl binary")
-	flag.StringVar(&c.parts, "parts", "collision,leases,watch", "parts to run")
+	flag.StringVar(&c.parts, "parts", "collision,leases,watch,writes", "parts to run")
 	flag.StringVar(&c.dir, "dir", "", "work directory (default: a temporary one)")
 	flag.IntVar(&c.collisions, "collisions", 100, "collisions to time")
 	flag.IntVar(&c.leases, "leases", 100000, "leases in etcd for the leases part")
 	flag.IntVar(&c.maxNodes, "max-nodes", 8, "nodes in the last step of the watch part")
+	flag.IntVar(&c.writeLeases, "write-leases", 5000, "leases in each node's network in the writes part")
 	flag.IntVar(&c.rate, "rate", 40, "lease renewals per second per node's network in the watch part")
 	flag.DurationVar(&c.period, "period", 10*time.Second, "load period of each watch step")
+	flag.Func("write-nodes", "node counts of the writes part's steps (default 1,2,4; the first is the base)", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q is not a node count", f)
+			}
+			c.writeNodes = append(c.writeNodes, n)
+		}
+		return nil
+	})
+	cpuprofile := flag.String("cpuprofile", "", "write this process's CPU profile here")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	if *cpuprofile != "" && os.Getenv(inNetnsEV) != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if len(c.writeNodes) == 0 {
+		c.writeNodes = []int{1, 2, 4}
+	}
 	if os.Getenv(inNetnsEV) == "" {
 		if err := outside(); err != nil {
 			log.Fatal(err)
@@ -85,6 +115,7 @@ func main() {
 		return
 	}
 	if err := run(c); err != nil {
+		pprof.StopCPUProfile()
 		log.Fatal(err)
 	}
 }
@@ -144,8 +175,10 @@ func run(c config) error {
 			err = benchLeases(c)
 		case "watch":
 			err = benchWatch(c)
+		case "writes":
+			err = benchWrites(c)
 		default:
-			err = fmt.Errorf("-parts: unknown part %q (collision, leases, watch)", part)
+			err = fmt.Errorf("-parts: unknown part %q (collision, leases, watch, writes)", part)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", part, err)
