@@ -151,7 +151,7 @@ func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resource
 	if req.Msg.Limit < 0 {
 		return nil, connectError(fmt.Errorf("%w: limit %d: want 0 (all) or more", errInvalid, req.Msg.Limit))
 	}
-	opts := store.ListOptions{Fields: fs, Limit: int(req.Msg.Limit), Continue: req.Msg.Continue, Raw: true}
+	opts := store.ListOptions{Fields: fs, Limit: int(req.Msg.Limit), Continue: req.Msg.Continue, Raw: true, NamesOnly: req.Msg.NamesOnly}
 	if req.Msg.LabelSelector != "" {
 		opts.Labels = sel // none: nothing to decode objects for
 	}
@@ -165,7 +165,7 @@ func (s *ResourceServer) List(ctx context.Context, req *connect.Request[resource
 		return nil, connectError(fmt.Errorf("listing %s: %w", kind, err))
 	}
 	out := &resourcev1.ListResponse{Revision: page.Revision, Continue: page.Continue, Objects: page.Raw}
-	if req.Msg.MetadataOnly {
+	if req.Msg.MetadataOnly && !req.Msg.NamesOnly {
 		for i, raw := range out.Objects {
 			out.Objects[i] = metadataOnly(raw)
 		}

@@ -273,8 +273,11 @@ func TestListPages(t *testing.T) {
 				if err := json.Unmarshal(raw, &o); err != nil {
 					t.Fatal(err)
 				}
-				if req.MetadataOnly != (o.Spec == nil) {
-					t.Errorf("metadata_only %v: %s", req.MetadataOnly, raw)
+				if (req.MetadataOnly || req.NamesOnly) != (o.Spec == nil) {
+					t.Errorf("metadata_only %v names_only %v: %s", req.MetadataOnly, req.NamesOnly, raw)
+				}
+				if req.NamesOnly && (o.Metadata.ResourceVersion == "" || o.Metadata.UID != "") {
+					t.Errorf("names_only: %s", raw)
 				}
 				names = append(names, o.Metadata.Name)
 			}
@@ -289,6 +292,9 @@ func TestListPages(t *testing.T) {
 	}
 	if names, _ := list(&resourcev1.ListRequest{Kind: "lease", FieldSelector: "spec.network=br-b", Limit: 5, MetadataOnly: true}); len(names) != 12 || names[0] != "l-01" {
 		t.Errorf("spec.network=br-b: %v", names)
+	}
+	if names, _ := list(&resourcev1.ListRequest{Kind: "lease", Limit: 7, NamesOnly: true}); len(names) != 25 || names[24] != "l-24" {
+		t.Errorf("names only: %v", names)
 	}
 	for _, tc := range []struct {
 		req  *resourcev1.ListRequest

@@ -200,7 +200,7 @@ func listPages(ctx context.Context, c resourcev1connect.ResourceServiceClient, k
 	go func() {
 		defer close(pages)
 		req := &resourcev1.ListRequest{Kind: kind, LabelSelector: o.selector, FieldSelector: o.fields, Limit: o.chunkSize,
-			MetadataOnly: o.output == OutputName && !o.watch}
+			MetadataOnly: o.output == OutputName && !o.watch, NamesOnly: o.output == OutputName && !o.watch}
 		for {
 			resp, err := c.List(ctx, connect.NewRequest(req))
 			var p page

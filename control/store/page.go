@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"pivirt.hu/pivirt/api/fields"
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -28,6 +29,23 @@ type ListOptions struct {
 	// as stored, resourceVersion exact, decoded only where a selector
 	// must read it (what an API list sends on: no decode, no re-encode).
 	Raw bool
+	// NamesOnly, with Raw, asks for each object's NameOnly JSON: a store
+	// need not read the objects a selector does not look at (etcd reads
+	// keys alone), which is all `get -o name` needs.
+	NamesOnly bool
+}
+
+// NameOnly is the JSON of an object reduced to its apiVersion, kind, name
+// and resourceVersion (ListOptions.NamesOnly).
+func NameOnly(kind, name string, rev int64) []byte {
+	b := make([]byte, 0, 96+len(kind)+len(name))
+	b = append(b, `{"apiVersion":"`+pivirtv1.APIVersion+`","kind":`...)
+	b = strconv.AppendQuote(b, kind)
+	b = append(b, `,"metadata":{"name":`...)
+	b = strconv.AppendQuote(b, name)
+	b = append(b, `,"resourceVersion":"`...)
+	b = strconv.AppendInt(b, rev, 10)
+	return append(b, `"}}`...)
 }
 
 // Page is one page of a list.
@@ -63,6 +81,11 @@ func AllKinds(objs []*pivirtv1.Object, rev int64, opts ListOptions) (Page, error
 	}
 	p := Page{Raw: make([][]byte, 0, len(objs)), Revision: rev}
 	for _, o := range objs {
+		if opts.NamesOnly {
+			r, _ := strconv.ParseInt(o.Metadata.ResourceVersion, 10, 64)
+			p.Raw = append(p.Raw, NameOnly(o.Kind, o.Metadata.Name, r))
+			continue
+		}
 		b, err := json.Marshal(o)
 		if err != nil {
 			return Page{}, fmt.Errorf("encoding %s/%s: %w", o.Kind, o.Metadata.Name, err)

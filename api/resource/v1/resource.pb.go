@@ -331,7 +331,11 @@ type ListRequest struct {
 	Continue string `protobuf:"bytes,5,opt,name=continue,proto3" json:"continue,omitempty"`
 	// metadata_only returns each object's apiVersion, kind and metadata,
 	// without spec and status (what `get -o name` needs).
-	MetadataOnly  bool `protobuf:"varint,6,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
+	MetadataOnly bool `protobuf:"varint,6,opt,name=metadata_only,json=metadataOnly,proto3" json:"metadata_only,omitempty"`
+	// names_only returns each object as its apiVersion, kind, metadata.name
+	// and metadata.resourceVersion alone (what `get -o name` prints); the
+	// store then reads only what a selector needs (etcd: keys alone).
+	NamesOnly     bool `protobuf:"varint,7,opt,name=names_only,json=namesOnly,proto3" json:"names_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -404,6 +408,13 @@ func (x *ListRequest) GetContinue() string {
 func (x *ListRequest) GetMetadataOnly() bool {
 	if x != nil {
 		return x.MetadataOnly
+	}
+	return false
+}
+
+func (x *ListRequest) GetNamesOnly() bool {
+	if x != nil {
+		return x.NamesOnly
 	}
 	return false
 }
@@ -1074,14 +1085,16 @@ const file_resource_v1_resource_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"%\n" +
 	"\vGetResponse\x12\x16\n" +
-	"\x06object\x18\x01 \x01(\fR\x06object\"\xc6\x01\n" +
+	"\x06object\x18\x01 \x01(\fR\x06object\"\xe5\x01\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12%\n" +
 	"\x0elabel_selector\x18\x02 \x01(\tR\rlabelSelector\x12%\n" +
 	"\x0efield_selector\x18\x03 \x01(\tR\rfieldSelector\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1a\n" +
 	"\bcontinue\x18\x05 \x01(\tR\bcontinue\x12#\n" +
-	"\rmetadata_only\x18\x06 \x01(\bR\fmetadataOnly\"`\n" +
+	"\rmetadata_only\x18\x06 \x01(\bR\fmetadataOnly\x12\x1d\n" +
+	"\n" +
+	"names_only\x18\a \x01(\bR\tnamesOnly\"`\n" +
 	"\fListResponse\x12\x18\n" +
 	"\aobjects\x18\x01 \x03(\fR\aobjects\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1a\n" +

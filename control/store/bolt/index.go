@@ -7,7 +7,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 
+	"github.com/tidwall/gjson"
 	bbolt "go.etcd.io/bbolt"
 
 	"pivirt.hu/pivirt/api/fields"
@@ -164,9 +166,13 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 					continue
 				}
 			}
-			if opts.Raw {
+			switch {
+			case opts.Raw && opts.NamesOnly:
+				rv, _ := strconv.ParseInt(gjson.GetBytes(data, "metadata.resourceVersion").Str, 10, 64)
+				page.Raw = append(page.Raw, store.NameOnly(kind, string(name), rv))
+			case opts.Raw:
 				page.Raw = append(page.Raw, bytes.Clone(data)) // data is the mmap's, valid in tx only
-			} else {
+			default:
 				page.Objects = append(page.Objects, obj)
 			}
 			last = string(name)

@@ -57,12 +57,23 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 	if opts.Limit > 0 && opts.Continue != "" {
 		batch = int64(min(max(opts.Limit*readAheadPages, minRead), maxRead))
 	}
+	// Names alone, and no selector but the range: keys are enough (a
+	// tenth of the bytes etcd reads and sends at 100,000 leases).
+	keysOnly := opts.Raw && opts.NamesOnly && opts.Labels == nil && (len(opts.Fields) == 0 || start != base)
+	if _, ok := opts.Fields.Equal("spec.network"); keysOnly && len(opts.Fields) > 0 && (!ok || len(opts.Fields) > 1) {
+		keysOnly = false
+	}
+	read := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(batch)}
+	aheadKey := opts.Continue
+	if keysOnly {
+		read, aheadKey = append(read, clientv3.WithKeysOnly()), "keys:"+opts.Continue
+	}
 	var page store.Page
-	kvs, more, cached := s.ahead.take(opts.Continue)
+	kvs, more, cached := s.ahead.take(aheadKey)
 	for {
 		if !cached {
 			resp, err := call(ctx, s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
-				return s.cli.Get(ctx, start, clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(batch))
+				return s.cli.Get(ctx, start, append(read, clientv3.WithRev(rev))...)
 			})
 			if err != nil {
 				if isCompacted(err) {
@@ -78,12 +89,18 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 		cached = false
 		page.Revision = rev
 		for i, kv := range kvs {
-			if err := add(&page, opts, kv); err != nil {
+			if keysOnly {
+				page.Raw = append(page.Raw, store.NameOnly(kind, nameOfKey(string(kv.Key)), kv.ModRevision))
+			} else if err := add(&page, opts, kv); err != nil {
 				return store.Page{}, err
 			}
 			if opts.Limit > 0 && page.Len() == opts.Limit && (i < len(kvs)-1 || more) {
 				page.Continue = store.EncodeContinue(kind, opts, rev, strings.TrimPrefix(string(kv.Key), base))
-				s.ahead.put(page.Continue, kvs[i+1:], more)
+				next := page.Continue
+				if keysOnly {
+					next = "keys:" + next
+				}
+				s.ahead.put(next, kvs[i+1:], more)
 				return page, nil
 			}
 		}
@@ -94,11 +111,15 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 	}
 }
 
+// nameOfKey is the name of the object stored at key (the key's last part:
+// a lease's key has its network before it).
+func nameOfKey(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
+
 // add puts kv on the page if it matches opts: decoded, or (opts.Raw) as
 // stored with its resourceVersion set to the key's ModRevision, decoded
 // only for a selector.
 func add(page *store.Page, opts store.ListOptions, kv *mvccpb.KeyValue) error {
-	if opts.Raw && !opts.Selects() {
+	if opts.Raw && !opts.Selects() && !opts.NamesOnly {
 		raw, err := withRevision(kv.Value, kv.ModRevision)
 		page.Raw = append(page.Raw, raw)
 		return err
@@ -107,7 +128,11 @@ func add(page *store.Page, opts store.ListOptions, kv *mvccpb.KeyValue) error {
 	if err != nil || !opts.Matches(obj) {
 		return err
 	}
-	if opts.Raw {
+	switch {
+	case opts.Raw && opts.NamesOnly:
+		page.Raw = append(page.Raw, store.NameOnly(obj.Kind, obj.Metadata.Name, kv.ModRevision))
+		return nil
+	case opts.Raw:
 		raw, err := withRevision(kv.Value, kv.ModRevision)
 		page.Raw = append(page.Raw, raw)
 		return err

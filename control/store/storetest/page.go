@@ -120,16 +120,22 @@ func testListPages(t *testing.T, s store.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, raw := range []bool{false, true} {
-			opts := store.ListOptions{Fields: fs, Limit: tc.limit, Raw: raw}
+		for _, mode := range []struct{ raw, names bool }{{false, false}, {true, false}, {true, true}} {
+			raw := mode.raw
+			opts := store.ListOptions{Fields: fs, Limit: tc.limit, Raw: raw, NamesOnly: mode.names}
 			if tc.labels != "" {
 				opts.Labels = ls
 			}
 			got, sizes := pages(t, s, pivirtv1.KindDHCPLease, opts, nil)
+			for _, o := range got {
+				if mode.names && (len(o.Spec) > 0 || o.Metadata.Labels != nil || o.APIVersion != pivirtv1.APIVersion || o.Kind != pivirtv1.KindDHCPLease) {
+					t.Errorf("fields %q labels %q: names only, got %+v", tc.fields, tc.labels, o)
+				}
+			}
 			gotNames := names(got)
 			slices.Sort(gotNames)
 			if w := want(tc.keep); !slices.Equal(gotNames, w) {
-				t.Errorf("fields %q labels %q limit %d raw %v: got %v, want %v (pages %v)", tc.fields, tc.labels, tc.limit, raw, gotNames, w, sizes)
+				t.Errorf("fields %q labels %q limit %d raw %v names %v: got %v, want %v (pages %v)", tc.fields, tc.labels, tc.limit, raw, mode.names, gotNames, w, sizes)
 			}
 			if tc.limit > 0 && len(sizes) > 1 && sizes[0] != tc.limit {
 				t.Errorf("fields %q limit %d raw %v: a first page of %d of more", tc.fields, tc.limit, raw, sizes[0])
