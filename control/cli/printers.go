@@ -64,6 +64,18 @@ func decodeItem(raw []byte) (Item, error) {
 	return Item{Obj: &o, Raw: raw}, nil
 }
 
+// decodeName is decodeItem of an object a names_only list returned:
+// its apiVersion, kind, name and resourceVersion alone, read without
+// decoding the document (a third of `get -o name`'s time at 100,000).
+func decodeName(raw []byte) (Item, error) {
+	r := gjson.GetManyBytes(raw, "apiVersion", "kind", "metadata.name", "metadata.resourceVersion")
+	if r[1].Str == "" || r[2].Str == "" {
+		return Item{}, fmt.Errorf("decoding object from server: no kind or name in %.100s", raw)
+	}
+	return Item{Obj: &pivirtv1.Object{APIVersion: r[0].Str, Kind: r[1].Str,
+		Metadata: pivirtv1.ObjectMeta{Name: r[2].Str, ResourceVersion: r[3].Str}}, Raw: raw}, nil
+}
+
 // kindLower is the lower-case kind name used in "kind/name" and messages.
 func kindLower(kind string) string {
 	if k, err := pivirtv1.LookupKind(kind); err == nil {

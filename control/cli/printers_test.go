@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pivirt.hu/pivirt/control/store"
 )
 
 // item builds a printable object from YAML, five minutes old.
@@ -274,5 +276,33 @@ dark   br9      10.9.0.1/24   <none>   false   <none>   5m
 				t.Errorf("got\n%s\nwant\n%s", buf.String(), tc.want)
 			}
 		})
+	}
+}
+
+// TestDecodeName: a names_only document (store.NameOnly) gives the item
+// -o name prints, a name with characters JSON escapes included; one
+// without a kind or name is an error.
+func TestDecodeName(t *testing.T) {
+	for _, tc := range []struct {
+		raw, want, err string
+	}{
+		{string(store.NameOnly("DHCPLease", "lease-52-54-00-00-00-01", 42)), "dhcplease/lease-52-54-00-00-00-01 42", ""},
+		{string(store.NameOnly("NetworkSegment", `odd"name`, 7)), `networksegment/odd"name 7`, ""},
+		{`{"apiVersion":"pivirt.hu/v1","kind":"DHCPLease","metadata":{}}`, "", "no kind or name"},
+		{`not json`, "", "no kind or name"},
+	} {
+		it, err := decodeName([]byte(tc.raw))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("decodeName(%s) = %v, want an error saying %q", tc.raw, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("decodeName(%s): %v", tc.raw, err)
+		}
+		if got := kindLower(it.Obj.Kind) + "/" + it.Obj.Metadata.Name + " " + it.Obj.Metadata.ResourceVersion; got != tc.want {
+			t.Errorf("decodeName(%s) = %q, want %q", tc.raw, got, tc.want)
+		}
 	}
 }

@@ -51,17 +51,20 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 	if after != "" {
 		start = base + after + "\x00"
 	}
+	// Names alone, and no selector but the range: keys are enough (a
+	// tenth of the bytes etcd reads and sends at 100,000 leases).
+	_, byNetwork := opts.Fields.Equal("spec.network")
+	keysOnly := opts.Raw && opts.NamesOnly && opts.Labels == nil &&
+		(len(opts.Fields) == 0 || kind == pivirtv1.KindDHCPLease && byNetwork && len(opts.Fields) == 1)
 	// etcd reads: several pages at once (see readAhead), but the first
 	// page alone, so that it comes back soonest.
 	batch := int64(opts.Limit)
 	if opts.Limit > 0 && opts.Continue != "" {
-		batch = int64(min(max(opts.Limit*readAheadPages, minRead), maxRead))
-	}
-	// Names alone, and no selector but the range: keys are enough (a
-	// tenth of the bytes etcd reads and sends at 100,000 leases).
-	keysOnly := opts.Raw && opts.NamesOnly && opts.Labels == nil && (len(opts.Fields) == 0 || start != base)
-	if _, ok := opts.Fields.Equal("spec.network"); keysOnly && len(opts.Fields) > 0 && (!ok || len(opts.Fields) > 1) {
-		keysOnly = false
+		most := maxRead
+		if keysOnly {
+			most *= keysPerObject // as many bytes
+		}
+		batch = int64(min(max(opts.Limit*readAheadPages, minRead), most))
 	}
 	read := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(batch)}
 	aheadKey := opts.Continue
@@ -168,7 +171,8 @@ const (
 	readAheadPages = 10
 	minRead        = 1000
 	maxRead        = 5000
-	aheadLists     = 4 // lists going on at once that keep their read-ahead
+	aheadLists     = 4  // lists going on at once that keep their read-ahead
+	keysPerObject  = 10 // a key read alone is about a tenth of an object's bytes
 	aheadTTL       = time.Minute
 )
 
