@@ -81,11 +81,11 @@ type Batch struct {
 
 	// stx is set on a shared Index over a store.ScopedTx (scoped.go):
 	// vers is the store's scope versions, read once; usedAll the kinds
-	// current and depended on whole, usedScope the lease scopes.
+	// current and depended on whole, usedScope the scopes of the others.
 	stx       store.ScopedTx
 	vers      map[string]map[string]int64
 	usedAll   map[string]bool
-	usedScope map[string]bool
+	usedScope map[scopeRef]bool
 }
 
 // NewBatch starts admitting writes through tx.

@@ -89,7 +89,8 @@ func (b *Batch) kind(kind string) (*kindCache, error) {
 }
 
 // scopedKind is kind in stx mode: a kind without scopes is made current
-// and a dependency; the lease cache only when a scope of it is used.
+// and a dependency; a scoped kind's cache only when a scope of it is
+// used (useScope, useKind).
 func (b *Batch) scopedKind(kind string) (*kindCache, error) {
 	info, err := pivirtv1.LookupKind(kind)
 	if err != nil {
@@ -100,7 +101,7 @@ func (b *Batch) scopedKind(kind string) (*kindCache, error) {
 		c = newKindCache(info.Kind, 0)
 		b.kinds[info.Kind] = c
 	}
-	if info.Kind != store.ScopedKind {
+	if !store.HasScopes(info.Kind) {
 		if err := b.useKind(c); err != nil {
 			return nil, err
 		}
@@ -108,9 +109,9 @@ func (b *Batch) scopedKind(kind string) (*kindCache, error) {
 	return c, nil
 }
 
-// allKinds loads every kind, every scope of the leases included, for
-// rules that follow ownerReferences (an owner's dependents may be leases
-// of any network).
+// allKinds loads every kind, every scope of the scoped kinds included,
+// for rules that follow ownerReferences (an owner's dependents may be
+// leases of any network, ports of any node).
 func (b *Batch) allKinds() ([]*kindCache, error) {
 	out := make([]*kindCache, 0, len(pivirtv1.Kinds))
 	for _, k := range pivirtv1.Kinds {
@@ -118,7 +119,7 @@ func (b *Batch) allKinds() ([]*kindCache, error) {
 		if err != nil {
 			return nil, err
 		}
-		if b.stx != nil && k.Kind == store.ScopedKind {
+		if b.stx != nil && store.HasScopes(k.Kind) {
 			if err := b.useKind(c); err != nil {
 				return nil, err
 			}
@@ -133,7 +134,7 @@ func (c *kindCache) get(name string) *entry { return c.byName[name] }
 // put records o (replacing an entry of the same name) and indexes it.
 func (c *kindCache) put(o *pivirtv1.Object, spec pivirtv1.Spec) {
 	c.remove(o.Metadata.Name)
-	e := &entry{obj: o, spec: spec, keys: indexKeys(o, spec), scope: entryScope(o, spec)}
+	e := &entry{obj: o, spec: spec, keys: indexKeys(o, spec), scope: store.ScopeOf(o, spec)}
 	c.byName[o.Metadata.Name] = e
 	for _, k := range e.keys {
 		set := c.index[k]

@@ -304,6 +304,46 @@ func TestLeaseScopesAcrossNodes(t *testing.T) {
 			t.Errorf("round %d: moving the other node's lease to %s: %v", r, moved, err)
 		}
 	}
+	// Ports are kept by node: each node securing its own ports while the
+	// other does never runs again; one interface of one node, secured
+	// from both nodes at once, is secured once.
+	var wg sync.WaitGroup
+	reruns := make([]int, 2)
+	for i, n := range nodes {
+		wg.Go(func() {
+			for k := range each {
+				c, err := runs(n, fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: port-%d-%d, labels: {pivirt.hu/node: n%d}}\nspec: {interface: vnet%d, macAddress: \"52:54:00:00:02:01\"}\n", i, k, i, k))
+				if err != nil {
+					t.Errorf("node %d securing its port %d: %v", i, k, err)
+					return
+				}
+				reruns[i] += c - 1
+			}
+		})
+	}
+	wg.Wait()
+	if reruns[0]+reruns[1] != 0 {
+		t.Errorf("nodes ran %v of their port transactions again while the other secured its own ports", reruns)
+	}
+	won := make([]error, 4)
+	for a := range won {
+		doc := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: clash-%d, labels: {pivirt.hu/node: n0}}\nspec: {interface: vnet-clash, macAddress: \"52:54:00:00:02:02\"}\n", a)
+		wg.Go(func() { won[a] = nodes[a%2].apply(t, doc, false) })
+	}
+	wg.Wait()
+	secured := 0
+	for a, err := range won {
+		switch {
+		case err == nil:
+			secured++
+		case !strings.Contains(err.Error(), "is already secured by portsecurity"):
+			t.Errorf("clash %d: %v, want refused for the interface", a, err)
+		}
+	}
+	if secured != 1 {
+		t.Errorf("interface vnet-clash of node n0 secured %d times at once, want 1", secured)
+	}
+
 	// No network holds an address or a MAC twice.
 	objs, _, err := nodes[0].st.List(t.Context(), pivirtv1.KindDHCPLease, nil)
 	if err != nil {
@@ -328,10 +368,11 @@ func TestLeaseScopesAcrossNodes(t *testing.T) {
 }
 
 // TestScopedCachesMatchFreshAdmission: two nodes apply and delete leases
-// of three networks in a seeded random order, each through its own warm
-// Index; every decision must be the one a fresh transaction without
-// caches takes on the same store (a dry run just before). A cache scope
-// that missed the other node's write would accept or refuse differently.
+// of three networks and ports of two nodes (and unplaced ones) in a
+// seeded random order, each through its own warm Index; every decision
+// must be the one a fresh transaction without caches takes on the same
+// store (a dry run just before). A cache scope that missed the other
+// node's write would accept or refuse differently.
 func TestScopedCachesMatchFreshAdmission(t *testing.T) {
 	srv := etcdtest.Start(t)
 	const prefix = "/cluster-fresh/"
@@ -354,17 +395,30 @@ func TestScopedCachesMatchFreshAdmission(t *testing.T) {
 	opts := admission.Options{Privileged: true, Clustered: true}
 	for step := range steps {
 		n := nodes[rng.IntN(2)]
-		name := fmt.Sprintf("l-%d", rng.IntN(20))
+		kind, name := pivirtv1.KindDHCPLease, fmt.Sprintf("l-%d", rng.IntN(20))
 		del := rng.IntN(5) == 0
 		doc := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: %s}\nspec: {network: %s, macAddress: \"52:54:00:00:00:%02x\", ipAddress: 10.50.0.%d, type: %s}\n",
 			name, nets[rng.IntN(len(nets))], rng.IntN(8), 1+rng.IntN(8), []string{"static", "dynamic"}[rng.IntN(2)])
+		if rng.IntN(3) == 0 {
+			kind, name = pivirtv1.KindPortSecurity, fmt.Sprintf("p-%d", rng.IntN(10))
+			labels := ""
+			if node := []string{"n1", "n2", ""}[rng.IntN(3)]; node != "" {
+				labels = ", labels: {pivirt.hu/node: " + node + "}"
+			}
+			doc = fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: %s%s}\nspec: {interface: vnet%d, macAddress: \"52:54:00:00:01:%02x\"}\n",
+				name, labels, rng.IntN(4), rng.IntN(8))
+			if rng.IntN(3) == 0 {
+				doc = fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: PortSecurity\nmetadata: {name: %s%s}\nspec: {vmRef: {name: vm%d, nic: 0}, macAddress: \"52:54:00:00:01:%02x\"}\n",
+					name, labels, rng.IntN(3), rng.IntN(8))
+			}
+		}
 		o, err := pivirtv1.DecodeObject([]byte(doc))
 		if err != nil {
 			t.Fatal(err)
 		}
 		do := func(b *admission.Batch) error {
 			if del {
-				_, err := b.Delete(pivirtv1.KindDHCPLease, name, "")
+				_, err := b.Delete(kind, name, "")
 				return err
 			}
 			_, _, err := b.Apply(o.DeepCopy())

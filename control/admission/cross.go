@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // crossCheck applies the rules that need other objects of the transaction.
@@ -439,7 +440,24 @@ func (b *Batch) checkPortSecurity(name, node string, s *pivirtv1.PortSecuritySpe
 	}
 	var errs pivirtv1.ErrorList
 	if s.Interface != "" {
-		for _, e := range ps.lookup(keyIf+s.Interface, name) {
+		// A placed port meets the ports of its node and the unplaced
+		// ones; an unplaced one, those of every node.
+		var same []*entry
+		if node != "" {
+			for _, scope := range []string{store.NodeScope(node), store.Unplaced} {
+				es, err := b.lookupIn(ps, scope, keyIf+s.Interface, name)
+				if err != nil {
+					return nil, err
+				}
+				same = append(same, es...)
+			}
+		} else {
+			if err := b.useAllScopes(ps); err != nil {
+				return nil, err
+			}
+			same = ps.lookup(keyIf+s.Interface, name)
+		}
+		for _, e := range same {
 			if other := nodeOf(e); sameNode(node, other) {
 				where := ""
 				if other != "" {
@@ -451,6 +469,9 @@ func (b *Batch) checkPortSecurity(name, node string, s *pivirtv1.PortSecuritySpe
 		}
 	}
 	if s.VMRef != nil {
+		if err := b.useAllScopes(ps); err != nil { // a VM's NIC is one in the cluster
+			return nil, err
+		}
 		if es := ps.lookup(keyVM+s.VMRef.Name+"/"+strconv.Itoa(s.VMRef.NIC), name); len(es) > 0 {
 			errs.Add("spec.vmRef", fmt.Sprintf("%s nic %d", s.VMRef.Name, s.VMRef.NIC), "is already secured by portsecurity %s", es[0].obj.Metadata.Name)
 		}

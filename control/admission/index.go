@@ -100,7 +100,7 @@ func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn fun
 				x.kinds = map[string]*kindCache{}
 				b.kinds = x.kinds
 			}
-			b.stx, b.usedAll, b.usedScope = stx, map[string]bool{}, map[string]bool{}
+			b.stx, b.usedAll, b.usedScope = stx, map[string]bool{}, map[scopeRef]bool{}
 			scoped, fnFailed = b, false
 			ok := false
 			defer func() {

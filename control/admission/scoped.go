@@ -12,8 +12,8 @@ import (
 
 // On a store several nodes write at once (etcd: store.ScopedTx), a
 // shared Index keeps its caches across other nodes' commits: each cache
-// knows the revision each of its scopes reflects (a lease's network; ""
-// for a kind without scopes), a transaction reads the store's version of
+// knows the revision each of its scopes reflects (store.ScopeOf: a
+// lease's network, a port's node), a transaction reads the store's version of
 // every scope once (Versions), reads again only the scopes it uses that
 // changed since, and depends only on those it uses. A node writing the
 // leases of its network then neither lists the others' leases nor runs
@@ -28,21 +28,6 @@ func (c *kindCache) scopeRev(scope string) int64 {
 		return r
 	}
 	return c.rev
-}
-
-// entryScope is the scope of a cached object.
-func entryScope(o *pivirtv1.Object, spec pivirtv1.Spec) string {
-	if o.Kind != store.ScopedKind {
-		return ""
-	}
-	if l, ok := spec.(*pivirtv1.DHCPLeaseSpec); ok {
-		return l.Network
-	}
-	var s struct {
-		Network string `json:"network"`
-	}
-	_ = json.Unmarshal(o.Spec, &s) // a spec that does not decode has no network
-	return s.Network
 }
 
 // versions reads the store's scope versions, once per transaction.
@@ -111,7 +96,7 @@ func (b *Batch) useKind(c *kindCache) error {
 // useScope makes scope of the scoped kind's cache c current and a
 // dependency of the commit; stx mode.
 func (b *Batch) useScope(c *kindCache, scope string) error {
-	if b.usedAll[c.kind] || b.usedScope[scope] {
+	if b.usedAll[c.kind] || b.usedScope[scopeRef{c.kind, scope}] {
 		return nil
 	}
 	v, err := b.versions(c.kind)
@@ -137,14 +122,14 @@ func (b *Batch) useScope(c *kindCache, scope string) error {
 	} else if err := b.stx.DependOnScope(c.kind, scope); err != nil {
 		return fmt.Errorf("depending on %s of %s: %w", c.kind, scope, err)
 	}
-	b.usedScope[scope] = true
+	b.usedScope[scopeRef{c.kind, scope}] = true
 	return nil
 }
 
 // getEntry is c.get(name), with name's scope made current first in stx
 // mode (the store says which scope holds it).
 func (b *Batch) getEntry(c *kindCache, name string) (*entry, error) {
-	if b.stx == nil || c.kind != store.ScopedKind || b.usedAll[c.kind] {
+	if b.stx == nil || !store.HasScopes(c.kind) || b.usedAll[c.kind] {
 		return c.get(name), nil
 	}
 	scope, ok, err := b.stx.ScopeOf(c.kind, name)
@@ -163,12 +148,21 @@ func (b *Batch) getEntry(c *kindCache, name string) (*entry, error) {
 // lookupIn is c.lookup(key, skip) of the objects in scope, made current
 // first in stx mode.
 func (b *Batch) lookupIn(c *kindCache, scope, key, skip string) ([]*entry, error) {
-	if b.stx != nil && c.kind == store.ScopedKind {
+	if b.stx != nil && store.HasScopes(c.kind) {
 		if err := b.useScope(c, scope); err != nil {
 			return nil, err
 		}
 	}
 	return c.lookup(key, skip), nil
+}
+
+// useAllScopes is useKind of a scoped kind's cache in stx mode (a rule
+// that reads every scope of it).
+func (b *Batch) useAllScopes(c *kindCache) error {
+	if b.stx == nil || !store.HasScopes(c.kind) {
+		return nil
+	}
+	return b.useKind(c)
 }
 
 // committed records, after a commit at rev, that the scopes this batch
@@ -180,21 +174,24 @@ func (b *Batch) committed(rev int64) {
 			c.rev, c.revs = rev, map[string]int64{}
 		}
 	}
-	if c := b.kinds[store.ScopedKind]; c != nil && !b.usedAll[store.ScopedKind] {
-		for scope := range b.usedScope {
-			c.revs[scope] = rev
+	for ref := range b.usedScope {
+		if c := b.kinds[ref.kind]; c != nil && !b.usedAll[ref.kind] {
+			c.revs[ref.scope] = rev
 		}
 	}
-	for k := range b.undo {
+	for k, prev := range b.undo {
 		c := b.kinds[k.kind]
 		if c == nil || b.usedAll[k.kind] {
 			continue
 		}
-		if e := c.get(k.name); e != nil && !b.usedScope[e.scope] {
+		if e := c.get(k.name); e != nil && !b.usedScope[scopeRef{k.kind, e.scope}] {
 			c.revs[e.scope] = -1
 		}
-		if prev := b.undo[k]; prev != nil && !b.usedScope[prev.scope] {
+		if prev != nil && !b.usedScope[scopeRef{k.kind, prev.scope}] {
 			c.revs[prev.scope] = -1
 		}
 	}
 }
+
+// scopeRef names one scope of a kind.
+type scopeRef struct{ kind, scope string }

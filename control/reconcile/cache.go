@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -30,8 +29,9 @@ type Cache struct {
 	// realizes. Objects without the label are every node's.
 	Node string
 	// Scoped: on a store.Scoped store, list and watch only the leases of
-	// the networks ScopeNetworks names (and every other object), so a
-	// node of a cluster does not receive every node's leases.
+	// the networks and the PortSecurity of the nodes ScopeOf names (and
+	// every other object), so a node of a cluster does not receive every
+	// node's leases and ports.
 	Scoped bool
 	// SavePath, if set, is where the cache is saved every few seconds, and
 	// what Run starts from when its first list fails (saved.go).
@@ -160,7 +160,7 @@ func (c *Cache) Run(ctx context.Context) error {
 	if !c.Scoped {
 		scoped = nil
 	}
-	var nets []string
+	var nets store.Scope
 	if c.SavePath != "" {
 		done := make(chan struct{})
 		sctx, cancel := context.WithCancel(ctx)
@@ -221,11 +221,10 @@ func (c *Cache) isSynced() bool {
 	}
 }
 
-// listWatch lists the store (a Scoped cache: the networks in *nets) into
-// the cache and applies its watch until the watch ends (nil), the
-// networks in scope change (rescope, *nets updated), or a list or watch
-// call fails. listTO, when set, bounds each list.
-func (c *Cache) listWatch(ctx context.Context, scoped store.Scoped, nets *[]string, listTO time.Duration) (rescope bool, err error) {
+// listWatch lists the store (a Scoped cache: the scope *nets) into the
+// cache and applies its watch until the watch ends (nil), the scope
+// changes (rescope, *nets updated), or a list or watch call fails. listTO, when set, bounds each list.
+func (c *Cache) listWatch(ctx context.Context, scoped store.Scoped, nets *store.Scope, listTO time.Duration) (rescope bool, err error) {
 	for {
 		lctx, cancel := ctx, context.CancelFunc(func() {})
 		if listTO > 0 {
@@ -247,7 +246,7 @@ func (c *Cache) listWatch(ctx context.Context, scoped store.Scoped, nets *[]stri
 		c.listed = true
 		c.mu.Unlock()
 		if scoped != nil {
-			if now := c.scope(); !slices.Equal(now, *nets) {
+			if now := c.scope(); !now.Equal(*nets) {
 				*nets = now // the segments listed widen or narrow the scope: list it
 				continue
 			}
@@ -273,8 +272,8 @@ func (c *Cache) listWatch(ctx context.Context, scoped store.Scoped, nets *[]stri
 		for ev := range watch {
 			c.apply(ev)
 			if scoped != nil && !rescope && ev.Object.Kind == pivirtv1.KindNetworkSegment {
-				if now := c.scope(); !slices.Equal(now, *nets) {
-					c.Log.Info("networks in scope changed; re-listing", "networks", now, "rev", c.revision())
+				if now := c.scope(); !now.Equal(*nets) {
+					c.Log.Info("scope changed; re-listing", "networks", now.Networks, "nodes", now.Nodes, "rev", c.revision())
 					*nets, rescope = now, true
 					cancel() // drains the watch, then re-lists
 				}
@@ -285,9 +284,9 @@ func (c *Cache) listWatch(ctx context.Context, scoped store.Scoped, nets *[]stri
 	}
 }
 
-// scope is ScopeNetworks of the cached segments.
-func (c *Cache) scope() []string {
-	return ScopeNetworks(c.SnapshotAll([]string{pivirtv1.KindNetworkSegment}).Of(pivirtv1.KindNetworkSegment), c.Node, c.decode)
+// scope is ScopeOf the cached segments.
+func (c *Cache) scope() store.Scope {
+	return ScopeOf(c.SnapshotAll([]string{pivirtv1.KindNetworkSegment}).Of(pivirtv1.KindNetworkSegment), c.Node, c.decode)
 }
 
 // decode returns o's defaulted spec, decoding it once per stored version:

@@ -28,6 +28,16 @@ func segmentOn(name, node, bridge, ref string) *pivirtv1.Object {
 	return o
 }
 
+// portOn is a PortSecurity placed on node ("": unplaced).
+func portOn(name, node string) *pivirtv1.Object {
+	o := &pivirtv1.Object{APIVersion: pivirtv1.APIVersion, Kind: pivirtv1.KindPortSecurity, Metadata: pivirtv1.ObjectMeta{Name: name},
+		Spec: []byte(`{"interface":"vnet-` + name + `","macAddress":"52:54:00:00:00:02"}`)}
+	if node != "" {
+		o.Metadata.Labels = map[string]string{pivirtv1.NodeLabel: node}
+	}
+	return o
+}
+
 func leaseOn(name, network, ip string) *pivirtv1.Object {
 	o := lease(name, ip)
 	o.Spec, _ = json.Marshal(pivirtv1.DHCPLeaseSpec{Network: network, MACAddress: "52:54:00:00:00:01", IPAddress: ip})
@@ -64,6 +74,8 @@ func TestScopedWatch(t *testing.T) {
 		segmentOn("a1", "n1", "br-a1", "net-a"), segmentOn("a2", "n2", "br-a2", "net-a"), segmentOn("b2", "n2", "br-b2", "net-b"),
 		leaseOn("la1", "br-a1", "10.0.0.11"), leaseOn("la2", "br-a2", "10.0.0.12"), leaseOn("laref", "net-a", "10.0.0.13"),
 		leaseOn("lb2", "br-b2", "10.0.0.21"), leaseOn("lbref", "net-b", "10.0.0.22"),
+		segmentOn("c3", "n3", "br-c3", "net-c"),
+		portOn("p1", "n1"), portOn("p2", "n2"), portOn("p3", "n3"), portOn("pu", ""),
 	} {
 		put(t, st, o)
 	}
@@ -71,9 +83,12 @@ func TestScopedWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nets := ScopeNetworks(segs, "n1", decodeSpec)
-	if want := []string{"br-a1", "br-a2", "net-a"}; !slices.Equal(nets, want) {
-		t.Fatalf("n1's networks = %v, want %v", nets, want)
+	nets := ScopeOf(segs, "n1", decodeSpec)
+	if want := []string{"br-a1", "br-a2", "net-a"}; !slices.Equal(nets.Networks, want) {
+		t.Fatalf("n1's networks = %v, want %v", nets.Networks, want)
+	}
+	if want := []string{"", "n1", "n2"}; !slices.Equal(nets.Nodes, want) {
+		t.Fatalf("n1's nodes = %v, want %v", nets.Nodes, want)
 	}
 
 	// The watch itself: net-b's lease writes never arrive, net-a's and
@@ -90,10 +105,12 @@ func TestScopedWatch(t *testing.T) {
 	}
 	put(t, st, leaseOn("lb2", "br-b2", "10.0.0.31"))
 	put(t, st, leaseOn("lbref", "net-b", "10.0.0.32"))
+	put(t, st, portOn("p3", "n3"))
 	put(t, st, leaseOn("la2", "br-a2", "10.0.0.33"))
+	put(t, st, portOn("p2", "n2"))
 	put(t, st, segmentOn("b2", "n2", "br-b2", "net-b"))
 	var got []string
-	for len(got) < 2 {
+	for len(got) < 3 {
 		select {
 		case ev := <-watch:
 			got = append(got, ev.Object.Kind+"/"+ev.Object.Metadata.Name)
@@ -101,8 +118,8 @@ func TestScopedWatch(t *testing.T) {
 			t.Fatalf("watch delivered only %v", got)
 		}
 	}
-	if want := []string{"DHCPLease/la2", "NetworkSegment/b2"}; !slices.Equal(got, want) {
-		t.Fatalf("n1's watch delivered %v, want %v (not net-b's leases)", got, want)
+	if want := []string{"DHCPLease/la2", "PortSecurity/p2", "NetworkSegment/b2"}; !slices.Equal(got, want) {
+		t.Fatalf("n1's watch delivered %v, want %v (not net-b's leases, not n3's ports)", got, want)
 	}
 	wcancel()
 
@@ -115,8 +132,11 @@ func TestScopedWatch(t *testing.T) {
 	if got, want := leases(), []string{"la1", "la2", "laref"}; !slices.Equal(got, want) {
 		t.Fatalf("n1's cache holds leases %v, want %v", got, want)
 	}
-	if got, want := names(c.SnapshotAll([]string{pivirtv1.KindNetworkSegment}), pivirtv1.KindNetworkSegment), []string{"a1", "a2", "b2"}; !slices.Equal(got, want) {
+	if got, want := names(c.SnapshotAll([]string{pivirtv1.KindNetworkSegment}), pivirtv1.KindNetworkSegment), []string{"a1", "a2", "b2", "c3"}; !slices.Equal(got, want) {
 		t.Fatalf("n1's cache holds segments %v, want %v", got, want)
+	}
+	if got, want := names(c.SnapshotAll([]string{pivirtv1.KindPortSecurity}), pivirtv1.KindPortSecurity), []string{"p1", "p2", "pu"}; !slices.Equal(got, want) {
+		t.Fatalf("n1's cache holds ports %v, want %v (not n3's: n3 serves none of n1's networks)", got, want)
 	}
 	all, _, err := st.List(ctx, pivirtv1.KindDHCPLease, nil)
 	if err != nil {
@@ -191,7 +211,11 @@ func TestLeaseLayout(t *testing.T) {
 	if _, err := cli.Put(ctx, prefix+"o/DHCPLease/old", string(old)); err != nil {
 		t.Fatal(err)
 	}
-	objs, _, err := st.ListScope(ctx, []string{"br7"})
+	oldPort, _ := json.Marshal(portOn("oldport", "n7"))
+	if _, err := cli.Put(ctx, prefix+"o/PortSecurity/oldport", string(oldPort)); err != nil {
+		t.Fatal(err)
+	}
+	objs, _, err := st.ListScope(ctx, store.Scope{Networks: []string{"br7"}, Nodes: []string{"n7"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,21 +223,29 @@ func TestLeaseLayout(t *testing.T) {
 	for _, o := range objs {
 		got = append(got, o.Metadata.Name)
 	}
-	if !slices.Equal(got, []string{"old"}) {
-		t.Fatalf("scoped list of br7 = %v, want the migrated lease old", got)
+	if !slices.Equal(got, []string{"old", "oldport"}) {
+		t.Fatalf("scoped list of br7 and n7 = %v, want the migrated lease old and port oldport", got)
 	}
 	if _, err := st.Get(ctx, pivirtv1.KindDHCPLease, "old"); err != nil {
 		t.Fatalf("getting the migrated lease: %v", err)
 	}
-	resp, err := cli.Get(ctx, prefix+"o/DHCPLease/old")
-	if err != nil || len(resp.Kvs) != 0 {
-		t.Fatalf("the old key is still there (%v)", err)
+	if _, err := st.Get(ctx, pivirtv1.KindPortSecurity, "oldport"); err != nil {
+		t.Fatalf("getting the migrated port: %v", err)
+	}
+	for _, key := range []string{"o/DHCPLease/old", "o/PortSecurity/oldport"} {
+		resp, err := cli.Get(ctx, prefix+key)
+		if err != nil || len(resp.Kvs) != 0 {
+			t.Fatalf("the old key %s is still there (%v)", key, err)
+		}
+	}
+	if resp, err := cli.Get(ctx, prefix+"o/PortSecurity/n7/oldport"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the port is not under its node's key (%v)", err)
 	}
 }
 
-// TestScopeNetworks: which lease networks a node needs, from the cluster's
-// segments.
-func TestScopeNetworks(t *testing.T) {
+// TestScopeOf: which lease networks and which nodes' ports a node needs,
+// from the cluster's segments.
+func TestScopeOf(t *testing.T) {
 	overlaid := func(o *pivirtv1.Object, overlay string) *pivirtv1.Object {
 		var s pivirtv1.NetworkSegmentSpec
 		_ = json.Unmarshal(o.Spec, &s)
@@ -222,33 +254,38 @@ func TestScopeNetworks(t *testing.T) {
 		return o
 	}
 	tests := []struct {
-		name string
-		node string
-		segs []*pivirtv1.Object
-		want []string
+		name  string
+		node  string
+		segs  []*pivirtv1.Object
+		want  []string
+		nodes []string
 	}{
-		{"no segments", "n1", nil, nil},
+		{"no segments", "n1", nil, nil, []string{"", "n1"}},
 		{"own network on two nodes, not the other's",
 			"n1", []*pivirtv1.Object{segmentOn("a1", "n1", "br-a1", "net-a"), segmentOn("a2", "n2", "br-a2", "net-a"), segmentOn("b2", "n2", "br-b2", "net-b")},
-			[]string{"br-a1", "br-a2", "net-a"}},
+			[]string{"br-a1", "br-a2", "net-a"}, []string{"", "n1", "n2"}},
 		{"an unplaced segment is every node's",
 			"n1", []*pivirtv1.Object{segmentOn("u", "", "br-u", "net-u"), segmentOn("b2", "n2", "br-b2", "net-b")},
-			[]string{"br-u", "net-u"}},
+			[]string{"br-u", "net-u"}, []string{"", "n1"}},
 		{"without a networkRef a segment is a network of its own",
 			"n1", []*pivirtv1.Object{segmentOn("s1", "n1", "br-s1", ""), segmentOn("s2", "n2", "br-s2", "")},
-			[]string{"br-s1"}},
+			[]string{"br-s1"}, []string{"", "n1"}},
 		{"the other segments of an overlay its segment rides on",
 			"n1", []*pivirtv1.Object{overlaid(segmentOn("o1", "n1", "br-o1", "net-o1"), "ov"), overlaid(segmentOn("o2", "n2", "br-o2", "net-o2"), "ov"),
 				overlaid(segmentOn("p2", "n2", "br-p2", "net-p2"), "other")},
-			[]string{"br-o1", "br-o2", "net-o1", "net-o2"}},
+			[]string{"br-o1", "br-o2", "net-o1", "net-o2"}, []string{"", "n1", "n2"}},
 		{"no node (one node's store): every segment",
 			"", []*pivirtv1.Object{segmentOn("a1", "n1", "br-a1", "net-a"), segmentOn("b2", "n2", "br-b2", "net-b")},
-			[]string{"br-a1", "br-b2", "net-a", "net-b"}},
+			[]string{"br-a1", "br-b2", "net-a", "net-b"}, []string{"", "n1", "n2"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ScopeNetworks(tc.segs, tc.node, decodeSpec); !slices.Equal(got, tc.want) {
-				t.Errorf("ScopeNetworks = %v, want %v", got, tc.want)
+			got := ScopeOf(tc.segs, tc.node, decodeSpec)
+			if !slices.Equal(got.Networks, tc.want) {
+				t.Errorf("ScopeOf networks = %v, want %v", got.Networks, tc.want)
+			}
+			if !slices.Equal(got.Nodes, tc.nodes) {
+				t.Errorf("ScopeOf nodes = %v, want %v", got.Nodes, tc.nodes)
 			}
 		})
 	}

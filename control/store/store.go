@@ -92,8 +92,8 @@ type Tx interface {
 }
 
 // ScopedTx is the Tx of a store that several processes write at once
-// (etcd). A lease (DHCPLease) belongs to the scope of its spec.network;
-// every object of another kind to its kind's one scope, "". A writer that
+// (etcd). Each object belongs to a scope (ScopeOf: a lease's network, a
+// PortSecurity's node, "" for the objects of other kinds). A writer that
 // keeps copies of kinds between transactions (admission.Index) asks which
 // scopes changed since it read them, reads only those again, and depends
 // only on the scopes it reads: nodes writing leases of different networks
@@ -116,10 +116,6 @@ type ScopedTx interface {
 	// snapshot makes fn run again.
 	DependOnScope(kind, scope string) error
 }
-
-// ScopedKind is the kind whose objects are scoped by spec.network
-// (ScopedTx); the objects of every other kind share the scope "".
-const ScopedKind = pivirtv1.KindDHCPLease
 
 // Selector filters objects by labels (see api/labels).
 type Selector interface {
@@ -156,19 +152,19 @@ type Event struct {
 	Revision int64
 }
 
-// Scoped is a Store that can list and watch part of itself: every object
-// except leases, and the leases (DHCPLease) whose spec.network is one of
-// networks. A node of a cluster reads its scope rather than the whole
-// store, so what it receives grows with its own networks, not with the
-// cluster. The etcd backend implements it; bbolt, one node's own store,
-// need not.
+// Scoped is a Store that can list and watch part of itself (Scope): every
+// object of a kind without scopes, the leases of some networks and the
+// PortSecurity of some nodes. A node of a cluster reads its scope rather
+// than the whole store, so what it receives grows with its own networks
+// and their nodes, not with the cluster. The etcd backend implements it;
+// bbolt, one node's own store, need not.
 type Scoped interface {
 	// ListScope is List of every kind within the scope.
-	ListScope(ctx context.Context, networks []string) ([]*pivirtv1.Object, int64, error)
+	ListScope(ctx context.Context, scope Scope) ([]*pivirtv1.Object, int64, error)
 	// WatchScope is Watch within the scope. Events of one key arrive in
-	// revision order, those of different keys may not: a lease moving
-	// from one network to another within scope may be Added under its
-	// new network before it is Deleted under the old one, at the same
+	// revision order, those of different keys may not: an object moving
+	// from one scope to another within the scope may be Added under its
+	// new scope before it is Deleted under the old one, at the same
 	// revision.
-	WatchScope(ctx context.Context, fromRev int64, networks []string) (<-chan Event, error)
+	WatchScope(ctx context.Context, fromRev int64, scope Scope) (<-chan Event, error)
 }

@@ -3,19 +3,21 @@
 // Package etcd is the cluster manifest store: store.Store on etcd v3.
 //
 // Keys: <prefix>o/<kind>/<name> holds the object JSON; resourceVersion is
-// the key's ModRevision and the store revision is etcd's. A lease
-// (DHCPLease) is kept under its spec.network instead,
-// <prefix>o/DHCPLease/<network>/<name>, with <prefix>x/DHCPLease/<name>
-// holding "<network>/<name>" so that Get, Put and Delete by name find it
-// and names stay unique across networks; a Put that changes spec.network
+// the key's ModRevision and the store revision is etcd's. The objects of
+// a scoped kind (store.HasScopes) are kept under their scope instead
+// (store.ScopeOf): a lease under its spec.network,
+// <prefix>o/DHCPLease/<network>/<name>, a PortSecurity under its node,
+// <prefix>o/PortSecurity/<node or _>/<name>, with <prefix>x/<kind>/<name>
+// holding "<scope>/<name>" so that Get, Put and Delete by name find it
+// and names stay unique across scopes; a Put that changes the scope
 // moves it (a delete and a create at one revision). So a node lists and
-// watches the leases of its own networks alone (store.Scoped: ListScope,
-// WatchScope, one etcd watch per network beside those of every other
-// kind) while a List of the kind still reads every network's. Leases
-// stored at <prefix>o/DHCPLease/<name>, before this layout, move under
-// their network at a Store's first ListScope. <prefix>v/<kind>/<scope>
-// is rewritten by every write in a scope (a lease's network; "" for the
-// objects of other kinds), so that a transaction depends on a scope or a
+// watches its own scopes alone (store.Scoped: ListScope, WatchScope, one
+// etcd watch per scope beside those of every other kind) while a List of
+// the kind still reads every scope. Objects stored at
+// <prefix>o/<kind>/<name>, before their kind was scoped, move under their
+// scope at a Store's first ListScope. <prefix>v/<kind>/<scope> is
+// rewritten by every write in a scope ("" for the objects of kinds
+// without scopes), so that a transaction depends on a scope or a
 // kind with one compare of its version keys (store.ScopedTx), not one
 // over every object; <prefix>d/<kind>, rewritten by every delete in a
 // kind, is what pivirtd of schema 1 compared instead.

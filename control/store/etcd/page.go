@@ -45,7 +45,7 @@ func (s *Store) ListPage(ctx context.Context, kind string, opts store.ListOption
 	base := s.kindPrefix(kind)
 	start, end := base, clientv3.GetPrefixRangeEnd(base)
 	if network, ok := opts.Fields.Equal("spec.network"); ok && kind == pivirtv1.KindDHCPLease {
-		p := s.networkPrefix(network)
+		p := s.scopePrefix(kind, network)
 		start, end = p, clientv3.GetPrefixRangeEnd(p)
 	}
 	if after != "" {

@@ -19,9 +19,9 @@ import (
 var _ store.Scoped = (*Store)(nil)
 
 // ListScope implements store.Scoped: the ranges WatchScope watches, read
-// at one revision. It first moves leases left in the layout before leases
-// were kept under their network (see migrateLeases).
-func (s *Store) ListScope(ctx context.Context, networks []string) ([]*pivirtv1.Object, int64, error) {
+// at one revision. It first moves objects left in the layouts before
+// their kind was kept by scope (see migrateScoped).
+func (s *Store) ListScope(ctx context.Context, scope store.Scope) ([]*pivirtv1.Object, int64, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, 0, err
 	}
@@ -29,14 +29,16 @@ func (s *Store) ListScope(ctx context.Context, networks []string) ([]*pivirtv1.O
 		if err := s.checkSchema(ctx); err != nil {
 			return nil, 0, err
 		}
-		if err := s.migrateLeases(ctx); err != nil {
-			return nil, 0, err
+		for _, kind := range []string{pivirtv1.KindDHCPLease, pivirtv1.KindPortSecurity} {
+			if err := s.migrateScoped(ctx, kind); err != nil {
+				return nil, 0, err
+			}
 		}
 		s.migrated.Store(true)
 	}
 	var kvs []*mvccpb.KeyValue
 	var rev int64 // 0 (now) for the first range, then its revision
-	for _, r := range s.scopeRanges(networks) {
+	for _, r := range s.scopeRanges(scope) {
 		resp, err := call(ctx, s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
 			return s.cli.Get(ctx, r.start, clientv3.WithRange(r.end), clientv3.WithRev(rev))
 		})
@@ -52,34 +54,35 @@ func (s *Store) ListScope(ctx context.Context, networks []string) ([]*pivirtv1.O
 	return out, rev, err
 }
 
-// migrateLeases moves every lease stored at <prefix>o/DHCPLease/<name>
-// (the layout before this one) to <prefix>o/DHCPLease/<network>/<name>
-// with its index key, each in a transaction that holds only while the
-// old key is unchanged; where a lease of that name exists in the new
-// layout already (written by this version meanwhile) that one wins and
-// the old key goes. The value is moved as is; its resourceVersion
-// becomes the move's revision.
-func (s *Store) migrateLeases(ctx context.Context) error {
-	prefix := s.kindPrefix(pivirtv1.KindDHCPLease)
+// migrateScoped moves every object of a scoped kind stored at
+// <prefix>o/<kind>/<name> (the layout before its kind was kept by scope:
+// leases before schema 1's network keys, PortSecurity before schema 2) to
+// <prefix>o/<kind>/<scope>/<name> with its index key, each in a
+// transaction that holds only while the old key is unchanged; where an
+// object of that name exists in the new layout already (written by this
+// version meanwhile) that one wins and the old key goes. The value is
+// moved as is; its resourceVersion becomes the move's revision.
+func (s *Store) migrateScoped(ctx context.Context, kind string) error {
+	prefix := s.kindPrefix(kind)
 	resp, err := call(ctx, s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	})
 	if err != nil {
-		return fmt.Errorf("listing leases to migrate: %w", err)
+		return fmt.Errorf("listing %s to migrate: %w", kind, err)
 	}
 	for _, kv := range resp.Kvs {
 		name := strings.TrimPrefix(string(kv.Key), prefix)
 		if strings.Contains(name, "/") {
 			continue // in the new layout
 		}
-		if err := s.migrateLease(ctx, string(kv.Key), name); err != nil {
-			return fmt.Errorf("migrating lease %s to its network's keys: %w", name, err)
+		if err := s.migrateOne(ctx, kind, string(kv.Key), name); err != nil {
+			return fmt.Errorf("migrating %s %s to its scope's keys: %w", kind, name, err)
 		}
 	}
 	return nil
 }
 
-func (s *Store) migrateLease(ctx context.Context, old, name string) error {
+func (s *Store) migrateOne(ctx context.Context, kind, old, name string) error {
 	const attempts = 10 // each failure is a concurrent write of this key
 	for range attempts {
 		resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
@@ -89,24 +92,22 @@ func (s *Store) migrateLease(ctx context.Context, old, name string) error {
 			return err // gone: nothing to move
 		}
 		kv := resp.Kvs[0]
-		var obj struct {
-			Spec struct {
-				Network string `json:"network"`
-			} `json:"spec"`
-		}
+		var obj pivirtv1.Object
 		if err := json.Unmarshal(kv.Value, &obj); err != nil {
 			return fmt.Errorf("decoding %s: %w", old, err)
 		}
-		at := strings.ReplaceAll(obj.Spec.Network, "/", "_") + "/" + name
+		obj.Kind = kind
+		scope := strings.ReplaceAll(store.ScopeOf(&obj, nil), "/", "_")
+		at := scope + "/" + name
 		unchanged := clientv3.Compare(clientv3.ModRevision(old), "=", kv.ModRevision)
-		absent := clientv3.Compare(clientv3.CreateRevision(s.leaseIndexKey(name)), "=", 0)
+		absent := clientv3.Compare(clientv3.CreateRevision(s.indexKey(kind, name)), "=", 0)
 		tr, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return s.cli.Txn(ctx).If(unchanged).Then(
 				clientv3.OpTxn([]clientv3.Cmp{absent},
-					[]clientv3.Op{clientv3.OpDelete(old), clientv3.OpPut(s.kindPrefix(pivirtv1.KindDHCPLease)+at, string(kv.Value)), clientv3.OpPut(s.leaseIndexKey(name), at)},
+					[]clientv3.Op{clientv3.OpDelete(old), clientv3.OpPut(s.kindPrefix(kind)+at, string(kv.Value)), clientv3.OpPut(s.indexKey(kind, name), at)},
 					[]clientv3.Op{clientv3.OpDelete(old)}),
-				clientv3.OpPut(s.deleteKey(pivirtv1.KindDHCPLease), ""),
-				clientv3.OpPut(s.versionKey(pivirtv1.KindDHCPLease, strings.ReplaceAll(obj.Spec.Network, "/", "_")), "")).Commit()
+				clientv3.OpPut(s.deleteKey(kind), ""),
+				clientv3.OpPut(s.versionKey(kind, scope), "")).Commit()
 		})
 		if err != nil {
 			return err
@@ -122,9 +123,10 @@ func (s *Store) migrateLease(ctx context.Context, old, name string) error {
 // an older pivirtd could not read takes the next number, and that pivirtd
 // then refuses the store instead of misreading it. A store without the
 // key (written before it existed) is schema 1. Schema 2 adds the version
-// keys (<prefix>v/...) that transactions compare instead of whole kinds:
-// a pivirtd of schema 1 does not bump them, so its writes would go unseen
-// by the compares of this one.
+// keys (<prefix>v/...) that transactions compare instead of whole kinds
+// (a pivirtd of schema 1 does not bump them, so its writes would go
+// unseen by the compares of this one) and keeps PortSecurity under its
+// node, which a pivirtd of schema 1 would not find by name.
 const Schema = 2
 
 // checkSchema stamps the store with Schema unless a newer pivirtd did,

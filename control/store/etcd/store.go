@@ -148,22 +148,23 @@ func (s *Store) check(ctx context.Context) error {
 
 func (s *Store) objectKey(kind, name string) string { return s.prefix + "o/" + kind + "/" + name }
 
-// leaseKey is where a lease lives: under its spec.network, so that a node
-// lists and watches the leases of its networks alone (WatchScope).
-func (s *Store) leaseKey(network, name string) string {
-	return s.kindPrefix(pivirtv1.KindDHCPLease) + network + "/" + name
+// scopedKey is where an object of a scoped kind (store.Scoped) lives:
+// under its scope, so that a node lists and watches its scopes alone
+// (WatchScope).
+func (s *Store) scopedKey(kind, scope, name string) string {
+	return s.kindPrefix(kind) + scope + "/" + name
 }
 
-// networkPrefix holds the leases of one spec.network.
-func (s *Store) networkPrefix(network string) string {
-	return s.kindPrefix(pivirtv1.KindDHCPLease) + network + "/"
+// scopePrefix holds the objects of kind in one scope.
+func (s *Store) scopePrefix(kind, scope string) string {
+	return s.kindPrefix(kind) + scope + "/"
 }
 
-// leaseIndexKey maps a lease's name to its key ("<network>/<name>"), so that Get,
-// Put and Delete by name find the key; it also keeps names unique across
-// networks.
-func (s *Store) leaseIndexKey(name string) string {
-	return s.prefix + "x/" + pivirtv1.KindDHCPLease + "/" + name
+// indexKey maps the name of an object of a scoped kind to its key
+// ("<scope>/<name>"), so that Get, Put and Delete by name find the key;
+// it also keeps names unique across scopes.
+func (s *Store) indexKey(kind, name string) string {
+	return s.prefix + "x/" + kind + "/" + name
 }
 
 func (s *Store) kindPrefix(kind string) string {
@@ -207,15 +208,15 @@ func (s *Store) kindOfVersionKey(key string) string {
 	return kind
 }
 
-// scopeOfKey is the scope of the object stored at key: a lease's network,
-// "" for the objects of other kinds.
-func (s *Store) scopeOfKey(key string) string {
-	rest, ok := strings.CutPrefix(key, s.kindPrefix(store.ScopedKind))
-	if !ok {
+// scopeOfKey is the scope of the object stored at key (of kind): a
+// lease's network, a PortSecurity's node, "" for the objects of other
+// kinds.
+func (s *Store) scopeOfKey(kind, key string) string {
+	if !store.HasScopes(kind) {
 		return ""
 	}
-	network, _, _ := strings.Cut(rest, "/")
-	return network
+	scope, _, _ := strings.Cut(strings.TrimPrefix(key, s.kindPrefix(kind)), "/")
+	return scope
 }
 
 // decode turns a stored key-value into an object whose resourceVersion
@@ -236,9 +237,9 @@ func (s *Store) Get(ctx context.Context, kind, name string) (*pivirtv1.Object, e
 	}
 	key := s.objectKey(kind, name)
 	var rev int64 // 0: now
-	if kind == pivirtv1.KindDHCPLease {
+	if store.HasScopes(kind) {
 		resp, err := call(ctx, s, false, func(ctx context.Context) (*clientv3.GetResponse, error) {
-			return s.cli.Get(ctx, s.leaseIndexKey(name))
+			return s.cli.Get(ctx, s.indexKey(kind, name))
 		})
 		if err != nil {
 			return nil, fmt.Errorf("getting %s/%s: %w", kind, name, err)

@@ -222,7 +222,7 @@ func TestDependOnScope(t *testing.T) {
 		if got := v[pivirtv1.KindDHCPLease]["net-a"]; got == 0 || got >= rev {
 			t.Errorf("version of net-a = %d, want an earlier write", got)
 		}
-		if _, ok := v[pivirtv1.KindPortSecurity][""]; !ok {
+		if _, ok := v[pivirtv1.KindPortSecurity][store.Unplaced]; !ok { // the unplaced ports' scope
 			t.Errorf("no version of the PortSecurity kind: %v", v)
 		}
 		scope, ok, err := stx.ScopeOf(pivirtv1.KindDHCPLease, "b2")
@@ -252,7 +252,7 @@ func TestSchema(t *testing.T) {
 		return s
 	}
 	s := open()
-	if _, _, err := s.ListScope(t.Context(), nil); err != nil {
+	if _, _, err := s.ListScope(t.Context(), store.Scope{}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := s.cli.Get(t.Context(), "/schema/schema")
@@ -262,7 +262,7 @@ func TestSchema(t *testing.T) {
 	if _, err := s.cli.Put(t.Context(), "/schema/schema", fmt.Sprint(Schema+1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := open().ListScope(t.Context(), nil); !errors.Is(err, store.ErrNewerSchema) {
+	if _, _, err := open().ListScope(t.Context(), store.Scope{}); !errors.Is(err, store.ErrNewerSchema) {
 		t.Errorf("a store of schema %d: %v, want ErrNewerSchema", Schema+1, err)
 	}
 }

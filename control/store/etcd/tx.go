@@ -206,13 +206,13 @@ func (t *tx) Versions() (map[string]map[string]int64, error) {
 // ListIn implements store.ScopedTx: a lease scope is one network's key
 // range; the scope "" of another kind is the kind.
 func (t *tx) ListIn(kind, scope string) ([]*pivirtv1.Object, error) {
-	if kind != store.ScopedKind {
+	if !store.HasScopes(kind) {
 		return t.List(kind, nil)
 	}
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
-	prefix := t.s.networkPrefix(scope)
+	prefix := t.s.scopePrefix(kind, scope)
 	resp, err := call(t.ctx, t.s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return t.s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(t.rev))
 	})
@@ -247,11 +247,11 @@ func (t *tx) ScopeOf(kind, name string) (string, bool, error) {
 	if err != nil || key == "" {
 		return "", false, err
 	}
-	if kind != store.ScopedKind {
+	if !store.HasScopes(kind) {
 		data, _, err := t.read(key)
 		return "", data != nil, err
 	}
-	return t.s.scopeOfKey(key), true, nil
+	return t.s.scopeOfKey(kind, key), true, nil
 }
 
 func (t *tx) Create(obj *pivirtv1.Object) error {
@@ -273,7 +273,7 @@ func (t *tx) Create(obj *pivirtv1.Object) error {
 		return fmt.Errorf("creating %s/%s: %w", obj.Kind, obj.Metadata.Name, store.ErrExists)
 	}
 	if key != cur {
-		t.index(obj.Metadata.Name, key)
+		t.index(obj.Kind, obj.Metadata.Name, key)
 	}
 	return t.write(key, obj)
 }
@@ -300,9 +300,9 @@ func (t *tx) Put(obj *pivirtv1.Object) error {
 	if have := strconv.FormatInt(mod, 10); have != obj.Metadata.ResourceVersion {
 		return fmt.Errorf("updating %s/%s: have %q, stored %q: %w", obj.Kind, obj.Metadata.Name, obj.Metadata.ResourceVersion, have, store.ErrConflict)
 	}
-	if key != cur { // a lease whose spec.network changed moves
+	if key != cur { // an object whose scope changed moves
 		t.writes[cur] = &write{kind: obj.Kind}
-		t.index(obj.Metadata.Name, key)
+		t.index(obj.Kind, obj.Metadata.Name, key)
 	}
 	return t.write(key, obj)
 }
@@ -329,14 +329,14 @@ func (t *tx) Delete(kind, name, resourceVersion string) error {
 		return fmt.Errorf("deleting %s/%s: have %q, stored %q: %w", kind, name, resourceVersion, have, store.ErrConflict)
 	}
 	t.writes[key] = &write{kind: kind}
-	if kind == pivirtv1.KindDHCPLease {
-		t.writes[t.s.leaseIndexKey(name)] = &write{index: true}
+	if store.HasScopes(kind) {
+		t.writes[t.s.indexKey(kind, name)] = &write{index: true}
 	}
 	return nil
 }
 
-// key is where obj is to be stored: its kind and name, or, for a lease,
-// its spec.network and name.
+// key is where obj is to be stored: its kind and name, or, for a scoped
+// kind (store.Scoped), its scope and name.
 func (t *tx) key(obj *pivirtv1.Object) (string, error) {
 	if err := t.usable(); err != nil {
 		return "", err
@@ -347,44 +347,48 @@ func (t *tx) key(obj *pivirtv1.Object) (string, error) {
 	if strings.Contains(obj.Kind, "/") {
 		return "", fmt.Errorf("writing object: kind %q must not contain \"/\"", obj.Kind)
 	}
-	if obj.Kind != pivirtv1.KindDHCPLease {
+	if !store.HasScopes(obj.Kind) {
 		return t.s.objectKey(obj.Kind, obj.Metadata.Name), nil
 	}
 	if strings.Contains(obj.Metadata.Name, "/") {
 		return "", fmt.Errorf("writing %s: metadata.name %q must not contain \"/\"", obj.Kind, obj.Metadata.Name)
 	}
-	var spec struct {
-		Network string `json:"network"`
+	if obj.Kind == pivirtv1.KindDHCPLease && len(obj.Spec) > 0 && !json.Valid(obj.Spec) {
+		return "", fmt.Errorf("writing %s/%s: decoding spec: not JSON", obj.Kind, obj.Metadata.Name)
 	}
-	if len(obj.Spec) > 0 {
-		if err := json.Unmarshal(obj.Spec, &spec); err != nil {
-			return "", fmt.Errorf("writing %s/%s: decoding spec: %w", obj.Kind, obj.Metadata.Name, err)
-		}
+	scope := store.ScopeOf(obj, nil)
+	if strings.Contains(scope, "/") {
+		return "", fmt.Errorf("writing %s/%s: its scope %q (%s) must not contain \"/\"", obj.Kind, obj.Metadata.Name, scope, scopeField(obj.Kind))
 	}
-	if strings.Contains(spec.Network, "/") {
-		return "", fmt.Errorf("writing %s/%s: spec.network %q must not contain \"/\"", obj.Kind, obj.Metadata.Name, spec.Network)
-	}
-	return t.s.leaseKey(spec.Network, obj.Metadata.Name), nil
+	return t.s.scopedKey(obj.Kind, scope, obj.Metadata.Name), nil
 }
 
-// keyOf is where the object kind/name is stored, "" when it is not
-// (a lease's is under its network, which its index key names).
+// scopeField names what gives an object of a scoped kind its scope.
+func scopeField(kind string) string {
+	if kind == pivirtv1.KindDHCPLease {
+		return "spec.network"
+	}
+	return "metadata.labels[" + pivirtv1.NodeLabel + "]"
+}
+
+// keyOf is where the object kind/name is stored, "" when it is not (an
+// object of a scoped kind is under its scope, which its index key names).
 func (t *tx) keyOf(kind, name string) (string, error) {
-	if kind != pivirtv1.KindDHCPLease {
+	if !store.HasScopes(kind) {
 		return t.s.objectKey(kind, name), nil
 	}
-	at, _, err := t.read(t.s.leaseIndexKey(name))
+	at, _, err := t.read(t.s.indexKey(kind, name))
 	if err != nil || at == nil {
 		return "", err
 	}
-	return t.s.kindPrefix(pivirtv1.KindDHCPLease) + string(at), nil
+	return t.s.kindPrefix(kind) + string(at), nil
 }
 
-// index points a lease's name at its key: the value is the key after the
-// kind's prefix, "<network>/<name>", never empty.
-func (t *tx) index(name, key string) {
-	at := strings.TrimPrefix(key, t.s.kindPrefix(pivirtv1.KindDHCPLease))
-	t.writes[t.s.leaseIndexKey(name)] = &write{index: true, data: []byte(at)}
+// index points the name of an object of a scoped kind at its key: the
+// value is the key after the kind's prefix, "<scope>/<name>", never empty.
+func (t *tx) index(kind, name, key string) {
+	at := strings.TrimPrefix(key, t.s.kindPrefix(kind))
+	t.writes[t.s.indexKey(kind, name)] = &write{index: true, data: []byte(at)}
 }
 
 func (t *tx) write(key string, obj *pivirtv1.Object) error {
@@ -428,7 +432,7 @@ func (t *tx) ops() []clientv3.Op {
 	versions := map[string]bool{}
 	for key, w := range t.writes {
 		if !w.index {
-			versions[t.s.versionKey(w.kind, t.s.scopeOfKey(key))] = true
+			versions[t.s.versionKey(w.kind, t.s.scopeOfKey(w.kind, key))] = true
 		}
 		if w.data == nil {
 			ops = append(ops, clientv3.OpDelete(key))

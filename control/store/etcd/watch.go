@@ -25,18 +25,23 @@ func (s *Store) Watch(ctx context.Context, fromRev int64) (<-chan store.Event, e
 }
 
 // WatchScope implements store.Scoped: one etcd watch of the object keys
-// before the leases, one of those after them, and one per network's
-// leases. etcd sends a watcher only the events of its range.
-func (s *Store) WatchScope(ctx context.Context, fromRev int64, networks []string) (<-chan store.Event, error) {
-	return s.watch(ctx, fromRev, s.scopeRanges(networks))
+// between the scoped kinds' (before the leases, between the leases and
+// the PortSecurity, after those), one per network's leases and one per
+// node's PortSecurity. etcd sends a watcher only the events of its range.
+func (s *Store) WatchScope(ctx context.Context, fromRev int64, scope store.Scope) (<-chan store.Event, error) {
+	return s.watch(ctx, fromRev, s.scopeRanges(scope))
 }
 
 // scopeRanges are the key ranges of a scope (see store.Scoped).
-func (s *Store) scopeRanges(networks []string) []keyRange {
-	all, leases := prefixRange(s.kindPrefix("")), prefixRange(s.kindPrefix(pivirtv1.KindDHCPLease))
-	out := []keyRange{{all.start, leases.start}, {leases.end, all.end}}
-	for _, n := range networks {
-		out = append(out, prefixRange(s.networkPrefix(n)))
+func (s *Store) scopeRanges(scope store.Scope) []keyRange {
+	all := prefixRange(s.kindPrefix(""))
+	leases, ports := prefixRange(s.kindPrefix(pivirtv1.KindDHCPLease)), prefixRange(s.kindPrefix(pivirtv1.KindPortSecurity))
+	out := []keyRange{{all.start, leases.start}, {leases.end, ports.start}, {ports.end, all.end}}
+	for _, n := range scope.Networks {
+		out = append(out, prefixRange(s.scopePrefix(pivirtv1.KindDHCPLease, n)))
+	}
+	for _, n := range scope.Nodes {
+		out = append(out, prefixRange(s.scopePrefix(pivirtv1.KindPortSecurity, store.NodeScope(n))))
 	}
 	return out
 }
