@@ -39,6 +39,24 @@ func (n node) apply(t *testing.T, doc string, dryRun bool) error {
 	return err
 }
 
+// twoNodes starts an etcd and two nodes on it under prefix, each with
+// its own client and shared Index.
+func twoNodes(t *testing.T, prefix string) [2]node {
+	t.Helper()
+	srv := etcdtest.Start(t)
+	var nodes [2]node
+	for i := range nodes {
+		st, err := etcd.Open([]string{srv.URL}, etcd.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		nodes[i] = node{st: st, index: admission.NewIndex()}
+		nodes[i].index.Shared = true
+	}
+	return nodes
+}
+
 func clusterSegment(name, network, bridge, node string, start, end int) string {
 	return fmt.Sprintf(`apiVersion: pivirt.hu/v1
 kind: NetworkSegment
@@ -60,18 +78,7 @@ spec:
 // Rounds are seeded and bounded; the Indexes' caches are warm, so a
 // decision taken from a cache must still be checked by the commit.
 func TestDelegatedRangesAcrossNodes(t *testing.T) {
-	srv := etcdtest.Start(t)
-	const prefix = "/cluster-ranges/"
-	var nodes [2]node
-	for i := range nodes {
-		st, err := etcd.Open([]string{srv.URL}, etcd.Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		nodes[i] = node{st: st, index: admission.NewIndex()}
-		nodes[i].index.Shared = true
-	}
+	nodes := twoNodes(t, "/cluster-ranges/")
 	const (
 		seed     = 17
 		rounds   = 20
@@ -195,18 +202,7 @@ spec: {network: %s, macAddress: "52:54:00:20:00:01", ipAddress: %s, type: %s%s}
 // stored is refused an address or MAC it holds, and a lease the other
 // node created is moved, not created twice. Seeded and bounded.
 func TestLeaseScopesAcrossNodes(t *testing.T) {
-	srv := etcdtest.Start(t)
-	const prefix = "/cluster-scopes/"
-	var nodes [2]node
-	for i := range nodes {
-		st, err := etcd.Open([]string{srv.URL}, etcd.Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		nodes[i] = node{st: st, index: admission.NewIndex()}
-		nodes[i].index.Shared = true
-	}
+	nodes := twoNodes(t, "/cluster-scopes/")
 	lease := func(name, network, mac, ip string) string {
 		return fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: %s}\nspec: {network: %s, macAddress: %q, ipAddress: %s}\n", name, network, mac, ip)
 	}
@@ -374,18 +370,7 @@ func TestLeaseScopesAcrossNodes(t *testing.T) {
 // store (a dry run just before). A cache scope that missed the other
 // node's write would accept or refuse differently.
 func TestScopedCachesMatchFreshAdmission(t *testing.T) {
-	srv := etcdtest.Start(t)
-	const prefix = "/cluster-fresh/"
-	var nodes [2]node
-	for i := range nodes {
-		st, err := etcd.Open([]string{srv.URL}, etcd.Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		nodes[i] = node{st: st, index: admission.NewIndex()}
-		nodes[i].index.Shared = true
-	}
+	nodes := twoNodes(t, "/cluster-fresh/")
 	const (
 		seed  = 77
 		steps = 400

@@ -92,50 +92,41 @@ func (x *Index) Update(ctx context.Context, st store.Store, opts Options, fn fun
 		defer x.mu.Unlock()
 		runs++
 		b := &Batch{tx: tx, opts: opts, kinds: x.kinds, used: map[string]bool{}, undo: map[undoKey]*entry{}}
-		if stx, ok := tx.(store.ScopedTx); ok && x.Shared {
+		stx, isScoped := tx.(store.ScopedTx)
+		isScoped = isScoped && x.Shared
+		switch {
+		case isScoped:
 			// Each cache says which revision each of its scopes
 			// reflects: other nodes' commits leave it usable.
+			b.stx, b.usedAll, b.usedScope = stx, map[string]bool{}, map[scopeRef]bool{}
+			scoped, fnFailed = b, false
 			if runs > 1 {
 				// The last run's commit failed: its writes are in the caches.
 				x.kinds = map[string]*kindCache{}
 				b.kinds = x.kinds
 			}
-			b.stx, b.usedAll, b.usedScope = stx, map[string]bool{}, map[scopeRef]bool{}
-			scoped, fnFailed = b, false
-			ok := false
-			defer func() {
-				if !ok || opts.DryRun {
-					b.rollback()
-				}
-			}()
-			if err := fn(b); err != nil {
-				fnFailed = true
-				return err
-			}
-			ok = true
-			if x.BeforeCommit != nil && !opts.DryRun && len(b.undo) > 0 {
-				x.BeforeCommit(b.written())
-				hooked = tx.Revision()
-			}
-			return nil
-		}
-		// A second run means the first one's commit failed: its writes
-		// are in the caches.
-		if runs > 1 || x.rev == 0 || x.rev != tx.Revision()-1 {
+		case runs > 1 || x.rev == 0 || x.rev != tx.Revision()-1:
+			// A second run means the first one's commit failed: its
+			// writes are in the caches.
 			x.kinds = map[string]*kindCache{}
 			b.kinds = x.kinds
 		}
-		x.rev = 0 // until this transaction is known to be good
+		if !isScoped {
+			x.rev = 0 // until this transaction is known to be good
+		}
 		ok := false
 		defer func() {
 			if !ok || opts.DryRun {
 				b.rollback()
 			}
-			if ok {
+			switch {
+			case isScoped:
+				fnFailed = !ok
+			case ok:
 				// Every successful Update advances the revision, writes or not.
 				x.rev, published = tx.Revision(), true
 				expect, wrote = tx.Revision(), len(b.undo) > 0 && !opts.DryRun
-			} else {
+			default:
 				// A failed fn commits nothing: the caches are the base again.
 				x.rev = tx.Revision() - 1
 			}

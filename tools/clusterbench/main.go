@@ -392,6 +392,22 @@ func (n *node) watchStats() (events, bytes float64, err error) {
 	return events, bytes, nil
 }
 
+// openWithSegments opens the store under prefix and writes segments
+// seg-K of network net-K on node nK+1, bridge <bridge>K, for K < nets.
+func openWithSegments(ctx context.Context, prefix, bridge string, nets int) (*etcd.Store, error) {
+	st, err := openStore(prefix)
+	if err != nil {
+		return nil, err
+	}
+	for k := range nets {
+		if err := create(ctx, st, segmentObj(fmt.Sprintf("seg-%d", k), fmt.Sprintf("n%d", k+1), fmt.Sprintf("net-%d", k), fmt.Sprintf("%s%d", bridge, k), k)); err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
 func openStore(prefix string) (*etcd.Store, error) {
 	return etcd.Open([]string{etcdURL}, etcd.Options{Prefix: prefix, RequestTimeout: 10 * time.Second})
 }
@@ -521,16 +537,11 @@ func benchLeases(c config) error {
 		nets   = 10
 	)
 	ctx := context.Background()
-	st, err := openStore(prefix)
+	st, err := openWithSegments(ctx, prefix, "cbl", nets)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	for k := range nets {
-		if err := create(ctx, st, segmentObj(fmt.Sprintf("seg-%d", k), fmt.Sprintf("n%d", k+1), fmt.Sprintf("net-%d", k), fmt.Sprintf("cbl%d", k), k)); err != nil {
-			return err
-		}
-	}
 	n, err := startNode(c, prefix, "n1", 0)
 	if err != nil {
 		return err

@@ -32,16 +32,11 @@ func benchWrites(c config) error {
 		nets   = 4
 	)
 	ctx := context.Background()
-	st, err := openStore(prefix)
+	st, err := openWithSegments(ctx, prefix, "cbw", nets)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	for k := range nets {
-		if err := create(ctx, st, segmentObj(fmt.Sprintf("seg-%d", k), fmt.Sprintf("n%d", k+1), fmt.Sprintf("net-%d", k), fmt.Sprintf("cbw%d", k), k)); err != nil {
-			return err
-		}
-	}
 	// Every network holds -write-leases leases already: what a node's
 	// admission lists when it (re)loads its caches.
 	exp := time.Now().Add(24 * time.Hour)

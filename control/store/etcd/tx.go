@@ -147,15 +147,23 @@ func (t *tx) List(kind string, sel store.Selector) ([]*pivirtv1.Object, error) {
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
-	prefix := t.s.kindPrefix(kind)
+	objs, err := t.listPrefix(t.s.kindPrefix(kind), kind, sel)
+	if err == nil {
+		t.listed[kind] = true
+	}
+	return objs, err
+}
+
+// listPrefix reads the objects under prefix at the snapshot, this
+// transaction's pending writes in place of what they replace.
+func (t *tx) listPrefix(prefix, what string, sel store.Selector) ([]*pivirtv1.Object, error) {
 	resp, err := call(t.ctx, t.s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return t.s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(t.rev))
 	})
 	if err != nil {
-		t.err = fmt.Errorf("listing %s at revision %d: %w", kind, t.rev, err)
+		t.err = fmt.Errorf("listing %s at revision %d: %w", what, t.rev, err)
 		return nil, t.err
 	}
-	t.listed[kind] = true
 	kvs := resp.Kvs[:0:0]
 	for _, kv := range resp.Kvs {
 		if _, pending := t.writes[string(kv.Key)]; !pending {
@@ -212,32 +220,11 @@ func (t *tx) ListIn(kind, scope string) ([]*pivirtv1.Object, error) {
 	if err := t.usable(); err != nil {
 		return nil, err
 	}
-	prefix := t.s.scopePrefix(kind, scope)
-	resp, err := call(t.ctx, t.s, true, func(ctx context.Context) (*clientv3.GetResponse, error) {
-		return t.s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(t.rev))
-	})
-	if err != nil {
-		t.err = fmt.Errorf("listing %s of %s at revision %d: %w", kind, scope, t.rev, err)
-		return nil, t.err
+	objs, err := t.listPrefix(t.s.scopePrefix(kind, scope), kind+" of "+scope, nil)
+	if err == nil {
+		t.scopes[t.s.versionKey(kind, scope)] = true
 	}
-	t.scopes[t.s.versionKey(kind, scope)] = true
-	kvs := resp.Kvs[:0:0]
-	for _, kv := range resp.Kvs {
-		if _, pending := t.writes[string(kv.Key)]; !pending {
-			kvs = append(kvs, kv)
-		}
-	}
-	var extra []*pivirtv1.Object
-	for key, w := range t.writes {
-		if w.data != nil && strings.HasPrefix(key, prefix) {
-			obj, err := decode(w.data, t.Revision())
-			if err != nil {
-				return nil, err
-			}
-			extra = append(extra, obj)
-		}
-	}
-	return filterSort(kvs, nil, extra)
+	return objs, err
 }
 
 // ScopeOf implements store.ScopedTx: a lease's index key names its
