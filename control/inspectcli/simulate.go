@@ -10,11 +10,10 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
 	"github.com/spf13/cobra"
 
 	inspectv1 "pivirt.hu/pivirt/api/inspect/v1"
+	"pivirt.hu/pivirt/dataplane/frame"
 )
 
 // packet describes the frame simulate builds.
@@ -117,26 +116,24 @@ func (p *packet) frame() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--dst-mac %q: %w", p.dstMAC, err)
 	}
-	eth := &layers.Ethernet{SrcMAC: src, DstMAC: dst}
-	var stack []gopacket.SerializableLayer
+	var etherType uint16
+	var payload []byte
 	switch p.proto {
 	case "arp":
-		eth.EthernetType = layers.EthernetTypeARP
+		etherType = frame.TypeARP
 		spa, tpa, err := p.ips4()
 		if err != nil {
 			return nil, err
 		}
-		op := uint16(layers.ARPRequest)
+		op := uint16(1) // request
 		if p.arpOp == "reply" {
-			op = layers.ARPReply
+			op = 2
 		} else if p.arpOp != "request" {
 			return nil, fmt.Errorf("--arp-op %q: want request or reply", p.arpOp)
 		}
-		stack = append(stack, &layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4,
-			HwAddressSize: 6, ProtAddressSize: 4, Operation: op, SourceHwAddress: src, SourceProtAddress: spa,
-			DstHwAddress: make([]byte, 6), DstProtAddress: tpa})
+		payload = frame.ARP(op, [6]byte(src), spa, tpa)
 	case "ra", "icmpv6":
-		eth.EthernetType = layers.EthernetTypeIPv6
+		etherType = frame.TypeIPv6
 		srcIP, dstIP := p.srcIP, p.dstIP
 		if srcIP == "0.0.0.0" {
 			srcIP = "fe80::1"
@@ -149,63 +146,42 @@ func (p *packet) frame() ([]byte, error) {
 		if err1 != nil || err2 != nil || !s.Is6() || !d.Is6() {
 			return nil, fmt.Errorf("--src-ip %q / --dst-ip %q: want IPv6 addresses with --proto %s", p.srcIP, p.dstIP, p.proto)
 		}
-		ip6 := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolICMPv6, SrcIP: s.AsSlice(), DstIP: d.AsSlice()}
-		typ := uint8(layers.ICMPv6TypeRouterAdvertisement)
+		typ := uint8(134) // router advertisement
 		if p.proto == "icmpv6" {
-			typ = layers.ICMPv6TypeEchoRequest
+			typ = 128 // echo request
 		}
-		icmp := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, 0)}
-		_ = icmp.SetNetworkLayerForChecksum(ip6)
-		stack = append(stack, ip6, icmp, gopacket.Payload(make([]byte, 16)))
+		payload = frame.IPv6(s, d, frame.ProtoICMPv6, 255, frame.ICMPv6(typ, 0, make([]byte, 16)))
 	case "tcp", "udp", "icmp":
-		eth.EthernetType = layers.EthernetTypeIPv4
+		etherType = frame.TypeIPv4
 		s, d, err := p.ips4()
 		if err != nil {
 			return nil, err
 		}
-		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, SrcIP: s, DstIP: d}
-		stack = append(stack, ip)
 		switch p.proto {
 		case "tcp":
-			ip.Protocol = layers.IPProtocolTCP
-			t := &layers.TCP{SrcPort: layers.TCPPort(p.sport), DstPort: layers.TCPPort(p.dport), SYN: true, Window: 65535}
-			_ = t.SetNetworkLayerForChecksum(ip)
-			stack = append(stack, t)
+			payload = frame.IPv4(s, d, frame.ProtoTCP, frame.TCPSyn(uint16(p.sport), uint16(p.dport)))
 		case "udp":
-			ip.Protocol = layers.IPProtocolUDP
-			u := &layers.UDP{SrcPort: layers.UDPPort(p.sport), DstPort: layers.UDPPort(p.dport)}
-			_ = u.SetNetworkLayerForChecksum(ip)
-			stack = append(stack, u, gopacket.Payload(make([]byte, 300)))
+			payload = frame.IPv4(s, d, frame.ProtoUDP, frame.UDP(uint16(p.sport), uint16(p.dport), make([]byte, 300)))
 		case "icmp":
-			ip.Protocol = layers.IPProtocolICMPv4
-			stack = append(stack, &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoRequest, 0), Id: 1, Seq: 1}, gopacket.Payload(make([]byte, 32)))
+			payload = frame.IPv4(s, d, frame.ProtoICMP, frame.ICMPEcho(1, 1, make([]byte, 32)))
 		}
 	default:
 		return nil, fmt.Errorf("--proto %q: want tcp, udp, icmp, arp, icmpv6 or ra", p.proto)
 	}
-	head := []gopacket.SerializableLayer{eth}
-	if p.vlan > 0 {
-		if p.vlan > 4094 {
-			return nil, fmt.Errorf("--vlan %d: want 1..4094", p.vlan)
-		}
-		head = append(head, &layers.Dot1Q{VLANIdentifier: uint16(p.vlan), Type: eth.EthernetType})
-		eth.EthernetType = layers.EthernetTypeDot1Q
+	if p.vlan < 0 || p.vlan > 4094 {
+		return nil, fmt.Errorf("--vlan %d: want 1..4094", p.vlan)
 	}
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, append(head, stack...)...); err != nil {
-		return nil, fmt.Errorf("building the frame: %w", err)
-	}
-	return buf.Bytes(), nil
+	return frame.Ethernet([6]byte(dst), [6]byte(src), etherType, uint16(p.vlan), payload), nil
 }
 
-func (p *packet) ips4() (net.IP, net.IP, error) {
+func (p *packet) ips4() (netip.Addr, netip.Addr, error) {
 	s, err := netip.ParseAddr(p.srcIP)
 	if err != nil || !s.Is4() {
-		return nil, nil, fmt.Errorf("--src-ip %q: want an IPv4 address", p.srcIP)
+		return netip.Addr{}, netip.Addr{}, fmt.Errorf("--src-ip %q: want an IPv4 address", p.srcIP)
 	}
 	d, err := netip.ParseAddr(p.dstIP)
 	if err != nil || !d.Is4() {
-		return nil, nil, fmt.Errorf("--dst-ip %q: want an IPv4 address", p.dstIP)
+		return netip.Addr{}, netip.Addr{}, fmt.Errorf("--dst-ip %q: want an IPv4 address", p.dstIP)
 	}
-	return s.AsSlice(), d.AsSlice(), nil
+	return s, d, nil
 }

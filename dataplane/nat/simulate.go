@@ -9,8 +9,8 @@ import (
 	"net/netip"
 
 	"github.com/cilium/ebpf"
-	"github.com/google/gopacket"
-	"github.com/google/gopacket/layers"
+
+	"pivirt.hu/pivirt/dataplane/frame"
 )
 
 // SimResult is what the NAT program made of one frame.
@@ -116,22 +116,18 @@ func Simulate(mapDir string, scope uint32, mac net.HardwareAddr, frame []byte, i
 
 // Describe is a frame's IPv4 and L4 addresses, "src:port -> dst:port"
 // (ICMP echo: its id after the address), for simulate's output.
-func Describe(frame []byte) string {
-	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.NoCopy)
-	ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-	if ip == nil {
+func Describe(f []byte) string {
+	fl, err := frame.ParseIPv4(f)
+	if err != nil {
 		return "not IPv4"
 	}
-	src, _ := netip.AddrFromSlice(ip.SrcIP)
-	dst, _ := netip.AddrFromSlice(ip.DstIP)
-	switch l := p.TransportLayer().(type) {
-	case *layers.TCP:
-		return fmt.Sprintf("TCP %s -> %s", netip.AddrPortFrom(src, uint16(l.SrcPort)), netip.AddrPortFrom(dst, uint16(l.DstPort)))
-	case *layers.UDP:
-		return fmt.Sprintf("UDP %s -> %s", netip.AddrPortFrom(src, uint16(l.SrcPort)), netip.AddrPortFrom(dst, uint16(l.DstPort)))
+	switch {
+	case fl.L4 && fl.Proto == frame.ProtoTCP:
+		return fmt.Sprintf("TCP %s -> %s", netip.AddrPortFrom(fl.Src, fl.SPort), netip.AddrPortFrom(fl.Dst, fl.DPort))
+	case fl.L4 && fl.Proto == frame.ProtoUDP:
+		return fmt.Sprintf("UDP %s -> %s", netip.AddrPortFrom(fl.Src, fl.SPort), netip.AddrPortFrom(fl.Dst, fl.DPort))
+	case fl.L4 && fl.Proto == frame.ProtoICMP:
+		return fmt.Sprintf("ICMP %s -> %s type %d id %d", fl.Src, fl.Dst, fl.Type, fl.ID)
 	}
-	if ic, ok := p.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4); ok {
-		return fmt.Sprintf("ICMP %s -> %s type %d id %d", src, dst, ic.TypeCode.Type(), ic.Id)
-	}
-	return fmt.Sprintf("%s %s -> %s", ProtoName(uint8(ip.Protocol)), src, dst)
+	return fmt.Sprintf("%s %s -> %s", ProtoName(fl.Proto), fl.Src, fl.Dst)
 }
