@@ -35,6 +35,9 @@
 # must not (a filter that passes spoofed frames is reported, not hidden).
 # Then FLOOD_CFGS (default "nft pivirtd") are run with a spoofed source MAC:
 # nothing reaches the host, the sender's pps is one core's drop rate.
+#   xdpdrop   (FLOOD_CFGS only) xdpdrop.c on pvb-p1 in native XDP: every
+#             frame dropped unread, the floor of any XDP drop here, so the
+#             ceiling of a guard's flood rate on this machine.
 #
 # ATTACH (default auto: tcx on these veths) is pivirtd's --attach; xdp puts
 # the guard in XDP (native on veth).
@@ -219,6 +222,7 @@ cfg_on() {
 	none) ;;
 	ebtables) nsx pvb-host nft add table bridge nat ;;
 	nft) nsx pvb-host nft add table bridge pvb_guard ;;
+	xdpdrop) nsx pvb-host ip link set dev pvb-p1 xdpdrv obj "$WORK/xdpdrop.o" sec xdp ;;
 	pivirtd)
 		portsec 1 | ctl apply -f - >/dev/null
 		for _ in $(seq 100); do ctl inspect progs | grep -q '^pvb-p1 ' && return; sleep 0.1; done
@@ -231,6 +235,7 @@ cfg_off() {
 	none) ;;
 	ebtables) nsx pvb-host nft add table bridge nat '{ flags dormant; }' ;;
 	nft) nsx pvb-host nft add table bridge pvb_guard '{ flags dormant; }' ;;
+	xdpdrop) nsx pvb-host ip link set dev pvb-p1 xdpdrv off ;;
 	pivirtd)
 		ctl delete portsec pvb-p1 >/dev/null
 		for _ in $(seq 100); do ctl inspect progs | grep -q '^pvb-p1 ' || return; sleep 0.1; done
@@ -247,6 +252,9 @@ check() { # good frames pass, spoofed ones do not
 }
 
 build_pktgen
+case " $FLOOD_CFGS " in *" xdpdrop "*)
+	clang -O2 -g -target bpf -c "$(dirname "$(readlink -f "$0")")/xdpdrop.c" -o "$WORK/xdpdrop.o" || { echo "building xdpdrop.c failed" >&2; exit 1; } ;;
+esac
 echo "# guard $(date -u +%FT%TZ) $(uname -r) commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null) attach=$ATTACH DUR=${DUR}s REPS=$REPS sender cpu$SEND_CPU receiver cpu$RECV_CPU load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"
 for N in "${PORTS[@]}"; do
 	topology "$N" | tee -a "$OUT"
