@@ -158,19 +158,30 @@ func pseudo(src, dst []byte, proto uint8, length int) uint32 {
 	return sum + uint32(proto) + uint32(length)
 }
 
-// Checksum is the Internet checksum (RFC 1071) of b, starting from sum.
+// Checksum is the Internet checksum (RFC 1071) of b folded onto sum. It
+// adds 32-bit words into a 64-bit accumulator (the one's complement sum
+// is order-independent), then folds (the DHCP server checksums every reply with it).
 func Checksum(b []byte, sum uint32) uint16 {
-	for len(b) >= 2 {
-		sum += uint32(binary.BigEndian.Uint16(b))
+	acc := uint64(sum)
+	for len(b) >= 8 {
+		acc += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
+		b = b[8:]
+	}
+	if len(b) >= 4 {
+		acc += uint64(binary.BigEndian.Uint32(b))
+		b = b[4:]
+	}
+	if len(b) >= 2 {
+		acc += uint64(binary.BigEndian.Uint16(b))
 		b = b[2:]
 	}
 	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
+		acc += uint64(b[0]) << 8
 	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
+	for acc > 0xffff {
+		acc = acc>>16 + acc&0xffff
 	}
-	return ^uint16(sum)
+	return ^uint16(acc)
 }
 
 // IPv4Flow is what Parse reads of an IPv4 frame.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	netframe "pivirt.hu/pivirt/dataplane/frame"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 )
@@ -86,7 +87,7 @@ func Frame(buf []byte, src Source, dst Dest, payload []byte) ([]byte, error) {
 	s4, d4 := src.IP.As4(), dst.IP.As4()
 	copy(ip[12:16], s4[:])
 	copy(ip[16:20], d4[:])
-	binary.BigEndian.PutUint16(ip[10:12], checksum(ip, 0))
+	binary.BigEndian.PutUint16(ip[10:12], netframe.Checksum(ip, 0))
 	udp := f[EthLen+IPv4Len:]
 	ulen := UDPLen + len(payload)
 	binary.BigEndian.PutUint16(udp[0:2], ServerPort)
@@ -102,7 +103,7 @@ func Frame(buf []byte, src Source, dst Dest, payload []byte) ([]byte, error) {
 	sum += uint32(d4[0])<<8 | uint32(d4[1])
 	sum += uint32(d4[2])<<8 | uint32(d4[3])
 	sum += 17 + uint32(ulen)
-	cs := checksum(udp, sum)
+	cs := netframe.Checksum(udp, sum)
 	if cs == 0 {
 		cs = 0xffff // 0 means "no checksum" in UDP
 	}

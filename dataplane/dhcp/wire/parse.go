@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	netframe "pivirt.hu/pivirt/dataplane/frame"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 )
@@ -102,7 +103,7 @@ func Parse(frame []byte, in *Inbound) Reason {
 		}
 		return BadIPHeader
 	}
-	if checksum(ip[:ihl], 0) != 0 {
+	if netframe.Checksum(ip[:ihl], 0) != 0 {
 		return BadIPHeader
 	}
 	if binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0 { // MF or offset
@@ -184,30 +185,4 @@ func walkOptions(o []byte) (dhcpv4.MessageType, Reason) {
 		i += l
 	}
 	return 0, BadOptions // no End option
-}
-
-// checksum is the Internet checksum (RFC 1071) of b folded onto sum. It
-// adds 32-bit words into a 64-bit accumulator (the one's complement sum
-// is order-independent), then folds.
-func checksum(b []byte, sum uint32) uint16 {
-	acc := uint64(sum)
-	for len(b) >= 8 {
-		acc += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
-		b = b[8:]
-	}
-	if len(b) >= 4 {
-		acc += uint64(binary.BigEndian.Uint32(b))
-		b = b[4:]
-	}
-	if len(b) >= 2 {
-		acc += uint64(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		acc += uint64(b[0]) << 8
-	}
-	for acc > 0xffff {
-		acc = acc>>16 + acc&0xffff
-	}
-	return ^uint16(acc)
 }

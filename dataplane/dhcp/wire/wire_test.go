@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	netframe "pivirt.hu/pivirt/dataplane/frame"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -112,7 +113,7 @@ func clientFrameTo(t *testing.T, port uint16, p []byte) []byte {
 
 func fixIPSum(b []byte) {
 	b[24], b[25] = 0, 0
-	binary.BigEndian.PutUint16(b[24:], checksum(b[14:34], 0))
+	binary.BigEndian.PutUint16(b[24:], netframe.Checksum(b[14:34], 0))
 }
 
 func udpFrameFrag(t *testing.T, good []byte) []byte {
@@ -341,7 +342,7 @@ func TestChecksumMatchesBytewise(t *testing.T) {
 	}
 	for n := 0; n <= 64; n++ {
 		for _, seed := range []uint32{0, 17 + 300, 0x3fffd} {
-			if got, want := checksum(b[len(b)-n:], seed), ref(b[len(b)-n:], seed); got != want {
+			if got, want := netframe.Checksum(b[len(b)-n:], seed), ref(b[len(b)-n:], seed); got != want {
 				t.Fatalf("len %d seed %d: %#x, want %#x", n, seed, got, want)
 			}
 		}
@@ -349,7 +350,7 @@ func TestChecksumMatchesBytewise(t *testing.T) {
 	for i := range b {
 		b[i] = 0xff
 	}
-	if got, want := checksum(b, 0xffff), ref(b, 0xffff); got != want {
+	if got, want := netframe.Checksum(b, 0xffff), ref(b, 0xffff); got != want {
 		t.Fatalf("all ones: %#x, want %#x", got, want)
 	}
 }
