@@ -6,9 +6,10 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
-	netframe "pivirt.hu/pivirt/dataplane/frame"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	netframe "pivirt.hu/pivirt/dataplane/frame"
 )
 
 var (

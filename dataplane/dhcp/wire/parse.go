@@ -7,9 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	netframe "pivirt.hu/pivirt/dataplane/frame"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	netframe "pivirt.hu/pivirt/dataplane/frame"
 )
 
 // Reason says why an inbound frame was dropped.

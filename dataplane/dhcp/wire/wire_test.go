@@ -7,12 +7,13 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
-	netframe "pivirt.hu/pivirt/dataplane/frame"
 	"testing"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	netframe "pivirt.hu/pivirt/dataplane/frame"
 )
 
 var (
