@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package leasedb
+
+import (
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Kind says what happened to a binding. The values are those of the
+// DHCP server's change kinds, which the journal of releases before
+// leasedb wrote as they are.
+type Kind uint8
+
+// Change kinds.
+const (
+	Bound    Kind = iota + 1 // newly acknowledged
+	Renewed                  // acknowledged again, expiry extended
+	Released                 // client sent RELEASE, or the operator deleted it
+	Expired                  // lease time ran out
+	Declined                 // client sent DECLINE; the address may be on probation (Until)
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Bound:
+		return "bound"
+	case Renewed:
+		return "renewed"
+	case Released:
+		return "released"
+	case Expired:
+		return "expired"
+	case Declined:
+		return "declined"
+	}
+	return "unknown"
+}
+
+// Ends reports whether the change ends the binding.
+func (k Kind) Ends() bool { return k != Bound && k != Renewed }
+
+// Change is one change of one binding (segment and MAC): its state after
+// the change, or the last one when it ends it.
+type Change struct {
+	Kind     Kind
+	Segment  uint32
+	Network  string // the segment's bridge: a dynamic lease's spec.network
+	IP       netip.Addr
+	MAC      net.HardwareAddr
+	ClientID []byte
+	Hostname string
+	Expires  time.Time
+	At       time.Time // when the server made the change
+	// Static: the binding is a reservation's (the operator's DHCPLease
+	// object), kept here but never exported to the store.
+	Static bool
+	// Until is the end of the probation a Declined change put IP on (zero:
+	// none, e.g. a second DECLINE of one MAC within its probation).
+	Until time.Time
+	// Seq is the database's sequence number of the change, set by Commit
+	// and rising forever (it survives compaction and restarts).
+	Seq uint64
+}
+
+// exported reports whether the change is one the store mirrors: a
+// dynamic lease's.
+func (c Change) exported() bool { return !c.Static }
+
+// key names a binding.
+type key struct {
+	seg uint32
+	mac [6]byte
+}
+
+// probation names an address on probation.
+type probation struct {
+	seg uint32
+	ip  netip.Addr
+}
+
+func keyOf(c Change) key {
+	var k key
+	k.seg = c.Segment
+	copy(k.mac[:], c.MAC)
+	return k
+}

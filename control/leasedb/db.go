@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package leasedb
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"pivirt.hu/pivirt/control/wal"
+)
+
+// Options tune a DB.
+type Options struct {
+	// SyncDelay slows every journal flush down (wal.Options.SyncDelay;
+	// tests only).
+	SyncDelay time.Duration
+	// SegmentSize is the journal's segment size (wal.Options.SegmentSize);
+	// default 1 MiB, so a compaction soon frees what it covers.
+	SegmentSize int64
+	// CompactAfter is how many journal records beyond twice the live
+	// state make NeedsCompaction true; default 10,000.
+	CompactAfter int
+}
+
+// DB is a node's lease database. Its methods are safe for concurrent use.
+type DB struct {
+	dir  string
+	opts Options
+
+	mu        sync.Mutex
+	log       *wal.Log
+	seq       uint64 // the last change's sequence number
+	exported  uint64 // the store has every dynamic change up to it
+	bindings  map[key]Change
+	probation map[probation]time.Time
+	pending   []Change // dynamic changes after exported, in order
+	sinceSnap int      // journal records the last snapshot does not cover
+	skipped   []error  // unreadable journal records Open skipped
+}
+
+// Open opens (creating) the database in dir: the snapshot, then the
+// journal records after it. A journal of the release before leasedb is
+// read as it is: its changes are pending.
+func Open(dir string, opts Options) (*DB, error) {
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = 1 << 20
+	}
+	if opts.CompactAfter <= 0 {
+		opts.CompactAfter = 10_000
+	}
+	db := &DB{dir: dir, opts: opts, bindings: map[key]Change{}, probation: map[probation]time.Time{}}
+	snap, err := readSnapshot(dir)
+	if err != nil {
+		return nil, err
+	}
+	db.seq, db.exported = snap.seq, snap.exported
+	for _, c := range snap.bindings {
+		db.bindings[keyOf(c)] = c
+	}
+	for _, c := range snap.probations {
+		db.probation[probation{c.Segment, c.IP}] = c.Until
+	}
+	db.pending = snap.pending
+	log, recs, err := wal.Open(dir, wal.Options{SyncDelay: opts.SyncDelay, SegmentSize: opts.SegmentSize})
+	if err != nil {
+		return nil, fmt.Errorf("opening the lease journal: %w", err)
+	}
+	db.log = log
+	for i, b := range recs {
+		e, err := parseRecord(b)
+		if err != nil {
+			db.skipped = append(db.skipped, fmt.Errorf("journal record %d: %w", i+1, err))
+			continue
+		}
+		switch {
+		case e.isMark:
+			db.exported = max(db.exported, e.mark)
+		case e.legacy:
+			e.change.Seq = db.seq + 1
+			db.replay(e.change)
+		case e.change.Seq > db.seq:
+			db.replay(e.change)
+		}
+	}
+	db.pending = slices.DeleteFunc(db.pending, func(c Change) bool { return c.Seq <= db.exported })
+	db.sinceSnap = len(recs)
+	return db, nil
+}
+
+// replay applies a journaled change at Open.
+func (db *DB) replay(c Change) {
+	db.apply(c)
+	db.seq = c.Seq
+	if c.exported() {
+		db.pending = append(db.pending, c)
+	}
+}
+
+// Skipped returns the journal records Open could not read (and skipped).
+func (db *DB) Skipped() []error { return db.skipped }
+
+// apply makes c the state of its binding; db.mu held (or Open).
+func (db *DB) apply(c Change) {
+	k := keyOf(c)
+	if !c.Kind.Ends() {
+		db.bindings[k] = c
+		delete(db.probation, probation{c.Segment, c.IP}) // bound: its probation is over
+		return
+	}
+	delete(db.bindings, k)
+	if c.Kind == Declined && !c.Until.IsZero() {
+		db.probation[probation{c.Segment, c.IP}] = c.Until
+	}
+}
+
+// Commit makes changes durable in the journal (one write, one
+// fdatasync) and the database's state, in order, and returns them with
+// their sequence numbers. On error nothing changed.
+func (db *DB) Commit(changes []Change) ([]Change, error) {
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	out := slices.Clone(changes)
+	recs := make([][]byte, len(out))
+	var buf []byte
+	for i := range out {
+		out[i].Seq = db.seq + uint64(i) + 1
+		start := len(buf)
+		var err error
+		if buf, err = appendChange(buf, out[i]); err != nil {
+			return nil, err
+		}
+		recs[i] = buf[start:len(buf):len(buf)]
+	}
+	if _, err := db.log.Append(recs...); err != nil {
+		return nil, fmt.Errorf("journaling %d lease changes: %w", len(out), err)
+	}
+	for _, c := range out {
+		db.apply(c)
+		if c.exported() {
+			db.pending = append(db.pending, c)
+		}
+	}
+	db.seq += uint64(len(out))
+	db.sinceSnap += len(out)
+	return out, nil
+}
+
+// Pending returns the dynamic changes the store may not have yet, in
+// order (a lease's newest last).
+func (db *DB) Pending() []Change {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return slices.Clone(db.pending)
+}
+
+// MarkExported records, durably, that the store has every dynamic
+// change up to seq.
+func (db *DB) MarkExported(seq uint64) error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if seq <= db.exported {
+		return nil
+	}
+	if _, err := db.log.Append(appendMark(nil, seq)); err != nil {
+		return fmt.Errorf("journaling the export mark %d: %w", seq, err)
+	}
+	db.exported = seq
+	db.sinceSnap++
+	n := 0
+	for n < len(db.pending) && db.pending[n].Seq <= seq {
+		n++
+	}
+	db.pending = slices.Delete(db.pending, 0, n)
+	return nil
+}
+
+// Bindings returns a segment's bindings (dynamic and static), by address.
+func (db *DB) Bindings(seg uint32) []Change {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	var out []Change
+	for k, c := range db.bindings {
+		if k.seg == seg {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b Change) int { return a.IP.Compare(b.IP) })
+	return out
+}
+
+// Probations returns a segment's addresses on a DECLINE's probation and
+// until when (ended ones included until the next Compact).
+func (db *DB) Probations(seg uint32) map[netip.Addr]time.Time {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	out := map[netip.Addr]time.Time{}
+	for p, until := range db.probation {
+		if p.seg == seg {
+			out[p.ip] = until
+		}
+	}
+	return out
+}
+
+// NeedsCompaction reports whether the journal holds many more records
+// than the state they make.
+func (db *DB) NeedsCompaction() bool {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.sinceSnap > 2*(len(db.bindings)+len(db.probation)+len(db.pending))+db.opts.CompactAfter
+}
+
+// Compact writes a snapshot of the state (the bindings keep accepts,
+// the probations not ended at now, the pending changes) and cuts the
+// journal it covers. Commits go on meanwhile; a crash at any point leaves
+// the old snapshot and journal, or the new snapshot and a journal whose
+// records it covers are skipped.
+func (db *DB) Compact(now time.Time, keep func(Change) bool) error {
+	db.mu.Lock()
+	s := snapshot{seq: db.seq, exported: db.exported, pending: slices.Clone(db.pending)}
+	for _, c := range db.bindings {
+		if keep == nil || keep(c) {
+			s.bindings = append(s.bindings, c)
+		}
+	}
+	for p, until := range db.probation {
+		if now.Before(until) {
+			s.probations = append(s.probations, Change{Kind: Declined, Segment: p.seg, IP: p.ip, MAC: make([]byte, 6), Until: until})
+		}
+	}
+	covered, upTo := db.sinceSnap, db.log.Last()
+	db.mu.Unlock()
+	slices.SortFunc(s.bindings, func(a, b Change) int { return cmp.Compare(a.Seq, b.Seq) })
+	if err := writeSnapshot(db.dir, s); err != nil {
+		return err
+	}
+	if err := db.log.Trim(upTo); err != nil {
+		return fmt.Errorf("cutting the lease journal after its snapshot: %w", err)
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.sinceSnap -= covered
+	// What keep dropped goes from memory too: the snapshot is the state.
+	kept := make(map[key]bool, len(s.bindings))
+	for _, c := range s.bindings {
+		kept[keyOf(c)] = true
+	}
+	maps.DeleteFunc(db.bindings, func(k key, c Change) bool { return !kept[k] && c.Seq <= s.seq })
+	maps.DeleteFunc(db.probation, func(_ probation, until time.Time) bool { return !now.Before(until) })
+	return nil
+}
+
+// Close closes the journal.
+func (db *DB) Close() error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.log.Close()
+}
