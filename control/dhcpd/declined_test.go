@@ -16,7 +16,8 @@ import (
 
 // TestDeclinedProbationSurvivesARestart: an address a client DECLINEd
 // stays out of use for the segment's probation across a restart of
-// pivirtd (declinedFile), as Kea keeps it; a probation that ended by
+// pivirtd (the lease database keeps it from the DECLINE's commit on), as Kea
+// keeps it; a probation that ended by
 // then does not come back.
 func TestDeclinedProbationSurvivesARestart(t *testing.T) {
 	ctx := context.Background()
@@ -42,6 +43,9 @@ func TestDeclinedProbationSurvivesARestart(t *testing.T) {
 	}
 	if err := f.m.ledger.Persist(ctx, changes); err != nil {
 		t.Fatal(err)
+	}
+	if got := changes[0].Until; !got.After(time.Now()) {
+		t.Fatalf("the DECLINE's change puts the address on probation until %s", got)
 	}
 	f.m.Stop()
 

@@ -4,15 +4,18 @@
 // (dataplane/dhcp) and connects them to the rest of pivirtd. Two jobs, one
 // type each:
 //
-//   - Manager (manager.go, parked.go) starts, reconfigures and stops one
+//   - Manager (manager.go, restore.go) starts, reconfigures and stops one
 //     responder per segment and feeds it the segment's settings, static
-//     reservations and the operator's deletions from the store.
+//     reservations and the operator's deletions from the store, and, at a
+//     segment's start, the reservations' bindings and DECLINE probations
+//     the lease database keeps.
 //   - ledger (ledger.go, journal.go, overlay.go) makes what the responders
 //     acknowledge durable and visible: every lease the state machine
-//     binds, renews or frees is journaled (one fdatasync per group) and
-//     programmed into the guard's pv_leases map before its ACK leaves,
-//     then stored as a DHCPLease (lease-<mac-with-dashes>, type dynamic)
-//     by a writer that batches them; it knows which changes the store
+//     binds, renews or frees is committed to the node's lease database
+//     (control/leasedb: one fdatasync per group) and programmed into the
+//     guard's pv_leases map before its ACK leaves, then stored as a
+//     DHCPLease (lease-<mac-with-dashes>, type dynamic) by a writer that
+//     batches them and marks them exported; it knows which changes the store
 //     holds yet, which the guard's sync of pv_leases (OverlayLeases) and
 //     the operator's deletions need.
 //

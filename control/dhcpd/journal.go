@@ -15,75 +15,60 @@ import (
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/admission"
 	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/control/store"
-	"pivirt.hu/pivirt/control/wal"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // Leases are made durable in two steps. The ACK waits only for the first:
-// the group's changes are appended to a journal (control/wal) with one
-// fdatasync. Then, off the ACK's path, a writer stores them as DHCPLease
-// objects in one store transaction per batch and trims the journal. On
-// start, Recover stores whatever the journal still holds (a crash between
+// the group's changes are committed to the node's lease database
+// (control/leasedb: a journal, one fdatasync per group). Then, off the
+// ACK's path, a writer exports the dynamic ones as DHCPLease objects in
+// one store transaction per batch and marks them exported. On start,
+// Recover stores whatever the database still has pending (a crash between
 // the two steps) before anything reads the store. bbolt's commit costs two
 // flushes and the store work of a lease is most of the CPU of an ACK, so
 // this halves the ACK's wait and lets the store batches grow with load.
+// The bindings of reservations and the DECLINE probations are kept in the
+// same database (never exported: the reservation is the operator's
+// object), so a restart, or a segment deleted and applied again, finds
+// them there.
 
-// record is one journaled lease change, with what storing it needs
-// (encoded by record.go).
+// record is one dynamic lease change on its way to the store.
 type record struct {
 	Change  server.LeaseChange
 	Network string // the segment's bridge: the lease's spec.network
-	seq     uint64 // journal sequence number, not encoded
+	seq     uint64 // the database's sequence number of the change
 }
 
-// recover opens the journal in JournalDir, stores what it holds and
-// starts the writer.
+// recover opens the lease database in JournalDir, migrates the files of
+// the release before it, stores what it has pending and starts the
+// writer.
 func (lg *ledger) recover(ctx context.Context) error {
-	log, old, err := wal.Open(lg.JournalDir, wal.Options{SyncDelay: lg.JournalSyncDelay})
-	if err != nil {
-		return fmt.Errorf("opening the lease journal: %w", err)
+	if err := lg.recoverDB(); err != nil {
+		return err
 	}
-	recs := make([]record, 0, len(old))
-	for i, b := range old {
-		r, err := parseRecord(b)
-		if err != nil {
-			lg.Log.Warn("skipping an unreadable lease journal record", "seq", i+1, "err", err)
-			continue
-		}
-		r.seq = uint64(i + 1)
-		recs = append(recs, r)
-	}
+	recs := toRecords(lg.db.Pending())
 	// The journal never keeps pivirtd from starting: what the store
 	// refuses is resolved record by record (storeRecords), and a store
-	// that fails outright leaves the records journaled and queued for the
-	// writer, which retries them while DHCP serves.
-	var queued []record
+	// that fails outright leaves the records pending for the writer,
+	// which retries them while DHCP serves.
 	if len(recs) > 0 {
-		if err := lg.storeRecords(ctx, recs); err != nil {
+		lg.pmu.Lock()
+		for _, r := range recs {
+			lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
+		}
+		lg.noteJournaled(recs) // pv_leases keeps them over any snapshot until stored
+		lg.pmu.Unlock()
+		if err := lg.exportRecords(ctx, recs); err != nil {
 			lg.storeErrors.Add(1)
 			lg.Log.Warn("storing journaled lease changes at start; the writer retries them", "changes", len(recs), "err", err)
-			queued = recs
+			lg.wake <- struct{}{}
 		} else {
 			lg.Log.Info("stored lease changes from the journal", "changes", len(recs))
 		}
 	}
-	if len(queued) == 0 {
-		if err := log.Trim(log.Last()); err != nil {
-			lg.Log.Warn("trimming the lease journal", "err", err)
-		}
-	} else {
-		lg.pmu.Lock()
-		for _, r := range queued {
-			lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
-		}
-		lg.noteJournaled(queued) // pv_leases keeps them over any snapshot until stored
-		lg.pmu.Unlock()
-		lg.queue = queued
-		lg.wake <- struct{}{}
-	}
-	lg.journal = log
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	lg.stopWriter = cancel
 	lg.writerDone = make(chan struct{})
@@ -91,17 +76,50 @@ func (lg *ledger) recover(ctx context.Context) error {
 	return nil
 }
 
-// pending returns segment seg's journaled changes the store does not
-// have yet, each lease's newest: the leases they bind and the MACs whose
-// lease they end. A segment's tables start from the stored leases; after
-// a start while the store was unreachable, these are ACKs it lacks.
+// recoverDB opens the lease database and migrates the previous
+// release's files into it.
+func (lg *ledger) recoverDB() error {
+	db, err := leasedb.Open(lg.JournalDir, leasedb.Options{SyncDelay: lg.JournalSyncDelay})
+	if err != nil {
+		return fmt.Errorf("opening the lease database: %w", err)
+	}
+	for _, err := range db.Skipped() {
+		lg.Log.Warn("skipping an unreadable lease journal record", "err", err)
+	}
+	lg.db = db
+	if err := lg.migrate(); err != nil {
+		lg.Log.Warn("migrating the files of the previous release into the lease database", "err", err)
+	}
+	return nil
+}
+
+// toRecords turns the database's pending changes into store records.
+func toRecords(cs []leasedb.Change) []record {
+	out := make([]record, len(cs))
+	for i, c := range cs {
+		out[i] = record{Network: c.Network, seq: c.Seq, Change: server.LeaseChange{
+			Kind: server.ChangeKind(c.Kind), Segment: c.Segment, At: c.At, Static: c.Static, Until: c.Until,
+			Lease: server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}}}
+	}
+	return out
+}
+
+// dbChange is a server change as the database keeps it.
+func dbChange(ch server.LeaseChange, network string) leasedb.Change {
+	return leasedb.Change{Kind: leasedb.Kind(ch.Kind), Segment: ch.Segment, Network: network,
+		IP: ch.Lease.IP, MAC: ch.Lease.MAC, ClientID: ch.Lease.ClientID, Hostname: ch.Lease.Hostname,
+		Expires: ch.Lease.Expires, At: ch.At, Static: ch.Static, Until: ch.Until}
+}
+
+// pending returns segment seg's dynamic changes the store does not have
+// yet, each lease's newest: the leases they bind and the MACs whose lease
+// they end. A segment's tables start from the stored leases; after a
+// start while the store was unreachable, these are ACKs it lacks.
 func (lg *ledger) pending(seg uint32) (bound []server.Lease, ended map[string]bool) {
-	lg.qmu.Lock()
-	recs := latestPerLease(lg.queue)
-	lg.qmu.Unlock()
+	recs := latestPerLease(toRecords(lg.db.Pending()))
 	ended = map[string]bool{}
 	for _, r := range recs {
-		if r.Change.Segment != seg || r.Change.Static {
+		if r.Change.Segment != seg {
 			continue
 		}
 		switch r.Change.Kind {
@@ -114,50 +132,41 @@ func (lg *ledger) pending(seg uint32) (bound []server.Lease, ended map[string]bo
 	return bound, ended
 }
 
-// journalChanges appends the changes that make DHCPLease objects (not
-// those of reservations, which are the operator's) and queues them for
-// the writer. It returns when they are durable.
+// journalChanges commits changes to the lease database and has the
+// writer store the dynamic ones. It returns when they are durable.
 func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]segInfo) error {
-	if lg.journal == nil {
-		return errors.New("lease journal not open (Recover was not called)")
+	if lg.db == nil {
+		return errors.New("lease database not open (Recover was not called)")
 	}
-	recs := make([]record, 0, len(changes))
-	enc := make([][]byte, 0, len(changes))
-	var buf []byte
+	cs := make([]leasedb.Change, 0, len(changes))
 	for _, ch := range changes {
 		seg, ok := segs[ch.Segment]
-		if !ok || ch.Static {
-			continue // a reservation's changes are the operator's object's
+		if !ok {
+			continue // a segment being stopped: its tables go with it
 		}
-		r := record{Change: ch, Network: seg.bridge}
-		start := len(buf)
-		var err error
-		if buf, err = appendRecord(buf, r); err != nil {
-			return err
-		}
-		recs = append(recs, r)
-		enc = append(enc, buf[start:len(buf):len(buf)])
+		cs = append(cs, dbChange(ch, seg.bridge))
 	}
-	if len(recs) == 0 {
+	if len(cs) == 0 {
 		return nil
 	}
-	// Appends and queueing in one order: the writer stores a MAC's changes
-	// in the order the server made them.
+	// Commits and their bookkeeping in one order: the writer stores a
+	// MAC's changes in the order the server made them.
 	lg.qmu.Lock()
 	defer lg.qmu.Unlock()
-	last, err := lg.journal.Append(enc...)
+	done, err := lg.db.Commit(cs)
 	if err != nil {
 		return err
 	}
-	first := last - uint64(len(recs)) + 1
+	recs := toRecords(slices.DeleteFunc(done, func(c leasedb.Change) bool { return c.Static }))
+	if len(recs) == 0 {
+		return nil
+	}
 	lg.pmu.Lock()
-	for i := range recs {
-		recs[i].seq = first + uint64(i)
-		lg.pendingSeq[LeaseName(recs[i].Change.Lease.MAC)] = recs[i].seq
+	for _, r := range recs {
+		lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
 	}
 	lg.noteJournaled(recs)
 	lg.pmu.Unlock()
-	lg.queue = append(lg.queue, recs...)
 	select {
 	case lg.wake <- struct{}{}:
 	default:
@@ -192,13 +201,11 @@ func (lg *ledger) writeLoop(ctx context.Context) {
 		select {
 		case <-lg.wake:
 		case <-ctx.Done():
-			lg.saveDeclined()
 			if err := lg.writeQueued(context.Background()); err != nil {
 				lg.Log.Warn("lease changes left in the journal for the next start", "err", err)
 			}
 			return
 		}
-		lg.saveDeclined()
 		if err := lg.writeQueued(ctx); err != nil {
 			lg.storeErrors.Add(1)
 			lg.Log.Warn("storing journaled lease changes; retrying", "err", err, "retry_in", backoff)
@@ -237,23 +244,43 @@ func latestPerLease(recs []record) []record {
 	return out
 }
 
-// writeQueued stores everything queued in one transaction and trims the
-// journal up to it. On failure the records stay queued.
+// writeQueued stores everything pending in one transaction and marks it
+// exported; then compacts the database if its journal grew. On failure
+// the records stay pending.
 func (lg *ledger) writeQueued(ctx context.Context) error {
-	lg.qmu.Lock()
-	batch := lg.queue
-	lg.queue = nil
-	lg.qmu.Unlock()
-	if len(batch) == 0 {
-		return nil
+	batch := toRecords(lg.db.Pending())
+	if len(batch) > 0 {
+		if err := lg.exportRecords(ctx, batch); err != nil {
+			return err
+		}
 	}
-	if err := lg.storeRecords(ctx, batch); err != nil {
-		lg.qmu.Lock()
-		lg.queue = append(batch, lg.queue...)
-		lg.qmu.Unlock()
+	if lg.db.NeedsCompaction() {
+		lg.compact()
+	}
+	return nil
+}
+
+// exportRecords stores records and marks them exported.
+func (lg *ledger) exportRecords(ctx context.Context, recs []record) error {
+	if err := lg.storeRecords(ctx, recs); err != nil {
 		return err
 	}
-	return lg.journal.Trim(batch[len(batch)-1].seq)
+	return lg.db.MarkExported(recs[len(recs)-1].seq)
+}
+
+// compact snapshots the lease database and cuts its journal. A binding
+// is kept until it expires, or while the interlock holds it (its server
+// keeps it past its expiry); a reservation's binding parked with its
+// deleted segment goes when it expires.
+func (lg *ledger) compact() {
+	now := lg.now()
+	segs := lg.segmentsByID()
+	keep := func(c leasedb.Change) bool {
+		return now.Before(c.Expires) || segs[c.Segment].held[c.MAC.String()]
+	}
+	if err := lg.db.Compact(now, keep); err != nil {
+		lg.Log.Warn("compacting the lease database", "err", err)
+	}
 }
 
 // storeRecords writes records as DHCPLease objects (creates, renewals,

@@ -23,24 +23,29 @@ import (
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/control/store/bolt"
-	"pivirt.hu/pivirt/control/wal"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // leaseMap records what persist programs into pv_leases.
 type leaseMap struct {
-	mu    sync.Mutex
-	bound map[string]netip.Addr
+	mu      sync.Mutex
+	bound   map[string]netip.Addr
+	expires map[string]time.Time
 }
 
 func (l *leaseMap) BindAll(bs []leasemap.Binding) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.expires == nil {
+		l.expires = map[string]time.Time{}
+	}
 	for _, b := range bs {
 		l.bound[net.HardwareAddr(b.MAC[:]).String()] = b.IP
+		l.expires[net.HardwareAddr(b.MAC[:]).String()] = b.Expires
 	}
 	return nil
 }
@@ -121,7 +126,7 @@ func TestJournalSurvivesACrashBeforeTheStore(t *testing.T) {
 
 	// The crashed daemon: journal open, its writer never ran.
 	crashed, lm := newManager(t, st, ix, dir)
-	if crashed.ledger.journal, _, err = wal.Open(dir, wal.Options{}); err != nil {
+	if crashed.ledger.db, err = leasedb.Open(dir, leasedb.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := crashed.ledger.Persist(ctx, []server.LeaseChange{
@@ -146,7 +151,7 @@ pivirt_dhcp_journal_pending 4
 `), "pivirt_dhcp_journal_pending"); err != nil {
 		t.Error(err)
 	}
-	crashed.ledger.journal.Close()
+	crashed.ledger.db.Close()
 
 	restarted, _ := newManager(t, st, ix, dir)
 	restarted.Node = "n1" // stamps the leases it stores
@@ -179,8 +184,8 @@ pivirt_dhcp_journal_pending 4
 	if o := storedLease(t, st, "lease-52-54-00-00-00-99"); o != nil {
 		t.Errorf("a reservation's ACK made a dynamic lease: %s", o.Spec)
 	}
-	if n := restarted.ledger.journal.Last(); n != 4 {
-		t.Errorf("journal held %d records, want 4 (the reservation is not journaled)", n)
+	if n := restarted.ledger.db.PendingCount(); n != 0 {
+		t.Errorf("%d changes still pending after Recover stored them", n)
 	}
 
 	// The running writer stores new changes without a restart and trims.
@@ -195,9 +200,22 @@ pivirt_dhcp_journal_pending 4
 		time.Sleep(5 * time.Millisecond)
 	}
 	restarted.Stop()
-	_, left, err := wal.Open(dir, wal.Options{})
-	if err != nil || len(left) != 0 {
-		t.Errorf("journal after a clean stop: %d records, %v", len(left), err)
+	db, err := leasedb.Open(dir, leasedb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if n := db.PendingCount(); n != 0 {
+		t.Errorf("%d changes pending after a clean stop, want 0", n)
+	}
+	// The database keeps every binding, the reservation's too.
+	var got []string
+	for _, c := range db.Bindings(7) {
+		got = append(got, fmt.Sprintf("%s=%s static=%v", c.MAC, c.IP, c.Static))
+	}
+	want := []string{"52:54:00:00:00:01=192.168.100.101 static=false", "52:54:00:00:00:03=192.168.100.103 static=false", "52:54:00:00:00:99=192.168.100.199 static=true"}
+	if !slices.Equal(got, want) {
+		t.Errorf("bindings in the lease database %q, want %q", got, want)
 	}
 }
 
@@ -357,9 +375,16 @@ func TestWithPending(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lg := &ledger{}
-			for i, c := range tt.queue {
-				lg.queue = append(lg.queue, record{Change: c, Network: "br-vm", seq: uint64(i + 1)})
+			db, err := leasedb.Open(t.TempDir(), leasedb.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			lg := &ledger{db: db}
+			for _, c := range tt.queue {
+				if _, err := db.Commit([]leasedb.Change{dbChange(c, "br-vm")}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			got := map[string]string{}
 			for _, l := range withPending(slices.Clone(stored), lg, 7) {

@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/control/segment"
-	"pivirt.hu/pivirt/control/wal"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
@@ -34,9 +33,11 @@ type ledger struct {
 	// pinMu orders lease changes against the guard's sync (overlay.go).
 	pinMu sync.Mutex
 
-	qmu        sync.Mutex // journal appends and queue
-	journal    *wal.Log
-	queue      []record // journaled, not yet stored
+	qmu sync.Mutex // commits to db and their bookkeeping, in one order
+	db  *leasedb.DB
+	// legacyPins: the database was written by the release before it, so
+	// the reservations' bindings are read from pv_leases (migrate.go).
+	legacyPins bool
 	wake       chan struct{}
 	stopWriter context.CancelFunc
 	writerDone chan struct{}
@@ -59,12 +60,6 @@ type ledger struct {
 	// recent holds each lease's newest change until a snapshot the guard
 	// syncs from holds it (overlay.go).
 	recent map[string]recentChange
-
-	dmu sync.Mutex
-	// declined is, by segment id, the probations saved in declinedFile
-	// (declined.go); declinedDirty: changed since written.
-	declined      map[uint32]map[netip.Addr]time.Time
-	declinedDirty bool
 
 	// storeErrors counts failed store writes of journaled changes.
 	storeErrors atomic.Uint64
@@ -124,7 +119,6 @@ func (lg *ledger) Persist(_ context.Context, changes []server.LeaseChange) error
 		}
 	}
 	flush()
-	lg.noteDeclined(changes)
 	return errors.Join(errs...)
 }
 
@@ -194,9 +188,9 @@ func (lg *ledger) noteSnapshot(leases []server.Lease, rev int64) {
 }
 
 // close stops the writer after it stored what it can, and closes the
-// journal (what is left in it is stored by the next recover).
+// database (what is left pending is stored by the next recover).
 func (lg *ledger) close() {
-	if lg.journal == nil {
+	if lg.db == nil {
 		return
 	}
 	lg.stopWriter()
@@ -205,8 +199,8 @@ func (lg *ledger) close() {
 	case <-time.After(5 * time.Second):
 		lg.Log.Warn("lease writer did not finish; the journal keeps the rest")
 	}
-	if err := lg.journal.Close(); err != nil {
-		lg.Log.Warn("closing the lease journal", "err", err)
+	if err := lg.db.Close(); err != nil {
+		lg.Log.Warn("closing the lease database", "err", err)
 	}
 }
 

@@ -81,9 +81,6 @@ type Manager struct {
 	resDirty atomic.Bool
 	// ahead: those reservations, until a snapshot holds them (ahead.go).
 	ahead ahead
-	// parked holds, by segment id, the bindings of reservations whose
-	// segment was deleted (parked.go).
-	parked map[uint32][]server.Lease
 	// away is, by network, the addresses other nodes' objects hold
 	// (SyncElsewhere), for the segments Sync starts.
 	away map[string][]server.Holding
@@ -123,8 +120,6 @@ func (m *Manager) init() {
 // starts its writer; call it once before the reconcilers read the store.
 func (m *Manager) Recover(ctx context.Context) error {
 	m.init()
-	m.loadParked()
-	m.ledger.loadDeclined()
 	return m.ledger.recover(ctx)
 }
 
@@ -213,9 +208,10 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			}
 			// Leases stored before a restart: same client, same address.
 			// A reservation's ACKs are not stored (the object is the
-			// operator's): their bindings come back from pv_leases, which
-			// outlives the daemon.
-			dynamic = append(withPending(dynamic, m.ledger, cfg.ID), m.reservationBindings(cfg, static)...)
+			// operator's): their bindings come back from the lease
+			// database.
+			binds := m.legacyReservationBindings(cfg, static, m.reservationBindings(cfg, static, macSet(held)))
+			dynamic = append(withPending(dynamic, m.ledger, cfg.ID), binds...)
 			err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, dynamic), m.srv.LoadMoved(m.now(), cfg.ID, moved))
 			if err != nil {
 				m.Log.Warn("some stored leases were not loaded", "segment", seg.Name, "err", err)
@@ -395,34 +391,6 @@ func (m *Manager) segmentHeld(seg segment.Segment, held []*pivirtv1.Object, snap
 	return out
 }
 
-// pinnedReservations returns the bindings pv_leases holds for the
-// reservations of a segment (bound by an ACK, not expired).
-func (m *Manager) pinnedReservations(segID uint32, static []server.Reservation) []server.Lease {
-	es, err := m.Leases.Decoded()
-	if err != nil {
-		m.Log.Warn("reading pv_leases for the reservations' bindings", "err", err)
-		return nil
-	}
-	res := map[string]netip.Addr{}
-	for _, r := range static {
-		res[r.MAC.String()] = r.IP
-	}
-	now := m.now()
-	var out []server.Lease
-	for _, e := range es {
-		if e.SegID != segID || e.ExpiresAt == nil || !now.Before(*e.ExpiresAt) || !strings.Contains(e.Flags, "bound") {
-			continue
-		}
-		mac, err1 := net.ParseMAC(e.MAC)
-		ip, err2 := netip.ParseAddr(e.IP)
-		if err1 != nil || err2 != nil || res[mac.String()] != ip {
-			continue
-		}
-		out = append(out, server.Lease{IP: ip, MAC: mac, Expires: *e.ExpiresAt})
-	}
-	return out
-}
-
 // keepUnreserved turns the bindings of reservations that were deleted
 // into dynamic leases: the client keeps its address until its lease ends
 // (stored as lease-<mac> and pinned), as Kea keeps a lease whose
@@ -534,7 +502,6 @@ func (m *Manager) stop(name string) {
 	}
 	r.cancel()
 	<-r.done
-	m.park(r)
 	m.srv.RemoveSegment(r.id)
 	delete(m.running, name)
 	m.Events.Record(pivirtv1.KindNetworkSegment, name, events.Normal, "DHCPStopped", "responder stopped")

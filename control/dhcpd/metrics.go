@@ -39,9 +39,10 @@ func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 	m.init()
 	lg := m.ledger
-	lg.qmu.Lock()
-	pending := len(lg.queue)
-	lg.qmu.Unlock()
+	pending := 0
+	if lg.db != nil {
+		pending = lg.db.PendingCount()
+	}
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending))
 	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(lg.storeErrors.Load()))
 	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(lg.journalRefused.Load()))

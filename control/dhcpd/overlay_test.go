@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/control/store/bolt"
-	"pivirt.hu/pivirt/control/wal"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"pivirt.hu/pivirt/dataplane/guard"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
@@ -30,10 +30,10 @@ func TestOverlayLeases(t *testing.T) {
 	}
 	defer st.Close()
 	m, _ := newManager(t, st, admission.NewIndex(), t.TempDir())
-	if m.ledger.journal, _, err = wal.Open(filepath.Join(t.TempDir(), "j"), wal.Options{}); err != nil {
+	if m.ledger.db, err = leasedb.Open(filepath.Join(t.TempDir(), "j"), leasedb.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	defer m.ledger.journal.Close()
+	defer m.ledger.db.Close()
 	exp := time.Now().Add(time.Hour)
 	if err := m.ledger.Persist(ctx, []server.LeaseChange{
 		change(server.Bound, "52:54:00:00:00:01", "192.168.100.101", exp),
@@ -63,7 +63,7 @@ func TestOverlayLeases(t *testing.T) {
 	}
 
 	// Stored at some revision: a snapshot at least that new forgets them.
-	if err := m.ledger.storeRecords(ctx, m.ledger.queue); err != nil {
+	if err := m.ledger.storeRecords(ctx, toRecords(m.ledger.db.Pending())); err != nil {
 		t.Fatal(err)
 	}
 	older := map[leasemap.Key]leasemap.Value{}

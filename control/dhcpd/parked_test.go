@@ -3,77 +3,74 @@
 package dhcpd
 
 import (
+	"context"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
-// TestParkedBindings: the bindings parked with a deleted segment survive
-// a restart of the manager (the file next to the journal); the expired
-// ones and those no longer reserved at that address are not given back;
-// what is given back is pinned bound again and leaves the file.
-func TestParkedBindings(t *testing.T) {
+// TestReservationBindingsFromTheDatabase: the bindings of reservations
+// ACKed before a restart (or before their segment was deleted) come back
+// from the lease database when the segment starts, pinned again; the
+// expired ones (unless the interlock holds them), and those no longer
+// reserved at that address, do not. A dynamic binding that a reservation
+// of its address superseded counts as the reservation's.
+func TestReservationBindingsFromTheDatabase(t *testing.T) {
+	ctx := context.Background()
 	dir := t.TempDir()
 	m, _ := newManager(t, nil, nil, dir)
+	if err := m.ledger.recoverDB(); err != nil { // no store: no writer either
+		t.Fatal(err)
+	}
 	mac := func(s string) net.HardwareAddr { hw, _ := net.ParseMAC(s); return hw }
 	now := time.Now()
-	m.parked = map[uint32][]server.Lease{7: {
-		{IP: netip.MustParseAddr("192.168.100.10"), MAC: mac("52:54:00:00:00:01"), Expires: now.Add(time.Hour)},
-		{IP: netip.MustParseAddr("192.168.100.11"), MAC: mac("52:54:00:00:00:02"), Expires: now.Add(-time.Minute)}, // expired
-		{IP: netip.MustParseAddr("192.168.100.12"), MAC: mac("52:54:00:00:00:03"), Expires: now.Add(time.Hour)},    // reserved elsewhere now
-	}}
-	m.saveParked()
-
-	// A new manager (pivirtd after kill -9) reads them back.
-	m2, lm2 := newManager(t, nil, nil, dir)
-	m2.loadParked()
-	if got := len(m2.parked[7]); got != 2 {
-		t.Fatalf("loaded %d parked bindings, want 2 (the expired one dropped): %v", got, m2.parked)
+	if err := m.ledger.Persist(ctx, []server.LeaseChange{
+		staticChange(server.Bound, "52:54:00:00:00:01", "192.168.100.10", now.Add(time.Hour)),
+		staticChange(server.Bound, "52:54:00:00:00:02", "192.168.100.11", now.Add(-time.Minute)), // expired
+		staticChange(server.Bound, "52:54:00:00:00:03", "192.168.100.12", now.Add(time.Hour)),    // reserved elsewhere now
+		staticChange(server.Bound, "52:54:00:00:00:04", "192.168.100.13", now.Add(-time.Minute)), // expired, held
+		staticChange(server.Bound, "52:54:00:00:00:05", "192.168.100.14", now.Add(time.Hour)),    // reservation deleted
+		change(server.Bound, "52:54:00:00:00:06", "192.168.100.15", now.Add(time.Hour)),          // dynamic, reserved since
+		change(server.Bound, "52:54:00:00:00:07", "192.168.100.16", now.Add(time.Hour)),          // dynamic
+	}); err != nil {
+		t.Fatal(err)
 	}
+	m.ledger.db.Close() // as kill -9 leaves it: Persist returned once they were committed
+
+	m2, lm2 := newManager(t, nil, nil, dir)
+	if err := m2.ledger.recoverDB(); err != nil {
+		t.Fatal(err)
+	}
+	defer m2.ledger.db.Close()
 	static := []server.Reservation{
 		{MAC: mac("52:54:00:00:00:01"), IP: netip.MustParseAddr("192.168.100.10")},
+		{MAC: mac("52:54:00:00:00:02"), IP: netip.MustParseAddr("192.168.100.11")},
 		{MAC: mac("52:54:00:00:00:03"), IP: netip.MustParseAddr("192.168.100.40")},
+		{MAC: mac("52:54:00:00:00:04"), IP: netip.MustParseAddr("192.168.100.13")},
+		{MAC: mac("52:54:00:00:00:06"), IP: netip.MustParseAddr("192.168.100.15")},
 	}
-	got := m2.reservationBindings(server.Segment{ID: 7, LeaseTime: time.Hour}, static)
-	if len(got) != 1 || got[0].IP != netip.MustParseAddr("192.168.100.10") {
-		t.Fatalf("bindings given back: %v, want only 192.168.100.10", got)
+	held := map[string]bool{"52:54:00:00:00:04": true}
+	got := map[string]string{}
+	for _, l := range m2.reservationBindings(server.Segment{ID: 7, LeaseTime: time.Hour}, static, held) {
+		got[l.MAC.String()] = l.IP.String()
 	}
-	if ip := lm2.bound["52:54:00:00:00:01"]; ip != netip.MustParseAddr("192.168.100.10") {
-		t.Errorf("given-back binding pinned at %v", ip)
+	want := map[string]string{"52:54:00:00:00:01": "192.168.100.10", "52:54:00:00:00:04": "192.168.100.13", "52:54:00:00:00:06": "192.168.100.15"}
+	if len(got) != len(want) {
+		t.Fatalf("bindings given back %v, want %v", got, want)
 	}
-	if _, err := os.Stat(filepath.Join(dir, parkedFile)); !os.IsNotExist(err) {
-		t.Errorf("%s still there once nothing is parked: %v", parkedFile, err)
+	for k, ip := range want {
+		if got[k] != ip {
+			t.Errorf("binding of %s given back as %q, want %s", k, got[k], ip)
+		}
+		if lm2.bound[k] != netip.MustParseAddr(ip) {
+			t.Errorf("given-back binding of %s pinned at %v, want %s", k, lm2.bound[k], ip)
+		}
 	}
-}
-
-// TestParkFromTheServer: a segment deleted before any Sync saw its new
-// reservation (the reservation reached the server as it was applied, and
-// the segments loop's debounce folded both changes into one pass) parks
-// the reservation's binding all the same: what is reserved is the
-// server's to say, not the running segment's copy.
-func TestParkFromTheServer(t *testing.T) {
-	m, _ := newManager(t, nil, nil, t.TempDir())
-	seg := server.Segment{Name: "s", ID: 7, Bridge: "br7", HostIP: netip.MustParsePrefix("192.168.100.1/24"),
-		RangeStart: netip.MustParseAddr("192.168.100.10"), RangeEnd: netip.MustParseAddr("192.168.100.50"), LeaseTime: time.Hour}
-	if _, err := m.srv.SetSegment(seg); err != nil {
-		t.Fatal(err)
-	}
-	mac, _ := net.ParseMAC("52:54:00:00:0e:01")
-	ip := netip.MustParseAddr("192.168.100.33")
-	if err := m.srv.Reserve(7, server.Reservation{MAC: mac, IP: ip}); err != nil {
-		t.Fatal(err)
-	}
-	exp := time.Now().Add(time.Hour)
-	if err := m.srv.LoadLeases(time.Now(), 7, []server.Lease{{IP: ip, MAC: mac, Expires: exp}}); err != nil {
-		t.Fatal(err)
-	}
-	m.park(&running{id: 7}) // no Sync folded the reservation in
-	if got := m.parked[7]; len(got) != 1 || got[0].IP != ip || got[0].MAC.String() != mac.String() {
-		t.Fatalf("parked %v, want the reservation's binding %s of %s", got, ip, mac)
+	if exp := lm2.expires["52:54:00:00:00:04"]; exp.Before(now.Add(pivirtv1.HeldPinLifetime / 2)) {
+		t.Errorf("a held binding pinned until %s, want years ahead", exp)
 	}
 }

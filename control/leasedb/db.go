@@ -41,6 +41,7 @@ type DB struct {
 	pending   []Change // dynamic changes after exported, in order
 	sinceSnap int      // journal records the last snapshot does not cover
 	skipped   []error  // unreadable journal records Open skipped
+	legacy    bool     // Open found no snapshot and no record of this release
 }
 
 // Open opens (creating) the database in dir: the snapshot, then the
@@ -54,10 +55,11 @@ func Open(dir string, opts Options) (*DB, error) {
 		opts.CompactAfter = 10_000
 	}
 	db := &DB{dir: dir, opts: opts, bindings: map[key]Change{}, probation: map[probation]time.Time{}}
-	snap, err := readSnapshot(dir)
+	snap, hasSnap, err := readSnapshot(dir)
 	if err != nil {
 		return nil, err
 	}
+	current := false // a record of this release
 	db.seq, db.exported = snap.seq, snap.exported
 	for _, c := range snap.bindings {
 		db.bindings[keyOf(c)] = c
@@ -77,6 +79,7 @@ func Open(dir string, opts Options) (*DB, error) {
 			db.skipped = append(db.skipped, fmt.Errorf("journal record %d: %w", i+1, err))
 			continue
 		}
+		current = current || !e.legacy
 		switch {
 		case e.isMark:
 			db.exported = max(db.exported, e.mark)
@@ -89,6 +92,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db.pending = slices.DeleteFunc(db.pending, func(c Change) bool { return c.Seq <= db.exported })
 	db.sinceSnap = len(recs)
+	db.legacy = !hasSnap && !current
 	return db, nil
 }
 
@@ -100,6 +104,11 @@ func (db *DB) replay(c Change) {
 		db.pending = append(db.pending, c)
 	}
 }
+
+// Legacy reports whether Open found neither a snapshot nor a record
+// written by this release: a new database, or the journal of the release
+// before. Commit alone does not change it; Compact does, at the next Open.
+func (db *DB) Legacy() bool { return db.legacy }
 
 // Skipped returns the journal records Open could not read (and skipped).
 func (db *DB) Skipped() []error { return db.skipped }
@@ -159,6 +168,13 @@ func (db *DB) Pending() []Change {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	return slices.Clone(db.pending)
+}
+
+// PendingCount is len(Pending()).
+func (db *DB) PendingCount() int {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return len(db.pending)
 }
 
 // MarkExported records, durably, that the store has every dynamic

@@ -59,14 +59,18 @@ func writeSnapshot(dir string, s snapshot) error {
 	return d.Sync()
 }
 
-// readSnapshot reads the snapshot in dir (none: the empty state). A
-// damaged snapshot is an error: the journal it covered is gone.
-func readSnapshot(dir string) (snapshot, error) {
-	path := filepath.Join(dir, SnapshotFile)
-	b, err := os.ReadFile(path)
+// readSnapshot reads the snapshot in dir (none: the empty state, found
+// false). A damaged snapshot is an error: the journal it covered is gone.
+func readSnapshot(dir string) (snapshot, bool, error) {
+	s, err := readSnapshotFile(filepath.Join(dir, SnapshotFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return snapshot{}, nil
+		return snapshot{}, false, nil
 	}
+	return s, err == nil, err
+}
+
+func readSnapshotFile(path string) (snapshot, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return snapshot{}, fmt.Errorf("reading the lease snapshot: %w", err)
 	}

@@ -47,6 +47,10 @@ type LeaseChange struct {
 	// Static: the MAC holds a reservation (a static DHCPLease), so the
 	// change is the operator's object's, not a dynamic lease to store.
 	Static bool
+	// Until is the end of the probation a Declined change put the
+	// address on (zero: none; a MAC's second DECLINE within its
+	// probation quarantines nothing more).
+	Until time.Time
 	// Seq numbers the ACKs' changes (Bound, Renewed) in the order the
 	// server made them; Server.Persisted takes them back once durable.
 	Seq uint64

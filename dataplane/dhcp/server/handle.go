@@ -324,17 +324,19 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 	// Quarantine first so drop keeps the bit set; one address per MAC and
 	// probation: a second DECLINE only ends the lease.
 	rep := Reply{}
+	var until time.Time
 	if _, static := h.st.resByIP[ip]; !static {
-		if until, ok := h.st.declinedBy[string(l.MAC)]; ok && h.now.Before(until) {
+		if prev, ok := h.st.declinedBy[string(l.MAC)]; ok && h.now.Before(prev) {
 			rep.Ignored = IgnoreDeclineLimit
 		} else {
-			h.st.quar[ip] = h.now.Add(h.st.cfg.DeclineProbation)
-			h.st.declinedBy[string(l.MAC)] = h.st.quar[ip]
+			until = h.now.Add(h.st.cfg.DeclineProbation)
+			h.st.quar[ip] = until
+			h.st.declinedBy[string(l.MAC)] = until
 		}
 	}
 	h.st.drop(l)
 	h.st.forget(h.id) // do not hand the declined address back
-	return rep, h.change(LeaseChange{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC)})
+	return rep, h.change(LeaseChange{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC), Until: until})
 }
 
 func (h *handler) release() (Reply, []LeaseChange) {

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"net/netip"
+	"time"
+
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/leasedb"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
+)
+
+// A reservation's binding (its client ACKed, until when) is not stored:
+// the DHCPLease object is the operator's. A DECLINE's probation
+// (spec.dhcp.declineProbation, a day by default) is the server's: the
+// declined lease is deleted from the store. Both live in the lease
+// database, which outlives the segment's tables: a restart, or a segment
+// deleted and applied again, gets them back here (Kea keeps a declined
+// lease in its lease file for the same reason).
+
+// reservationBindings returns the bindings the lease database holds for
+// a starting segment's reservations (static: MAC to address) and pins
+// them again (their pins went with the segment, if it was deleted). A
+// binding of a reservation that changed or went is not given back; one
+// that expired only while the interlock holds it (held: by MAC). A MAC's
+// dynamic binding counts when a reservation of that address superseded
+// it (the server made it the reservation's; the database kept it as it
+// was ACKed).
+func (m *Manager) reservationBindings(cfg server.Segment, static []server.Reservation, held map[string]bool) []server.Lease {
+	res := make(map[string]netip.Addr, len(static))
+	for _, r := range static {
+		res[r.MAC.String()] = r.IP
+	}
+	now := m.now()
+	var out []server.Lease
+	var binds []leasemap.Binding
+	for _, c := range m.ledger.db.Bindings(cfg.ID) {
+		mac := c.MAC.String()
+		if res[mac] != c.IP || (!now.Before(c.Expires) && !held[mac]) {
+			continue
+		}
+		out = append(out, server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires})
+		pin := c.Expires
+		if held[mac] {
+			pin = pin.Add(pivirtv1.HeldPinLifetime) // as compile pins it
+		}
+		binds = append(binds, leasemap.Binding{Segment: cfg.ID, MAC: [6]byte(c.MAC), IP: c.IP, Expires: pin, LeaseTime: cfg.LeaseTime})
+	}
+	if len(binds) > 0 {
+		// The guard's sync keeps them over the reservations' unbound
+		// entries (LeaseEqual).
+		if err := m.ledger.bind(binds); err != nil {
+			m.Log.Warn("pinning the bindings of reservations again", "segment", cfg.Name, "err", err)
+		}
+	}
+	return out
+}
+
+// restoreDeclined gives a starting segment the probations the lease
+// database holds (the server skips ended ones and addresses now bound).
+func (lg *ledger) restoreDeclined(now time.Time, id uint32) error {
+	q := lg.db.Probations(id)
+	if len(q) == 0 {
+		return nil
+	}
+	return lg.srv.LoadQuarantine(now, id, q)
+}
+
+// staticBound is the change that gives the database a reservation's
+// binding (the migration's).
+func staticBound(seg uint32, l server.Lease, at time.Time) leasedb.Change {
+	return leasedb.Change{Kind: leasedb.Bound, Segment: seg, IP: l.IP, MAC: l.MAC, Expires: l.Expires, At: at, Static: true}
+}
