@@ -86,9 +86,14 @@ start_server() { # NAME
 		;;
 	dnsmasq) ip netns exec "$NS_SRV" taskset -c "$SRV_CPU" "${dnsmasq[@]}" >"$d/stdout" 2>&1 & ;;
 	dnsmasq-ro) ip netns exec "$NS_SRV" taskset -c "$SRV_CPU" "${dnsmasq[@]}" --no-ping --leasefile-ro >"$d/stdout" 2>&1 & ;;
-	pivirtd)
+	pivirtd | pivirtd-w | pivirtd-base | pivirtd-base-w)
+		# -w: every ACK written (--dhcp-lease-reuse 0); -base: the build in
+		# PIVIRT_BIN_BASE (a change measured against what it changes).
+		local bin=$PIVIRT_BIN extra=
+		case $1 in pivirtd-base*) bin=${PIVIRT_BIN_BASE:?PIVIRT_BIN_BASE names the base build}; esac
+		case $1 in *-w) extra="--dhcp-lease-reuse 0" ;; esac
 		env DHCP_IFACE=br0 DHCP_SERVER_IP=$SRV_IP DHCP_PREFIX=$PFX DHCP_NETMASK=$MASK DHCP_ROUTER=$SRV_IP \
-			DHCP_POOL_START=$POOL_START DHCP_POOL_END=$POOL_END DHCP_WORKDIR="$d" PIVIRT_BIN="$PIVIRT_BIN" \
+			DHCP_POOL_START=$POOL_START DHCP_POOL_END=$POOL_END DHCP_WORKDIR="$d" PIVIRT_BIN="$bin" PIVIRT_EXTRA_FLAGS="$extra" \
 			ip netns exec "$NS_SRV" taskset -c "$SRV_CPU" "$DHCP_BENCH/dhcp-pivirtd.sh" >"$d/stdout" 2>&1 &
 		;;
 	pivirtd-etcd)

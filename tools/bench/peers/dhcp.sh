@@ -22,7 +22,9 @@
 # costs ~10 % of a core per 1,000 DORA/s and can be the limit itself.
 #
 # Env (defaults): SERVERS="kea-mem dnsmasq-ro pivirtd" (also kea-persist,
-#   dnsmasq, pivirtd-etcd) ROUNDS=3 PERIOD=10 SEARCH_PERIOD=3 CLIENTS=800
+#   dnsmasq, pivirtd-etcd; pivirtd-w writes every ACK, and pivirtd-base,
+#   pivirtd-base-w run the build in PIVIRT_BIN_BASE: before and after)
+#   ROUNDS=3 PERIOD=10 SEARCH_PERIOD=3 CLIENTS=800
 #   LADDER="1000 2000 4000 6000 8000 10000 12000 16000 20000 24000 32000"
 #   BISECT=3 STEP=250 DROP_MAX=1 FIXED_RATE=200 WARMUP_RATE=500 WARMUP_S=6
 #   SRV_CPU=0 CLI_CPU=1 PIVIRT_BIN=<repo>/bin OUT=/tmp/pvb-dhcp.<time>
