@@ -403,12 +403,7 @@ func (x *Index) compileLease(o *pivirtv1.Object) *leaseOut {
 			l.seg = seg
 			return fail(pivirtv1.PhasePending, "dynamic lease without expiresAt")
 		}
-		expires = *spec.ExpiresAt
-		if held {
-			// The interlock holds it: the pin must not lapse (as
-			// control/dhcpd binds it).
-			expires = expires.Add(pivirtv1.HeldPinLifetime)
-		}
+		expires = pivirtv1.PinExpiry(*spec.ExpiresAt, held)
 	default:
 		return fail(pivirtv1.PhaseFailed, "spec.type: unknown %q", spec.Type)
 	}

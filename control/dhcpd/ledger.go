@@ -214,10 +214,7 @@ type segInfo struct {
 
 // pinExpiry is when the guard's pin of l should lapse.
 func pinExpiry(segs map[uint32]segInfo, seg uint32, l server.Lease) time.Time {
-	if s, ok := segs[seg]; ok && s.held[l.MAC.String()] {
-		return l.Expires.Add(pivirtv1.HeldPinLifetime) // as compile pins it
-	}
-	return l.Expires
+	return pivirtv1.PinExpiry(l.Expires, segs[seg].held[l.MAC.String()])
 }
 
 func (lg *ledger) pinExpiry(seg uint32, l server.Lease) time.Time {

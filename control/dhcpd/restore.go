@@ -42,11 +42,8 @@ func (m *Manager) reservationBindings(cfg server.Segment, static []server.Reserv
 			continue
 		}
 		out = append(out, server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires})
-		pin := c.Expires
-		if held[mac] {
-			pin = pin.Add(pivirtv1.HeldPinLifetime) // as compile pins it
-		}
-		binds = append(binds, leasemap.Binding{Segment: cfg.ID, MAC: [6]byte(c.MAC), IP: c.IP, Expires: pin, LeaseTime: cfg.LeaseTime})
+		binds = append(binds, leasemap.Binding{Segment: cfg.ID, MAC: [6]byte(c.MAC), IP: c.IP,
+			Expires: pivirtv1.PinExpiry(c.Expires, held[mac]), LeaseTime: cfg.LeaseTime})
 	}
 	if len(binds) > 0 {
 		// The guard's sync keeps them over the reservations' unbound

@@ -20,6 +20,16 @@ func IsProvisioning(o *Object) bool {
 // lock is on; once it is off, the lease's own expiry applies again.
 const HeldPinLifetime = 10 * 365 * 24 * time.Hour
 
+// PinExpiry is when the guard's pin of a lease that expires at expires
+// lapses: then, or HeldPinLifetime later while the interlock holds it.
+// The one rule for every writer of the pin (compile, the DHCP ledger).
+func PinExpiry(expires time.Time, held bool) time.Time {
+	if held {
+		return expires.Add(HeldPinLifetime)
+	}
+	return expires
+}
+
 // Owners finds the object an ownerReference names (nil: none known).
 type Owners func(OwnerReference) *Object
 
