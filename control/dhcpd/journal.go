@@ -98,7 +98,7 @@ func toRecords(cs []leasedb.Change) []record {
 	out := make([]record, len(cs))
 	for i, c := range cs {
 		out[i] = record{Network: c.Network, seq: c.Seq, Change: server.LeaseChange{
-			Kind: server.ChangeKind(c.Kind), Segment: c.Segment, At: c.At, Static: c.Static, Until: c.Until,
+			Kind: c.Kind, Segment: c.Segment, At: c.At, Static: c.Static, Until: c.Until,
 			Lease: server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}}}
 	}
 	return out
@@ -106,7 +106,7 @@ func toRecords(cs []leasedb.Change) []record {
 
 // dbChange is a server change as the database keeps it.
 func dbChange(ch server.LeaseChange, network string) leasedb.Change {
-	return leasedb.Change{Kind: leasedb.Kind(ch.Kind), Segment: ch.Segment, Network: network,
+	return leasedb.Change{Kind: ch.Kind, Segment: ch.Segment, Network: network,
 		IP: ch.Lease.IP, MAC: ch.Lease.MAC, ClientID: ch.Lease.ClientID, Hostname: ch.Lease.Hostname,
 		Expires: ch.Lease.Expires, At: ch.At, Static: ch.Static, Until: ch.Until}
 }

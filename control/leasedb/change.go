@@ -6,40 +6,25 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
-// Kind says what happened to a binding. The values are those of the
-// DHCP server's change kinds, which the journal of releases before
-// leasedb wrote as they are.
-type Kind uint8
+// Kind says what happened to a binding: the DHCP server's change kinds,
+// whose values the journal of releases before leasedb wrote as they are.
+type Kind = server.ChangeKind
 
 // Change kinds.
 const (
-	Bound    Kind = iota + 1 // newly acknowledged
-	Renewed                  // acknowledged again, expiry extended
-	Released                 // client sent RELEASE, or the operator deleted it
-	Expired                  // lease time ran out
-	Declined                 // client sent DECLINE; the address may be on probation (Until)
+	Bound    = server.Bound    // newly acknowledged
+	Renewed  = server.Renewed  // acknowledged again, expiry extended
+	Released = server.Released // client sent RELEASE, or the operator deleted it
+	Expired  = server.Expired  // lease time ran out
+	Declined = server.Declined // client sent DECLINE; the address may be on probation (Until)
 )
 
-func (k Kind) String() string {
-	switch k {
-	case Bound:
-		return "bound"
-	case Renewed:
-		return "renewed"
-	case Released:
-		return "released"
-	case Expired:
-		return "expired"
-	case Declined:
-		return "declined"
-	}
-	return "unknown"
-}
-
-// Ends reports whether the change ends the binding.
-func (k Kind) Ends() bool { return k != Bound && k != Renewed }
+// ends reports whether a change of kind k ends its binding.
+func ends(k Kind) bool { return !k.Durable() }
 
 // Change is one change of one binding (segment and MAC): its state after
 // the change, or the last one when it ends it.

@@ -116,7 +116,7 @@ func (db *DB) Skipped() []error { return db.skipped }
 // apply makes c the state of its binding; db.mu held (or Open).
 func (db *DB) apply(c Change) {
 	k := keyOf(c)
-	if !c.Kind.Ends() {
+	if !ends(c.Kind) {
 		db.bindings[k] = c
 		delete(db.probation, probation{c.Segment, c.IP}) // bound: its probation is over
 		return

@@ -82,7 +82,7 @@ type model struct {
 
 func (m *model) apply(c Change) {
 	k := keyOf(c)
-	if !c.Kind.Ends() {
+	if !ends(c.Kind) {
 		m.bindings[k] = c
 		delete(m.probation, probation{c.Segment, c.IP})
 	} else {
