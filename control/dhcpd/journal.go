@@ -133,8 +133,10 @@ func (lg *ledger) pending(seg uint32) (bound []server.Lease, ended map[string]bo
 }
 
 // journalChanges commits changes to the lease database and has the
-// writer store the dynamic ones. It returns when they are durable.
-func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]segInfo) error {
+// writer store the dynamic ones; deletedAt > 0: they are the operator's
+// deletions at that store revision, not stored (persistDeletion). It
+// returns when they are durable.
+func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]segInfo, deletedAt int64) error {
 	if lg.db == nil {
 		return errors.New("lease database not open (Recover was not called)")
 	}
@@ -144,7 +146,9 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 		if !ok {
 			continue // a segment being stopped: its tables go with it
 		}
-		cs = append(cs, dbChange(ch, seg.bridge))
+		c := dbChange(ch, seg.bridge)
+		c.FromStore = deletedAt > 0
+		cs = append(cs, c)
 	}
 	if len(cs) == 0 {
 		return nil
@@ -156,6 +160,10 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	done, err := lg.db.Commit(cs)
 	if err != nil {
 		return err
+	}
+	if deletedAt > 0 {
+		lg.noteDeleted(toRecords(done), deletedAt)
+		return nil
 	}
 	recs := toRecords(slices.DeleteFunc(done, func(c leasedb.Change) bool { return c.Static }))
 	if len(recs) == 0 {
@@ -172,6 +180,22 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	default:
 	}
 	return nil
+}
+
+// noteDeleted records the operator's deletions of recs' leases at
+// revision rev: the store no longer holds them (a snapshot older than rev
+// that still does must not say otherwise), nothing of them is pending, and
+// the guard's overlay keeps them unpinned until a snapshot at rev.
+func (lg *ledger) noteDeleted(recs []record, rev int64) {
+	lg.pmu.Lock()
+	defer lg.pmu.Unlock()
+	for _, r := range recs {
+		name, mac := LeaseName(r.Change.Lease.MAC), r.Change.Lease.MAC.String()
+		delete(lg.stored, mac)
+		lg.unstored[mac] = max(lg.unstored[mac], rev)
+		delete(lg.pendingSeq, name)
+		lg.recent[name] = recentChange{ch: r.Change, seq: r.seq, rev: rev}
+	}
 }
 
 // maxWriteBackoff bounds the writer's wait between failed stores: a
@@ -296,16 +320,25 @@ func (lg *ledger) compact() {
 func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	var refused []refusal
 	var superseded []record
+	withdrawn := map[uint64]bool{}
 	latest := latestPerLease(recs)
 	// Privileged: the daemon's own objects carry its pivirt.hu/node label.
 	rev, err := lg.Index.Update(ctx, lg.Store, admission.Options{Now: lg.now(), Privileged: true, Origin: OriginServer}, func(b *admission.Batch) error {
 		refused, superseded = refused[:0], superseded[:0]
+		clear(withdrawn)
 		for i, r := range latest {
 			if i%storeYield == storeYield-1 {
 				// A batch is a CPU burst on the responders' core: let
 				// them run between its records (Go schedules goroutines
 				// without priorities).
 				runtime.Gosched()
+			}
+			if lg.withdrawn(r.seq) {
+				// The operator deleted the lease meanwhile: checked
+				// inside the transaction, so a deletion committed
+				// before it wins.
+				withdrawn[r.seq] = true
+				continue
 			}
 			err := storeRecord(b, r, lg.Node, lg.Index.Shared)
 			if err == nil {
@@ -325,6 +358,7 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	if err != nil {
 		return fmt.Errorf("storing %d lease changes: %w", len(recs), err)
 	}
+	recs = slices.DeleteFunc(slices.Clone(recs), func(r record) bool { return withdrawn[r.seq] || lg.withdrawn(r.seq) })
 	lg.pmu.Lock()
 	lg.noteStored(recs, rev)
 	for _, r := range recs {
@@ -353,6 +387,12 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 			"change", r.Change.Kind.String(), "at", r.Change.At)
 	}
 	return nil
+}
+
+// withdrawn reports whether the operator's deletion took back the
+// pending change seq (leasedb.DB.Withdrawn).
+func (lg *ledger) withdrawn(seq uint64) bool {
+	return lg.db != nil && seq != 0 && lg.db.Withdrawn(seq)
 }
 
 // AnnotationAckedAt is when the node in a server-made lease's

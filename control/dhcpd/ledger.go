@@ -51,8 +51,8 @@ type ledger struct {
 	// registered yet is in no snapshot and not here either.
 	stored map[string]int64
 	// unstored is, by MAC, the revision at which the writer stored the
-	// end of its lease: an older snapshot that still has it must not
-	// mark it stored again.
+	// end of its lease, or the operator's deletion of it committed: an
+	// older snapshot that still has it must not mark it stored again.
 	unstored map[string]int64
 	// pendingSeq is the journal sequence number of each lease's newest
 	// change not yet stored: no snapshot has such a lease yet either.
@@ -85,10 +85,25 @@ func (lg *ledger) now() time.Time {
 // fdatasync), then programs pv_leases; the responder sends the group's
 // ACKs only after this returns. The DHCPLease objects follow shortly.
 func (lg *ledger) Persist(_ context.Context, changes []server.LeaseChange) error {
+	return lg.persist(changes, 0)
+}
+
+// persistDeletion persists the releases of leases the operator deleted,
+// their objects gone from the store at revision deletedAt: journaled and
+// unpinned as any release, but not written back to the store, and the
+// leases' changes still waiting for it are withdrawn (they would write
+// the object back, or over one the operator applied since).
+func (lg *ledger) persistDeletion(changes []server.LeaseChange, deletedAt int64) error {
+	return lg.persist(changes, deletedAt)
+}
+
+// persist journals and pins changes; deletedAt > 0: they are the
+// operator's deletions at that revision (persistDeletion).
+func (lg *ledger) persist(changes []server.LeaseChange, deletedAt int64) error {
 	lg.pinMu.Lock()
 	defer lg.pinMu.Unlock()
 	segs := lg.segmentsByID()
-	if err := lg.journalChanges(changes, segs); err != nil {
+	if err := lg.journalChanges(changes, segs, deletedAt); err != nil {
 		return fmt.Errorf("journaling %d lease changes: %w", len(changes), err)
 	}
 	// Bindings go in batches; a release first writes the bindings before
@@ -154,18 +169,6 @@ func (lg *ledger) forgetStored(mac string, rev int64) {
 	if from, ok := lg.stored[mac]; ok && from <= rev {
 		delete(lg.stored, mac)
 	}
-}
-
-// unpinDeleted drops the pin of a lease the operator deleted, and what
-// the ledger knew of it.
-func (lg *ledger) unpinDeleted(segID uint32, mac net.HardwareAddr) error {
-	lg.pinMu.Lock()
-	err := lg.Leases.Release(segID, [6]byte(mac))
-	lg.pinMu.Unlock()
-	lg.pmu.Lock()
-	delete(lg.stored, mac.String())
-	lg.pmu.Unlock()
-	return err
 }
 
 // noteSnapshot records that the store held these dynamic leases at rev,

@@ -455,8 +455,8 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 		if err != nil {
 			continue
 		}
-		if err := m.ledger.unpinDeleted(segID, ch.Lease.MAC); err != nil {
-			m.Log.Warn("releasing lease in pv_leases", "mac", mac, "err", err)
+		if err := m.ledger.persistDeletion([]server.LeaseChange{ch}, rev); err != nil {
+			m.Log.Warn("persisting the release of a deleted lease", "mac", mac, "err", err)
 		}
 		m.Log.Info("lease released by deletion", "ip", l.IP, "mac", mac)
 	}
@@ -628,7 +628,7 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 		}
 		if l.Type == pivirtv1.LeaseDynamic {
 			if w.Deleted && w.Origin != OriginServer && !reserving[mac.String()] {
-				m.releaseDeletedLease(w.Object.Metadata.Name, l.Network, mac, ip, segs)
+				m.releaseDeletedLease(w.Object.Metadata.Name, l.Network, mac, ip, w.Revision, segs)
 			}
 			continue
 		}
@@ -693,7 +693,7 @@ func (m *Manager) unreserve(name, network string, mac net.HardwareAddr, rev int6
 // binding of mac to ip that the operator deleted, and persists the
 // release (journal and pv_leases). A binding that is no longer that one
 // (the address passed to another client) is left alone.
-func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr, ip netip.Addr, segs map[uint32]segInfo) {
+func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr, ip netip.Addr, rev int64, segs map[uint32]segInfo) {
 	for id, si := range segs {
 		if !si.seg.Names(network) {
 			continue
@@ -702,7 +702,7 @@ func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr
 		if err != nil {
 			continue
 		}
-		if err := m.ledger.Persist(context.Background(), []server.LeaseChange{ch}); err != nil {
+		if err := m.ledger.persistDeletion([]server.LeaseChange{ch}, rev); err != nil {
 			// Released in the server: its client is NAKed at its next
 			// renewal; the pin and the record follow at the next change.
 			m.Log.Warn("persisting the release of a deleted lease", "lease", name, "err", err)

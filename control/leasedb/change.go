@@ -41,6 +41,11 @@ type Change struct {
 	// Static: the binding is a reservation's (the operator's DHCPLease
 	// object), kept here but never exported to the store.
 	Static bool
+	// FromStore: the change comes from the store (the operator deleted
+	// the lease's object), so it is kept but never exported, and it
+	// withdraws the lease's earlier changes still pending (they would
+	// write the object back, or over one the operator applied since).
+	FromStore bool
 	// Until is the end of the probation a Declined change put IP on (zero:
 	// none, e.g. a second DECLINE of one MAC within its probation).
 	Until time.Time
@@ -51,7 +56,7 @@ type Change struct {
 
 // exported reports whether the change is one the store mirrors: a
 // dynamic lease's.
-func (c Change) exported() bool { return !c.Static }
+func (c Change) exported() bool { return !c.Static && !c.FromStore }
 
 // key names a binding.
 type key struct {

@@ -3,6 +3,7 @@
 package leasedb
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"maps"
@@ -40,8 +41,12 @@ type DB struct {
 	probation map[probation]time.Time
 	pending   []Change // dynamic changes after exported, in order
 	sinceSnap int      // journal records the last snapshot does not cover
-	skipped   []error  // unreadable journal records Open skipped
-	legacy    bool     // Open found no snapshot and no record of this release
+	// withdrawn are the pending changes a FromStore change took back,
+	// until the export mark passes them: a writer that read them as
+	// pending must not store them (Withdrawn).
+	withdrawn map[uint64]bool
+	skipped   []error // unreadable journal records Open skipped
+	legacy    bool    // Open found no snapshot and no record of this release
 }
 
 // Open opens (creating) the database in dir: the snapshot, then the
@@ -54,7 +59,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	if opts.CompactAfter <= 0 {
 		opts.CompactAfter = 10_000
 	}
-	db := &DB{dir: dir, opts: opts, bindings: map[key]Change{}, probation: map[probation]time.Time{}}
+	db := &DB{dir: dir, opts: opts, bindings: map[key]Change{}, probation: map[probation]time.Time{}, withdrawn: map[uint64]bool{}}
 	snap, hasSnap, err := readSnapshot(dir)
 	if err != nil {
 		return nil, err
@@ -91,6 +96,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		}
 	}
 	db.pending = slices.DeleteFunc(db.pending, func(c Change) bool { return c.Seq <= db.exported })
+	maps.DeleteFunc(db.withdrawn, func(s uint64, _ bool) bool { return s <= db.exported })
 	db.sinceSnap = len(recs)
 	db.legacy = !hasSnap && !current
 	return db, nil
@@ -116,6 +122,15 @@ func (db *DB) Skipped() []error { return db.skipped }
 // apply makes c the state of its binding; db.mu held (or Open).
 func (db *DB) apply(c Change) {
 	k := keyOf(c)
+	if c.FromStore {
+		db.pending = slices.DeleteFunc(db.pending, func(p Change) bool {
+			if bytes.Equal(p.MAC, c.MAC) {
+				db.withdrawn[p.Seq] = true
+				return true
+			}
+			return false
+		})
+	}
 	if !ends(c.Kind) {
 		db.bindings[k] = c
 		delete(db.probation, probation{c.Segment, c.IP}) // bound: its probation is over
@@ -195,7 +210,17 @@ func (db *DB) MarkExported(seq uint64) error {
 		n++
 	}
 	db.pending = slices.Delete(db.pending, 0, n)
+	maps.DeleteFunc(db.withdrawn, func(s uint64, _ bool) bool { return s <= seq })
 	return nil
+}
+
+// Withdrawn reports whether a FromStore change took back the pending
+// change seq (a writer checks it inside the transaction that would store
+// it, so a deletion committed first wins).
+func (db *DB) Withdrawn(seq uint64) bool {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.withdrawn[seq]
 }
 
 // Bindings returns a segment's bindings (dynamic and static), by address.

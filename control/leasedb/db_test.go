@@ -78,10 +78,20 @@ type model struct {
 	probation map[probation]time.Time
 	pending   []Change
 	exported  uint64
+	withdrawn []uint64 // since the last crash
 }
 
 func (m *model) apply(c Change) {
 	k := keyOf(c)
+	if c.FromStore {
+		m.pending = slices.DeleteFunc(m.pending, func(p Change) bool {
+			if p.MAC.String() == c.MAC.String() {
+				m.withdrawn = append(m.withdrawn, p.Seq)
+				return true
+			}
+			return false
+		})
+	}
 	if !ends(c.Kind) {
 		m.bindings[k] = c
 		delete(m.probation, probation{c.Segment, c.IP})
@@ -91,7 +101,7 @@ func (m *model) apply(c Change) {
 			m.probation[probation{c.Segment, c.IP}] = c.Until
 		}
 	}
-	if !c.Static {
+	if !c.Static && !c.FromStore {
 		m.pending = append(m.pending, c)
 	}
 }
@@ -127,6 +137,11 @@ func (m *model) check(t *testing.T, db *DB, step int) {
 	}
 	if g, w := pend(db.Pending()), pend(m.pending); !slices.Equal(g, w) {
 		t.Fatalf("step %d: pending\n got %q\nwant %q", step, g, w)
+	}
+	for _, seq := range m.withdrawn {
+		if seq > m.exported && !db.Withdrawn(seq) {
+			t.Fatalf("step %d: change %d withdrawn by a deletion, not said so", step, seq)
+		}
 	}
 }
 
@@ -171,6 +186,7 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 				if c.Kind == Declined && rng.IntN(2) == 0 {
 					c.Until = now.Add(time.Duration(rng.IntN(30)) * time.Second)
 				}
+				c.FromStore = c.Kind == Released && !c.Static && rng.IntN(3) == 0 // the operator deleted it
 				cs = append(cs, c)
 			}
 			got, err := db.Commit(cs)
@@ -214,6 +230,7 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 				db.Close()
 				restoreJournal(t, dir, before)
 				db = mustOpen(t, dir, opts)
+				m.withdrawn = nil // a new process: no writer read them
 				crashes++
 			}
 		default: // kill -9, sometimes in the middle of a write
@@ -222,6 +239,7 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 				tearLastSegment(t, dir, rng)
 			}
 			db = mustOpen(t, dir, opts)
+			m.withdrawn = nil
 			crashes++
 			// Probations ended before the last snapshot are not replayed:
 			// they may or may not be there (the server skips ended ones).
@@ -246,6 +264,7 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 	}
 	db.Close()
 	db = mustOpen(t, dir, opts)
+	m.withdrawn = nil
 	m.check(t, db, steps)
 }
 

@@ -23,7 +23,10 @@ const (
 	kindMark = 0x80
 )
 
-const flagStatic = 1
+const (
+	flagStatic    = 1
+	flagFromStore = 2
+)
 
 // appendChange encodes c compactly (a JSON encoding was a tenth of the
 // CPU of an ACK): version, kind, flags, segment, IPv4 address, MAC,
@@ -39,6 +42,9 @@ func appendChange(b []byte, c Change) ([]byte, error) {
 	var flags byte
 	if c.Static {
 		flags |= flagStatic
+	}
+	if c.FromStore {
+		flags |= flagFromStore
 	}
 	b = append(b, version, byte(c.Kind), flags)
 	b = binary.LittleEndian.AppendUint32(b, c.Segment)
@@ -99,7 +105,7 @@ func parseChange(b []byte) (entry, error) {
 		return entry{}, fmt.Errorf("change record of %d bytes: shorter than %d", len(b), fixed)
 	}
 	var c Change
-	c.Kind, c.Static = Kind(b[1]), b[2]&flagStatic != 0
+	c.Kind, c.Static, c.FromStore = Kind(b[1]), b[2]&flagStatic != 0, b[2]&flagFromStore != 0
 	c.Segment = binary.LittleEndian.Uint32(b[3:])
 	c.IP = netip.AddrFrom4([4]byte(b[7:11]))
 	c.MAC = net.HardwareAddr(append([]byte(nil), b[11:17]...))

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"testing"
+	"time"
+
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+)
+
+// TestDeleteThenApplyAgainKeepsTheOperatorsObject: the operator deletes a
+// lease the server made and applies one of the same name at once (delete
+// and create, to change it), while a renewal of the old lease is still
+// waiting for the store. The deletion releases the binding (an intent the
+// database keeps) but is not written back to the store, and the renewal
+// it ended is not either: the operator's new object stays as applied.
+func TestDeleteThenApplyAgainKeepsTheOperatorsObject(t *testing.T) {
+	ctx := context.Background()
+	f := newSegmentFixture(t)
+	if err := f.m.ledger.recoverDB(); err != nil { // the writer is run by hand below
+		t.Fatal(err)
+	}
+	defer f.m.ledger.db.Close()
+	const mac, name = "52:54:00:00:00:d1", "lease-52-54-00-00-00-d1"
+	hw, _ := net.ParseMAC(mac)
+	exp := time.Now().Add(time.Hour)
+	bound := change(server.Bound, mac, "192.168.100.120", exp)
+	bound.Segment = f.cfg.ID
+	if err := f.m.srv.LoadLeases(time.Now(), f.cfg.ID, []server.Lease{bound.Lease}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.ledger.Persist(ctx, []server.LeaseChange{bound}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.ledger.writeQueued(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if storedLease(t, f.st, name) == nil {
+		t.Fatal("the server's lease was not stored")
+	}
+	renewed := bound
+	renewed.Kind, renewed.Lease.Expires = server.Renewed, exp.Add(time.Hour)
+	if err := f.m.ledger.Persist(ctx, []server.LeaseChange{renewed}); err != nil { // not stored yet
+		t.Fatal(err)
+	}
+
+	f.ix.BeforeCommit = f.m.BeforeCommit
+	if _, err := f.ix.Update(ctx, f.st, admission.Options{}, func(b *admission.Batch) error {
+		_, err := b.Delete(pivirtv1.KindDHCPLease, name, "")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.m.srv.Leases(f.cfg.ID); len(got) != 0 {
+		t.Fatalf("the deleted lease is still bound in the server: %v", got)
+	}
+	f.apply(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+name+`},
+		spec: {network: br-vm, macAddress: "`+mac+`", ipAddress: 192.168.100.130, type: dynamic, expiresAt: "`+exp.UTC().Format(time.RFC3339)+`"}}`)
+	if err := f.m.ledger.writeQueued(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := storedLease(t, f.st, name)
+	if o == nil {
+		t.Fatal("the operator's object was deleted by the writer")
+	}
+	var spec pivirtv1.DHCPLeaseSpec
+	if err := json.Unmarshal(o.Spec, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if spec.IPAddress != "192.168.100.130" {
+		t.Errorf("%s holds %s after the writer ran, want the operator's 192.168.100.130", name, spec.IPAddress)
+	}
+	for _, c := range f.m.ledger.db.Bindings(f.cfg.ID) {
+		if c.MAC.String() == hw.String() {
+			t.Errorf("the database still binds the deleted lease: %v", c)
+		}
+	}
+}
