@@ -48,7 +48,8 @@ func Simulate(mapDir string, scope uint32, mac net.HardwareAddr, frame []byte, i
 		return SimResult{}, err
 	}
 	// Room for every live entry, whatever the pinned maps' sizes.
-	for name, m := range map[string]*ebpf.Map{MapDNAT: live.DNAT, MapSNAT: live.SNAT, MapMasqNets: live.MasqNets, MapMasqCT: live.MasqCT} {
+	for name, m := range map[string]*ebpf.Map{MapDNAT: live.DNAT, MapSNAT: live.SNAT, MapMasqNets: live.MasqNets, MapMasqCT: live.MasqCT,
+		MapHairpin: live.HairpinCT} {
 		spec.Maps[name].MaxEntries = m.MaxEntries()
 	}
 	o, err := LoadSpec(spec, scope, mac, "", WithoutRedirect())
@@ -64,6 +65,7 @@ func Simulate(mapDir string, scope uint32, mac net.HardwareAddr, frame []byte, i
 		{live.SNAT, o.SNAT, new(Key), new(Val)},
 		{live.MasqNets, o.MasqNets, new(MasqNetKey), new(MasqNet)},
 		{live.MasqCT, o.MasqCT, new(MasqKey), new(MasqVal)},
+		{live.HairpinCT, o.HairpinCT, new(HairpinKey), new(HairpinVal)},
 	}
 	for _, c := range copies {
 		it := c.from.Iterate()
