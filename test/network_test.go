@@ -26,6 +26,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -418,6 +419,110 @@ spec:
 			defer o.Close()
 			nets, err := o.MasqNetEntries()
 			return err == nil && len(nets) == 0
+		})
+	})
+}
+
+// Hairpin (TestPrivilegedNetworkNATHairpin):
+//
+//	inet ns: eth0 203.0.113.1/24
+//	host ns: uplink3 203.0.113.2/24
+//	  Network hp (nat, cidr 10.93.0.0/24) → pvbr-hp holds 10.93.0.1/24,
+//	  the hairpin program at its tcx ingress
+//	  NetworkSegment hp-seg on it; guests g1 and g2 (dhclient)
+//	  ExternalIP hp-web: 203.0.113.2 tcp and udp 8080 -> g2:7001
+//
+// g1 connects to 203.0.113.2:8080: DNAT to g2, SNAT to 10.93.0.1, the
+// reply translated back, as Linux's hairpin DNAT + MASQUERADE does.
+func TestPrivilegedNetworkNATHairpin(t *testing.T) {
+	testutil.RequireBPF(t)
+	testutil.RequireTool(t, "dhclient")
+	host, inet := testutil.NewNetNS(t), testutil.NewNetNS(t)
+	linkNS(t, host, "uplink3", inet, "eth0")
+	ipConfig(t, host, "uplink3", "203.0.113.2/24", "203.0.113.1")
+	ipConfig(t, inet, "eth0", "203.0.113.1/24", "")
+	e := startNAT(t, host)
+	defer func() {
+		if t.Failed() {
+			t.Log(e.d.Log())
+		}
+	}()
+	e.apply(networkWithSegment("hp", "nat", "uplink3", "10.93.0"))
+	e.waitStatus("network", "hp", "Ready")
+	e.waitStatus("segment", "hp-seg", "Ready")
+
+	var guests [2]*guest.Guest
+	for i := range guests {
+		g := guest.Attach(t, host, "pvbr-hp", "", nil)
+		g.Dhclient(t)
+		g.Run(t, "ip", "route", "add", "default", "via", "10.93.0.1")
+		guests[i] = g
+	}
+	g1, g2 := guests[0], guests[1]
+	g2IP := g2.Addr(t)
+	serve(t, g2.NS, "0.0.0.0:7001")
+	e.apply(fmt.Sprintf(`apiVersion: pivirt.hu/v1
+kind: ExternalIP
+metadata: {name: hp-web}
+spec:
+  address: "203.0.113.2"
+  interface: uplink3
+  target: %q
+  mode: portForward
+  ports: [{protocol: tcp, port: 8080, targetPort: 7001}, {protocol: udp, port: 8080, targetPort: 7001}]`, g2IP))
+	e.waitStatus("externalip", "hp-web", "Ready")
+	scope := nat.ScopeInterface("uplink3")
+
+	t.Run("the forward works from outside", func(t *testing.T) {
+		mustSee(t, inet, "tcp4", "203.0.113.2:8080", "203.0.113.1")
+	})
+	t.Run("a guest reaches the forward of its own uplink's address", func(t *testing.T) {
+		waitFor(t, 10*time.Second, "the hairpin program on pvbr-hp", func() bool {
+			_, err := os.Stat(filepath.Join(nat.LinkDir(e.bpffs, "", "pvbr-hp"), nat.ProgHairpin))
+			return err == nil
+		})
+		for _, network := range []string{"tcp4", "udp4"} {
+			for range 3 { // a new flow each (a new source port), then the table
+				seen, from, err := exchange(t, g1.NS, network, "203.0.113.2:8080")
+				if err != nil {
+					t.Fatalf("%s from g1 to 203.0.113.2:8080: %v", network, err)
+				}
+				// g2 sees the gateway; g1 the answer from the address it dialed.
+				if seen.Addr().String() != "10.93.0.1" || from.String() != "203.0.113.2:8080" {
+					t.Errorf("%s: g2 saw the client as %s (want 10.93.0.1), g1 got the answer from %s", network, seen, from)
+				}
+			}
+		}
+	})
+	t.Run("the flows are in pv_nat_hairpin, like conntrack -L, and counted", func(t *testing.T) {
+		table := e.d.MustCtl("inspect", "map", nat.MapHairpin)
+		// g1 to the forward, then g2's reply to the gateway.
+		flow := fmt.Sprintf(`^(TCP|UDP) \d+ .*src=%s dst=203\.0\.113\.2 sport=\d+ dport=8080 src=%s dst=10\.93\.0\.1 sport=7001 dport=\d+$`,
+			regexp.QuoteMeta(g1.Addr(t).String()), regexp.QuoteMeta(g2IP.String()))
+		protos := map[string]int{}
+		for _, line := range strings.Split(table, "\n") {
+			if m := regexp.MustCompile(flow).FindStringSubmatch(line); m != nil {
+				protos[m[1]]++
+			}
+		}
+		if protos["TCP"] < 3 || protos["UDP"] < 3 {
+			t.Errorf("inspect map %s: %v flows as conntrack -L prints them, want 3 TCP and 3 UDP:\n%s", nat.MapHairpin, protos, table)
+		}
+		if n := e.reasons(scope)[nat.ReasonHairpinNew]; n < 6 {
+			t.Errorf("hairpin-new-flow = %d, want at least 6 (3 tcp, 3 udp)", n)
+		}
+		if n := e.reasons(scope)[nat.ReasonHairpinUnrouted]; n != 0 {
+			t.Errorf("hairpin-unrouted = %d, want 0", n)
+		}
+	})
+	t.Run("deleting the Network takes the hairpin program off", func(t *testing.T) {
+		e.delete("externalip", "hp-web")
+		e.delete("segment", "hp-seg")
+		waitFor(t, 10*time.Second, "the segment gone", func() bool { return e.d.Ctl("get", "segment", "hp-seg").Code != 0 })
+		e.delete("network", "hp")
+		waitFor(t, 10*time.Second, "the hairpin link unpinned", func() bool {
+			_, err := os.Stat(nat.LinkDir(e.bpffs, "", "pvbr-hp"))
+			return errors.Is(err, os.ErrNotExist)
 		})
 	})
 }
