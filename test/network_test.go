@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -430,10 +431,14 @@ spec:
 //	  Network hp (nat, cidr 10.93.0.0/24) → pvbr-hp holds 10.93.0.1/24,
 //	  the hairpin program at its tcx ingress
 //	  NetworkSegment hp-seg on it; guests g1 and g2 (dhclient)
+//	  NetworkSegment hp-other (no Network) → pvbr-hpo holds 10.94.0.1/24,
+//	  forwarding on; guest g3; the hairpin program there for replies
 //	  ExternalIP hp-web: 203.0.113.2 tcp and udp 8080 -> g2:7001
+//	  ExternalIP hp-other: 203.0.113.2 tcp and udp 8081 -> g3:7001
 //
 // g1 connects to 203.0.113.2:8080: DNAT to g2, SNAT to 10.93.0.1, the
-// reply translated back, as Linux's hairpin DNAT + MASQUERADE does.
+// reply translated back, as Linux's hairpin DNAT + MASQUERADE does; the
+// same to g3 on the other segment, and g2 to its own forward.
 func TestPrivilegedNetworkNATHairpin(t *testing.T) {
 	testutil.RequireBPF(t)
 	testutil.RequireTool(t, "dhclient")
@@ -447,31 +452,60 @@ func TestPrivilegedNetworkNATHairpin(t *testing.T) {
 			t.Log(e.d.Log())
 		}
 	}()
-	e.apply(networkWithSegment("hp", "nat", "uplink3", "10.93.0"))
+	e.apply(networkWithSegment("hp", "nat", "uplink3", "10.93.0") + `
+---
+apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: hp-other}
+spec:
+  networkRef: hp-other-net
+  bridge: pvbr-hpo
+  hostIP: 10.94.0.1/24
+  dhcp: {delegatedRangeStart: 10.94.0.100, delegatedRangeEnd: 10.94.0.199, defaultLeaseTime: 600}`)
 	e.waitStatus("network", "hp", "Ready")
 	e.waitStatus("segment", "hp-seg", "Ready")
+	e.waitStatus("segment", "hp-other", "Ready")
+	// A forward's target must be reachable through its bridge: the host
+	// forwards from it (as for any ExternalIP target's replies).
+	sh(t, host, "sysctl", "-qw", "net.ipv4.conf.pvbr-hpo.forwarding=1")
 
-	var guests [2]*guest.Guest
-	for i := range guests {
-		g := guest.Attach(t, host, "pvbr-hp", "", nil)
+	plug := func(bridge, gw string) *guest.Guest {
+		g := guest.Attach(t, host, bridge, "", nil)
 		g.Dhclient(t)
-		g.Run(t, "ip", "route", "add", "default", "via", "10.93.0.1")
-		guests[i] = g
+		g.Run(t, "ip", "route", "add", "default", "via", gw)
+		serve(t, g.NS, "0.0.0.0:7001")
+		return g
 	}
-	g1, g2 := guests[0], guests[1]
+	g1, g2, g3 := plug("pvbr-hp", "10.93.0.1"), plug("pvbr-hp", "10.93.0.1"), plug("pvbr-hpo", "10.94.0.1")
 	g2IP := g2.Addr(t)
-	serve(t, g2.NS, "0.0.0.0:7001")
-	e.apply(fmt.Sprintf(`apiVersion: pivirt.hu/v1
+	forward := func(name string, port int, target netip.Addr) {
+		e.apply(fmt.Sprintf(`apiVersion: pivirt.hu/v1
 kind: ExternalIP
-metadata: {name: hp-web}
+metadata: {name: %s}
 spec:
   address: "203.0.113.2"
   interface: uplink3
   target: %q
   mode: portForward
-  ports: [{protocol: tcp, port: 8080, targetPort: 7001}, {protocol: udp, port: 8080, targetPort: 7001}]`, g2IP))
-	e.waitStatus("externalip", "hp-web", "Ready")
+  ports: [{protocol: tcp, port: %[3]d, targetPort: 7001}, {protocol: udp, port: %[3]d, targetPort: 7001}]`, name, target, port))
+		e.waitStatus("externalip", name, "Ready")
+	}
+	forward("hp-web", 8080, g2IP)
+	forward("hp-other", 8081, g3.Addr(t))
 	scope := nat.ScopeInterface("uplink3")
+	// hairpinSeen exchanges from ns with 203.0.113.2:port and checks the
+	// target saw the gateway and ns the answer from the address it dialed.
+	hairpinSeen := func(t *testing.T, ns *testutil.NetNS, network string, port int) {
+		t.Helper()
+		addr := fmt.Sprintf("203.0.113.2:%d", port)
+		seen, from, err := exchange(t, ns, network, addr)
+		if err != nil {
+			t.Fatalf("%s from %s to %s: %v", network, ns.Name, addr, err)
+		}
+		if seen.Addr().String() != "10.93.0.1" || from.String() != addr {
+			t.Errorf("%s to %s: the target saw the client as %s (want 10.93.0.1), the answer came from %s", network, addr, seen, from)
+		}
+	}
 
 	t.Run("the forward works from outside", func(t *testing.T) {
 		mustSee(t, inet, "tcp4", "203.0.113.2:8080", "203.0.113.1")
@@ -483,14 +517,7 @@ spec:
 		})
 		for _, network := range []string{"tcp4", "udp4"} {
 			for range 3 { // a new flow each (a new source port), then the table
-				seen, from, err := exchange(t, g1.NS, network, "203.0.113.2:8080")
-				if err != nil {
-					t.Fatalf("%s from g1 to 203.0.113.2:8080: %v", network, err)
-				}
-				// g2 sees the gateway; g1 the answer from the address it dialed.
-				if seen.Addr().String() != "10.93.0.1" || from.String() != "203.0.113.2:8080" {
-					t.Errorf("%s: g2 saw the client as %s (want 10.93.0.1), g1 got the answer from %s", network, seen, from)
-				}
+				hairpinSeen(t, g1.NS, network, 8080)
 			}
 		}
 	})
@@ -515,14 +542,27 @@ spec:
 			t.Errorf("hairpin-unrouted = %d, want 0", n)
 		}
 	})
+	t.Run("a guest reaches its own forward", func(t *testing.T) {
+		hairpinSeen(t, g2.NS, "tcp4", 8080)
+		hairpinSeen(t, g2.NS, "udp4", 8080)
+	})
+	t.Run("a target on another segment answers through its bridge", func(t *testing.T) {
+		if _, err := os.Stat(filepath.Join(nat.LinkDir(e.bpffs, "", "pvbr-hpo"), nat.ProgHairpin)); err != nil {
+			t.Errorf("no hairpin program on the other segment's bridge: %v", err)
+		}
+		hairpinSeen(t, g1.NS, "tcp4", 8081)
+		hairpinSeen(t, g1.NS, "udp4", 8081)
+	})
 	t.Run("deleting the Network takes the hairpin program off", func(t *testing.T) {
+		e.delete("externalip", "hp-other")
 		e.delete("externalip", "hp-web")
 		e.delete("segment", "hp-seg")
 		waitFor(t, 10*time.Second, "the segment gone", func() bool { return e.d.Ctl("get", "segment", "hp-seg").Code != 0 })
 		e.delete("network", "hp")
-		waitFor(t, 10*time.Second, "the hairpin link unpinned", func() bool {
+		waitFor(t, 10*time.Second, "the hairpin links unpinned (no NAT Network left)", func() bool {
 			_, err := os.Stat(nat.LinkDir(e.bpffs, "", "pvbr-hp"))
-			return errors.Is(err, os.ErrNotExist)
+			_, err2 := os.Stat(nat.LinkDir(e.bpffs, "", "pvbr-hpo"))
+			return errors.Is(err, os.ErrNotExist) && errors.Is(err2, os.ErrNotExist)
 		})
 	})
 }

@@ -219,9 +219,9 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 	}
 	bridges := map[string]bool{}
-	for _, n := range nets {
-		bridges[n.bridge] = true
-		if err := c.attachHairpin(n); err != nil {
+	for _, h := range hairpinBridges(nets, in.segBridges) {
+		bridges[h.bridge] = true
+		if err := c.attachHairpin(h); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -279,12 +279,13 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 // inputs are the decoded objects Compile takes, and the ExternalIPs and
 // VPCRouters that failed to decode.
 type inputs struct {
-	eips      []ExternalIP
-	eipObj    map[string]*pivirtv1.Object
-	routers   []Router
-	routerObj map[string]*pivirtv1.Object
-	segments  []netip.Prefix // the segments' host subnets
-	bad       []badObject
+	eips       []ExternalIP
+	eipObj     map[string]*pivirtv1.Object
+	routers    []Router
+	routerObj  map[string]*pivirtv1.Object
+	segments   []netip.Prefix // the segments' host subnets
+	segBridges []string       // and their bridges
+	bad        []badObject
 }
 
 type badObject struct {
@@ -318,6 +319,7 @@ func decodeInputs(ext, rts, segs []*pivirtv1.Object, spec func(*pivirtv1.Object)
 		if s, err := spec(o); err == nil {
 			if seg, err := pivirtv1.NewSegment(o, s.(*pivirtv1.NetworkSegmentSpec)); err == nil {
 				in.segments = append(in.segments, seg.HostIP.Masked())
+				in.segBridges = append(in.segBridges, seg.Spec.Bridge)
 			}
 		}
 	}
@@ -450,35 +452,68 @@ func (c *Controller) attach(u Uplink) error {
 	return nil
 }
 
-// attachHairpin loads and attaches the hairpin program on a NAT
-// Network's bridge (its uplink's scope, its gateway) unless it already
-// runs there.
-func (c *Controller) attachHairpin(n natNetwork) error {
-	l, err := netlink.LinkByName(n.bridge)
-	if nf := (netlink.LinkNotFoundError{}); errors.As(err, &nf) {
-		// Not realized yet: the Network controller wakes this loop when
-		// it is.
+// hairpinBridge is a bridge the hairpin program runs on.
+type hairpinBridge struct {
+	owner   string // "network NAME" or "segment bridge", for messages
+	bridge  string
+	scope   uint32     // whose counters (and ExternalIPs, with a gateway)
+	gateway netip.Addr // where its flows come from; invalid: replies only
+}
+
+// hairpinBridges are where hairpin NAT runs: each NAT Network's bridge,
+// where its guests' flows to their uplink's forwards begin, and, while
+// this node has a NAT Network, every other segment's bridge, where a
+// forward's target there answers (replies only).
+func hairpinBridges(nets []natNetwork, segBridges []string) []hairpinBridge {
+	var out []hairpinBridge
+	seen := map[string]bool{}
+	for _, n := range nets {
+		if !seen[n.bridge] {
+			seen[n.bridge] = true
+			out = append(out, hairpinBridge{owner: "network " + n.name, bridge: n.bridge, scope: n.scope, gateway: n.gateway})
+		}
+	}
+	for _, br := range segBridges {
+		if len(nets) > 0 && !seen[br] {
+			seen[br] = true
+			out = append(out, hairpinBridge{owner: "segment bridge", bridge: br, scope: nat.ScopeInterface(br)})
+		}
+	}
+	return out
+}
+
+// attachHairpin loads and attaches the hairpin program on a bridge unless
+// it already runs there. A NAT Network's bridge not realized yet is not an
+// error (the Network controller wakes this loop when it is); a segment's
+// is retried.
+func (c *Controller) attachHairpin(h hairpinBridge) error {
+	l, err := netlink.LinkByName(h.bridge)
+	if nf := (netlink.LinkNotFoundError{}); errors.As(err, &nf) && h.gateway.IsValid() {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("network %s: finding bridge %s for hairpin NAT: %w", n.name, n.bridge, err)
+		return fmt.Errorf("%s: finding bridge %s for hairpin NAT: %w", h.owner, h.bridge, err)
 	}
-	dir := nat.LinkDir(c.bpffs, "", n.bridge)
+	dir := nat.LinkDir(c.bpffs, "", h.bridge)
 	// The gateway is in mac's place: a new one needs a new instance.
-	a := attachment{dir: dir, ifindex: l.Attrs().Index, mac: n.gateway.String()}
-	if c.hairpins[n.bridge] == a && pinnedProgs(dir, nat.ProgHairpin) {
+	a := attachment{dir: dir, ifindex: l.Attrs().Index, mac: fmt.Sprintf("%08x %s", h.scope, h.gateway)}
+	if c.hairpins[h.bridge] == a && pinnedProgs(dir, nat.ProgHairpin) {
 		return nil
 	}
-	objs, err := nat.Load(n.scope, l.Attrs().HardwareAddr, filepath.Join(c.bpffs, "maps"), nat.WithGateway(n.gateway))
+	var opts []nat.Option
+	if h.gateway.IsValid() {
+		opts = append(opts, nat.WithGateway(h.gateway))
+	}
+	objs, err := nat.Load(h.scope, l.Attrs().HardwareAddr, filepath.Join(c.bpffs, "maps"), opts...)
 	if err != nil {
-		return fmt.Errorf("network %s: %w", n.name, err)
+		return fmt.Errorf("%s: %w", h.owner, err)
 	}
 	defer objs.Close()
 	if err := nat.AttachHairpin(objs, a.ifindex, dir); err != nil {
-		return fmt.Errorf("network %s: attaching hairpin NAT to %s: %w", n.name, n.bridge, err)
+		return fmt.Errorf("%s: attaching hairpin NAT to %s: %w", h.owner, h.bridge, err)
 	}
-	c.hairpins[n.bridge] = a
-	c.log.Info("hairpin NAT attached", "network", n.name, "bridge", n.bridge, "gateway", n.gateway)
+	c.hairpins[h.bridge] = a
+	c.log.Info("hairpin NAT attached", "owner", h.owner, "bridge", h.bridge, "gateway", h.gateway)
 	return nil
 }
 
