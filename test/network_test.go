@@ -433,7 +433,8 @@ spec:
 //	  NetworkSegment hp-seg on it; guests g1 and g2 (dhclient)
 //	  NetworkSegment hp-other (no Network) → pvbr-hpo holds 10.94.0.1/24,
 //	  forwarding on; guest g3; the hairpin program there for replies
-//	  ExternalIP hp-web: 203.0.113.2 tcp and udp 8080 -> g2:7001
+//	  ExternalIP hp-web: 203.0.113.2 tcp and udp 8080 -> g2:7001,
+//	    udp 8082 -> g2:7002 (closed)
 //	  ExternalIP hp-other: 203.0.113.2 tcp and udp 8081 -> g3:7001
 //
 // g1 connects to 203.0.113.2:8080: DNAT to g2, SNAT to 10.93.0.1, the
@@ -478,7 +479,7 @@ spec:
 	}
 	g1, g2, g3 := plug("pvbr-hp", "10.93.0.1"), plug("pvbr-hp", "10.93.0.1"), plug("pvbr-hpo", "10.94.0.1")
 	g2IP := g2.Addr(t)
-	forward := func(name string, port int, target netip.Addr) {
+	forward := func(name string, target netip.Addr, ports string) {
 		e.apply(fmt.Sprintf(`apiVersion: pivirt.hu/v1
 kind: ExternalIP
 metadata: {name: %s}
@@ -487,11 +488,11 @@ spec:
   interface: uplink3
   target: %q
   mode: portForward
-  ports: [{protocol: tcp, port: %[3]d, targetPort: 7001}, {protocol: udp, port: %[3]d, targetPort: 7001}]`, name, target, port))
+  ports: %s`, name, target, ports))
 		e.waitStatus("externalip", name, "Ready")
 	}
-	forward("hp-web", 8080, g2IP)
-	forward("hp-other", 8081, g3.Addr(t))
+	forward("hp-web", g2IP, "[{protocol: tcp, port: 8080, targetPort: 7001}, {protocol: udp, port: 8080, targetPort: 7001}, {protocol: udp, port: 8082, targetPort: 7002}]")
+	forward("hp-other", g3.Addr(t), "[{protocol: tcp, port: 8081, targetPort: 7001}, {protocol: udp, port: 8081, targetPort: 7001}]")
 	scope := nat.ScopeInterface("uplink3")
 	// hairpinSeen exchanges from ns with 203.0.113.2:port and checks the
 	// target saw the gateway and ns the answer from the address it dialed.
@@ -540,6 +541,14 @@ spec:
 		}
 		if n := e.reasons(scope)[nat.ReasonHairpinUnrouted]; n != 0 {
 			t.Errorf("hairpin-unrouted = %d, want 0", n)
+		}
+	})
+	t.Run("the target's ICMP error comes back translated to the guest's socket", func(t *testing.T) {
+		if err := udpRefused(t, g1.NS, "203.0.113.2:8082"); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("udp to a closed forwarded port: %v, want ECONNREFUSED", err)
+		}
+		if n := e.reasons(scope)[nat.ReasonICMPError]; n == 0 {
+			t.Errorf("icmp-error-translated = 0 on %s's scope", "uplink3")
 		}
 	})
 	t.Run("a guest reaches its own forward", func(t *testing.T) {

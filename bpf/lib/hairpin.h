@@ -17,8 +17,9 @@
  * it arrives and valued by what it becomes. The keys carry no scope: the
  * reply arrives at the target's bridge, another NAT Network's maybe, whose
  * instance (without pv_nat_gateway: replies only) finds it all the same.
- * TCP and UDP only; states, timeouts and expiry are masquerade's, a full
- * table or no free port are counted as masquerade's are.
+ * TCP and UDP only, and the ICMP errors about them (hp_icmp_error);
+ * states, timeouts and expiry are masquerade's, a full table or no free
+ * port are counted as masquerade's are.
  */
 #ifndef PIVIRT_LIB_HAIRPIN_H
 #define PIVIRT_LIB_HAIRPIN_H
@@ -169,6 +170,98 @@ drop:
 	return CTX_ACT_DROP;
 }
 
+/* hp_icmp_rewrite translates an ICMP error whose quoted packet, turned
+ * around, is k (a packet of a flow whose entry is v): the quoted source
+ * becomes v's destination, the quoted destination v's source, and the
+ * outer header as the flow's packet would. Every checksum is updated by
+ * hand (RFC 1624), as nat_icmp_rewrite does.
+ */
+static __always_inline void hp_icmp_rewrite(const struct nat_icmp *e, const struct pv_hairpin_key *k,
+					    const struct pv_hairpin_val *v)
+{
+	struct iphdr *ip = e->ip, *iip = e->iip;
+	__u16 ic = e->icmp->checksum;
+	__u16 old_ihc = iip->check;
+	__u16 new_ihc = csum_upd32(csum_upd32(old_ihc, k->daddr, v->daddr), k->saddr, v->saddr);
+
+	/* The ICMP checksum covers the quoted packet: it follows every word. */
+	ic = csum_upd32(csum_upd32(ic, k->daddr, v->daddr), k->saddr, v->saddr);
+	ic = csum_upd16(ic, old_ihc, new_ihc);
+	iip->saddr = v->daddr;
+	iip->daddr = v->saddr;
+	iip->check = new_ihc;
+	if (e->lcp) {
+		__u16 lc = *e->lcp;
+		__u16 nlc = csum_upd32(csum_upd32(lc, k->daddr, v->daddr), k->saddr, v->saddr);
+
+		nlc = csum_upd16(csum_upd16(nlc, k->dport, v->dport), k->sport, v->sport);
+		if (iip->protocol == IPPROTO_UDP && nlc == 0)
+			nlc = 0xffff;
+		ic = csum_upd16(ic, lc, nlc);
+		*e->lcp = nlc;
+	}
+	ic = csum_upd16(csum_upd16(ic, k->dport, v->dport), k->sport, v->sport);
+	e->ports[0] = v->dport;
+	e->ports[1] = v->sport;
+	e->icmp->checksum = ic;
+
+	/* The outer header: to where the quoted packet came from; from the
+	 * flow's other end only if it sent the error (a router on the way
+	 * keeps its own source).
+	 */
+	if (ip->saddr == k->saddr) {
+		ip->check = csum_upd32(ip->check, ip->saddr, v->saddr);
+		ip->saddr = v->saddr;
+	}
+	ip->check = csum_upd32(ip->check, ip->daddr, v->daddr);
+	ip->daddr = v->daddr;
+}
+
+/* hp_icmp_error translates an ICMP error about a packet of a hairpin flow
+ * (a target's about what the guest sent, a guest's about a reply): the
+ * quoted packet turned around is one of the flow's, whose entry says what
+ * its ends become. NAT_FORWARD when translated, NAT_NEXT if not the
+ * flow's.
+ */
+static __always_inline int hp_icmp_error(struct __sk_buff *skb)
+{
+	struct pv_hairpin_key k = {};
+	struct pv_hairpin_val *v;
+	struct nat_icmp e = {};
+	__u8 proto;
+
+	if (nat_icmp_parse(skb, &e) != NAT_DONE)
+		return NAT_NEXT;
+	proto = e.iip->protocol;
+	if ((proto != IPPROTO_TCP && proto != IPPROTO_UDP) || (e.iip->frag_off & bpf_htons(IP_OFFSET)))
+		return NAT_NEXT;
+	e.ports = (void *)e.iip + e.ihlen;
+	if ((void *)(e.ports + 2) > e.end)
+		return NAT_NEXT;
+	k.saddr = e.iip->daddr;
+	k.daddr = e.iip->saddr;
+	k.sport = e.ports[1];
+	k.dport = e.ports[0];
+	k.proto = proto;
+	v = bpf_map_lookup_elem(&pv_nat_hairpin, &k);
+	if (!v)
+		return NAT_NEXT;
+	nat_icmp_lcp(&e, proto);
+	hp_icmp_rewrite(&e, &k, v);
+	nat_count(PV_NAT_R_ICMP_ERROR);
+	return NAT_FORWARD;
+}
+
+/* hp_is_icmp_error reports an ICMP error in one piece, whose quoted
+ * packet may be a hairpin flow's.
+ */
+static __always_inline int hp_is_icmp_error(const struct nat_pkt *p)
+{
+	struct icmphdr *ic = p->l4;
+
+	return p->proto == IPPROTO_ICMP && !p->more && (void *)(ic + 1) <= p->end && icmp4_is_error(ic->type);
+}
+
 /* hp_flow finds what a packet of a hairpin flow becomes (*v), beginning
  * the flow for a guest's first packet to a forwarded port: NAT_FORWARD
  * then, NAT_NEXT for a packet not of a hairpin flow.
@@ -220,6 +313,8 @@ static __always_inline int hp_handle(struct __sk_buff *skb)
 	nat_pull(skb, NAT_PULL);
 	if (nat_parse(skb, &p) != NAT_PKT_IPV4 || nat_parse_ip(&p) != NAT_NEXT || !p.first)
 		return CTX_ACT_OK;
+	if (hp_is_icmp_error(&p))
+		return hp_icmp_error(skb) == NAT_FORWARD ? hp_forward(skb) : CTX_ACT_OK;
 	if (hp_key(&p, &k))
 		return CTX_ACT_OK;
 	step = hp_flow(&p, &k, &v);

@@ -160,16 +160,57 @@ func TestPrivilegedHairpin(t *testing.T) {
 		}
 	}
 
+	var tcpPort uint16
 	t.Run("tcp: dnat to the target, snat to the gateway, and back", func(t *testing.T) {
-		p := guestOut(t, bridge.Hairpin, tcp(40000, 8080), tcp(0, 80))
-		if p2 := guestOut(t, bridge.Hairpin, tcp(40000, 8080), tcp(0, 80)); p2 != p {
-			t.Errorf("second packet from gateway port %d, the first from %d", p2, p)
+		tcpPort = guestOut(t, bridge.Hairpin, tcp(40000, 8080), tcp(0, 80))
+		if p2 := guestOut(t, bridge.Hairpin, tcp(40000, 8080), tcp(0, 80)); p2 != tcpPort {
+			t.Errorf("second packet from gateway port %d, the first from %d", p2, tcpPort)
 		}
-		targetReply(t, bridge.Hairpin, tcp(80, p), tcp(8080, 40000))
+		targetReply(t, bridge.Hairpin, tcp(80, tcpPort), tcp(8080, 40000))
 	})
+	var udpPort uint16
 	t.Run("udp both ways, the reply through another bridge's instance", func(t *testing.T) {
-		p := guestOut(t, bridge.Hairpin, udp(6000, 5353), udp(0, 53))
-		targetReply(t, other.Hairpin, udp(53, p), udp(5353, 6000))
+		udpPort = guestOut(t, bridge.Hairpin, udp(6000, 5353), udp(0, 53))
+		targetReply(t, other.Hairpin, udp(53, udpPort), udp(5353, 6000))
+	})
+	// icmpCase runs an ICMP error from one guest (mac) through prog and
+	// checks it reaches the other (wantMAC) as want, forwarded.
+	icmpCase := func(t *testing.T, prog *ebpf.Program, mac net.HardwareAddr, in []byte, wantMAC net.HardwareAddr, want []byte) {
+		t.Helper()
+		copy(in[0:6], brMAC)
+		copy(in[6:12], mac)
+		ret, got := hairpinRun(t, ns, index, prog, in)
+		if ret != actRedirect {
+			t.Fatalf("verdict %d, want redirect; reasons %v", ret, sumReasons(t, bridge))
+		}
+		if diff := cmp.Diff(forwarded(want, wantMAC, brMAC), got); diff != "" {
+			t.Errorf("icmp error (-want +got):\n%s", diff)
+		}
+	}
+	t.Run("the target's icmp error about what the guest sent reaches the guest", func(t *testing.T) {
+		received := ipPacket(t, gateway, guestB, udp(udpPort, 53), nil)
+		sent := ipPacket(t, guestA, uplink, udp(6000, 5353), nil)
+		icmpCase(t, other.Hairpin, macB, icmpError(t, true, guestB, gateway, 3, 3, received, 0),
+			macA, icmpError(t, true, uplink, guestA, 3, 3, sent, 0))
+	})
+	t.Run("the guest's icmp error about a reply reaches the target", func(t *testing.T) {
+		received := ipPacket(t, uplink, guestA, udp(5353, 6000), nil)
+		sent := ipPacket(t, guestB, gateway, udp(53, udpPort), nil)
+		icmpCase(t, bridge.Hairpin, macA, icmpError(t, true, guestA, uplink, 3, 3, received, 0),
+			macB, icmpError(t, true, gateway, guestB, 3, 3, sent, 0))
+	})
+	t.Run("an icmp error quoting 8 bytes of tcp (no checksum) reaches the guest", func(t *testing.T) {
+		received := ipPacket(t, gateway, guestB, tcp(tcpPort, 80), nil)
+		sent := ipPacket(t, guestA, uplink, tcp(40000, 8080), nil)
+		icmpCase(t, other.Hairpin, macB, icmpError(t, true, guestB, gateway, 3, 4, received, 8),
+			macA, icmpError(t, true, uplink, guestA, 3, 4, sent, 8))
+	})
+	t.Run("an icmp error about no hairpin flow passes untouched", func(t *testing.T) {
+		f := icmpError(t, true, guestB, gateway, 3, 3, ipPacket(t, gateway, guestB, udp(31999, 53), nil), 0)
+		copy(f[0:6], brMAC)
+		if ret, got := hairpinRun(t, ns, index, bridge.Hairpin, f); ret != actNext || !cmp.Equal(f, got[:len(f)]) {
+			t.Errorf("frame changed or not passed (verdict %d)", ret)
+		}
 	})
 	t.Run("what is not a hairpin flow passes untouched", func(t *testing.T) {
 		for _, c := range []struct {
