@@ -543,6 +543,20 @@ spec:
 			t.Errorf("hairpin-unrouted = %d, want 0", n)
 		}
 	})
+	t.Run("simulate runs the bridge's hairpin program over a copy of the live maps", func(t *testing.T) {
+		before := len(e.hairpinFlows())
+		g1IP := g1.Addr(t).String()
+		out := e.d.MustCtl("simulate", "pvbr-hp", "--nat", "--src-mac", "02:00:00:00:00:01", "--src-ip", g1IP,
+			"--dst-ip", "203.0.113.2", "--proto", "tcp", "--sport", "40999", "--dport", "8080")
+		if !strings.Contains(out, "REDIRECT (reasons: ") || !strings.Contains(out, "hairpin-new-flow") ||
+			!strings.Contains(out, fmt.Sprintf("TCP %s:40999 -> 203.0.113.2:8080", g1IP)) ||
+			!strings.Contains(out, "=> TCP 10.93.0.1:") || !strings.Contains(out, fmt.Sprintf("-> %s:7001", g2IP)) {
+			t.Errorf("simulate of a guest to its uplink's forward:\n%s", out)
+		}
+		if after := len(e.hairpinFlows()); after != before {
+			t.Errorf("simulate changed the live hairpin table: %d flows before, %d after", before, after)
+		}
+	})
 	t.Run("the target's ICMP error comes back translated to the guest's socket", func(t *testing.T) {
 		if err := udpRefused(t, g1.NS, "203.0.113.2:8082"); !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("udp to a closed forwarded port: %v, want ECONNREFUSED", err)
