@@ -2,12 +2,14 @@
 //go:build ignore
 
 /* NAT at tcx of an uplink: ExternalIPs (DNAT at ingress, SNAT at egress)
- * and the masquerade of NAT Networks. The body, and what it does, is in
- * lib/nat.h.
+ * and the masquerade of NAT Networks; and at tcx ingress of a NAT
+ * Network's bridge, hairpin NAT. The bodies, and what they do, are in
+ * lib/nat.h and lib/hairpin.h.
  */
 
 #define PV_CTX_SKB
 #include "lib/nat.h"
+#include "lib/hairpin.h"
 
 /* Never read: they bring the enums into BTF, so bpf2go -type gives Go
  * their values.
@@ -28,6 +30,12 @@ SEC("tcx/egress")
 int pv_tc_nat_out(struct __sk_buff *skb)
 {
 	return nat_handle(skb, 0);
+}
+
+SEC("tcx/ingress")
+int pv_tc_nat_hp(struct __sk_buff *skb)
+{
+	return hp_handle(skb);
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

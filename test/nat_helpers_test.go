@@ -124,6 +124,21 @@ func (e *natEnv) flows() []nat.Flow {
 	return fs
 }
 
+// hairpinFlows returns the hairpin flows in the live pv_nat_hairpin.
+func (e *natEnv) hairpinFlows() []nat.Flow {
+	e.t.Helper()
+	o, err := nat.OpenMaps(filepath.Join(e.bpffs, "maps"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer o.Close()
+	fs, err := o.HairpinFlows()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return fs
+}
+
 // reasons returns the NAT event and drop counters of an uplink scope.
 func (e *natEnv) reasons(scope uint32) map[nat.Reason]uint64 {
 	e.t.Helper()

@@ -24,8 +24,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -418,6 +420,172 @@ spec:
 			defer o.Close()
 			nets, err := o.MasqNetEntries()
 			return err == nil && len(nets) == 0
+		})
+	})
+}
+
+// Hairpin (TestPrivilegedNetworkNATHairpin):
+//
+//	inet ns: eth0 203.0.113.1/24
+//	host ns: uplink3 203.0.113.2/24
+//	  Network hp (nat, cidr 10.93.0.0/24) → pvbr-hp holds 10.93.0.1/24,
+//	  the hairpin program at its tcx ingress
+//	  NetworkSegment hp-seg on it; guests g1 and g2 (dhclient)
+//	  NetworkSegment hp-other (no Network) → pvbr-hpo holds 10.94.0.1/24,
+//	  forwarding on; guest g3; the hairpin program there for replies
+//	  ExternalIP hp-web: 203.0.113.2 tcp and udp 8080 -> g2:7001,
+//	    udp 8082 -> g2:7002 (closed)
+//	  ExternalIP hp-other: 203.0.113.2 tcp and udp 8081 -> g3:7001
+//
+// g1 connects to 203.0.113.2:8080: DNAT to g2, SNAT to 10.93.0.1, the
+// reply translated back, as Linux's hairpin DNAT + MASQUERADE does; the
+// same to g3 on the other segment, and g2 to its own forward.
+func TestPrivilegedNetworkNATHairpin(t *testing.T) {
+	testutil.RequireBPF(t)
+	testutil.RequireTool(t, "dhclient")
+	host, inet := testutil.NewNetNS(t), testutil.NewNetNS(t)
+	linkNS(t, host, "uplink3", inet, "eth0")
+	ipConfig(t, host, "uplink3", "203.0.113.2/24", "203.0.113.1")
+	ipConfig(t, inet, "eth0", "203.0.113.1/24", "")
+	e := startNAT(t, host)
+	defer func() {
+		if t.Failed() {
+			t.Log(e.d.Log())
+		}
+	}()
+	e.apply(networkWithSegment("hp", "nat", "uplink3", "10.93.0") + `
+---
+apiVersion: pivirt.hu/v1
+kind: NetworkSegment
+metadata: {name: hp-other}
+spec:
+  networkRef: hp-other-net
+  bridge: pvbr-hpo
+  hostIP: 10.94.0.1/24
+  dhcp: {delegatedRangeStart: 10.94.0.100, delegatedRangeEnd: 10.94.0.199, defaultLeaseTime: 600}`)
+	e.waitStatus("network", "hp", "Ready")
+	e.waitStatus("segment", "hp-seg", "Ready")
+	e.waitStatus("segment", "hp-other", "Ready")
+	// A forward's target must be reachable through its bridge: the host
+	// forwards from it (as for any ExternalIP target's replies).
+	sh(t, host, "sysctl", "-qw", "net.ipv4.conf.pvbr-hpo.forwarding=1")
+
+	plug := func(bridge, gw string) *guest.Guest {
+		g := guest.Attach(t, host, bridge, "", nil)
+		g.Dhclient(t)
+		g.Run(t, "ip", "route", "add", "default", "via", gw)
+		serve(t, g.NS, "0.0.0.0:7001")
+		return g
+	}
+	g1, g2, g3 := plug("pvbr-hp", "10.93.0.1"), plug("pvbr-hp", "10.93.0.1"), plug("pvbr-hpo", "10.94.0.1")
+	g2IP := g2.Addr(t)
+	forward := func(name string, target netip.Addr, ports string) {
+		e.apply(fmt.Sprintf(`apiVersion: pivirt.hu/v1
+kind: ExternalIP
+metadata: {name: %s}
+spec:
+  address: "203.0.113.2"
+  interface: uplink3
+  target: %q
+  mode: portForward
+  ports: %s`, name, target, ports))
+		e.waitStatus("externalip", name, "Ready")
+	}
+	forward("hp-web", g2IP, "[{protocol: tcp, port: 8080, targetPort: 7001}, {protocol: udp, port: 8080, targetPort: 7001}, {protocol: udp, port: 8082, targetPort: 7002}]")
+	forward("hp-other", g3.Addr(t), "[{protocol: tcp, port: 8081, targetPort: 7001}, {protocol: udp, port: 8081, targetPort: 7001}]")
+	scope := nat.ScopeInterface("uplink3")
+	// hairpinSeen exchanges from ns with 203.0.113.2:port and checks the
+	// target saw the gateway and ns the answer from the address it dialed.
+	hairpinSeen := func(t *testing.T, ns *testutil.NetNS, network string, port int) {
+		t.Helper()
+		addr := fmt.Sprintf("203.0.113.2:%d", port)
+		seen, from, err := exchange(t, ns, network, addr)
+		if err != nil {
+			t.Fatalf("%s from %s to %s: %v", network, ns.Name, addr, err)
+		}
+		if seen.Addr().String() != "10.93.0.1" || from.String() != addr {
+			t.Errorf("%s to %s: the target saw the client as %s (want 10.93.0.1), the answer came from %s", network, addr, seen, from)
+		}
+	}
+
+	t.Run("the forward works from outside", func(t *testing.T) {
+		mustSee(t, inet, "tcp4", "203.0.113.2:8080", "203.0.113.1")
+	})
+	t.Run("a guest reaches the forward of its own uplink's address", func(t *testing.T) {
+		waitFor(t, 10*time.Second, "the hairpin program on pvbr-hp", func() bool {
+			_, err := os.Stat(filepath.Join(nat.LinkDir(e.bpffs, "", "pvbr-hp"), nat.ProgHairpin))
+			return err == nil
+		})
+		for _, network := range []string{"tcp4", "udp4"} {
+			for range 3 { // a new flow each (a new source port), then the table
+				hairpinSeen(t, g1.NS, network, 8080)
+			}
+		}
+	})
+	t.Run("the flows are in pv_nat_hairpin, like conntrack -L, and counted", func(t *testing.T) {
+		table := e.d.MustCtl("inspect", "map", nat.MapHairpin)
+		// g1 to the forward, then g2's reply to the gateway.
+		flow := fmt.Sprintf(`^(TCP|UDP) \d+ .*src=%s dst=203\.0\.113\.2 sport=\d+ dport=8080 src=%s dst=10\.93\.0\.1 sport=7001 dport=\d+$`,
+			regexp.QuoteMeta(g1.Addr(t).String()), regexp.QuoteMeta(g2IP.String()))
+		protos := map[string]int{}
+		for _, line := range strings.Split(table, "\n") {
+			if m := regexp.MustCompile(flow).FindStringSubmatch(line); m != nil {
+				protos[m[1]]++
+			}
+		}
+		if protos["TCP"] < 3 || protos["UDP"] < 3 {
+			t.Errorf("inspect map %s: %v flows as conntrack -L prints them, want 3 TCP and 3 UDP:\n%s", nat.MapHairpin, protos, table)
+		}
+		if n := e.reasons(scope)[nat.ReasonHairpinNew]; n < 6 {
+			t.Errorf("hairpin-new-flow = %d, want at least 6 (3 tcp, 3 udp)", n)
+		}
+		if n := e.reasons(scope)[nat.ReasonHairpinUnrouted]; n != 0 {
+			t.Errorf("hairpin-unrouted = %d, want 0", n)
+		}
+	})
+	t.Run("simulate runs the bridge's hairpin program over a copy of the live maps", func(t *testing.T) {
+		before := len(e.hairpinFlows())
+		g1IP := g1.Addr(t).String()
+		out := e.d.MustCtl("simulate", "pvbr-hp", "--nat", "--src-mac", "02:00:00:00:00:01", "--src-ip", g1IP,
+			"--dst-ip", "203.0.113.2", "--proto", "tcp", "--sport", "40999", "--dport", "8080")
+		if !strings.Contains(out, "REDIRECT (reasons: ") || !strings.Contains(out, "hairpin-new-flow") ||
+			!strings.Contains(out, fmt.Sprintf("TCP %s:40999 -> 203.0.113.2:8080", g1IP)) ||
+			!strings.Contains(out, "=> TCP 10.93.0.1:") || !strings.Contains(out, fmt.Sprintf("-> %s:7001", g2IP)) {
+			t.Errorf("simulate of a guest to its uplink's forward:\n%s", out)
+		}
+		if after := len(e.hairpinFlows()); after != before {
+			t.Errorf("simulate changed the live hairpin table: %d flows before, %d after", before, after)
+		}
+	})
+	t.Run("the target's ICMP error comes back translated to the guest's socket", func(t *testing.T) {
+		if err := udpRefused(t, g1.NS, "203.0.113.2:8082"); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("udp to a closed forwarded port: %v, want ECONNREFUSED", err)
+		}
+		if n := e.reasons(scope)[nat.ReasonICMPError]; n == 0 {
+			t.Errorf("icmp-error-translated = 0 on %s's scope", "uplink3")
+		}
+	})
+	t.Run("a guest reaches its own forward", func(t *testing.T) {
+		hairpinSeen(t, g2.NS, "tcp4", 8080)
+		hairpinSeen(t, g2.NS, "udp4", 8080)
+	})
+	t.Run("a target on another segment answers through its bridge", func(t *testing.T) {
+		if _, err := os.Stat(filepath.Join(nat.LinkDir(e.bpffs, "", "pvbr-hpo"), nat.ProgHairpin)); err != nil {
+			t.Errorf("no hairpin program on the other segment's bridge: %v", err)
+		}
+		hairpinSeen(t, g1.NS, "tcp4", 8081)
+		hairpinSeen(t, g1.NS, "udp4", 8081)
+	})
+	t.Run("deleting the Network takes the hairpin program off", func(t *testing.T) {
+		e.delete("externalip", "hp-other")
+		e.delete("externalip", "hp-web")
+		e.delete("segment", "hp-seg")
+		waitFor(t, 10*time.Second, "the segment gone", func() bool { return e.d.Ctl("get", "segment", "hp-seg").Code != 0 })
+		e.delete("network", "hp")
+		waitFor(t, 10*time.Second, "the hairpin links unpinned (no NAT Network left)", func() bool {
+			_, err := os.Stat(nat.LinkDir(e.bpffs, "", "pvbr-hp"))
+			_, err2 := os.Stat(nat.LinkDir(e.bpffs, "", "pvbr-hpo"))
+			return errors.Is(err, os.ErrNotExist) && errors.Is(err2, os.ErrNotExist)
 		})
 	})
 }

@@ -371,9 +371,11 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		Func: segments.Reconcile,
 	}
 	// Networks first make the bridges their segments wait for, then wake
-	// them. A segment's delete may take a gateway off a routed network's
-	// bridge: segments wake this loop too.
-	networks := &network.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Node: d.cfg.Node, Wake: segmentsLoop.Trigger}
+	// them, and NAT (hairpin NAT runs on a NAT Network's bridge). A
+	// segment's delete may take a gateway off a routed network's bridge:
+	// segments wake this loop too.
+	wake := func() { segmentsLoop.Trigger(); d.nat.Loop().Trigger() }
+	networks := &network.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Node: d.cfg.Node, Wake: wake}
 	networkLoop := &reconcile.Loop{ID: "networks", Cache: cache, Log: d.log, Kinds: network.Kinds,
 		React: reconcile.Unless(reconcile.StatusOnly), Debounce: 20 * time.Millisecond, Func: networks.Reconcile}
 	return []Controller{

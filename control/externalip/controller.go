@@ -60,6 +60,7 @@ type Controller struct {
 	masq     *nat.Objects                  // the masquerade's maps, for syncMasq
 	routers  map[string]vpcrouter.Router   // realized, by name
 	attached map[uint32]attachment         // by scope
+	hairpins map[string]attachment         // by NAT Network bridge
 	bypass   map[string][]vpcrouter.Bypass // by router, as last applied
 	swept    bool
 	loop     *reconcile.Loop
@@ -93,7 +94,7 @@ func New(o Options) *Controller {
 		o.Log = slog.Default()
 	}
 	c := &Controller{store: o.Store, cache: o.Cache, index: o.Index, events: o.Events, log: o.Log, bpffs: o.BPFFS,
-		routers: map[string]vpcrouter.Router{}, attached: map[uint32]attachment{},
+		routers: map[string]vpcrouter.Router{}, attached: map[uint32]attachment{}, hairpins: map[string]attachment{},
 		bypass: map[string][]vpcrouter.Bypass{}}
 	if o.NoRedirect {
 		c.load = append(c.load, nat.WithoutRedirect())
@@ -217,7 +218,14 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, c.detachStale(want)...)
+	bridges := map[string]bool{}
+	for _, h := range hairpinBridges(nets, in.segBridges) {
+		bridges[h.bridge] = true
+		if err := c.attachHairpin(h); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, c.detachStale(want, bridges)...)
 
 	for _, r := range routers {
 		if _, failed := routerErr[r.Name]; failed {
@@ -271,12 +279,13 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 // inputs are the decoded objects Compile takes, and the ExternalIPs and
 // VPCRouters that failed to decode.
 type inputs struct {
-	eips      []ExternalIP
-	eipObj    map[string]*pivirtv1.Object
-	routers   []Router
-	routerObj map[string]*pivirtv1.Object
-	segments  []netip.Prefix // the segments' host subnets
-	bad       []badObject
+	eips       []ExternalIP
+	eipObj     map[string]*pivirtv1.Object
+	routers    []Router
+	routerObj  map[string]*pivirtv1.Object
+	segments   []netip.Prefix // the segments' host subnets
+	segBridges []string       // and their bridges
+	bad        []badObject
 }
 
 type badObject struct {
@@ -310,6 +319,7 @@ func decodeInputs(ext, rts, segs []*pivirtv1.Object, spec func(*pivirtv1.Object)
 		if s, err := spec(o); err == nil {
 			if seg, err := pivirtv1.NewSegment(o, s.(*pivirtv1.NetworkSegmentSpec)); err == nil {
 				in.segments = append(in.segments, seg.HostIP.Masked())
+				in.segBridges = append(in.segBridges, seg.Spec.Bridge)
 			}
 		}
 	}
@@ -442,8 +452,12 @@ func (c *Controller) attach(u Uplink) error {
 	return nil
 }
 
-func pinned(dir string) bool {
-	for _, p := range []string{nat.ProgIn, nat.ProgOut} {
+func pinned(dir string) bool { return pinnedProgs(dir, nat.ProgIn, nat.ProgOut) }
+
+// pinnedProgs reports whether every one of progs has its link pinned in
+// dir.
+func pinnedProgs(dir string, progs ...string) bool {
+	for _, p := range progs {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			return false
 		}
@@ -451,12 +465,24 @@ func pinned(dir string) bool {
 	return true
 }
 
-// detachStale removes NAT links of uplinks no longer wanted: those this
-// process attached, and on disk any NAT link dir no one claims (left by a
-// previous pivirtd).
-func (c *Controller) detachStale(want map[uint32]bool) []error {
+// detachStale removes NAT links of uplinks (want: by scope) and bridges
+// (hairpin) no longer wanted: those this process attached, and on disk any
+// NAT link dir no one claims (left by a previous pivirtd).
+func (c *Controller) detachStale(want map[uint32]bool, bridges map[string]bool) []error {
 	var errs []error
 	keep := map[string]bool{}
+	for br, a := range c.hairpins {
+		if bridges[br] {
+			keep[a.dir] = true
+			continue
+		}
+		if err := nat.Detach(a.dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.log.Info("hairpin NAT detached", "bridge", br)
+		delete(c.hairpins, br)
+	}
 	for s, a := range c.attached {
 		if want[s] {
 			keep[a.dir] = true
@@ -484,7 +510,7 @@ func (c *Controller) detachStale(want map[uint32]bool) []error {
 			if _, live := c.routers[strings.TrimPrefix(ns, "pvr-")]; live {
 				continue
 			}
-		} else if want[nat.ScopeInterface(d.Name())] {
+		} else if want[nat.ScopeInterface(d.Name())] || bridges[d.Name()] {
 			continue
 		}
 		if err := nat.Detach(dir); err != nil {
@@ -495,7 +521,7 @@ func (c *Controller) detachStale(want map[uint32]bool) []error {
 }
 
 func pinnedAny(dir string) bool {
-	for _, p := range []string{nat.ProgIn, nat.ProgOut} {
+	for _, p := range nat.Progs {
 		if _, err := os.Stat(filepath.Join(dir, p)); err == nil {
 			return true
 		}

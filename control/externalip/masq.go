@@ -25,10 +25,12 @@ const ExpireEvery = 5 * time.Second
 // natNetwork is a NAT Network of this node as its uplink's program
 // masquerades it.
 type natNetwork struct {
-	name   string
-	uplink string
-	scope  uint32
-	cidr   netip.Prefix
+	name    string
+	uplink  string
+	scope   uint32
+	cidr    netip.Prefix
+	bridge  string     // where its guests' frames come up (hairpin)
+	gateway netip.Addr // the bridge's address: hairpin flows come from it
 }
 
 // natNetworks decodes the NAT Networks among objs.
@@ -44,7 +46,9 @@ func natNetworks(objs []*pivirtv1.Object, spec func(*pivirtv1.Object) (pivirtv1.
 		if n.Type != pivirtv1.NetworkNAT || err != nil {
 			continue
 		}
-		out = append(out, natNetwork{name: o.Metadata.Name, uplink: n.Uplink, scope: nat.ScopeInterface(n.Uplink), cidr: cidr})
+		gw, _ := netip.ParseAddr(n.Gateway)
+		out = append(out, natNetwork{name: o.Metadata.Name, uplink: n.Uplink, scope: nat.ScopeInterface(n.Uplink), cidr: cidr,
+			bridge: n.Bridge, gateway: gw})
 	}
 	return out
 }

@@ -171,14 +171,31 @@ func (s *Server) natEntries(name string) ([]string, []json.RawMessage, error) {
 }
 
 // simulateNAT runs a frame through the NAT program of an uplink (host
-// mode: the interface's scope) over a private copy of the live maps.
-func (s *Server) simulateNAT(m *inspectv1.SimulateRequest) (*connect.Response[inspectv1.SimulateResponse], error) {
+// mode: the interface's scope), or through the hairpin program of a
+// bridge that runs one, over a private copy of the live maps.
+func (s *Server) simulateNAT(ctx context.Context, m *inspectv1.SimulateRequest) (*connect.Response[inspectv1.SimulateResponse], error) {
 	start := time.Now()
 	l, err := netlink.LinkByName(m.Port)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("uplink %s: %w", m.Port, err))
 	}
-	r, err := nat.Simulate(loader.MapsDir(s.Loader.Base()), nat.ScopeInterface(m.Port), l.Attrs().HardwareAddr, m.Frame, m.NatInbound)
+	mapDir := loader.MapsDir(s.Loader.Base())
+	var hp externalip.Hairpin
+	hairpin := false
+	if s.NAT != nil {
+		if hp, hairpin, err = s.NAT.HairpinOf(ctx, m.Port); err != nil {
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+	}
+	var r nat.SimResult
+	if hairpin {
+		if m.NatInbound {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is a bridge: its hairpin program sees frames going up to the host only (no --inbound)", m.Port))
+		}
+		r, err = nat.SimulateHairpin(mapDir, hp.Scope, hp.Gateway, l.Attrs().HardwareAddr, l.Attrs().Index, m.Frame)
+	} else {
+		r, err = nat.Simulate(mapDir, nat.ScopeInterface(m.Port), l.Attrs().HardwareAddr, m.Frame, m.NatInbound)
+	}
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
@@ -270,7 +287,7 @@ func entries[K comparable, V any](m map[K]V) []*inspectv1.MapEntry {
 // Simulate runs a frame through the guard of a port.
 func (s *Server) Simulate(ctx context.Context, req *connect.Request[inspectv1.SimulateRequest]) (*connect.Response[inspectv1.SimulateResponse], error) {
 	if req.Msg.Nat {
-		return s.simulateNAT(req.Msg)
+		return s.simulateNAT(ctx, req.Msg)
 	}
 	start := time.Now()
 	var (

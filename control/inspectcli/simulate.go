@@ -43,7 +43,12 @@ ACL tracks passes as it would. With --nat PORT is an uplink and the frame
 goes through its NAT program (ExternalIPs and the masquerade of NAT
 Networks), leaving it or, with --inbound, arriving, over a private copy
 of the live NAT maps: the output shows the packet as translated, and no
-flow or counter of the live maps changes.`,
+flow or counter of the live maps changes. A PORT that is a bridge running
+hairpin NAT (a NAT Network's, or a segment's beside one) runs the frame
+through its hairpin program as a frame going up to the host (to the
+bridge's MAC, whatever --dst-mac says): a guest's packet to a forwarded
+port of its uplink, or a target's reply to the gateway; a translated one
+is REDIRECT (routed by the live fib lookup, never sent).`,
 		Example: `  # a DHCP server answer from a VM (dropped by the DHCP guard)
   pivirtctl simulate tap-web01-0 --src-mac 52:54:00:12:34:56 --src-ip 192.168.100.10 --proto udp --sport 67 --dport 68
   # a spoofed source address
@@ -53,7 +58,9 @@ flow or counter of the live maps changes.`,
   # telnet toward the VM, through its ACL's ingress rules
   pivirtctl simulate tap-web01-0 --to-vm --src-mac 02:00:00:00:00:01 --src-ip 10.1.2.3 --dst-ip 192.168.100.10 --proto tcp --sport 40000 --dport 23
   # a guest of a NAT Network leaving through uplink eth3: the address and port it would leave as
-  pivirtctl simulate eth3 --nat --src-mac 02:00:00:00:00:01 --src-ip 10.91.0.100 --dst-ip 203.0.113.1 --proto tcp --sport 40000 --dport 443`,
+  pivirtctl simulate eth3 --nat --src-mac 02:00:00:00:00:01 --src-ip 10.91.0.100 --dst-ip 203.0.113.1 --proto tcp --sport 40000 --dport 443
+  # the same guest reaching a port eth3's address forwards (hairpin, at its Network's bridge)
+  pivirtctl simulate pvbr-nat --nat --src-mac 02:00:00:00:00:01 --src-ip 10.91.0.100 --dst-ip 203.0.113.2 --proto tcp --sport 40000 --dport 8080`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			frame, err := p.frame()
@@ -85,7 +92,7 @@ flow or counter of the live maps changes.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&p.toVM, "to-vm", false, "send the frame toward the VM, through the port ACL's ingress rules")
-	f.BoolVar(&p.nat, "nat", false, "PORT is an uplink: run the frame through its NAT program (leaving; --inbound: arriving)")
+	f.BoolVar(&p.nat, "nat", false, "PORT is an uplink: run the frame through its NAT program (leaving; --inbound: arriving); a bridge: through its hairpin NAT")
 	f.BoolVar(&p.inbound, "inbound", false, "with --nat: the frame arrives on the uplink")
 	f.StringVar(&p.srcMAC, "src-mac", "", "source MAC (required unless --hex)")
 	f.StringVar(&p.dstMAC, "dst-mac", "ff:ff:ff:ff:ff:ff", "destination MAC")

@@ -49,11 +49,26 @@ func Attach(o *Objects, ifindex int, dir string) error {
 	return nil
 }
 
+// AttachHairpin puts o's hairpin program at tcx ingress of ifindex (a
+// NAT Network's bridge, in the calling thread's namespace), the link
+// pinned in dir as Attach's.
+func AttachHairpin(o *Objects, ifindex int, dir string) error {
+	l, err := loader.UpsertLink(filepath.Join(dir, ProgHairpin), o.Hairpin, loader.HookTCX, link.Tail(), ifindex, fmt.Sprintf("ifindex %d", ifindex))
+	if err != nil {
+		return fmt.Errorf("attaching %s: %w", ProgHairpin, err)
+	}
+	l.Close()
+	return nil
+}
+
+// Progs are the programs whose links Attach and AttachHairpin pin.
+var Progs = []string{ProgIn, ProgOut, ProgHairpin}
+
 // Detach unpins the links in dir, which detaches them, and removes dir.
 // A missing dir is not an error.
 func Detach(dir string) error {
 	var errs []error
-	for _, name := range []string{ProgIn, ProgOut} {
+	for _, name := range Progs {
 		if err := loader.Unpin(filepath.Join(dir, name)); err != nil {
 			errs = append(errs, err)
 		}

@@ -24,7 +24,8 @@ func TestFormat(t *testing.T) {
 		{"unknown flag", nat.Flags(0x10).String(), "0x10"},
 		{"traffic", nat.Traffic{PktsIn: 3, BytesIn: 360, PktsOut: 1, BytesOut: 120}.String(), "in=3pkt/360B out=1pkt/120B"},
 		{"drop reason", nat.ReasonFragPorts.String(), "fragment-of-forwarded-port"},
-		{"unknown reason", nat.Reason(15).String(), "reason-15"},
+		{"hairpin reason", nat.ReasonHairpinUnrouted.String(), "hairpin-unrouted"},
+		{"unknown reason", nat.Reason(16).String(), "reason-16"},
 		{"udp", nat.ProtoName(17), "UDP"},
 	} {
 		if tc.got != tc.want {

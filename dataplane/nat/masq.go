@@ -124,6 +124,11 @@ type Flow struct {
 	Seen                 time.Duration  // since the last packet, either way
 	Expires              time.Duration  // until its timeout (<= 0: due to be deleted)
 	HasReply, HasForward bool           // the IN and the OUT entries exist
+	// Hairpin: a hairpin flow (pv_nat_hairpin, no scope) from a guest to
+	// a forwarded port (Remote), which went to Target from Public (the
+	// bridge's gateway address and a port).
+	Hairpin bool
+	Target  netip.AddrPort
 }
 
 // monoNow is CLOCK_MONOTONIC, the clock of bpf_ktime_get_coarse_ns.
@@ -196,41 +201,63 @@ func replyKey(k MasqKey, v MasqVal) MasqKey {
 	return MasqKey{Scope: k.Scope, Saddr: k.Daddr, Daddr: v.Addr, Sport: k.Dport, Dport: v.Port, Proto: k.Proto, Dir: MasqIn}
 }
 
-// ExpireFlows deletes the flows past their timeout (both entries, and a
-// half whose partner is gone once it is past its own), and returns how
-// many flows went. The program never reuses an expired entry: this is
-// what frees their ports and table room.
+// ExpireFlows deletes the masqueraded and hairpin flows past their
+// timeout (both entries, and a half whose partner is gone once it is past
+// its own), and returns how many flows went. The program never reuses an
+// expired entry: this is what frees their ports and table room.
 func (o *Objects) ExpireFlows() (int, error) {
 	flows, err := o.Flows()
 	if err != nil {
 		return 0, err
 	}
+	n, err := expire(o.MasqCT, flows, masqKeys)
+	if err != nil {
+		return n, fmt.Errorf("expiring masqueraded flows: %w", err)
+	}
+	if o.HairpinCT == nil {
+		return n, nil
+	}
+	if flows, err = o.HairpinFlows(); err != nil {
+		return n, err
+	}
+	h, err := expire(o.HairpinCT, flows, hairpinKeys)
+	if err != nil {
+		return n + h, fmt.Errorf("expiring hairpin flows: %w", err)
+	}
+	return n + h, nil
+}
+
+// expire deletes from ct the entries (keys gives them) of the flows past
+// their timeout.
+func expire(ct *ebpf.Map, flows []Flow, keys func(Flow) []any) (int, error) {
 	n := 0
 	var errs []error
 	for _, f := range flows {
 		if f.Expires > 0 {
 			continue
 		}
-		if f.HasForward {
-			k := MasqKey{Scope: f.Scope, Saddr: BE32(f.Guest.Addr()), Daddr: BE32(f.Remote.Addr()), Sport: BE16(f.Guest.Port()),
-				Dport: BE16(f.Remote.Port()), Proto: f.Proto, Dir: MasqOut}
-			if err := o.MasqCT.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				errs = append(errs, err)
-			}
-		}
-		if f.HasReply {
-			k := MasqKey{Scope: f.Scope, Saddr: BE32(f.Remote.Addr()), Daddr: BE32(f.Public.Addr()), Sport: BE16(f.Remote.Port()),
-				Dport: BE16(f.Public.Port()), Proto: f.Proto, Dir: MasqIn}
-			if err := o.MasqCT.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		for _, k := range keys(f) {
+			if err := ct.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				errs = append(errs, err)
 			}
 		}
 		n++
 	}
-	if len(errs) > 0 {
-		return n, fmt.Errorf("expiring masqueraded flows: %w", errors.Join(errs...))
+	return n, errors.Join(errs...)
+}
+
+// masqKeys are the pv_masq_ct keys of a masqueraded flow's entries.
+func masqKeys(f Flow) []any {
+	var ks []any
+	if f.HasForward {
+		ks = append(ks, &MasqKey{Scope: f.Scope, Saddr: BE32(f.Guest.Addr()), Daddr: BE32(f.Remote.Addr()), Sport: BE16(f.Guest.Port()),
+			Dport: BE16(f.Remote.Port()), Proto: f.Proto, Dir: MasqOut})
 	}
-	return n, nil
+	if f.HasReply {
+		ks = append(ks, &MasqKey{Scope: f.Scope, Saddr: BE32(f.Remote.Addr()), Daddr: BE32(f.Public.Addr()), Sport: BE16(f.Remote.Port()),
+			Dport: BE16(f.Public.Port()), Proto: f.Proto, Dir: MasqIn})
+	}
+	return ks
 }
 
 // String is the flow as one conntrack -L line: protocol, timeout left,
@@ -241,8 +268,12 @@ func (f Flow) String() string {
 		st += " "
 	}
 	exp := max(f.Expires, 0).Truncate(time.Second)
+	replier := f.Remote
+	if f.Hairpin {
+		replier = f.Target
+	}
 	return fmt.Sprintf("%s %d %ssrc=%s dst=%s sport=%d dport=%d src=%s dst=%s sport=%d dport=%d",
 		ProtoName(f.Proto), int(exp.Seconds()), st,
 		f.Guest.Addr(), f.Remote.Addr(), f.Guest.Port(), f.Remote.Port(),
-		f.Remote.Addr(), f.Public.Addr(), f.Remote.Port(), f.Public.Port())
+		replier.Addr(), f.Public.Addr(), replier.Port(), f.Public.Port())
 }

@@ -25,15 +25,18 @@ const (
 	MapCounters = "pv_nat_counters"
 	MapMasqNets = "pv_masq_nets"
 	MapMasqCT   = "pv_masq_ct"
+	MapHairpin  = "pv_nat_hairpin"
 )
 
 // MapNames lists every NAT map.
-var MapNames = []string{MapDNAT, MapSNAT, MapStats, MapCounters, MapMasqNets, MapMasqCT}
+var MapNames = []string{MapDNAT, MapSNAT, MapStats, MapCounters, MapMasqNets, MapMasqCT, MapHairpin}
 
 // Program names, as in bpf/tc_nat.c.
 const (
 	ProgIn  = "pv_tc_nat_in"
 	ProgOut = "pv_tc_nat_out"
+	// ProgHairpin runs at tcx ingress of a NAT Network's bridge.
+	ProgHairpin = "pv_tc_nat_hp"
 )
 
 // Go mirrors of the C structs and enums of bpf/include/pivirt/{consts,types}.h.
@@ -62,6 +65,10 @@ type (
 	MasqVal = tc_natPvMasqVal
 	// MasqState mirrors enum pv_masq_state.
 	MasqState = tc_natPvMasqState
+	// HairpinKey mirrors struct pv_hairpin_key.
+	HairpinKey = tc_natPvHairpinKey
+	// HairpinVal mirrors struct pv_hairpin_val.
+	HairpinVal = tc_natPvHairpinVal
 )
 
 // Mapping flags (enum pv_nat_flags).
@@ -85,11 +92,14 @@ const (
 	// by the kernel's stack.
 	ReasonStack Reason = tc_natPvNatReasonPV_NAT_R_STACK
 	// ReasonMasqNew: a NAT Network's new flow took a port.
-	ReasonMasqNew   Reason = tc_natPvNatReasonPV_NAT_R_MASQ_NEW
-	ReasonDropMin   Reason = tc_natPvNatReasonPV_NAT_R_DROP_MIN
-	ReasonMalformed Reason = tc_natPvNatReasonPV_NAT_R_MALFORMED
-	ReasonFragPorts Reason = tc_natPvNatReasonPV_NAT_R_FRAG_PORTS
-	ReasonICMPInner Reason = tc_natPvNatReasonPV_NAT_R_ICMP_INNER
+	ReasonMasqNew Reason = tc_natPvNatReasonPV_NAT_R_MASQ_NEW
+	// ReasonHairpinNew: a guest reached a forwarded port of its uplink;
+	// a hairpin flow took a gateway port.
+	ReasonHairpinNew Reason = tc_natPvNatReasonPV_NAT_R_HAIRPIN_NEW
+	ReasonDropMin    Reason = tc_natPvNatReasonPV_NAT_R_DROP_MIN
+	ReasonMalformed  Reason = tc_natPvNatReasonPV_NAT_R_MALFORMED
+	ReasonFragPorts  Reason = tc_natPvNatReasonPV_NAT_R_FRAG_PORTS
+	ReasonICMPInner  Reason = tc_natPvNatReasonPV_NAT_R_ICMP_INNER
 	// ReasonMasqFull: a new flow refused, the flow table full.
 	ReasonMasqFull Reason = tc_natPvNatReasonPV_NAT_R_MASQ_FULL
 	// ReasonMasqPorts: a new flow refused, no free port to its destination.
@@ -99,24 +109,29 @@ const (
 	// ReasonMasqProto: leaving a NAT Network in a protocol masquerade does
 	// not carry.
 	ReasonMasqProto Reason = tc_natPvNatReasonPV_NAT_R_MASQ_PROTO
-	ReasonMax       Reason = tc_natPvNatReasonPV_NAT_R_MAX
+	// ReasonHairpinUnrouted: a hairpin packet the program could not
+	// forward (no route, TTL expiring, IP options, too big), dropped.
+	ReasonHairpinUnrouted Reason = tc_natPvNatReasonPV_NAT_R_HAIRPIN_UNROUTED
+	ReasonMax             Reason = tc_natPvNatReasonPV_NAT_R_MAX
 )
 
 var reasonNames = map[Reason]string{
-	ReasonARPReply:      "arp-reply",
-	ReasonICMPError:     "icmp-error-translated",
-	ReasonFragment:      "fragment-translated",
-	ReasonRedirect:      "redirected",
-	ReasonRedirectNeigh: "redirected-neigh",
-	ReasonStack:         "left-to-stack",
-	ReasonMalformed:     "malformed",
-	ReasonFragPorts:     "fragment-of-forwarded-port",
-	ReasonICMPInner:     "icmp-error-untranslatable",
-	ReasonMasqNew:       "masq-new-flow",
-	ReasonMasqFull:      "masq-table-full",
-	ReasonMasqPorts:     "masq-no-free-port",
-	ReasonMasqFrag:      "masq-fragment",
-	ReasonMasqProto:     "masq-protocol-not-carried",
+	ReasonARPReply:        "arp-reply",
+	ReasonICMPError:       "icmp-error-translated",
+	ReasonFragment:        "fragment-translated",
+	ReasonRedirect:        "redirected",
+	ReasonRedirectNeigh:   "redirected-neigh",
+	ReasonStack:           "left-to-stack",
+	ReasonMalformed:       "malformed",
+	ReasonFragPorts:       "fragment-of-forwarded-port",
+	ReasonICMPInner:       "icmp-error-untranslatable",
+	ReasonMasqNew:         "masq-new-flow",
+	ReasonMasqFull:        "masq-table-full",
+	ReasonMasqPorts:       "masq-no-free-port",
+	ReasonMasqFrag:        "masq-fragment",
+	ReasonMasqProto:       "masq-protocol-not-carried",
+	ReasonHairpinNew:      "hairpin-new-flow",
+	ReasonHairpinUnrouted: "hairpin-unrouted",
 }
 
 // String is the reason's stable kebab-case name; unknown values print as
@@ -199,13 +214,20 @@ type Objects struct {
 	DNAT, SNAT, Stats, Counters *ebpf.Map
 	// MasqNets and MasqCT are the masquerade's: NAT Networks and flows.
 	MasqNets, MasqCT *ebpf.Map
+	// Hairpin is the program of a NAT Network's bridge, HairpinCT its
+	// flows.
+	Hairpin   *ebpf.Program
+	HairpinCT *ebpf.Map
 }
 
 // Close releases the instance's file descriptors (pinned maps and links
 // stay).
 func (o *Objects) Close() error {
 	var err error
-	for _, c := range []interface{ Close() error }{o.In, o.Out} {
+	for _, c := range []*ebpf.Program{o.In, o.Out, o.Hairpin} {
+		if c == nil {
+			continue
+		}
 		if e := c.Close(); e != nil && err == nil {
 			err = e
 		}
@@ -217,13 +239,22 @@ func (o *Objects) Close() error {
 // Option changes how Load builds an instance.
 type Option func(*config)
 
-type config struct{ noRedirect bool }
+type config struct {
+	noRedirect bool
+	gateway    netip.Addr
+}
 
 // WithoutRedirect makes the ingress program hand every translated packet
 // to the kernel's IP forwarding (netfilter FORWARD/POSTROUTING, rp_filter
 // and the rest of ip_forward apply to it) instead of forwarding it itself
 // with bpf_fib_lookup and bpf_redirect (pv_nat_redirect = 0).
 func WithoutRedirect() Option { return func(c *config) { c.noRedirect = true } }
+
+// WithGateway makes the hairpin program (ProgHairpin) begin the hairpin
+// flows of the NAT Networks of the scope from gw, the gateway address of
+// the bridge it is attached to. Without it the program only translates
+// the replies of flows begun on another bridge.
+func WithGateway(gw netip.Addr) Option { return func(c *config) { c.gateway = gw } }
 
 // Load loads an instance whose programs translate the mappings of scope
 // and answer ARP with mac. mapDir is where the maps are pinned by name
@@ -261,6 +292,13 @@ func LoadSpec(spec *ebpf.CollectionSpec, scope uint32, mac net.HardwareAddr, map
 	if err := spec.Variables["pv_nat_redirect"].Set(redirect); err != nil {
 		return nil, fmt.Errorf("setting pv_nat_redirect: %w", err)
 	}
+	var gw uint32
+	if cfg.gateway.Is4() {
+		gw = BE32(cfg.gateway)
+	}
+	if err := spec.Variables["pv_nat_gateway"].Set(gw); err != nil {
+		return nil, fmt.Errorf("setting pv_nat_gateway: %w", err)
+	}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapDir}}
 	if mapDir == "" {
 		for _, ms := range spec.Maps {
@@ -275,6 +313,7 @@ func LoadSpec(spec *ebpf.CollectionSpec, scope uint32, mac net.HardwareAddr, map
 		In: objs.PvTcNatIn, Out: objs.PvTcNatOut,
 		DNAT: objs.PvNatDnat, SNAT: objs.PvNatSnat, Stats: objs.PvNatStats, Counters: objs.PvNatCounters,
 		MasqNets: objs.PvMasqNets, MasqCT: objs.PvMasqCt,
+		Hairpin: objs.PvTcNatHp, HairpinCT: objs.PvNatHairpin,
 	}, nil
 }
 
@@ -295,7 +334,7 @@ func OpenMaps(mapDir string) (*Objects, error) {
 	}
 	o := &Objects{}
 	for name, dst := range map[string]**ebpf.Map{MapDNAT: &o.DNAT, MapSNAT: &o.SNAT, MapStats: &o.Stats, MapCounters: &o.Counters,
-		MapMasqNets: &o.MasqNets, MapMasqCT: &o.MasqCT} {
+		MapMasqNets: &o.MasqNets, MapMasqCT: &o.MasqCT, MapHairpin: &o.HairpinCT} {
 		m, err := ebpf.NewMapWithOptions(spec.Maps[name], ebpf.MapOptions{PinPath: mapDir})
 		if err != nil {
 			o.closeMaps()
@@ -307,7 +346,7 @@ func OpenMaps(mapDir string) (*Objects, error) {
 }
 
 func (o *Objects) closeMaps() {
-	for _, m := range []*ebpf.Map{o.DNAT, o.SNAT, o.Stats, o.Counters, o.MasqNets, o.MasqCT} {
+	for _, m := range []*ebpf.Map{o.DNAT, o.SNAT, o.Stats, o.Counters, o.MasqNets, o.MasqCT, o.HairpinCT} {
 		if m != nil {
 			m.Close()
 		}

@@ -479,6 +479,8 @@ func TestNATLayout(t *testing.T) {
 		{nat.MapSNAT, nat.Key{}, nat.Val{}},
 		{nat.MapStats, nat.Key{}, nat.Traffic{}},
 		{nat.MapCounters, nat.CountsKey{}, nat.Counts{}},
+		{nat.MapMasqCT, nat.MasqKey{}, nat.MasqVal{}},
+		{nat.MapHairpin, nat.HairpinKey{}, nat.HairpinVal{}},
 	} {
 		ms := spec.Maps[tc.name]
 		if ms == nil {
@@ -491,7 +493,7 @@ func TestNATLayout(t *testing.T) {
 			t.Errorf("map name %s longer than 15 bytes", tc.name)
 		}
 	}
-	for _, p := range []string{nat.ProgIn, nat.ProgOut} {
+	for _, p := range nat.Progs {
 		if spec.Programs[p] == nil {
 			t.Errorf("program %s missing", p)
 		}

@@ -3,6 +3,7 @@
 package nat
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -38,24 +39,67 @@ func Simulate(mapDir string, scope uint32, mac net.HardwareAddr, frame []byte, i
 	if len(frame) < 14 {
 		return SimResult{}, fmt.Errorf("frame of %d bytes: shorter than an Ethernet header", len(frame))
 	}
-	live, err := OpenMaps(mapDir)
-	if err != nil {
-		return SimResult{}, err
-	}
-	defer live.Close()
-	spec, err := Spec()
-	if err != nil {
-		return SimResult{}, err
-	}
-	// Room for every live entry, whatever the pinned maps' sizes.
-	for name, m := range map[string]*ebpf.Map{MapDNAT: live.DNAT, MapSNAT: live.SNAT, MapMasqNets: live.MasqNets, MapMasqCT: live.MasqCT} {
-		spec.Maps[name].MaxEntries = m.MaxEntries()
-	}
-	o, err := LoadSpec(spec, scope, mac, "", WithoutRedirect())
+	o, err := privateCopy(mapDir, scope, mac, WithoutRedirect())
 	if err != nil {
 		return SimResult{}, err
 	}
 	defer o.Close()
+	prog, name := o.Out, ProgOut
+	if inbound {
+		prog, name = o.In, ProgIn
+	}
+	return simRun(o, scope, prog, name, &ebpf.RunOptions{Data: frame})
+}
+
+// SimulateHairpin runs frame through the hairpin program of a bridge
+// (ifindex, MAC mac; its scope and gateway as the NAT controller
+// configures it) as a frame going up to the host (its destination MAC
+// becomes the bridge's), over a private copy of the NAT maps pinned in
+// mapDir. The fib lookup is the live one, of the caller's namespace; a
+// translated frame is reported REDIRECT, never sent.
+func SimulateHairpin(mapDir string, scope uint32, gateway netip.Addr, mac net.HardwareAddr, ifindex int, frame []byte) (SimResult, error) {
+	if len(frame) < 14 || len(mac) != 6 {
+		return SimResult{}, fmt.Errorf("frame of %d bytes, bridge MAC %s: want an Ethernet frame and a MAC", len(frame), mac)
+	}
+	frame = append([]byte(nil), frame...)
+	copy(frame[0:6], mac)
+	var opts []Option
+	if gateway.IsValid() {
+		opts = append(opts, WithGateway(gateway))
+	}
+	o, err := privateCopy(mapDir, scope, mac, opts...)
+	if err != nil {
+		return SimResult{}, err
+	}
+	defer o.Close()
+	// Only the ifindex: it makes the frame arrive at the bridge (its
+	// packet type, the fib lookup's input device).
+	ctx := make([]byte, 44)
+	binary.NativeEndian.PutUint32(ctx[40:], uint32(ifindex))
+	return simRun(o, scope, o.Hairpin, ProgHairpin, &ebpf.RunOptions{Data: frame, Context: ctx})
+}
+
+// privateCopy loads an instance over private maps holding a copy of
+// the live ones pinned in mapDir.
+func privateCopy(mapDir string, scope uint32, mac net.HardwareAddr, opts ...Option) (*Objects, error) {
+	live, err := OpenMaps(mapDir)
+	if err != nil {
+		return nil, err
+	}
+	defer live.Close()
+	spec, err := Spec()
+	if err != nil {
+		return nil, err
+	}
+	// Room for every live entry, whatever the pinned maps' sizes.
+	for name, m := range map[string]*ebpf.Map{MapDNAT: live.DNAT, MapSNAT: live.SNAT, MapMasqNets: live.MasqNets, MapMasqCT: live.MasqCT,
+		MapHairpin: live.HairpinCT} {
+		spec.Maps[name].MaxEntries = m.MaxEntries()
+	}
+	o, err := LoadSpec(spec, scope, mac, "", opts...)
+	if err != nil {
+		return nil, err
+	}
 	copies := []struct {
 		from, to *ebpf.Map
 		k, v     any
@@ -64,24 +108,30 @@ func Simulate(mapDir string, scope uint32, mac net.HardwareAddr, frame []byte, i
 		{live.SNAT, o.SNAT, new(Key), new(Val)},
 		{live.MasqNets, o.MasqNets, new(MasqNetKey), new(MasqNet)},
 		{live.MasqCT, o.MasqCT, new(MasqKey), new(MasqVal)},
+		{live.HairpinCT, o.HairpinCT, new(HairpinKey), new(HairpinVal)},
 	}
 	for _, c := range copies {
 		it := c.from.Iterate()
 		for it.Next(c.k, c.v) {
 			if err := c.to.Put(c.k, c.v); err != nil {
-				return SimResult{}, fmt.Errorf("copying %v: %w", c.from, err)
+				o.Close()
+				return nil, fmt.Errorf("copying %v: %w", c.from, err)
 			}
 		}
 		if err := it.Err(); err != nil {
-			return SimResult{}, fmt.Errorf("reading %v: %w", c.from, err)
+			o.Close()
+			return nil, fmt.Errorf("reading %v: %w", c.from, err)
 		}
 	}
-	prog, r := o.Out, SimResult{Program: ProgOut}
-	if inbound {
-		prog, r.Program = o.In, ProgIn
-	}
-	out := make([]byte, len(frame)+256)
-	ro := &ebpf.RunOptions{Data: frame, DataOut: out}
+	return o, nil
+}
+
+// simRun runs prog (named name) of o with ro and reads the verdict and
+// the counters of scope it bumped.
+func simRun(o *Objects, scope uint32, prog *ebpf.Program, name string, ro *ebpf.RunOptions) (SimResult, error) {
+	r := SimResult{Program: name}
+	frame := ro.Data
+	ro.DataOut = make([]byte, len(frame)+256)
 	ret, err := prog.Run(ro)
 	if err != nil {
 		return SimResult{}, fmt.Errorf("running %s: %w", r.Program, err)

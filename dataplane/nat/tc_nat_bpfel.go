@@ -13,6 +13,28 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type tc_natPvHairpinKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type tc_natPvHairpinVal struct {
+	_      structs.HostLayout
+	Saddr  uint32
+	Daddr  uint32
+	Sport  uint16
+	Dport  uint16
+	State  uint8
+	Dir    uint8
+	Pad    uint16
+	SeenNs uint64
+}
+
 type tc_natPvMasqDir uint32
 
 const (
@@ -105,22 +127,24 @@ type tc_natPvNatKey struct {
 type tc_natPvNatReason uint32
 
 const (
-	tc_natPvNatReasonPV_NAT_R_ARP_REPLY      tc_natPvNatReason = 0
-	tc_natPvNatReasonPV_NAT_R_ICMP_ERROR     tc_natPvNatReason = 1
-	tc_natPvNatReasonPV_NAT_R_FRAGMENT       tc_natPvNatReason = 2
-	tc_natPvNatReasonPV_NAT_R_REDIRECT       tc_natPvNatReason = 3
-	tc_natPvNatReasonPV_NAT_R_REDIRECT_NEIGH tc_natPvNatReason = 4
-	tc_natPvNatReasonPV_NAT_R_STACK          tc_natPvNatReason = 5
-	tc_natPvNatReasonPV_NAT_R_MASQ_NEW       tc_natPvNatReason = 6
-	tc_natPvNatReasonPV_NAT_R_DROP_MIN       tc_natPvNatReason = 8
-	tc_natPvNatReasonPV_NAT_R_MALFORMED      tc_natPvNatReason = 8
-	tc_natPvNatReasonPV_NAT_R_FRAG_PORTS     tc_natPvNatReason = 9
-	tc_natPvNatReasonPV_NAT_R_ICMP_INNER     tc_natPvNatReason = 10
-	tc_natPvNatReasonPV_NAT_R_MASQ_FULL      tc_natPvNatReason = 11
-	tc_natPvNatReasonPV_NAT_R_MASQ_PORTS     tc_natPvNatReason = 12
-	tc_natPvNatReasonPV_NAT_R_MASQ_FRAG      tc_natPvNatReason = 13
-	tc_natPvNatReasonPV_NAT_R_MASQ_PROTO     tc_natPvNatReason = 14
-	tc_natPvNatReasonPV_NAT_R_MAX            tc_natPvNatReason = 16
+	tc_natPvNatReasonPV_NAT_R_ARP_REPLY        tc_natPvNatReason = 0
+	tc_natPvNatReasonPV_NAT_R_ICMP_ERROR       tc_natPvNatReason = 1
+	tc_natPvNatReasonPV_NAT_R_FRAGMENT         tc_natPvNatReason = 2
+	tc_natPvNatReasonPV_NAT_R_REDIRECT         tc_natPvNatReason = 3
+	tc_natPvNatReasonPV_NAT_R_REDIRECT_NEIGH   tc_natPvNatReason = 4
+	tc_natPvNatReasonPV_NAT_R_STACK            tc_natPvNatReason = 5
+	tc_natPvNatReasonPV_NAT_R_MASQ_NEW         tc_natPvNatReason = 6
+	tc_natPvNatReasonPV_NAT_R_HAIRPIN_NEW      tc_natPvNatReason = 7
+	tc_natPvNatReasonPV_NAT_R_DROP_MIN         tc_natPvNatReason = 8
+	tc_natPvNatReasonPV_NAT_R_MALFORMED        tc_natPvNatReason = 8
+	tc_natPvNatReasonPV_NAT_R_FRAG_PORTS       tc_natPvNatReason = 9
+	tc_natPvNatReasonPV_NAT_R_ICMP_INNER       tc_natPvNatReason = 10
+	tc_natPvNatReasonPV_NAT_R_MASQ_FULL        tc_natPvNatReason = 11
+	tc_natPvNatReasonPV_NAT_R_MASQ_PORTS       tc_natPvNatReason = 12
+	tc_natPvNatReasonPV_NAT_R_MASQ_FRAG        tc_natPvNatReason = 13
+	tc_natPvNatReasonPV_NAT_R_MASQ_PROTO       tc_natPvNatReason = 14
+	tc_natPvNatReasonPV_NAT_R_HAIRPIN_UNROUTED tc_natPvNatReason = 15
+	tc_natPvNatReasonPV_NAT_R_MAX              tc_natPvNatReason = 16
 )
 
 type tc_natPvNatTraffic struct {
@@ -146,14 +170,17 @@ const (
 	tc_natMapPvMasqNets       = "pv_masq_nets"
 	tc_natMapPvNatCounters    = "pv_nat_counters"
 	tc_natMapPvNatDnat        = "pv_nat_dnat"
+	tc_natMapPvNatHairpin     = "pv_nat_hairpin"
 	tc_natMapPvNatSnat        = "pv_nat_snat"
 	tc_natMapPvNatStats       = "pv_nat_stats"
+	tc_natProgPvTcNatHp       = "pv_tc_nat_hp"
 	tc_natProgPvTcNatIn       = "pv_tc_nat_in"
 	tc_natProgPvTcNatOut      = "pv_tc_nat_out"
 	tc_natVarPvMasqDirBtf     = "pv_masq_dir_btf"
 	tc_natVarPvMasqStateBtf   = "pv_masq_state_btf"
 	tc_natVarPvMasqTimeoutBtf = "pv_masq_timeout_btf"
 	tc_natVarPvNatFlagsBtf    = "pv_nat_flags_btf"
+	tc_natVarPvNatGateway     = "pv_nat_gateway"
 	tc_natVarPvNatMac         = "pv_nat_mac"
 	tc_natVarPvNatReasonBtf   = "pv_nat_reason_btf"
 	tc_natVarPvNatRedirect    = "pv_nat_redirect"
@@ -202,6 +229,7 @@ type tc_natSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tc_natProgramSpecs struct {
+	PvTcNatHp  *ebpf.ProgramSpec `ebpf:"pv_tc_nat_hp"`
 	PvTcNatIn  *ebpf.ProgramSpec `ebpf:"pv_tc_nat_in"`
 	PvTcNatOut *ebpf.ProgramSpec `ebpf:"pv_tc_nat_out"`
 }
@@ -214,6 +242,7 @@ type tc_natMapSpecs struct {
 	PvMasqNets    *ebpf.MapSpec `ebpf:"pv_masq_nets"`
 	PvNatCounters *ebpf.MapSpec `ebpf:"pv_nat_counters"`
 	PvNatDnat     *ebpf.MapSpec `ebpf:"pv_nat_dnat"`
+	PvNatHairpin  *ebpf.MapSpec `ebpf:"pv_nat_hairpin"`
 	PvNatSnat     *ebpf.MapSpec `ebpf:"pv_nat_snat"`
 	PvNatStats    *ebpf.MapSpec `ebpf:"pv_nat_stats"`
 }
@@ -226,6 +255,7 @@ type tc_natVariableSpecs struct {
 	PvMasqStateBtf   *ebpf.VariableSpec `ebpf:"pv_masq_state_btf"`
 	PvMasqTimeoutBtf *ebpf.VariableSpec `ebpf:"pv_masq_timeout_btf"`
 	PvNatFlagsBtf    *ebpf.VariableSpec `ebpf:"pv_nat_flags_btf"`
+	PvNatGateway     *ebpf.VariableSpec `ebpf:"pv_nat_gateway"`
 	PvNatMac         *ebpf.VariableSpec `ebpf:"pv_nat_mac"`
 	PvNatReasonBtf   *ebpf.VariableSpec `ebpf:"pv_nat_reason_btf"`
 	PvNatRedirect    *ebpf.VariableSpec `ebpf:"pv_nat_redirect"`
@@ -256,6 +286,7 @@ type tc_natMaps struct {
 	PvMasqNets    *ebpf.Map `ebpf:"pv_masq_nets"`
 	PvNatCounters *ebpf.Map `ebpf:"pv_nat_counters"`
 	PvNatDnat     *ebpf.Map `ebpf:"pv_nat_dnat"`
+	PvNatHairpin  *ebpf.Map `ebpf:"pv_nat_hairpin"`
 	PvNatSnat     *ebpf.Map `ebpf:"pv_nat_snat"`
 	PvNatStats    *ebpf.Map `ebpf:"pv_nat_stats"`
 }
@@ -266,6 +297,7 @@ func (m *tc_natMaps) Close() error {
 		m.PvMasqNets,
 		m.PvNatCounters,
 		m.PvNatDnat,
+		m.PvNatHairpin,
 		m.PvNatSnat,
 		m.PvNatStats,
 	)
@@ -279,6 +311,7 @@ type tc_natVariables struct {
 	PvMasqStateBtf   *ebpf.Variable `ebpf:"pv_masq_state_btf"`
 	PvMasqTimeoutBtf *ebpf.Variable `ebpf:"pv_masq_timeout_btf"`
 	PvNatFlagsBtf    *ebpf.Variable `ebpf:"pv_nat_flags_btf"`
+	PvNatGateway     *ebpf.Variable `ebpf:"pv_nat_gateway"`
 	PvNatMac         *ebpf.Variable `ebpf:"pv_nat_mac"`
 	PvNatReasonBtf   *ebpf.Variable `ebpf:"pv_nat_reason_btf"`
 	PvNatRedirect    *ebpf.Variable `ebpf:"pv_nat_redirect"`
@@ -289,12 +322,14 @@ type tc_natVariables struct {
 //
 // It can be passed to loadTc_natObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tc_natPrograms struct {
+	PvTcNatHp  *ebpf.Program `ebpf:"pv_tc_nat_hp"`
 	PvTcNatIn  *ebpf.Program `ebpf:"pv_tc_nat_in"`
 	PvTcNatOut *ebpf.Program `ebpf:"pv_tc_nat_out"`
 }
 
 func (p *tc_natPrograms) Close() error {
 	return _Tc_natClose(
+		p.PvTcNatHp,
 		p.PvTcNatIn,
 		p.PvTcNatOut,
 	)

@@ -189,6 +189,9 @@ enum pv_nat_reason {
 				   * forwarding (fib not forwarding it here,
 				   * too big, TTL expiring, IP options...) */
 	PV_NAT_R_MASQ_NEW    = 6, /* a masqueraded flow began: port taken */
+	PV_NAT_R_HAIRPIN_NEW = 7, /* a hairpin flow began (lib/hairpin.h):
+				   * a guest reached a forwarded port of its
+				   * uplink, gateway port taken */
 	PV_NAT_R_DROP_MIN    = 8,
 	PV_NAT_R_MALFORMED   = 8, /* truncated headers of a mapped packet */
 	PV_NAT_R_FRAG_PORTS  = 9, /* fragment of a forwarded port: no port in
@@ -205,6 +208,10 @@ enum pv_nat_reason {
 	PV_NAT_R_MASQ_PROTO  = 14, /* leaving a NAT Network in a protocol
 				    * masquerade does not carry (not TCP,
 				    * UDP, ICMP echo or a matching error) */
+	PV_NAT_R_HAIRPIN_UNROUTED = 15, /* hairpin packet translated but not
+					 * forwardable by the program (no route,
+					 * TTL expiring, IP options, too big):
+					 * the stack would drop it as a martian */
 	PV_NAT_R_MAX         = 16,
 };
 
@@ -219,7 +226,10 @@ enum pv_nat_reason {
 /* Candidate ports tried for a new flow before it is refused. */
 #define PV_MASQ_TRIES		32
 
-/* enum pv_masq_dir: struct pv_masq_key.dir. */
+/* Entries of pv_nat_hairpin: two a flow, as pv_masq_ct's. */
+#define PV_HAIRPIN_CT_MAX	65536
+
+/* enum pv_masq_dir: struct pv_masq_key.dir and struct pv_hairpin_val.dir. */
 enum pv_masq_dir {
 	PV_MASQ_OUT = 0, /* keyed by the private side's packet */
 	PV_MASQ_IN  = 1, /* keyed by the reply to the public side */

@@ -76,4 +76,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } pv_masq_ct SEC(".maps");
 
+/* pv_nat_hairpin: hairpin flows (lib/hairpin.h), an OUT and an IN entry
+ * each; a plain hash as pv_masq_ct, expired by pivirtd.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PV_HAIRPIN_CT_MAX);
+	__type(key, struct pv_hairpin_key);
+	__type(value, struct pv_hairpin_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pv_nat_hairpin SEC(".maps");
+
 #endif /* PIVIRT_NAT_MAPS_H */

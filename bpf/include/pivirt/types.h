@@ -250,4 +250,33 @@ struct pv_masq_val {
 	__u64 seen_ns;   /* bpf_ktime_get_coarse_ns of the last packet */
 };
 
+/* struct pv_hairpin_key: pv_nat_hairpin key, a TCP/UDP packet of a hairpin
+ * flow as it arrives at a bridge: a guest's to a forwarded port (OUT) or
+ * the target's reply to the gateway (IN). No scope: the reply arrives at
+ * the target's bridge, which may be another NAT Network's.
+ */
+struct pv_hairpin_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* struct pv_hairpin_val: what a pv_hairpin_key's packet becomes (OUT: from
+ * the gateway's address and port to the target; IN: from the public
+ * address and port to the guest), and when it was last seen.
+ */
+struct pv_hairpin_val {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 state;      /* enum pv_masq_state */
+	__u8 dir;        /* enum pv_masq_dir */
+	__u16 pad;
+	__u64 seen_ns;   /* bpf_ktime_get_coarse_ns of the last packet */
+};
+
 #endif /* PIVIRT_TYPES_H */

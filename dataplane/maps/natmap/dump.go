@@ -57,7 +57,7 @@ func (e Entry) String() string {
 // counters), pv_nat_stats with summed counters, pv_nat_counters with
 // every non-zero reason by name, pv_masq_nets with where each NAT
 // Network leaves from, pv_masq_ct one masqueraded flow a line as
-// conntrack -L prints it.
+// conntrack -L prints it, and pv_nat_hairpin one hairpin flow a line.
 func (m *Map) Decoded(name string) ([]Entry, error) {
 	var out []Entry
 	switch name {
@@ -136,6 +136,16 @@ func (m *Map) Decoded(name string) ([]Entry, error) {
 	case nat.MapMasqCT:
 		// One line a flow, as conntrack -L prints it.
 		flows, err := nat.ListFlows(m.MasqCT)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range flows {
+			out = append(out, Entry{Key: f.String()})
+		}
+	case nat.MapHairpin:
+		// As conntrack -L: the guest to the forwarded port, the
+		// target's reply to the gateway.
+		flows, err := nat.ListHairpinFlows(m.HairpinCT)
 		if err != nil {
 			return nil, err
 		}

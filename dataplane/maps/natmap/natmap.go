@@ -20,11 +20,13 @@ import (
 type Map struct {
 	DNAT, SNAT, Stats, Counters *ebpf.Map
 	MasqNets, MasqCT            *ebpf.Map // NAT Networks' masquerade
+	HairpinCT                   *ebpf.Map // NAT Networks' hairpin flows
 }
 
 // New wraps the maps of a loaded or opened NAT instance.
 func New(o *nat.Objects) *Map {
-	return &Map{DNAT: o.DNAT, SNAT: o.SNAT, Stats: o.Stats, Counters: o.Counters, MasqNets: o.MasqNets, MasqCT: o.MasqCT}
+	return &Map{DNAT: o.DNAT, SNAT: o.SNAT, Stats: o.Stats, Counters: o.Counters, MasqNets: o.MasqNets, MasqCT: o.MasqCT,
+		HairpinCT: o.HairpinCT}
 }
 
 // Mapping is one translation as an operator reads it: the public side,
