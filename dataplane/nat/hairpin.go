@@ -5,7 +5,6 @@ package nat
 import (
 	"fmt"
 	"net/netip"
-	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -42,8 +41,7 @@ func ListHairpinFlows(ct *ebpf.Map) ([]Flow, error) {
 			seen = max(seen, rv.SeenNs)
 			delete(byKey, rk)
 		}
-		f.Seen = now - time.Duration(seen)
-		f.Expires = f.State.Timeout() - f.Seen
+		f.age(now, seen)
 		flows = append(flows, f)
 	}
 	for k, v := range byKey { // an IN entry whose OUT is gone
@@ -55,8 +53,7 @@ func ListHairpinFlows(ct *ebpf.Map) ([]Flow, error) {
 			Remote: addrPort(v.Saddr, v.Sport),
 			Public: addrPort(k.Daddr, k.Dport),
 			Target: addrPort(k.Saddr, k.Sport)}
-		f.Seen = now - time.Duration(v.SeenNs)
-		f.Expires = f.State.Timeout() - f.Seen
+		f.age(now, v.SeenNs)
 		flows = append(flows, f)
 	}
 	return flows, nil

@@ -170,9 +170,9 @@ func ListFlows(ct *ebpf.Map) ([]Flow, error) {
 	flows := make([]Flow, 0, len(outs))
 	for _, h := range outs {
 		f := Flow{Scope: h.k.Scope, Proto: h.k.Proto, State: MasqState(h.v.State), HasForward: true,
-			Guest:  netip.AddrPortFrom(Addr4(h.k.Saddr), Port16(h.k.Sport)),
-			Remote: netip.AddrPortFrom(Addr4(h.k.Daddr), Port16(h.k.Dport)),
-			Public: netip.AddrPortFrom(Addr4(h.v.Addr), Port16(h.v.Port))}
+			Guest:  addrPort(h.k.Saddr, h.k.Sport),
+			Remote: addrPort(h.k.Daddr, h.k.Dport),
+			Public: addrPort(h.v.Addr, h.v.Port)}
 		seen := h.v.SeenNs
 		ik := replyKey(h.k, h.v)
 		if iv, ok := byIn[ik]; ok {
@@ -180,20 +180,25 @@ func ListFlows(ct *ebpf.Map) ([]Flow, error) {
 			seen = max(seen, iv.SeenNs)
 			delete(byIn, ik)
 		}
-		f.Seen = now - time.Duration(seen)
-		f.Expires = f.State.Timeout() - f.Seen
+		f.age(now, seen)
 		flows = append(flows, f)
 	}
 	for ik, iv := range byIn { // an IN entry whose OUT is gone
 		f := Flow{Scope: ik.Scope, Proto: ik.Proto, State: MasqState(iv.State), HasReply: true,
-			Guest:  netip.AddrPortFrom(Addr4(iv.Addr), Port16(iv.Port)),
-			Remote: netip.AddrPortFrom(Addr4(ik.Saddr), Port16(ik.Sport)),
-			Public: netip.AddrPortFrom(Addr4(ik.Daddr), Port16(ik.Dport))}
-		f.Seen = now - time.Duration(iv.SeenNs)
-		f.Expires = f.State.Timeout() - f.Seen
+			Guest:  addrPort(iv.Addr, iv.Port),
+			Remote: addrPort(ik.Saddr, ik.Sport),
+			Public: addrPort(ik.Daddr, ik.Dport)}
+		f.age(now, iv.SeenNs)
 		flows = append(flows, f)
 	}
 	return flows, nil
+}
+
+// age sets f's Seen and Expires from seenNs, the last time (CLOCK_MONOTONIC)
+// one of its entries saw a packet.
+func (f *Flow) age(now time.Duration, seenNs uint64) {
+	f.Seen = now - time.Duration(seenNs)
+	f.Expires = f.State.Timeout() - f.Seen
 }
 
 // replyKey is the IN key of the flow whose OUT entry is (k, v).
