@@ -141,6 +141,7 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 		return errors.New("lease database not open (Recover was not called)")
 	}
 	cs := make([]leasedb.Change, 0, len(changes))
+	kept := make([]server.LeaseChange, 0, len(changes)) // cs as the server made them
 	for _, ch := range changes {
 		seg, ok := segs[ch.Segment]
 		if !ok {
@@ -149,6 +150,7 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 		c := dbChange(ch, seg.bridge)
 		c.FromStore = deletedAt > 0
 		cs = append(cs, c)
+		kept = append(kept, ch)
 	}
 	if len(cs) == 0 {
 		return nil
@@ -161,11 +163,16 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	if err != nil {
 		return err
 	}
+	recs := make([]record, 0, len(done))
+	for i, c := range done {
+		if !c.Static || deletedAt > 0 {
+			recs = append(recs, record{Change: kept[i], Network: c.Network, seq: c.Seq})
+		}
+	}
 	if deletedAt > 0 {
-		lg.noteDeleted(toRecords(done), deletedAt)
+		lg.noteDeleted(recs, deletedAt)
 		return nil
 	}
-	recs := toRecords(slices.DeleteFunc(done, func(c leasedb.Change) bool { return c.Static }))
 	if len(recs) == 0 {
 		return nil
 	}

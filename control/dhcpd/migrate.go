@@ -42,7 +42,7 @@ func (lg *ledger) migrate() error {
 	for seg, ls := range parked {
 		for _, l := range ls {
 			if now.Before(l.Expires) {
-				cs = append(cs, staticBound(seg, l, now))
+				cs = append(cs, staticBound(seg, "", l, now)) // its segment's bridge is not known here
 			}
 		}
 	}
@@ -134,13 +134,10 @@ func (m *Manager) legacyReservationBindings(cfg server.Segment, static []server.
 	for _, l := range m.pinnedReservations(cfg.ID, static) {
 		if !known[l.MAC.String()] {
 			have = append(have, l)
-			cs = append(cs, staticBound(cfg.ID, l, now))
+			cs = append(cs, staticBound(cfg.ID, cfg.Bridge, l, now))
 		}
 	}
 	if len(cs) > 0 {
-		for i := range cs {
-			cs[i].Network = cfg.Bridge
-		}
 		if _, err := m.ledger.db.Commit(cs); err != nil {
 			m.Log.Warn("keeping the reservations' bindings from pv_leases in the lease database", "segment", cfg.Name, "err", err)
 		}

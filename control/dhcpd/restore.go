@@ -67,6 +67,6 @@ func (lg *ledger) restoreDeclined(now time.Time, id uint32) error {
 
 // staticBound is the change that gives the database a reservation's
 // binding (the migration's).
-func staticBound(seg uint32, l server.Lease, at time.Time) leasedb.Change {
-	return leasedb.Change{Kind: leasedb.Bound, Segment: seg, IP: l.IP, MAC: l.MAC, Expires: l.Expires, At: at, Static: true}
+func staticBound(seg uint32, network string, l server.Lease, at time.Time) leasedb.Change {
+	return leasedb.Change{Kind: leasedb.Bound, Segment: seg, Network: network, IP: l.IP, MAC: l.MAC, Expires: l.Expires, At: at, Static: true}
 }
