@@ -699,6 +699,10 @@ func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr
 			continue
 		}
 		ch, err := m.srv.Release(m.now(), id, mac, ip)
+		if errors.Is(err, server.ErrInFlight) {
+			// Its store write re-creates the object.
+			m.Log.Info("lease deleted while its client renewed it: the renewal stands", "lease", name, "ip", ip, "mac", mac.String())
+		}
 		if err != nil {
 			continue
 		}

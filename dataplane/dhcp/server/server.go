@@ -25,6 +25,7 @@ var (
 	ErrAddrInUse   = errors.New("address in use")
 	ErrDuplicate   = errors.New("duplicate reservation")
 	ErrNoSuchLease = errors.New("no such lease")
+	ErrInFlight    = errors.New("lease renewed by an ACK not yet committed")
 )
 
 // Request is a decoded DHCP message plus the facts of its ingress.
@@ -438,6 +439,10 @@ func (s *Server) load(now time.Time, seg uint32, leases []Lease, moved bool) err
 // Release drops mac's lease of ip (the operator deleted it) and returns
 // the change to persist. A lease of ip that passed to another client, or
 // mac's lease of another address, is not the one deleted: ErrNoSuchLease.
+// A lease whose ACK is decided but not yet committed (Persisted) stays:
+// ErrInFlight. The renewal was decided first, its commit follows the
+// release in the journal, and its client holds the ACK; dropping the
+// binding would free an address the database and the client still hold.
 func (s *Server) Release(now time.Time, seg uint32, mac net.HardwareAddr, ip netip.Addr) (LeaseChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -448,6 +453,9 @@ func (s *Server) Release(now time.Time, seg uint32, mac net.HardwareAddr, ip net
 	l := st.byMAC[string(mac)]
 	if l == nil || l.offered || l.IP != ip {
 		return LeaseChange{}, fmt.Errorf("releasing %s of %s: %w", ip, mac, ErrNoSuchLease)
+	}
+	if l.unsynced != 0 {
+		return LeaseChange{}, fmt.Errorf("releasing %s of %s: %w", ip, mac, ErrInFlight)
 	}
 	st.drop(l)
 	return LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)}, nil

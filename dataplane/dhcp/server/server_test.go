@@ -69,13 +69,18 @@ func srvID(a netip.Addr) mod                { return opt(dhcpv4.OptionServerIden
 func ciaddr(a string) mod                   { return dhcpv4.WithClientIP(net.IP(ip(a).AsSlice())) }
 
 // bindA gives macA 192.168.100.10 through a full DORA.
-func bindA(t *testing.T, s *Server) {
+func bindA(t *testing.T, s *Server) { ackA(t, s) }
+
+// ackA binds 192.168.100.10 to macA by DORA and returns the ACK's
+// changes (not Persisted).
+func ackA(t *testing.T, s *Server) []LeaseChange {
 	t.Helper()
 	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
-	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(sid1), reqIP("192.168.100.10"))})
+	r, chs := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRequest, macA, srvID(sid1), reqIP("192.168.100.10"))})
 	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeAck {
 		t.Fatalf("setup DORA: %+v", r)
 	}
+	return chs
 }
 
 func TestHandle(t *testing.T) {
@@ -534,10 +539,15 @@ func TestReservationsRejectOutOfRangeAndDuplicates(t *testing.T) {
 // TestReleaseByOperator: the operator's delete releases the lease it
 // names, MAC and address; a name that no longer matches what the server
 // holds (the address passed to another client, the MAC moved on) releases
-// nothing.
+// nothing, and neither does a deletion reaching the lease while its ACK
+// is not committed yet (the renewal decided first stands).
 func TestReleaseByOperator(t *testing.T) {
 	s := newServer(t)
-	bindA(t, s)
+	acked := ackA(t, s)
+	if ch, err := s.Release(t0, 1, macA, ip("192.168.100.10")); !errors.Is(err, ErrInFlight) {
+		t.Errorf("a lease whose ACK is not committed: released %+v, err %v; want ErrInFlight", ch, err)
+	}
+	s.Persisted(acked)
 	for _, tc := range []struct {
 		name string
 		mac  net.HardwareAddr
