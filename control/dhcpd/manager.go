@@ -252,18 +252,35 @@ func macSet(macs []net.HardwareAddr) map[string]bool {
 // loadReservations sets a segment's reservations in the server to static,
 // from a snapshot at rev, with those that reached it ahead of the store,
 // if that differs from what was set before (prev) or force. It returns
-// the reservations now in force and whether they were set.
+// the reservations now in force and whether they were set. The dynamic
+// leases they supersede end in the lease database as the operator's
+// deletions: admission deleted their objects with the reservation's apply.
 func (m *Manager) loadReservations(segName string, id uint32, prev, static []server.Reservation, rev int64, force bool) ([]server.Reservation, bool) {
 	m.ahead.mu.Lock()
-	defer m.ahead.mu.Unlock()
 	static = m.ahead.merge(id, static, rev)
 	if !force && slices.EqualFunc(prev, static, sameReservation) {
+		m.ahead.mu.Unlock()
 		return static, false
 	}
-	if err := m.srv.SetReservations(id, static); err != nil {
+	superseded, err := m.srv.SetReservations(m.now(), id, static)
+	m.ahead.mu.Unlock()
+	if err != nil {
 		m.Log.Warn("some reservations were not loaded", "segment", segName, "err", err)
 	}
+	m.persistSuperseded(superseded, rev)
 	return static, true
+}
+
+// persistSuperseded ends, in the lease database and pv_leases, the
+// dynamic leases reservations superseded (server.Reserve): never written
+// back to the store, whose objects the reservations' apply deleted.
+func (m *Manager) persistSuperseded(changes []server.LeaseChange, rev int64) {
+	if len(changes) == 0 {
+		return
+	}
+	if err := m.ledger.persistDeletion(changes, rev); err != nil {
+		m.Log.Warn("persisting the end of leases reservations superseded", "err", err)
+	}
 }
 
 // withPending brings a segment's stored leases up to the ACKs its
@@ -646,12 +663,14 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 			m.resDirty.Store(true)
 			res := server.Reservation{MAC: mac, IP: ip, Hostname: l.Hostname}
 			m.ahead.mu.Lock()
-			if err := m.srv.Reserve(id, res); err != nil {
+			superseded, err := m.srv.Reserve(m.now(), id, res)
+			if err != nil {
 				m.Log.Warn("reservation not served yet", "lease", w.Object.Metadata.Name, "err", err)
 			} else {
 				m.ahead.add(id, res, w.Revision)
 			}
 			m.ahead.mu.Unlock()
+			m.persistSuperseded(superseded, w.Revision)
 		}
 	}
 }

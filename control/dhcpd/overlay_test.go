@@ -106,7 +106,7 @@ func TestOverlayReservationBindings(t *testing.T) {
 	res := func(mac, ip string) server.Reservation {
 		return server.Reservation{MAC: mustMAC(t, mac), IP: netip.MustParseAddr(ip)}
 	}
-	if err := m.srv.SetReservations(7, []server.Reservation{res(bound, "192.168.100.20"), res(other, "192.168.100.21"),
+	if _, err := m.srv.SetReservations(time.Now(), 7, []server.Reservation{res(bound, "192.168.100.20"), res(other, "192.168.100.21"),
 		res(expired, "192.168.100.22"), res(moved, "192.168.100.23")}); err != nil {
 		t.Fatal(err)
 	}

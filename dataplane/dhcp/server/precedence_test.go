@@ -61,7 +61,7 @@ func TestReservationWinsOverDynamicLeases(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newServer(t)
 			bindA(t, s) // macA holds .10 dynamically
-			if err := s.Reserve(1, tc.reserve); err != nil {
+			if _, err := s.Reserve(t0, 1, tc.reserve); err != nil {
 				t.Fatal(err)
 			}
 			r, ch := renew(t, s, t0.Add(time.Minute), tc.mac, tc.renewIP)
@@ -221,7 +221,7 @@ func TestOneLeasePerMAC(t *testing.T) {
 	}
 	// Reserve the address its client-id identity holds; the MAC without
 	// client-id asks: it gets it.
-	if err := s.Reserve(1, Reservation{MAC: macA, IP: ip("192.168.100.10")}); err != nil {
+	if _, err := s.Reserve(t0, 1, Reservation{MAC: macA, IP: ip("192.168.100.10")}); err != nil {
 		t.Fatal(err)
 	}
 	r, _ = s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})

@@ -172,7 +172,9 @@ func (w *world) restart(load bool) {
 	// What was loaded is durable; the persists under way died with the
 	// process.
 	w.pending, w.unpersisted = nil, map[string]uint64{}
-	w.setReservations()
+	// Set before the leases are loaded: a lease its MAC's reservation
+	// supersedes is not loaded at all, so no change ends it.
+	w.setReservations(false)
 	if _, err := s.SetHeld(w.cfg.ID, w.heldMACs()); err != nil {
 		w.t.Fatal(err)
 	}
@@ -229,17 +231,18 @@ func (w *world) heldMACs() []net.HardwareAddr {
 	return out
 }
 
-func (w *world) setReservations() {
+func (w *world) setReservations(running bool) {
 	var rs []Reservation
 	for m, a := range w.reserved {
 		rs = append(rs, Reservation{MAC: net.HardwareAddr(m), IP: a})
 	}
 	// Those outside the range are not loaded (their objects are Pending),
 	// as the manager's Sync leaves them.
-	if err := w.srv.SetReservations(w.cfg.ID, rs); err != nil && !errors.Is(err, ErrOutOfRange) {
+	ch, err := w.srv.SetReservations(w.now, w.cfg.ID, rs)
+	if err != nil && !errors.Is(err, ErrOutOfRange) {
 		w.t.Fatalf("SetReservations(%v): %v", rs, err)
 	}
-	w.superseded()
+	w.superseded(ch, running)
 }
 
 // inRange reports whether a is in the segment's range.
@@ -258,12 +261,18 @@ func (w *world) reservation(mac string) (netip.Addr, bool) {
 // dynamic lease (unless the interlock holds it); apply does the same to
 // the stored object. A reserved address leaves a DECLINE's probation:
 // the operator said whose it is.
-func (w *world) superseded() {
+// On a running server (not a restart's, before it loads leases) each
+// lease dropped so has its change.
+func (w *world) superseded(ch []LeaseChange, running bool) {
+	w.changes(ch)
 	for m, a := range w.reserved {
 		if !w.inRange(a) {
 			continue
 		}
 		if b, ok := w.durable[m]; ok && b.ip != a && !w.held[m] {
+			if running {
+				w.t.Errorf("%s's lease of %s superseded by its reservation of %s without a change\n%s", net.HardwareAddr(m), b.ip, a, w.trail())
+			}
 			delete(w.durable, m)
 		}
 		delete(w.declined, a)
@@ -408,11 +417,11 @@ func (w *world) step(i int) {
 		if w.reserved[k] == a && w.rnd.IntN(2) == 0 {
 			// Ahead of the store, as admission does; the next line sets
 			// them all, as the next Sync does.
-			if err := w.srv.Reserve(w.cfg.ID, Reservation{MAC: mac, IP: a}); err == nil {
-				w.superseded()
+			if ch, err := w.srv.Reserve(w.now, w.cfg.ID, Reservation{MAC: mac, IP: a}); err == nil {
+				w.superseded(ch, true)
 			}
 		}
-		w.setReservations()
+		w.setReservations(true)
 	case op < 80: // the interlock put on or lifted
 		if w.held[k] {
 			delete(w.held, k)
@@ -486,7 +495,7 @@ func (w *world) step(i int) {
 				delete(w.declined, a) // and back in the pool if the range grows again
 			}
 		}
-		w.setReservations() // the next Sync sets the store's, in range or not
+		w.setReservations(true) // the next Sync sets the store's, in range or not
 	default:
 		w.logf("restart")
 		w.restart(true)

@@ -279,15 +279,17 @@ func (s *Server) RemoveSegment(id uint32) {
 
 // SetReservations replaces the static reservations of a segment. Invalid
 // ones (outside the delegated range, MAC or IP twice) are skipped and
-// reported together; the rest apply.
-func (s *Server) SetReservations(seg uint32, res []Reservation) error {
+// reported together; the rest apply. It returns the Released changes of
+// the dynamic leases the reservations superseded (see supersede).
+func (s *Server) SetReservations(now time.Time, seg uint32, res []Reservation) ([]LeaseChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
 	if st == nil {
-		return fmt.Errorf("setting reservations of segment %d: %w", seg, ErrNoSegment)
+		return nil, fmt.Errorf("setting reservations of segment %d: %w", seg, ErrNoSegment)
 	}
-	return st.setReservations(res)
+	err := st.setReservations(res)
+	return st.supersede(now, seg), err
 }
 
 func (st *segState) setReservations(res []Reservation) error {
@@ -302,7 +304,6 @@ func (st *segState) setReservations(res []Reservation) error {
 			errs = append(errs, err)
 		}
 	}
-	st.supersede()
 	return errors.Join(errs...)
 }
 
@@ -329,42 +330,50 @@ func (st *segState) reserve(r Reservation) error {
 // their MAC replaces (at another address): the client is NAKed off the old
 // address at its next renewal and offered the reserved one. A lease the
 // interlock holds stays until the hold ends. A lease of another MAC on a
-// reserved address stays too, until it ends: its renewals are NAKed.
-func (st *segState) supersede() {
+// reserved address stays too, until it ends: its renewals are NAKed. It
+// returns the Released changes of the leases it dropped, so the lease
+// database ends their bindings too (their objects go with the
+// reservation's apply).
+func (st *segState) supersede(now time.Time, seg uint32) []LeaseChange {
+	var out []LeaseChange
 	for _, l := range st.byID {
 		r, ok := st.resByMAC[string(l.MAC)]
 		if ok && r.IP != l.IP && !st.held[string(l.MAC)] {
 			st.drop(l)
+			if !l.offered {
+				out = append(out, LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now})
+			}
 		}
 	}
+	return out
 }
 
 // Reserve adds or replaces the reservation of one MAC at once, before the
 // store holds it (admission calls it inside the transaction that stores
 // the reservation), so no DISCOVER after the apply can get the reserved
 // address, or give the MAC another, as a dynamic lease. The next
-// SetReservations, from the store, replaces it either way.
-func (s *Server) Reserve(seg uint32, r Reservation) error {
+// SetReservations, from the store, replaces it either way. It returns
+// the Released change of the MAC's dynamic lease it superseded, if any.
+func (s *Server) Reserve(now time.Time, seg uint32, r Reservation) ([]LeaseChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
 	if st == nil {
-		return fmt.Errorf("reserving %s for %s: %w", r.IP, r.MAC, ErrNoSegment)
+		return nil, fmt.Errorf("reserving %s for %s: %w", r.IP, r.MAC, ErrNoSegment)
 	}
 	if old, ok := st.resByMAC[string(r.MAC)]; ok {
 		if old.IP == r.IP {
 			st.resByMAC[string(r.MAC)] = r
-			return nil
+			return nil, nil
 		}
 		delete(st.resByIP, old.IP)
 		delete(st.resByMAC, string(r.MAC))
 		st.maybeFree(old.IP)
 	}
 	if err := st.reserve(r); err != nil {
-		return err
+		return nil, err
 	}
-	st.supersede()
-	return nil
+	return st.supersede(now, seg), nil
 }
 
 // SetHeld replaces the MACs whose leases the provisioning interlock holds

@@ -46,7 +46,7 @@ func newServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetReservations(1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}); err != nil {
+	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -518,7 +518,7 @@ func TestLoadLeasesKeepsAddressesAcrossRestart(t *testing.T) {
 
 func TestReservationsRejectOutOfRangeAndDuplicates(t *testing.T) {
 	s := newServer(t)
-	err := s.SetReservations(1, []Reservation{
+	_, err := s.SetReservations(t0, 1, []Reservation{
 		{MAC: macA, IP: ip("192.168.100.11")},
 		{MAC: macB, IP: ip("192.168.100.11")},
 		{MAC: macR, IP: ip("192.168.100.200")},
@@ -643,7 +643,7 @@ func TestReservationLiftsQuarantine(t *testing.T) {
 	if st, _ := s.Stats(1); st.Quarantined != 1 {
 		t.Fatalf("after the decline: stats %+v, want 1 quarantined", st)
 	}
-	if err := s.SetReservations(1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}}); err != nil {
+	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}}); err != nil {
 		t.Fatal(err)
 	}
 	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
@@ -855,7 +855,7 @@ func TestOneMACCannotHoldThePool(t *testing.T) {
 // one is not, and an unreserved MAC has nothing to drop.
 func TestUnreserve(t *testing.T) {
 	s := newServer(t)
-	if err := s.SetReservations(1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}, {MAC: macB, IP: ip("192.168.100.12")}}); err != nil {
+	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}, {MAC: macB, IP: ip("192.168.100.12")}}); err != nil {
 		t.Fatal(err)
 	}
 	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
