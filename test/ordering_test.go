@@ -15,7 +15,9 @@ package test
 //     stored for a client that holds none (released, declined,
 //     superseded, deleted by the operator);
 //   - a reserved MAC is given its reserved address;
-//   - the guard's pins (pv_leases) equal the leases;
+//   - the guard's pins (pv_leases) equal the leases, and equal the lease
+//     database's bindings plus the reservations (no drift in
+//     `inspect desired pv_leases`);
 //   - a unicast renewal to the server learned from the OFFER is answered.
 // Ports are also replugged (a VM restart: new veth, same name and MAC) and
 // the segment deleted and applied again, its ports enslaved after its new
@@ -562,6 +564,9 @@ func (r *orderRun) violations() []string {
 			pinned[p.MAC], pinnedUntil[p.MAC] = p.IP, *p.ExpiresAt
 		}
 	}
+	if !r.segGone {
+		bad = append(bad, r.leaseDBDrift()...)
+	}
 	for _, c := range r.clients {
 		mac := c.g.MAC.String()
 		if c.acked.IsValid() {
@@ -589,6 +594,42 @@ func (r *orderRun) violations() []string {
 		if l, ok := byName[leaseName(c.g.MAC)]; ok && (!c.acked.IsValid() || c.reserv.IsValid()) && l.Spec.IPAddress != c.maybeHeld.String() {
 			bad = append(bad, fmt.Sprintf("%s holds no lease (reservation %v), the store has %s at %s", mac, c.reserv, l.Metadata.Name, l.Spec.IPAddress))
 		}
+	}
+	return bad
+}
+
+// leaseDBDrift is the drift of pv_leases from what the lease database
+// says it must hold (`inspect desired pv_leases`): a pin the database
+// does not hold, a binding not pinned, or pinned otherwise.
+func (r *orderRun) leaseDBDrift() []string {
+	var resp struct {
+		Maps []struct {
+			Name    string `json:"name"`
+			Missing []struct {
+				Key string `json:"key"`
+			} `json:"missing"`
+			Stale []struct {
+				Key string `json:"key"`
+			} `json:"stale"`
+			Differ []struct {
+				Key string `json:"key"`
+			} `json:"differ"`
+		} `json:"maps"`
+	}
+	out := r.d.Ctl("inspect", "desired", "pv_leases", "-o", "json")
+	if out.Code != 0 || json.Unmarshal([]byte(out.Stdout), &resp) != nil || len(resp.Maps) != 1 {
+		return []string{"inspect desired pv_leases: " + out.String()}
+	}
+	var bad []string
+	m := resp.Maps[0]
+	for _, e := range m.Missing {
+		bad = append(bad, "the lease database binds what pv_leases lacks: "+e.Key)
+	}
+	for _, e := range m.Stale {
+		bad = append(bad, "pv_leases pins what the lease database does not bind: "+e.Key)
+	}
+	for _, e := range m.Differ {
+		bad = append(bad, "pv_leases pins otherwise than the lease database binds: "+e.Key)
 	}
 	return bad
 }

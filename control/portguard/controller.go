@@ -58,6 +58,9 @@ type ACLStatus struct {
 // LeaseOverlay brings compiled leases up to the DHCP server's ACKs.
 type LeaseOverlay interface {
 	OverlayLeases(rev int64, leases map[leasemap.Key]leasemap.Value, clockOffset time.Duration)
+	// ProjectLeases replaces compiled leases with the lease database's
+	// view of them, for `inspect desired`.
+	ProjectLeases(leases map[leasemap.Key]leasemap.Value, clockOffset time.Duration)
 	// WhilePinsHeld runs the sync while no ACK is being bound.
 	WhilePinsHeld(f func() error) error
 }

@@ -29,6 +29,11 @@ func (c *Controller) Desired(ctx context.Context) (compile.Desired, []mapsync.Dr
 		return compile.Desired{}, nil, 0, err
 	}
 	d := compile.Compile(objs, host)
+	if c.Acked != nil {
+		// pv_leases as the lease database says it must be: the drift
+		// shows a pin the database does not hold, or a binding unpinned.
+		c.Acked.ProjectLeases(d.Leases, host.ClockOffset)
+	}
 	m := c.Loader.Maps()
 	drift, err := mapsync.GuardDrift(guardMaps(m), d)
 	return d, drift, rev, err
