@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -38,6 +39,10 @@ type DB struct {
 	seq       uint64 // the last change's sequence number
 	exported  uint64 // the store has every dynamic change up to it
 	bindings  map[key]Change
+	// ended is the last change of each binding that ended, until the
+	// store is known to have that end too (Compact): with it a reader of
+	// a store that lags behind knows the binding is over (Lookup).
+	ended     map[key]Change
 	probation map[probation]time.Time
 	pending   []Change // dynamic changes after exported, in order
 	sinceSnap int      // journal records the last snapshot does not cover
@@ -59,7 +64,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	if opts.CompactAfter <= 0 {
 		opts.CompactAfter = 10_000
 	}
-	db := &DB{dir: dir, opts: opts, bindings: map[key]Change{}, probation: map[probation]time.Time{}, withdrawn: map[uint64]bool{}}
+	db := &DB{dir: dir, opts: opts, bindings: map[key]Change{}, ended: map[key]Change{}, probation: map[probation]time.Time{}, withdrawn: map[uint64]bool{}}
 	snap, hasSnap, err := readSnapshot(dir)
 	if err != nil {
 		return nil, err
@@ -73,6 +78,13 @@ func Open(dir string, opts Options) (*DB, error) {
 		db.probation[probation{c.Segment, c.IP}] = c.Until
 	}
 	db.pending = snap.pending
+	for _, c := range snap.pending {
+		if k := keyOf(c); ends(c.Kind) {
+			db.ended[k] = c
+		} else {
+			delete(db.ended, k)
+		}
+	}
 	log, recs, err := wal.Open(dir, wal.Options{SyncDelay: opts.SyncDelay, SegmentSize: opts.SegmentSize})
 	if err != nil {
 		return nil, fmt.Errorf("opening the lease journal: %w", err)
@@ -133,10 +145,12 @@ func (db *DB) apply(c Change) {
 	}
 	if !ends(c.Kind) {
 		db.bindings[k] = c
+		delete(db.ended, k)
 		delete(db.probation, probation{c.Segment, c.IP}) // bound: its probation is over
 		return
 	}
 	delete(db.bindings, k)
+	db.ended[k] = c
 	if c.Kind == Declined && !c.Until.IsZero() {
 		db.probation[probation{c.Segment, c.IP}] = c.Until
 	}
@@ -237,6 +251,38 @@ func (db *DB) Bindings(seg uint32) []Change {
 	return out
 }
 
+// Lookup returns the last change of the binding of mac on seg: live
+// (bound), or its end while the store may not have that yet. known is
+// false when the database has neither.
+func (db *DB) Lookup(seg uint32, mac net.HardwareAddr) (c Change, live, known bool) {
+	var k key
+	k.seg = seg
+	copy(k.mac[:], mac)
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if c, ok := db.bindings[k]; ok {
+		return c, true, true
+	}
+	c, known = db.ended[k]
+	return c, false, known
+}
+
+// Known returns what Lookup knows of a segment: its bindings and the
+// ends the store may not have yet.
+func (db *DB) Known(seg uint32) []Change {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	var out []Change
+	for _, m := range []map[key]Change{db.bindings, db.ended} {
+		for k, c := range m {
+			if k.seg == seg {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
 // Probations returns a segment's addresses on a DECLINE's probation and
 // until when (ended ones included until the next Compact).
 func (db *DB) Probations(seg uint32) map[netip.Addr]time.Time {
@@ -295,6 +341,8 @@ func (db *DB) Compact(now time.Time, keep func(Change) bool) error {
 		kept[keyOf(c)] = true
 	}
 	maps.DeleteFunc(db.bindings, func(k key, c Change) bool { return !kept[k] && c.Seq <= s.seq })
+	// An end the store has (exported), or never mirrors, is over.
+	maps.DeleteFunc(db.ended, func(_ key, c Change) bool { return !c.exported() || c.Seq <= db.exported })
 	maps.DeleteFunc(db.probation, func(_ probation, until time.Time) bool { return !now.Before(until) })
 	return nil
 }

@@ -106,6 +106,12 @@ func (m *model) apply(c Change) {
 	}
 }
 
+// boundLater reports whether c's binding is bound again after c.
+func (m *model) boundLater(c Change) bool {
+	b, ok := m.bindings[keyOf(c)]
+	return ok && b.Seq > c.Seq
+}
+
 func (m *model) check(t *testing.T, db *DB, step int) {
 	t.Helper()
 	var want, got []string
@@ -127,6 +133,27 @@ func (m *model) check(t *testing.T, db *DB, step int) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("step %d: state\n got %q\nwant %q", step, got, want)
+	}
+	// Lookup: every binding live; an end known only while the store
+	// may lack it (not exported yet), never for a key still bound.
+	for k, c := range m.bindings {
+		if g, live, known := db.Lookup(k.seg, k.mac[:]); !live || !known || fmt.Sprint(g) != fmt.Sprint(c) {
+			t.Fatalf("step %d: Lookup(%d, %x) = %v live %v known %v, want the binding %v", step, k.seg, k.mac, g, live, known, c)
+		}
+	}
+	for seg := range uint32(3) {
+		for _, c := range db.Known(seg) {
+			k := keyOf(c)
+			_, bound := m.bindings[k]
+			if ends(c.Kind) == bound {
+				t.Fatalf("step %d: Known(%d) has %v, the model binds %v", step, seg, c, m.bindings[k])
+			}
+		}
+	}
+	for _, c := range m.pending {
+		if _, live, known := db.Lookup(c.Segment, c.MAC); ends(c.Kind) && !live && !known && !m.boundLater(c) {
+			t.Fatalf("step %d: the pending end %v is not known", step, c)
+		}
 	}
 	pend := func(cs []Change) []string {
 		var out []string
