@@ -9,15 +9,15 @@
 //     reservations and the operator's deletions from the store, and, at a
 //     segment's start, the reservations' bindings and DECLINE probations
 //     the lease database keeps.
-//   - ledger (ledger.go, journal.go, overlay.go) makes what the responders
-//     acknowledge durable and visible: every lease the state machine
-//     binds, renews or frees is committed to the node's lease database
-//     (control/leasedb: one fdatasync per group) and programmed into the
-//     guard's pv_leases map before its ACK leaves, then stored as a
-//     DHCPLease (lease-<mac-with-dashes>, type dynamic) by a writer that
-//     batches them and marks them exported; it knows which changes the store
-//     holds yet, which the guard's sync of pv_leases (OverlayLeases) and
-//     the operator's deletions need.
+//   - ledger (ledger.go, journal.go, projection.go) makes what the
+//     responders acknowledge durable and visible: every lease the state
+//     machine binds, renews or frees is committed to the node's lease
+//     database (control/leasedb: one fdatasync per group) and programmed
+//     into the guard's pv_leases map before its ACK leaves, then stored as
+//     a DHCPLease (lease-<mac-with-dashes>, type dynamic) by a writer that
+//     batches them and marks them exported. pv_leases is the database's
+//     projection: the guard's sync puts every binding the database knows
+//     over the store's leases (ProjectLeases).
 //
 // They share one Config and one server.Server (the lease tables).
 package dhcpd

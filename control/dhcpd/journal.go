@@ -18,7 +18,6 @@ import (
 	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
-	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // Leases are made durable in two steps. The ACK waits only for the first:
@@ -59,7 +58,6 @@ func (lg *ledger) recover(ctx context.Context) error {
 		for _, r := range recs {
 			lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
 		}
-		lg.noteJournaled(recs) // pv_leases keeps them over any snapshot until stored
 		lg.pmu.Unlock()
 		if err := lg.exportRecords(ctx, recs); err != nil {
 			lg.storeErrors.Add(1)
@@ -134,7 +132,8 @@ func (lg *ledger) pending(seg uint32) (bound []server.Lease, ended map[string]bo
 
 // journalChanges commits changes to the lease database and has the
 // writer store the dynamic ones; deletedAt > 0: they are the operator's
-// deletions at that store revision, not stored (persistDeletion). It
+// deletions at that store revision, not stored (persistDeletion);
+// notStored: they follow the store, not lead it (persistNotStored). It
 // returns when they are durable.
 func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]segInfo, deletedAt int64) error {
 	if lg.db == nil {
@@ -148,7 +147,7 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 			continue // a segment being stopped: its tables go with it
 		}
 		c := dbChange(ch, seg.bridge)
-		c.FromStore = deletedAt > 0
+		c.FromStore = deletedAt != 0
 		cs = append(cs, c)
 		kept = append(kept, ch)
 	}
@@ -171,6 +170,8 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	}
 	if deletedAt > 0 {
 		lg.noteDeleted(recs, deletedAt)
+	}
+	if deletedAt != 0 {
 		return nil
 	}
 	if len(recs) == 0 {
@@ -180,7 +181,6 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	for _, r := range recs {
 		lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
 	}
-	lg.noteJournaled(recs)
 	lg.pmu.Unlock()
 	select {
 	case lg.wake <- struct{}{}:
@@ -201,7 +201,6 @@ func (lg *ledger) noteDeleted(recs []record, rev int64) {
 		delete(lg.stored, mac)
 		lg.unstored[mac] = max(lg.unstored[mac], rev)
 		delete(lg.pendingSeq, name)
-		lg.recent[name] = recentChange{ch: r.Change, seq: r.seq, rev: rev}
 	}
 }
 
@@ -367,7 +366,6 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	}
 	recs = slices.DeleteFunc(slices.Clone(recs), func(r record) bool { return withdrawn[r.seq] || lg.withdrawn(r.seq) })
 	lg.pmu.Lock()
-	lg.noteStored(recs, rev)
 	for _, r := range recs {
 		name := LeaseName(r.Change.Lease.MAC)
 		if seq, ok := lg.pendingSeq[name]; ok && seq > r.seq {
@@ -392,8 +390,27 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	for _, r := range superseded {
 		lg.Log.Info("journaled lease change not stored: another node serves the lease since", "lease", LeaseName(r.Change.Lease.MAC),
 			"change", r.Change.Kind.String(), "at", r.Change.At)
+		lg.pmu.Lock()
+		newer := lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] > r.seq
+		lg.pmu.Unlock()
+		if r.Change.Kind.Durable() && !newer {
+			lg.dropNotStored(r.Change)
+		}
 	}
 	return nil
+}
+
+// dropNotStored ends in the server, the lease database and pv_leases a
+// binding whose store write was refused or superseded by another node's,
+// if the server still holds it as that change left it.
+func (lg *ledger) dropNotStored(ch server.LeaseChange) {
+	rel, err := lg.srv.Release(lg.now(), ch.Segment, ch.Lease.MAC, ch.Lease.IP)
+	if err != nil {
+		return
+	}
+	if err := lg.persistNotStored([]server.LeaseChange{rel}); err != nil {
+		lg.Log.Warn("ending a lease the store did not take", "lease", LeaseName(ch.Lease.MAC), "err", err)
+	}
 }
 
 // withdrawn reports whether the operator's deletion took back the
@@ -529,9 +546,6 @@ func (lg *ledger) resolveRefused(r record, err error) {
 	case server.Bound, server.Renewed:
 		rule = "the lease is dropped by the DHCP server; the client is NAKed at its next renewal"
 		lg.pmu.Lock()
-		if e, ok := lg.recent[name]; ok && e.seq == r.seq {
-			delete(lg.recent, name) // no overlay pins what the store refused
-		}
 		newer := lg.pendingSeq[name] > r.seq
 		lg.pmu.Unlock()
 		if newer {
@@ -540,14 +554,7 @@ func (lg *ledger) resolveRefused(r record, err error) {
 			rule = "a newer change of the lease is queued and decides"
 			break
 		}
-		if _, rerr := lg.srv.Release(lg.now(), ch.Segment, ch.Lease.MAC, ch.Lease.IP); rerr == nil && !ch.Static {
-			lg.pinMu.Lock()
-			lerr := lg.Leases.Release(ch.Segment, [6]byte(ch.Lease.MAC))
-			lg.pinMu.Unlock()
-			if lerr != nil {
-				lg.Log.Warn("releasing a refused lease in pv_leases", "lease", name, "err", lerr)
-			}
-		}
+		lg.dropNotStored(ch)
 	default:
 		rule = "the stored lease stays bound"
 		exp := ch.Lease.Expires
@@ -564,11 +571,10 @@ func (lg *ledger) resolveRefused(r record, err error) {
 		if lerr := lg.srv.LoadLeases(lg.now(), ch.Segment, []server.Lease{l}); lerr != nil && !errors.Is(lerr, server.ErrNoSegment) {
 			rule += "; the server could not bind it again: " + lerr.Error()
 		}
-		lg.pinMu.Lock()
-		berr := lg.Leases.BindAll([]leasemap.Binding{{Segment: ch.Segment, MAC: [6]byte(l.MAC), IP: l.IP, Expires: lg.pinExpiry(ch.Segment, l)}})
-		lg.pinMu.Unlock()
-		if berr != nil {
-			lg.Log.Warn("binding a held lease in pv_leases", "lease", name, "err", berr)
+		// The database binds it again as stored, and pins it.
+		bound := server.LeaseChange{Kind: server.Bound, Segment: ch.Segment, Lease: l, At: lg.now()}
+		if perr := lg.persistNotStored([]server.LeaseChange{bound}); perr != nil {
+			lg.Log.Warn("binding a held lease again", "lease", name, "err", perr)
 		}
 	}
 	msg := fmt.Sprintf("%s of %s for %s not stored: %v; %s", ch.Kind, ch.Lease.IP, ch.Lease.MAC, err, rule)

@@ -30,7 +30,7 @@ type ledger struct {
 	// never waits for a Sync that may be waiting for a responder to stop.
 	segs atomic.Pointer[map[uint32]segInfo]
 
-	// pinMu orders lease changes against the guard's sync (overlay.go).
+	// pinMu orders lease changes against the guard's sync (projection.go).
 	pinMu sync.Mutex
 
 	qmu sync.Mutex // commits to db and their bookkeeping, in one order
@@ -57,9 +57,6 @@ type ledger struct {
 	// pendingSeq is the journal sequence number of each lease's newest
 	// change not yet stored: no snapshot has such a lease yet either.
 	pendingSeq map[string]uint64
-	// recent holds each lease's newest change until a snapshot the guard
-	// syncs from holds it (overlay.go).
-	recent map[string]recentChange
 
 	// storeErrors counts failed store writes of journaled changes.
 	storeErrors atomic.Uint64
@@ -71,7 +68,7 @@ type ledger struct {
 func newLedger(m *Manager) *ledger {
 	return &ledger{Config: &m.Config, srv: m.srv,
 		stored: map[string]int64{}, unstored: map[string]int64{}, pendingSeq: map[string]uint64{},
-		recent: map[string]recentChange{}, wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1)}
 }
 
 func (lg *ledger) now() time.Time {
@@ -97,8 +94,21 @@ func (lg *ledger) persistDeletion(changes []server.LeaseChange, deletedAt int64)
 	return lg.persist(changes, deletedAt)
 }
 
+// notStored is persist's deletedAt of changes that follow the store
+// without an operator's deletion (persistNotStored).
+const notStored = -1
+
+// persistNotStored persists changes that undo what the store did not
+// take (a refused or superseded write): journaled and pinned as any, but
+// never written to the store, and the leases' changes still waiting for
+// it are withdrawn.
+func (lg *ledger) persistNotStored(changes []server.LeaseChange) error {
+	return lg.persist(changes, notStored)
+}
+
 // persist journals and pins changes; deletedAt > 0: they are the
-// operator's deletions at that revision (persistDeletion).
+// operator's deletions at that revision (persistDeletion); notStored:
+// persistNotStored's.
 func (lg *ledger) persist(changes []server.LeaseChange, deletedAt int64) error {
 	lg.pinMu.Lock()
 	defer lg.pinMu.Unlock()

@@ -135,6 +135,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 	heldObjs := heldLeases(snap)
 	heldByName := heldNames(heldObjs)
 	resDirty := m.resDirty.Swap(false)
+	before := m.ledger.segmentsByID()
 	for _, seg := range segments {
 		if !seg.HasRange() {
 			continue // DHCP on but no delegated range: nothing to hand out
@@ -237,6 +238,9 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		}
 	}
 	m.publishInfos()
+	if err := m.ledger.repinHeld(before); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -4,6 +4,8 @@ package dhcpd
 
 import (
 	"context"
+	"maps"
+	"net"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -18,9 +20,12 @@ import (
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
-// TestProjectLeases: in a segment this node serves, pv_leases' dynamic
-// entries are the lease database's bindings and a reservation is bound
-// by the binding of its address; another segment's entries are compile's.
+// TestProjectLeases: in a segment this node serves, every binding the
+// lease database knows is pinned while it lasts and unpinned once it
+// ended, whatever a store that lags behind says, and a reservation is
+// bound by the binding of its address only; what the database does not
+// know, and another segment's entries, stay compile's. Limited to some
+// keys, only those change.
 func TestProjectLeases(t *testing.T) {
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
 	if err != nil {
@@ -61,14 +66,28 @@ func TestProjectLeases(t *testing.T) {
 		key(7, "52:54:00:00:00:04"): reservation("192.168.100.160"),
 		key(7, "52:54:00:00:00:06"): dynamic("192.168.100.106", exp), // a store not caught up yet
 		key(7, "52:54:00:00:00:07"): dynamic("192.168.100.107", exp), // in the store only
+		key(7, "52:54:00:00:00:08"): reservation("192.168.100.151"),
+		key(7, "52:54:00:00:00:0a"): reservation("192.168.100.170"),  // never ACKed
 		key(9, "52:54:00:00:00:09"): dynamic("192.168.100.109", exp), // a segment not served here
 	}
-	m.ProjectLeases(leases, 0)
+	compiled := maps.Clone(leases)
+	some := []leasemap.Key{key(7, "52:54:00:00:00:01"), key(7, "52:54:00:00:00:06")}
+	m.ProjectLeases(compiled, some, 0)
+	wantSome := maps.Clone(leases)
+	wantSome[key(7, "52:54:00:00:00:01")] = dynamic("192.168.100.101", exp)
+	delete(wantSome, key(7, "52:54:00:00:00:06"))
+	if !maps.Equal(compiled, wantSome) {
+		t.Errorf("limited to %v:\n got %v\nwant %v", some, compiled, wantSome)
+	}
+	m.ProjectLeases(leases, nil, 0)
 	want := map[leasemap.Key]leasemap.Value{
 		key(7, "52:54:00:00:00:01"): dynamic("192.168.100.101", exp),
 		key(7, "52:54:00:00:00:03"): leasemap.NewValue(ip("192.168.100.150"), guard.LeaseStatic, exp, time.Hour, 0),
 		key(7, "52:54:00:00:00:04"): reservation("192.168.100.160"),
 		key(7, "52:54:00:00:00:05"): dynamic("192.168.100.105", pivirtv1.PinExpiry(past, true)),
+		key(7, "52:54:00:00:00:07"): dynamic("192.168.100.107", exp),
+		key(7, "52:54:00:00:00:08"): reservation("192.168.100.151"),
+		key(7, "52:54:00:00:00:0a"): reservation("192.168.100.170"),
 		key(9, "52:54:00:00:00:09"): dynamic("192.168.100.109", exp),
 	}
 	for k, w := range want {
@@ -81,4 +100,13 @@ func TestProjectLeases(t *testing.T) {
 			t.Errorf("%v: %v projected, want no entry", k, g)
 		}
 	}
+}
+
+func mustMAC(t *testing.T, s string) net.HardwareAddr {
+	t.Helper()
+	hw, err := net.ParseMAC(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hw
 }

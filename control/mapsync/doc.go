@@ -11,15 +11,15 @@
 // pv_acl, pv_leases) converge here, from control/portguard, and nothing else
 // deletes their keys. pv_leases has a second writer that only adds and
 // refreshes: the DHCP responder (control/dhcpd) binds a lease in the
-// moment between its journal write and its ACK, before the store holds
-// it, and releases what a client released. So that a sync from a snapshot
-// taken in that moment does not undo it, the desired pv_leases is the
-// snapshot's leases overlaid with the acknowledged changes the snapshot
-// lacks (control/dhcpd OverlayLeases, through guard.Controller.Acked).
-// The same holds per object: SyncGuardKeys writes only the keys a
-// compile.Index update reported, and their desired pv_leases entries are
-// overlaid the same way, under the same pin lock, before they are
-// compared with the live ones.
+// moment between its lease database commit and its ACK, before the store
+// holds it, and releases what a client released. So that a sync from a
+// snapshot that lags behind does not undo either, the desired pv_leases
+// is the snapshot's leases with every binding the lease database knows
+// put over them (control/dhcpd ProjectLeases, through
+// guard.Controller.Acked). The same holds per object: SyncGuardKeys
+// writes only the keys a compile.Index update reported, and their desired
+// pv_leases entries are projected the same way, under the same pin lock,
+// before they are compared with the live ones.
 // The NAT maps are converged by control/externalip, through natmap.Sync
 // (the same typed.SyncTogether).
 package mapsync

@@ -55,12 +55,12 @@ type ACLStatus struct {
 	FromVMProgramID uint32 `json:"fromVMProgramID,omitempty"`
 }
 
-// LeaseOverlay brings compiled leases up to the DHCP server's ACKs.
-type LeaseOverlay interface {
-	OverlayLeases(rev int64, leases map[leasemap.Key]leasemap.Value, clockOffset time.Duration)
-	// ProjectLeases replaces compiled leases with the lease database's
-	// view of them, for `inspect desired`.
-	ProjectLeases(leases map[leasemap.Key]leasemap.Value, clockOffset time.Duration)
+// LeaseProjection puts the DHCP lease database's bindings over compiled
+// leases (control/dhcpd): pv_leases is its projection.
+type LeaseProjection interface {
+	// ProjectLeases rewrites leases (the given keys; nil: all) as the
+	// lease database says they must be.
+	ProjectLeases(leases map[leasemap.Key]leasemap.Value, keys []leasemap.Key, clockOffset time.Duration)
 	// WhilePinsHeld runs the sync while no ACK is being bound.
 	WhilePinsHeld(f func() error) error
 }
@@ -75,10 +75,10 @@ type Controller struct {
 	Mode   loader.Mode
 	// VMs resolves PortSecurity vmRefs to taps (nil: none resolve).
 	VMs *vmm.Resolver
-	// Acked, when set, overlays the leases the DHCP server acknowledged
-	// that a snapshot does not hold yet (control/dhcpd), so a sync never
-	// unpins a client between its ACK and its store write.
-	Acked LeaseOverlay
+	// Acked, when set, gives pv_leases the DHCP lease database's bindings
+	// over the store's (control/dhcpd), so a sync never unpins a client
+	// between its ACK and its store write, nor pins a lease that ended.
+	Acked LeaseProjection
 	// Node is this pivirtd's --node: Desired leaves out what is placed
 	// on other nodes, as the cache's snapshots do.
 	Node string
@@ -127,11 +127,11 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	desired := c.idx.Desired()
 
 	var errs []error
-	// The overlay is written into the copy of pv_leases' content, never
+	// The projection is written into a copy of pv_leases' content, never
 	// into the index's own.
 	synced := desired
 	synced.Leases = maps.Clone(desired.Leases)
-	res, err := c.syncMaps(snap.Revision, synced, host.ClockOffset, func(d compile.Desired) (map[string]mapsync.Result, error) {
+	res, err := c.syncMaps(snap.Revision, synced, nil, host.ClockOffset, func(d compile.Desired) (map[string]mapsync.Result, error) {
 		return mapsync.SyncGuard(guardMaps(c.Loader.Maps()), d)
 	})
 	if err != nil {
@@ -201,7 +201,11 @@ func (c *Controller) Changes(ctx context.Context, d reconcile.Delta) error {
 		}
 	}
 	var errs []error
-	if _, err := c.syncMaps(d.Revision, synced, c.idx.Host().ClockOffset, func(dd compile.Desired) (map[string]mapsync.Result, error) {
+	keys := ch.Leases
+	if keys == nil {
+		keys = []leasemap.Key{} // none: not every key
+	}
+	if _, err := c.syncMaps(d.Revision, synced, keys, c.idx.Host().ClockOffset, func(dd compile.Desired) (map[string]mapsync.Result, error) {
 		return mapsync.SyncGuardKeys(guardMaps(c.Loader.Maps()), dd, ch)
 	}); err != nil {
 		errs = append(errs, err)
@@ -240,14 +244,14 @@ func (c *Controller) Changes(ctx context.Context, d reconcile.Delta) error {
 }
 
 // syncMaps runs sync on d, whose pv_leases content (the caller's own
-// copy) is first overlaid with the leases the DHCP server acknowledged
-// that revision rev does not hold yet, while no ACK is being bound.
-func (c *Controller) syncMaps(rev int64, d compile.Desired, clockOffset time.Duration,
+// copy) first gets the lease database's bindings (of keys; nil: all),
+// while no ACK is being bound.
+func (c *Controller) syncMaps(rev int64, d compile.Desired, keys []leasemap.Key, clockOffset time.Duration,
 	sync func(compile.Desired) (map[string]mapsync.Result, error)) (map[string]mapsync.Result, error) {
 	var res map[string]mapsync.Result
 	run := func() error {
 		if c.Acked != nil {
-			c.Acked.OverlayLeases(rev, d.Leases, clockOffset)
+			c.Acked.ProjectLeases(d.Leases, keys, clockOffset)
 		}
 		var err error
 		res, err = sync(d)

@@ -32,7 +32,7 @@ func (c *Controller) Desired(ctx context.Context) (compile.Desired, []mapsync.Dr
 	if c.Acked != nil {
 		// pv_leases as the lease database says it must be: the drift
 		// shows a pin the database does not hold, or a binding unpinned.
-		c.Acked.ProjectLeases(d.Leases, host.ClockOffset)
+		c.Acked.ProjectLeases(d.Leases, nil, host.ClockOffset)
 	}
 	m := c.Loader.Maps()
 	drift, err := mapsync.GuardDrift(guardMaps(m), d)
