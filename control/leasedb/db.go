@@ -34,11 +34,11 @@ type DB struct {
 	dir  string
 	opts Options
 
-	mu        sync.Mutex
-	log       *wal.Log
-	seq       uint64 // the last change's sequence number
-	exported  uint64 // the store has every dynamic change up to it
-	bindings  map[key]Change
+	mu       sync.Mutex
+	log      *wal.Log
+	seq      uint64 // the last change's sequence number
+	exported uint64 // the store has every dynamic change up to it
+	bindings map[key]Change
 	// ended is the last change of each binding that ended, until the
 	// store is known to have that end too (Compact): with it a reader of
 	// a store that lags behind knows the binding is over (Lookup).
