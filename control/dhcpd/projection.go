@@ -66,17 +66,16 @@ func (m *Manager) ProjectLeases(leases map[leasemap.Key]leasemap.Value, keys []l
 		}
 		return
 	}
-	for id, si := range segs {
-		for _, c := range lg.db.Known(id) {
-			project(leases, leasemap.NewKey(id, [6]byte(c.MAC)), c, si, now, clockOffset)
-		}
-	}
+	served := func(seg uint32) bool { _, ok := segs[seg]; return ok }
+	lg.db.Known(served, func(c leasedb.Change) {
+		project(leases, leasemap.NewKey(c.Segment, [6]byte(c.MAC)), c, segs[c.Segment], now, clockOffset)
+	})
 }
 
 // project sets key k of leases to what the database's last change c of
 // its binding says.
 func project(leases map[leasemap.Key]leasemap.Value, k leasemap.Key, c leasedb.Change, si segInfo, now time.Time, clockOffset time.Duration) {
-	held := si.held[c.MAC.String()]
+	held := len(si.held) > 0 && si.held[c.MAC.String()]
 	live := c.Kind.Durable() && (now.Before(c.Expires) || held)
 	pin := pivirtv1.PinExpiry(c.Expires, held)
 	cur, ok := leases[k]

@@ -267,20 +267,19 @@ func (db *DB) Lookup(seg uint32, mac net.HardwareAddr) (c Change, live, known bo
 	return c, false, known
 }
 
-// Known returns what Lookup knows of a segment: its bindings and the
-// ends the store may not have yet.
-func (db *DB) Known(seg uint32) []Change {
+// Known calls f with what Lookup knows of the segments keep accepts:
+// their bindings and the ends the store may not have yet. f runs under
+// the database's lock: it must not call the database.
+func (db *DB) Known(keep func(seg uint32) bool, f func(Change)) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	var out []Change
 	for _, m := range []map[key]Change{db.bindings, db.ended} {
 		for k, c := range m {
-			if k.seg == seg {
-				out = append(out, c)
+			if keep(k.seg) {
+				f(c)
 			}
 		}
 	}
-	return out
 }
 
 // Probations returns a segment's addresses on a DECLINE's probation and

@@ -141,15 +141,12 @@ func (m *model) check(t *testing.T, db *DB, step int) {
 			t.Fatalf("step %d: Lookup(%d, %x) = %v live %v known %v, want the binding %v", step, k.seg, k.mac, g, live, known, c)
 		}
 	}
-	for seg := range uint32(3) {
-		for _, c := range db.Known(seg) {
-			k := keyOf(c)
-			_, bound := m.bindings[k]
-			if ends(c.Kind) == bound {
-				t.Fatalf("step %d: Known(%d) has %v, the model binds %v", step, seg, c, m.bindings[k])
-			}
+	db.Known(func(seg uint32) bool { return seg < 3 }, func(c Change) {
+		k := keyOf(c)
+		if _, bound := m.bindings[k]; ends(c.Kind) == bound {
+			t.Errorf("step %d: Known has %v, the model binds %v", step, c, m.bindings[k])
 		}
-	}
+	})
 	for _, c := range m.pending {
 		if _, live, known := db.Lookup(c.Segment, c.MAC); ends(c.Kind) && !live && !known && !m.boundLater(c) {
 			t.Fatalf("step %d: the pending end %v is not known", step, c)
