@@ -30,8 +30,9 @@ type ledger struct {
 	// never waits for a Sync that may be waiting for a responder to stop.
 	segs atomic.Pointer[map[uint32]segInfo]
 
-	// pinMu orders lease changes against the guard's sync (projection.go).
-	pinMu sync.Mutex
+	// pins order each pv_leases key's writes: lease changes against each
+	// other and against the guard's sync (projection.go).
+	pins *pinLocks
 
 	qmu sync.Mutex // commits to db and their bookkeeping, in one order
 	db  *leasedb.DB
@@ -68,7 +69,7 @@ type ledger struct {
 func newLedger(m *Manager) *ledger {
 	return &ledger{Config: &m.Config, srv: m.srv,
 		stored: map[string]int64{}, unstored: map[string]int64{}, pendingSeq: map[string]uint64{},
-		wake: make(chan struct{}, 1)}
+		pins: newPinLocks(), wake: make(chan struct{}, 1)}
 }
 
 func (lg *ledger) now() time.Time {
@@ -110,8 +111,11 @@ func (lg *ledger) persistNotStored(changes []server.LeaseChange) error {
 // operator's deletions at that revision (persistDeletion); notStored:
 // persistNotStored's.
 func (lg *ledger) persist(changes []server.LeaseChange, deletedAt int64) error {
-	lg.pinMu.Lock()
-	defer lg.pinMu.Unlock()
+	keys := make([]leasemap.Key, len(changes))
+	for i, ch := range changes {
+		keys[i] = leasemap.NewKey(ch.Segment, [6]byte(ch.Lease.MAC))
+	}
+	defer lg.pins.lock(keys...)()
 	segs := lg.segmentsByID()
 	if err := lg.journalChanges(changes, segs, deletedAt); err != nil {
 		return fmt.Errorf("journaling %d lease changes: %w", len(changes), err)
@@ -150,8 +154,11 @@ func (lg *ledger) persist(changes []server.LeaseChange, deletedAt int64) error {
 // bind pins bindings the server holds but pv_leases lost (a reservation's,
 // given back when its segment returns).
 func (lg *ledger) bind(binds []leasemap.Binding) error {
-	lg.pinMu.Lock()
-	defer lg.pinMu.Unlock()
+	keys := make([]leasemap.Key, len(binds))
+	for i, b := range binds {
+		keys[i] = leasemap.NewKey(b.Segment, b.MAC)
+	}
+	defer lg.pins.lock(keys...)()
 	return lg.Leases.BindAll(binds)
 }
 

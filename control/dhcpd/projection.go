@@ -3,14 +3,18 @@
 package dhcpd
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/dataplane/guard"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
+	"pivirt.hu/pivirt/dataplane/maps/typed"
 )
 
 // pv_leases is a projection of the lease database. The responders' ACKs
@@ -23,20 +27,12 @@ import (
 // a reservation, or a lease only the store holds (another node's, or
 // applied by the operator).
 //
-// The projection is read when the guard computes its desired content and
-// the map written a moment later: an ACK bound between the two would be
-// undone by the sync. So the guard's sync runs under pinMu
-// (WhilePinsHeld), and so does persist's commit-and-bind: either the
-// sync sees the ACK in the database, or the ACK binds after the sync.
-
-// WhilePinsHeld runs f (the guard's sync of pv_leases with ProjectLeases)
-// while no lease change is being committed and bound.
-func (m *Manager) WhilePinsHeld(f func() error) error {
-	m.init()
-	m.ledger.pinMu.Lock()
-	defer m.ledger.pinMu.Unlock()
-	return f()
-}
+// The projection is computed before the sync writes the map: an ACK
+// committed and bound in between would be undone by a write made from
+// it. So every write of a key, the ACK path's and the sync's, takes the
+// key's lock (pinLocks), and the sync's writes go through pinTable,
+// which makes each again from the database under that lock: whichever
+// writes last writes what the database says.
 
 // ProjectLeases puts the lease database's view over leases, the
 // pv_leases content compile derived from the store: in every segment
@@ -128,6 +124,52 @@ func (lg *ledger) repinHeld(before map[uint32]segInfo) error {
 	}
 	if err := lg.bind(binds); err != nil {
 		return fmt.Errorf("pinning %d leases the interlock took or let go: %w", len(binds), err)
+	}
+	return nil
+}
+
+// GuardLeases wraps pv_leases for the guard's sync (pinTable).
+func (m *Manager) GuardLeases(t typed.Keyed[leasemap.Key, leasemap.Value], clockOffset time.Duration) typed.Keyed[leasemap.Key, leasemap.Value] {
+	m.init()
+	return pinTable{Keyed: t, lg: m.ledger, clockOffset: clockOffset}
+}
+
+// pinTable is pv_leases as the guard's sync writes it: each write takes
+// its key's lock and is made again from the lease database at that
+// moment, so it never undoes an ACK committed since the sync's desired
+// content was computed (nor pins a lease that ended since).
+type pinTable struct {
+	typed.Keyed[leasemap.Key, leasemap.Value]
+	lg          *ledger
+	clockOffset time.Duration
+}
+
+// Put writes v, the sync's desired value of k, as the database now says.
+func (t pinTable) Put(k leasemap.Key, v leasemap.Value) error {
+	defer t.lg.pins.lock(k)()
+	return t.write(k, map[leasemap.Key]leasemap.Value{k: v})
+}
+
+// Delete deletes k unless the database now binds it.
+func (t pinTable) Delete(k leasemap.Key) error {
+	defer t.lg.pins.lock(k)()
+	return t.write(k, map[leasemap.Key]leasemap.Value{})
+}
+
+// write writes want[k] projected from the database; its key's lock held.
+func (t pinTable) write(k leasemap.Key, want map[leasemap.Key]leasemap.Value) error {
+	if t.lg.db != nil {
+		if si, served := t.lg.segmentsByID()[k.SegId]; served {
+			if c, _, known := t.lg.db.Lookup(k.SegId, net.HardwareAddr(k.Mac[:])); known {
+				project(want, k, c, si, t.lg.now(), t.clockOffset)
+			}
+		}
+	}
+	if v, ok := want[k]; ok {
+		return t.Keyed.Put(k, v)
+	}
+	if err := t.Keyed.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
 	}
 	return nil
 }

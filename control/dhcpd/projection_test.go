@@ -5,21 +5,27 @@ package dhcpd
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/compile"
 	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/control/store/bolt"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"pivirt.hu/pivirt/dataplane/guard"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
+	"pivirt.hu/pivirt/dataplane/maps/typed"
 )
 
 // TestProjectLeases: in a segment this node serves, every binding the
@@ -154,4 +160,121 @@ func BenchmarkProjectLeases(b *testing.B) {
 			m.ProjectLeases(maps.Clone(compiled), nil, 0)
 		}
 	})
+}
+
+// memLeases is pv_leases in memory, as both its writers see it: the
+// ledger's LeaseMap and the guard's typed table.
+type memLeases struct {
+	mu sync.Mutex
+	m  map[leasemap.Key]leasemap.Value
+}
+
+func (l *memLeases) BindAll(bs []leasemap.Binding) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range bs {
+		k := leasemap.NewKey(b.Segment, b.MAC)
+		flags := guard.LeaseFlags(0)
+		if old, ok := l.m[k]; ok && old.IP() == b.IP {
+			flags = old.LeaseFlags() & guard.LeaseStatic
+		}
+		l.m[k] = leasemap.NewValue(b.IP, flags, b.Expires, b.LeaseTime, 0)
+	}
+	return nil
+}
+
+func (l *memLeases) Release(seg uint32, mac [6]uint8) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, leasemap.NewKey(seg, mac))
+	return nil
+}
+
+func (l *memLeases) Decoded() ([]leasemap.Entry, error) { return nil, nil }
+
+func (l *memLeases) All(*error) iter.Seq2[leasemap.Key, leasemap.Value] {
+	l.mu.Lock()
+	c := maps.Clone(l.m)
+	l.mu.Unlock()
+	return maps.All(c)
+}
+
+func (l *memLeases) Put(k leasemap.Key, v leasemap.Value) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.m[k] = v
+	return nil
+}
+
+func (l *memLeases) Delete(k leasemap.Key) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, k)
+	return nil
+}
+
+func (l *memLeases) Lookup(k leasemap.Key) (leasemap.Value, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v, ok := l.m[k]
+	if !ok {
+		return v, ebpf.ErrKeyNotExist
+	}
+	return v, nil
+}
+
+// TestGuardLeasesNeverUndoAnACK: the guard's sync reads pv_leases and
+// computes its desired content, then ACKs and releases are committed and
+// pinned before it writes. Written as computed, the sync would unpin a
+// client just ACKed again and pin one just released; through
+// GuardLeases each write is made again from the database under its key's
+// lock. The same writes straight to the map show the race is real.
+func TestGuardLeasesNeverUndoAnACK(t *testing.T) {
+	for _, guarded := range []bool{true, false} {
+		mem := &memLeases{m: map[leasemap.Key]leasemap.Value{}}
+		m := &Manager{Config: Config{Leases: mem, Log: slog.Default()}}
+		m.init()
+		m.ledger.setSegments(map[uint32]segInfo{7: {bridge: "br-vm", leaseTime: time.Hour}})
+		var err error
+		if m.ledger.db, err = leasedb.Open(t.TempDir(), leasedb.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		exp := time.Now().Add(time.Hour)
+		persist := func(chs ...server.LeaseChange) {
+			t.Helper()
+			if err := m.ledger.Persist(context.Background(), chs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const a, b = "52:54:00:00:00:0a", "52:54:00:00:00:0b"
+		persist(change(server.Bound, a, "192.168.100.110", exp), change(server.Bound, b, "192.168.100.111", exp))
+		live, err := typed.Read[leasemap.Key, leasemap.Value](mem) // the sync reads the map
+		if err != nil {
+			t.Fatal(err)
+		}
+		persist(change(server.Released, a, "192.168.100.110", exp))               // a released ...
+		persist(change(server.Renewed, b, "192.168.100.111", exp.Add(time.Hour))) // b renewed ...
+		desired := map[leasemap.Key]leasemap.Value{}
+		m.ProjectLeases(desired, nil, 0)                            // ... and projected so
+		persist(change(server.Bound, a, "192.168.100.120", exp))    // a ACKed again
+		persist(change(server.Released, b, "192.168.100.111", exp)) // b released
+		var table typed.Keyed[leasemap.Key, leasemap.Value] = mem
+		if guarded {
+			table = m.GuardLeases(mem, 0)
+		}
+		if _, err := typed.Apply(table, desired, live, compile.LeaseEqual); err != nil {
+			t.Fatal(err)
+		}
+		ka, kb := leasemap.NewKey(7, [6]byte(mustMAC(t, a))), leasemap.NewKey(7, [6]byte(mustMAC(t, b)))
+		va, pinnedA := mem.m[ka]
+		_, pinnedB := mem.m[kb]
+		ok := pinnedA && va.IP() == netip.MustParseAddr("192.168.100.120") && !pinnedB
+		if guarded && !ok {
+			t.Errorf("through GuardLeases: a pinned %v (%v), b pinned %v; want a at 192.168.100.120, b not", pinnedA, va, pinnedB)
+		}
+		if !guarded && ok {
+			t.Error("writing the sync's desired content straight to the map undid nothing: the test shows no race")
+		}
+		m.ledger.db.Close()
+	}
 }

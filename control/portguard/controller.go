@@ -25,6 +25,7 @@ import (
 	"pivirt.hu/pivirt/dataplane/loader"
 	"pivirt.hu/pivirt/dataplane/maps/countermap"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
+	"pivirt.hu/pivirt/dataplane/maps/typed"
 	"pivirt.hu/pivirt/vmm"
 )
 
@@ -61,8 +62,10 @@ type LeaseProjection interface {
 	// ProjectLeases rewrites leases (the given keys; nil: all) as the
 	// lease database says they must be.
 	ProjectLeases(leases map[leasemap.Key]leasemap.Value, keys []leasemap.Key, clockOffset time.Duration)
-	// WhilePinsHeld runs the sync while no ACK is being bound.
-	WhilePinsHeld(f func() error) error
+	// GuardLeases wraps pv_leases so that each write the sync makes is
+	// made again from the lease database under the key's lock, never
+	// undoing an ACK bound since ProjectLeases.
+	GuardLeases(t typed.Keyed[leasemap.Key, leasemap.Value], clockOffset time.Duration) typed.Keyed[leasemap.Key, leasemap.Value]
 }
 
 // Controller is the guard reconciler.
@@ -131,9 +134,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	// into the index's own.
 	synced := desired
 	synced.Leases = maps.Clone(desired.Leases)
-	res, err := c.syncMaps(snap.Revision, synced, nil, host.ClockOffset, func(d compile.Desired) (map[string]mapsync.Result, error) {
-		return mapsync.SyncGuard(guardMaps(c.Loader.Maps()), d)
-	})
+	res, err := c.syncMaps(snap.Revision, synced, nil, host.ClockOffset, mapsync.SyncGuard)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -205,8 +206,8 @@ func (c *Controller) Changes(ctx context.Context, d reconcile.Delta) error {
 	if keys == nil {
 		keys = []leasemap.Key{} // none: not every key
 	}
-	if _, err := c.syncMaps(d.Revision, synced, keys, c.idx.Host().ClockOffset, func(dd compile.Desired) (map[string]mapsync.Result, error) {
-		return mapsync.SyncGuardKeys(guardMaps(c.Loader.Maps()), dd, ch)
+	if _, err := c.syncMaps(d.Revision, synced, keys, c.idx.Host().ClockOffset, func(ms mapsync.GuardMaps, dd compile.Desired) (map[string]mapsync.Result, error) {
+		return mapsync.SyncGuardKeys(ms, dd, ch)
 	}); err != nil {
 		errs = append(errs, err)
 	}
@@ -243,26 +244,17 @@ func (c *Controller) Changes(ctx context.Context, d reconcile.Delta) error {
 	return errors.Join(errs...)
 }
 
-// syncMaps runs sync on d, whose pv_leases content (the caller's own
-// copy) first gets the lease database's bindings (of keys; nil: all),
-// while no ACK is being bound.
+// syncMaps runs sync on the guard's maps and d, whose pv_leases content
+// (the caller's own copy) first gets the lease database's bindings (of
+// keys; nil: all); pv_leases is written through the database's guard.
 func (c *Controller) syncMaps(rev int64, d compile.Desired, keys []leasemap.Key, clockOffset time.Duration,
-	sync func(compile.Desired) (map[string]mapsync.Result, error)) (map[string]mapsync.Result, error) {
-	var res map[string]mapsync.Result
-	run := func() error {
-		if c.Acked != nil {
-			c.Acked.ProjectLeases(d.Leases, keys, clockOffset)
-		}
-		var err error
-		res, err = sync(d)
-		return err
-	}
-	var err error
+	sync func(mapsync.GuardMaps, compile.Desired) (map[string]mapsync.Result, error)) (map[string]mapsync.Result, error) {
+	ms := guardMaps(c.Loader.Maps())
 	if c.Acked != nil {
-		err = c.Acked.WhilePinsHeld(run)
-	} else {
-		err = run()
+		c.Acked.ProjectLeases(d.Leases, keys, clockOffset)
+		ms.Leases = c.Acked.GuardLeases(ms.Leases, clockOffset)
 	}
+	res, err := sync(ms, d)
 	for name, r := range res {
 		if r.Changed() {
 			c.Log.Debug("map synced", "map", name, "result", r.String(), "rev", rev)
