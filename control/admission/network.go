@@ -5,6 +5,8 @@ package admission
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strconv"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 )
@@ -75,17 +77,50 @@ func (b *Batch) checkSegmentNetwork(node string, s *pivirtv1.NetworkSegmentSpec)
 		return segmentOnNetwork(s, s.NetworkRef, networkSpec(e)), nil
 	}
 	for other, e := range nets.byName {
-		if n := networkSpec(e); n != nil && n.Bridge == s.Bridge && sameNode(node, nodeOf(e)) {
+		if n := networkSpec(e); n != nil && ownsBridge(n, s.Bridge) && sameNode(node, nodeOf(e)) {
 			errs.Add("spec.networkRef", s.NetworkRef, "must be %s: bridge %s belongs to network %s", other, s.Bridge, other)
 		}
 	}
+	if s.VLAN != 0 && len(errs) == 0 {
+		errs.Add("spec.vlan", strconv.Itoa(s.VLAN), "is for a segment of a trunk: networkRef %s names no Network with vlans on this node", s.NetworkRef)
+	}
 	return errs, nil
+}
+
+// ownsBridge reports whether bridge is n's, or the bridge of one of its
+// VLANs.
+func ownsBridge(n *pivirtv1.NetworkSpec, bridge string) bool {
+	if n.Bridge == bridge {
+		return true
+	}
+	for _, v := range n.VLANs {
+		if pivirtv1.VLANBridgeName(n.Bridge, v) == bridge {
+			return true
+		}
+	}
+	return false
 }
 
 // segmentOnNetwork lists what keeps segment s from riding network n
 // (named name), with field paths of the segment.
 func segmentOnNetwork(s *pivirtv1.NetworkSegmentSpec, name string, n *pivirtv1.NetworkSpec) pivirtv1.ErrorList {
 	var out pivirtv1.ErrorList
+	if n.IsTrunk() {
+		// A trunk's segments ride one of its VLANs, on that VLAN's bridge.
+		switch {
+		case s.VLAN == 0:
+			out.Add("spec.vlan", nil, "required: network %s, which networkRef names, is a trunk of vlans %v", name, n.VLANs)
+		case !slices.Contains(n.VLANs, s.VLAN):
+			out.Add("spec.vlan", strconv.Itoa(s.VLAN), "is not one of the vlans %v of network %s, which networkRef names", n.VLANs, name)
+		case s.Bridge != pivirtv1.VLANBridgeName(n.Bridge, s.VLAN):
+			out.Add("spec.bridge", s.Bridge, "is not the bridge of vlan %d of network %s (%s), which networkRef names",
+				s.VLAN, name, pivirtv1.VLANBridgeName(n.Bridge, s.VLAN))
+		}
+		return out
+	}
+	if s.VLAN != 0 {
+		out.Add("spec.vlan", strconv.Itoa(s.VLAN), "is for a segment of a trunk: network %s, which networkRef names, has no vlans", name)
+	}
 	if s.Bridge != n.Bridge {
 		out.Add("spec.bridge", s.Bridge, "is not the bridge of network %s (%s), which networkRef names", name, n.Bridge)
 	}
