@@ -328,6 +328,11 @@ func TestCrossObject(t *testing.T) {
 			[]string{"spec.cidr: 10.90.0.0/16 overlaps cidr 10.90.0.0/24 of network lab"}},
 
 		{"segment rides a vlan of a trunk", []string{trunkNet}, onVLAN10, nil},
+		{"segments of two vlans of a trunk", []string{trunkNet, onVLAN10},
+			segment("v20", "pvbr-trunk.20", "10.20.0.1/24", "10.20.0.100", "10.20.0.199", "  networkRef: trunk", "  vlan: 20"), nil},
+		{"two segments of one vlan of a trunk", []string{trunkNet, onVLAN10},
+			segment("v10b", "pvbr-trunk.10", "10.10.0.1/24", "10.10.0.200", "10.10.0.250", "  networkRef: trunk", "  vlan: 10"),
+			[]string{"spec.networkRef: trunk is already the networkRef of segment v10"}},
 		{"segment of a trunk without vlan", []string{trunkNet},
 			segment("v10", "pvbr-trunk.10", "10.10.0.1/24", "10.10.0.100", "10.10.0.199", "  networkRef: trunk"),
 			[]string{"spec.vlan: required: network trunk, which networkRef names, is a trunk of vlans [10 20]"}},

@@ -65,7 +65,7 @@ func (b *Batch) checkSegment(name, node string, s *pivirtv1.NetworkSegmentSpec, 
 		}
 	}
 	if s.NetworkRef != "" {
-		if es := segs.lookup(keyRef+s.NetworkRef, name); len(es) > 0 {
+		if es := sameVLAN(s, segs.lookup(keyRef+s.NetworkRef, name)); len(es) > 0 {
 			errs = append(errs, b.checkDelegated(node, s, es)...)
 		} else if es := segs.lookup(keyBridge+s.NetworkRef, name); len(es) > 0 && s.NetworkRef != s.Bridge {
 			errs.Add("spec.networkRef", s.NetworkRef, "is the bridge of segment %s, so leases naming it would be ambiguous", es[0].obj.Metadata.Name)
@@ -89,6 +89,20 @@ func (b *Batch) checkSegment(name, node string, s *pivirtv1.NetworkSegmentSpec, 
 		}
 	}
 	return errs, nil
+}
+
+// sameVLAN keeps the segments of es on s's VLAN: the segments of a
+// trunk's VLANs share its networkRef, one per VLAN (admission checks the
+// VLAN against the Network, checkSegmentNetwork). Leases of such a
+// segment name its bridge.
+func sameVLAN(s *pivirtv1.NetworkSegmentSpec, es []*entry) []*entry {
+	var out []*entry
+	for _, e := range es {
+		if o := segSpec(e); o == nil || o.VLAN == s.VLAN {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // checkDelegated checks segment s (placed on node) against the other

@@ -45,11 +45,12 @@ type TrunkState struct {
 }
 
 // VethNames are the names of the veth pair of VLAN vid of the trunk whose
-// Network's bridge is name: the trunk end "pvt-<hash>.<vid>" and the
-// bridge end "pvb-<hash>.<vid>" (at most 15 bytes).
+// Network's bridge is name: the trunk end "pvt-<hash>-<vid>" and the
+// bridge end "pvb-<hash>-<vid>" (at most 15 bytes; no dot, which bpffs refuses in the
+// directory its links are pinned in).
 func VethNames(name string, vid int) (trunkEnd, bridgeEnd string) {
 	h := sha256.Sum256([]byte(name))
-	s := hex.EncodeToString(h[:3]) + "." + strconv.Itoa(vid)
+	s := hex.EncodeToString(h[:3]) + "-" + strconv.Itoa(vid)
 	return "pvt-" + s, "pvb-" + s
 }
 
