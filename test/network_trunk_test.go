@@ -333,7 +333,9 @@ func TestPrivilegedNetworkTrunk(t *testing.T) {
 		for _, o := range [][2]string{{"portsec", "g10"}, {"portsec", "g20"}, {"segment", "v10"}, {"segment", "v20"}} {
 			d.MustCtl("delete", o[0], o[1])
 		}
-		waitFor(t, 10*time.Second, "the segments gone", func() bool { return d.Ctl("get", "segment", "v10").Code != 0 && d.Ctl("get", "segment", "v20").Code != 0 })
+		waitFor(t, 10*time.Second, "the segments gone", func() bool {
+			return d.Ctl("get", "segment", "v10").Code != 0 && d.Ctl("get", "segment", "v20").Code != 0
+		})
 		d.MustCtl("delete", "network", "trunk")
 		waitFor(t, 10*time.Second, "pvbr-trunk gone", func() bool { _, err := host.Exec("ip", "link", "show", "pvbr-trunk"); return err != nil })
 		for _, v := range st.VLANs {

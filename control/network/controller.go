@@ -67,7 +67,7 @@ type Controller struct {
 	// (--bpffs); without it a trunk is not realized.
 	BPFFS string
 
-	trunks *trunk.Objects // loaded at the first trunk
+	trunks   *trunk.Objects                  // loaded at the first trunk
 	realized map[string]pivirtv1.NetworkSpec // by Network name
 	swept    bool
 }

@@ -88,7 +88,7 @@ func (r tc_trunkPvTrunkReason) Drop() bool { return r >= ReasonDropMin }
 
 // Objects is the loaded programs and the pinned maps.
 type Objects struct {
-	In, Out                *ebpf.Program
+	In, Out               *ebpf.Program
 	VIDs, Ports, Counters *ebpf.Map
 }
 
