@@ -309,6 +309,25 @@ func TestPrivilegedNetworkTrunk(t *testing.T) {
 		}
 	})
 
+	t.Run("a restarted pivirtd finds the trunk realized and changes nothing", func(t *testing.T) {
+		links := func() string {
+			out := sh(t, host, "ip", "-br", "link", "show")
+			pins, _ := filepath.Glob(filepath.Join(e.bpffs, "links", "*", "pv_tc_trunk_*"))
+			return out + fmt.Sprint(pins)
+		}
+		before := links()
+		d.Restart()
+		e.waitStatus("network", "trunk", "Ready")
+		e.waitStatus("segment", "v10", "Ready")
+		e.waitStatus("segment", "v20", "Ready")
+		if after := links(); after != before {
+			t.Errorf("links or pins changed across a restart:\nbefore %s\nafter  %s", before, after)
+		}
+		if !pings(g10.NS, "10.10.0.1") || !pings(g20.NS, "10.20.0.1") {
+			t.Error("a guest lost its gateway across a restart")
+		}
+	})
+
 	t.Run("a guest's own tagged frame is dropped and counted by the guard", func(t *testing.T) {
 		stop := captureLink(t, sw, "eth0")
 		peek := captureLink(t, g20.NS, g20.Ifc)
