@@ -193,6 +193,9 @@ func TestPrivilegedNetworkTrunk(t *testing.T) {
 	}
 	e.waitStatus("segment", "v10", "Ready")
 	e.waitStatus("segment", "v20", "Ready")
+	if out := d.MustCtl("get", "nets", "-o", "wide"); !strings.Contains(out, "VLANS") || !strings.Contains(out, " 10,20 ") {
+		t.Errorf("get nets -o wide lacks the trunk's vlans:\n%s", out)
+	}
 	capture := captureLink(t, sw, "eth0")
 
 	mac10 := net.HardwareAddr{0x52, 0x54, 0, 0, 0x0a, 0x01}

@@ -38,6 +38,10 @@ func (b *Batch) checkNetwork(name, node string, s *pivirtv1.NetworkSpec) (pivirt
 		switch {
 		case o.Bridge == s.Bridge:
 			errs.Add("spec.bridge", s.Bridge, "is already the bridge of network %s", other)
+		case ownsBridge(o, s.Bridge):
+			errs.Add("spec.bridge", s.Bridge, "is already the bridge of a vlan of network %s", other)
+		case sharesVLANBridge(s, o):
+			errs.Add("spec.vlans", fmt.Sprint(s.VLANs), "would take a bridge of network %s", other)
 		case s.Uplink != "" && (o.Uplink == s.Uplink || o.Bridge == s.Uplink):
 			errs.Add("spec.uplink", s.Uplink, "is already the uplink or bridge of network %s", other)
 		case o.Uplink != "" && o.Uplink == s.Bridge:
@@ -47,13 +51,24 @@ func (b *Batch) checkNetwork(name, node string, s *pivirtv1.NetworkSpec) (pivirt
 			errs.Add("spec.cidr", s.CIDR, "overlaps cidr %s of network %s", oc, other)
 		}
 	}
-	for _, e := range segs.lookup(keyBridge+s.Bridge, "") {
-		seg := segSpec(e)
-		if seg == nil || !sameNode(node, nodeOf(e)) || seg.NetworkRef == name {
-			continue
+	bridges := []string{s.Bridge}
+	for _, v := range s.VLANs {
+		bridges = append(bridges, pivirtv1.VLANBridgeName(s.Bridge, v))
+	}
+	for _, br := range bridges {
+		for _, e := range segs.lookup(keyBridge+br, "") {
+			seg := segSpec(e)
+			if seg == nil || !sameNode(node, nodeOf(e)) || seg.NetworkRef == name {
+				continue
+			}
+			if br == s.Bridge {
+				errs.Add("spec.bridge", s.Bridge, "is already the bridge of networksegment %s (networkRef %s); a segment rides a network by naming it in networkRef",
+					e.obj.Metadata.Name, seg.NetworkRef)
+			} else {
+				errs.Add("spec.vlans", fmt.Sprint(s.VLANs), "would take bridge %s of networksegment %s (networkRef %s); a segment rides a network by naming it in networkRef",
+					br, e.obj.Metadata.Name, seg.NetworkRef)
+			}
 		}
-		errs.Add("spec.bridge", s.Bridge, "is already the bridge of networksegment %s (networkRef %s); a segment rides a network by naming it in networkRef",
-			e.obj.Metadata.Name, seg.NetworkRef)
 	}
 	for _, e := range segs.lookup(keyRef+name, "") {
 		if seg := segSpec(e); seg != nil && sameNode(node, nodeOf(e)) {
@@ -95,6 +110,17 @@ func ownsBridge(n *pivirtv1.NetworkSpec, bridge string) bool {
 	}
 	for _, v := range n.VLANs {
 		if pivirtv1.VLANBridgeName(n.Bridge, v) == bridge {
+			return true
+		}
+	}
+	return false
+}
+
+// sharesVLANBridge reports whether a VLAN bridge of s is o's bridge or
+// one of o's VLAN bridges.
+func sharesVLANBridge(s, o *pivirtv1.NetworkSpec) bool {
+	for _, v := range s.VLANs {
+		if ownsBridge(o, pivirtv1.VLANBridgeName(s.Bridge, v)) {
 			return true
 		}
 	}
