@@ -5,6 +5,7 @@ package admission
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -283,6 +284,9 @@ func (b *Batch) migrated(l *pivirtv1.DHCPLeaseSpec, segs []namedSeg, ip netip.Ad
 		if err != nil {
 			return false, err
 		}
+		// A trunk's VLANs share a networkRef: a client moves between
+		// the nodes of one VLAN, never to another VLAN.
+		all = slices.DeleteFunc(all, func(o namedSeg) bool { return o.spec.VLAN != s.spec.VLAN })
 		if covers(all, ip) {
 			return true, nil
 		}
@@ -315,6 +319,13 @@ func (b *Batch) checkLease(name string, l *pivirtv1.DHCPLeaseSpec, old *entry) (
 		return nil, nil, err
 	}
 	var errs pivirtv1.ErrorList
+	for _, s := range segs {
+		if s.spec.VLAN != 0 && s.spec.NetworkRef == l.Network && s.spec.Bridge != l.Network {
+			errs.Add("spec.network", l.Network, "is the networkRef of every VLAN of a trunk: name the bridge of the VLAN's segment (%s of segment %s, vlan %d)",
+				s.spec.Bridge, s.name, s.spec.VLAN)
+			return errs, nil, nil
+		}
+	}
 	ip := netip.MustParseAddr(pivirtv1.CanonicalIPv4(l.IPAddress))
 	moved, err := b.migrated(l, segs, ip)
 	if err != nil {
