@@ -262,9 +262,17 @@ func TestPrivilegedNetworkTrunk(t *testing.T) {
 		sendFrame(t, sw, "eth0", frame.Ethernet(bcast, swMAC, frame.TypeARP, 10, frame.ARP(1, swMAC, swIP, ip10)))
 		sendFrame(t, sw, "eth0", frame.Ethernet(bcast, swMAC, frame.TypeARP, 20, frame.ARP(1, swMAC, netip.MustParseAddr("10.20.0.50"), ip10)))
 		sendFrame(t, sw, "eth0", frame.Ethernet(bcast, swMAC, frame.TypeARP, 30, frame.ARP(1, swMAC, swIP, ip10)))
+		// The host's own address on vlan 20 answers on vlan 20.
+		sendFrame(t, sw, "eth0", frame.Ethernet(bcast, swMAC, frame.TypeARP, 20, frame.ARP(1, swMAC, netip.MustParseAddr("10.20.0.50"), netip.MustParseAddr("10.20.0.1"))))
 		waitFor(t, 5*time.Second, "the vlan 10 guest's ARP reply on the trunk", func() bool {
 			return len(linesWith(capture(), "vlan 10", "Reply "+ip10.String()+" is-at "+mac10.String())) > 0
 		})
+		waitFor(t, 5*time.Second, "the host's ARP reply for 10.20.0.1 on vlan 20", func() bool {
+			return len(linesWith(capture(), "vlan 20", "Reply 10.20.0.1 is-at")) > 0
+		})
+		if l := linesWith(capture(), "vlan 10", "Reply 10.20.0.1"); len(l) > 0 {
+			t.Errorf("the host answered for its vlan 20 address on vlan 10: %q", l)
+		}
 	})
 
 	out := capture()
@@ -348,6 +356,25 @@ func TestPrivilegedNetworkTrunk(t *testing.T) {
 		}
 		if l := linesWith(g, mac10.String()); len(l) > 0 {
 			t.Errorf("the guest's tagged frame reached the vlan 20 guest: %q", l)
+		}
+	})
+
+	t.Run("a VLAN added to the trunk and dropped again", func(t *testing.T) {
+		e.apply(strings.Replace(trunkManifest, "vlans: [10, 20]", "vlans: [10, 20, 30]", 1))
+		waitFor(t, 10*time.Second, "pvbr-trunk.30", func() bool { _, err := host.Exec("ip", "link", "show", "pvbr-trunk.30"); return err == nil })
+		waitFor(t, 10*time.Second, "vlan 30 in "+trunk.MapVIDs, func() bool {
+			return strings.Contains(d.MustCtl("inspect", "map", trunk.MapVIDs), "vlan 30 -> ")
+		})
+		e.apply(trunkManifest)
+		waitFor(t, 10*time.Second, "pvbr-trunk.30 gone", func() bool { _, err := host.Exec("ip", "link", "show", "pvbr-trunk.30"); return err != nil })
+		waitFor(t, 10*time.Second, "vlan 30 out of "+trunk.MapVIDs, func() bool {
+			return !strings.Contains(d.MustCtl("inspect", "map", trunk.MapVIDs), "vlan 30 -> ")
+		})
+		if pins, _ := filepath.Glob(filepath.Join(e.bpffs, "links", "pvt-*-30")); len(pins) > 0 {
+			t.Errorf("vlan 30's veth links still pinned: %v", pins)
+		}
+		if !pings(g10.NS, "10.10.0.1") || !pings(g20.NS, "10.20.0.1") {
+			t.Error("a guest lost its gateway while another VLAN came and went")
 		}
 	})
 
