@@ -67,15 +67,22 @@ type Controller struct {
 	// (--bpffs); without it a trunk is not realized.
 	BPFFS string
 
-	trunks   *trunk.Objects                  // loaded at the first trunk
-	realized map[string]pivirtv1.NetworkSpec // by Network name
-	swept    bool
+	trunks *trunk.Objects // loaded at the first trunk
+	// lastTrunk is each trunk's dataplane as last realized: a pass that
+	// fails to realize it keeps it (a transient error does not cut the
+	// VLANs off).
+	lastTrunk map[string]trunkPlane
+	realized  map[string]pivirtv1.NetworkSpec // by Network name
+	swept     bool
 }
 
 // Reconcile is a reconcile.Func over Kinds.
 func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) error {
 	if c.realized == nil {
 		c.realized = map[string]pivirtv1.NetworkSpec{}
+	}
+	if c.lastTrunk == nil {
+		c.lastTrunk = map[string]trunkPlane{}
 	}
 	var errs []error
 	desired := map[string]bool{}
@@ -118,19 +125,22 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			}
 		}
 		var hs hostnet.State
-		var ts hostnet.TrunkState
 		if spec.IsTrunk() {
+			var ts hostnet.TrunkState
 			ts, err = c.realizeTrunk(name, spec)
 			hs = ts.State
 			if err == nil {
-				keep = append(keep, spec.Uplink)
+				p := trunkPlane{keep: []string{spec.Uplink}}
 				for _, v := range ts.VLANs {
-					vlans = append(vlans, trunk.VLAN{Uplink: uint32(ts.UplinkIndex), ID: uint16(v.ID), Veth: uint32(v.VethIndex)})
-					keep = append(keep, v.Veth)
+					p.vlans = append(p.vlans, trunk.VLAN{Uplink: uint32(ts.UplinkIndex), ID: uint16(v.ID), Veth: uint32(v.VethIndex)})
+					p.keep = append(p.keep, v.Veth)
 					st.VLANs = append(st.VLANs, VLANStatus{VLAN: v.ID, Bridge: v.Bridge, Veth: v.Veth})
 				}
+				c.lastTrunk[name] = p
 			}
+			vlans, keep = append(vlans, c.lastTrunk[name].vlans...), append(keep, c.lastTrunk[name].keep...)
 		} else {
+			delete(c.lastTrunk, name)
 			hs, err = realize(name, c.Node, spec)
 		}
 		st.Conditions = conditions(o, spec, hs, err, time.Now())
@@ -158,6 +168,11 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 	}
 	errs = append(errs, c.prune(desired)...)
+	for name := range c.lastTrunk {
+		if !desired[name] {
+			delete(c.lastTrunk, name)
+		}
+	}
 	if err := c.syncTrunks(vlans, keep); err != nil {
 		errs = append(errs, err)
 	}
@@ -245,6 +260,13 @@ func conditions(o *pivirtv1.Object, s pivirtv1.NetworkSpec, hs hostnet.State, er
 		}
 	}
 	return conds
+}
+
+// trunkPlane is what one trunk puts in the trunk maps (vlans) and the
+// devices whose trunk links it keeps (keep).
+type trunkPlane struct {
+	vlans []trunk.VLAN
+	keep  []string
 }
 
 // realizeTrunk makes the host match a Network with vlans: its devices
