@@ -312,6 +312,10 @@ func TestPrivilegedNetworkTrunk(t *testing.T) {
 				t.Errorf("%s (vlan %d) counters %v: want frames tagged to the trunk", v.Veth, v.VLAN, c)
 			}
 		}
+		progs := d.MustCtl("inspect", "progs")
+		if len(linesWith(progs, "trunk0", trunk.ProgIn)) == 0 || len(linesWith(progs, trunk.ProgOut)) != len(st.VLANs) {
+			t.Errorf("inspect progs lacks %s on trunk0 or one %s per VLAN:\n%s", trunk.ProgIn, trunk.ProgOut, progs)
+		}
 		vids := d.MustCtl("inspect", "map", trunk.MapVIDs)
 		for _, v := range st.VLANs {
 			if !strings.Contains(vids, fmt.Sprintf("vlan %d -> %s(", v.VLAN, v.Veth)) || !strings.Contains(vids, "trunk0(") {
