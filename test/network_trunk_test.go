@@ -411,4 +411,36 @@ func TestPrivilegedNetworkTrunk(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("a trunk deleted while pivirtd was down is undone at its next start", func(t *testing.T) {
+		e.apply(`apiVersion: pivirt.hu/v1
+kind: Network
+metadata: {name: trunk}
+spec: {type: bridge, uplink: trunk0, vlans: [10, 20]}`)
+		e.waitStatus("network", "trunk", "Ready")
+		d.Stop()
+		// A store without the Network: as if it was deleted meanwhile.
+		if err := os.RemoveAll(d.StateDir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(d.StateDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		d.Start()
+		waitFor(t, 10*time.Second, "pvbr-trunk gone", func() bool { _, err := host.Exec("ip", "link", "show", "pvbr-trunk"); return err != nil })
+		for _, v := range st.VLANs {
+			for _, dev := range []string{v.Bridge, v.Veth} {
+				if _, err := host.Exec("ip", "link", "show", dev); err == nil {
+					t.Errorf("%s (vlan %d) is still there", dev, v.VLAN)
+				}
+			}
+		}
+		waitFor(t, 10*time.Second, "the trunk links unpinned", func() bool {
+			pins, _ := filepath.Glob(filepath.Join(e.bpffs, "links", "*", "pv_tc_trunk_*"))
+			return len(pins) == 0
+		})
+		if out := d.MustCtl("inspect", "map", trunk.MapVIDs); strings.Contains(out, "vlan ") {
+			t.Errorf("inspect map %s after the start:\n%s", trunk.MapVIDs, out)
+		}
+	})
 }
