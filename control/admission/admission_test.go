@@ -76,6 +76,8 @@ func network(name, spec string) string {
 var (
 	routedNet = network("lab", "{type: routed, bridge: br-lab, uplink: eth1, cidr: 10.90.0.0/24}")
 	onLab     = segment("lab-seg", "br-lab", "10.90.0.1/24", "10.90.0.100", "10.90.0.199", "  networkRef: lab")
+	trunkNet  = network("trunk", "{type: bridge, uplink: eth3, vlans: [10, 20]}")
+	onVLAN10  = segment("v10", "pvbr-trunk.10", "10.10.0.1/24", "10.10.0.100", "10.10.0.199", "  networkRef: trunk", "  vlan: 10")
 )
 
 var vmNet = segment("vm-net", "br-vm", "192.168.100.1/24", "192.168.100.100", "192.168.100.199", "  networkRef: lab-net")
@@ -324,6 +326,41 @@ func TestCrossObject(t *testing.T) {
 			[]string{"spec.uplink: eth1 is already the uplink or bridge of network lab"}},
 		{"network cidrs overlap", []string{routedNet}, network("lab2", "{type: routed, uplink: eth2, cidr: 10.90.0.0/16}"),
 			[]string{"spec.cidr: 10.90.0.0/16 overlaps cidr 10.90.0.0/24 of network lab"}},
+
+		{"segment rides a vlan of a trunk", []string{trunkNet}, onVLAN10, nil},
+		{"segments of two vlans of a trunk", []string{trunkNet, onVLAN10},
+			segment("v20", "pvbr-trunk.20", "10.20.0.1/24", "10.20.0.100", "10.20.0.199", "  networkRef: trunk", "  vlan: 20"), nil},
+		{"two segments of one vlan of a trunk", []string{trunkNet, onVLAN10},
+			segment("v10b", "pvbr-trunk.10", "10.10.0.1/24", "10.10.0.200", "10.10.0.250", "  networkRef: trunk", "  vlan: 10"),
+			[]string{"spec.networkRef: trunk is already the networkRef of segment v10"}},
+		{"network on a vlan bridge of a trunk", []string{trunkNet}, network("lab2", "{type: bridge, bridge: pvbr-trunk.10}"),
+			[]string{"spec.bridge: pvbr-trunk.10 is already the bridge of a vlan of network trunk"}},
+		{"trunk over a segment's bridge", []string{segment("v10", "pvbr-trunk.10", "10.10.0.1/24", "10.10.0.100", "10.10.0.199", "  networkRef: other")}, trunkNet,
+			[]string{"spec.vlans: [10 20] would take bridge pvbr-trunk.10 of networksegment v10 (networkRef other); a segment rides a network by naming it in networkRef"}},
+		{"lease on a vlan's bridge", []string{trunkNet, onVLAN10}, lease("web", "pvbr-trunk.10", "52:54:00:12:34:56", "10.10.0.150"), nil},
+		{"lease naming a trunk's networkRef", []string{trunkNet, onVLAN10}, lease("web", "trunk", "52:54:00:12:34:56", "10.10.0.150"),
+			[]string{"spec.network: trunk is the networkRef of every VLAN of a trunk: name the bridge of the VLAN's segment (pvbr-trunk.10 of segment v10, vlan 10)"}},
+		{"segment of a trunk without vlan", []string{trunkNet},
+			segment("v10", "pvbr-trunk.10", "10.10.0.1/24", "10.10.0.100", "10.10.0.199", "  networkRef: trunk"),
+			[]string{"spec.vlan: required: network trunk, which networkRef names, is a trunk of vlans [10 20]"}},
+		{"segment of a vlan the trunk lacks", []string{trunkNet},
+			segment("v30", "pvbr-trunk.30", "10.30.0.1/24", "10.30.0.100", "10.30.0.199", "  networkRef: trunk", "  vlan: 30"),
+			[]string{"spec.vlan: 30 is not one of the vlans [10 20] of network trunk, which networkRef names"}},
+		{"segment of a vlan on another vlan's bridge", []string{trunkNet},
+			segment("v10", "pvbr-trunk.20", "10.10.0.1/24", "10.10.0.100", "10.10.0.199", "  networkRef: trunk", "  vlan: 10"),
+			[]string{"spec.bridge: pvbr-trunk.20 is not the bridge of vlan 10 of network trunk (pvbr-trunk.10), which networkRef names"}},
+		{"segment with a vlan on a network without vlans", []string{routedNet},
+			segment("lab-seg", "br-lab", "10.90.0.1/24", "10.90.0.100", "10.90.0.199", "  networkRef: lab", "  vlan: 10"),
+			[]string{"spec.vlan: 10 is for a segment of a trunk: network lab, which networkRef names, has no vlans"}},
+		{"segment with a vlan and no network", nil,
+			segment("v10", "br-x", "10.10.0.1/24", "10.10.0.100", "10.10.0.199", "  networkRef: cluster-net", "  vlan: 10"),
+			[]string{"spec.vlan: 10 is for a segment of a trunk: networkRef cluster-net names no Network with vlans on this node"}},
+		{"segment on a vlan's bridge naming another network", []string{trunkNet},
+			segment("v10", "pvbr-trunk.10", "10.10.0.1/24", "10.10.0.100", "10.10.0.199", "  networkRef: cluster-net"),
+			[]string{"spec.networkRef: cluster-net must be trunk: bridge pvbr-trunk.10 belongs to network trunk"}},
+		{"trunk change drops the vlan a segment rides", []string{trunkNet, onVLAN10},
+			network("trunk", "{type: bridge, uplink: eth3, vlans: [20]}"),
+			[]string{"spec.vlan: 10 would no longer carry networksegment v10, which rides it: is not one of the vlans [20] of network trunk, which networkRef names"}},
 
 		// DHCPLease
 		{"lease inside the range", []string{vmNet}, lease("web", "br-vm", "52:54:00:12:34:56", "192.168.100.150"), nil},

@@ -5,6 +5,7 @@ package admission
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -65,7 +66,7 @@ func (b *Batch) checkSegment(name, node string, s *pivirtv1.NetworkSegmentSpec, 
 		}
 	}
 	if s.NetworkRef != "" {
-		if es := segs.lookup(keyRef+s.NetworkRef, name); len(es) > 0 {
+		if es := sameVLAN(s, segs.lookup(keyRef+s.NetworkRef, name)); len(es) > 0 {
 			errs = append(errs, b.checkDelegated(node, s, es)...)
 		} else if es := segs.lookup(keyBridge+s.NetworkRef, name); len(es) > 0 && s.NetworkRef != s.Bridge {
 			errs.Add("spec.networkRef", s.NetworkRef, "is the bridge of segment %s, so leases naming it would be ambiguous", es[0].obj.Metadata.Name)
@@ -89,6 +90,20 @@ func (b *Batch) checkSegment(name, node string, s *pivirtv1.NetworkSegmentSpec, 
 		}
 	}
 	return errs, nil
+}
+
+// sameVLAN keeps the segments of es on s's VLAN: the segments of a
+// trunk's VLANs share its networkRef, one per VLAN (admission checks the
+// VLAN against the Network, checkSegmentNetwork). Leases of such a
+// segment name its bridge.
+func sameVLAN(s *pivirtv1.NetworkSegmentSpec, es []*entry) []*entry {
+	var out []*entry
+	for _, e := range es {
+		if o := segSpec(e); o == nil || o.VLAN == s.VLAN {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // checkDelegated checks segment s (placed on node) against the other
@@ -269,6 +284,9 @@ func (b *Batch) migrated(l *pivirtv1.DHCPLeaseSpec, segs []namedSeg, ip netip.Ad
 		if err != nil {
 			return false, err
 		}
+		// A trunk's VLANs share a networkRef: a client moves between
+		// the nodes of one VLAN, never to another VLAN.
+		all = slices.DeleteFunc(all, func(o namedSeg) bool { return o.spec.VLAN != s.spec.VLAN })
 		if covers(all, ip) {
 			return true, nil
 		}
@@ -301,6 +319,13 @@ func (b *Batch) checkLease(name string, l *pivirtv1.DHCPLeaseSpec, old *entry) (
 		return nil, nil, err
 	}
 	var errs pivirtv1.ErrorList
+	for _, s := range segs {
+		if s.spec.VLAN != 0 && s.spec.NetworkRef == l.Network && s.spec.Bridge != l.Network {
+			errs.Add("spec.network", l.Network, "is the networkRef of every VLAN of a trunk: name the bridge of the VLAN's segment (%s of segment %s, vlan %d)",
+				s.spec.Bridge, s.name, s.spec.VLAN)
+			return errs, nil, nil
+		}
+	}
 	ip := netip.MustParseAddr(pivirtv1.CanonicalIPv4(l.IPAddress))
 	moved, err := b.migrated(l, segs, ip)
 	if err != nil {

@@ -61,13 +61,14 @@ func TestGoodManifests(t *testing.T) {
 	first := applyGood(t, tx)
 	for _, want := range []string{"NetworkSegment/vm-net", "DHCPLease/web-01-reservation", "PortSecurity/web-01-nic0",
 		"ExternalIP/web-01-public", "ExternalIP/web-01-https", "VPCRouter/vpc-a",
-		"Network/lan", "NetworkSegment/lan-seg", "Network/lab", "NetworkSegment/lab-seg", "Network/nat", "NetworkSegment/nat-seg"} {
+		"Network/lan", "NetworkSegment/lan-seg", "Network/lab", "NetworkSegment/lab-seg", "Network/nat", "NetworkSegment/nat-seg",
+		"Network/trunk", "NetworkSegment/trunk-v10", "NetworkSegment/trunk-v20", "PortSecurity/app01-nic0"} {
 		if first[want] != ActionCreated {
 			t.Errorf("%s: %q, want created", want, first[want])
 		}
 	}
-	if len(first) != 12 {
-		t.Errorf("applied %d objects, want 12: %v", len(first), first)
+	if len(first) != 16 {
+		t.Errorf("applied %d objects, want 16: %v", len(first), first)
 	}
 	writes := tx.writes
 	for obj, action := range applyGood(t, tx) {

@@ -605,6 +605,17 @@ var networkColumns = []column{
 		}
 		return "<kernel>"
 	}},
+	{name: "VLANS", wide: true, value: func(r row) string {
+		vs := networkSpec(r).VLANs
+		if len(vs) == 0 {
+			return "<none>"
+		}
+		s := make([]string, len(vs))
+		for i, v := range vs {
+			s[i] = strconv.Itoa(v)
+		}
+		return strings.Join(s, ",")
+	}},
 	{name: "SEGMENTS", wide: true, value: func(r row) string {
 		return strconv.Itoa(len(r.statusField("segments").Array()))
 	}},

@@ -251,6 +251,18 @@ func (x *Index) compilePort(o *pivirtv1.Object) *portOut {
 	if spec.AllowTunnels != nil && *spec.AllowTunnels { // default off
 		flags |= guard.PortTunnels
 	}
+	if spec.VLAN != 0 {
+		// An access port of a trunk's VLAN: its interface must be a port
+		// of that VLAN's bridge (a segment naming the VLAN).
+		seg, ok := byBridge[ln.Master]
+		switch {
+		case !ok || ln.Master == "":
+			return fail("spec.vlan: %d: %s is not a port of the bridge of a segment of vlan %d", spec.VLAN, ifname, spec.VLAN)
+		case seg.Spec.VLAN != spec.VLAN:
+			return fail("spec.vlan: %d is not the vlan of segment %s (%s), whose bridge %s the interface %s is a port of",
+				spec.VLAN, seg.Name, vlanPhrase(seg.Spec.VLAN), ln.Master, ifname)
+		}
+	}
 	var segID uint32
 	var server netip.Addr
 	if seg, ok := byBridge[ln.Master]; ok && ln.Master != "" {
@@ -292,6 +304,13 @@ func (x *Index) compilePort(o *pivirtv1.Object) *portOut {
 	st.Message = strings.Join(notes, "; ")
 	p.st = st
 	return p
+}
+
+func vlanPhrase(vid int) string {
+	if vid == 0 {
+		return "no vlan"
+	}
+	return fmt.Sprintf("vlan %d", vid)
 }
 
 // compileACL compiles both directions of spec.acl, indexed by

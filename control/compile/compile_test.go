@@ -366,3 +366,36 @@ func TestCompileReservationOfAHeldAddress(t *testing.T) {
 		t.Errorf("holder status %+v", holder)
 	}
 }
+
+func TestCompileVLAN(t *testing.T) {
+	v10 := seg
+	v10.VLAN = 10
+	for _, tc := range []struct {
+		name    string
+		seg     pivirtv1.NetworkSegmentSpec
+		ifname  string
+		vlan    int
+		phase   string
+		message string
+	}{
+		{"access port of its segment's vlan", v10, "tap0", 10, pivirtv1.PhaseReady, ""},
+		{"no vlan on a vlan's segment", v10, "tap0", 0, pivirtv1.PhaseReady, ""},
+		{"another vlan", v10, "tap0", 20, pivirtv1.PhaseFailed,
+			"spec.vlan: 20 is not the vlan of segment seg-a (vlan 10), whose bridge br0 the interface tap0 is a port of"},
+		{"a segment without vlan", seg, "tap0", 10, pivirtv1.PhaseFailed,
+			"spec.vlan: 10 is not the vlan of segment seg-a (no vlan), whose bridge br0 the interface tap0 is a port of"},
+		{"on no segment", v10, "tap1", 10, pivirtv1.PhaseFailed,
+			"spec.vlan: 10: tap1 is not a port of the bridge of a segment of vlan 10"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []*pivirtv1.Object{
+				obj(t, pivirtv1.KindNetworkSegment, "seg-a", tc.seg),
+				obj(t, pivirtv1.KindPortSecurity, "p", pivirtv1.PortSecuritySpec{Interface: tc.ifname, MACAddress: macStr, VLAN: tc.vlan}),
+			}
+			st := compile.Compile(objs, host).Status[compile.Ref{Kind: pivirtv1.KindPortSecurity, Name: "p"}]
+			if st.Phase != tc.phase || st.Message != tc.message {
+				t.Errorf("status %s %q, want %s %q", st.Phase, st.Message, tc.phase, tc.message)
+			}
+		})
+	}
+}

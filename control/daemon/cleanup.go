@@ -22,7 +22,7 @@ import (
 
 // Cleanup undoes what pivirtd left in the kernel, for an uninstall: every
 // pin under cfg.BPFFS (links, whose programs detach with their last pin:
-// the guard, the ACL, the NAT, the VTEP filter; and maps), the bpffs it
+// the guard, the ACL, the NAT, the VLAN trunks, the VTEP filter; and maps), the bpffs it
 // mounted there, the VPCRouter namespaces (their veths and iptables
 // rules go with them) and the VXLAN devices (with their tc filters) it
 // made in this network namespace. The store and the lease journal in

@@ -375,7 +375,7 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	// segment's delete may take a gateway off a routed network's bridge:
 	// segments wake this loop too.
 	wake := func() { segmentsLoop.Trigger(); d.nat.Loop().Trigger() }
-	networks := &network.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Node: d.cfg.Node, Wake: wake}
+	networks := &network.Controller{Store: d.store, Index: d.index, Events: d.events, Log: d.log, Node: d.cfg.Node, Wake: wake, BPFFS: d.cfg.BPFFS}
 	networkLoop := &reconcile.Loop{ID: "networks", Cache: cache, Log: d.log, Kinds: network.Kinds,
 		React: reconcile.Unless(reconcile.StatusOnly), Debounce: 20 * time.Millisecond, Func: networks.Reconcile}
 	return []Controller{

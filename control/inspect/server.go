@@ -27,6 +27,7 @@ import (
 	"pivirt.hu/pivirt/dataplane/maps/natmap"
 	"pivirt.hu/pivirt/dataplane/maps/typed"
 	"pivirt.hu/pivirt/dataplane/nat"
+	"pivirt.hu/pivirt/dataplane/trunk"
 	"pivirt.hu/pivirt/dataplane/vxlan"
 )
 
@@ -82,6 +83,8 @@ func (s *Server) DumpMap(ctx context.Context, req *connect.Request[inspectv1.Dum
 	switch {
 	case strings.HasPrefix(name, "pv_nat_"), strings.HasPrefix(name, "pv_masq_"):
 		lines, items, err = s.natEntries(name)
+	case strings.HasPrefix(name, "pv_trunk_"):
+		lines, items, err = s.trunkEntries(name)
 	case name == "pv_vteps":
 		lines, items, err = vtepEntries(infos[i].PinPath)
 	default:
@@ -162,6 +165,24 @@ func (s *Server) natEntries(name string) ([]string, []json.RawMessage, error) {
 	defer objs.Close()
 	es, err := natmap.New(objs).Decoded(name)
 	if errors.Is(err, natmap.ErrUnknownMap) {
+		return nil, nil, fmt.Errorf("decoding %s: %w", name, loader.ErrUnknownMap)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return rendered(es)
+}
+
+// trunkEntries renders a VLAN trunk map (pinned by the Network
+// controller).
+func (s *Server) trunkEntries(name string) ([]string, []json.RawMessage, error) {
+	objs, err := trunk.OpenMaps(loader.MapsDir(s.Loader.Base()))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer objs.Close()
+	es, err := objs.Decoded(name, ifNames())
+	if errors.Is(err, trunk.ErrUnknownMap) {
 		return nil, nil, fmt.Errorf("decoding %s: %w", name, loader.ErrUnknownMap)
 	}
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"pivirt.hu/pivirt/control/reconcile"
 	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/dataplane/hostnet"
+	"pivirt.hu/pivirt/dataplane/trunk"
 )
 
 // Kinds are what the controller reads: its Networks, and the segments
@@ -37,6 +40,17 @@ type Status struct {
 	Segments []string `json:"segments,omitempty"`
 	// Masquerade is the address a NAT Network's traffic leaves from.
 	Masquerade string `json:"masquerade,omitempty"`
+	// VLANs are a trunk's VLANs and their bridges.
+	VLANs []VLANStatus `json:"vlans,omitempty"`
+}
+
+// VLANStatus is one VLAN of a trunk.
+type VLANStatus struct {
+	VLAN   int    `json:"vlan"`
+	Bridge string `json:"bridge"`
+	// Veth is the trunk end of the VLAN's veth pair, where the program
+	// tagging its frames runs.
+	Veth string `json:"veth"`
 }
 
 // Controller realizes the Networks of this node.
@@ -49,15 +63,26 @@ type Controller struct {
 	// Wake, when set, is called after a pass that realized a bridge, so
 	// the segments waiting for it go on.
 	Wake func()
+	// BPFFS is where the trunk programs' maps and links are pinned
+	// (--bpffs); without it a trunk is not realized.
+	BPFFS string
 
-	realized map[string]pivirtv1.NetworkSpec // by Network name
-	swept    bool
+	trunks *trunk.Objects // loaded at the first trunk
+	// lastTrunk is each trunk's dataplane as last realized: a pass that
+	// fails to realize it keeps it (a transient error does not cut the
+	// VLANs off).
+	lastTrunk map[string]trunkPlane
+	realized  map[string]pivirtv1.NetworkSpec // by Network name
+	swept     bool
 }
 
 // Reconcile is a reconcile.Func over Kinds.
 func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) error {
 	if c.realized == nil {
 		c.realized = map[string]pivirtv1.NetworkSpec{}
+	}
+	if c.lastTrunk == nil {
+		c.lastTrunk = map[string]trunkPlane{}
 	}
 	var errs []error
 	desired := map[string]bool{}
@@ -71,6 +96,8 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 	if err := c.sweep(); err != nil {
 		return err
 	}
+	var vlans []trunk.VLAN
+	var keep []string // devices whose trunk links stay
 	woke := false
 	for _, o := range snap.Of(pivirtv1.KindNetwork) {
 		name := o.Metadata.Name
@@ -83,20 +110,39 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		desired[name] = true
 		st := Status{Status: pivirtv1.Status{ObservedGeneration: o.Metadata.Generation}, Bridge: spec.Bridge, Uplink: spec.Uplink, Segments: riding[name]}
 		old, had := c.realized[name]
-		if had && (old.Bridge != spec.Bridge || (old.Type != "" && old.Type != spec.Type)) {
+		if had && (old.Bridge != spec.Bridge || (old.Type != "" && (old.Type != spec.Type || old.IsTrunk() != spec.IsTrunk()))) {
 			// Another device or another kind of realization: the
 			// old one goes first (an uplink change is done in place).
 			if err := hostnet.Remove(old.Bridge); err != nil {
 				errs = append(errs, err)
 			}
-		} else if rec, ok := hostnet.Lookup(spec.Bridge); ok && rec.Network == name && rec.Routed != (spec.Type != pivirtv1.NetworkBridge) {
+		} else if rec, ok := hostnet.Lookup(spec.Bridge); ok && rec.Network == name &&
+			(rec.Routed != (spec.Type != pivirtv1.NetworkBridge) || rec.Trunk != spec.IsTrunk()) {
 			// The type changed while pivirtd was down (the bridge's
 			// record is the old realization's): undo it first too.
 			if err := hostnet.Remove(spec.Bridge); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		hs, err := realize(name, c.Node, spec)
+		var hs hostnet.State
+		if spec.IsTrunk() {
+			var ts hostnet.TrunkState
+			ts, err = c.realizeTrunk(name, spec)
+			hs = ts.State
+			if err == nil {
+				p := trunkPlane{keep: []string{spec.Uplink}}
+				for _, v := range ts.VLANs {
+					p.vlans = append(p.vlans, trunk.VLAN{Uplink: uint32(ts.UplinkIndex), ID: uint16(v.ID), Veth: uint32(v.VethIndex)})
+					p.keep = append(p.keep, v.Veth)
+					st.VLANs = append(st.VLANs, VLANStatus{VLAN: v.ID, Bridge: v.Bridge, Veth: v.Veth})
+				}
+				c.lastTrunk[name] = p
+			}
+			vlans, keep = append(vlans, c.lastTrunk[name].vlans...), append(keep, c.lastTrunk[name].keep...)
+		} else {
+			delete(c.lastTrunk, name)
+			hs, err = realize(name, c.Node, spec)
+		}
 		st.Conditions = conditions(o, spec, hs, err, time.Now())
 		if err != nil {
 			st.Phase, st.Message = pivirtv1.PhaseFailed, err.Error()
@@ -122,6 +168,14 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 	}
 	errs = append(errs, c.prune(desired)...)
+	for name := range c.lastTrunk {
+		if !desired[name] {
+			delete(c.lastTrunk, name)
+		}
+	}
+	if err := c.syncTrunks(vlans, keep); err != nil {
+		errs = append(errs, err)
+	}
 	if woke && c.Wake != nil {
 		c.Wake()
 	}
@@ -141,6 +195,9 @@ func (c *Controller) sweep() error {
 	}
 	c.swept = true
 	for br, rec := range owned {
+		if rec.VLAN != 0 {
+			continue // a trunk's VLAN: removed with the trunk's bridge
+		}
 		if _, ok := c.realized[rec.Network]; !ok {
 			c.realized[rec.Network] = pivirtv1.NetworkSpec{Bridge: br}
 		}
@@ -205,6 +262,64 @@ func conditions(o *pivirtv1.Object, s pivirtv1.NetworkSpec, hs hostnet.State, er
 	return conds
 }
 
+// trunkPlane is what one trunk puts in the trunk maps (vlans) and the
+// devices whose trunk links it keeps (keep).
+type trunkPlane struct {
+	vlans []trunk.VLAN
+	keep  []string
+}
+
+// realizeTrunk makes the host match a Network with vlans: its devices
+// (hostnet.Trunk) and the programs at the uplink and at each VLAN's veth
+// (their maps are written by syncTrunks, once every trunk is realized).
+func (c *Controller) realizeTrunk(name string, s pivirtv1.NetworkSpec) (hostnet.TrunkState, error) {
+	if c.BPFFS == "" {
+		return hostnet.TrunkState{}, errors.New("a trunk needs the bpffs its programs are pinned on, and this controller has none")
+	}
+	ts, err := hostnet.Trunk(name, c.Node, s.Bridge, s.Uplink, s.VLANs, s.MTU)
+	if err != nil {
+		return ts, err
+	}
+	if c.trunks == nil {
+		if c.trunks, err = trunk.Load(filepath.Join(c.BPFFS, "maps")); err != nil {
+			return ts, err
+		}
+	}
+	if err := c.trunks.AttachUplink(c.BPFFS, s.Uplink, ts.UplinkIndex); err != nil {
+		return ts, err
+	}
+	for _, v := range ts.VLANs {
+		if err := c.trunks.AttachVeth(c.BPFFS, v.Veth, v.VethIndex); err != nil {
+			return ts, err
+		}
+	}
+	return ts, nil
+}
+
+// syncTrunks makes the trunk maps hold exactly the VLANs of the trunks
+// realized in this pass and detaches the trunk programs of every other
+// device (a Network deleted or no longer a trunk, a VLAN dropped,
+// pivirtd restarted after a delete). Without any trunk now or before, it
+// touches nothing.
+func (c *Controller) syncTrunks(vlans []trunk.VLAN, keep []string) error {
+	if c.BPFFS == "" {
+		return nil
+	}
+	mapDir := filepath.Join(c.BPFFS, "maps")
+	if c.trunks == nil {
+		if _, err := os.Stat(filepath.Join(mapDir, trunk.MapVIDs)); err != nil {
+			return nil // no trunk was ever realized on this bpffs
+		}
+		o, err := trunk.OpenMaps(mapDir)
+		if err != nil {
+			return err
+		}
+		defer o.Close()
+		return errors.Join(o.Sync(vlans), trunk.DetachExcept(c.BPFFS, keep))
+	}
+	return errors.Join(c.trunks.Sync(vlans), trunk.DetachExcept(c.BPFFS, keep))
+}
+
 // realize makes the host match one Network.
 func realize(name, node string, s pivirtv1.NetworkSpec) (hostnet.State, error) {
 	switch s.Type {
@@ -227,6 +342,8 @@ func describe(s pivirtv1.NetworkSpec, hs hostnet.State) string {
 		addrs[i] = a.String()
 	}
 	switch {
+	case s.IsTrunk():
+		return fmt.Sprintf("trunk on uplink %s carries vlans %v tagged, each to a bridge of its own (%s, ...)", s.Uplink, s.VLANs, pivirtv1.VLANBridgeName(s.Bridge, s.VLANs[0]))
 	case s.Type == pivirtv1.NetworkRouted:
 		return fmt.Sprintf("bridge %s (ifindex %d) routes %s through %s, gateway %s", s.Bridge, hs.Index, s.CIDR, s.Uplink, s.Gateway)
 	case s.Type == pivirtv1.NetworkNAT:

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -36,6 +37,12 @@ type Record struct {
 	// Forwarding: pivirtd turned IPv4 forwarding on for Uplink; deleting
 	// the Network turns it off again.
 	Forwarding bool
+	// Trunk: a Network with vlans. Its bridge holds no port (the uplink
+	// is not enslaved: untagged frames stay the host's); each VLAN has a
+	// bridge of its own whose Record has VLAN set (Trunk).
+	Trunk bool
+	// VLAN is set on the bridge of one VLAN of a trunk.
+	VLAN int
 	// Kept are the host's addresses on the bridge that belong to the
 	// Network, not to a segment: those moved from the uplink and the
 	// gateway. A segment whose hostIP is one of them leaves it in place.
@@ -45,10 +52,16 @@ type Record struct {
 func (r Record) alias() (string, error) {
 	var b strings.Builder
 	b.WriteString(aliasPrefix + r.Network)
-	if r.Masquerade {
+	switch {
+	case r.Masquerade:
 		b.WriteString(" type=nat")
-	} else if r.Routed {
+	case r.Routed:
 		b.WriteString(" type=routed")
+	case r.Trunk:
+		b.WriteString(" type=trunk")
+	}
+	if r.VLAN != 0 {
+		fmt.Fprintf(&b, " vlan=%d", r.VLAN)
 	}
 	if r.Uplink != "" {
 		b.WriteString(" uplink=" + r.Uplink)
@@ -87,6 +100,9 @@ func parseRecord(alias string) (Record, bool) {
 		case "type":
 			r.Routed = v == "routed" || v == "nat"
 			r.Masquerade = v == "nat"
+			r.Trunk = v == "trunk"
+		case "vlan":
+			r.VLAN, _ = strconv.Atoi(v)
 		case "uplink":
 			r.Uplink = v
 		case "forwarding":
@@ -200,11 +216,16 @@ func Remove(name string) error {
 	if !ok {
 		return nil
 	}
-	if rec.Routed {
+	switch {
+	case rec.Trunk && rec.VLAN == 0:
+		if err := removeVLANs(rec.Network, name, nil); err != nil {
+			return err
+		}
+	case rec.Routed:
 		if err := unroute(rec); err != nil {
 			return err
 		}
-	} else if rec.Uplink != "" {
+	case rec.Uplink != "" && !rec.Trunk:
 		if err := release(name, rec); err != nil {
 			return err
 		}

@@ -5,10 +5,12 @@ package hostnet
 import (
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
 
 	"pivirt.hu/pivirt/test/testutil"
 )
@@ -19,6 +21,8 @@ func TestRecordAlias(t *testing.T) {
 		{Network: "lan", Uplink: "eth1", Kept: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")}},
 		{Network: "nat", Routed: true, Masquerade: true, Uplink: "eth3"},
 		{Network: "lab", Routed: true, Uplink: "eth2", Forwarding: true, Kept: []netip.Prefix{netip.MustParsePrefix("10.90.0.1/24")}},
+		{Network: "trunk", Trunk: true, Uplink: "eth4"},
+		{Network: "trunk", Trunk: true, VLAN: 4094},
 	} {
 		a, err := r.alias()
 		if err != nil {
@@ -226,6 +230,75 @@ func TestPrivilegedBridgeOwnership(t *testing.T) {
 		}
 		if _, err := Routed("other", "node-1", "br-seg", "lo", netip.MustParsePrefix("10.1.0.1/24"), 0, false); err == nil || !strings.Contains(err.Error(), "belongs to network vm") {
 			t.Errorf("Routed over network vm's bridge = %v, want it refused", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPrivilegedTrunkDevices(t *testing.T) {
+	testutil.RequireTool(t, "ip")
+	ns := testutil.NewNetNS(t)
+	uplink, _ := testutil.VethPair(t, ns)
+	exists := func(name string) bool { _, err := netlink.LinkByName(name); return err == nil }
+	err := ns.Do(func() error {
+		ts, err := Trunk("trunk", "node-1", "pvbr-trunk", uplink, []int{10, 20}, 0)
+		if err != nil {
+			return err
+		}
+		if len(ts.VLANs) != 2 || ts.VLANs[0].Bridge != "pvbr-trunk.10" || ts.VLANs[1].Bridge != "pvbr-trunk.20" {
+			t.Errorf("Trunk VLANs %+v, want pvbr-trunk.10 and .20", ts.VLANs)
+		}
+		for _, v := range ts.VLANs {
+			rec, ok := Lookup(v.Bridge)
+			if !ok || rec.Network != "trunk" || !rec.Trunk || rec.VLAN != v.ID {
+				t.Errorf("Lookup(%s) = %+v %v, want vlan %d of network trunk", v.Bridge, rec, ok, v.ID)
+			}
+			_, bridgeEnd := VethNames("pvbr-trunk", v.ID)
+			b, err := netlink.LinkByName(bridgeEnd)
+			br, err2 := netlink.LinkByName(v.Bridge)
+			if err != nil || err2 != nil || b.Attrs().MasterIndex != br.Attrs().Index {
+				t.Errorf("%s is not a port of %s: %v %v", bridgeEnd, v.Bridge, err, err2)
+			}
+			if l, err := netlink.LinkByName(v.Veth); err != nil || l.Attrs().Index != v.VethIndex || l.Attrs().MasterIndex != 0 {
+				t.Errorf("trunk end %s: %v, want ifindex %d and no master", v.Veth, err, v.VethIndex)
+			}
+		}
+		if rec, ok := Lookup("pvbr-trunk"); !ok || !rec.Trunk || rec.Uplink != uplink || rec.VLAN != 0 {
+			t.Errorf("Lookup(pvbr-trunk) = %+v %v, want the trunk's record", rec, ok)
+		}
+		if l, _ := netlink.LinkByName(uplink); l == nil || l.Attrs().MasterIndex != 0 {
+			t.Error("the uplink was enslaved")
+		}
+		again, err := Trunk("trunk", "node-1", "pvbr-trunk", uplink, []int{10, 20}, 0)
+		if err != nil || !reflect.DeepEqual(again, ts) {
+			t.Errorf("Trunk again = %+v %v, want %+v (idempotent)", again, err, ts)
+		}
+		if _, err := Trunk("trunk", "node-1", "pvbr-trunk", uplink, []int{10}, 0); err != nil {
+			return err
+		}
+		trunkEnd20, bridgeEnd20 := VethNames("pvbr-trunk", 20)
+		for _, dev := range []string{"pvbr-trunk.20", trunkEnd20, bridgeEnd20} {
+			if exists(dev) {
+				t.Errorf("%s of the dropped vlan 20 is still there", dev)
+			}
+		}
+		if _, err := Bridged("trunk", "node-1", "pvbr-trunk", "", 0); err == nil || !strings.Contains(err.Error(), "realized as a trunk") {
+			t.Errorf("Bridged over a trunk = %v, want it refused", err)
+		}
+		if err := Remove("pvbr-trunk"); err != nil {
+			return err
+		}
+		trunkEnd10, _ := VethNames("pvbr-trunk", 10)
+		for _, dev := range []string{"pvbr-trunk", "pvbr-trunk.10", trunkEnd10} {
+			if exists(dev) {
+				t.Errorf("%s is still there after Remove", dev)
+			}
+		}
+		if !exists(uplink) {
+			t.Error("Remove took the uplink")
 		}
 		return nil
 	})

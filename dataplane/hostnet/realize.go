@@ -44,6 +44,9 @@ func Bridged(network, node, name, uplink string, mtu int) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
+	if rec.Trunk {
+		return State{}, fmt.Errorf("bridge %s is realized as a trunk: remove it first", name)
+	}
 	if rec.Routed {
 		return State{}, fmt.Errorf("bridge %s is realized as a routed network: remove it first", name)
 	}
@@ -143,6 +146,9 @@ func Routed(network, node, name, uplink string, gateway netip.Prefix, mtu int, m
 	link, rec, err := ensureBridge(network, name, bridge.StableMAC(node, name), mtu)
 	if err != nil {
 		return State{}, err
+	}
+	if rec.Trunk {
+		return State{}, fmt.Errorf("bridge %s is realized as a trunk: remove it first", name)
 	}
 	if !rec.Routed && rec.Uplink != "" {
 		return State{}, fmt.Errorf("bridge %s is realized as a bridge network with uplink %s: remove it first", name, rec.Uplink)

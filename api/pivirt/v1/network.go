@@ -46,7 +46,12 @@ type NetworkSpec struct {
 	// Gateway is the host's address on the bridge, in CIDR; defaults to
 	// its first host address.
 	Gateway string `json:"gateway,omitempty"`
-	// VLANs makes the bridge a trunk. Refused until trunks land.
+	// VLANs makes a network of type bridge a VLAN trunk: its uplink
+	// carries these VLANs (1-4094) tagged, each VLAN has a bridge of its
+	// own (VLANBridgeName) that the segments naming the VLAN ride, and
+	// untagged frames on the uplink stay the host's (the uplink is not
+	// enslaved). The kernel needs neither 802.1Q devices nor bridge VLAN
+	// filtering: tc programs tag and untag (dataplane/trunk).
 	VLANs []int `json:"vlans,omitempty"`
 	// MTU of the bridge (and the uplink of type bridge); 0 leaves the
 	// kernel's.
@@ -62,6 +67,24 @@ func NetworkBridgeName(name string) string {
 	h := sha256.Sum256([]byte(name))
 	return "pvbr-" + hex.EncodeToString(h[:5])
 }
+
+// MaxTrunkVLANs is how many VLANs one trunk carries: each is a bridge
+// and a veth pair on the host.
+const MaxTrunkVLANs = 256
+
+// VLANBridgeName is the bridge of VLAN vid of a trunk whose Network's
+// bridge is bridge: "<bridge>.<vid>" where that fits a device name, else
+// "pvbr" and a hash of bridge, then ".<vid>".
+func VLANBridgeName(bridge string, vid int) string {
+	if n := bridge + "." + strconv.Itoa(vid); len(n) <= 15 {
+		return n
+	}
+	h := sha256.Sum256([]byte(bridge))
+	return "pvbr" + hex.EncodeToString(h[:3]) + "." + strconv.Itoa(vid)
+}
+
+// IsTrunk reports whether the Network is a VLAN trunk (lists vlans).
+func (s *NetworkSpec) IsTrunk() bool { return len(s.VLANs) > 0 }
 
 // Default fills in the bridge name from the object's name (set by
 // DefaultNamed) and the gateway of a routed network.
@@ -120,13 +143,37 @@ func (s *NetworkSpec) Validate() ErrorList {
 		}
 	}
 	if len(s.VLANs) > 0 {
-		errs.Add("spec.vlans", strconv.Itoa(s.VLANs[0]), "VLAN trunks are not realized by this pivirtd yet")
+		s.validateVLANs(&errs)
 	}
 	// 68 is the IPv4 minimum (RFC 791); above 65535 no device takes it.
 	if s.MTU != 0 && (s.MTU < 68 || s.MTU > 65535) {
 		errs.Add("spec.mtu", strconv.Itoa(s.MTU), "is outside 68-65535 (0 leaves the kernel's)")
 	}
 	return errs
+}
+
+func (s *NetworkSpec) validateVLANs(errs *ErrorList) {
+	if s.Type != NetworkBridge {
+		errs.Add("spec.vlans", strconv.Itoa(s.VLANs[0]), "are for type bridge only: a %s network routes one cidr", s.Type)
+		return
+	}
+	if s.Uplink == "" {
+		errs.Add("spec.uplink", nil, "required for a trunk (spec.vlans): the device that carries its VLANs tagged")
+	}
+	if len(s.VLANs) > MaxTrunkVLANs {
+		errs.Add("spec.vlans", strconv.Itoa(len(s.VLANs)), "VLANs exceed %d a trunk (each is a bridge and a veth pair)", MaxTrunkVLANs)
+	}
+	seen := map[int]bool{}
+	for i, v := range s.VLANs {
+		p := "spec.vlans[" + strconv.Itoa(i) + "]"
+		switch {
+		case v < 1 || v > 4094:
+			errs.Add(p, strconv.Itoa(v), "is out of range 1-4094")
+		case seen[v]:
+			errs.Add(p, strconv.Itoa(v), "is listed twice")
+		}
+		seen[v] = true
+	}
 }
 
 // GatewayPrefix is the gateway with the CIDR's length ("10.90.0.1/24"), the

@@ -40,8 +40,12 @@ type NetworkSegmentSpec struct {
 	// the overlay's tunnel device joins Bridge, whose MTU becomes the
 	// overlay's. The segment stays Pending while the overlay is missing
 	// or not realizable here.
-	Overlay string   `json:"overlay,omitempty"`
-	DHCP    DHCPSpec `json:"dhcp"`
+	Overlay string `json:"overlay,omitempty"`
+	// VLAN is the VLAN of the trunk its networkRef names (a Network with
+	// vlans) that the segment is: its bridge is that VLAN's bridge
+	// (VLANBridgeName), its hostIP and DHCP are on that VLAN only.
+	VLAN int      `json:"vlan,omitempty"`
+	DHCP DHCPSpec `json:"dhcp"`
 }
 
 // LeaseTime is dhcp.defaultLeaseTime in seconds (DefaultLeaseTime when
@@ -127,6 +131,11 @@ type PortSecuritySpec struct {
 	// dropped, counted as "tunnel"). ESP passes either way.
 	AllowTunnels *bool    `json:"allowTunnels,omitempty"`
 	ACL          *ACLSpec `json:"acl,omitempty"`
+	// VLAN makes the port an access port of that VLAN of a trunk: the
+	// guest's frames are untagged (the guard drops any tag it sends),
+	// tagged on the trunk's uplink. The interface must be a port of a
+	// segment of that VLAN (the port stays Failed otherwise).
+	VLAN int `json:"vlan,omitempty"`
 }
 
 // VMRef names a VM NIC, resolved through QMP to its tap.

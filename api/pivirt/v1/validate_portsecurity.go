@@ -22,6 +22,9 @@ func (s *PortSecuritySpec) Validate() ErrorList {
 			errs.Add("spec.vmRef.nic", itoa(s.VMRef.NIC), "must not be negative")
 		}
 	}
+	if s.VLAN != 0 && (s.VLAN < 1 || s.VLAN > 4094) {
+		errs.Add("spec.vlan", itoa(s.VLAN), "is out of range 1-4094")
+	}
 	if checkRequired(&errs, "spec.macAddress", s.MACAddress) {
 		checkMAC(&errs, "spec.macAddress", s.MACAddress)
 	}

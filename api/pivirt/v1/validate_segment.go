@@ -19,6 +19,9 @@ func (s *NetworkSegmentSpec) Validate() ErrorList {
 	if s.Overlay != "" && !isDNS1123Subdomain(s.Overlay) {
 		errs.Add("spec.overlay", show(s.Overlay), "is not a DNS-1123 subdomain (the name of an OverlayNetwork)")
 	}
+	if s.VLAN != 0 && (s.VLAN < 1 || s.VLAN > 4094) {
+		errs.Add("spec.vlan", itoa(s.VLAN), "is out of range 1-4094")
+	}
 	var host netip.Prefix
 	hostOK := false
 	if checkRequired(&errs, "spec.hostIP", s.HostIP) {

@@ -256,4 +256,24 @@ enum pv_masq_state {
 	PV_MASQ_ICMP = 4, /* ICMP echo */
 };
 
+/* enum pv_trunk_reason: index into struct pv_trunk_counts.pkts (the VLAN
+ * trunk programs, lib/trunk.h). Values below PV_TRUNK_R_DROP_MIN are
+ * frames passed on, the others drops.
+ */
+enum pv_trunk_reason {
+	PV_TRUNK_R_TO_VLAN      = 0, /* uplink: tag popped, to its VLAN's bridge */
+	PV_TRUNK_R_TO_TRUNK     = 1, /* VLAN's veth: tag pushed, out of the uplink */
+	PV_TRUNK_R_UNTAGGED     = 2, /* uplink: untagged, left to the host */
+	PV_TRUNK_R_DROP_MIN     = 3,
+	PV_TRUNK_R_UNKNOWN_VID  = 3, /* uplink: a VID the trunk does not carry */
+	PV_TRUNK_R_STACKED      = 4, /* uplink: 802.1ad or a second tag */
+	PV_TRUNK_R_TAGGED       = 5, /* VLAN's veth: already tagged */
+	PV_TRUNK_R_UNCONFIGURED = 6, /* device not in the trunk's maps */
+	PV_TRUNK_R_ERROR        = 7, /* tag push or pop failed */
+	PV_TRUNK_R_MAX          = 8,
+};
+
+/* Entries of each trunk map: VLANs of every trunk of the node. */
+#define PV_TRUNK_MAX		4096
+
 #endif /* PIVIRT_CONSTS_H */

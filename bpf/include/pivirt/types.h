@@ -279,4 +279,31 @@ struct pv_hairpin_val {
 	__u64 seen_ns;   /* bpf_ktime_get_coarse_ns of the last packet */
 };
 
+/* struct pv_trunk_vid_key: pv_trunk_vids key, a VLAN of a trunk's uplink. */
+struct pv_trunk_vid_key {
+	__u32 ifindex; /* the uplink */
+	__u32 vid;     /* 1-4094 */
+};
+
+/* struct pv_trunk_vid: pv_trunk_vids value, where the VLAN's frames go. */
+struct pv_trunk_vid {
+	__u32 ifindex; /* the trunk end of the VLAN's veth pair */
+	__u32 pad;
+};
+
+/* struct pv_trunk_port: pv_trunk_ports value (keyed by the ifindex of a
+ * VLAN veth's trunk end): the uplink and tag its frames leave with.
+ */
+struct pv_trunk_port {
+	__u32 uplink;
+	__u32 vid;
+};
+
+/* struct pv_trunk_counts: per-CPU frames per enum pv_trunk_reason, keyed
+ * by the ifindex the program runs on (__u32).
+ */
+struct pv_trunk_counts {
+	__u64 pkts[PV_TRUNK_R_MAX];
+};
+
 #endif /* PIVIRT_TYPES_H */
