@@ -237,10 +237,6 @@ func pinExpiry(segs map[uint32]segInfo, seg uint32, l server.Lease) time.Time {
 	return pivirtv1.PinExpiry(l.Expires, segs[seg].held[l.MAC.String()])
 }
 
-func (lg *ledger) pinExpiry(seg uint32, l server.Lease) time.Time {
-	return pinExpiry(lg.segmentsByID(), seg, l)
-}
-
 func (lg *ledger) segmentsByID() map[uint32]segInfo {
 	if p := lg.segs.Load(); p != nil {
 		return *p
