@@ -108,10 +108,10 @@ func (o *Objects) Close() error {
 	return errors.Join(errs...)
 }
 
-// Load loads the programs over the maps pinned by name under mapDir
-// (<bpffs>/maps, made where missing; a bpffs is mounted on its parent if
-// it is not on one).
-func Load(mapDir string) (*Objects, error) {
+// specIn readies mapDir (<bpffs>/maps, made where missing; a bpffs is
+// mounted on its parent if it is not on one) and returns the programs'
+// spec.
+func specIn(mapDir string) (*ebpf.CollectionSpec, error) {
 	if err := loader.EnsureBPFFS(filepath.Dir(mapDir)); err != nil {
 		return nil, err
 	}
@@ -121,6 +121,17 @@ func Load(mapDir string) (*Objects, error) {
 	spec, err := loadTc_trunk()
 	if err != nil {
 		return nil, fmt.Errorf("loading trunk spec: %w", err)
+	}
+	return spec, nil
+}
+
+// Load loads the programs over the maps pinned by name under mapDir
+// (<bpffs>/maps, made where missing; a bpffs is mounted on its parent if
+// it is not on one).
+func Load(mapDir string) (*Objects, error) {
+	spec, err := specIn(mapDir)
+	if err != nil {
+		return nil, err
 	}
 	var objs tc_trunkObjects
 	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: mapDir}}); err != nil {
@@ -133,15 +144,9 @@ func Load(mapDir string) (*Objects, error) {
 // OpenMaps opens the maps pinned under mapDir without loading the
 // programs (for inspect); a missing map is created and pinned.
 func OpenMaps(mapDir string) (*Objects, error) {
-	if err := loader.EnsureBPFFS(filepath.Dir(mapDir)); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(mapDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating %s: %w", mapDir, err)
-	}
-	spec, err := loadTc_trunk()
+	spec, err := specIn(mapDir)
 	if err != nil {
-		return nil, fmt.Errorf("loading trunk spec: %w", err)
+		return nil, err
 	}
 	o := &Objects{}
 	for name, dst := range map[string]**ebpf.Map{MapVIDs: &o.VIDs, MapPorts: &o.Ports, MapCounters: &o.Counters} {
