@@ -36,7 +36,7 @@ var (
 
 // hairpinBridge builds the namespace above and returns it with br's
 // ifindex.
-func hairpinBridge(t *testing.T) (*testutil.NetNS, int) {
+func hairpinBridge(t testing.TB) (*testutil.NetNS, int) {
 	t.Helper()
 	ns := testutil.NewNetNS(t)
 	br, _ := testutil.VethPair(t, ns)
@@ -74,7 +74,7 @@ func hairpinBridge(t *testing.T) (*testutil.NetNS, int) {
 // loadHairpin loads two instances over maps pinned in one private bpffs:
 // the bridge's (gateway set, natNet masqueraded behind uplink, the port
 // forwards programmed) and a reply-only one, as another bridge runs.
-func loadHairpin(t *testing.T) (bridge, other *nat.Objects) {
+func loadHairpin(t testing.TB) (bridge, other *nat.Objects) {
 	t.Helper()
 	testutil.RequireBPF(t)
 	maps := filepath.Join(testutil.TempBPFFS(t), "maps")
@@ -100,7 +100,7 @@ func loadHairpin(t *testing.T) (bridge, other *nat.Objects) {
 }
 
 // toBridge is a guest's frame up to the bridge (to brMAC from mac).
-func toBridge(t *testing.T, mac net.HardwareAddr, src, dst netip.Addr, x l4) []byte {
+func toBridge(t testing.TB, mac net.HardwareAddr, src, dst netip.Addr, x l4) []byte {
 	f := frame(t, true, src, dst, x)
 	copy(f[0:6], brMAC)
 	copy(f[6:12], mac)
@@ -108,7 +108,7 @@ func toBridge(t *testing.T, mac net.HardwareAddr, src, dst netip.Addr, x l4) []b
 }
 
 // hairpinRun test-runs prog on a frame arriving at br inside ns.
-func hairpinRun(t *testing.T, ns *testutil.NetNS, index int, prog *ebpf.Program, f []byte) (uint32, []byte) {
+func hairpinRun(t testing.TB, ns *testutil.NetNS, index int, prog *ebpf.Program, f []byte) (uint32, []byte) {
 	t.Helper()
 	out := make([]byte, len(f)+256)
 	ro := &ebpf.RunOptions{Data: f, DataOut: out, Context: skbCtx(index, 0)}
