@@ -8,18 +8,18 @@
 // restart converges without a gap in enforcement).
 //
 // Who owns which map: the guard's maps (pv_allow4, pv_allow6, pv_ports,
-// pv_acl, pv_leases) converge here, from control/portguard, and nothing else
-// deletes their keys. pv_leases has a second writer that only adds and
-// refreshes: the DHCP responder (control/dhcpd) binds a lease in the
-// moment between its lease database commit and its ACK, before the store
-// holds it, and releases what a client released. So that a sync from a
-// snapshot that lags behind does not undo either, the desired pv_leases
-// is the snapshot's leases with every binding the lease database knows
-// put over them (control/dhcpd ProjectLeases, through
-// guard.Controller.Acked). The same holds per object: SyncGuardKeys
-// writes only the keys a compile.Index update reported, and their desired
-// pv_leases entries are projected the same way, under the same pin lock,
-// before they are compared with the live ones.
+// pv_acl, pv_leases) converge here, from control/portguard. pv_leases is
+// also written by the DHCP responder (control/dhcpd), which pins a lease
+// between its lease database commit and its ACK, before the store holds
+// it, and unpins what a client released. So that a sync from a snapshot
+// that lags behind does not undo either, the desired pv_leases is the
+// snapshot's leases with every binding the lease database knows put over
+// them (control/dhcpd ProjectLeases, through guard.Controller.Acked), and
+// the sync writes pv_leases through control/dhcpd's GuardLeases, which
+// makes each write again from the database under the key's own lock, the
+// lock the responder's pins take. The same holds per object: SyncGuardKeys
+// writes only the keys a compile.Index update reported, projected the
+// same way.
 // The NAT maps are converged by control/externalip, through natmap.Sync
 // (the same typed.SyncTogether).
 package mapsync
