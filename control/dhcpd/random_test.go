@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/compile"
+	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/leasedb"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/guard"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
+	"pivirt.hu/pivirt/dataplane/maps/typed"
+)
+
+// TestRandomLedger drives the DHCP server, the ledger and the lease
+// database together with seeded random sequences of what the world does
+// to them: DORA, renewals, RELEASE, DECLINE, the operator's deletions of
+// server-made leases, reservations applied and deleted (through the
+// admission hook, as pivirtctl does), the clock running past expiries,
+// the writer storing what is pending and the guard's sync of pv_leases
+// from the store. After every step:
+//   - the database binds exactly what the server binds (MAC, address,
+//     expiry): the server is not a second truth;
+//   - pv_leases, after the guard's sync, is the database's projection.
+//
+// PIVIRT_LEDGER_SEED runs one seed; PIVIRT_LEDGER_STEPS sets the length.
+func TestRandomLedger(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 20261206}
+	if v, err := strconv.ParseUint(os.Getenv("PIVIRT_LEDGER_SEED"), 10, 64); err == nil {
+		seeds = []uint64{v}
+	}
+	steps := 600
+	if v, err := strconv.Atoi(os.Getenv("PIVIRT_LEDGER_STEPS")); err == nil {
+		steps = v
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runLedger(t, seed, steps) })
+	}
+}
+
+type ledgerWorld struct {
+	t     *testing.T
+	f     *segmentFixture
+	rnd   *rand.Rand
+	now   time.Time
+	pins  *memLeases
+	macs  []net.HardwareAddr
+	trail []string
+	// synced: the last step was the guard's sync of pv_leases.
+	synced bool
+}
+
+func runLedger(t *testing.T, seed uint64, steps int) {
+	f := newSegmentFixture(t)
+	w := &ledgerWorld{t: t, f: f, rnd: rand.New(rand.NewPCG(seed, seed^0x1ed6e2)), now: time.Now().Truncate(time.Second),
+		pins: &memLeases{m: map[leasemap.Key]leasemap.Value{}}}
+	f.m.Now = func() time.Time { return w.now }
+	f.m.Leases = w.pins
+	f.m.Events = events.NewRecorder(5)
+	if err := f.m.ledger.recoverDB(); err != nil { // the writer is run by hand (a step)
+		t.Fatal(err)
+	}
+	defer f.m.ledger.db.Close()
+	for i := range 8 {
+		w.macs = append(w.macs, net.HardwareAddr{0x52, 0x54, 0, 0x55, 0, byte(i + 1)})
+	}
+	for step := 1; step <= steps; step++ {
+		w.step()
+		if bad := w.violations(); len(bad) > 0 {
+			t.Fatalf("seed %d, step %d: %s\nlast steps:\n  %s", seed, step, strings.Join(bad, "\n"), strings.Join(w.trail[max(0, len(w.trail)-25):], "\n  "))
+		}
+	}
+}
+
+func (w *ledgerWorld) logf(format string, a ...any) {
+	w.trail = append(w.trail, fmt.Sprintf(format, a...))
+}
+
+// handle runs one client message through the server and, as the
+// responder does, persists its changes before the reply would leave.
+func (w *ledgerWorld) handle(mac net.HardwareAddr, typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+	msg, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(mac), dhcpv4.WithMessageType(typ)}, mods...)...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	rep, changes := w.f.m.srv.Handle(w.now, server.Request{Segment: w.f.cfg.ID, SrcMAC: mac, Msg: msg, Broadcast: true})
+	w.persist(changes)
+	if rep.Msg != nil {
+		w.logf("  %s %s", rep.Msg.MessageType(), rep.Msg.YourIPAddr)
+	}
+	return rep.Msg
+}
+
+func (w *ledgerWorld) persist(changes []server.LeaseChange) {
+	if len(changes) == 0 {
+		return
+	}
+	if err := w.f.m.ledger.Persist(context.Background(), changes); err != nil {
+		w.t.Fatal(err)
+	}
+	w.f.m.srv.Persisted(changes)
+	for _, c := range changes {
+		w.logf("  change %s %s %s", c.Kind, c.Lease.MAC, c.Lease.IP)
+	}
+}
+
+func (w *ledgerWorld) bound(mac net.HardwareAddr) (server.Lease, bool) {
+	for _, l := range w.f.m.srv.Leases(w.f.cfg.ID) {
+		if l.MAC.String() == mac.String() {
+			return l, true
+		}
+	}
+	return server.Lease{}, false
+}
+
+func (w *ledgerWorld) update(fn func(b *admission.Batch) error) {
+	_, _ = w.f.ix.Update(context.Background(), w.f.st, admission.Options{}, fn)
+}
+
+func (w *ledgerWorld) step() {
+	ctx := context.Background()
+	w.synced = false
+	mac := w.macs[w.rnd.IntN(len(w.macs))]
+	srvID := dhcpv4.WithOption(dhcpv4.OptServerIdentifier(w.f.cfg.HostIP.Addr().AsSlice()))
+	switch n := w.rnd.IntN(100); {
+	case n < 30:
+		w.logf("DORA %s", mac)
+		if offer := w.handle(mac, dhcpv4.MessageTypeDiscover); offer != nil {
+			w.handle(mac, dhcpv4.MessageTypeRequest, srvID, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(offer.YourIPAddr)))
+		}
+	case n < 45:
+		if l, ok := w.bound(mac); ok {
+			w.logf("renew %s %s", mac, l.IP)
+			w.handle(mac, dhcpv4.MessageTypeRequest, dhcpv4.WithClientIP(l.IP.AsSlice()))
+		}
+	case n < 52:
+		if l, ok := w.bound(mac); ok {
+			w.logf("release %s %s", mac, l.IP)
+			w.handle(mac, dhcpv4.MessageTypeRelease, srvID, dhcpv4.WithClientIP(l.IP.AsSlice()))
+		}
+	case n < 55:
+		if l, ok := w.bound(mac); ok {
+			w.logf("decline %s %s", mac, l.IP)
+			w.handle(mac, dhcpv4.MessageTypeDecline, srvID, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(l.IP.AsSlice())))
+		}
+	case n < 62:
+		w.logf("operator deletes %s", LeaseName(mac))
+		w.update(func(b *admission.Batch) error { _, err := b.Delete(pivirtv1.KindDHCPLease, LeaseName(mac), ""); return err })
+	case n < 70:
+		ip := w.f.seg.Range.Start
+		for range w.rnd.IntN(12) {
+			ip = ip.Next()
+		}
+		w.logf("reserve %s -> %s", mac, ip)
+		o := decodeYAML(w.t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+resName(mac)+`},
+			spec: {network: br-vm, macAddress: "`+mac.String()+`", ipAddress: `+ip.String()+`, type: static}}`)
+		w.update(func(b *admission.Batch) error { _, _, err := b.Apply(o); return err })
+	case n < 76:
+		w.logf("unreserve %s", mac)
+		w.update(func(b *admission.Batch) error { _, err := b.Delete(pivirtv1.KindDHCPLease, resName(mac), ""); return err })
+	case n < 84:
+		d := time.Duration(1+w.rnd.IntN(90)) * time.Minute
+		w.now = w.now.Add(d)
+		w.logf("+%v, expire", d)
+		w.persist(w.f.m.srv.Expire(w.now))
+	case n < 94:
+		w.logf("the writer stores what is pending")
+		if err := w.f.m.ledger.writeQueued(ctx); err != nil {
+			w.t.Fatal(err)
+		}
+	default:
+		w.logf("the guard syncs pv_leases from the store")
+		w.guardSync()
+	}
+}
+
+func resName(mac net.HardwareAddr) string { return "res-" + strings.ReplaceAll(mac.String(), ":", "") }
+
+// guardSync runs the guard's full pass of pv_leases: compile the store's
+// leases, project the lease database over them, write through GuardLeases.
+func (w *ledgerWorld) guardSync() {
+	leases := w.compiled()
+	w.f.m.ProjectLeases(leases, nil, 0)
+	if _, err := typed.Sync(w.f.m.GuardLeases(w.pins, 0), leases, compile.LeaseEqual); err != nil {
+		w.t.Fatal(err)
+	}
+	w.synced = true
+}
+
+// compiled is the pv_leases content compile derives from the store now.
+func (w *ledgerWorld) compiled() map[leasemap.Key]leasemap.Value {
+	objs, _, err := w.f.st.List(context.Background(), pivirtv1.KindDHCPLease, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	seg, err := w.f.st.Get(context.Background(), pivirtv1.KindNetworkSegment, "vm-net")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return compile.Compile(append(objs, seg), compile.Host{}).Leases
+}
+
+// violations compares the server, the database and pv_leases.
+func (w *ledgerWorld) violations() []string {
+	var bad []string
+	srv := map[string]string{}
+	for _, l := range w.f.m.srv.Leases(w.f.cfg.ID) {
+		srv[l.MAC.String()] = fmt.Sprint(l.IP, " ", l.Expires.Unix())
+	}
+	db := map[string]string{}
+	for _, c := range w.f.m.ledger.db.Bindings(w.f.cfg.ID) {
+		db[c.MAC.String()] = fmt.Sprint(c.IP, " ", c.Expires.Unix())
+	}
+	for _, mac := range slices.Sorted(maps.Keys(srv)) {
+		if db[mac] != srv[mac] {
+			bad = append(bad, fmt.Sprintf("%s: the server binds %q, the database %q", mac, srv[mac], db[mac]))
+		}
+	}
+	for _, mac := range slices.Sorted(maps.Keys(db)) {
+		if _, ok := srv[mac]; !ok {
+			bad = append(bad, fmt.Sprintf("%s: the database binds %q, the server nothing", mac, db[mac]))
+		}
+	}
+	// Without a reservation, a binding's pin follows the database at once
+	// (the ACK path), and after the guard's sync every key the database
+	// knows is pinned as its projection says.
+	want := w.compiled()
+	w.f.m.ProjectLeases(want, nil, 0)
+	for _, c := range w.f.m.ledger.db.Bindings(w.f.cfg.ID) {
+		k := leasemap.NewKey(w.f.cfg.ID, [6]byte(c.MAC))
+		if v, ok := want[k]; ok && v.LeaseFlags()&guard.LeaseStatic != 0 {
+			continue // a reservation's entry: the guard's sync makes it
+		}
+		if got, ok := w.pins.m[k]; w.now.Before(c.Expires) && (!ok || got.IP() != c.IP) {
+			bad = append(bad, fmt.Sprintf("%s binds %s, pv_leases has %v (present %v)", c.MAC, c.IP, got, ok))
+		}
+	}
+	// A binding that ended is pinned by nothing but a reservation, even
+	// while the store still holds its lease.
+	w.f.m.ledger.db.Known(func(uint32) bool { return true }, func(c leasedb.Change) {
+		k := leasemap.NewKey(c.Segment, [6]byte(c.MAC))
+		if got, ok := w.pins.m[k]; c.Kind.Durable() || !ok || got.LeaseFlags()&guard.LeaseStatic != 0 {
+			return
+		}
+		bad = append(bad, fmt.Sprintf("%s's binding ended (%s), pv_leases still pins %v", c.MAC, c.Kind, w.pins.m[k]))
+	})
+	if w.synced {
+		for k, v := range want {
+			if _, _, known := w.f.m.ledger.db.Lookup(k.SegId, k.Mac[:]); !known {
+				continue
+			}
+			if got, ok := w.pins.m[k]; !ok || !compile.LeaseEqual(v, got) {
+				bad = append(bad, fmt.Sprintf("after the guard's sync pv_leases %v: %v (present %v), the projection %v", k, got, ok, v))
+			}
+		}
+		for k, got := range w.pins.m {
+			if _, ok := want[k]; !ok {
+				bad = append(bad, fmt.Sprintf("after the guard's sync pv_leases %v: %v, the projection none", k, got))
+			}
+		}
+	}
+	return bad
+}
