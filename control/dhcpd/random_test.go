@@ -161,7 +161,10 @@ func (w *ledgerWorld) step() {
 		}
 	case n < 62:
 		w.logf("operator deletes %s", LeaseName(mac))
-		w.update(func(b *admission.Batch) error { _, err := b.Delete(pivirtv1.KindDHCPLease, LeaseName(mac), ""); return err })
+		w.update(func(b *admission.Batch) error {
+			_, err := b.Delete(pivirtv1.KindDHCPLease, LeaseName(mac), "")
+			return err
+		})
 	case n < 70:
 		ip := w.f.seg.Range.Start
 		for range w.rnd.IntN(12) {
@@ -173,7 +176,10 @@ func (w *ledgerWorld) step() {
 		w.update(func(b *admission.Batch) error { _, _, err := b.Apply(o); return err })
 	case n < 76:
 		w.logf("unreserve %s", mac)
-		w.update(func(b *admission.Batch) error { _, err := b.Delete(pivirtv1.KindDHCPLease, resName(mac), ""); return err })
+		w.update(func(b *admission.Batch) error {
+			_, err := b.Delete(pivirtv1.KindDHCPLease, resName(mac), "")
+			return err
+		})
 	case n < 84:
 		d := time.Duration(1+w.rnd.IntN(90)) * time.Minute
 		w.now = w.now.Add(d)
