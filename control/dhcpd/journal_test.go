@@ -52,7 +52,19 @@ func (l *leaseMap) BindAll(bs []leasemap.Binding) error {
 
 func (l *leaseMap) Decoded() ([]leasemap.Entry, error) { return nil, nil }
 
-func (l *leaseMap) Release(_ uint32, mac [6]uint8) error {
+func (l *leaseMap) Refresh(bs []leasemap.Binding) error {
+	var same []leasemap.Binding
+	l.mu.Lock()
+	for _, b := range bs {
+		if l.bound[net.HardwareAddr(b.MAC[:]).String()] == b.IP {
+			same = append(same, b)
+		}
+	}
+	l.mu.Unlock()
+	return l.BindAll(same)
+}
+
+func (l *leaseMap) Release(_ uint32, mac [6]uint8, _ netip.Addr) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.bound, net.HardwareAddr(mac[:]).String())

@@ -142,7 +142,7 @@ func (lg *ledger) persist(changes []server.LeaseChange, deletedAt int64) error {
 				Expires: pinExpiry(segs, ch.Segment, ch.Lease), LeaseTime: ttl})
 		default:
 			flush()
-			if err := lg.Leases.Release(ch.Segment, mac); err != nil {
+			if err := lg.Leases.Release(ch.Segment, mac, ch.Lease.IP); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -154,12 +154,22 @@ func (lg *ledger) persist(changes []server.LeaseChange, deletedAt int64) error {
 // bind pins bindings the server holds but pv_leases lost (a reservation's,
 // given back when its segment returns).
 func (lg *ledger) bind(binds []leasemap.Binding) error {
+	defer lg.pins.lock(bindingKeys(binds)...)()
+	return lg.Leases.BindAll(binds)
+}
+
+// refresh gives pinned bindings a new pin expiry (leasemap.Map.Refresh).
+func (lg *ledger) refresh(binds []leasemap.Binding) error {
+	defer lg.pins.lock(bindingKeys(binds)...)()
+	return lg.Leases.Refresh(binds)
+}
+
+func bindingKeys(binds []leasemap.Binding) []leasemap.Key {
 	keys := make([]leasemap.Key, len(binds))
 	for i, b := range binds {
 		keys[i] = leasemap.NewKey(b.Segment, b.MAC)
 	}
-	defer lg.pins.lock(keys...)()
-	return lg.Leases.BindAll(binds)
+	return keys
 }
 
 // storedBy reports whether the store is known to have held mac's dynamic

@@ -34,7 +34,8 @@ import (
 // LeaseMap is the guard's lease table (leasemap.Map satisfies it).
 type LeaseMap interface {
 	BindAll(bs []leasemap.Binding) error
-	Release(segID uint32, mac [6]uint8) error
+	Refresh(bs []leasemap.Binding) error
+	Release(segID uint32, mac [6]uint8, ip netip.Addr) error
 	Decoded() ([]leasemap.Entry, error)
 }
 

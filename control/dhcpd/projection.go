@@ -122,7 +122,9 @@ func (lg *ledger) repinHeld(before map[uint32]segInfo) error {
 	if len(binds) == 0 {
 		return nil
 	}
-	if err := lg.bind(binds); err != nil {
+	// Only pins of these bindings change: a key holding another address
+	// (a reservation's entry since) is the guard's sync's to write.
+	if err := lg.refresh(binds); err != nil {
 		return fmt.Errorf("pinning %d leases the interlock took or let go: %w", len(binds), err)
 	}
 	return nil

@@ -172,7 +172,7 @@ type memLeases struct {
 func (l *memLeases) BindAll(bs []leasemap.Binding) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, b := range bs {
+	for _, b := range bs { // as leasemap.Map.BindAll
 		k := leasemap.NewKey(b.Segment, b.MAC)
 		flags := guard.LeaseFlags(0)
 		if old, ok := l.m[k]; ok && old.IP() == b.IP {
@@ -183,10 +183,30 @@ func (l *memLeases) BindAll(bs []leasemap.Binding) error {
 	return nil
 }
 
-func (l *memLeases) Release(seg uint32, mac [6]uint8) error {
+func (l *memLeases) Refresh(bs []leasemap.Binding) error { // as leasemap.Map.Refresh
+	var same []leasemap.Binding
+	l.mu.Lock()
+	for _, b := range bs {
+		if old, ok := l.m[leasemap.NewKey(b.Segment, b.MAC)]; ok && old.IP() == b.IP {
+			same = append(same, b)
+		}
+	}
+	l.mu.Unlock()
+	return l.BindAll(same)
+}
+
+func (l *memLeases) Release(seg uint32, mac [6]uint8, ip netip.Addr) error { // as leasemap.Map.Release
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.m, leasemap.NewKey(seg, mac))
+	k := leasemap.NewKey(seg, mac)
+	old, ok := l.m[k]
+	switch {
+	case !ok || old.IP() != ip:
+	case old.LeaseFlags()&guard.LeaseStatic != 0:
+		l.m[k] = leasemap.NewValue(old.IP(), guard.LeaseStatic, time.Time{}, time.Duration(old.LeaseTime)*time.Second, 0)
+	default:
+		delete(l.m, k)
+	}
 	return nil
 }
 

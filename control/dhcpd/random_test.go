@@ -64,6 +64,8 @@ type ledgerWorld struct {
 	trail []string
 	// synced: the last step was the guard's sync of pv_leases.
 	synced bool
+	// reserved: the reservations' entries the guard's last sync wrote.
+	reserved map[leasemap.Key]leasemap.Value
 }
 
 func runLedger(t *testing.T, seed uint64, steps int) {
@@ -171,15 +173,19 @@ func (w *ledgerWorld) step() {
 			ip = ip.Next()
 		}
 		w.logf("reserve %s -> %s", mac, ip)
+		delete(w.reserved, leasemap.NewKey(w.f.cfg.ID, [6]byte(mac))) // the guard's next pass writes it
 		o := decodeYAML(w.t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+resName(mac)+`},
 			spec: {network: br-vm, macAddress: "`+mac.String()+`", ipAddress: `+ip.String()+`, type: static}}`)
 		w.update(func(b *admission.Batch) error { _, _, err := b.Apply(o); return err })
 	case n < 76:
 		w.logf("unreserve %s", mac)
+		delete(w.reserved, leasemap.NewKey(w.f.cfg.ID, [6]byte(mac)))
 		w.update(func(b *admission.Batch) error {
 			_, err := b.Delete(pivirtv1.KindDHCPLease, resName(mac), "")
 			return err
 		})
+	case n < 80:
+		w.hold(mac)
 	case n < 84:
 		d := time.Duration(1+w.rnd.IntN(90)) * time.Minute
 		w.now = w.now.Add(d)
@@ -196,6 +202,41 @@ func (w *ledgerWorld) step() {
 	}
 }
 
+// hold puts the provisioning interlock on mac's lease or lifts it, as
+// the manager's Sync does when a snapshot shows the lock changed: the
+// segment's held set, the server's (whose releases held back are due
+// now), then the pins of the leases it took or let go.
+func (w *ledgerWorld) hold(mac net.HardwareAddr) {
+	before := w.f.m.ledger.segmentsByID()
+	si := before[w.f.cfg.ID]
+	held := maps.Clone(si.held)
+	if held == nil {
+		held = map[string]bool{}
+	}
+	if held[mac.String()] {
+		delete(held, mac.String())
+		w.logf("unlock %s", mac)
+	} else {
+		held[mac.String()] = true
+		w.logf("lock %s", mac)
+	}
+	si.held = held
+	w.f.m.ledger.setSegments(map[uint32]segInfo{w.f.cfg.ID: si})
+	var macs []net.HardwareAddr
+	for m := range held {
+		hw, _ := net.ParseMAC(m)
+		macs = append(macs, hw)
+	}
+	due, err := w.f.m.srv.SetHeld(w.f.cfg.ID, macs)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.persist(due)
+	if err := w.f.m.ledger.repinHeld(before); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 func resName(mac net.HardwareAddr) string { return "res-" + strings.ReplaceAll(mac.String(), ":", "") }
 
 // guardSync runs the guard's full pass of pv_leases: compile the store's
@@ -207,6 +248,12 @@ func (w *ledgerWorld) guardSync() {
 		w.t.Fatal(err)
 	}
 	w.synced = true
+	w.reserved = map[leasemap.Key]leasemap.Value{}
+	for k, v := range leases {
+		if v.LeaseFlags()&guard.LeaseStatic != 0 {
+			w.reserved[k] = v
+		}
+	}
 }
 
 // compiled is the pv_leases content compile derives from the store now.
@@ -266,6 +313,17 @@ func (w *ledgerWorld) violations() []string {
 		}
 		bad = append(bad, fmt.Sprintf("%s's binding ended (%s), pv_leases still pins %v", c.MAC, c.Kind, w.pins.m[k]))
 	})
+	// A reservation's entry, once the guard wrote it, stays the
+	// reservation's (of its address, static) while the reservation does:
+	// no pin of the lease database's takes the key from it.
+	for k, v := range w.reserved {
+		if c, ok := want[k]; !ok || c.IP() != v.IP() || c.LeaseFlags()&guard.LeaseStatic == 0 {
+			continue // the reservation changed or went since
+		}
+		if got, ok := w.pins.m[k]; !ok || got.IP() != v.IP() || got.LeaseFlags()&guard.LeaseStatic == 0 {
+			bad = append(bad, fmt.Sprintf("reservation %v of %s: pv_leases has %v (present %v)", k, v.IP(), got, ok))
+		}
+	}
 	if w.synced {
 		for k, v := range want {
 			if _, _, known := w.f.m.ledger.db.Lookup(k.SegId, k.Mac[:]); !known {

@@ -32,6 +32,15 @@ func newLeaseMap(t *testing.T) *leasemap.Map {
 	return leasemap.New(raw)
 }
 
+func mustOffset(t *testing.T) time.Duration {
+	t.Helper()
+	off, err := leasemap.ClockOffset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return off
+}
+
 func TestPrivilegedBindRelease(t *testing.T) {
 	m := newLeaseMap(t)
 	mac := [6]uint8{0x52, 0x54, 0, 0, 0, 1}
@@ -50,7 +59,26 @@ func TestPrivilegedBindRelease(t *testing.T) {
 	if err != nil || v.LeaseFlags() != guard.LeaseStatic|guard.LeaseBound || v.ExpiresMonoNs == 0 {
 		t.Errorf("bound static: %s, %v", v, err)
 	}
-	if err := m.Release(1, mac); err != nil {
+	if err := m.Release(1, mac, netip.MustParseAddr("192.168.100.99")); err != nil { // another address's lease
+		t.Fatal(err)
+	}
+	if v, err := m.Lookup(k); err != nil || v.LeaseFlags() != guard.LeaseStatic|guard.LeaseBound {
+		t.Errorf("static after the release of another address: %s, %v", v, err)
+	}
+	if err := m.Refresh([]leasemap.Binding{{Segment: 1, MAC: mac, IP: netip.MustParseAddr("192.168.100.99"), Expires: exp, LeaseTime: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.Lookup(k); err != nil || v.IP() != ip {
+		t.Errorf("static after refreshing another address's lease: %s, %v", v, err)
+	}
+	if err := m.Refresh([]leasemap.Binding{{Segment: 1, MAC: mac, IP: ip, Expires: exp.Add(time.Hour), LeaseTime: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.Lookup(k); err != nil || v.LeaseFlags() != guard.LeaseStatic|guard.LeaseBound ||
+		leasemap.WallTime(v.ExpiresMonoNs, mustOffset(t)).Sub(exp) < 59*time.Minute {
+		t.Errorf("static after refreshing its own lease an hour on: %s, %v", v, err)
+	}
+	if err := m.Release(1, mac, ip); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := m.Lookup(k); err != nil || v.LeaseFlags() != guard.LeaseStatic || v.ExpiresMonoNs != 0 || v.IP() != ip {
@@ -65,13 +93,13 @@ func TestPrivilegedBindRelease(t *testing.T) {
 	if v, err := m.Lookup(k2); err != nil || v.LeaseFlags() != guard.LeaseBound {
 		t.Errorf("bound dynamic: %s, %v", v, err)
 	}
-	if err := m.Release(2, mac); err != nil {
+	if err := m.Release(2, mac, ip); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Lookup(k2); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("released dynamic: %v, want ErrKeyNotExist", err)
 	}
-	if err := m.Release(3, mac); err != nil {
+	if err := m.Release(3, mac, ip); err != nil {
 		t.Errorf("releasing nothing: %v", err)
 	}
 }

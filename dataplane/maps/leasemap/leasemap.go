@@ -218,10 +218,25 @@ func (m *Map) BindAll(bs []Binding) error {
 	return nil
 }
 
-// Release ends the lease of mac on segID (DHCPRELEASE, DECLINE or an
-// expired dynamic lease): a static reservation stays, unbound; anything
-// else is deleted. An absent entry is not an error.
-func (m *Map) Release(segID uint32, mac [6]uint8) error {
+// Refresh is BindAll for the entries that hold their binding's address
+// already (a new expiry for the same lease); the others are left as they
+// are: an entry of another address is not that lease's.
+func (m *Map) Refresh(bs []Binding) error {
+	var same []Binding
+	for _, b := range bs {
+		if old, err := m.Lookup(NewKey(b.Segment, b.MAC)); err == nil && old.Ip == typed.BE32(b.IP) {
+			same = append(same, b)
+		}
+	}
+	return m.BindAll(same)
+}
+
+// Release ends the lease of mac to ip on segID (DHCPRELEASE, DECLINE or
+// an expired dynamic lease): a static reservation stays, unbound;
+// anything else is deleted. An entry of another address is not that
+// lease's (a reservation's since, say) and stays as it is; an absent
+// entry is not an error.
+func (m *Map) Release(segID uint32, mac [6]uint8, ip netip.Addr) error {
 	k := NewKey(segID, mac)
 	old, err := m.Lookup(k)
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -229,6 +244,9 @@ func (m *Map) Release(segID uint32, mac [6]uint8) error {
 	}
 	if err != nil {
 		return err
+	}
+	if old.Ip != typed.BE32(ip) {
+		return nil
 	}
 	if old.LeaseFlags()&guard.LeaseStatic != 0 {
 		old.Flags &^= uint32(guard.LeaseBound)
