@@ -27,25 +27,10 @@ import (
 // the client's lease.
 func TestDeletionRacingAnACKInFlight(t *testing.T) {
 	ctx := context.Background()
-	f := newSegmentFixture(t)
-	if err := f.m.ledger.recoverDB(); err != nil { // the writer is run by hand below
-		t.Fatal(err)
-	}
-	defer f.m.ledger.db.Close()
 	const mac, name = "52:54:00:00:00:e1", "lease-52-54-00-00-00-e1"
 	hw, _ := net.ParseMAC(mac)
 	ip := netip.MustParseAddr("192.168.100.120")
-	bound := change(server.Bound, mac, ip.String(), time.Now().Add(time.Hour))
-	bound.Segment = f.cfg.ID
-	if err := f.m.srv.LoadLeases(time.Now(), f.cfg.ID, []server.Lease{bound.Lease}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.ledger.Persist(ctx, []server.LeaseChange{bound}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.ledger.writeQueued(ctx); err != nil {
-		t.Fatal(err)
-	}
+	f, _ := newStoredLeaseFixture(t, mac, ip.String(), time.Now().Add(time.Hour))
 
 	// RENEWING: unicast from the client's address, ciaddr set.
 	req, err := dhcpv4.New(dhcpv4.WithHwAddr(hw), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),

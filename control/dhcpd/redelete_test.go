@@ -20,17 +20,18 @@ import (
 // waiting for the store. The deletion releases the binding (an intent the
 // database keeps) but is not written back to the store, and the renewal
 // it ended is not either: the operator's new object stays as applied.
-func TestDeleteThenApplyAgainKeepsTheOperatorsObject(t *testing.T) {
+// newStoredLeaseFixture is a segment fixture whose database is open (its
+// writer run by hand) with one lease of mac the server bound, journaled
+// and stored.
+func newStoredLeaseFixture(t *testing.T, mac, ip string, exp time.Time) (*segmentFixture, server.LeaseChange) {
+	t.Helper()
 	ctx := context.Background()
 	f := newSegmentFixture(t)
-	if err := f.m.ledger.recoverDB(); err != nil { // the writer is run by hand below
+	if err := f.m.ledger.recoverDB(); err != nil {
 		t.Fatal(err)
 	}
-	defer f.m.ledger.db.Close()
-	const mac, name = "52:54:00:00:00:d1", "lease-52-54-00-00-00-d1"
-	hw, _ := net.ParseMAC(mac)
-	exp := time.Now().Add(time.Hour)
-	bound := change(server.Bound, mac, "192.168.100.120", exp)
+	t.Cleanup(func() { f.m.ledger.db.Close() })
+	bound := change(server.Bound, mac, ip, exp)
 	bound.Segment = f.cfg.ID
 	if err := f.m.srv.LoadLeases(time.Now(), f.cfg.ID, []server.Lease{bound.Lease}); err != nil {
 		t.Fatal(err)
@@ -41,9 +42,18 @@ func TestDeleteThenApplyAgainKeepsTheOperatorsObject(t *testing.T) {
 	if err := f.m.ledger.writeQueued(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if storedLease(t, f.st, name) == nil {
+	if storedLease(t, f.st, LeaseName(bound.Lease.MAC)) == nil {
 		t.Fatal("the server's lease was not stored")
 	}
+	return f, bound
+}
+
+func TestDeleteThenApplyAgainKeepsTheOperatorsObject(t *testing.T) {
+	ctx := context.Background()
+	const mac, name = "52:54:00:00:00:d1", "lease-52-54-00-00-00-d1"
+	hw, _ := net.ParseMAC(mac)
+	exp := time.Now().Add(time.Hour)
+	f, bound := newStoredLeaseFixture(t, mac, "192.168.100.120", exp)
 	renewed := bound
 	renewed.Kind, renewed.Lease.Expires = server.Renewed, exp.Add(time.Hour)
 	if err := f.m.ledger.Persist(ctx, []server.LeaseChange{renewed}); err != nil { // not stored yet
