@@ -116,8 +116,16 @@ func TestPrivilegedUnicastRenewalDrawsNoICMP(t *testing.T) {
 // most 30 s; stop ends it and returns what it printed.
 func captureIn(t *testing.T, g *guest.Guest, filter string) (stop func() string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	capture := exec.CommandContext(ctx, "nsenter", "--net="+g.NS.Path(), "--", "tcpdump", "-n", "-l", "-i", g.Ifc, filter)
+	return tcpdump(t, g.NS, 30*time.Second, 0, "-n", "-l", "-i", g.Ifc, filter)
+}
+
+// tcpdump runs tcpdump with args in ns, for at most limit, and returns
+// once its capture runs; stop waits settle (for what is in flight), ends
+// it and returns what it printed.
+func tcpdump(t *testing.T, ns *testutil.NetNS, limit, settle time.Duration, args ...string) (stop func() string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	capture := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + ns.Path(), "--", "tcpdump"}, args...)...)
 	var out strings.Builder
 	capture.Stdout = &out
 	stderr, err := capture.StderrPipe()
@@ -131,6 +139,7 @@ func captureIn(t *testing.T, g *guest.Guest, filter string) (stop func() string)
 	stop = func() string {
 		if !stopped {
 			stopped = true
+			time.Sleep(settle)
 			_ = capture.Process.Signal(os.Interrupt)
 			_ = capture.Wait()
 			cancel()

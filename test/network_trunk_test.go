@@ -14,15 +14,11 @@ package test
 //	  a guarded guest on each (PortSecurity vlan 10, vlan 20)
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,41 +93,7 @@ func sendFrame(t *testing.T, ns *testutil.NetNS, ifname string, f []byte) {
 // ends it and returns its lines.
 func captureLink(t *testing.T, ns *testutil.NetNS, dev string) (stop func() string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	capture := exec.CommandContext(ctx, "nsenter", "--net="+ns.Path(), "--", "tcpdump", "-e", "-nn", "-l", "-i", dev)
-	var out strings.Builder
-	capture.Stdout = &out
-	stderr, err := capture.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := capture.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop = func() string {
-		if !stopped {
-			stopped = true
-			time.Sleep(200 * time.Millisecond) // what is in flight
-			_ = capture.Process.Signal(os.Interrupt)
-			_ = capture.Wait()
-			cancel()
-		}
-		return out.String()
-	}
-	t.Cleanup(func() { stop() })
-	lines := bufio.NewReader(stderr)
-	for i := 0; ; i++ {
-		l, err := lines.ReadString('\n')
-		if strings.Contains(l, "listening on") {
-			break
-		}
-		if err != nil || i == 5 {
-			t.Fatalf("tcpdump did not start: %q %v", l, err)
-		}
-	}
-	go func() { _, _ = io.Copy(io.Discard, lines) }()
-	return stop
+	return tcpdump(t, ns, 60*time.Second, 200*time.Millisecond, "-e", "-nn", "-l", "-i", dev)
 }
 
 // linesWith are the lines of out that contain every one of words.
@@ -401,10 +363,11 @@ func TestPrivilegedNetworkTrunk(t *testing.T) {
 		if _, err := host.Exec("ip", "link", "show", "trunk0"); err != nil {
 			t.Errorf("the uplink went with the Network: %v", err)
 		}
-		pins, _ := filepath.Glob(filepath.Join(e.bpffs, "links", "*", "pv_tc_trunk_*"))
-		if len(pins) > 0 {
-			t.Errorf("trunk links still pinned: %v", pins)
-		}
+		// The same pass unpins the links after it removed the devices.
+		waitFor(t, 10*time.Second, "the trunk's links unpinned", func() bool {
+			pins, _ := filepath.Glob(filepath.Join(e.bpffs, "links", "*", "pv_tc_trunk_*"))
+			return len(pins) == 0
+		})
 		for _, m := range []string{trunk.MapVIDs, trunk.MapPorts} {
 			if out := strings.TrimSpace(d.MustCtl("inspect", "map", m)); strings.Contains(out, "vlan ") {
 				t.Errorf("inspect map %s after the delete:\n%s", m, out)
