@@ -23,7 +23,9 @@
 #   guard    tools/bench/peers/guard.sh: pivirtd's guard against
 #            libvirt-style ebtables chains and an nft set, the plain bridge
 #            as the baseline, one sender core (tools/pktgen), 1,000 and
-#            4,000 ports (GUARD_PORTS)
+#            4,000 ports (GUARD_PORTS); then the spoofed flood on a tap, the
+#            device a VM has (PORT1=tap, 1,000 ports): the guard in XDP
+#            against nft and a bare XDP drop
 #   acl      tools/bench/peers/acl.sh: pivirtd's stateful port ACL of N
 #            rules (ACL_RULES, default 10 100 1000; the matching rule
 #            last) against per-port nftables chains with the same rules
@@ -93,6 +95,10 @@ if part guard; then
 	say "port guard: pivirtd vs libvirt-style ebtables, an nft set, the plain bridge (tools/bench/peers/guard.sh)"
 	PIVIRT_BIN="$ROOT/bin" WORK="$OUT/work" OUT="$OUT/guard.txt" ./tools/bench/peers/guard.sh ${GUARD_PORTS:-1000 4000} >"$OUT/guard.log" 2>&1 || true
 	python3 tools/bench/peers/summarize.py guard "$OUT/guard.txt" | tee -a "$OUT/summary.txt"
+	say "port guard on a tap: the spoofed flood, pivirtd's XDP guard vs nft and a bare XDP drop (PORT1=tap guard.sh)"
+	PORT1=tap CFGS="none nft pivirtd" FLOOD_CFGS="xdpdrop nft pivirtd" PIVIRT_BIN="$ROOT/bin" WORK="$OUT/work" OUT="$OUT/guard-tap.txt" \
+		./tools/bench/peers/guard.sh 1000 >"$OUT/guard-tap.log" 2>&1 || true
+	python3 tools/bench/peers/summarize.py guard "$OUT/guard-tap.txt" | tee -a "$OUT/summary.txt"
 fi
 if part nat; then
 	say "NAT: pivirt vs forwarding, nftables, iptables-nft (tools/bench/peers/nat.sh)"

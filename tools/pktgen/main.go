@@ -9,7 +9,9 @@
 //	    -src-ips above 1 each frame is the next flow of that many source
 //	    ports (from -src-port) times source addresses (from -src-ip), so
 //	    a filter that tracks flows sees a new one every frame; prints
-//	    "sent=N failed_calls=E seconds=S pps=P"
+//	    "sent=N failed_calls=E seconds=S pps=P"; with -tap, -if is a tap
+//	    and each frame is written into it as its VM's QEMU would (one
+//	    write per frame on the non-blocking tap fd), -src-mac required
 //	pktgen recv -port P [-duration 8s]
 //	    a UDP socket drained with recvmmsg without ever blocking in it;
 //	    prints "received=N seconds=S"
@@ -67,6 +69,7 @@ type sendConfig struct {
 	batch    int
 	duration time.Duration
 	count    int64
+	tap      bool
 }
 
 func parseSend(args []string) (sendConfig, error) {
@@ -89,6 +92,7 @@ func parseSend(args []string) (sendConfig, error) {
 	fs.IntVar(&c.batch, "batch", 256, "frames per sendmmsg")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to send (at most 120s)")
 	fs.Int64Var(&c.count, "count", 0, "stop after this many frames (0: only -duration bounds the run)")
+	fs.BoolVar(&c.tap, "tap", false, "-if is a tap: write each frame into it as its VM would (one write per frame), instead of AF_PACKET")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -124,6 +128,8 @@ func parseSend(args []string) (sendConfig, error) {
 		return c, fmt.Errorf("-src-ips %d: want 1..16777216", c.space.srcIPs)
 	case c.count < 0:
 		return c, fmt.Errorf("-count %d: want 0 or more", c.count)
+	case c.tap && srcMAC == "":
+		return c, errors.New("-src-mac: required with -tap (a tap's own address is its host side's, not its guest's)")
 	}
 	c.flow.srcPort, c.flow.dstPort = uint16(srcPort), uint16(dstPort)
 	return c, nil
@@ -145,10 +151,17 @@ func runSend(args []string) error {
 	if c.space.size() > 1 {
 		v = newVarier(c.flow, c.space)
 	}
-	r, err := send(c.ifname, udpFrame(c.flow), v, c.batch, c.duration, c.count)
+	var s sink
+	if c.tap {
+		s, err = openTapSink(c.ifname)
+	} else {
+		s, err = openPacketSink(c.ifname, c.batch)
+	}
 	if err != nil {
 		return err
 	}
+	defer s.close()
+	r := send(s, udpFrame(c.flow), v, c.batch, c.duration, c.count)
 	secs := r.elapsed.Seconds()
 	fmt.Printf("sent=%d failed_calls=%d seconds=%.3f pps=%.0f\n", r.sent, r.failedCalls, secs, float64(r.sent)/secs)
 	return nil

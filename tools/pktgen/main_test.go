@@ -76,6 +76,8 @@ func TestParseSendNamesTheBadFlag(t *testing.T) {
 		{"batch too big", []string{"-batch", "4096"}, "-batch 4096"},
 		{"unbounded", []string{"-duration", "10m"}, "-duration 10m0s"},
 		{"negative count", []string{"-count", "-1"}, "-count -1"},
+		{"tap without its guest's MAC", []string{"-tap"}, "-src-mac: required with -tap"},
+		{"tap", []string{"-tap", "-src-mac", "52:54:00:00:00:01"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseSend(append(append([]string{}, good...), tc.extra...))

@@ -54,7 +54,7 @@ def table(rx, base, order):
 
 def guard(path):
     rx = collections.defaultdict(lambda: collections.defaultdict(dict))  # N -> cfg -> rep -> pps
-    flood = collections.defaultdict(lambda: collections.defaultdict(list))
+    flood = collections.defaultdict(lambda: collections.defaultdict(dict))  # N -> cfg -> rep -> pps
     checks, mismatch = [], 0.0
     for line in open(path):
         if line.startswith('# check') or line.startswith('# guard') or line.startswith('# load'):
@@ -64,7 +64,7 @@ def guard(path):
         d = kv(line)
         n, c, r = int(d['N']), d['cfg'], int(d['run'])
         if c.endswith('-flood'):
-            flood[n][c[:-6]].append(float(d['tx_pps']))
+            flood[n][c[:-6]][r] = float(d['tx_pps'])
             continue
         rx[n][c][r] = float(d['rx_pps'])
         tx = float(d['tx_pps'])
@@ -75,8 +75,13 @@ def guard(path):
         order = ['none'] + [c for c in rx[n] if c != 'none']
         print(f'N={n} ports')
         table(rx[n], 'none', order)
-        for c, v in flood[n].items():
-            print(f'  {c}-flood: spoofed source MAC, all dropped: {med(v) / 1e3:.0f} kpps dropped by one core [{spread(v):.0f}%]')
+        nft = flood[n].get('nft', {})
+        for c, reps in flood[n].items():
+            v = list(reps.values())
+            # Ratios of the same repetition: the configurations alternate in each.
+            vs = [reps[r] / nft[r] for r in reps if nft.get(r)] if c != 'nft' else []
+            x = f', x{med(vs):.2f} nft [{min(vs):.2f}..{max(vs):.2f}]' if vs else ''
+            print(f'  {c}-flood: spoofed source MAC, all dropped: {med(v) / 1e3:.0f} kpps dropped by one core [{spread(v):.0f}%]{x}')
     print(f'largest sent/received mismatch of a passing run: {100 * mismatch:.1f}%')
     for l in checks:
         print(l)
