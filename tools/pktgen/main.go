@@ -160,7 +160,7 @@ func runSend(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	defer func() { _ = s.close() }() // only sent; nothing to flush
 	r := send(s, udpFrame(c.flow), v, c.batch, c.duration, c.count)
 	secs := r.elapsed.Seconds()
 	fmt.Printf("sent=%d failed_calls=%d seconds=%.3f pps=%.0f\n", r.sent, r.failedCalls, secs, float64(r.sent)/secs)
