@@ -310,3 +310,66 @@ func TestPrivilegedDeleteThenDORA(t *testing.T) {
 		})
 	}
 }
+
+// TestPrivilegedAppliedDynamicLease: a dynamic lease the operator applies
+// to a running node (seed 000's dynamic lease; an import of dnsmasq's
+// leases) is its client's at once: pinned before `apply` returns, never
+// offered to another client, and its client's DORA gets it, also after a
+// kill -9. The address is the range's first, the one the server hands
+// out first: before, the server did not know the applied lease until its
+// segment restarted (another client was ACKed it) and the guard pinned it
+// only at its next resync, 30 s later.
+func TestPrivilegedAppliedDynamicLease(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "nsenter", "dhclient")
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	macX := net.HardwareAddr{0x52, 0x54, 0, 0xa1, 0xb2, 0xc3}
+	const ip = "192.168.100.10"
+	lease := fmt.Sprintf(`apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata:
+  name: %s
+  labels:
+    network: cluster-overlay
+spec:
+  network: cluster-overlay
+  macAddress: "%s"
+  ipAddress: "%s"
+  hostname: "talos-worker-01"
+  type: dynamic
+  expiresAt: "%s"
+`, leaseName(macX), macX, ip, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	if r := d.CtlStdin([]byte(lease), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	if got := boundPin(t, d, macX); got != ip {
+		t.Fatalf("right after the apply pv_leases pins %s to %q, want %s", macX, got, ip)
+	}
+
+	y := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0, 0x0e, 0x02})
+	x := guest.Attach(t, host, "virbr10", "", macX)
+	waitForwarding(t, host, 2)
+	if ack, _ := newRawClient(t, y).dora(); ack.YourIPAddr.String() == ip {
+		t.Fatalf("another client was ACKed %s, the applied lease's address", ip)
+	}
+	x.Dhclient(t)
+	if a := x.Addr(t); a.String() != ip {
+		t.Fatalf("the applied lease's client got %v from dhclient, want %s", a, ip)
+	}
+
+	d.Kill9()
+	d.Start()
+	waitFor(t, 15*time.Second, "segment Ready after kill -9", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	waitFor(t, 5*time.Second, "the applied lease stored and pinned after kill -9", func() bool {
+		l, ok := getLease(t, d, leaseName(macX))
+		return ok && l.Spec.IPAddress == ip && boundPin(t, d, macX) == ip
+	})
+	if ack, _ := newRawClient(t, y).dora(); ack.YourIPAddr.String() == ip {
+		t.Fatalf("after kill -9 another client was ACKed %s", ip)
+	}
+}

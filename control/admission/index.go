@@ -60,6 +60,9 @@ type Written struct {
 	Object  *pivirtv1.Object
 	Spec    pivirtv1.Spec
 	Deleted bool
+	// Old is the spec the object had before the transaction (nil: it is
+	// created); for a deleted object, its last.
+	Old pivirtv1.Spec
 	// Revision is the one the transaction expects to commit at: a
 	// snapshot of the store at it or later holds the write (unless the
 	// commit failed or, on a shared store, landed later: AfterCommit
@@ -177,9 +180,13 @@ func (b *Batch) written() []Written {
 	out := make([]Written, 0, len(b.undo))
 	for k, prev := range b.undo {
 		if e := b.kinds[k.kind].get(k.name); e != nil {
-			out = append(out, Written{Object: e.obj, Spec: e.spec, Revision: b.tx.Revision(), Origin: b.opts.Origin})
+			w := Written{Object: e.obj, Spec: e.spec, Revision: b.tx.Revision(), Origin: b.opts.Origin}
+			if prev != nil {
+				w.Old = prev.spec
+			}
+			out = append(out, w)
 		} else if prev != nil {
-			out = append(out, Written{Object: prev.obj, Spec: prev.spec, Deleted: true, Revision: b.tx.Revision(), Origin: b.opts.Origin})
+			out = append(out, Written{Object: prev.obj, Spec: prev.spec, Old: prev.spec, Deleted: true, Revision: b.tx.Revision(), Origin: b.opts.Origin})
 		}
 	}
 	return out

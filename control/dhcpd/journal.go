@@ -132,7 +132,7 @@ func (lg *ledger) pending(seg uint32) (bound []server.Lease, ended map[string]bo
 
 // journalChanges commits changes to the lease database and has the
 // writer store the dynamic ones; deletedAt > 0: they are the operator's
-// deletions at that store revision, not stored (persistDeletion);
+// deletions at that store revision, not stored (persistOperators);
 // notStored: they follow the store, not lead it (persistNotStored). It
 // returns when they are durable.
 func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]segInfo, deletedAt int64) error {
@@ -189,10 +189,11 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	return nil
 }
 
-// noteDeleted records the operator's deletions of recs' leases at
-// revision rev: the store no longer holds them (a snapshot older than rev
-// that still does must not say otherwise), nothing of them is pending, and
-// the guard's overlay keeps them unpinned until a snapshot at rev.
+// noteDeleted records the operator's writes of recs' leases at revision
+// rev (deletions, imports): the store holds no object of the server's for
+// them (a snapshot older than rev must not say otherwise: releaseDeleted
+// would take an imported binding for a deleted one), and nothing of them
+// is pending.
 func (lg *ledger) noteDeleted(recs []record, rev int64) {
 	lg.pmu.Lock()
 	defer lg.pmu.Unlock()

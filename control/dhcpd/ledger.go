@@ -86,12 +86,15 @@ func (lg *ledger) Persist(_ context.Context, changes []server.LeaseChange) error
 	return lg.persist(changes, 0)
 }
 
-// persistDeletion persists the releases of leases the operator deleted,
-// their objects gone from the store at revision deletedAt: journaled and
-// unpinned as any release, but not written back to the store, and the
+// persistOperators persists what the operator's write at revision
+// deletedAt did to leases: the releases of leases deleted (their objects
+// gone from the store) and the bindings of dynamic leases applied
+// (importLease: the objects are the operator's). Journaled and pinned or
+// unpinned as any change, but not written back to the store, and the
 // leases' changes still waiting for it are withdrawn (they would write
-// the object back, or over one the operator applied since).
-func (lg *ledger) persistDeletion(changes []server.LeaseChange, deletedAt int64) error {
+// the object back, or over the one the operator applied); a snapshot
+// older than deletedAt cannot undo them (noteDeleted).
+func (lg *ledger) persistOperators(changes []server.LeaseChange, deletedAt int64) error {
 	return lg.persist(changes, deletedAt)
 }
 
@@ -108,7 +111,7 @@ func (lg *ledger) persistNotStored(changes []server.LeaseChange) error {
 }
 
 // persist journals and pins changes; deletedAt > 0: they are the
-// operator's deletions at that revision (persistDeletion); notStored:
+// operator's deletions at that revision (persistOperators); notStored:
 // persistNotStored's.
 func (lg *ledger) persist(changes []server.LeaseChange, deletedAt int64) error {
 	keys := make([]leasemap.Key, len(changes))

@@ -283,7 +283,7 @@ func (m *Manager) persistSuperseded(changes []server.LeaseChange, rev int64) {
 	if len(changes) == 0 {
 		return
 	}
-	if err := m.ledger.persistDeletion(changes, rev); err != nil {
+	if err := m.ledger.persistOperators(changes, rev); err != nil {
 		m.Log.Warn("persisting the end of leases reservations superseded", "err", err)
 	}
 }
@@ -477,7 +477,7 @@ func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []ser
 		if err != nil {
 			continue
 		}
-		if err := m.ledger.persistDeletion([]server.LeaseChange{ch}, rev); err != nil {
+		if err := m.ledger.persistOperators([]server.LeaseChange{ch}, rev); err != nil {
 			m.Log.Warn("persisting the release of a deleted lease", "mac", mac, "err", err)
 		}
 		m.Log.Info("lease released by deletion", "ip", l.IP, "mac", mac)
@@ -626,7 +626,12 @@ const OriginServer = "dhcp-server"
 //     DORA makes a new binding that is written, and no ACK can reuse the
 //     binding being deleted (found by the ordering test, seed 90417:
 //     delete, DORA, kill -9 lost the ACKed lease when the deletion
-//     reached the server only at the next Sync).
+//     reached the server only at the next Sync);
+//   - a dynamic lease applied, or its address or MAC changed: the server
+//     binds it as the client's lease (importLease), journaled and pinned
+//     before `apply` returns, so its client keeps the address and no one
+//     else is offered it (seed 000's dynamic lease, applied as written,
+//     was served by no one and pinned only by the guard's next resync).
 func (m *Manager) BeforeCommit(ws []admission.Written) {
 	m.init()
 	segs := m.ledger.segmentsByID()
@@ -649,8 +654,12 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 			continue
 		}
 		if l.Type == pivirtv1.LeaseDynamic {
-			if w.Deleted && w.Origin != OriginServer && !reserving[mac.String()] {
+			switch {
+			case w.Origin == OriginServer || reserving[mac.String()]:
+			case w.Deleted:
 				m.releaseDeletedLease(w.Object.Metadata.Name, l.Network, mac, ip, w.Revision, segs)
+			case bindingChanged(w.Old, l):
+				m.importLease(w.Object.Metadata.Name, l, mac, ip, w.Revision, segs)
 			}
 			continue
 		}
@@ -677,6 +686,46 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 			m.ahead.mu.Unlock()
 			m.persistSuperseded(superseded, w.Revision)
 		}
+	}
+}
+
+// bindingChanged reports whether a dynamic lease written with spec l
+// binds anything its old spec did not: it is new, or its MAC or address
+// changed. A write that keeps them (a status, a label) is not the
+// operator's binding: the server's own, possibly newer than the object,
+// stands.
+func bindingChanged(old pivirtv1.Spec, l *pivirtv1.DHCPLeaseSpec) bool {
+	o, ok := old.(*pivirtv1.DHCPLeaseSpec)
+	return !ok || o.Type != l.Type || !strings.EqualFold(o.MACAddress, l.MACAddress) || o.IPAddress != l.IPAddress
+}
+
+// importLease binds, in the segments serving l's network whose range
+// holds ip, the dynamic lease the operator applied (server.Import), and
+// persists the binding as the operator's: journaled and pinned, not
+// written back over the object. One the server refuses (the address
+// bound to another client, the lease expired, a renewal in flight) is
+// logged and left to the store: the collision report shows an address
+// two MACs hold.
+func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, ip netip.Addr, rev int64, segs map[uint32]segInfo) {
+	if l.ExpiresAt == nil {
+		return // never served (segmentLeases)
+	}
+	clientID, _ := hex.DecodeString(l.ClientID)
+	lease := server.Lease{IP: ip, MAC: mac, ClientID: clientID, Hostname: l.Hostname, Expires: *l.ExpiresAt}
+	for id, si := range segs {
+		if !si.seg.Names(l.Network) || !si.seg.InRange(ip) {
+			continue
+		}
+		ch, err := m.srv.Import(m.now(), id, lease, false)
+		if err != nil {
+			m.Log.Warn("dynamic lease applied but not served", "lease", name, "ip", ip, "mac", mac.String(), "err", err)
+			continue
+		}
+		if err := m.ledger.persistOperators([]server.LeaseChange{ch}, rev); err != nil {
+			m.Log.Warn("persisting an applied dynamic lease", "lease", name, "err", err)
+			continue
+		}
+		m.Log.Info("dynamic lease applied: served as its client's", "lease", name, "ip", ip, "mac", mac.String(), "expires", lease.Expires)
 	}
 }
 
@@ -730,7 +779,7 @@ func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr
 		if err != nil {
 			continue
 		}
-		if err := m.ledger.persistDeletion([]server.LeaseChange{ch}, rev); err != nil {
+		if err := m.ledger.persistOperators([]server.LeaseChange{ch}, rev); err != nil {
 			// Released in the server: its client is NAKed at its next
 			// renewal; the pin and the record follow at the next change.
 			m.Log.Warn("persisting the release of a deleted lease", "lease", name, "err", err)

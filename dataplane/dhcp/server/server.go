@@ -26,6 +26,7 @@ var (
 	ErrDuplicate   = errors.New("duplicate reservation")
 	ErrNoSuchLease = errors.New("no such lease")
 	ErrInFlight    = errors.New("lease renewed by an ACK not yet committed")
+	ErrExpired     = errors.New("lease expired")
 )
 
 // Request is a decoded DHCP message plus the facts of its ingress.
@@ -443,6 +444,40 @@ func (s *Server) load(now time.Time, seg uint32, leases []Lease, moved bool) err
 		st.bind(id, l, false)
 	}
 	return errors.Join(errs...)
+}
+
+// Import binds a dynamic lease the operator applied (an import from
+// another DHCP server, or an edit of the address of one this server
+// made) while the segment runs, as Kea's lease4-add does: its client
+// keeps the address, and no one else is offered it. The MAC's binding of
+// another address ends (the returned change binds the new one in its
+// place); an offer of the address to another client is withdrawn (its
+// REQUEST is NAKed). Refused: an expired lease (ErrExpired), an address
+// bound to another client, quarantined or outside what the segment
+// serves (ErrAddrInUse), and a MAC whose ACK is decided but not yet
+// committed (ErrInFlight: the renewal decided first stands).
+func (s *Server) Import(now time.Time, seg uint32, l Lease, moved bool) (LeaseChange, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return LeaseChange{}, fmt.Errorf("importing lease %s of %s: %w", l.IP, l.MAC, ErrNoSegment)
+	}
+	if !now.Before(l.Expires) && !st.held[string(l.MAC)] {
+		return LeaseChange{}, fmt.Errorf("importing lease %s of %s: %w", l.IP, l.MAC, ErrExpired)
+	}
+	if cur := st.byMAC[string(l.MAC)]; cur != nil && cur.unsynced != 0 {
+		return LeaseChange{}, fmt.Errorf("importing lease %s of %s: %w", l.IP, l.MAC, ErrInFlight)
+	}
+	id := appendIdentity(nil, l.ClientID, l.MAC)
+	if other := st.byIP[l.IP]; other != nil && other.offered && other.id != string(id) {
+		st.drop(other)
+	}
+	if !st.loadable(id, l.MAC, l.IP, moved) {
+		return LeaseChange{}, fmt.Errorf("importing lease %s of %s: %w", l.IP, l.MAC, ErrAddrInUse)
+	}
+	st.bind(id, l, false)
+	return LeaseChange{Kind: Bound, Segment: seg, Lease: l, At: now, Static: st.isStatic(l.MAC)}, nil
 }
 
 // Release drops mac's lease of ip (the operator deleted it) and returns
