@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -77,11 +76,10 @@ type Manager struct {
 
 	mu      sync.Mutex          // Sync and Stop
 	running map[string]*running // by segment name
-	// resDirty: a reservation reached the server before the store
-	// (BeforeCommit); the next Sync sets every segment's from the store.
-	resDirty atomic.Bool
-	// ahead: those reservations, until a snapshot holds them (ahead.go).
-	ahead ahead
+	// intents: the revisions of the reservations that reached the
+	// server before the store (BeforeCommit), until a Sync's snapshot is
+	// past them (intents.go).
+	intents intents
 	// away is, by network, the addresses other nodes' objects hold
 	// (SyncElsewhere), for the segments Sync starts.
 	away map[string][]server.Holding
@@ -135,7 +133,6 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 	leases := snap.Of(pivirtv1.KindDHCPLease)
 	heldObjs := heldLeases(snap)
 	heldByName := heldNames(heldObjs)
-	resDirty := m.resDirty.Swap(false)
 	before := m.ledger.segmentsByID()
 	for _, seg := range segments {
 		if !seg.HasRange() {
@@ -176,7 +173,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		if r != nil {
 			prev = r.static
 		}
-		static, reset := m.loadReservations(seg.Name, cfg.ID, prev, static, snap.Revision, r == nil || resDirty)
+		static, reset := m.loadReservations(seg.Name, cfg.ID, prev, static, snap.Revision, r == nil)
 		reserved := map[string]bool{}
 		for _, res := range static {
 			reserved[res.MAC.String()] = true
@@ -255,20 +252,25 @@ func macSet(macs []net.HardwareAddr) map[string]bool {
 }
 
 // loadReservations sets a segment's reservations in the server to static,
-// from a snapshot at rev, with those that reached it ahead of the store,
-// if that differs from what was set before (prev) or force. It returns
-// the reservations now in force and whether they were set. The dynamic
-// leases they supersede end in the lease database as the operator's
-// deletions: admission deleted their objects with the reservation's apply.
+// from a snapshot at rev, if that differs from what was set before (prev)
+// or force, or an operator's reservation reached the server since
+// (intents). A snapshot older than such a reservation sets nothing: the
+// server's are newer. It returns the reservations now in force as the
+// store last gave them and whether they were set. The dynamic leases
+// they supersede end in the lease database as the operator's deletions:
+// admission deleted their objects with the reservation's apply.
 func (m *Manager) loadReservations(segName string, id uint32, prev, static []server.Reservation, rev int64, force bool) ([]server.Reservation, bool) {
-	m.ahead.mu.Lock()
-	static = m.ahead.merge(id, static, rev)
-	if !force && slices.EqualFunc(prev, static, sameReservation) {
-		m.ahead.mu.Unlock()
+	m.intents.mu.Lock()
+	may, must := m.intents.take(id, rev)
+	if !may || (!force && !must && slices.EqualFunc(prev, static, sameReservation)) {
+		m.intents.mu.Unlock()
+		if !may {
+			return prev, false
+		}
 		return static, false
 	}
 	superseded, err := m.srv.SetReservations(m.now(), id, static)
-	m.ahead.mu.Unlock()
+	m.intents.mu.Unlock()
 	if err != nil {
 		m.Log.Warn("some reservations were not loaded", "segment", segName, "err", err)
 	}
@@ -525,6 +527,7 @@ func (m *Manager) stop(name string) {
 	r.cancel()
 	<-r.done
 	m.srv.RemoveSegment(r.id)
+	m.intents.forget(r.id)
 	delete(m.running, name)
 	m.Events.Record(pivirtv1.KindNetworkSegment, name, events.Normal, "DHCPStopped", "responder stopped")
 	c := r.resp.Counters().Snapshot()
@@ -607,7 +610,7 @@ func serverSegment(seg segment.Segment) (server.Segment, error) {
 // AfterCommit is the admission.Index hook that tells BeforeCommit's
 // reservations the revision they landed at.
 func (m *Manager) AfterCommit(expected, committed int64, err error) {
-	m.ahead.committed(expected, committed, err)
+	m.intents.committed(expected, committed, err)
 }
 
 // OriginServer is the admission.Options.Origin of the ledger's writes:
@@ -674,16 +677,15 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 			if !si.seg.Names(l.Network) || !si.seg.InRange(ip) {
 				continue
 			}
-			m.resDirty.Store(true)
 			res := server.Reservation{MAC: mac, IP: ip, Hostname: l.Hostname}
-			m.ahead.mu.Lock()
+			m.intents.mu.Lock()
 			superseded, err := m.srv.Reserve(m.now(), id, res)
 			if err != nil {
 				m.Log.Warn("reservation not served yet", "lease", w.Object.Metadata.Name, "err", err)
 			} else {
-				m.ahead.add(id, res, w.Revision)
+				m.intents.add(id, w.Revision)
 			}
-			m.ahead.mu.Unlock()
+			m.intents.mu.Unlock()
 			m.persistSuperseded(superseded, w.Revision)
 		}
 	}
@@ -742,13 +744,12 @@ func (m *Manager) unreserve(name, network string, mac net.HardwareAddr, rev int6
 		if !si.seg.Names(network) {
 			continue
 		}
-		m.resDirty.Store(true)
-		m.ahead.mu.Lock()
+		m.intents.mu.Lock()
 		l, live, err := m.srv.Unreserve(m.now(), id, mac)
 		if err == nil {
-			m.ahead.remove(id, mac, rev)
+			m.intents.add(id, rev)
 		}
-		m.ahead.mu.Unlock()
+		m.intents.mu.Unlock()
 		if err != nil || !live {
 			continue
 		}

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -29,61 +28,44 @@ func res(mac, ip string) server.Reservation {
 	return server.Reservation{MAC: hw, IP: netip.MustParseAddr(ip)}
 }
 
-func TestAheadMerge(t *testing.T) {
-	type added struct {
-		r    server.Reservation
-		rev  int64
-		gone bool // a deletion (remove)
-	}
-	cases := []struct {
+// TestIntents: a Sync may set a segment's reservations from its snapshot
+// only when no intent the server got commits after it, and must when one
+// reached the server since; an intent follows its commit to where it
+// landed (another node's commit can come first on etcd), and one whose
+// commit failed no longer holds a Sync back.
+func TestIntents(t *testing.T) {
+	type intent struct{ expected, landed int64 } // landed 0: failed
+	for _, tc := range []struct {
 		name      string
-		ahead     []added
-		static    []server.Reservation // the snapshot's
-		rev       int64                // the snapshot's
-		want      []server.Reservation
-		wantAhead int // still ahead after the merge
+		intents   []intent
+		rev       int64 // the snapshot's
+		may, must bool
 	}{
-		{"none ahead", nil, []server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
-			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 0},
-		{"an older snapshot keeps it", []added{{r: res("52:54:00:00:00:02", "192.168.100.105"), rev: 8}},
-			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
-			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105"), res("52:54:00:00:00:01", "192.168.100.110")}, 1},
-		{"it replaces the snapshot's of its MAC", []added{{r: res("52:54:00:00:00:01", "192.168.100.140"), rev: 8}},
-			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
-			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.140")}, 1},
-		{"it replaces the snapshot's of its address", []added{{r: res("52:54:00:00:00:03", "192.168.100.110"), rev: 8}},
-			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110")}, 7,
-			[]server.Reservation{res("52:54:00:00:00:03", "192.168.100.110")}, 1},
-		{"a snapshot that holds it forgets it", []added{{r: res("52:54:00:00:00:02", "192.168.100.105"), rev: 8}},
-			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 8,
-			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 0},
-		{"a later snapshot without it (its commit failed) forgets it", []added{{r: res("52:54:00:00:00:02", "192.168.100.105"), rev: 8}},
-			nil, 9, nil, 0},
-		{"only the ones past the snapshot stay", []added{{r: res("52:54:00:00:00:02", "192.168.100.105"), rev: 8}, {r: res("52:54:00:00:00:04", "192.168.100.104"), rev: 10}},
-			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 9,
-			[]server.Reservation{res("52:54:00:00:00:04", "192.168.100.104"), res("52:54:00:00:00:02", "192.168.100.105")}, 1},
-		{"a deletion ahead takes the older snapshot's out", []added{{r: res("52:54:00:00:00:01", "0.0.0.0"), rev: 8, gone: true}},
-			[]server.Reservation{res("52:54:00:00:00:01", "192.168.100.110"), res("52:54:00:00:00:02", "192.168.100.105")}, 7,
-			[]server.Reservation{res("52:54:00:00:00:02", "192.168.100.105")}, 1},
-		{"a snapshot past the deletion forgets it", []added{{r: res("52:54:00:00:00:01", "0.0.0.0"), rev: 8, gone: true}},
-			nil, 8, nil, 0},
-	}
-	for _, tc := range cases {
+		{"none", nil, 7, true, false},
+		{"an older snapshot leaves the server's", []intent{{8, 8}}, 7, false, false},
+		{"a snapshot that holds it sets the store's", []intent{{8, 8}}, 8, true, true},
+		{"landed after another writer's: a snapshot between keeps it", []intent{{8, 12}}, 9, false, false},
+		{"its commit failed: the next snapshot sets the store's", []intent{{8, 0}}, 7, true, true},
+		{"one of two past the snapshot holds it back", []intent{{8, 8}, {10, 10}}, 9, false, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var a ahead
-			for _, x := range tc.ahead {
-				if x.gone {
-					a.remove(7, x.r.MAC, x.rev)
-				} else {
-					a.add(7, x.r, x.rev)
+			var in intents
+			for _, x := range tc.intents {
+				in.add(7, x.expected)
+			}
+			for _, x := range tc.intents {
+				var err error
+				if x.landed == 0 {
+					err = errors.New("etcd: no leader")
 				}
+				in.committed(x.expected, x.landed, err)
 			}
-			got := a.merge(7, tc.static, tc.rev)
-			if !slices.EqualFunc(got, tc.want, sameReservation) {
-				t.Errorf("merge = %v, want %v", got, tc.want)
+			may, must := in.take(7, tc.rev)
+			if may != tc.may || must != tc.must {
+				t.Errorf("take at %d = may %v, must %v; want %v, %v", tc.rev, may, must, tc.may, tc.must)
 			}
-			if n := len(a.res[7]); n != tc.wantAhead {
-				t.Errorf("%d still ahead, want %d", n, tc.wantAhead)
+			if _, left := in.at[7]; left != !tc.may {
+				t.Errorf("intents left after take: %v, want %v", in.at[7], !tc.may)
 			}
 		})
 	}
@@ -203,8 +185,8 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 	if rev <= staleRev {
 		t.Fatalf("reservation committed at %d, not after the snapshot's %d", rev, staleRev)
 	}
-	if _, set := m.loadReservations(seg.Name, cfg.ID, nil, nil, staleRev, m.resDirty.Swap(false)); !set {
-		t.Fatal("the older Sync did not set the reservations, as a Sync after BeforeCommit must")
+	if _, set := m.loadReservations(seg.Name, cfg.ID, nil, nil, staleRev, false); set {
+		t.Fatal("a Sync from a snapshot older than the reservation set the snapshot's reservations")
 	}
 
 	ask := func(typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
@@ -224,35 +206,7 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 	}
 	static, _, _ := m.segmentLeases(seg, leases, reconcile.Snapshot{Revision: rev}, nil)
 	got, _ := m.loadReservations(seg.Name, cfg.ID, nil, static, rev, false)
-	if len(got) != 1 || got[0].IP != netip.MustParseAddr("192.168.100.140") || len(m.ahead.res) != 0 {
-		t.Errorf("after the store caught up: reservations %v, %d segments ahead; want the stored one, none ahead", got, len(m.ahead.res))
-	}
-}
-
-// TestAheadCommitted: a reservation noted at the revision its transaction
-// expected follows the commit to where it landed (another node's commit
-// can come first on etcd), so a snapshot between the two keeps it; one
-// whose commit failed is forgotten at once.
-func TestAheadCommitted(t *testing.T) {
-	r := res("52:54:00:00:00:02", "192.168.100.105")
-	for _, tc := range []struct {
-		name      string
-		committed int64
-		err       error
-		kept      bool // by a snapshot at revision 9
-	}{
-		{"landed where expected", 8, nil, false},
-		{"landed after another writer's", 12, nil, true},
-		{"failed", 0, errors.New("etcd: no leader"), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var a ahead
-			a.add(7, r, 8)
-			a.committed(8, tc.committed, tc.err)
-			got := a.merge(7, nil, 9)
-			if kept := len(got) == 1; kept != tc.kept {
-				t.Errorf("a snapshot at 9 has %v, want it kept: %v", got, tc.kept)
-			}
-		})
+	if len(got) != 1 || got[0].IP != netip.MustParseAddr("192.168.100.140") || len(m.intents.at) != 0 {
+		t.Errorf("after the store caught up: reservations %v, intents of %d segments left; want the stored one, none", got, len(m.intents.at))
 	}
 }
