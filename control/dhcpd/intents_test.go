@@ -23,11 +23,6 @@ import (
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
-func res(mac, ip string) server.Reservation {
-	hw, _ := net.ParseMAC(mac)
-	return server.Reservation{MAC: hw, IP: netip.MustParseAddr(ip)}
-}
-
 // TestIntents: a Sync may set a segment's reservations from its snapshot
 // only when no intent the server got commits after it, and must when one
 // reached the server since; an intent follows its commit to where it
