@@ -193,7 +193,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				errs = append(errs, err)
 			}
 		}
-		if due, err := m.srv.SetHeld(cfg.ID, held); err != nil {
+		if due, err := m.srv.SetHeld(m.now(), cfg.ID, held); err != nil {
 			errs = append(errs, err)
 		} else if len(due) > 0 {
 			// Releases the interlock held back happen now.

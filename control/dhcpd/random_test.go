@@ -227,7 +227,7 @@ func (w *ledgerWorld) hold(mac net.HardwareAddr) {
 		hw, _ := net.ParseMAC(m)
 		macs = append(macs, hw)
 	}
-	due, err := w.f.m.srv.SetHeld(w.f.cfg.ID, macs)
+	due, err := w.f.m.srv.SetHeld(w.f.m.now(), w.f.cfg.ID, macs)
 	if err != nil {
 		w.t.Fatal(err)
 	}

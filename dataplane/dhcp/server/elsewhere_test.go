@@ -233,3 +233,31 @@ func TestLoadMoved(t *testing.T) {
 		t.Fatalf("renewal of the moved lease: %+v", r)
 	}
 }
+
+// TestProbationOfAnAddressHeldElsewhere: at a restart the server learns
+// what other nodes hold before it loads the DECLINE probations (the
+// manager's order); a probation of an address another node's object
+// holds is kept, so that when the holding goes the address stays out
+// until the probation ends (it was lost, and the address offered).
+func TestProbationOfAnAddressHeldElsewhere(t *testing.T) {
+	s := newServer(t)
+	other := net.HardwareAddr{0x52, 0x54, 0, 0x77, 0, 1}
+	if err := s.SetElsewhere(1, []Holding{{IP: ip("192.168.100.10"), MAC: other}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LoadQuarantine(t0, 1, map[netip.Addr]time.Time{ip("192.168.100.10"): t0.Add(10 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetElsewhere(1, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macB, reqIP("192.168.100.10"))})
+	if r.Msg == nil || r.Msg.YourIPAddr.String() == "192.168.100.10" {
+		t.Fatalf("DISCOVER in the probation: %+v, want another address", r.Msg)
+	}
+	s.Expire(t0.Add(11 * time.Minute))
+	r, _ = s.Handle(t0.Add(11*time.Minute), Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA, reqIP("192.168.100.10"))})
+	if r.Msg == nil || r.Msg.YourIPAddr.String() != "192.168.100.10" {
+		t.Fatalf("DISCOVER after the probation: %+v, want 192.168.100.10", r.Msg)
+	}
+}

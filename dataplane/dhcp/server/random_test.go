@@ -49,11 +49,17 @@ import (
 //   - its tables agree (by address, identity and MAC), and no MAC holds
 //     more offers than Segment.OffersPerMAC (some seeds allow two).
 //
+// Seeds above 100 (and every PIVIRT_DHCP_SEED) also have the operator
+// apply dynamic leases (Import).
 // PIVIRT_DHCP_SEED=N replays one seed (PIVIRT_DHCP_STEPS steps).
 func TestRandomExchanges(t *testing.T) {
+	// Seeds 1-24 as they always ran, and 101-124 with the operator's
+	// dynamic leases. At 10,000 steps seed 10, and seed 5132 with
+	// imports, found a held MAC's reservation leaving its lease bound
+	// and its offer kept (TestHeldMACsReservation).
 	seeds := []uint64{}
 	for s := uint64(1); s <= 24; s++ {
-		seeds = append(seeds, s)
+		seeds = append(seeds, s, 100+s)
 	}
 	steps := 3000
 	if v := os.Getenv("PIVIRT_DHCP_SEED"); v != "" {
@@ -72,7 +78,7 @@ func TestRandomExchanges(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			w := newWorld(t, seed)
+			w := newWorld(t, seed, seed > 100 || os.Getenv("PIVIRT_DHCP_SEED") != "")
 			for i := range steps {
 				w.step(i)
 				if t.Failed() {
@@ -96,9 +102,12 @@ type bound struct {
 type world struct {
 	t   *testing.T
 	rnd *rand.Rand
-	cfg Segment
-	srv *Server
-	now time.Time
+	// imports is the operator's dynamic leases' own stream (Import), so
+	// that the seeds' other steps stay as they were.
+	imports *rand.Rand
+	cfg     Segment
+	srv     *Server
+	now     time.Time
 
 	macs     []net.HardwareAddr
 	durable  map[string]bound      // by MAC: what the changes say is bound
@@ -122,7 +131,9 @@ type world struct {
 	log         []string
 }
 
-func newWorld(t *testing.T, seed uint64) *world {
+// newWorld makes the world of seed; with imports, the operator applies
+// dynamic leases too (seeds 1-24 run without, as they always did).
+func newWorld(t *testing.T, seed uint64, imports bool) *world {
 	cfg := Segment{Name: "rnd", ID: 9, Bridge: "br-rnd", HostIP: netip.MustParsePrefix("10.9.0.1/24"),
 		RangeStart: ip("10.9.0.10"), RangeEnd: ip("10.9.0.17"),
 		LeaseTime: time.Hour, DeclineProbation: 10 * time.Minute, OfferHold: 30 * time.Second}
@@ -139,6 +150,9 @@ func newWorld(t *testing.T, seed uint64) *world {
 	for i := range 12 {
 		w.macs = append(w.macs, net.HardwareAddr{0x52, 0x54, 0, 0x99, 0, byte(i + 1)})
 	}
+	if imports {
+		w.imports = rand.New(rand.NewPCG(seed^0x1a90, seed))
+	}
 	w.restart(false)
 	return w
 }
@@ -148,7 +162,7 @@ func (w *world) logf(format string, args ...any) {
 }
 
 func (w *world) trail() string {
-	from := max(0, len(w.log)-25)
+	from := max(0, len(w.log)-40)
 	out := ""
 	for _, l := range w.log[from:] {
 		out += "  " + l + "\n"
@@ -175,7 +189,7 @@ func (w *world) restart(load bool) {
 	// Set before the leases are loaded: a lease its MAC's reservation
 	// supersedes is not loaded at all, so no change ends it.
 	w.setReservations(false)
-	if _, err := s.SetHeld(w.cfg.ID, w.heldMACs()); err != nil {
+	if _, err := s.SetHeld(w.now, w.cfg.ID, w.heldMACs()); err != nil {
 		w.t.Fatal(err)
 	}
 	if !load {
@@ -314,6 +328,9 @@ func (w *world) handle(mac net.HardwareAddr, broadcast bool, src netip.Addr, typ
 }
 
 func (w *world) step(i int) {
+	if w.imports != nil && w.imports.IntN(25) == 0 {
+		w.importLease()
+	}
 	mac := w.macs[w.rnd.IntN(len(w.macs))]
 	k := string(mac)
 	sid := dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(w.cfg.HostIP.Addr().AsSlice())))
@@ -429,7 +446,7 @@ func (w *world) step(i int) {
 			w.held[k] = true
 		}
 		w.logf("%s held=%v", mac, w.held[k])
-		due, err := w.srv.SetHeld(w.cfg.ID, w.heldMACs())
+		due, err := w.srv.SetHeld(w.now, w.cfg.ID, w.heldMACs())
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -503,6 +520,52 @@ func (w *world) step(i int) {
 	if len(w.pending) > 0 && w.rnd.IntN(3) == 0 {
 		w.persist()
 	}
+	w.checkLeases()
+}
+
+// importLease is the operator applying a dynamic lease of a MAC at an
+// address of the range (or the one it holds): what admission lets
+// through (no other MAC's stored lease or reservation has the address)
+// reaches Import, which binds it unless the address is in use, in
+// probation or its MAC's ACK is in flight. The client is not told: its
+// next renewal of what it had is NAKed.
+func (w *world) importLease() {
+	mac := w.macs[w.imports.IntN(len(w.macs))]
+	k := string(mac)
+	a := w.addr(w.imports.IntN(8))
+	if b, ok := w.durable[k]; ok && w.imports.IntN(3) == 0 {
+		a = b.ip
+	}
+	if m, ok := w.heldHere(a); ok && m != k {
+		return // admission refuses it: the address is another MAC's stored lease
+	}
+	if m, ok := w.reservedFor(a); ok && m != k {
+		return // admission refuses it: reserved for another MAC
+	}
+	if _, ok := w.reserved[k]; ok {
+		return // admission refuses it: the MAC is reserved
+	}
+	c, err := w.srv.Import(w.now, w.cfg.ID, Lease{IP: a, MAC: mac, Expires: w.now.Add(w.cfg.LeaseTime)}, false)
+	w.logf("operator applies %s's dynamic lease of %s: %v", mac, a, err)
+	if err != nil {
+		_, pending := w.unpersisted[k]
+		until, probation := w.declined[a]
+		elsewhere := slices.ContainsFunc(w.away, func(h Holding) bool { return h.IP == a && !bytes.Equal(h.MAC, mac) })
+		if !errors.Is(err, ErrInFlight) && !(probation && w.now.Before(until)) && !elsewhere && w.inRange(a) {
+			w.t.Errorf("importing %s of %s refused: %v, with nothing holding it (ACK in flight %v)", a, mac, err, pending)
+		}
+		return
+	}
+	if until, ok := w.declined[a]; ok && w.now.Before(until) {
+		w.t.Errorf("imported %s for %s in its DECLINE probation (until %v)", a, mac, until)
+	}
+	if c.Kind != Bound || c.Lease.IP != a || !bytes.Equal(c.Lease.MAC, mac) {
+		w.t.Errorf("importing %s of %s: change %+v", a, mac, c)
+	}
+	w.changes([]LeaseChange{c})
+	// Durable as it returns: the manager journals it before `apply`
+	// returns, so an ACK may reuse it.
+	delete(w.unpersisted, k)
 	w.checkLeases()
 }
 

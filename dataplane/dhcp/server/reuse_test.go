@@ -84,7 +84,7 @@ func TestLeaseReuse(t *testing.T) {
 			wantLease: 3600},
 		{name: "the interlock holds it: written (its pin is renewed)", at: time.Minute,
 			setup: func(t *testing.T, s *Server) {
-				if _, err := s.SetHeld(1, []net.HardwareAddr{macA}); err != nil {
+				if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
 					t.Fatal(err)
 				}
 			},

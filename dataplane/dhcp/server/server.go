@@ -339,7 +339,10 @@ func (st *segState) supersede(now time.Time, seg uint32) []LeaseChange {
 	var out []LeaseChange
 	for _, l := range st.byID {
 		r, ok := st.resByMAC[string(l.MAC)]
-		if ok && r.IP != l.IP && !st.held[string(l.MAC)] {
+		// The interlock keeps a bound lease, not an offer: a MAC held
+		// at its old address must not keep an offer of another beside
+		// the reserved one (the random model saw two, over the limit).
+		if ok && r.IP != l.IP && (l.offered || !st.held[string(l.MAC)]) {
 			st.drop(l)
 			if !l.offered {
 				out = append(out, LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now})
@@ -380,9 +383,10 @@ func (s *Server) Reserve(now time.Time, seg uint32, r Reservation) ([]LeaseChang
 // SetHeld replaces the MACs whose leases the provisioning interlock holds
 // on a segment: a held lease is not released by RELEASE or DECLINE, does
 // not expire and survives a shrunk range. It returns the changes of what
-// was held back and is now due: a lease released while held is dropped
+// was held back and is now due: a lease released while held is dropped,
+// and so is one superseded by its MAC's reservation of another address
 // (expired ones go at the next Expire).
-func (s *Server) SetHeld(seg uint32, macs []net.HardwareAddr) ([]LeaseChange, error) {
+func (s *Server) SetHeld(now time.Time, seg uint32, macs []net.HardwareAddr) ([]LeaseChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
@@ -398,10 +402,13 @@ func (s *Server) SetHeld(seg uint32, macs []net.HardwareAddr) ([]LeaseChange, er
 	for _, l := range st.byID {
 		if l.released && !next[string(l.MAC)] {
 			st.drop(l)
-			out = append(out, LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, Static: st.isStatic(l.MAC)})
+			out = append(out, LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)})
 		}
 	}
-	return out, nil
+	// A lease the interlock kept past its MAC's reservation of another
+	// address goes with the hold, as Reserve would have dropped it (the
+	// random model found it bound until the next reservation change).
+	return append(out, st.supersede(now, seg)...), nil
 }
 
 // isStatic reports whether mac holds a reservation.
@@ -453,9 +460,10 @@ func (s *Server) load(now time.Time, seg uint32, leases []Lease, moved bool) err
 // another address ends (the returned change binds the new one in its
 // place); an offer of the address to another client is withdrawn (its
 // REQUEST is NAKed). Refused: an expired lease (ErrExpired), an address
-// bound to another client, quarantined or outside what the segment
-// serves (ErrAddrInUse), and a MAC whose ACK is decided but not yet
-// committed (ErrInFlight: the renewal decided first stands).
+// bound or reserved to another client, held by another node's, in
+// probation or outside what the segment serves (ErrAddrInUse), and a
+// MAC whose ACK is decided but not yet committed (ErrInFlight: the
+// renewal decided first stands).
 func (s *Server) Import(now time.Time, seg uint32, l Lease, moved bool) (LeaseChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -470,10 +478,16 @@ func (s *Server) Import(now time.Time, seg uint32, l Lease, moved bool) (LeaseCh
 		return LeaseChange{}, fmt.Errorf("importing lease %s of %s: %w", l.IP, l.MAC, ErrInFlight)
 	}
 	id := appendIdentity(nil, l.ClientID, l.MAC)
+	if cur := st.byMAC[string(l.MAC)]; cur != nil && len(l.ClientID) == 0 {
+		// An object without the client's identifier (option 61): the
+		// client is the MAC's, as it last bound.
+		id, l.ClientID = []byte(cur.id), cur.ClientID
+	}
 	if other := st.byIP[l.IP]; other != nil && other.offered && other.id != string(id) {
 		st.drop(other)
 	}
-	if !st.loadable(id, l.MAC, l.IP, moved) {
+	owner, reserved := st.resByIP[l.IP]
+	if (reserved && owner != string(l.MAC)) || st.takenElsewhere(l.IP, l.MAC) || !st.loadable(id, l.MAC, l.IP, moved) {
 		return LeaseChange{}, fmt.Errorf("importing lease %s of %s: %w", l.IP, l.MAC, ErrAddrInUse)
 	}
 	st.bind(id, l, false)
@@ -585,8 +599,16 @@ func (s *Server) LoadQuarantine(now time.Time, seg uint32, q map[netip.Addr]time
 // of the range.
 func (st *segState) quarantine(now time.Time, q map[netip.Addr]time.Time) {
 	for ip, until := range q {
-		if now.Before(until) && st.pool.Contains(ip) && st.pool.Available(ip) {
-			st.quar[ip] = until
+		if !now.Before(until) || !st.pool.Contains(ip) || st.byIP[ip] != nil || st.resByIP[ip] != "" {
+			continue // over; outside the range; bound since, or reserved (a reservation ends a probation)
+		}
+		// An address another node's object holds is out of the pool
+		// already; its probation still counts once that object goes (it
+		// did not: restarted, the server set the cluster's holdings
+		// first and lost the probation, and offered the address when the
+		// holding went — the random model, seeds 20105 and 20115).
+		st.quar[ip] = until
+		if st.pool.Available(ip) {
 			st.pool.Take(ip)
 		}
 	}

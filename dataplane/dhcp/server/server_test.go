@@ -661,7 +661,7 @@ func TestReservationLiftsQuarantine(t *testing.T) {
 // free for another client while the guest still uses it.
 func TestLoadKeepsAHeldLeaseItsReservationSuperseded(t *testing.T) {
 	s := newServer(t) // macR reserved at .12
-	if _, err := s.SetHeld(1, []net.HardwareAddr{macR}); err != nil {
+	if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macR}); err != nil {
 		t.Fatal(err)
 	}
 	l := Lease{MAC: macR, IP: ip("192.168.100.10"), Expires: t0.Add(time.Hour)}
