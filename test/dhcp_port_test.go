@@ -17,7 +17,6 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
 	"pivirt.hu/pivirt/test/guest"
-	"pivirt.hu/pivirt/test/harness"
 	"pivirt.hu/pivirt/test/testutil"
 )
 
@@ -31,12 +30,7 @@ import (
 func TestPrivilegedUnicastRenewalDrawsNoICMP(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter", "tcpdump", "udhcpc")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	host, _ := startOrderSegment(t)
 	const server = "192.168.100.1" // orderSegment's hostIP
 	const renewals = 3
 	for i, tc := range []struct {

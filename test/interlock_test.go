@@ -45,12 +45,7 @@ func pinExpiry(t *testing.T, d *harness.Daemon, mac net.HardwareAddr) time.Time 
 func TestPrivilegedInterlockThroughOwner(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter", "dhclient")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	host, d := startOrderSegment(t)
 
 	p1 := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0xd1})
 	p1.Dhclient(t)

@@ -87,12 +87,7 @@ func getLease(t *testing.T, d *harness.Daemon, name string) (leaseDoc, bool) {
 func TestPrivilegedLeaseOrders(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter", "dhclient", "udhcpc")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	host, d := startOrderSegment(t)
 
 	// 1. A port enslaved, then at once its reservation and its DORA.
 	r1 := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1})
@@ -278,12 +273,7 @@ func TestPrivilegedReservationAcrossSegmentRecreate(t *testing.T) {
 func TestPrivilegedDeleteThenDORA(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	host, d := startOrderSegment(t)
 	mac := net.HardwareAddr{0x52, 0x54, 0, 0, 0x0d, 0x01}
 	g := guest.Attach(t, host, "virbr10", "", mac)
 	waitForwarding(t, host, 1)
@@ -311,6 +301,19 @@ func TestPrivilegedDeleteThenDORA(t *testing.T) {
 	}
 }
 
+// startOrderSegment starts pivirtd in a namespace of its own with
+// orderSegment applied and Ready.
+func startOrderSegment(t *testing.T) (*testutil.NetNS, *harness.Daemon) {
+	t.Helper()
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
+	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	return host, d
+}
+
 // TestPrivilegedAppliedDynamicLease: a dynamic lease the operator applies
 // to a running node (seed 000's dynamic lease; an import of dnsmasq's
 // leases) is its client's at once: pinned before `apply` returns, never
@@ -322,12 +325,7 @@ func TestPrivilegedDeleteThenDORA(t *testing.T) {
 func TestPrivilegedAppliedDynamicLease(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter", "dhclient")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path()})
-	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	waitFor(t, 15*time.Second, "segment Ready", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	host, d := startOrderSegment(t)
 	macX := net.HardwareAddr{0x52, 0x54, 0, 0xa1, 0xb2, 0xc3}
 	const ip = "192.168.100.10"
 	lease := fmt.Sprintf(`apiVersion: pivirt.hu/v1

@@ -22,6 +22,8 @@ package test
 // Ports are also replugged (a VM restart: new veth, same name and MAC) and
 // the segment deleted and applied again, its ports enslaved after its new
 // bridge exists.
+// The operator also applies dynamic leases for clients (imports, address
+// edits: ordering_import_test.go), which become their leases at once.
 // PIVIRT_ORDER_SEED reproduces a run (the seed is logged);
 // PIVIRT_ORDER_STEPS sets its length (default 120; `make soak` runs long);
 // PIVIRT_ORDER_SYNC_DELAYS the journal's slowness (see syncDelays).
@@ -64,6 +66,7 @@ type orderClient struct {
 	lock      lockKind   // the provisioning interlock on its lease (ordering_lock_test.go)
 	heldBack  bool       // it released or declined under the lock: the server kept it
 	maybeHeld netip.Addr // released under a lock since lifted: the store may still hold it
+	imported  bool       // the operator applied a dynamic lease moving it (ordering_import_test.go)
 }
 
 type orderRun struct {
@@ -73,9 +76,13 @@ type orderRun struct {
 	segGone bool // the segment is deleted; the next step applies it again
 	rng     *rand.Rand
 	lockRng *rand.Rand // the lock steps' own stream; nil: none
-	clients []*orderClient
-	seed    uint64
-	step    int
+	// importRng is the operator's dynamic leases' own stream (nil: none),
+	// used the addresses anyone was given or reserved in this run.
+	importRng *rand.Rand
+	used      map[netip.Addr]bool
+	clients   []*orderClient
+	seed      uint64
+	step      int
 }
 
 func envInt(name string, def uint64) uint64 {
@@ -166,6 +173,7 @@ func runOrderings(t *testing.T, seed uint64, steps int, syncDelay time.Duration,
 	run := &orderRun{t: t, host: host, d: d, rng: rand.New(rand.NewPCG(seed, seed>>1|1)), seed: seed}
 	if locks {
 		run.lockRng = rand.New(rand.NewPCG(seed^0x10c4, seed>>2|1))
+		run.importRng = rand.New(rand.NewPCG(seed^0x1a90, seed>>3|1))
 	}
 	macs := []net.HardwareAddr{
 		{0x52, 0x54, 0, 0x80, 0, 1}, {0x52, 0x54, 0, 0x80, 0, 2}, {0x52, 0x54, 0, 0x80, 0, 3},
@@ -180,6 +188,7 @@ func runOrderings(t *testing.T, seed uint64, steps int, syncDelay time.Duration,
 	for run.step = 1; run.step <= steps; run.step++ {
 		run.randomStep()
 		run.lockStep()
+		run.importStep()
 		run.checkInvariants()
 	}
 	t.Logf("%d steps in %v (%.0f steps/min), seed %d", steps, time.Since(start).Round(time.Second),
@@ -323,6 +332,8 @@ func (r *orderRun) dora(c *orderClient, hostname string) {
 	if c.reserv.IsValid() && ip != c.reserv {
 		r.fatalf("%s is reserved %s but was ACKed %s", c.g.MAC, c.reserv, ip)
 	}
+	r.checkImported(c, c.acked, ip)
+	r.use(ip)
 	c.acked, c.ack, c.srvMAC = ip, ack, [6]byte(srv)
 	c.heldBack, c.maybeHeld = false, netip.Addr{}
 }
@@ -411,6 +422,7 @@ func (r *orderRun) reserve(c *orderClient) {
 		r.fatalf("reserving %s for %s: %s", ip, c.g.MAC, res)
 	}
 	c.reserv = ip
+	r.use(ip)
 	if c.acked != ip {
 		c.acked, c.ack = netip.Addr{}, nil // superseded: NAKed at its renewal
 	}

@@ -30,10 +30,11 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 		macB        = "52:54:00:00:00:b2"
 	)
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	leaseYAML := func(ip, extra string) string {
+	leaseAt := func(ip, extra string, exp time.Time) string {
 		return `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: ` + nameA + extra + `},
 			spec: {network: br-vm, macAddress: "` + macA + `", ipAddress: ` + ip + `, hostname: talos-worker-01, type: dynamic, expiresAt: "` + exp.Format(time.RFC3339) + `"}}`
 	}
+	leaseYAML := func(ip, extra string) string { return leaseAt(ip, extra, exp) }
 	hwA, _ := net.ParseMAC(macA)
 	hwB, _ := net.ParseMAC(macB)
 	ip := netip.MustParseAddr
@@ -45,6 +46,9 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 		setup func(t *testing.T, f *segmentFixture) int64
 		apply string
 		want  netip.Addr // A's binding after the apply (invalid: none)
+		// wantExp is its expiry, in the server and the store once the
+		// writer ran (zero: not checked).
+		wantExp time.Time
 	}{
 		{
 			name:  "a new lease",
@@ -54,20 +58,38 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 		{
 			name: "the address of a server-made lease edited",
 			setup: func(t *testing.T, f *segmentFixture) int64 {
-				bound := change(server.Bound, macA, "192.168.100.120", exp)
-				bound.Segment = f.cfg.ID
-				bindAndStore(t, f, bound)
+				bindAndStore(t, f, macA, "192.168.100.120", exp)
 				return f.rev(t)
 			},
 			apply: leaseYAML("192.168.100.130", ""),
 			want:  ip("192.168.100.130"),
 		},
 		{
+			name: "a later expiry extends the lease",
+			setup: func(t *testing.T, f *segmentFixture) int64 {
+				bindAndStore(t, f, macA, "192.168.100.145", exp)
+				return 0
+			},
+			apply:   leaseAt("192.168.100.145", "", exp.Add(time.Hour)),
+			want:    ip("192.168.100.145"),
+			wantExp: exp.Add(time.Hour),
+		},
+		{
+			// A stale copy of the object applied, say: the client holds
+			// an ACK until exp, and the object is set back to it.
+			name: "an earlier expiry keeps the ACK's",
+			setup: func(t *testing.T, f *segmentFixture) int64 {
+				bindAndStore(t, f, macA, "192.168.100.145", exp)
+				return 0
+			},
+			apply:   leaseAt("192.168.100.145", "", exp.Add(-30*time.Minute)),
+			want:    ip("192.168.100.145"),
+			wantExp: exp,
+		},
+		{
 			name: "a label edit keeps the server's newer binding",
 			setup: func(t *testing.T, f *segmentFixture) int64 {
-				bound := change(server.Bound, macA, "192.168.100.145", exp)
-				bound.Segment = f.cfg.ID
-				bindAndStore(t, f, bound)
+				bindAndStore(t, f, macA, "192.168.100.145", exp)
 				// The client moved to .146 since: ACKed and journaled,
 				// its object not stored yet.
 				moved := change(server.Bound, macA, "192.168.100.146", exp.Add(time.Hour))
@@ -179,14 +201,26 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 			if tc.setup == nil && spec.IPAddress != tc.want.String() {
 				t.Errorf("the writer rewrote %s to %s", nameA, spec.IPAddress)
 			}
+			if !tc.wantExp.IsZero() {
+				for _, l := range f.m.srv.Leases(f.cfg.ID) {
+					if l.MAC.String() == macA && !l.Expires.Equal(tc.wantExp) {
+						t.Errorf("the server's lease of %s expires %v, want %v", macA, l.Expires, tc.wantExp)
+					}
+				}
+				if spec.ExpiresAt == nil || !spec.ExpiresAt.Equal(tc.wantExp) {
+					t.Errorf("%s stored expiring %v, want %v", nameA, spec.ExpiresAt, tc.wantExp)
+				}
+			}
 		})
 	}
 }
 
-// bindAndStore binds ch's lease in the fixture's server, journals and
+// bindAndStore binds mac to ip in the fixture's server, journals and
 // stores it, as an ACK does.
-func bindAndStore(t *testing.T, f *segmentFixture, ch server.LeaseChange) {
+func bindAndStore(t *testing.T, f *segmentFixture, mac, ip string, exp time.Time) {
 	t.Helper()
+	ch := change(server.Bound, mac, ip, exp)
+	ch.Segment = f.cfg.ID
 	if err := f.m.srv.LoadLeases(time.Now(), f.cfg.ID, []server.Lease{ch.Lease}); err != nil {
 		t.Fatal(err)
 	}

@@ -692,13 +692,14 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 }
 
 // bindingChanged reports whether a dynamic lease written with spec l
-// binds anything its old spec did not: it is new, or its MAC or address
-// changed. A write that keeps them (a status, a label) is not the
+// binds anything its old spec did not: it is new, or its MAC, address or
+// expiry changed. A write that keeps them (a status, a label) is not the
 // operator's binding: the server's own, possibly newer than the object,
 // stands.
 func bindingChanged(old pivirtv1.Spec, l *pivirtv1.DHCPLeaseSpec) bool {
 	o, ok := old.(*pivirtv1.DHCPLeaseSpec)
-	return !ok || o.Type != l.Type || !strings.EqualFold(o.MACAddress, l.MACAddress) || o.IPAddress != l.IPAddress
+	return !ok || o.Type != l.Type || !strings.EqualFold(o.MACAddress, l.MACAddress) || o.IPAddress != l.IPAddress ||
+		(o.ExpiresAt == nil) != (l.ExpiresAt == nil) || (o.ExpiresAt != nil && !o.ExpiresAt.Equal(*l.ExpiresAt))
 }
 
 // importLease binds, in the segments serving l's network whose range
@@ -712,6 +713,12 @@ func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.Ha
 	if l.ExpiresAt == nil {
 		return // never served (segmentLeases)
 	}
+	if name != LeaseName(mac) {
+		// The server stores the MAC's lease as lease-<mac>: its next ACK
+		// would be refused beside this object, and the lease dropped.
+		m.Log.Warn("dynamic lease applied under another name than the server's: not served; name it "+LeaseName(mac), "lease", name, "ip", ip, "mac", mac.String())
+		return
+	}
 	clientID, _ := hex.DecodeString(l.ClientID)
 	lease := server.Lease{IP: ip, MAC: mac, ClientID: clientID, Hostname: l.Hostname, Expires: *l.ExpiresAt}
 	for id, si := range segs {
@@ -723,7 +730,14 @@ func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.Ha
 			m.Log.Warn("dynamic lease applied but not served", "lease", name, "ip", ip, "mac", mac.String(), "err", err)
 			continue
 		}
-		if err := m.ledger.persistOperators([]server.LeaseChange{ch}, rev); err != nil {
+		persist := m.ledger.persistOperators
+		if !ch.Lease.Expires.Truncate(time.Second).Equal(lease.Expires.Truncate(time.Second)) {
+			// Its client was ACKed for longer: the server's expiry stands
+			// and is written back over the object.
+			m.Log.Info("dynamic lease applied with an earlier expiry than its client was ACKed: the ACK's stands", "lease", name, "expires", ch.Lease.Expires)
+			persist = func(chs []server.LeaseChange, _ int64) error { return m.ledger.Persist(context.Background(), chs) }
+		}
+		if err := persist([]server.LeaseChange{ch}, rev); err != nil {
 			m.Log.Warn("persisting an applied dynamic lease", "lease", name, "err", err)
 			continue
 		}

@@ -456,7 +456,9 @@ func (s *Server) load(now time.Time, seg uint32, leases []Lease, moved bool) err
 // Import binds a dynamic lease the operator applied (an import from
 // another DHCP server, or an edit of the address of one this server
 // made) while the segment runs, as Kea's lease4-add does: its client
-// keeps the address, and no one else is offered it. The MAC's binding of
+// keeps the address, and no one else is offered it; a binding of the same
+// address keeps its expiry if that is later (its client's ACK; the
+// returned change says which). The MAC's binding of
 // another address ends (the returned change binds the new one in its
 // place); an offer of the address to another client is withdrawn (its
 // REQUEST is NAKed). Refused: an expired lease (ErrExpired), an address
@@ -478,10 +480,15 @@ func (s *Server) Import(now time.Time, seg uint32, l Lease, moved bool) (LeaseCh
 		return LeaseChange{}, fmt.Errorf("importing lease %s of %s: %w", l.IP, l.MAC, ErrInFlight)
 	}
 	id := appendIdentity(nil, l.ClientID, l.MAC)
-	if cur := st.byMAC[string(l.MAC)]; cur != nil && len(l.ClientID) == 0 {
-		// An object without the client's identifier (option 61): the
-		// client is the MAC's, as it last bound.
-		id, l.ClientID = []byte(cur.id), cur.ClientID
+	if cur := st.byMAC[string(l.MAC)]; cur != nil {
+		if len(l.ClientID) == 0 {
+			// An object without the client's identifier (option 61):
+			// the client is the MAC's, as it last bound.
+			id, l.ClientID = []byte(cur.id), cur.ClientID
+		}
+		if cur.IP == l.IP && cur.Expires.After(l.Expires) {
+			l.Expires = cur.Expires // never shorter than its client was ACKed
+		}
 	}
 	if other := st.byIP[l.IP]; other != nil && other.offered && other.id != string(id) {
 		st.drop(other)
