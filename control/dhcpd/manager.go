@@ -630,7 +630,7 @@ const OriginServer = "dhcp-server"
 //     binding being deleted (found by the ordering test, seed 90417:
 //     delete, DORA, kill -9 lost the ACKed lease when the deletion
 //     reached the server only at the next Sync);
-//   - a dynamic lease applied, or its address or MAC changed: the server
+//   - a dynamic lease applied, or its address, MAC or expiry changed: the server
 //     binds it as the client's lease (importLease), journaled and pinned
 //     before `apply` returns, so its client keeps the address and no one
 //     else is offered it (seed 000's dynamic lease, applied as written,
@@ -705,7 +705,8 @@ func bindingChanged(old pivirtv1.Spec, l *pivirtv1.DHCPLeaseSpec) bool {
 // importLease binds, in the segments serving l's network whose range
 // holds ip, the dynamic lease the operator applied (server.Import), and
 // persists the binding as the operator's: journaled and pinned, not
-// written back over the object. One the server refuses (the address
+// written back over the object (unless its client's ACK reaches further
+// than the applied expiry: that one is). One the server refuses (the address
 // bound to another client, the lease expired, a renewal in flight) is
 // logged and left to the store: the collision report shows an address
 // two MACs hold.
@@ -741,7 +742,7 @@ func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.Ha
 			m.Log.Warn("persisting an applied dynamic lease", "lease", name, "err", err)
 			continue
 		}
-		m.Log.Info("dynamic lease applied: served as its client's", "lease", name, "ip", ip, "mac", mac.String(), "expires", lease.Expires)
+		m.Log.Info("dynamic lease applied: served as its client's", "lease", name, "ip", ip, "mac", mac.String(), "expires", ch.Lease.Expires)
 	}
 }
 
