@@ -319,7 +319,12 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 		return Reply{Ignored: IgnoreSpoofed}, h.in.Changes
 	}
 	if h.st.held[string(l.MAC)] {
-		return Reply{Ignored: IgnoreHeld}, h.in.Changes // the interlock keeps the address bound
+		// The interlock keeps the address bound; the lease ends when it
+		// lets go, as a RELEASE held back does. Ignored, a DECLINE that
+		// came just before the server heard of the lock's end was lost
+		// (the ordering soak, seed 3744676346783871220, step 6150).
+		l.released = true
+		return Reply{Ignored: IgnoreHeld}, h.in.Changes
 	}
 	// Quarantine first so drop keeps the bit set; one address per MAC and
 	// probation: a second DECLINE only ends the lease.

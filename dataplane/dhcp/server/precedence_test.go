@@ -130,6 +130,29 @@ func TestInterlockHoldsLeases(t *testing.T) {
 	}
 }
 
+// TestInterlockHoldsBackADecline: a DECLINE under the interlock leaves the
+// lease bound, and it ends when the interlock lets go, as a RELEASE held
+// back does (it was ignored: a DECLINE sent just before the server heard
+// of the lock's end was lost, and the lease stayed).
+func TestInterlockHoldsBackADecline(t *testing.T) {
+	s := newServer(t)
+	bindA(t, s)
+	if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
+		t.Fatal(err)
+	}
+	r, ch := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDecline, macA, reqIP("192.168.100.10"), srvID(sid1))})
+	if r.Ignored != IgnoreHeld || len(ch) != 0 {
+		t.Fatalf("DECLINE under the interlock: %v, changes %v", r.Ignored, ch)
+	}
+	if got := s.Leases(1); len(got) != 1 {
+		t.Fatalf("leases under the interlock: %v", got)
+	}
+	due, err := s.SetHeld(t0, 1, nil)
+	if err != nil || len(due) != 1 || due[0].Kind != Released || due[0].Lease.IP != ip("192.168.100.10") {
+		t.Fatalf("lifting the interlock: %v %v, want the held-back DECLINE's end", due, err)
+	}
+}
+
 // TestInterlockLiftedExpiresLater: an expiry held back happens at the
 // next Expire once the hold ends; a held lease loads past its expiry.
 func TestInterlockLiftedExpiresLater(t *testing.T) {
