@@ -93,15 +93,22 @@ func TestReservationWinsOverDynamicLeases(t *testing.T) {
 	}
 }
 
-// TestInterlockHoldsLeases: while SetHeld names a MAC, its lease is not
-// released by RELEASE or DECLINE, does not expire and survives a shrunk
-// range; once the hold ends, a RELEASE held back happens.
-func TestInterlockHoldsLeases(t *testing.T) {
+// heldA is a server where macA holds 192.168.100.10 under the interlock.
+func heldA(t *testing.T) *Server {
+	t.Helper()
 	s := newServer(t)
 	bindA(t, s)
 	if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// TestInterlockHoldsLeases: while SetHeld names a MAC, its lease is not
+// released by RELEASE or DECLINE, does not expire and survives a shrunk
+// range; once the hold ends, a RELEASE held back happens.
+func TestInterlockHoldsLeases(t *testing.T) {
+	s := heldA(t)
 	r, ch := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeRelease, macA, ciaddr("192.168.100.10"), srvID(sid1))})
 	if r.Ignored != IgnoreHeld || len(ch) != 0 {
 		t.Fatalf("RELEASE under the interlock: %v, changes %v", r.Ignored, ch)
@@ -135,11 +142,7 @@ func TestInterlockHoldsLeases(t *testing.T) {
 // back does (it was ignored: a DECLINE sent just before the server heard
 // of the lock's end was lost, and the lease stayed).
 func TestInterlockHoldsBackADecline(t *testing.T) {
-	s := newServer(t)
-	bindA(t, s)
-	if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
-		t.Fatal(err)
-	}
+	s := heldA(t)
 	r, ch := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDecline, macA, reqIP("192.168.100.10"), srvID(sid1))})
 	if r.Ignored != IgnoreHeld || len(ch) != 0 {
 		t.Fatalf("DECLINE under the interlock: %v, changes %v", r.Ignored, ch)
@@ -286,11 +289,7 @@ func TestHeldMACsReservation(t *testing.T) {
 		}
 	})
 	t.Run("lifting the hold ends the superseded lease", func(t *testing.T) {
-		s := newServer(t)
-		bindA(t, s)
-		if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
-			t.Fatal(err)
-		}
+		s := heldA(t)
 		if _, err := s.Reserve(t0, 1, Reservation{MAC: macA, IP: ip("192.168.100.13")}); err != nil {
 			t.Fatal(err)
 		}
