@@ -335,6 +335,9 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	if d.cfg.Store == "etcd" {
 		cache.SavePath = d.cfg.SavedCachePath() // a node whose host restarts while etcd is away starts from this
 	}
+	// Leases other nodes write (the operator through their API, their
+	// servers taking a lease over) reach the responders as they land.
+	cache.Observe([]string{pivirtv1.KindDHCPLease}, d.dhcp.Observe)
 	d.nat = externalip.New(externalip.Options{Store: d.store, Cache: cache, Index: d.index, Events: d.events, BPFFS: d.cfg.BPFFS, Log: d.log,
 		NoRedirect: !d.cfg.NATRedirect})
 	// Every kind is watched as a possible owner holding a lease through

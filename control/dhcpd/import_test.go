@@ -41,9 +41,7 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		// setup runs before the apply; it returns the revision of the
-		// last snapshot an older Sync could hold (0: none).
-		setup func(t *testing.T, f *segmentFixture) int64
+		setup func(t *testing.T, f *segmentFixture) // runs before the apply
 		apply string
 		want  netip.Addr // A's binding after the apply (invalid: none)
 		// wantExp is its expiry, in the server and the store once the
@@ -57,18 +55,16 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 		},
 		{
 			name: "the address of a server-made lease edited",
-			setup: func(t *testing.T, f *segmentFixture) int64 {
+			setup: func(t *testing.T, f *segmentFixture) {
 				bindAndStore(t, f, macA, "192.168.100.120", exp)
-				return f.rev(t)
 			},
 			apply: leaseYAML("192.168.100.130", ""),
 			want:  ip("192.168.100.130"),
 		},
 		{
 			name: "a later expiry extends the lease",
-			setup: func(t *testing.T, f *segmentFixture) int64 {
+			setup: func(t *testing.T, f *segmentFixture) {
 				bindAndStore(t, f, macA, "192.168.100.145", exp)
-				return 0
 			},
 			apply:   leaseAt("192.168.100.145", "", exp.Add(time.Hour)),
 			want:    ip("192.168.100.145"),
@@ -78,9 +74,8 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 			// A stale copy of the object applied, say: the client holds
 			// an ACK until exp, and the object is set back to it.
 			name: "an earlier expiry keeps the ACK's",
-			setup: func(t *testing.T, f *segmentFixture) int64 {
+			setup: func(t *testing.T, f *segmentFixture) {
 				bindAndStore(t, f, macA, "192.168.100.145", exp)
-				return 0
 			},
 			apply:   leaseAt("192.168.100.145", "", exp.Add(-30*time.Minute)),
 			want:    ip("192.168.100.145"),
@@ -88,7 +83,7 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 		},
 		{
 			name: "a label edit keeps the server's newer binding",
-			setup: func(t *testing.T, f *segmentFixture) int64 {
+			setup: func(t *testing.T, f *segmentFixture) {
 				bindAndStore(t, f, macA, "192.168.100.145", exp)
 				// The client moved to .146 since: ACKed and journaled,
 				// its object not stored yet.
@@ -100,7 +95,6 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 				if err := f.m.ledger.Persist(context.Background(), []server.LeaseChange{moved}); err != nil {
 					t.Fatal(err)
 				}
-				return 0
 			},
 			apply: leaseYAML("192.168.100.145", ", labels: {tier: web}"),
 			want:  ip("192.168.100.146"),
@@ -109,7 +103,7 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 			// ACKed and journaled, not stored yet: admission, which
 			// refuses an address a stored lease holds, cannot see it.
 			name: "an address another client was just ACKed",
-			setup: func(t *testing.T, f *segmentFixture) int64 {
+			setup: func(t *testing.T, f *segmentFixture) {
 				other := change(server.Bound, macB, "192.168.100.145", exp)
 				other.Segment = f.cfg.ID
 				if err := f.m.srv.LoadLeases(time.Now(), f.cfg.ID, []server.Lease{other.Lease}); err != nil {
@@ -118,7 +112,6 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 				if err := f.m.ledger.Persist(context.Background(), []server.LeaseChange{other}); err != nil {
 					t.Fatal(err)
 				}
-				return 0
 			},
 			apply: leaseYAML("192.168.100.145", ""),
 		},
@@ -131,25 +124,10 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 			}
 			t.Cleanup(func() { f.m.ledger.db.Close() })
 			lm := f.m.Leases.(*leaseMap)
-			var older int64
 			if tc.setup != nil {
-				older = tc.setup(t, f)
+				tc.setup(t, f)
 			}
 			f.apply(t, tc.apply)
-
-			if older > 0 {
-				// A Sync from a snapshot taken before the apply, holding
-				// the object as it was, must not release the new binding
-				// as a lease the operator deleted.
-				var stored []server.Lease
-				for _, l := range f.m.srv.Leases(f.cfg.ID) {
-					if l.MAC.String() != macA {
-						stored = append(stored, l)
-					}
-				}
-				stored = append(stored, server.Lease{IP: ip("192.168.100.120"), MAC: hwA, Expires: exp})
-				f.m.releaseDeleted(ctx, f.cfg.ID, stored, nil, older)
-			}
 
 			var got []netip.Addr
 			for _, l := range f.m.srv.Leases(f.cfg.ID) {
@@ -220,7 +198,7 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 func bindAndStore(t *testing.T, f *segmentFixture, mac, ip string, exp time.Time) {
 	t.Helper()
 	ch := change(server.Bound, mac, ip, exp)
-	ch.Segment = f.cfg.ID
+	ch.Segment, ch.At = f.cfg.ID, time.Now()
 	if err := f.m.srv.LoadLeases(time.Now(), f.cfg.ID, []server.Lease{ch.Lease}); err != nil {
 		t.Fatal(err)
 	}
@@ -233,16 +211,4 @@ func bindAndStore(t *testing.T, f *segmentFixture, mac, ip string, exp time.Time
 	if storedLease(t, f.st, LeaseName(ch.Lease.MAC)) == nil {
 		t.Fatal("the server's lease was not stored")
 	}
-	// What a Sync records of the stored lease (ledger.storedBy).
-	f.m.ledger.noteSnapshot([]server.Lease{ch.Lease}, f.rev(t))
-}
-
-// rev is the store's revision now.
-func (f *segmentFixture) rev(t *testing.T) int64 {
-	t.Helper()
-	r, err := f.st.Revision(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }

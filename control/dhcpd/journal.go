@@ -54,11 +54,6 @@ func (lg *ledger) recover(ctx context.Context) error {
 	// that fails outright leaves the records pending for the writer,
 	// which retries them while DHCP serves.
 	if len(recs) > 0 {
-		lg.pmu.Lock()
-		for _, r := range recs {
-			lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
-		}
-		lg.pmu.Unlock()
 		if err := lg.exportRecords(ctx, recs); err != nil {
 			lg.storeErrors.Add(1)
 			lg.Log.Warn("storing journaled lease changes at start; the writer retries them", "changes", len(recs), "err", err)
@@ -131,78 +126,40 @@ func (lg *ledger) pending(seg uint32) (bound []server.Lease, ended map[string]bo
 }
 
 // journalChanges commits changes to the lease database and has the
-// writer store the dynamic ones; deletedAt > 0: they are the operator's
-// deletions at that store revision, not stored (persistOperators);
-// notStored: they follow the store, not lead it (persistNotStored). It
+// writer store the dynamic ones, unless fromStore (persistFromStore). It
 // returns when they are durable.
-func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]segInfo, deletedAt int64) error {
+func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]segInfo, fromStore bool) error {
 	if lg.db == nil {
 		return errors.New("lease database not open (Recover was not called)")
 	}
 	cs := make([]leasedb.Change, 0, len(changes))
-	kept := make([]server.LeaseChange, 0, len(changes)) // cs as the server made them
 	for _, ch := range changes {
 		seg, ok := segs[ch.Segment]
 		if !ok {
 			continue // a segment being stopped: its tables go with it
 		}
 		c := dbChange(ch, seg.bridge)
-		c.FromStore = deletedAt != 0
+		c.FromStore = fromStore
 		cs = append(cs, c)
-		kept = append(kept, ch)
 	}
 	if len(cs) == 0 {
 		return nil
 	}
-	// Commits and their bookkeeping in one order: the writer stores a
-	// MAC's changes in the order the server made them.
+	// Commits in one order: the writer stores a MAC's changes in the
+	// order the server made them.
 	lg.qmu.Lock()
 	defer lg.qmu.Unlock()
 	done, err := lg.db.Commit(cs)
 	if err != nil {
 		return err
 	}
-	recs := make([]record, 0, len(done))
-	for i, c := range done {
-		if !c.Static || deletedAt > 0 {
-			recs = append(recs, record{Change: kept[i], Network: c.Network, seq: c.Seq})
+	if !fromStore && slices.ContainsFunc(done, func(c leasedb.Change) bool { return !c.Static }) {
+		select {
+		case lg.wake <- struct{}{}:
+		default:
 		}
 	}
-	if deletedAt > 0 {
-		lg.noteDeleted(recs, deletedAt)
-	}
-	if deletedAt != 0 {
-		return nil
-	}
-	if len(recs) == 0 {
-		return nil
-	}
-	lg.pmu.Lock()
-	for _, r := range recs {
-		lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] = r.seq
-	}
-	lg.pmu.Unlock()
-	select {
-	case lg.wake <- struct{}{}:
-	default:
-	}
 	return nil
-}
-
-// noteDeleted records the operator's writes of recs' leases at revision
-// rev (deletions, imports): the store holds no object of the server's for
-// them (a snapshot older than rev must not say otherwise: releaseDeleted
-// would take an imported binding for a deleted one), and nothing of them
-// is pending.
-func (lg *ledger) noteDeleted(recs []record, rev int64) {
-	lg.pmu.Lock()
-	defer lg.pmu.Unlock()
-	for _, r := range recs {
-		name, mac := LeaseName(r.Change.Lease.MAC), r.Change.Lease.MAC.String()
-		delete(lg.stored, mac)
-		lg.unstored[mac] = max(lg.unstored[mac], rev)
-		delete(lg.pendingSeq, name)
-	}
 }
 
 // maxWriteBackoff bounds the writer's wait between failed stores: a
@@ -327,12 +284,10 @@ func (lg *ledger) compact() {
 func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	var refused []refusal
 	var superseded []record
-	withdrawn := map[uint64]bool{}
 	latest := latestPerLease(recs)
 	// Privileged: the daemon's own objects carry its pivirt.hu/node label.
-	rev, err := lg.Index.Update(ctx, lg.Store, admission.Options{Now: lg.now(), Privileged: true, Origin: OriginServer}, func(b *admission.Batch) error {
+	_, err := lg.Index.Update(ctx, lg.Store, admission.Options{Now: lg.now(), Privileged: true, Origin: OriginServer}, func(b *admission.Batch) error {
 		refused, superseded = refused[:0], superseded[:0]
-		clear(withdrawn)
 		for i, r := range latest {
 			if i%storeYield == storeYield-1 {
 				// A batch is a CPU burst on the responders' core: let
@@ -344,7 +299,6 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 				// The operator deleted the lease meanwhile: checked
 				// inside the transaction, so a deletion committed
 				// before it wins.
-				withdrawn[r.seq] = true
 				continue
 			}
 			err := storeRecord(b, r, lg.Node, lg.Index.Shared)
@@ -365,36 +319,13 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 	if err != nil {
 		return fmt.Errorf("storing %d lease changes: %w", len(recs), err)
 	}
-	recs = slices.DeleteFunc(slices.Clone(recs), func(r record) bool { return withdrawn[r.seq] || lg.withdrawn(r.seq) })
-	lg.pmu.Lock()
-	for _, r := range recs {
-		name := LeaseName(r.Change.Lease.MAC)
-		if seq, ok := lg.pendingSeq[name]; ok && seq > r.seq {
-			continue // a newer change of it is still queued
-		}
-		delete(lg.pendingSeq, name)
-		mac := r.Change.Lease.MAC.String()
-		switch r.Change.Kind {
-		case server.Bound, server.Renewed:
-			if from, ok := lg.stored[mac]; !ok || from > rev {
-				lg.stored[mac] = rev
-			}
-		default:
-			delete(lg.stored, mac)
-			lg.unstored[mac] = rev
-		}
-	}
-	lg.pmu.Unlock()
 	for _, f := range refused {
 		lg.resolveRefused(*f.rec, f.err)
 	}
 	for _, r := range superseded {
 		lg.Log.Info("journaled lease change not stored: another node serves the lease since", "lease", LeaseName(r.Change.Lease.MAC),
 			"change", r.Change.Kind.String(), "at", r.Change.At)
-		lg.pmu.Lock()
-		newer := lg.pendingSeq[LeaseName(r.Change.Lease.MAC)] > r.seq
-		lg.pmu.Unlock()
-		if r.Change.Kind.Durable() && !newer {
+		if r.Change.Kind.Durable() && !lg.newer(r) {
 			lg.dropNotStored(r.Change)
 		}
 	}
@@ -409,9 +340,20 @@ func (lg *ledger) dropNotStored(ch server.LeaseChange) {
 	if err != nil {
 		return
 	}
-	if err := lg.persistNotStored([]server.LeaseChange{rel}); err != nil {
+	if err := lg.persistFromStore([]server.LeaseChange{rel}); err != nil {
 		lg.Log.Warn("ending a lease the store did not take", "lease", LeaseName(ch.Lease.MAC), "err", err)
 	}
+}
+
+// newer reports whether the lease database holds a later change of r's
+// lease than r: the server's binding is that change's, which meets the
+// store on its own.
+func (lg *ledger) newer(r record) bool {
+	if lg.db == nil {
+		return false
+	}
+	c, _, known := lg.db.Lookup(r.Change.Segment, r.Change.Lease.MAC)
+	return known && c.Seq > r.seq
 }
 
 // withdrawn reports whether the operator's deletion took back the
@@ -546,10 +488,7 @@ func (lg *ledger) resolveRefused(r record, err error) {
 	switch ch.Kind {
 	case server.Bound, server.Renewed:
 		rule = "the lease is dropped by the DHCP server; the client is NAKed at its next renewal"
-		lg.pmu.Lock()
-		newer := lg.pendingSeq[name] > r.seq
-		lg.pmu.Unlock()
-		if newer {
+		if lg.newer(r) {
 			// The server's binding is a newer change's, still queued: it
 			// meets the store on its own and this rule then, if refused.
 			rule = "a newer change of the lease is queued and decides"
@@ -574,7 +513,7 @@ func (lg *ledger) resolveRefused(r record, err error) {
 		}
 		// The database binds it again as stored, and pins it.
 		bound := server.LeaseChange{Kind: server.Bound, Segment: ch.Segment, Lease: l, At: lg.now()}
-		if perr := lg.persistNotStored([]server.LeaseChange{bound}); perr != nil {
+		if perr := lg.persistFromStore([]server.LeaseChange{bound}); perr != nil {
 			lg.Log.Warn("binding a held lease again", "lease", name, "err", perr)
 		}
 	}

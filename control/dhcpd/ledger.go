@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,22 +41,6 @@ type ledger struct {
 	stopWriter context.CancelFunc
 	writerDone chan struct{}
 
-	pmu sync.Mutex
-	// stored is, by MAC, the store revision from which the store is known
-	// to hold the MAC's dynamic lease: written by the journal's writer
-	// (storeRecords) or seen in a Sync's snapshot. Only such a lease,
-	// absent from a snapshot at least as new, was deleted by the operator
-	// (storedBy); a lease the server bound and the journal has not
-	// registered yet is in no snapshot and not here either.
-	stored map[string]int64
-	// unstored is, by MAC, the revision at which the writer stored the
-	// end of its lease, or the operator's deletion of it committed: an
-	// older snapshot that still has it must not mark it stored again.
-	unstored map[string]int64
-	// pendingSeq is the journal sequence number of each lease's newest
-	// change not yet stored: no snapshot has such a lease yet either.
-	pendingSeq map[string]uint64
-
 	// storeErrors counts failed store writes of journaled changes.
 	storeErrors atomic.Uint64
 	// journalRefused counts journaled changes the store refused (each
@@ -67,9 +49,7 @@ type ledger struct {
 }
 
 func newLedger(m *Manager) *ledger {
-	return &ledger{Config: &m.Config, srv: m.srv,
-		stored: map[string]int64{}, unstored: map[string]int64{}, pendingSeq: map[string]uint64{},
-		pins: newPinLocks(), wake: make(chan struct{}, 1)}
+	return &ledger{Config: &m.Config, srv: m.srv, pins: newPinLocks(), wake: make(chan struct{}, 1)}
 }
 
 func (lg *ledger) now() time.Time {
@@ -83,44 +63,29 @@ func (lg *ledger) now() time.Time {
 // fdatasync), then programs pv_leases; the responder sends the group's
 // ACKs only after this returns. The DHCPLease objects follow shortly.
 func (lg *ledger) Persist(_ context.Context, changes []server.LeaseChange) error {
-	return lg.persist(changes, 0)
+	return lg.persist(changes, false)
 }
 
-// persistOperators persists what the operator's write at revision
-// deletedAt did to leases: the releases of leases deleted (their objects
-// gone from the store) and the bindings of dynamic leases applied
-// (importLease: the objects are the operator's). Journaled and pinned or
-// unpinned as any change, but not written back to the store, and the
-// leases' changes still waiting for it are withdrawn (they would write
-// the object back, or over the one the operator applied); a snapshot
-// older than deletedAt cannot undo them (noteDeleted).
-func (lg *ledger) persistOperators(changes []server.LeaseChange, deletedAt int64) error {
-	return lg.persist(changes, deletedAt)
+// persistFromStore persists changes that follow the store rather than
+// lead it: what the operator's writes did to leases (the releases of
+// leases deleted, the bindings of dynamic leases applied: the objects are
+// the operator's), and the undoing of what the store refused. Journaled
+// and pinned or unpinned as any change, but never written to the store,
+// and the leases' changes still waiting for it are withdrawn (they would
+// write the object back, or over the one the operator applied).
+func (lg *ledger) persistFromStore(changes []server.LeaseChange) error {
+	return lg.persist(changes, true)
 }
 
-// notStored is persist's deletedAt of changes that follow the store
-// without an operator's deletion (persistNotStored).
-const notStored = -1
-
-// persistNotStored persists changes that undo what the store did not
-// take (a refused or superseded write): journaled and pinned as any, but
-// never written to the store, and the leases' changes still waiting for
-// it are withdrawn.
-func (lg *ledger) persistNotStored(changes []server.LeaseChange) error {
-	return lg.persist(changes, notStored)
-}
-
-// persist journals and pins changes; deletedAt > 0: they are the
-// operator's deletions at that revision (persistOperators); notStored:
-// persistNotStored's.
-func (lg *ledger) persist(changes []server.LeaseChange, deletedAt int64) error {
+// persist journals and pins changes; fromStore: persistFromStore's.
+func (lg *ledger) persist(changes []server.LeaseChange, fromStore bool) error {
 	keys := make([]leasemap.Key, len(changes))
 	for i, ch := range changes {
 		keys[i] = leasemap.NewKey(ch.Segment, [6]byte(ch.Lease.MAC))
 	}
 	defer lg.pins.lock(keys...)()
 	segs := lg.segmentsByID()
-	if err := lg.journalChanges(changes, segs, deletedAt); err != nil {
+	if err := lg.journalChanges(changes, segs, fromStore); err != nil {
 		return fmt.Errorf("journaling %d lease changes: %w", len(changes), err)
 	}
 	// Bindings go in batches; a release first writes the bindings before
@@ -173,51 +138,6 @@ func bindingKeys(binds []leasemap.Binding) []leasemap.Key {
 		keys[i] = leasemap.NewKey(b.Segment, b.MAC)
 	}
 	return keys
-}
-
-// storedBy reports whether the store is known to have held mac's dynamic
-// lease at a revision no newer than rev (and no change of it is pending):
-// only then does a snapshot at rev without it mean the operator deleted it.
-func (lg *ledger) storedBy(mac net.HardwareAddr, rev int64) bool {
-	lg.pmu.Lock()
-	defer lg.pmu.Unlock()
-	if _, pending := lg.pendingSeq[LeaseName(mac)]; pending {
-		return false
-	}
-	from, known := lg.stored[mac.String()]
-	return known && from <= rev
-}
-
-// forgetStored drops what the ledger knew of mac's dynamic lease in the
-// store as of rev: a reservation of the MAC superseded it (admission
-// deleted the object). Were it kept, the binding the MAC gets when the
-// reservation goes (keepUnreserved), in no snapshot yet, would look like
-// a lease the operator deleted.
-func (lg *ledger) forgetStored(mac string, rev int64) {
-	lg.pmu.Lock()
-	defer lg.pmu.Unlock()
-	if from, ok := lg.stored[mac]; ok && from <= rev {
-		delete(lg.stored, mac)
-	}
-}
-
-// noteSnapshot records that the store held these dynamic leases at rev,
-// unless the writer stored the end of one after rev. Snapshots come in
-// rising revisions, so the ends stored before rev can guard no later one
-// and are forgotten (unstored stays as small as the store's lag).
-func (lg *ledger) noteSnapshot(leases []server.Lease, rev int64) {
-	lg.pmu.Lock()
-	defer lg.pmu.Unlock()
-	defer maps.DeleteFunc(lg.unstored, func(_ string, r int64) bool { return r < rev })
-	for _, l := range leases {
-		mac := l.MAC.String()
-		if lg.unstored[mac] >= rev {
-			continue
-		}
-		if from, ok := lg.stored[mac]; !ok || from > rev {
-			lg.stored[mac] = rev
-		}
-	}
 }
 
 // close stops the writer after it stored what it can, and closes the

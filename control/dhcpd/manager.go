@@ -168,16 +168,11 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			}
 		}
 		static, dynamic, moved := m.segmentLeases(seg, leases, snap, heldByName)
-		storedDyn := slices.Concat(dynamic, moved) // what the snapshot holds
 		var prev []server.Reservation
 		if r != nil {
 			prev = r.static
 		}
 		static, reset := m.loadReservations(seg.Name, cfg.ID, prev, static, snap.Revision, r == nil)
-		reserved := map[string]bool{}
-		for _, res := range static {
-			reserved[res.MAC.String()] = true
-		}
 		held := m.segmentHeld(seg, heldObjs, snap)
 		if r != nil {
 			// What this pass persists is pinned by the held set of this
@@ -222,10 +217,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				errs = append(errs, err)
 				continue
 			}
-		} else {
-			m.releaseDeleted(ctx, cfg.ID, storedDyn, reserved, snap.Revision)
 		}
-		m.ledger.noteSnapshot(storedDyn, snap.Revision)
 		r = m.running[seg.Name]
 		r.seg, r.cfg, r.static = seg, cfg, static
 		r.held = macSet(held)
@@ -274,18 +266,18 @@ func (m *Manager) loadReservations(segName string, id uint32, prev, static []ser
 	if err != nil {
 		m.Log.Warn("some reservations were not loaded", "segment", segName, "err", err)
 	}
-	m.persistSuperseded(superseded, rev)
+	m.persistSuperseded(superseded)
 	return static, true
 }
 
 // persistSuperseded ends, in the lease database and pv_leases, the
 // dynamic leases reservations superseded (server.Reserve): never written
 // back to the store, whose objects the reservations' apply deleted.
-func (m *Manager) persistSuperseded(changes []server.LeaseChange, rev int64) {
+func (m *Manager) persistSuperseded(changes []server.LeaseChange) {
 	if len(changes) == 0 {
 		return
 	}
-	if err := m.ledger.persistOperators(changes, rev); err != nil {
+	if err := m.ledger.persistFromStore(changes); err != nil {
 		m.Log.Warn("persisting the end of leases reservations superseded", "err", err)
 	}
 }
@@ -448,42 +440,6 @@ func (m *Manager) keepUnreserved(ctx context.Context, segID uint32, before, afte
 
 func sameReservation(a, b server.Reservation) bool {
 	return a.IP == b.IP && a.Hostname == b.Hostname && bytes.Equal(a.MAC, b.MAC)
-}
-
-// releaseDeleted frees the leases the server holds but the store no
-// longer has: the operator deleted them (`pivirtctl delete lease`). Only
-// a lease the store is known to have held from a revision no newer than
-// rev counts (ledger.storedBy): one the server bound a moment ago may be in no
-// snapshot yet, and its ACK must not be undone. The binding of a reserved
-// MAC is its static lease's, not a dynamic one, and what the ledger knew
-// of the MAC's dynamic lease, which the reservation superseded, is
-// forgotten: the binding it gets when the reservation goes is a new one.
-func (m *Manager) releaseDeleted(ctx context.Context, segID uint32, stored []server.Lease, reserved map[string]bool, rev int64) {
-	have := map[netip.Addr]bool{}
-	for _, l := range stored {
-		have[l.IP] = true
-	}
-	for mac := range reserved {
-		// The MAC's dynamic lease, if the store had one, was superseded.
-		m.ledger.forgetStored(mac, rev)
-	}
-	for _, l := range m.srv.Leases(segID) {
-		mac := l.MAC.String()
-		if reserved[mac] || have[l.IP] {
-			continue // stored; or a reservation's binding, whose object is the static lease
-		}
-		if !m.ledger.storedBy(l.MAC, rev) {
-			continue
-		}
-		ch, err := m.srv.Release(m.now(), segID, l.MAC, l.IP)
-		if err != nil {
-			continue
-		}
-		if err := m.ledger.persistOperators([]server.LeaseChange{ch}, rev); err != nil {
-			m.Log.Warn("persisting the release of a deleted lease", "mac", mac, "err", err)
-		}
-		m.Log.Info("lease released by deletion", "ip", l.IP, "mac", mac)
-	}
 }
 
 func (m *Manager) start(seg segment.Segment, id uint32) error {
@@ -660,9 +616,9 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 			switch {
 			case w.Origin == OriginServer || reserving[mac.String()]:
 			case w.Deleted:
-				m.releaseDeletedLease(w.Object.Metadata.Name, l.Network, mac, ip, w.Revision, segs)
+				m.releaseDeletedLease(w.Object.Metadata.Name, l.Network, mac, ip, segs)
 			case bindingChanged(w.Old, l):
-				m.importLease(w.Object.Metadata.Name, l, mac, ip, w.Revision, segs)
+				m.importLease(w.Object.Metadata.Name, l, mac, ip, segs)
 			}
 			continue
 		}
@@ -672,7 +628,6 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 			}
 			continue
 		}
-		m.ledger.forgetStored(mac.String(), w.Revision) // superseded in this transaction
 		for id, si := range segs {
 			if !si.seg.Names(l.Network) || !si.seg.InRange(ip) {
 				continue
@@ -686,7 +641,7 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 				m.intents.add(id, w.Revision)
 			}
 			m.intents.mu.Unlock()
-			m.persistSuperseded(superseded, w.Revision)
+			m.persistSuperseded(superseded)
 		}
 	}
 }
@@ -710,7 +665,7 @@ func bindingChanged(old pivirtv1.Spec, l *pivirtv1.DHCPLeaseSpec) bool {
 // bound to another client, the lease expired, a renewal in flight) is
 // logged and left to the store: the collision report shows an address
 // two MACs hold.
-func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, ip netip.Addr, rev int64, segs map[uint32]segInfo) {
+func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, ip netip.Addr, segs map[uint32]segInfo) {
 	if l.ExpiresAt == nil {
 		return // never served (segmentLeases)
 	}
@@ -731,14 +686,14 @@ func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.Ha
 			m.Log.Warn("dynamic lease applied but not served", "lease", name, "ip", ip, "mac", mac.String(), "err", err)
 			continue
 		}
-		persist := m.ledger.persistOperators
+		persist := m.ledger.persistFromStore
 		if !ch.Lease.Expires.Truncate(time.Second).Equal(lease.Expires.Truncate(time.Second)) {
 			// Its client was ACKed for longer: the server's expiry stands
 			// and is written back over the object.
 			m.Log.Info("dynamic lease applied with an earlier expiry than its client was ACKed: the ACK's stands", "lease", name, "expires", ch.Lease.Expires)
-			persist = func(chs []server.LeaseChange, _ int64) error { return m.ledger.Persist(context.Background(), chs) }
+			persist = func(chs []server.LeaseChange) error { return m.ledger.Persist(context.Background(), chs) }
 		}
-		if err := persist([]server.LeaseChange{ch}, rev); err != nil {
+		if err := persist([]server.LeaseChange{ch}); err != nil {
 			m.Log.Warn("persisting an applied dynamic lease", "lease", name, "err", err)
 			continue
 		}
@@ -782,7 +737,7 @@ func (m *Manager) unreserve(name, network string, mac net.HardwareAddr, rev int6
 // binding of mac to ip that the operator deleted, and persists the
 // release (journal and pv_leases). A binding that is no longer that one
 // (the address passed to another client) is left alone.
-func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr, ip netip.Addr, rev int64, segs map[uint32]segInfo) {
+func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr, ip netip.Addr, segs map[uint32]segInfo) {
 	for id, si := range segs {
 		if !si.seg.Names(network) {
 			continue
@@ -795,7 +750,7 @@ func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr
 		if err != nil {
 			continue
 		}
-		if err := m.ledger.persistOperators([]server.LeaseChange{ch}, rev); err != nil {
+		if err := m.ledger.persistFromStore([]server.LeaseChange{ch}); err != nil {
 			// Released in the server: its client is NAKed at its next
 			// renewal; the pin and the record follow at the next change.
 			m.Log.Warn("persisting the release of a deleted lease", "lease", name, "err", err)

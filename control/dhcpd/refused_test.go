@@ -182,10 +182,10 @@ func withHost(c server.LeaseChange, h string) server.LeaseChange {
 // the binding is that change's, and it decides when it meets the store.
 func TestRefusedChangeSparesANewerOne(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		newerSeq uint64 // pendingSeq of the lease; 0: none
-		kept     bool
-	}{{"nothing newer queued", 0, false}, {"a newer change queued", 9, true}} {
+		name  string
+		newer bool // a renewal of the lease follows the refused change
+		kept  bool
+	}{{"nothing newer queued", false, false}, {"a newer change queued", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newSegmentFixture(t)
 			m, id := f.m, f.cfg.ID
@@ -197,11 +197,23 @@ func TestRefusedChangeSparesANewerOne(t *testing.T) {
 			if err := m.srv.LoadLeases(now, id, []server.Lease{l}); err != nil {
 				t.Fatal(err)
 			}
-			if tc.newerSeq != 0 {
-				m.ledger.pendingSeq[LeaseName(mac)] = tc.newerSeq
+			if err := m.ledger.recoverDB(); err != nil {
+				t.Fatal(err)
 			}
-			m.ledger.resolveRefused(record{seq: 4, Network: "br-vm", Change: server.LeaseChange{Kind: server.Bound, Segment: id, At: now, Lease: l}},
-				store.ErrConflict)
+			t.Cleanup(func() { m.ledger.db.Close() })
+			ch := server.LeaseChange{Kind: server.Bound, Segment: id, At: now, Lease: l}
+			done, err := m.ledger.db.Commit([]leasedb.Change{dbChange(ch, "br-vm")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.newer {
+				renewed := ch
+				renewed.Kind, renewed.Lease.Expires = server.Renewed, now.Add(2*time.Hour)
+				if _, err := m.ledger.db.Commit([]leasedb.Change{dbChange(renewed, "br-vm")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m.ledger.resolveRefused(record{seq: done[0].Seq, Network: "br-vm", Change: ch}, store.ErrConflict)
 			ls := m.srv.Leases(id)
 			if kept := len(ls) == 1 && ls[0].IP == ip; kept != tc.kept {
 				t.Errorf("server's binding kept %v (%v), want %v", kept, ls, tc.kept)

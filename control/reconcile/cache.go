@@ -50,6 +50,13 @@ type Cache struct {
 	listed bool // listed from the store at least once (not only loaded from SavePath)
 	subs   []subscriber
 	queues []*Queue
+	obs    []observer
+}
+
+// observer is an Observe call's kinds and function.
+type observer struct {
+	kinds map[string]bool
+	f     func(Change)
 }
 
 type subscriber struct {
@@ -76,6 +83,9 @@ type decoded struct {
 // Spec returns Object's defaulted spec, decoded once (the next snapshot
 // reuses it).
 func (c Change) Spec() (pivirtv1.Spec, error) {
+	if c.cache == nil {
+		return c.Object.DefaultedSpec() // made outside a cache (tests)
+	}
 	if c.memo == nil {
 		return c.cache.decode(c.Object)
 	}
@@ -111,6 +121,31 @@ func (c *Cache) Subscribe(kinds []string, react Filter) <-chan struct{} {
 	c.subs = append(c.subs, s)
 	c.mu.Unlock()
 	return s.ch
+}
+
+// Observe calls f with every change of an object of kinds, in the order
+// the store made them, on the cache's goroutine, once the cache holds
+// the change (f must not wait for the cache to move on). A re-list
+// after the first (the watch fell behind) passes the differences it
+// found as changes, as an informer's Replace does: an object gone is a
+// Deleted change of its last cached version. Call it before Run.
+func (c *Cache) Observe(kinds []string, f func(Change)) {
+	o := observer{kinds: map[string]bool{}, f: f}
+	for _, k := range kinds {
+		o.kinds[k] = true
+	}
+	c.mu.Lock()
+	c.obs = append(c.obs, o)
+	c.mu.Unlock()
+}
+
+// observe passes ch to the observers of its kind.
+func observe(obs []observer, ch Change) {
+	for _, o := range obs {
+		if o.kinds[ch.Object.Kind] {
+			o.f(ch)
+		}
+	}
 }
 
 // Synced is closed once the first List is in.
@@ -319,23 +354,54 @@ func (c *Cache) revision() int64 {
 
 func (c *Cache) replace(objs []*pivirtv1.Object, rev int64) {
 	c.mu.Lock()
+	before, had := c.objs, c.isSynced()
 	c.objs = map[string]map[string]*pivirtv1.Object{}
 	c.specs = map[*pivirtv1.Object]pivirtv1.Spec{}
 	for _, o := range objs {
 		c.put(o)
 	}
 	c.rev = rev
-	subs, queues := c.subs, c.queues
+	subs, queues, obs := c.subs, c.queues, c.obs
 	for _, q := range queues {
 		q.resync() // the next Delta cannot know what the re-list changed
 	}
+	var diff []Change
+	if had && len(obs) > 0 {
+		diff = c.differences(before, obs)
+	}
 	c.mu.Unlock()
+	for _, ch := range diff {
+		observe(obs, ch)
+	}
 	for _, s := range subs {
 		notify(s.ch)
 	}
 	for _, q := range queues {
 		notify(q.ch)
 	}
+}
+
+// differences are the changes from before to the cached objects, of the
+// kinds obs observe; c.mu held.
+func (c *Cache) differences(before map[string]map[string]*pivirtv1.Object, obs []observer) []Change {
+	var out []Change
+	for _, o := range obs {
+		for kind := range o.kinds {
+			for name, old := range before[kind] {
+				if now := c.objs[kind][name]; now == nil {
+					out = append(out, Change{Type: store.Deleted, Object: old, cache: c})
+				} else if now.Metadata.ResourceVersion != old.Metadata.ResourceVersion {
+					out = append(out, Change{Type: store.Modified, Object: now, Old: old, cache: c})
+				}
+			}
+			for name, now := range c.objs[kind] {
+				if before[kind][name] == nil {
+					out = append(out, Change{Type: store.Added, Object: now, cache: c})
+				}
+			}
+		}
+	}
+	return out
 }
 
 // apply runs on Run's goroutine only, so the cached version it reads
@@ -376,8 +442,9 @@ func (c *Cache) apply(ev store.Event) {
 	for _, q := range keep {
 		q.add(Ref{ev.Object.Kind, ev.Object.Metadata.Name})
 	}
-	subs := c.subs
+	subs, obs := c.subs, c.obs
 	c.mu.Unlock()
+	observe(obs, ch)
 	for _, q := range wake {
 		notify(q.ch)
 	}

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"net"
+	"net/netip"
+	"time"
+
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/store"
+)
+
+// Observe is the cache's observer of DHCPLease changes
+// (reconcile.Cache.Observe). On a shared store other processes write
+// leases too: the operator through another node's API, another node's
+// server taking over a lease whose client moved there, another node's
+// controllers. Their writes reach this node's server here, in the order
+// the store made them, as the writes through this node's API reach it in
+// BeforeCommit: a lease applied is imported, one deleted (or now another
+// node's) is released. Nothing is inferred from a snapshot lacking a
+// lease, so an ACK the store does not have yet is never taken for a
+// deletion. On a store only this process writes, BeforeCommit has seen
+// every write.
+func (m *Manager) Observe(c reconcile.Change) {
+	if m.Index == nil || !m.Index.Shared {
+		return
+	}
+	m.init()
+	if m.ledger.db == nil {
+		return // Recover has not run: segments start from the store
+	}
+	spec, err := c.Spec()
+	if err != nil {
+		return
+	}
+	l, ok := spec.(*pivirtv1.DHCPLeaseSpec)
+	if !ok || l.Type != pivirtv1.LeaseDynamic {
+		return
+	}
+	mac, err1 := net.ParseMAC(l.MACAddress)
+	ip, err2 := netip.ParseAddr(l.IPAddress)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	segs := m.ledger.segmentsByID()
+	switch {
+	case c.Type == store.Deleted || pivirtv1.PlacedElsewhere(c.Object, m.Node):
+		m.observeGone(c.Object, l, mac, segs)
+	case m.ownWrite(c):
+	case bindingChanged(oldSpec(c.Old), l) && !m.bound(l, mac, ip, segs):
+		m.importLease(c.Object.Metadata.Name, l, mac, ip, segs)
+	}
+}
+
+// ownWrite reports whether c is a write of this node's server: its
+// lease is labelled with this node and stamped with a new acked-at
+// (storeRecord stamps each write with its change's time; an operator's
+// edit keeps the stamp it read, or drops it).
+func (m *Manager) ownWrite(c reconcile.Change) bool {
+	at := ackedAt(c.Object)
+	return !at.IsZero() && c.Object.Metadata.Labels[pivirtv1.NodeLabel] == m.Node &&
+		(c.Old == nil || !ackedAt(c.Old).Equal(at))
+}
+
+// bound reports whether every segment serving l's network whose range
+// holds ip binds mac to ip until l's expiry already (BeforeCommit
+// imported it through this node's API).
+func (m *Manager) bound(l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, ip netip.Addr, segs map[uint32]segInfo) bool {
+	if l.ExpiresAt == nil {
+		return true // never served
+	}
+	for id, si := range segs {
+		if !si.seg.Names(l.Network) || !si.seg.InRange(ip) {
+			continue
+		}
+		c, live, _ := m.ledger.db.Lookup(id, mac)
+		if !live || c.IP != ip || !c.Expires.Truncate(time.Second).Equal(l.ExpiresAt.Truncate(time.Second)) {
+			return false
+		}
+	}
+	return true
+}
+
+// observeGone releases, in the segments serving l's network, mac's
+// binding when the lease object o went (deleted, or taken over by
+// another node) and the binding is no newer than o: the change o was
+// stored from (its acked-at), or, for an operator's object, one that
+// reaches no further than o's expiry. A newer binding (the client renewed
+// or came back since; its store write brings the object back) stays.
+func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, segs map[uint32]segInfo) {
+	at := ackedAt(o)
+	for id, si := range segs {
+		if !si.seg.Names(l.Network) {
+			continue
+		}
+		c, live, _ := m.ledger.db.Lookup(id, mac)
+		if !live || c.Static {
+			continue
+		}
+		if newer := at.IsZero() && (l.ExpiresAt == nil || c.Expires.Truncate(time.Second).After(*l.ExpiresAt)) ||
+			!at.IsZero() && c.At.After(at); newer {
+			continue
+		}
+		m.releaseDeletedLease(o.Metadata.Name, l.Network, mac, c.IP, map[uint32]segInfo{id: si})
+	}
+}
+
+// oldSpec is the spec of a change's previous version (nil if none or
+// unreadable).
+func oldSpec(o *pivirtv1.Object) pivirtv1.Spec {
+	if o == nil {
+		return nil
+	}
+	s, err := o.DefaultedSpec()
+	if err != nil {
+		return nil
+	}
+	return s
+}

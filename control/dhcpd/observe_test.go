@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"context"
+	"maps"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+)
+
+// TestObserveOtherWriters: on a shared store, what other processes write
+// of this node's leases reaches its server through the cache (Observe),
+// and only what went goes: a lease deleted through another node's API is
+// released, one another node took over with a newer ACK is released, one
+// the operator applied there is served; a deletion of a version older than
+// the server's binding (the client renewed since), another node's older
+// ACK, and the server's own writes change nothing. On a store only this
+// process writes, Observe does nothing (BeforeCommit saw every write).
+func TestObserveOtherWriters(t *testing.T) {
+	const macA, nameA = "52:54:00:a1:b2:c3", "lease-52-54-00-a1-b2-c3"
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	ip := netip.MustParseAddr
+	hwA, _ := net.ParseMAC(macA)
+	// relabel is o placed on node, stamped as ACKed at `at` (zero: unstamped).
+	relabel := func(o *pivirtv1.Object, node string, at time.Time) *pivirtv1.Object {
+		c := *o
+		c.Metadata.Labels = maps.Clone(o.Metadata.Labels)
+		c.Metadata.Annotations = maps.Clone(o.Metadata.Annotations)
+		if c.Metadata.Annotations == nil {
+			c.Metadata.Annotations = map[string]string{}
+		}
+		c.Metadata.Labels[pivirtv1.NodeLabel] = node
+		delete(c.Metadata.Annotations, AnnotationAckedAt)
+		if !at.IsZero() {
+			c.Metadata.Annotations[AnnotationAckedAt] = at.Format(time.RFC3339Nano)
+		}
+		return &c
+	}
+	// renew has A's client renew its lease (journaled, not stored yet).
+	renew := func(t *testing.T, f *segmentFixture, ipA string) {
+		t.Helper()
+		ch := change(server.Renewed, macA, ipA, exp.Add(time.Hour))
+		ch.Segment, ch.At = f.cfg.ID, time.Now()
+		if _, err := f.m.srv.Import(time.Now(), f.cfg.ID, ch.Lease, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.m.ledger.Persist(context.Background(), []server.LeaseChange{ch}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	operators := func(ipA string, exp time.Time) *pivirtv1.Object {
+		return decodeYAML(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: ` + nameA + `},
+			spec: {network: br-vm, macAddress: "` + macA + `", ipAddress: ` + ipA + `, type: dynamic, expiresAt: "` + exp.Format(time.RFC3339) + `"}}`)
+	}
+
+	for _, tc := range []struct {
+		name     string
+		unshared bool
+		// changes returns what the cache observes, after A's client was
+		// ACKed .120 and the lease stored (o).
+		changes func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change
+		want    netip.Addr // A's binding afterwards (invalid: none)
+	}{
+		{
+			name: "deleted through another node's API",
+			changes: func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change {
+				return []reconcile.Change{{Type: store.Deleted, Object: o}}
+			},
+		},
+		{
+			name: "an older version deleted: the client renewed since",
+			changes: func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change {
+				renew(t, f, "192.168.100.120")
+				return []reconcile.Change{{Type: store.Deleted, Object: o}}
+			},
+			want: ip("192.168.100.120"),
+		},
+		{
+			name: "taken over by another node's newer ACK",
+			changes: func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change {
+				return []reconcile.Change{{Type: store.Modified, Object: relabel(o, "n2", time.Now().Add(time.Second)), Old: o}}
+			},
+		},
+		{
+			name: "another node's older ACK stored over it",
+			changes: func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change {
+				return []reconcile.Change{{Type: store.Modified, Object: relabel(o, "n2", ackedAt(o).Add(-time.Minute)), Old: o}}
+			},
+			want: ip("192.168.100.120"),
+		},
+		{
+			name: "applied through another node's API",
+			changes: func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change {
+				return []reconcile.Change{{Type: store.Modified, Object: operators("192.168.100.130", exp), Old: o}}
+			},
+			want: ip("192.168.100.130"),
+		},
+		{
+			name: "the operator's lease deleted after its client renewed",
+			changes: func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change {
+				applied := operators("192.168.100.130", exp)
+				f.m.Observe(reconcile.Change{Type: store.Modified, Object: applied, Old: o})
+				renew(t, f, "192.168.100.130")
+				return []reconcile.Change{{Type: store.Deleted, Object: applied}}
+			},
+			want: ip("192.168.100.130"),
+		},
+		{
+			name: "the server's own write seen again",
+			changes: func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change {
+				return []reconcile.Change{{Type: store.Added, Object: o}, {Type: store.Modified, Object: o, Old: relabel(o, "n1", ackedAt(o).Add(-time.Minute))}}
+			},
+			want: ip("192.168.100.120"),
+		},
+		{
+			name:     "a store only this process writes",
+			unshared: true,
+			changes: func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change {
+				return []reconcile.Change{{Type: store.Deleted, Object: o}, {Type: store.Modified, Object: operators("192.168.100.130", exp), Old: o}}
+			},
+			want: ip("192.168.100.120"),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSegmentFixture(t)
+			f.ix.Shared, f.m.Node = true, "n1"
+			if err := f.m.ledger.recoverDB(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.m.ledger.db.Close() })
+			bindAndStore(t, f, macA, "192.168.100.120", exp)
+			o := storedLease(t, f.st, nameA)
+			if ackedAt(o).IsZero() || o.Metadata.Labels[pivirtv1.NodeLabel] != "n1" {
+				t.Fatalf("the server's lease is not stamped as n1's: %+v", o.Metadata)
+			}
+			changes := tc.changes(t, f, o)
+			c0, _, _ := f.m.ledger.db.Lookup(f.cfg.ID, hwA)
+			f.ix.Shared = !tc.unshared
+			for _, c := range changes {
+				f.m.Observe(c)
+			}
+
+			var got []netip.Addr
+			for _, l := range f.m.srv.Leases(f.cfg.ID) {
+				if l.MAC.String() == macA {
+					got = append(got, l.IP)
+				}
+			}
+			if len(got) > 1 || (len(got) == 1) != tc.want.IsValid() || (len(got) == 1 && got[0] != tc.want) {
+				t.Errorf("the server binds %s to %v, want %v", macA, got, tc.want)
+			}
+			c, live, _ := f.m.ledger.db.Lookup(f.cfg.ID, hwA)
+			if live != tc.want.IsValid() || (live && c.IP != tc.want) {
+				t.Errorf("the lease database holds %s at %s (live %v), want %v", macA, c.IP, live, tc.want)
+			}
+			if tc.want == ip("192.168.100.120") && c.Seq != c0.Seq {
+				t.Errorf("the database journaled a change (seq %d → %d) for a write that changed nothing", c0.Seq, c.Seq)
+			}
+			lm := f.m.Leases.(*leaseMap)
+			lm.mu.Lock()
+			pinned := lm.bound[macA]
+			lm.mu.Unlock()
+			if pinned != tc.want {
+				t.Errorf("pv_leases pins %s to %v, want %v", macA, pinned, tc.want)
+			}
+		})
+	}
+}
