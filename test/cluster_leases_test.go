@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+import (
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/testutil"
+)
+
+// TestPrivilegedClusterOperatorLeases: the operator's writes of leases
+// through one node's API reach the DHCP server of the node that serves
+// them as they land (dhcpd.Manager.Observe). A dynamic lease applied
+// through n2 for n1's network is n1's client's at once: pinned on n1, and
+// no other guest there is offered its address (before, n1's server did
+// not learn it until its segment restarted: the next guest was ACKed the
+// address, a double allocation). Deleted through n2, it is released on
+// n1, and so is a lease n1's server made when it is deleted through n2.
+func TestPrivilegedClusterOperatorLeases(t *testing.T) {
+	testutil.RequireTool(t, "dhclient")
+	nodes := startCluster(t, "n1", "n2")
+	n1, n2 := nodes[0], nodes[1]
+	for i, doc := range []string{clusterSeg("cl-n1", "n1", "br-cl1", "10", "50"), clusterSeg("cl-n2", "n2", "br-cl2", "51", "99")} {
+		if _, errOut, err := nodes[i].ctl(t, doc, "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply segment: %v: %s", err, errOut)
+		}
+	}
+	waitFor(t, 20*time.Second, "both segments Ready", func() bool {
+		out, _, _ := n1.ctl(t, "", "get", "segments")
+		return strings.Count(out, "Ready") == 2
+	})
+	pinnedOnN1 := func(mac net.HardwareAddr) bool {
+		return strings.Contains(n1.d.MustCtl("inspect", "map", "pv_leases"), mac.String())
+	}
+
+	// The first address of n1's range: the one n1 offers a new guest.
+	x := net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x02, 0x01}
+	xLease := `apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata: {name: ` + leaseName(x) + `}
+spec: {network: br-cl1, macAddress: "` + x.String() + `", ipAddress: 10.77.0.10, type: dynamic, expiresAt: "` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"}
+`
+	if _, errOut, err := n2.ctl(t, xLease, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply through n2: %v: %s", err, errOut)
+	}
+	// Within the watch's delivery, not the guard's 30 s resync.
+	waitFor(t, 5*time.Second, "n1 pins the lease applied through n2", func() bool { return pinnedOnN1(x) })
+	y := guest.Attach(t, n1.ns, "br-cl1", "", net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x02, 0x02})
+	y.Dhclient(t)
+	yAddr := y.Addr(t)
+	if yAddr == netip.MustParseAddr("10.77.0.10") || !inRange(yAddr, "10.77.0.10", "10.77.0.50") {
+		t.Fatalf("another guest on n1 got %v, want an address of n1's range other than 10.77.0.10 (the applied lease's)", yAddr)
+	}
+	xg := guest.Attach(t, n1.ns, "br-cl1", "", x)
+	xg.Dhclient(t)
+	if got := xg.Addr(t); got != netip.MustParseAddr("10.77.0.10") {
+		t.Fatalf("the applied lease's client got %v, want 10.77.0.10", got)
+	}
+
+	// Deleted through n2 (its client gone, no RELEASE): released on n1.
+	guest.KillPidFile(filepath.Join(xg.Dir, "pid"))
+	if _, errOut, err := n2.ctl(t, "", "delete", "lease", leaseName(x)); err != nil {
+		t.Fatalf("delete through n2: %v: %s", err, errOut)
+	}
+	waitFor(t, 5*time.Second, "n1 unpins the lease deleted through n2", func() bool { return !pinnedOnN1(x) })
+
+	// The lease n1's server made for y, deleted through n2: released on
+	// n1 too, and it stays so past n1's next guard pass.
+	yName := leaseName(y.MAC)
+	waitFor(t, 10*time.Second, "y's lease stored", func() bool { _, ok := n2.lease(t, yName); return ok })
+	guest.KillPidFile(filepath.Join(y.Dir, "pid"))
+	if _, errOut, err := n2.ctl(t, "", "delete", "lease", yName); err != nil {
+		t.Fatalf("delete through n2: %v: %s", err, errOut)
+	}
+	waitFor(t, 5*time.Second, "n1 unpins its server's lease deleted through n2", func() bool { return !pinnedOnN1(y.MAC) })
+	time.Sleep(2 * time.Second)
+	if pinnedOnN1(y.MAC) {
+		t.Error("n1 pinned the deleted lease again")
+	}
+	if _, ok := n1.lease(t, yName); ok {
+		t.Error("the deleted lease is back in the store")
+	}
+}
