@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"maps"
 	"runtime"
 	"slices"
@@ -62,10 +63,77 @@ func (lg *ledger) recover(ctx context.Context) error {
 			lg.Log.Info("stored lease changes from the journal", "changes", len(recs))
 		}
 	}
+	if err := lg.followStoreAtStart(ctx); err != nil {
+		lg.Log.Warn("comparing the lease database with the store at start", "err", err)
+	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	lg.stopWriter = cancel
 	lg.writerDone = make(chan struct{})
 	go lg.writeLoop(wctx)
+	return nil
+}
+
+// followStoreAtStart takes into the lease database what was written of
+// its dynamic leases while this pivirtd was not running (through another
+// node's API, or by another node taking a lease over): a lease whose
+// object went, or now is another node's with a newer ACK, ends; one the
+// operator edited is bound as the store has it. At run time Observe and
+// BeforeCommit take such writes as they land; at start nothing else
+// would, and the database, which pv_leases projects, would keep pinning
+// a binding the server (which starts from the store) no longer serves.
+// It needs the store to have every change of the database: a start
+// while the store is unreachable, or refuses the journal's backlog,
+// leaves the database as it is.
+func (lg *ledger) followStoreAtStart(ctx context.Context) error {
+	if lg.db.PendingCount() > 0 {
+		return nil // the store is behind the database: it cannot say what went
+	}
+	var live []leasedb.Change
+	lg.db.Known(func(uint32) bool { return true }, func(c leasedb.Change) {
+		if c.Kind.Durable() && !c.Static {
+			live = append(live, c)
+		}
+	})
+	if len(live) == 0 {
+		return nil
+	}
+	objs, _, err := lg.Store.List(ctx, pivirtv1.KindDHCPLease, nil)
+	if err != nil {
+		return err
+	}
+	byName := make(map[string]*pivirtv1.Object, len(objs))
+	for _, o := range objs {
+		byName[o.Metadata.Name] = o
+	}
+	now := lg.now()
+	var follow []leasedb.Change
+	for _, c := range live {
+		o := byName[LeaseName(c.MAC)]
+		end := c
+		end.Kind, end.FromStore, end.At = leasedb.Released, true, now
+		if o == nil || (pivirtv1.PlacedElsewhere(o, lg.Node) && !ackedAt(o).Before(c.At)) {
+			follow = append(follow, end)
+			continue
+		}
+		var spec pivirtv1.DHCPLeaseSpec
+		if err := json.Unmarshal(o.Spec, &spec); err != nil || spec.Type != pivirtv1.LeaseDynamic || spec.ExpiresAt == nil {
+			follow = append(follow, end) // a reservation took its name: not a lease of the server's
+			continue
+		}
+		ip, err := netip.ParseAddr(spec.IPAddress)
+		if err == nil && (ip != c.IP || !spec.ExpiresAt.Equal(c.Expires.Truncate(time.Second))) && spec.Network == c.Network {
+			bound := c
+			bound.Kind, bound.FromStore, bound.At, bound.IP, bound.Expires = leasedb.Bound, true, now, ip, *spec.ExpiresAt
+			follow = append(follow, bound)
+		}
+	}
+	if len(follow) == 0 {
+		return nil
+	}
+	if _, err := lg.db.Commit(follow); err != nil {
+		return err
+	}
+	lg.Log.Info("lease database follows what the store got while pivirtd was away", "leases", len(follow))
 	return nil
 }
 

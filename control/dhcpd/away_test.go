@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
+	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/control/store/bolt"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+)
+
+// TestFollowStoreAtStart: what was written of this node's leases while
+// its pivirtd was down (through another node's API, another node taking
+// a lease over) is taken into the lease database at the next start,
+// which pv_leases projects: a lease deleted meanwhile must not stay
+// pinned, while the server, which starts from the store, hands its
+// address to another client.
+func TestFollowStoreAtStart(t *testing.T) {
+	const mac = "52:54:00:00:00:01"
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	hw, _ := net.ParseMAC(mac)
+	for _, tc := range []struct {
+		name  string
+		while func(tx store.Tx, o *pivirtv1.Object) error // what happened while down
+		want  netip.Addr                                 // the database's binding after the start (invalid: none)
+	}{
+		{"nothing", nil, netip.MustParseAddr("192.168.100.101")},
+		{"deleted", func(tx store.Tx, o *pivirtv1.Object) error {
+			return tx.Delete(pivirtv1.KindDHCPLease, o.Metadata.Name, "")
+		}, netip.Addr{}},
+		{"taken over by another node's newer ACK", func(tx store.Tx, o *pivirtv1.Object) error {
+			o.Metadata.Labels[pivirtv1.NodeLabel] = "n2"
+			o.Metadata.Annotations[AnnotationAckedAt] = time.Now().Add(time.Minute).Format(time.RFC3339Nano)
+			return tx.Put(o)
+		}, netip.Addr{}},
+		{"its address edited by the operator", func(tx store.Tx, o *pivirtv1.Object) error {
+			var spec pivirtv1.DHCPLeaseSpec
+			if err := json.Unmarshal(o.Spec, &spec); err != nil {
+				return err
+			}
+			spec.IPAddress = "192.168.100.150"
+			o.Spec, _ = json.Marshal(spec)
+			return tx.Put(o)
+		}, netip.MustParseAddr("192.168.100.150")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			ix := admission.NewIndex()
+			ix.Shared = true // stamps acked-at
+			applySegment(t, st, ix)
+			dir := filepath.Join(t.TempDir(), "journal")
+			before, _ := newManager(t, st, ix, dir)
+			before.Node = "n1"
+			if err := before.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ch := change(server.Bound, mac, "192.168.100.101", exp)
+			ch.At = time.Now()
+			if err := before.ledger.Persist(ctx, []server.LeaseChange{ch}); err != nil {
+				t.Fatal(err)
+			}
+			before.Stop() // stores it
+			if tc.while != nil {
+				if _, err := st.Update(ctx, func(tx store.Tx) error {
+					o, err := tx.Get(pivirtv1.KindDHCPLease, LeaseName(hw))
+					if err != nil {
+						return err
+					}
+					return tc.while(tx, o)
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			after, _ := newManager(t, st, ix, dir)
+			after.Node = "n1"
+			if err := after.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer after.Stop()
+			c, live, _ := after.ledger.db.Lookup(7, hw)
+			if live != tc.want.IsValid() || (live && c.IP != tc.want) {
+				t.Errorf("the lease database binds %s to %s (live %v), want %v", mac, c.IP, live, tc.want)
+			}
+			if live && !c.Expires.Equal(exp) {
+				t.Errorf("expiry %v, want %v", c.Expires, exp)
+			}
+			if c.Seq != 1 && tc.while == nil {
+				t.Errorf("a start that found nothing new journaled a change (seq %d)", c.Seq)
+			}
+		})
+	}
+}
