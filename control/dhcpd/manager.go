@@ -86,6 +86,8 @@ type Manager struct {
 
 	nmu      sync.Mutex
 	notMoved map[string]bool // clients told why they were not relocated (relocate.go)
+
+	undos undos // BeforeCommit's lease writes, until their commit is known (undo.go)
 }
 
 type running struct {
@@ -567,6 +569,7 @@ func serverSegment(seg segment.Segment) (server.Segment, error) {
 // reservations the revision they landed at.
 func (m *Manager) AfterCommit(expected, committed int64, err error) {
 	m.intents.committed(expected, committed, err)
+	m.settle(expected, err != nil)
 }
 
 // OriginServer is the admission.Options.Origin of the ledger's writes:
@@ -616,9 +619,9 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 			switch {
 			case w.Origin == OriginServer || reserving[mac.String()]:
 			case w.Deleted:
-				m.releaseDeletedLease(w.Object.Metadata.Name, l.Network, mac, ip, segs)
+				m.releaseDeletedLease(w.Object.Metadata.Name, l.Network, mac, ip, w.Revision, segs)
 			case bindingChanged(w.Old, l):
-				m.importLease(w.Object.Metadata.Name, l, mac, ip, segs)
+				m.importLease(w.Object.Metadata.Name, l, mac, ip, w.Revision, segs)
 			}
 			continue
 		}
@@ -665,7 +668,9 @@ func bindingChanged(old pivirtv1.Spec, l *pivirtv1.DHCPLeaseSpec) bool {
 // bound to another client, the lease expired, a renewal in flight) is
 // logged and left to the store: the collision report shows an address
 // two MACs hold.
-func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, ip netip.Addr, segs map[uint32]segInfo) {
+// rev is the revision BeforeCommit's transaction expects (0: committed
+// already, Observe): a failed commit puts the binding back (undo.go).
+func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, ip netip.Addr, rev int64, segs map[uint32]segInfo) {
 	if l.ExpiresAt == nil {
 		return // never served (segmentLeases)
 	}
@@ -681,6 +686,7 @@ func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.Ha
 		if !si.seg.Names(l.Network) || !si.seg.InRange(ip) {
 			continue
 		}
+		done := m.undoable(rev, id, mac)
 		ch, err := m.srv.Import(m.now(), id, lease, false)
 		if err != nil {
 			m.Log.Warn("dynamic lease applied but not served", "lease", name, "ip", ip, "mac", mac.String(), "err", err)
@@ -697,6 +703,7 @@ func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.Ha
 			m.Log.Warn("persisting an applied dynamic lease", "lease", name, "err", err)
 			continue
 		}
+		done()
 		m.Log.Info("dynamic lease applied: served as its client's", "lease", name, "ip", ip, "mac", mac.String(), "expires", ch.Lease.Expires)
 	}
 }
@@ -737,11 +744,13 @@ func (m *Manager) unreserve(name, network string, mac net.HardwareAddr, rev int6
 // binding of mac to ip that the operator deleted, and persists the
 // release (journal and pv_leases). A binding that is no longer that one
 // (the address passed to another client) is left alone.
-func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr, ip netip.Addr, segs map[uint32]segInfo) {
+// rev is as importLease's.
+func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr, ip netip.Addr, rev int64, segs map[uint32]segInfo) {
 	for id, si := range segs {
 		if !si.seg.Names(network) {
 			continue
 		}
+		done := m.undoable(rev, id, mac)
 		ch, err := m.srv.Release(m.now(), id, mac, ip)
 		if errors.Is(err, server.ErrInFlight) {
 			// Its store write re-creates the object.
@@ -756,6 +765,7 @@ func (m *Manager) releaseDeletedLease(name, network string, mac net.HardwareAddr
 			m.Log.Warn("persisting the release of a deleted lease", "lease", name, "err", err)
 			continue
 		}
+		done()
 		m.Log.Info("lease released by deletion", "lease", name, "ip", ip, "mac", mac.String())
 	}
 }

@@ -50,7 +50,7 @@ func (m *Manager) Observe(c reconcile.Change) {
 		m.observeGone(c.Object, l, mac, segs)
 	case m.ownWrite(c):
 	case bindingChanged(oldSpec(c.Old), l) && !m.bound(l, mac, ip, segs):
-		m.importLease(c.Object.Metadata.Name, l, mac, ip, segs)
+		m.importLease(c.Object.Metadata.Name, l, mac, ip, 0, segs)
 	}
 }
 
@@ -103,7 +103,7 @@ func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, mac
 			!at.IsZero() && c.At.After(at); newer {
 			continue
 		}
-		m.releaseDeletedLease(o.Metadata.Name, l.Network, mac, c.IP, map[uint32]segInfo{id: si})
+		m.releaseDeletedLease(o.Metadata.Name, l.Network, mac, c.IP, 0, map[uint32]segInfo{id: si})
 	}
 }
 
