@@ -31,7 +31,7 @@ func TestFollowStoreAtStart(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		while func(tx store.Tx, o *pivirtv1.Object) error // what happened while down
-		want  netip.Addr                                 // the database's binding after the start (invalid: none)
+		want  netip.Addr                                  // the database's binding after the start (invalid: none)
 	}{
 		{"nothing", nil, netip.MustParseAddr("192.168.100.101")},
 		{"deleted", func(tx store.Tx, o *pivirtv1.Object) error {

@@ -40,7 +40,7 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 	ip := netip.MustParseAddr
 
 	for _, tc := range []struct {
-		name string
+		name  string
 		setup func(t *testing.T, f *segmentFixture) // runs before the apply
 		apply string
 		want  netip.Addr // A's binding after the apply (invalid: none)

@@ -57,8 +57,8 @@ func TestObserveOtherWriters(t *testing.T) {
 		}
 	}
 	operators := func(ipA string, exp time.Time) *pivirtv1.Object {
-		return decodeYAML(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: ` + nameA + `},
-			spec: {network: br-vm, macAddress: "` + macA + `", ipAddress: ` + ipA + `, type: dynamic, expiresAt: "` + exp.Format(time.RFC3339) + `"}}`)
+		return decodeYAML(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+nameA+`},
+			spec: {network: br-vm, macAddress: "`+macA+`", ipAddress: `+ipA+`, type: dynamic, expiresAt: "`+exp.Format(time.RFC3339)+`"}}`)
 	}
 
 	for _, tc := range []struct {
