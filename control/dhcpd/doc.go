@@ -5,10 +5,13 @@
 // type each:
 //
 //   - Manager (manager.go, restore.go) starts, reconfigures and stops one
-//     responder per segment and feeds it the segment's settings, static
-//     reservations and the operator's deletions from the store, and, at a
-//     segment's start, the reservations' bindings and DECLINE probations
-//     the lease database keeps.
+//     responder per segment and feeds it the segment's settings and static
+//     reservations from the store, and, at a segment's start, the
+//     reservations' bindings and DECLINE probations the lease database
+//     keeps. What the operator writes of leases reaches the responders as
+//     it commits: through this node's API in BeforeCommit (manager.go,
+//     undone by AfterCommit if the commit fails: undo.go), through another
+//     node's, or by another node's server, from the watch (observe.go).
 //   - ledger (ledger.go, journal.go, projection.go) makes what the
 //     responders acknowledge durable and visible: every lease the state
 //     machine binds, renews or frees is committed to the node's lease
