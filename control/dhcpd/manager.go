@@ -212,6 +212,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			if err != nil {
 				m.Log.Warn("some stored leases were not loaded", "segment", seg.Name, "err", err)
 			}
+			m.adoptStored(cfg)
 			if err := m.ledger.restoreDeclined(m.now(), cfg.ID); err != nil {
 				errs = append(errs, err)
 			}

@@ -19,13 +19,14 @@ import (
 
 // pv_leases is a projection of the lease database. The responders' ACKs
 // reach the database first and pv_leases at once after (ledger.persist);
-// the guard's sync converges the map to compile's entries with every
-// binding the database knows in the segments served here put over them
-// (ProjectLeases), so a store that lags behind the database (an ACK not
-// stored yet, a release whose object is still there) never unpins or
-// pins anything. A key the database does not know keeps compile's entry:
-// a reservation, or a lease only the store holds (another node's, or
-// applied by the operator).
+// the guard's sync converges the map to compile's entries, except that
+// in the segments served here the dynamic entries are the database's
+// alone (ProjectLeases), so a store that lags behind the database (an
+// ACK not stored yet, a release whose object is still there) never
+// unpins or pins anything. The database holds every binding the server
+// serves: its own, the operator's (BeforeCommit, Observe), and those a
+// segment's start took from the store alone (adoptStored). Compile's
+// entries stand for reservations and for segments not served here.
 //
 // The projection is computed before the sync writes the map: an ACK
 // committed and bound in between would be undone by a write made from
@@ -36,12 +37,13 @@ import (
 
 // ProjectLeases puts the lease database's view over leases, the
 // pv_leases content compile derived from the store: in every segment
-// DHCP is served on here, each binding the database knows is pinned
-// while it lasts (not expired, or held by the interlock) and unpinned
-// once it ended, and a reservation is bound by the binding of its
-// address. keys limits it to those keys (a guard's pass over changed
-// objects); nil: every key. `pivirtctl inspect desired pv_leases` shows
-// the live map's drift from it.
+// DHCP is served on here, the dynamic entries are the database's alone
+// (each binding it knows pinned while it lasts, not expired or held by
+// the interlock, and unpinned once it ended; compile's copies of the
+// store's dynamic leases dropped), and a reservation is bound by the
+// binding of its address. keys limits it to those keys (a guard's pass
+// over changed objects); nil: every key. `pivirtctl inspect desired
+// pv_leases` shows the live map's drift from it.
 func (m *Manager) ProjectLeases(leases map[leasemap.Key]leasemap.Value, keys []leasemap.Key, clockOffset time.Duration) {
 	m.init()
 	lg := m.ledger
@@ -50,22 +52,38 @@ func (m *Manager) ProjectLeases(leases map[leasemap.Key]leasemap.Value, keys []l
 	}
 	segs := lg.segmentsByID()
 	now := lg.now()
-	if keys != nil {
-		for _, k := range keys {
-			si, served := segs[k.SegId]
-			if !served {
-				continue
-			}
-			if c, _, known := lg.db.Lookup(k.SegId, net.HardwareAddr(k.Mac[:])); known {
-				project(leases, k, c, si, now, clockOffset)
+	if keys == nil {
+		for k, v := range leases {
+			if _, served := segs[k.SegId]; served && v.LeaseFlags()&guard.LeaseStatic == 0 {
+				keys = append(keys, k) // compile's dynamic entries: the database decides each
 			}
 		}
+		served := func(seg uint32) bool { _, ok := segs[seg]; return ok }
+		lg.db.Known(served, func(c leasedb.Change) {
+			project(leases, leasemap.NewKey(c.Segment, [6]byte(c.MAC)), c, segs[c.Segment], now, clockOffset)
+		})
+	}
+	for _, k := range keys {
+		lg.projectKey(leases, k, segs, now, clockOffset)
+	}
+}
+
+// projectKey sets key k of leases as the database says, in a segment
+// served here: what project makes of the binding's last change, or, for
+// a binding the database does not know, no dynamic entry (a store's
+// lease the server does not serve: refused, or not its own).
+func (lg *ledger) projectKey(leases map[leasemap.Key]leasemap.Value, k leasemap.Key, segs map[uint32]segInfo, now time.Time, clockOffset time.Duration) {
+	si, served := segs[k.SegId]
+	if !served {
 		return
 	}
-	served := func(seg uint32) bool { _, ok := segs[seg]; return ok }
-	lg.db.Known(served, func(c leasedb.Change) {
-		project(leases, leasemap.NewKey(c.Segment, [6]byte(c.MAC)), c, segs[c.Segment], now, clockOffset)
-	})
+	if c, _, known := lg.db.Lookup(k.SegId, net.HardwareAddr(k.Mac[:])); known {
+		project(leases, k, c, si, now, clockOffset)
+		return
+	}
+	if v, ok := leases[k]; ok && v.LeaseFlags()&guard.LeaseStatic == 0 {
+		delete(leases, k)
+	}
 }
 
 // project sets key k of leases to what the database's last change c of
@@ -161,11 +179,7 @@ func (t pinTable) Delete(k leasemap.Key) error {
 // write writes want[k] projected from the database; its key's lock held.
 func (t pinTable) write(k leasemap.Key, want map[leasemap.Key]leasemap.Value) error {
 	if t.lg.db != nil {
-		if si, served := t.lg.segmentsByID()[k.SegId]; served {
-			if c, _, known := t.lg.db.Lookup(k.SegId, net.HardwareAddr(k.Mac[:])); known {
-				project(want, k, c, si, t.lg.now(), t.clockOffset)
-			}
-		}
+		t.lg.projectKey(want, k, t.lg.segmentsByID(), t.lg.now(), t.clockOffset)
 	}
 	if v, ok := want[k]; ok {
 		return t.Keyed.Put(k, v)

@@ -31,9 +31,10 @@ import (
 // TestProjectLeases: in a segment this node serves, every binding the
 // lease database knows is pinned while it lasts and unpinned once it
 // ended, whatever a store that lags behind says, and a reservation is
-// bound by the binding of its address only; what the database does not
-// know, and another segment's entries, stay compile's. Limited to some
-// keys, only those change.
+// bound by the binding of its address only; a dynamic lease only the
+// store holds is not pinned there (the server does not serve it), while
+// reservations the database does not know, and another segment's
+// entries, stay compile's. Limited to some keys, only those change.
 func TestProjectLeases(t *testing.T) {
 	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
 	if err != nil {
@@ -73,7 +74,7 @@ func TestProjectLeases(t *testing.T) {
 		key(7, "52:54:00:00:00:03"): reservation("192.168.100.150"),
 		key(7, "52:54:00:00:00:04"): reservation("192.168.100.160"),
 		key(7, "52:54:00:00:00:06"): dynamic("192.168.100.106", exp), // a store not caught up yet
-		key(7, "52:54:00:00:00:07"): dynamic("192.168.100.107", exp), // in the store only
+		key(7, "52:54:00:00:00:07"): dynamic("192.168.100.107", exp), // in the store only: not the server's
 		key(7, "52:54:00:00:00:08"): reservation("192.168.100.151"),
 		key(7, "52:54:00:00:00:0a"): reservation("192.168.100.170"),  // never ACKed
 		key(9, "52:54:00:00:00:09"): dynamic("192.168.100.109", exp), // a segment not served here
@@ -93,7 +94,6 @@ func TestProjectLeases(t *testing.T) {
 		key(7, "52:54:00:00:00:03"): leasemap.NewValue(ip("192.168.100.150"), guard.LeaseStatic, exp, time.Hour, 0),
 		key(7, "52:54:00:00:00:04"): reservation("192.168.100.160"),
 		key(7, "52:54:00:00:00:05"): dynamic("192.168.100.105", pivirtv1.PinExpiry(past, true)),
-		key(7, "52:54:00:00:00:07"): dynamic("192.168.100.107", exp),
 		key(7, "52:54:00:00:00:08"): reservation("192.168.100.151"),
 		key(7, "52:54:00:00:00:0a"): reservation("192.168.100.170"),
 		key(9, "52:54:00:00:00:09"): dynamic("192.168.100.109", exp),
@@ -296,5 +296,58 @@ func TestGuardLeasesNeverUndoAnACK(t *testing.T) {
 			t.Error("writing the sync's desired content straight to the map undid nothing: the test shows no race")
 		}
 		m.ledger.db.Close()
+	}
+}
+
+// TestStoredLeasesAdoptedAtStart: the leases a starting segment's server
+// takes from the store alone (stored by a release before the lease
+// database, or applied while no segment served them) go into the
+// database, so pv_leases, which in a served segment pins only what the
+// database holds, keeps pinning them; a reservation's binding goes in as
+// the reservation's. A MAC the database knows of is left as it says.
+func TestStoredLeasesAdoptedAtStart(t *testing.T) {
+	f := newSegmentFixture(t)
+	if err := f.m.ledger.recoverDB(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.m.ledger.db.Close() })
+	id, now := f.cfg.ID, time.Now()
+	exp := now.Add(time.Hour).Truncate(time.Second)
+	ip := netip.MustParseAddr
+	dyn, res, known := mustMAC(t, "52:54:00:00:00:a1"), mustMAC(t, "52:54:00:00:00:a2"), mustMAC(t, "52:54:00:00:00:a3")
+	// The database knows a3's binding ended; the store lags behind.
+	ended := change(server.Released, known.String(), "192.168.100.130", exp)
+	ended.Segment = id
+	if _, err := f.m.ledger.db.Commit([]leasedb.Change{dbChange(ended, "br-vm")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.srv.SetReservations(now, id, []server.Reservation{{MAC: res, IP: ip("192.168.100.140")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.srv.LoadLeases(now, id, []server.Lease{
+		{IP: ip("192.168.100.120"), MAC: dyn, Expires: exp},
+		{IP: ip("192.168.100.140"), MAC: res, Expires: exp},
+		{IP: ip("192.168.100.130"), MAC: known, Expires: exp},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.m.adoptStored(f.cfg)
+
+	for _, tc := range []struct {
+		mac    net.HardwareAddr
+		live   bool
+		static bool
+	}{{dyn, true, false}, {res, true, true}, {known, false, false}} {
+		c, live, _ := f.m.ledger.db.Lookup(id, tc.mac)
+		if live != tc.live || c.Static != tc.static {
+			t.Errorf("%s: the database holds %+v (live %v), want live %v, static %v", tc.mac, c, live, tc.live, tc.static)
+		}
+	}
+	compiled := map[leasemap.Key]leasemap.Value{
+		leasemap.NewKey(id, [6]byte(dyn)): leasemap.NewValue(ip("192.168.100.120"), 0, exp, time.Hour, 0),
+	}
+	f.m.ProjectLeases(compiled, nil, 0)
+	if v, ok := compiled[leasemap.NewKey(id, [6]byte(dyn))]; !ok || v.IP() != ip("192.168.100.120") {
+		t.Errorf("the adopted lease is not pinned: %v (present %v)", v, ok)
 	}
 }

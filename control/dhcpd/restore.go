@@ -70,3 +70,36 @@ func (lg *ledger) restoreDeclined(now time.Time, id uint32) error {
 func staticBound(seg uint32, network string, l server.Lease, at time.Time) leasedb.Change {
 	return leasedb.Change{Kind: leasedb.Bound, Segment: seg, Network: network, IP: l.IP, MAC: l.MAC, Expires: l.Expires, At: at, Static: true}
 }
+
+// adoptStored gives the lease database the bindings a starting segment's
+// server took from the store alone (leases stored by a release before
+// the database, or applied while no segment served them): from then on
+// the database holds every binding the server serves, and pv_leases, its
+// projection, pins them. Journaled as following the store (never
+// exported); a MAC the database knows of is left as it says.
+func (m *Manager) adoptStored(cfg server.Segment) {
+	if m.ledger.db == nil {
+		return
+	}
+	reserved := map[string]bool{}
+	for _, l := range m.srv.ReservedLeases(cfg.ID) {
+		reserved[l.MAC.String()] = true
+	}
+	now := m.now()
+	var cs []leasedb.Change
+	for _, l := range m.srv.Leases(cfg.ID) {
+		if _, _, known := m.ledger.db.Lookup(cfg.ID, l.MAC); known {
+			continue
+		}
+		cs = append(cs, leasedb.Change{Kind: leasedb.Bound, Segment: cfg.ID, Network: cfg.Bridge, IP: l.IP, MAC: l.MAC,
+			ClientID: l.ClientID, Hostname: l.Hostname, Expires: l.Expires, At: now, Static: reserved[l.MAC.String()], FromStore: true})
+	}
+	if len(cs) == 0 {
+		return
+	}
+	if _, err := m.ledger.db.Commit(cs); err != nil {
+		m.Log.Warn("taking the stored leases of a segment into the lease database", "segment", cfg.Name, "err", err)
+		return
+	}
+	m.Log.Info("stored leases taken into the lease database", "segment", cfg.Name, "leases", len(cs))
+}
