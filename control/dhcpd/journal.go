@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -49,16 +50,30 @@ func (lg *ledger) recover(ctx context.Context) error {
 	if err := lg.recoverDB(); err != nil {
 		return err
 	}
-	recs := toRecords(lg.db.Pending())
-	// The journal never keeps pivirtd from starting: what the store
-	// refuses is resolved record by record (storeRecords), and a store
-	// that fails outright leaves the records pending for the writer,
-	// which retries them while DHCP serves.
-	if len(recs) > 0 {
+	lg.catchUp(ctx)
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	lg.stopWriter = cancel
+	lg.writerDone = make(chan struct{})
+	go lg.writeLoop(wctx)
+	return nil
+}
+
+// catchUp brings the store and the lease database level at start: it
+// stores what the database has pending (a crash between the two steps),
+// then takes into the database what the store got meanwhile. The journal
+// never keeps pivirtd from starting: what the store refuses is resolved
+// record by record (storeRecords), and a store that fails outright
+// leaves the records pending for the writer, which retries them while
+// DHCP serves.
+func (lg *ledger) catchUp(ctx context.Context) {
+	if recs := toRecords(lg.db.Pending()); len(recs) > 0 {
 		if err := lg.exportRecords(ctx, recs); err != nil {
 			lg.storeErrors.Add(1)
 			lg.Log.Warn("storing journaled lease changes at start; the writer retries them", "changes", len(recs), "err", err)
-			lg.wake <- struct{}{}
+			select {
+			case lg.wake <- struct{}{}:
+			default:
+			}
 		} else {
 			lg.Log.Info("stored lease changes from the journal", "changes", len(recs))
 		}
@@ -66,11 +81,6 @@ func (lg *ledger) recover(ctx context.Context) error {
 	if err := lg.followStoreAtStart(ctx); err != nil {
 		lg.Log.Warn("comparing the lease database with the store at start", "err", err)
 	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	lg.stopWriter = cancel
-	lg.writerDone = make(chan struct{})
-	go lg.writeLoop(wctx)
-	return nil
 }
 
 // followStoreAtStart takes into the lease database what was written of
@@ -102,15 +112,25 @@ func (lg *ledger) followStoreAtStart(ctx context.Context) error {
 		return err
 	}
 	byName := make(map[string]*pivirtv1.Object, len(objs))
+	reserved := map[string]netip.Addr{} // by MAC: a reservation's address
 	for _, o := range objs {
 		byName[o.Metadata.Name] = o
+		var spec pivirtv1.DHCPLeaseSpec
+		if json.Unmarshal(o.Spec, &spec) == nil && spec.Type != pivirtv1.LeaseDynamic {
+			if mac, err := net.ParseMAC(spec.MACAddress); err == nil {
+				reserved[mac.String()], _ = netip.ParseAddr(spec.IPAddress)
+			}
+		}
 	}
 	now := lg.now()
-	var follow []leasedb.Change
+	var follow []server.LeaseChange
 	for _, c := range live {
 		o := byName[LeaseName(c.MAC)]
-		end := c
-		end.Kind, end.FromStore, end.At = leasedb.Released, true, now
+		l := server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}
+		end := server.LeaseChange{Kind: server.Released, Segment: c.Segment, Lease: l, At: now}
+		if reserved[c.MAC.String()] == c.IP {
+			continue // a reservation of its address took it over: its binding now
+		}
 		if o == nil || (pivirtv1.PlacedElsewhere(o, lg.Node) && !ackedAt(o).Before(c.At)) {
 			follow = append(follow, end)
 			continue
@@ -122,15 +142,15 @@ func (lg *ledger) followStoreAtStart(ctx context.Context) error {
 		}
 		ip, err := netip.ParseAddr(spec.IPAddress)
 		if err == nil && (ip != c.IP || !spec.ExpiresAt.Equal(c.Expires.Truncate(time.Second))) && spec.Network == c.Network {
-			bound := c
-			bound.Kind, bound.FromStore, bound.At, bound.IP, bound.Expires = leasedb.Bound, true, now, ip, *spec.ExpiresAt
-			follow = append(follow, bound)
+			l.IP, l.Expires = ip, *spec.ExpiresAt
+			follow = append(follow, server.LeaseChange{Kind: server.Bound, Segment: c.Segment, Lease: l, At: now})
 		}
 	}
 	if len(follow) == 0 {
 		return nil
 	}
-	if _, err := lg.db.Commit(follow); err != nil {
+	// Journaled and pinned or unpinned as what follows the store.
+	if err := lg.persistFromStore(follow); err != nil {
 		return err
 	}
 	lg.Log.Info("lease database follows what the store got while pivirtd was away", "leases", len(follow))
@@ -203,9 +223,11 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 	cs := make([]leasedb.Change, 0, len(changes))
 	for _, ch := range changes {
 		seg, ok := segs[ch.Segment]
-		if !ok {
+		if !ok && !fromStore {
 			continue // a segment being stopped: its tables go with it
 		}
+		// What follows the store is kept before the segments start too
+		// (Recover's catch-up); it is never exported, so needs no network.
 		c := dbChange(ch, seg.bridge)
 		c.FromStore = fromStore
 		cs = append(cs, c)
@@ -405,6 +427,15 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 // if the server still holds it as that change left it.
 func (lg *ledger) dropNotStored(ch server.LeaseChange) {
 	rel, err := lg.srv.Release(lg.now(), ch.Segment, ch.Lease.MAC, ch.Lease.IP)
+	if errors.Is(err, server.ErrNoSegment) {
+		// Before the segments start (Recover's catch-up): the database
+		// alone holds the binding, if it is still this change's.
+		c, live, _ := lg.db.Lookup(ch.Segment, ch.Lease.MAC)
+		if !live || c.IP != ch.Lease.IP {
+			return
+		}
+		rel, err = server.LeaseChange{Kind: server.Released, Segment: ch.Segment, Lease: ch.Lease, At: lg.now(), Static: c.Static}, nil
+	}
 	if err != nil {
 		return
 	}

@@ -199,21 +199,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			}
 		}
 		if fresh {
-			if err := m.srv.SetElsewhere(cfg.ID, m.away[collision.NetworkOf(seg)]); err != nil {
-				errs = append(errs, err)
-			}
-			// Leases stored before a restart: same client, same address.
-			// A reservation's ACKs are not stored (the object is the
-			// operator's): their bindings come back from the lease
-			// database.
-			binds := m.legacyReservationBindings(cfg, static, m.reservationBindings(cfg, static, macSet(held)))
-			dynamic = append(withPending(dynamic, m.ledger, cfg.ID), binds...)
-			err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, dynamic), m.srv.LoadMoved(m.now(), cfg.ID, moved))
-			if err != nil {
-				m.Log.Warn("some stored leases were not loaded", "segment", seg.Name, "err", err)
-			}
-			m.adoptStored(cfg)
-			if err := m.ledger.restoreDeclined(m.now(), cfg.ID); err != nil {
+			if err := m.loadTables(cfg, static, dynamic, moved, held, m.away[collision.NetworkOf(seg)]); err != nil {
 				errs = append(errs, err)
 			}
 			if err := m.start(seg, cfg.ID); err != nil {

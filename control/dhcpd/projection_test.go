@@ -331,7 +331,7 @@ func TestStoredLeasesAdoptedAtStart(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	f.m.adoptStored(f.cfg)
+	f.m.followServer(f.cfg)
 
 	for _, tc := range []struct {
 		mac    net.HardwareAddr

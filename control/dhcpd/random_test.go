@@ -22,6 +22,7 @@ import (
 	"pivirt.hu/pivirt/control/compile"
 	"pivirt.hu/pivirt/control/events"
 	"pivirt.hu/pivirt/control/leasedb"
+	"pivirt.hu/pivirt/control/reconcile"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"pivirt.hu/pivirt/dataplane/guard"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
@@ -33,11 +34,14 @@ import (
 // to them: DORA, renewals, RELEASE, DECLINE, the operator's deletions of
 // server-made leases, reservations applied and deleted (through the
 // admission hook, as pivirtctl does), the clock running past expiries,
-// the writer storing what is pending and the guard's sync of pv_leases
-// from the store. After every step:
+// the writer storing what is pending, the guard's sync of pv_leases
+// from the store, and kill -9 and a restart (from its own random stream,
+// so a seed's other steps stay as they were). After every step:
 //   - the database binds exactly what the server binds (MAC, address,
 //     expiry): the server is not a second truth;
-//   - pv_leases, after the guard's sync, is the database's projection.
+//   - pv_leases, after the guard's sync, is the database's projection;
+//   - a restart keeps every live binding as it was (no ACKed lease lost,
+//     none brought back).
 //
 // PIVIRT_LEDGER_SEED runs one seed; PIVIRT_LEDGER_STEPS sets the length.
 func TestRandomLedger(t *testing.T) {
@@ -58,6 +62,7 @@ type ledgerWorld struct {
 	t     *testing.T
 	f     *segmentFixture
 	rnd   *rand.Rand
+	crash *rand.Rand // when pivirtd is killed and restarted
 	now   time.Time
 	pins  *memLeases
 	macs  []net.HardwareAddr
@@ -71,23 +76,135 @@ type ledgerWorld struct {
 func runLedger(t *testing.T, seed uint64, steps int) {
 	f := newSegmentFixture(t)
 	w := &ledgerWorld{t: t, f: f, rnd: rand.New(rand.NewPCG(seed, seed^0x1ed6e2)), now: time.Now().Truncate(time.Second),
-		pins: &memLeases{m: map[leasemap.Key]leasemap.Value{}}}
+		crash: rand.New(rand.NewPCG(seed, seed^0xc4a54)), pins: &memLeases{m: map[leasemap.Key]leasemap.Value{}}}
 	f.m.Now = func() time.Time { return w.now }
 	f.m.Leases = w.pins
 	f.m.Events = events.NewRecorder(5)
 	if err := f.m.ledger.recoverDB(); err != nil { // the writer is run by hand (a step)
 		t.Fatal(err)
 	}
-	defer f.m.ledger.db.Close()
+	defer func() { w.f.m.ledger.db.Close() }()
 	for i := range 8 {
 		w.macs = append(w.macs, net.HardwareAddr{0x52, 0x54, 0, 0x55, 0, byte(i + 1)})
 	}
+	restarts := 0
 	for step := 1; step <= steps; step++ {
-		w.step()
-		if bad := w.violations(); len(bad) > 0 {
+		var bad []string
+		if w.crash.IntN(40) == 0 {
+			bad = w.restart()
+			restarts++
+		} else {
+			w.step()
+		}
+		if bad = append(bad, w.violations()...); len(bad) > 0 {
 			t.Fatalf("seed %d, step %d: %s\nlast steps:\n  %s", seed, step, strings.Join(bad, "\n"), strings.Join(w.trail[max(0, len(w.trail)-25):], "\n  "))
 		}
 	}
+	if steps >= 400 && restarts == 0 {
+		t.Fatalf("no restart in %d steps", steps)
+	}
+}
+
+// restart kills pivirtd (-9: no writer run, offers lost; the store,
+// the lease database's directory and pv_leases stay) and starts it again
+// as the daemon does: Recover's catch-up, then the segment's Sync from a
+// snapshot of the store. It returns the live bindings it did not keep.
+func (w *ledgerWorld) restart() []string {
+	w.logf("kill -9 pivirtd, start it again")
+	before := w.live()
+	f := w.f
+	held := f.m.ledger.segmentsByID()[f.cfg.ID].held
+	f.m.ledger.db.Close()
+	m, _ := newManager(w.t, f.st, f.ix, f.dir)
+	m.Now, m.Leases, m.Events = f.m.Now, w.pins, events.NewRecorder(5)
+	f.m = m
+	f.ix.BeforeCommit, f.ix.AfterCommit = m.BeforeCommit, m.AfterCommit
+	if err := m.ledger.recoverDB(); err != nil {
+		w.t.Fatal(err)
+	}
+	ctx := context.Background()
+	m.ledger.catchUp(ctx)
+	// A change the store refuses at the catch-up is resolved by its rule,
+	// as the writer would have: a binding the store will not hold ends.
+	for mac := range before {
+		hw, _ := net.ParseMAC(mac)
+		for _, ev := range m.Events.Events(pivirtv1.KindDHCPLease, LeaseName(hw)) {
+			if strings.Contains(ev.Message, "the lease is dropped") {
+				w.logf("  the store refused %s's lease: dropped", mac)
+				delete(before, mac)
+			}
+		}
+	}
+	if _, err := m.srv.SetSegment(f.cfg); err != nil {
+		w.t.Fatal(err)
+	}
+	m.ledger.setSegments(map[uint32]segInfo{f.cfg.ID: {seg: f.seg, bridge: "br-vm", leaseTime: time.Hour, held: held}})
+	objs, rev, err := f.st.List(ctx, pivirtv1.KindDHCPLease, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	snap := reconcile.Snapshot{Revision: rev, Objects: map[string][]*pivirtv1.Object{pivirtv1.KindDHCPLease: objs},
+		Decode: func(o *pivirtv1.Object) (pivirtv1.Spec, error) { return o.DefaultedSpec() }}
+	var heldMACs []net.HardwareAddr
+	heldNames := map[string]bool{}
+	for mac := range held {
+		hw, _ := net.ParseMAC(mac)
+		heldMACs = append(heldMACs, hw)
+		heldNames[LeaseName(hw)] = true
+	}
+	static, dynamic, moved := m.segmentLeases(f.seg, objs, snap, heldNames)
+	if os.Getenv("DBG") != "" {
+		for _, o := range objs {
+			w.logf("  DBG store %s %s", o.Metadata.Name, o.Spec)
+		}
+		for _, c := range m.ledger.db.Bindings(f.cfg.ID) {
+			w.logf("  DBG db %s %s %v static=%v fromstore=%v seq=%d", c.MAC, c.IP, c.Expires, c.Static, c.FromStore, c.Seq)
+		}
+		w.logf("  DBG static=%v dynamic=%v moved=%v pending=%v", static, dynamic, moved, m.ledger.db.Pending())
+	}
+	static, _ = m.loadReservations(f.seg.Name, f.cfg.ID, nil, static, rev, true)
+	// The binding of a reservation that moved to another address since
+	// is not given back (reservationBindings).
+	for _, r := range static {
+		if b, ok := before[r.MAC.String()]; ok && !strings.HasPrefix(b, r.IP.String()+" ") {
+			w.logf("  %s's reservation moved to %s: its binding %s goes", r.MAC, r.IP, b)
+			delete(before, r.MAC.String())
+		}
+	}
+	due, err := m.srv.SetHeld(m.now(), f.cfg.ID, heldMACs)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.persist(due)
+	if err := m.loadTables(f.cfg, static, dynamic, moved, heldMACs, nil); err != nil {
+		w.t.Fatal(err)
+	}
+	after := w.live()
+	var bad []string
+	for _, mac := range slices.Sorted(maps.Keys(before)) {
+		if after[mac] != before[mac] {
+			bad = append(bad, fmt.Sprintf("%s: bound %q before the restart, %q after", mac, before[mac], after[mac]))
+		}
+	}
+	for _, mac := range slices.Sorted(maps.Keys(after)) {
+		if _, ok := before[mac]; !ok {
+			bad = append(bad, fmt.Sprintf("%s: bound %q after the restart, nothing before", mac, after[mac]))
+		}
+	}
+	return bad
+}
+
+// live is what the server binds and serves now (not expired, or held),
+// by MAC.
+func (w *ledgerWorld) live() map[string]string {
+	held := w.f.m.ledger.segmentsByID()[w.f.cfg.ID].held
+	out := map[string]string{}
+	for _, l := range w.f.m.srv.Leases(w.f.cfg.ID) {
+		if w.now.Before(l.Expires) || held[l.MAC.String()] {
+			out[l.MAC.String()] = fmt.Sprint(l.IP, " ", l.Expires.Unix())
+		}
+	}
+	return out
 }
 
 func (w *ledgerWorld) logf(format string, a ...any) {
@@ -161,6 +278,10 @@ func (w *ledgerWorld) step() {
 			w.logf("decline %s %s", mac, l.IP)
 			w.handle(mac, dhcpv4.MessageTypeDecline, srvID, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(l.IP.AsSlice())))
 		}
+	case n < 62 && w.heldStored(mac):
+		w.logf("operator deletes %s: refused, the interlock holds it", LeaseName(mac))
+	case n < 70 && w.heldStored(mac):
+		w.logf("reserve %s: refused, it would supersede a lease the interlock holds", mac)
 	case n < 62:
 		w.logf("operator deletes %s", LeaseName(mac))
 		w.update(func(b *admission.Batch) error {
@@ -235,6 +356,18 @@ func (w *ledgerWorld) hold(mac net.HardwareAddr) {
 	if err := w.f.m.ledger.repinHeld(before); err != nil {
 		w.t.Fatal(err)
 	}
+}
+
+// heldStored reports whether the interlock holds mac's lease and the
+// store has it: admission refuses to delete it, or to apply a
+// reservation that would supersede it (the model holds the lock in the
+// segment's held set, not as the annotation admission reads).
+func (w *ledgerWorld) heldStored(mac net.HardwareAddr) bool {
+	if !w.f.m.ledger.segmentsByID()[w.f.cfg.ID].held[mac.String()] {
+		return false
+	}
+	_, err := w.f.st.Get(context.Background(), pivirtv1.KindDHCPLease, LeaseName(mac))
+	return err == nil
 }
 
 func resName(mac net.HardwareAddr) string { return "res-" + strings.ReplaceAll(mac.String(), ":", "") }

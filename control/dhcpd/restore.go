@@ -3,6 +3,8 @@
 package dhcpd
 
 import (
+	"errors"
+	"net"
 	"net/netip"
 	"time"
 
@@ -19,6 +21,25 @@ import (
 // database, which outlives the segment's tables: a restart, or a segment
 // deleted and applied again, gets them back here (Kea keeps a declined
 // lease in its lease file for the same reason).
+
+// loadTables fills the tables of a starting segment, whose settings,
+// reservations (static) and held set the server has: the addresses
+// other nodes hold (away); its bindings, which are the store's leases
+// (dynamic, and moved: served outside its range) brought up to the
+// changes the store lacks (withPending) with the reservations' bindings
+// from the lease database (same client, same address across a restart);
+// what the database lacks of them (adoptStored); its DECLINE probations.
+func (m *Manager) loadTables(cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held []net.HardwareAddr, away []server.Holding) error {
+	errs := []error{m.srv.SetElsewhere(cfg.ID, away)}
+	binds := m.legacyReservationBindings(cfg, static, m.reservationBindings(cfg, static, macSet(held)))
+	dynamic = append(withPending(dynamic, m.ledger, cfg.ID), binds...)
+	if err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, dynamic), m.srv.LoadMoved(m.now(), cfg.ID, moved)); err != nil {
+		m.Log.Warn("some stored leases were not loaded", "segment", cfg.Name, "err", err)
+	}
+	m.followServer(cfg)
+	errs = append(errs, m.ledger.restoreDeclined(m.now(), cfg.ID))
+	return errors.Join(errs...)
+}
 
 // reservationBindings returns the bindings the lease database holds for
 // a starting segment's reservations (static: MAC to address) and pins
@@ -71,13 +92,15 @@ func staticBound(seg uint32, network string, l server.Lease, at time.Time) lease
 	return leasedb.Change{Kind: leasedb.Bound, Segment: seg, Network: network, IP: l.IP, MAC: l.MAC, Expires: l.Expires, At: at, Static: true}
 }
 
-// adoptStored gives the lease database the bindings a starting segment's
-// server took from the store alone (leases stored by a release before
-// the database, or applied while no segment served them): from then on
-// the database holds every binding the server serves, and pv_leases, its
-// projection, pins them. Journaled as following the store (never
-// exported); a MAC the database knows of is left as it says.
-func (m *Manager) adoptStored(cfg server.Segment) {
+// followServer makes the lease database hold what a starting segment's
+// server took: the bindings it took from the store alone (leases stored
+// by a release before the database, or applied while no segment served
+// them) go in, journaled as following the store (never exported), so
+// pv_leases, its projection, pins them; the database's bindings it did
+// not take (a reservation's whose reservation moved since, one expired,
+// one refused beside another) end, and are unpinned. A MAC the database
+// knows an end of is left as it says.
+func (m *Manager) followServer(cfg server.Segment) {
 	if m.ledger.db == nil {
 		return
 	}
@@ -86,20 +109,36 @@ func (m *Manager) adoptStored(cfg server.Segment) {
 		reserved[l.MAC.String()] = true
 	}
 	now := m.now()
-	var cs []leasedb.Change
+	took := map[string]netip.Addr{}
+	var adopt []leasedb.Change
 	for _, l := range m.srv.Leases(cfg.ID) {
+		took[l.MAC.String()] = l.IP
 		if _, _, known := m.ledger.db.Lookup(cfg.ID, l.MAC); known {
 			continue
 		}
-		cs = append(cs, leasedb.Change{Kind: leasedb.Bound, Segment: cfg.ID, Network: cfg.Bridge, IP: l.IP, MAC: l.MAC,
+		adopt = append(adopt, leasedb.Change{Kind: leasedb.Bound, Segment: cfg.ID, Network: cfg.Bridge, IP: l.IP, MAC: l.MAC,
 			ClientID: l.ClientID, Hostname: l.Hostname, Expires: l.Expires, At: now, Static: reserved[l.MAC.String()], FromStore: true})
 	}
-	if len(cs) == 0 {
-		return
+	var ends []server.LeaseChange
+	for _, c := range m.ledger.db.Bindings(cfg.ID) {
+		if ip, ok := took[c.MAC.String()]; ok && ip == c.IP {
+			continue
+		}
+		ends = append(ends, server.LeaseChange{Kind: server.Released, Segment: cfg.ID, At: now, Static: c.Static,
+			Lease: server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}})
 	}
-	if _, err := m.ledger.db.Commit(cs); err != nil {
-		m.Log.Warn("taking the stored leases of a segment into the lease database", "segment", cfg.Name, "err", err)
-		return
+	if len(adopt) > 0 {
+		if _, err := m.ledger.db.Commit(adopt); err != nil {
+			m.Log.Warn("taking the stored leases of a segment into the lease database", "segment", cfg.Name, "err", err)
+		} else {
+			m.Log.Info("stored leases taken into the lease database", "segment", cfg.Name, "leases", len(adopt))
+		}
 	}
-	m.Log.Info("stored leases taken into the lease database", "segment", cfg.Name, "leases", len(cs))
+	if len(ends) > 0 {
+		if err := m.ledger.persistFromStore(ends); err != nil {
+			m.Log.Warn("ending the bindings a segment's start did not take", "segment", cfg.Name, "err", err)
+		} else {
+			m.Log.Info("bindings the segment's start did not take ended", "segment", cfg.Name, "bindings", len(ends))
+		}
+	}
 }
