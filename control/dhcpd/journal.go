@@ -427,7 +427,7 @@ func (lg *ledger) storeRecords(ctx context.Context, recs []record) error {
 // if the server still holds it as that change left it.
 func (lg *ledger) dropNotStored(ch server.LeaseChange) {
 	rel, err := lg.srv.Release(lg.now(), ch.Segment, ch.Lease.MAC, ch.Lease.IP)
-	if errors.Is(err, server.ErrNoSegment) {
+	if errors.Is(err, server.ErrNoSegment) && lg.db != nil {
 		// Before the segments start (Recover's catch-up): the database
 		// alone holds the binding, if it is still this change's.
 		c, live, _ := lg.db.Lookup(ch.Segment, ch.Lease.MAC)
@@ -594,31 +594,76 @@ func (lg *ledger) resolveRefused(r record, err error) {
 			break
 		}
 		lg.dropNotStored(ch)
+		// A lease the store still holds for the MAC (an older address,
+		// whose end a later change of the batch replaced) is not the
+		// server's any more: it goes, unless the interlock holds it, and
+		// then the server follows the store.
+		if derr := lg.deleteStored(ch); isRefusal(derr) {
+			if l, ok := lg.bindStored(ch); ok {
+				rule += fmt.Sprintf("; the interlock holds its stored lease of %s, which stays bound", l.IP)
+			}
+		} else if derr != nil {
+			rule += "; its stored lease could not be deleted: " + derr.Error()
+		}
 	default:
 		rule = "the stored lease stays bound"
-		exp := ch.Lease.Expires
-		if o, gerr := lg.Store.Get(context.Background(), pivirtv1.KindDHCPLease, name); gerr == nil {
-			var spec pivirtv1.DHCPLeaseSpec
-			if jerr := json.Unmarshal(o.Spec, &spec); jerr == nil && spec.ExpiresAt != nil && spec.ExpiresAt.After(exp) {
-				exp = *spec.ExpiresAt
-			}
-		}
-		l := ch.Lease
-		l.Expires = exp
-		// Before the responders run (Recover) the segment is unknown: the
-		// server loads the stored lease when it starts.
-		if lerr := lg.srv.LoadLeases(lg.now(), ch.Segment, []server.Lease{l}); lerr != nil && !errors.Is(lerr, server.ErrNoSegment) {
-			rule += "; the server could not bind it again: " + lerr.Error()
-		}
-		// The database binds it again as stored, and pins it.
-		bound := server.LeaseChange{Kind: server.Bound, Segment: ch.Segment, Lease: l, At: lg.now()}
-		if perr := lg.persistFromStore([]server.LeaseChange{bound}); perr != nil {
-			lg.Log.Warn("binding a held lease again", "lease", name, "err", perr)
+		if _, ok := lg.bindStored(ch); !ok {
+			rule += "; but the server could not bind it again"
 		}
 	}
 	msg := fmt.Sprintf("%s of %s for %s not stored: %v; %s", ch.Kind, ch.Lease.IP, ch.Lease.MAC, err, rule)
 	lg.Log.Warn("journaled lease change refused by the store", "lease", name, "change", ch.Kind.String(), "err", err, "rule", rule)
 	lg.Events.Record(pivirtv1.KindDHCPLease, name, events.Warning, "LeaseChangeRefused", msg)
+}
+
+// deleteStored deletes the server-made lease the store holds for ch's
+// MAC (none, or another node's: nothing to do).
+func (lg *ledger) deleteStored(ch server.LeaseChange) error {
+	name := LeaseName(ch.Lease.MAC)
+	_, err := lg.Index.Update(context.Background(), lg.Store, admission.Options{Now: lg.now(), Privileged: true, Origin: OriginServer}, func(b *admission.Batch) error {
+		cur, err := b.Get(pivirtv1.KindDHCPLease, name)
+		if err != nil || cur == nil || pivirtv1.PlacedElsewhere(cur, lg.Node) {
+			return nil
+		}
+		if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		return nil
+	})
+	return err
+}
+
+// bindStored binds, in the server, the lease database and pv_leases, the
+// dynamic lease the store holds for the MAC of ch, a change it refused:
+// the server follows the store. A release refused keeps the later of the
+// two expiries. Before the segments start (Recover) only the database
+// and pv_leases take it; the server loads it when its segment starts.
+func (lg *ledger) bindStored(ch server.LeaseChange) (server.Lease, bool) {
+	l, ok := ch.Lease, false
+	if o, err := lg.Store.Get(context.Background(), pivirtv1.KindDHCPLease, LeaseName(ch.Lease.MAC)); err == nil {
+		var spec pivirtv1.DHCPLeaseSpec
+		if json.Unmarshal(o.Spec, &spec) == nil && spec.Type == pivirtv1.LeaseDynamic && spec.ExpiresAt != nil {
+			if ip, err := netip.ParseAddr(spec.IPAddress); err == nil {
+				if ip != l.IP || spec.ExpiresAt.After(l.Expires) {
+					l.Expires = *spec.ExpiresAt
+				}
+				l.IP, l.Hostname, ok = ip, spec.Hostname, true
+			}
+		}
+	}
+	if !ok && ch.Kind.Durable() {
+		return l, false // nothing stored: the drop stands
+	}
+	if err := lg.srv.LoadLeases(lg.now(), ch.Segment, []server.Lease{l}); err != nil && !errors.Is(err, server.ErrNoSegment) {
+		lg.Log.Warn("binding the stored lease again", "lease", LeaseName(l.MAC), "err", err)
+		return l, false
+	}
+	bound := server.LeaseChange{Kind: server.Bound, Segment: ch.Segment, Lease: l, At: lg.now()}
+	if err := lg.persistFromStore([]server.LeaseChange{bound}); err != nil {
+		lg.Log.Warn("binding the stored lease again", "lease", LeaseName(l.MAC), "err", err)
+		return l, false
+	}
+	return l, true
 }
 
 // keepMeta carries over the labels, annotations and owner references an
