@@ -24,17 +24,7 @@ import (
 // n1, and so is a lease n1's server made when it is deleted through n2.
 func TestPrivilegedClusterOperatorLeases(t *testing.T) {
 	testutil.RequireTool(t, "dhclient")
-	nodes := startCluster(t, "n1", "n2")
-	n1, n2 := nodes[0], nodes[1]
-	for i, doc := range []string{clusterSeg("cl-n1", "n1", "br-cl1", "10", "50"), clusterSeg("cl-n2", "n2", "br-cl2", "51", "99")} {
-		if _, errOut, err := nodes[i].ctl(t, doc, "apply", "-f", "-"); err != nil {
-			t.Fatalf("apply segment: %v: %s", err, errOut)
-		}
-	}
-	waitFor(t, 20*time.Second, "both segments Ready", func() bool {
-		out, _, _ := n1.ctl(t, "", "get", "segments")
-		return strings.Count(out, "Ready") == 2
-	})
+	n1, n2 := startTwoSegments(t)
 	pinnedOnN1 := func(mac net.HardwareAddr) bool {
 		return strings.Contains(n1.d.MustCtl("inspect", "map", "pv_leases"), mac.String())
 	}

@@ -123,6 +123,24 @@ func startCluster(t *testing.T, nodes ...string) []clusterNode {
 	return out
 }
 
+// startTwoSegments starts a cluster of n1 and n2, each serving one
+// segment of the network 10.77.0.0/24 (n1 .10–.50 on br-cl1, n2 .51–.99
+// on br-cl2), applied through its own API and Ready.
+func startTwoSegments(t *testing.T) (n1, n2 clusterNode) {
+	t.Helper()
+	nodes := startCluster(t, "n1", "n2")
+	for i, doc := range []string{clusterSeg("cl-n1", "n1", "br-cl1", "10", "50"), clusterSeg("cl-n2", "n2", "br-cl2", "51", "99")} {
+		if _, errOut, err := nodes[i].ctl(t, doc, "apply", "-f", "-"); err != nil {
+			t.Fatalf("apply segment: %v: %s", err, errOut)
+		}
+	}
+	waitFor(t, 20*time.Second, "both segments Ready", func() bool {
+		out, _, _ := nodes[0].ctl(t, "", "get", "segments")
+		return strings.Count(out, "Ready") == 2
+	})
+	return nodes[0], nodes[1]
+}
+
 func clusterSeg(name, node, bridge, start, end string) string {
 	return `apiVersion: pivirt.hu/v1
 kind: NetworkSegment
@@ -244,17 +262,7 @@ func (n clusterNode) lease(t *testing.T, name string) (clusterLease, bool) {
 // offers no address a lease of n1 holds.
 func TestPrivilegedClusterMigration(t *testing.T) {
 	testutil.RequireTool(t, "dhclient")
-	nodes := startCluster(t, "n1", "n2")
-	n1, n2 := nodes[0], nodes[1]
-	for i, doc := range []string{clusterSeg("cl-n1", "n1", "br-cl1", "10", "50"), clusterSeg("cl-n2", "n2", "br-cl2", "51", "99")} {
-		if _, errOut, err := nodes[i].ctl(t, doc, "apply", "-f", "-"); err != nil {
-			t.Fatalf("apply segment: %v: %s", err, errOut)
-		}
-	}
-	waitFor(t, 20*time.Second, "both segments Ready", func() bool {
-		out, _, _ := n1.ctl(t, "", "get", "segments")
-		return strings.Count(out, "Ready") == 2
-	})
+	n1, n2 := startTwoSegments(t)
 
 	// An address the store shows another MAC's (here a lease n1 holds in
 	// n2's range) is never offered by n2: its first free address is the

@@ -140,6 +140,32 @@ func newSegmentFixture(t *testing.T) *segmentFixture {
 	return f
 }
 
+// wantBinding checks that the server, the lease database and pv_leases
+// all bind mac to want (invalid: none of them binds mac).
+func (f *segmentFixture) wantBinding(t *testing.T, mac net.HardwareAddr, want netip.Addr) {
+	t.Helper()
+	var got []netip.Addr
+	for _, l := range f.m.srv.Leases(f.cfg.ID) {
+		if l.MAC.String() == mac.String() {
+			got = append(got, l.IP)
+		}
+	}
+	if len(got) > 1 || (len(got) == 1) != want.IsValid() || (len(got) == 1 && got[0] != want) {
+		t.Errorf("the server binds %s to %v, want %v", mac, got, want)
+	}
+	c, live, _ := f.m.ledger.db.Lookup(f.cfg.ID, mac)
+	if live != want.IsValid() || (live && c.IP != want) {
+		t.Errorf("the lease database holds %s at %s (live %v), want %v", mac, c.IP, live, want)
+	}
+	lm := f.m.Leases.(*leaseMap)
+	lm.mu.Lock()
+	pinned := lm.bound[mac.String()]
+	lm.mu.Unlock()
+	if pinned != want {
+		t.Errorf("pv_leases pins %s to %v, want %v", mac, pinned, want)
+	}
+}
+
 // ask sends one client message to the fixture's server and returns the reply.
 func (f *segmentFixture) ask(t *testing.T, mac net.HardwareAddr, typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
 	t.Helper()

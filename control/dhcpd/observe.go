@@ -46,8 +46,16 @@ func (m *Manager) Observe(c reconcile.Change) {
 	}
 	segs := m.ledger.segmentsByID()
 	switch {
-	case c.Type == store.Deleted || pivirtv1.PlacedElsewhere(c.Object, m.Node):
-		m.observeGone(c.Object, l, mac, segs)
+	case c.Type == store.Deleted:
+		m.observeGone(c.Object, l, ackedAt(c.Object), mac, segs)
+	case pivirtv1.PlacedElsewhere(c.Object, m.Node):
+		// Taken over: the binding to end is the one of the lease as this
+		// node had it (its network), if the other node's ACK is newer.
+		had := l
+		if s, ok := oldSpec(c.Old).(*pivirtv1.DHCPLeaseSpec); ok && c.Old != nil && !pivirtv1.PlacedElsewhere(c.Old, m.Node) {
+			had = s
+		}
+		m.observeGone(c.Object, had, ackedAt(c.Object), mac, segs)
 	case m.ownWrite(c):
 	case bindingChanged(oldSpec(c.Old), l) && !m.bound(l, mac, ip, segs):
 		m.importLease(c.Object.Metadata.Name, l, mac, ip, 0, segs)
@@ -84,13 +92,13 @@ func (m *Manager) bound(l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, ip neti
 }
 
 // observeGone releases, in the segments serving l's network, mac's
-// binding when the lease object o went (deleted, or taken over by
-// another node) and the binding is no newer than o: the change o was
-// stored from (its acked-at), or, for an operator's object, one that
-// reaches no further than o's expiry. A newer binding (the client renewed
+// binding when its lease object o went (deleted: o is its last version,
+// l its spec; or taken over by another node: o is that node's, l the
+// spec this node had) and the binding is no newer than o: the change
+// stored at o's acked-at `at`, or, for an operator's object, one that
+// reaches no further than its expiry. A newer binding (the client renewed
 // or came back since; its store write brings the object back) stays.
-func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, segs map[uint32]segInfo) {
-	at := ackedAt(o)
+func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at time.Time, mac net.HardwareAddr, segs map[uint32]segInfo) {
 	for id, si := range segs {
 		if !si.seg.Names(l.Network) {
 			continue

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,6 +91,18 @@ func TestObserveOtherWriters(t *testing.T) {
 			},
 		},
 		{
+			// The other node stores it as its own segment's: under its bridge.
+			name: "taken over by another node's newer ACK, on its bridge",
+			changes: func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change {
+				moved := relabel(o, "n2", time.Now().Add(time.Second))
+				moved.Spec = []byte(strings.Replace(string(moved.Spec), `"network":"br-vm"`, `"network":"br-other"`, 1))
+				if !strings.Contains(string(moved.Spec), "br-other") {
+					t.Fatalf("no network to replace in %s", moved.Spec)
+				}
+				return []reconcile.Change{{Type: store.Modified, Object: moved, Old: o}}
+			},
+		},
+		{
 			name: "another node's older ACK stored over it",
 			changes: func(t *testing.T, f *segmentFixture, o *pivirtv1.Object) []reconcile.Change {
 				return []reconcile.Change{{Type: store.Modified, Object: relabel(o, "n2", ackedAt(o).Add(-time.Minute)), Old: o}}
@@ -148,28 +161,9 @@ func TestObserveOtherWriters(t *testing.T) {
 				f.m.Observe(c)
 			}
 
-			var got []netip.Addr
-			for _, l := range f.m.srv.Leases(f.cfg.ID) {
-				if l.MAC.String() == macA {
-					got = append(got, l.IP)
-				}
-			}
-			if len(got) > 1 || (len(got) == 1) != tc.want.IsValid() || (len(got) == 1 && got[0] != tc.want) {
-				t.Errorf("the server binds %s to %v, want %v", macA, got, tc.want)
-			}
-			c, live, _ := f.m.ledger.db.Lookup(f.cfg.ID, hwA)
-			if live != tc.want.IsValid() || (live && c.IP != tc.want) {
-				t.Errorf("the lease database holds %s at %s (live %v), want %v", macA, c.IP, live, tc.want)
-			}
-			if tc.want == ip("192.168.100.120") && c.Seq != c0.Seq {
+			f.wantBinding(t, hwA, tc.want)
+			if c, _, _ := f.m.ledger.db.Lookup(f.cfg.ID, hwA); tc.want == ip("192.168.100.120") && c.Seq != c0.Seq {
 				t.Errorf("the database journaled a change (seq %d → %d) for a write that changed nothing", c0.Seq, c.Seq)
-			}
-			lm := f.m.Leases.(*leaseMap)
-			lm.mu.Lock()
-			pinned := lm.bound[macA]
-			lm.mu.Unlock()
-			if pinned != tc.want {
-				t.Errorf("pv_leases pins %s to %v, want %v", macA, pinned, tc.want)
 			}
 		})
 	}

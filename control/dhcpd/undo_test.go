@@ -77,26 +77,7 @@ func TestFailedCommitPutsLeasesBack(t *testing.T) {
 			}
 			f.m.AfterCommit(rev, rev, err)
 
-			var got []netip.Addr
-			for _, l := range f.m.srv.Leases(f.cfg.ID) {
-				if l.MAC.String() == macA {
-					got = append(got, l.IP)
-				}
-			}
-			if len(got) > 1 || (len(got) == 1) != tc.want.IsValid() || (len(got) == 1 && got[0] != tc.want) {
-				t.Errorf("the server binds %s to %v, want %v", macA, got, tc.want)
-			}
-			c, live, _ := f.m.ledger.db.Lookup(f.cfg.ID, hwA)
-			if live != tc.want.IsValid() || (live && c.IP != tc.want) {
-				t.Errorf("the lease database holds %s at %s (live %v), want %v", macA, c.IP, live, tc.want)
-			}
-			lm := f.m.Leases.(*leaseMap)
-			lm.mu.Lock()
-			pinned := lm.bound[macA]
-			lm.mu.Unlock()
-			if pinned != tc.want {
-				t.Errorf("pv_leases pins %s to %v, want %v", macA, pinned, tc.want)
-			}
+			f.wantBinding(t, hwA, tc.want)
 		})
 	}
 }
