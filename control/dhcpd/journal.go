@@ -192,27 +192,6 @@ func dbChange(ch server.LeaseChange, network string) leasedb.Change {
 		Expires: ch.Lease.Expires, At: ch.At, Static: ch.Static, Until: ch.Until}
 }
 
-// pending returns segment seg's dynamic changes the store does not have
-// yet, each lease's newest: the leases they bind and the MACs whose lease
-// they end. A segment's tables start from the stored leases; after a
-// start while the store was unreachable, these are ACKs it lacks.
-func (lg *ledger) pending(seg uint32) (bound []server.Lease, ended map[string]bool) {
-	recs := latestPerLease(toRecords(lg.db.Pending()))
-	ended = map[string]bool{}
-	for _, r := range recs {
-		if r.Change.Segment != seg {
-			continue
-		}
-		switch r.Change.Kind {
-		case server.Bound, server.Renewed:
-			bound = append(bound, r.Change.Lease)
-		default:
-			ended[r.Change.Lease.MAC.String()] = true
-		}
-	}
-	return bound, ended
-}
-
 // journalChanges commits changes to the lease database and has the
 // writer store the dynamic ones, unless fromStore (persistFromStore). It
 // returns when they are durable.

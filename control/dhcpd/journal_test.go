@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -353,58 +352,4 @@ func processCPU() time.Duration {
 	var ru unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// TestWithPending: a segment's tables start from the stored leases
-// brought up to the journal's changes the store lacks (a start while
-// etcd is away): bound ones replace or add, ended ones go; other
-// segments' changes and reservations' are not the segment's leases.
-func TestWithPending(t *testing.T) {
-	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	stored := []server.Lease{
-		change(server.Bound, "52:54:00:00:00:01", "192.168.100.101", exp).Lease,
-		change(server.Bound, "52:54:00:00:00:02", "192.168.100.102", exp).Lease,
-	}
-	other := change(server.Bound, "52:54:00:00:00:05", "192.168.100.105", exp)
-	other.Segment = 8
-	tests := []struct {
-		name  string
-		queue []server.LeaseChange
-		want  map[string]string // MAC -> IP
-	}{
-		{"nothing pending", nil, map[string]string{"52:54:00:00:00:01": "192.168.100.101", "52:54:00:00:00:02": "192.168.100.102"}},
-		{"a new lease and a release", []server.LeaseChange{
-			change(server.Bound, "52:54:00:00:00:03", "192.168.100.103", exp),
-			change(server.Released, "52:54:00:00:00:02", "192.168.100.102", exp),
-		}, map[string]string{"52:54:00:00:00:01": "192.168.100.101", "52:54:00:00:00:03": "192.168.100.103"}},
-		{"the newest change of a lease counts", []server.LeaseChange{
-			change(server.Released, "52:54:00:00:00:01", "192.168.100.101", exp),
-			change(server.Bound, "52:54:00:00:00:01", "192.168.100.111", exp),
-		}, map[string]string{"52:54:00:00:00:01": "192.168.100.111", "52:54:00:00:00:02": "192.168.100.102"}},
-		{"another segment's and a reservation's", []server.LeaseChange{
-			other, staticChange(server.Released, "52:54:00:00:00:01", "192.168.100.101", exp),
-		}, map[string]string{"52:54:00:00:00:01": "192.168.100.101", "52:54:00:00:00:02": "192.168.100.102"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			db, err := leasedb.Open(t.TempDir(), leasedb.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			lg := &ledger{db: db}
-			for _, c := range tt.queue {
-				if _, err := db.Commit([]leasedb.Change{dbChange(c, "br-vm")}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got := map[string]string{}
-			for _, l := range withPending(slices.Clone(stored), lg, 7) {
-				got[l.MAC.String()] = l.IP.String()
-			}
-			if !maps.Equal(got, tt.want) {
-				t.Errorf("leases %v, want %v", got, tt.want)
-			}
-		})
-	}
 }

@@ -271,20 +271,6 @@ func (m *Manager) persistSuperseded(changes []server.LeaseChange) {
 	}
 }
 
-// withPending brings a segment's stored leases up to the ACKs its
-// journal holds and the store does not (a start while etcd is away).
-func withPending(stored []server.Lease, lg *ledger, seg uint32) []server.Lease {
-	bound, ended := lg.pending(seg)
-	if len(bound) == 0 && len(ended) == 0 {
-		return stored
-	}
-	for _, l := range bound {
-		ended[l.MAC.String()] = true // the journal's version replaces the stored one
-	}
-	out := slices.DeleteFunc(slices.Clone(stored), func(l server.Lease) bool { return ended[l.MAC.String()] })
-	return append(out, bound...)
-}
-
 // segmentLeases splits the stored leases of a segment into reservations,
 // dynamic leases of its range, and dynamic leases outside it that the
 // server serves all the same (moved): clients brought them from another

@@ -4,6 +4,7 @@ package dhcpd
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/netip"
 	"testing"
@@ -13,13 +14,16 @@ import (
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
-// TestReservationBindingsFromTheDatabase: the bindings of reservations
-// ACKed before a restart (or before their segment was deleted) come back
-// from the lease database when the segment starts, pinned again; the
-// expired ones (unless the interlock holds them), and those no longer
-// reserved at that address, do not. A dynamic binding that a reservation
-// of its address superseded counts as the reservation's.
-func TestReservationBindingsFromTheDatabase(t *testing.T) {
+// TestBindingsFromTheDatabase: what a starting segment's server binds
+// comes from the lease database: the bindings ACKed before a restart (or
+// before the segment was deleted), a reservation's pinned again; not the
+// expired ones (unless the interlock holds them), those no longer
+// reserved at that address, nor one outside the range the store's leases
+// do not serve there. A dynamic binding that a reservation of its
+// address superseded counts as the reservation's. The store's leases
+// count only for a MAC the database knows nothing of: a stale copy of a
+// binding that moved or ended since is not loaded.
+func TestBindingsFromTheDatabase(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	m, _ := newManager(t, nil, nil, dir)
@@ -36,6 +40,11 @@ func TestReservationBindingsFromTheDatabase(t *testing.T) {
 		staticChange(server.Bound, "52:54:00:00:00:05", "192.168.100.14", now.Add(time.Hour)),    // reservation deleted
 		change(server.Bound, "52:54:00:00:00:06", "192.168.100.15", now.Add(time.Hour)),          // dynamic, reserved since
 		change(server.Bound, "52:54:00:00:00:07", "192.168.100.16", now.Add(time.Hour)),          // dynamic
+		change(server.Bound, "52:54:00:00:00:08", "192.168.100.17", now.Add(time.Hour)),          // moved since (the store has .18)
+		change(server.Bound, "52:54:00:00:00:09", "192.168.100.19", now.Add(time.Hour)),          // ended since
+		change(server.Released, "52:54:00:00:00:09", "192.168.100.19", now.Add(time.Hour)),
+		change(server.Bound, "52:54:00:00:00:0a", "192.168.100.200", now.Add(time.Hour)), // outside the range, served there
+		change(server.Bound, "52:54:00:00:00:0b", "192.168.100.201", now.Add(time.Hour)), // outside the range, not served there
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -54,20 +63,33 @@ func TestReservationBindingsFromTheDatabase(t *testing.T) {
 		{MAC: mac("52:54:00:00:00:06"), IP: netip.MustParseAddr("192.168.100.15")},
 	}
 	held := map[string]bool{"52:54:00:00:00:04": true}
+	lease := func(mac, ip string) server.Lease {
+		return change(server.Bound, mac, ip, now.Add(time.Hour)).Lease
+	}
+	stored := []server.Lease{
+		lease("52:54:00:00:00:08", "192.168.100.18"), // a stale copy
+		lease("52:54:00:00:00:09", "192.168.100.19"), // ended since
+		lease("52:54:00:00:00:0c", "192.168.100.20"), // only in the store
+	}
+	moved := []server.Lease{lease("52:54:00:00:00:0a", "192.168.100.200")}
+	cfg := server.Segment{ID: 7, LeaseTime: time.Hour, RangeStart: netip.MustParseAddr("192.168.100.10"), RangeEnd: netip.MustParseAddr("192.168.100.199")}
+	in, out := m2.bindings(cfg, static, stored, moved, held)
 	got := map[string]string{}
-	for _, l := range m2.reservationBindings(server.Segment{ID: 7, LeaseTime: time.Hour}, static, held) {
+	for _, l := range in {
 		got[l.MAC.String()] = l.IP.String()
 	}
-	want := map[string]string{"52:54:00:00:00:01": "192.168.100.10", "52:54:00:00:00:04": "192.168.100.13", "52:54:00:00:00:06": "192.168.100.15"}
-	if len(got) != len(want) {
-		t.Fatalf("bindings given back %v, want %v", got, want)
+	for _, l := range out {
+		got[l.MAC.String()] = "outside " + l.IP.String()
 	}
-	for k, ip := range want {
-		if got[k] != ip {
-			t.Errorf("binding of %s given back as %q, want %s", k, got[k], ip)
-		}
-		if lm2.bound[k] != netip.MustParseAddr(ip) {
-			t.Errorf("given-back binding of %s pinned at %v, want %s", k, lm2.bound[k], ip)
+	want := map[string]string{"52:54:00:00:00:01": "192.168.100.10", "52:54:00:00:00:04": "192.168.100.13", "52:54:00:00:00:06": "192.168.100.15",
+		"52:54:00:00:00:07": "192.168.100.16", "52:54:00:00:00:08": "192.168.100.17", "52:54:00:00:00:0a": "outside 192.168.100.200",
+		"52:54:00:00:00:0c": "192.168.100.20"}
+	if !maps.Equal(got, want) {
+		t.Errorf("bindings loaded\n got %v\nwant %v", got, want)
+	}
+	for _, k := range []string{"52:54:00:00:00:01", "52:54:00:00:00:04", "52:54:00:00:00:06"} {
+		if lm2.bound[k] != netip.MustParseAddr(want[k]) {
+			t.Errorf("the reservation's binding of %s pinned at %v, want %s", k, lm2.bound[k], want[k])
 		}
 	}
 	if exp := lm2.expires["52:54:00:00:00:04"]; exp.Before(now.Add(pivirtv1.HeldPinLifetime / 2)) {

@@ -24,56 +24,85 @@ import (
 
 // loadTables fills the tables of a starting segment, whose settings,
 // reservations (static) and held set the server has: the addresses
-// other nodes hold (away); its bindings, which are the store's leases
-// (dynamic, and moved: served outside its range) brought up to the
-// changes the store lacks (withPending) with the reservations' bindings
-// from the lease database (same client, same address across a restart);
-// what the database lacks of them (adoptStored); its DECLINE probations.
+// other nodes hold (away), its bindings (bindings), and its DECLINE
+// probations, all from the lease database; the store's leases count only
+// where the database knows nothing of their MAC. The database then holds
+// what the server took (followServer).
 func (m *Manager) loadTables(cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held []net.HardwareAddr, away []server.Holding) error {
 	errs := []error{m.srv.SetElsewhere(cfg.ID, away)}
-	binds := m.legacyReservationBindings(cfg, static, m.reservationBindings(cfg, static, macSet(held)))
-	dynamic = append(withPending(dynamic, m.ledger, cfg.ID), binds...)
-	if err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, dynamic), m.srv.LoadMoved(m.now(), cfg.ID, moved)); err != nil {
-		m.Log.Warn("some stored leases were not loaded", "segment", cfg.Name, "err", err)
+	in, out := m.bindings(cfg, static, dynamic, moved, macSet(held))
+	if err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, in), m.srv.LoadMoved(m.now(), cfg.ID, out)); err != nil {
+		m.Log.Warn("some leases were not loaded", "segment", cfg.Name, "err", err)
 	}
 	m.followServer(cfg)
 	errs = append(errs, m.ledger.restoreDeclined(m.now(), cfg.ID))
 	return errors.Join(errs...)
 }
 
-// reservationBindings returns the bindings the lease database holds for
-// a starting segment's reservations (static: MAC to address) and pins
-// them again (their pins went with the segment, if it was deleted). A
-// binding of a reservation that changed or went is not given back; one
-// that expired only while the interlock holds it (held: by MAC). A MAC's
-// dynamic binding counts when a reservation of that address superseded
-// it (the server made it the reservation's; the database kept it as it
-// was ACKed).
-func (m *Manager) reservationBindings(cfg server.Segment, static []server.Reservation, held map[string]bool) []server.Lease {
+// bindings returns what a starting segment's server binds: in its range
+// (in) and outside it (out: clients brought their leases from another
+// node's range, or the interlock holds one through a shrink). Every
+// binding the lease database holds is its client's as ACKed, across a
+// restart or a segment deleted and applied again, and newer than any
+// copy in the store: but not one expired (unless the interlock holds
+// it: held, by MAC), a reservation's whose reservation moved or went (a
+// MAC's dynamic binding that a reservation of its address took over is
+// the reservation's), nor one outside the range that the store's leases
+// do not serve there (moved). The store's leases (dynamic, moved) count
+// only for a MAC the database knows nothing of: leases stored before it,
+// or applied while no segment served them. The reservations' bindings
+// are pinned again (their pins went with the segment, if it was deleted).
+func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held map[string]bool) (in, out []server.Lease) {
 	res := make(map[string]netip.Addr, len(static))
 	for _, r := range static {
 		res[r.MAC.String()] = r.IP
 	}
+	outside := map[string]bool{}
+	for _, l := range moved {
+		outside[l.MAC.String()] = true
+	}
 	now := m.now()
-	var out []server.Lease
-	var binds []leasemap.Binding
+	var resBound []server.Lease
+	var pins []leasemap.Binding
 	for _, c := range m.ledger.db.Bindings(cfg.ID) {
 		mac := c.MAC.String()
-		if res[mac] != c.IP || (!now.Before(c.Expires) && !held[mac]) {
-			continue
+		l := server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}
+		switch {
+		case !now.Before(c.Expires) && !held[mac]:
+		case res[mac].IsValid():
+			if res[mac] == c.IP {
+				resBound = append(resBound, l)
+				pins = append(pins, leasemap.Binding{Segment: cfg.ID, MAC: [6]byte(c.MAC), IP: c.IP,
+					Expires: pivirtv1.PinExpiry(c.Expires, held[mac]), LeaseTime: cfg.LeaseTime})
+			}
+		case c.Static: // its reservation went
+		case !c.IP.Less(cfg.RangeStart) && !cfg.RangeEnd.Less(c.IP):
+			in = append(in, l)
+		case outside[mac]:
+			out = append(out, l)
 		}
-		out = append(out, server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires})
-		binds = append(binds, leasemap.Binding{Segment: cfg.ID, MAC: [6]byte(c.MAC), IP: c.IP,
-			Expires: pivirtv1.PinExpiry(c.Expires, held[mac]), LeaseTime: cfg.LeaseTime})
 	}
-	if len(binds) > 0 {
+	if len(pins) > 0 {
 		// The guard's sync keeps them over the reservations' unbound
 		// entries (LeaseEqual).
-		if err := m.ledger.bind(binds); err != nil {
+		if err := m.ledger.bind(pins); err != nil {
 			m.Log.Warn("pinning the bindings of reservations again", "segment", cfg.Name, "err", err)
 		}
 	}
-	return out
+	in = append(in, m.legacyReservationBindings(cfg, static, resBound)...)
+	for _, stored := range [][]server.Lease{dynamic, moved} {
+		for _, l := range stored {
+			if _, _, known := m.ledger.db.Lookup(cfg.ID, l.MAC); known {
+				continue
+			}
+			if outside[l.MAC.String()] {
+				out = append(out, l)
+			} else {
+				in = append(in, l)
+			}
+		}
+	}
+	return in, out
 }
 
 // restoreDeclined gives a starting segment the probations the lease
