@@ -77,3 +77,50 @@ spec: {network: br-cl1, macAddress: "` + x.String() + `", ipAddress: 10.77.0.10,
 		t.Error("the deleted lease is back in the store")
 	}
 }
+
+// TestPrivilegedClusterSegmentReapplied: on etcd, a segment deleted and
+// applied again keeps its leases, as on bbolt: the node's watch narrows
+// to the networks it still serves and widens again, and the leases that
+// left its view and came back were neither deleted nor created (their
+// bindings stay in the lease database and pinned; the old cache told the
+// DHCP manager they were deleted, which released them).
+func TestPrivilegedClusterSegmentReapplied(t *testing.T) {
+	testutil.RequireTool(t, "dhclient")
+	n1, _ := startTwoSegments(t)
+	g := guest.Attach(t, n1.ns, "br-cl1", "", net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x03, 0x01})
+	g.Dhclient(t)
+	addr := g.Addr(t)
+	pinned := func() bool {
+		out := n1.d.MustCtl("inspect", "map", "pv_leases")
+		return strings.Contains(out, g.MAC.String()) && strings.Contains(out, addr.String())
+	}
+	waitFor(t, 10*time.Second, "the lease stored and pinned on n1", func() bool { _, ok := n1.lease(t, leaseName(g.MAC)); return ok && pinned() })
+	guest.KillPidFile(filepath.Join(g.Dir, "pid"))
+
+	seg, _, err := n1.ctl(t, "", "get", "segment", "cl-n1", "-o", "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, err := n1.ctl(t, "", "delete", "segment", "cl-n1"); err != nil {
+		t.Fatalf("delete segment: %v: %s", err, errOut)
+	}
+	waitFor(t, 10*time.Second, "cl-n1 gone", func() bool {
+		out, _, _ := n1.ctl(t, "", "get", "segments")
+		return !strings.Contains(out, "cl-n1")
+	})
+	if _, errOut, err := n1.ctl(t, clusterSeg("cl-n1", "n1", "br-cl1", "10", "50"), "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply the segment again: %v: %s\n%s", err, errOut, seg)
+	}
+	waitFor(t, 20*time.Second, "cl-n1 Ready again", func() bool {
+		out, _, _ := n1.ctl(t, "", "get", "segments")
+		return strings.Count(out, "Ready") == 2
+	})
+	waitFor(t, 10*time.Second, "the lease pinned on n1 again", pinned)
+	time.Sleep(2 * time.Second) // past the watch's re-list and a guard pass
+	if !pinned() {
+		t.Errorf("n1 dropped the pin of %s's lease after the segment came back:\n%s", g.MAC, n1.d.MustCtl("inspect", "map", "pv_leases"))
+	}
+	if _, ok := n1.lease(t, leaseName(g.MAC)); !ok {
+		t.Error("the lease is gone from the store")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -48,9 +49,11 @@ type Cache struct {
 	rev    int64
 	synced chan struct{}
 	listed bool // listed from the store at least once (not only loaded from SavePath)
-	subs   []subscriber
-	queues []*Queue
-	obs    []observer
+	// inScope: what the cached objects were listed at (nil: every object).
+	inScope *store.Scope
+	subs    []subscriber
+	queues  []*Queue
+	obs     []observer
 }
 
 // observer is an Observe call's kinds and function.
@@ -276,7 +279,11 @@ func (c *Cache) listWatch(ctx context.Context, scoped store.Scoped, nets *store.
 		if err != nil {
 			return false, fmt.Errorf("listing store: %w", err)
 		}
-		c.replace(objs, rev)
+		var sc *store.Scope
+		if scoped != nil {
+			sc = new(*nets)
+		}
+		c.replace(objs, rev, sc)
 		c.mu.Lock()
 		c.listed = true
 		c.mu.Unlock()
@@ -352,9 +359,12 @@ func (c *Cache) revision() int64 {
 	return c.rev
 }
 
-func (c *Cache) replace(objs []*pivirtv1.Object, rev int64) {
+// replace makes objs, listed at rev in scope sc (nil: unscoped), the
+// cache's objects.
+func (c *Cache) replace(objs []*pivirtv1.Object, rev int64, sc *store.Scope) {
 	c.mu.Lock()
-	before, had := c.objs, c.isSynced()
+	before, had, was := c.objs, c.isSynced(), c.inScope
+	c.inScope = sc
 	c.objs = map[string]map[string]*pivirtv1.Object{}
 	c.specs = map[*pivirtv1.Object]pivirtv1.Spec{}
 	for _, o := range objs {
@@ -367,7 +377,7 @@ func (c *Cache) replace(objs []*pivirtv1.Object, rev int64) {
 	}
 	var diff []Change
 	if had && len(obs) > 0 {
-		diff = c.differences(before, obs)
+		diff = c.differences(before, obs, was, sc)
 	}
 	c.mu.Unlock()
 	for _, ch := range diff {
@@ -381,27 +391,43 @@ func (c *Cache) replace(objs []*pivirtv1.Object, rev int64) {
 	}
 }
 
-// differences are the changes from before to the cached objects, of the
-// kinds obs observe; c.mu held.
-func (c *Cache) differences(before map[string]map[string]*pivirtv1.Object, obs []observer) []Change {
+// differences are the changes from before (listed in scope was) to the
+// cached objects (listed in scope now), of the kinds obs observe. An
+// object that left the scope, or entered it, was not deleted or created:
+// only what both scopes hold is compared. c.mu held.
+func (c *Cache) differences(before map[string]map[string]*pivirtv1.Object, obs []observer, was, now *store.Scope) []Change {
 	var out []Change
 	for _, o := range obs {
 		for kind := range o.kinds {
 			for name, old := range before[kind] {
-				if now := c.objs[kind][name]; now == nil {
-					out = append(out, Change{Type: store.Deleted, Object: old, cache: c})
-				} else if now.Metadata.ResourceVersion != old.Metadata.ResourceVersion {
-					out = append(out, Change{Type: store.Modified, Object: now, Old: old, cache: c})
+				if cur := c.objs[kind][name]; cur == nil {
+					if inScope(old, now) {
+						out = append(out, Change{Type: store.Deleted, Object: old, cache: c})
+					}
+				} else if cur.Metadata.ResourceVersion != old.Metadata.ResourceVersion {
+					out = append(out, Change{Type: store.Modified, Object: cur, Old: old, cache: c})
 				}
 			}
-			for name, now := range c.objs[kind] {
-				if before[kind][name] == nil {
-					out = append(out, Change{Type: store.Added, Object: now, cache: c})
+			for name, cur := range c.objs[kind] {
+				if before[kind][name] == nil && inScope(cur, was) {
+					out = append(out, Change{Type: store.Added, Object: cur, cache: c})
 				}
 			}
 		}
 	}
 	return out
+}
+
+// inScope reports whether a list in scope sc (nil: unscoped) holds o.
+func inScope(o *pivirtv1.Object, sc *store.Scope) bool {
+	if sc == nil || !store.HasScopes(o.Kind) {
+		return true
+	}
+	in := sc.Networks
+	if o.Kind == pivirtv1.KindPortSecurity {
+		in = sc.Nodes
+	}
+	return slices.Contains(in, store.ScopeOf(o, nil))
 }
 
 // apply runs on Run's goroutine only, so the cached version it reads

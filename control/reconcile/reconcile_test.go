@@ -433,3 +433,30 @@ func TestObserveSeesEveryChange(t *testing.T) {
 		t.Errorf("after the re-list the observer was told %q, want %q (any order)", rest, wantRest)
 	}
 }
+
+// TestObserveScopeChanges: a re-list in another scope (a node's segments
+// widen or narrow the networks it watches) tells as changes only what
+// both scopes hold: the leases of a network that left the scope were not
+// deleted, nor were those of one that entered it created.
+func TestObserveScopeChanges(t *testing.T) {
+	inNet := func(name, network string) *pivirtv1.Object {
+		o := lease(name, "10.0.0.1")
+		o.Spec = []byte(`{"network":"` + network + `","macAddress":"52:54:00:00:00:01","ipAddress":"10.0.0.1"}`)
+		o.Metadata.ResourceVersion = "1"
+		return o
+	}
+	c := NewCache(nil, slog.Default())
+	var seen []string
+	c.Observe([]string{pivirtv1.KindDHCPLease}, func(ch Change) { seen = append(seen, ch.Type.String()+" "+ch.Object.Metadata.Name) })
+	both := store.Scope{Networks: []string{"n1", "n2"}}
+	one := store.Scope{Networks: []string{"n1"}}
+	c.replace([]*pivirtv1.Object{inNet("a", "n1"), inNet("b", "n1"), inNet("x", "n2")}, 1, &both)
+	close(c.synced)
+	// n2 leaves the scope (x goes with it), and b was deleted meanwhile.
+	c.replace([]*pivirtv1.Object{inNet("a", "n1")}, 2, &one)
+	// n2 comes back (x with it), and c was created meanwhile.
+	c.replace([]*pivirtv1.Object{inNet("a", "n1"), inNet("c", "n1"), inNet("x", "n2")}, 3, &both)
+	if want := []string{"DELETED b", "ADDED c"}; !slices.Equal(seen, want) {
+		t.Errorf("told %q, want %q", seen, want)
+	}
+}

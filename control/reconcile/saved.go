@@ -14,6 +14,7 @@ import (
 	"github.com/google/renameio/v2"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/store"
 )
 
 // A node that was running when etcd went away serves on from its cache.
@@ -118,7 +119,17 @@ func (c *Cache) loadSaved(listErr error) bool {
 		c.Log.Error("store unreachable at start, and the saved cache is unusable", "path", c.SavePath, "err", err, "list_err", listErr)
 		return false
 	}
-	c.replace(s.Objects, s.Revision)
+	var sc *store.Scope // the scope the copy was listed in: its segments'
+	if _, ok := c.Store.(store.Scoped); ok && c.Scoped {
+		var segs []*pivirtv1.Object
+		for _, o := range s.Objects {
+			if o.Kind == pivirtv1.KindNetworkSegment {
+				segs = append(segs, o)
+			}
+		}
+		sc = new(ScopeOf(segs, c.Node, func(o *pivirtv1.Object) (pivirtv1.Spec, error) { return o.DefaultedSpec() }))
+	}
+	c.replace(s.Objects, s.Revision, sc)
 	close(c.synced)
 	c.Log.Warn("store unreachable at start; serving from the cache saved before, until it answers",
 		"path", c.SavePath, "saved_at", s.SavedAt, "rev", s.Revision, "objects", len(s.Objects), "err", listErr)

@@ -185,7 +185,7 @@ func BenchmarkCacheSave(b *testing.B) {
 				objs[i] = lease(fmt.Sprintf("lease-%06d", i), fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255))
 				objs[i].Metadata.ResourceVersion = fmt.Sprint(i + 1)
 			}
-			c.replace(objs, int64(n))
+			c.replace(objs, int64(n), nil)
 			b.ResetTimer()
 			for b.Loop() {
 				if err := c.save(); err != nil {
