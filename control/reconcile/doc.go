@@ -12,4 +12,9 @@
 // Delta, just the objects changed since the last pass, at once and with
 // no settle. The whole-snapshot pass stays for start, triggers, errors
 // and the periodic resync, which makes it the safety net.
+//
+// What must see each write as it lands, in order (the DHCP server, of
+// the leases other nodes write), observes the cache instead
+// (Cache.Observe): every watched change, and a re-list's differences as
+// the changes they stand for.
 package reconcile
