@@ -14,7 +14,6 @@ import (
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/admission"
 	"pivirt.hu/pivirt/control/store"
-	"pivirt.hu/pivirt/control/store/bolt"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
@@ -54,11 +53,7 @@ func TestFollowStoreAtStart(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := newStore(t)
 			ix := admission.NewIndex()
 			ix.Shared = true // stamps acked-at
 			applySegment(t, st, ix)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -113,11 +112,7 @@ func applyYAML(t *testing.T, ix *admission.Index, st store.Store, y string) int6
 func newSegmentFixture(t *testing.T) *segmentFixture {
 	t.Helper()
 	ctx := context.Background()
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := newStore(t)
 	f := &segmentFixture{st: st, ix: admission.NewIndex(), dir: t.TempDir()}
 	f.m, _ = newManager(t, st, f.ix, f.dir)
 	f.ix.BeforeCommit, f.ix.AfterCommit = f.m.BeforeCommit, f.m.AfterCommit

@@ -91,6 +91,18 @@ func staticChange(kind server.ChangeKind, mac, ip string, exp time.Time) server.
 	return c
 }
 
+// newStore opens a bbolt store in a temporary directory, closed when the
+// test ends.
+func newStore(t *testing.T) *bolt.Store {
+	t.Helper()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 func storedLease(t *testing.T, st store.Store, name string) *pivirtv1.Object {
 	t.Helper()
 	o, err := st.Get(context.Background(), pivirtv1.KindDHCPLease, name)
@@ -125,11 +137,7 @@ spec: {networkRef: net-vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {d
 // start's Recover, in order, and the journal is emptied.
 func TestJournalSurvivesACrashBeforeTheStore(t *testing.T) {
 	ctx := context.Background()
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newStore(t)
 	ix := admission.NewIndex()
 	applySegment(t, st, ix)
 	dir := filepath.Join(t.TempDir(), "journal")
@@ -137,6 +145,7 @@ func TestJournalSurvivesACrashBeforeTheStore(t *testing.T) {
 
 	// The crashed daemon: journal open, its writer never ran.
 	crashed, lm := newManager(t, st, ix, dir)
+	var err error
 	if crashed.ledger.db, err = leasedb.Open(dir, leasedb.Options{}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"pivirt.hu/pivirt/control/admission"
 	"pivirt.hu/pivirt/control/events"
 	"pivirt.hu/pivirt/control/leasedb"
-	"pivirt.hu/pivirt/control/store/bolt"
 )
 
 // TestMigrateTheJournalOfThePreviousRelease starts on the directory the
@@ -43,11 +42,7 @@ func TestMigrateTheJournalOfThePreviousRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newStore(t)
 	ix := admission.NewIndex()
 	applyYAML(t, ix, st, `{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
 		spec: {networkRef: vm-net, bridge: br-vm, hostIP: 10.0.0.1/24, dhcp: {delegatedRangeStart: 10.0.0.2, delegatedRangeEnd: 10.0.0.50}}}`)

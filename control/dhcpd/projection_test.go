@@ -21,7 +21,6 @@ import (
 	"pivirt.hu/pivirt/control/admission"
 	"pivirt.hu/pivirt/control/compile"
 	"pivirt.hu/pivirt/control/leasedb"
-	"pivirt.hu/pivirt/control/store/bolt"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"pivirt.hu/pivirt/dataplane/guard"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
@@ -36,12 +35,9 @@ import (
 // reservations the database does not know, and another segment's
 // entries, stay compile's. Limited to some keys, only those change.
 func TestProjectLeases(t *testing.T) {
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newStore(t)
 	m, _ := newManager(t, st, admission.NewIndex(), t.TempDir())
+	var err error
 	if m.ledger.db, err = leasedb.Open(filepath.Join(t.TempDir(), "j"), leasedb.Options{}); err != nil {
 		t.Fatal(err)
 	}

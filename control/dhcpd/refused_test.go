@@ -16,7 +16,6 @@ import (
 	"pivirt.hu/pivirt/control/events"
 	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/control/store"
-	"pivirt.hu/pivirt/control/store/bolt"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
@@ -87,11 +86,7 @@ func TestJournalRefusalsNeverJam(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := newStore(t)
 			ix := admission.NewIndex()
 			objs := append([]string{`{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
 				spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`}, tc.objects...)
@@ -100,6 +95,7 @@ func TestJournalRefusalsNeverJam(t *testing.T) {
 			}
 			dir := filepath.Join(t.TempDir(), "journal")
 			crashed, _ := newManager(t, st, ix, dir)
+			var err error
 			if crashed.ledger.db, err = leasedb.Open(dir, leasedb.Options{}); err != nil {
 				t.Fatal(err)
 			}

@@ -4,14 +4,12 @@ package dhcpd
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/admission"
-	"pivirt.hu/pivirt/control/store/bolt"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
@@ -50,11 +48,7 @@ func TestJournalNewerACKWins(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := newStore(t)
 			ix := admission.NewIndex()
 			applyYAML(t, ix, st, `{apiVersion: pivirt.hu/v1, kind: NetworkSegment, metadata: {name: vm-net},
 				spec: {networkRef: vm-net, bridge: br-vm, hostIP: 192.168.100.1/24, dhcp: {delegatedRangeStart: 192.168.100.100, delegatedRangeEnd: 192.168.100.199}}}`)
