@@ -126,7 +126,7 @@ func (lg *ledger) followStoreAtStart(ctx context.Context) error {
 	var follow []server.LeaseChange
 	for _, c := range live {
 		o := byName[LeaseName(c.MAC)]
-		l := server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}
+		l := leaseOf(c)
 		end := server.LeaseChange{Kind: server.Released, Segment: c.Segment, Lease: l, At: now}
 		if reserved[c.MAC.String()] == c.IP {
 			continue // a reservation of its address took it over: its binding now
@@ -180,9 +180,14 @@ func toRecords(cs []leasedb.Change) []record {
 	for i, c := range cs {
 		out[i] = record{Network: c.Network, seq: c.Seq, Change: server.LeaseChange{
 			Kind: c.Kind, Segment: c.Segment, At: c.At, Static: c.Static, Until: c.Until,
-			Lease: server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}}}
+			Lease: leaseOf(c)}}
 	}
 	return out
+}
+
+// leaseOf is the lease a database change binds (or bound).
+func leaseOf(c leasedb.Change) server.Lease {
+	return server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}
 }
 
 // dbChange is a server change as the database keeps it.

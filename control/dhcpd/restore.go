@@ -66,7 +66,7 @@ func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dyna
 	var pins []leasemap.Binding
 	for _, c := range m.ledger.db.Bindings(cfg.ID) {
 		mac := c.MAC.String()
-		l := server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}
+		l := leaseOf(c)
 		switch {
 		case !now.Before(c.Expires) && !held[mac]:
 		case res[mac].IsValid():
@@ -154,7 +154,7 @@ func (m *Manager) followServer(cfg server.Segment) {
 			continue
 		}
 		ends = append(ends, server.LeaseChange{Kind: server.Released, Segment: cfg.ID, At: now, Static: c.Static,
-			Lease: server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}})
+			Lease: leaseOf(c)})
 	}
 	if len(adopt) > 0 {
 		if _, err := m.ledger.db.Commit(adopt); err != nil {
