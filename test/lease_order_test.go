@@ -59,6 +59,7 @@ type leaseDoc struct {
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
+		Network    string `json:"network"`
 		MACAddress string `json:"macAddress"`
 		IPAddress  string `json:"ipAddress"`
 		Hostname   string `json:"hostname"`

@@ -543,41 +543,16 @@ func (r *orderRun) checkInvariants() {
 
 // violations compares the store and pv_leases with what clients were told.
 func (r *orderRun) violations() []string {
-	var list struct {
-		Items []leaseDoc `json:"items"`
+	byName, bad := storedLeases(r.d)
+	if byName == nil {
+		return bad
 	}
-	out := r.d.Ctl("get", "leases", "-o", "json")
-	if out.Code != 0 || json.Unmarshal([]byte(out.Stdout), &list) != nil {
-		return []string{"get leases: " + out.String()}
-	}
-	byName := map[string]leaseDoc{}
-	holder := map[string]string{}
-	var bad []string
-	for _, l := range list.Items {
-		byName[l.Metadata.Name] = l
-		if l.Spec.Type == "dynamic" {
-			if h, ok := holder[l.Spec.IPAddress]; ok && h != l.Spec.MACAddress {
-				bad = append(bad, fmt.Sprintf("%s held by %s and %s", l.Spec.IPAddress, h, l.Spec.MACAddress))
-			}
-			holder[l.Spec.IPAddress] = l.Spec.MACAddress
-		}
-	}
-	var pins []leasemap.Entry
-	pout := r.d.Ctl("inspect", "map", "pv_leases", "-o", "json")
-	if pout.Code != 0 || json.Unmarshal([]byte(pout.Stdout), &pins) != nil {
-		return []string{"inspect pv_leases: " + pout.String()}
-	}
-	// A pin lets the client's traffic through only while bound and not
-	// expired: an unbound or lapsed entry is no pin.
-	pinned := map[string]string{}
-	pinnedUntil := map[string]time.Time{}
-	for _, p := range pins {
-		if strings.Contains(p.Flags, "bound") && p.ExpiresAt != nil && time.Now().Before(*p.ExpiresAt) {
-			pinned[p.MAC], pinnedUntil[p.MAC] = p.IP, *p.ExpiresAt
-		}
+	pinned, pinnedUntil, err := livePins(r.d)
+	if err != "" {
+		return []string{err}
 	}
 	if !r.segGone {
-		bad = append(bad, r.leaseDBDrift()...)
+		bad = append(bad, pinDrift(r.d)...)
 	}
 	for _, c := range r.clients {
 		mac := c.g.MAC.String()
@@ -610,10 +585,52 @@ func (r *orderRun) violations() []string {
 	return bad
 }
 
-// leaseDBDrift is the drift of pv_leases from what the lease database
+// storedLeases lists the leases through d, by name, and the addresses
+// two MACs' dynamic leases hold; nil if the list failed (bad says why).
+func storedLeases(d *harness.Daemon) (byName map[string]leaseDoc, bad []string) {
+	var list struct {
+		Items []leaseDoc `json:"items"`
+	}
+	out := d.Ctl("get", "leases", "-o", "json")
+	if out.Code != 0 || json.Unmarshal([]byte(out.Stdout), &list) != nil {
+		return nil, []string{"get leases: " + out.String()}
+	}
+	byName = map[string]leaseDoc{}
+	holder := map[string]string{}
+	for _, l := range list.Items {
+		byName[l.Metadata.Name] = l
+		if l.Spec.Type == "dynamic" {
+			if h, ok := holder[l.Spec.IPAddress]; ok && h != l.Spec.MACAddress {
+				bad = append(bad, fmt.Sprintf("%s held by %s and %s", l.Spec.IPAddress, h, l.Spec.MACAddress))
+			}
+			holder[l.Spec.IPAddress] = l.Spec.MACAddress
+		}
+	}
+	return byName, bad
+}
+
+// livePins reads d's pv_leases: by MAC, the address each pin lets
+// through and until when. A pin lets the client's traffic through only
+// while bound and not expired: an unbound or lapsed entry is no pin.
+func livePins(d *harness.Daemon) (pinned map[string]string, until map[string]time.Time, problem string) {
+	var pins []leasemap.Entry
+	out := d.Ctl("inspect", "map", "pv_leases", "-o", "json")
+	if out.Code != 0 || json.Unmarshal([]byte(out.Stdout), &pins) != nil {
+		return nil, nil, "inspect pv_leases: " + out.String()
+	}
+	pinned, until = map[string]string{}, map[string]time.Time{}
+	for _, p := range pins {
+		if strings.Contains(p.Flags, "bound") && p.ExpiresAt != nil && time.Now().Before(*p.ExpiresAt) {
+			pinned[p.MAC], until[p.MAC] = p.IP, *p.ExpiresAt
+		}
+	}
+	return pinned, until, ""
+}
+
+// pinDrift is the drift of d's pv_leases from what its lease database
 // says it must hold (`inspect desired pv_leases`): a pin the database
 // does not hold, a binding not pinned, or pinned otherwise.
-func (r *orderRun) leaseDBDrift() []string {
+func pinDrift(d *harness.Daemon) []string {
 	var resp struct {
 		Maps []struct {
 			Name    string `json:"name"`
@@ -628,7 +645,7 @@ func (r *orderRun) leaseDBDrift() []string {
 			} `json:"differ"`
 		} `json:"maps"`
 	}
-	out := r.d.Ctl("inspect", "desired", "pv_leases", "-o", "json")
+	out := d.Ctl("inspect", "desired", "pv_leases", "-o", "json")
 	if out.Code != 0 || json.Unmarshal([]byte(out.Stdout), &resp) != nil || len(resp.Maps) != 1 {
 		return []string{"inspect desired pv_leases: " + out.String()}
 	}

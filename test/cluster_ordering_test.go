@@ -1,0 +1,360 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+// The ordering test across nodes: two pivirtd on one etcd, each in a
+// namespace of its own (as on two hosts: a restarted pivirtd sweeps the
+// bridges it made and no longer wants, which in one namespace would be
+// the other node's), each serving one segment of the network
+// 10.77.0.0/24 (n1 .10–.50 on br-cl1, n2 .51–.99 on br-cl2), and guests
+// whose ports move between the two bridges. Seeded random steps: DORA,
+// unicast renewal and RELEASE where the guest is; a move to the other
+// node's bridge, then INIT-REBOOT (the new node ACKs the lease the store
+// shows the MAC's and takes it over) or DORA there; the operator
+// applying a dynamic lease for a guest or deleting its lease through
+// either node's API (the other node's DHCP server learns it from the
+// store: dhcpd.Manager.Observe); kill -9 of either pivirtd (what the
+// store got meanwhile is taken in at start).
+// After every step, once the store's watch has delivered (a few seconds
+// at most), what the guests were told must hold on both nodes:
+//   - DHCP answers (a DORA, a renewal and an INIT-REBOOT end in an ACK,
+//     the last two of the same address), and no address is ACKed to a
+//     MAC while another guest holds it;
+//   - every held lease is in the store, with its address and network,
+//     and a lease the guest let go (released, deleted) is not;
+//   - only the node the guest is on pins its lease; the other pins no
+//     address for its MAC;
+//   - each node's pv_leases is its lease database's projection (no
+//     drift in `inspect desired pv_leases`).
+// PIVIRT_CLUSTER_ORDER_SEED replays a run (the seed is logged),
+// PIVIRT_CLUSTER_ORDER_STEPS sets its length (default 40).
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	"pivirt.hu/pivirt/control/store/etcd/etcdtest"
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/testutil"
+)
+
+// clusterGuest is one guest of the cluster ordering test and what it was
+// told.
+type clusterGuest struct {
+	g     *guest.Guest
+	raw   *rawClient
+	node  int            // the node whose bridge it is on
+	acked netip.Addr     // its lease's address (ACKed or applied), while it holds one
+	ack   *dhcpv4.DHCPv4 // the ACK, nil after an applied lease
+	srv   [6]byte        // the MAC its ACK came from
+	// applied: the operator applied its lease since its last DORA, which
+	// must be given that address.
+	applied bool
+}
+
+type clusterRun struct {
+	t      *testing.T
+	nodes  [2]clusterNode
+	rng    *rand.Rand
+	guests []*clusterGuest
+	used   map[netip.Addr]bool // addresses anyone was given or applied in this run
+	seed   uint64
+	step   int
+}
+
+var (
+	clusterBridges = [2]string{"br-cl1", "br-cl2"}
+	clusterNames   = [2]string{"n1", "n2"}
+	clusterRanges  = [2][2]byte{{10, 50}, {51, 99}}
+)
+
+func TestPrivilegedClusterOrderings(t *testing.T) {
+	seed := envInt("PIVIRT_CLUSTER_ORDER_SEED", uint64(time.Now().UnixNano()))
+	steps := int(envInt("PIVIRT_CLUSTER_ORDER_STEPS", 40))
+	t.Logf("cluster ordering test: seed %d, %d steps (rerun with PIVIRT_CLUSTER_ORDER_SEED=%d)", seed, steps, seed)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("FAILED with seed %d: rerun with PIVIRT_CLUSTER_ORDER_SEED=%d PIVIRT_CLUSTER_ORDER_STEPS=%d", seed, seed, steps)
+		}
+	})
+	r := &clusterRun{t: t, nodes: startNodesApart(t), rng: rand.New(rand.NewPCG(seed, seed>>1|1)), seed: seed, used: map[netip.Addr]bool{}}
+	for i := range 4 {
+		node := i % 2
+		g := guest.Attach(t, r.nodes[node].ns, clusterBridges[node], "", net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x0c, byte(i + 1)})
+		r.guests = append(r.guests, &clusterGuest{g: g, raw: newRawClient(t, g), node: node})
+	}
+	for _, n := range r.nodes {
+		waitForwarding(t, n.ns, len(r.guests)/2)
+	}
+	start := time.Now()
+	for r.step = 1; r.step <= steps; r.step++ {
+		r.randomStep()
+		r.checkInvariants()
+	}
+	t.Logf("%d steps in %v, seed %d", steps, time.Since(start).Round(time.Second), seed)
+}
+
+// startNodesApart starts a one-member etcd and pivirtd n1 and n2, each in
+// its own namespace (etcd's client sockets are in a directory every
+// namespace reaches), with their segments applied and Ready.
+func startNodesApart(t *testing.T) [2]clusterNode {
+	t.Helper()
+	testutil.RequireRoot(t)
+	ec := etcdtest.StartCluster(t, etcdtest.ClusterOptions{Members: 1, Command: testutil.NewNetNS(t).Command})
+	tokens, tokenFile := clusterTokens(t, "cluster-token-orderings-0123")
+	bins := harness.Build(t)
+	var nodes [2]clusterNode
+	for i := range nodes {
+		ns := testutil.NewNetNS(t)
+		d := harness.StartDaemon(t, bins, harness.Options{NetNS: ns.Path(), Args: []string{
+			"--store", "etcd", "--etcd-endpoints", strings.Join(ec.Endpoints, ","), "--node", clusterNames[i],
+			"--listen", "127.0.0.1:7701", "--token-file", tokens}})
+		nodes[i] = clusterNode{d: d, ns: ns, bins: bins, server: "http://127.0.0.1:7701", token: tokenFile}
+	}
+	segs := clusterSeg("cl-n1", "n1", "br-cl1", "10", "50") + "---\n" + clusterSeg("cl-n2", "n2", "br-cl2", "51", "99")
+	if _, errOut, err := nodes[0].ctl(t, segs, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply segments: %v: %s", err, errOut)
+	}
+	waitFor(t, 30*time.Second, "both segments Ready", func() bool {
+		out, _, _ := nodes[1].ctl(t, "", "get", "segments")
+		return strings.Count(out, "Ready") == 2
+	})
+	return nodes
+}
+
+func (r *clusterRun) fatalf(format string, args ...any) {
+	r.t.Helper()
+	r.t.Fatalf("step %d (seed %d): %s", r.step, r.seed, fmt.Sprintf(format, args...))
+}
+
+func (r *clusterRun) randomStep() {
+	c := r.guests[r.rng.IntN(len(r.guests))]
+	via := r.rng.IntN(2) // the node whose API the operator uses
+	switch n := r.rng.IntN(100); {
+	case n < 30:
+		r.dora(c)
+	case n < 40:
+		r.renew(c)
+	case n < 48:
+		r.release(c)
+	case n < 65:
+		r.move(c)
+	case n < 79:
+		r.applyLease(c, via)
+	case n < 88:
+		r.deleteLease(c, via)
+	default:
+		r.kill9(r.rng.IntN(2))
+	}
+}
+
+// dora runs DISCOVER/REQUEST on the guest's bridge: it must be ACKed an
+// address no other guest holds (the applied one, after an apply).
+func (r *clusterRun) dora(c *clusterGuest) {
+	r.t.Logf("step %d: DORA %s on %s", r.step, c.g.MAC, clusterNames[c.node])
+	d, _ := dhcpv4.NewDiscovery(c.raw.mac[:])
+	bcast := [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	offer, _ := c.raw.exchange(d, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), bcast)
+	if offer.MessageType() != dhcpv4.MessageTypeOffer {
+		r.fatalf("DISCOVER of %s on %s: %s", c.g.MAC, clusterNames[c.node], offer.MessageType())
+	}
+	req, _ := dhcpv4.NewRequestFromOffer(offer)
+	ack, srv := c.raw.exchange(req, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), bcast)
+	if ack.MessageType() != dhcpv4.MessageTypeAck {
+		r.fatalf("REQUEST of %s for %s on %s: %s", c.g.MAC, offer.YourIPAddr, clusterNames[c.node], ack.MessageType())
+	}
+	ip, _ := netip.AddrFromSlice(ack.YourIPAddr.To4())
+	if c.applied && ip != c.acked {
+		r.fatalf("%s holds the applied lease %s but its DORA on %s was ACKed %s", c.g.MAC, c.acked, clusterNames[c.node], ip)
+	}
+	for _, o := range r.guests {
+		if o != c && o.acked == ip {
+			r.fatalf("%s was ACKed %s on %s, which %s holds", c.g.MAC, ip, clusterNames[c.node], o.g.MAC)
+		}
+	}
+	r.used[ip] = true
+	c.acked, c.ack, c.srv, c.applied = ip, ack, [6]byte(srv), false
+}
+
+// renew unicasts a RENEWING REQUEST to the server that ACKed the guest:
+// its lease stands, so it is ACKed the same address.
+func (r *clusterRun) renew(c *clusterGuest) {
+	if c.ack == nil {
+		r.dora(c)
+		return
+	}
+	r.t.Logf("step %d: renew %s %s on %s", r.step, c.g.MAC, c.acked, clusterNames[c.node])
+	rep, _ := c.raw.renew(c.ack, c.srv)
+	if ip, _ := netip.AddrFromSlice(rep.YourIPAddr.To4()); rep.MessageType() != dhcpv4.MessageTypeAck || ip != c.acked {
+		r.fatalf("renewal of %s at %s on %s: %s %s", c.g.MAC, c.acked, clusterNames[c.node], rep.MessageType(), ip)
+	}
+	c.ack = rep
+}
+
+// initReboot is a moved guest's first REQUEST on its new node, from its
+// recorded lease (no server id, option 50): the store shows the lease
+// its MAC's, so the new node ACKs the same address and takes the lease
+// over.
+func (r *clusterRun) initReboot(c *clusterGuest) {
+	r.t.Logf("step %d: INIT-REBOOT %s %s on %s", r.step, c.g.MAC, c.acked, clusterNames[c.node])
+	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(c.ack.YourIPAddr)))
+	rep, srv := c.raw.exchange(m, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	if ip, _ := netip.AddrFromSlice(rep.YourIPAddr.To4()); rep.MessageType() != dhcpv4.MessageTypeAck || ip != c.acked {
+		r.fatalf("INIT-REBOOT of %s at %s on %s: %s %s", c.g.MAC, c.acked, clusterNames[c.node], rep.MessageType(), ip)
+	}
+	c.ack, c.srv = rep, [6]byte(srv)
+}
+
+// release sends a RELEASE of the guest's ACKed lease to its server.
+func (r *clusterRun) release(c *clusterGuest) {
+	if c.ack == nil {
+		return
+	}
+	r.t.Logf("step %d: release %s %s on %s", r.step, c.g.MAC, c.acked, clusterNames[c.node])
+	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease),
+		dhcpv4.WithClientIP(c.ack.YourIPAddr), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(c.ack.ServerIdentifier())))
+	c.raw.send(m, c.acked, netip.MustParseAddr("10.77.0.1"), c.srv)
+	c.acked, c.ack, c.applied = netip.Addr{}, nil, false
+}
+
+// move enslaves the guest's port to the other node's bridge (a VM
+// migrated, no RELEASE); there it asks for its lease again (INIT-REBOOT)
+// or starts over (DORA).
+func (r *clusterRun) move(c *clusterGuest) {
+	to := 1 - c.node
+	r.t.Logf("step %d: move %s (%v) from %s to %s", r.step, c.g.MAC, c.acked, clusterNames[c.node], clusterNames[to])
+	from := r.nodes[c.node].ns.Name
+	for _, args := range [][]string{
+		{"-n", from, "link", "set", c.g.HostSide, "netns", r.nodes[to].ns.Name},
+		{"-n", r.nodes[to].ns.Name, "link", "set", c.g.HostSide, "master", clusterBridges[to], "up"},
+	} {
+		if out, err := ipCmd(args...); err != nil {
+			r.fatalf("moving %s: ip %s: %v: %s", c.g.HostSide, strings.Join(args, " "), err, out)
+		}
+	}
+	c.node = to
+	c.applied = false // an applied lease was for the other node's network
+	waitPortForwarding(r.t, r.nodes[to].ns, c.g.HostSide)
+	if c.ack != nil && r.rng.IntN(2) == 0 {
+		r.initReboot(c)
+		return
+	}
+	r.dora(c)
+}
+
+// applyLease is the operator applying, through node via, a dynamic lease
+// for the guest at an address of its node's range no one was given in
+// this run: from then on it is the guest's lease.
+func (r *clusterRun) applyLease(c *clusterGuest, via int) {
+	var ip netip.Addr
+	for last := clusterRanges[c.node][1]; last >= clusterRanges[c.node][0]; last-- { // from the top: DORA hands out from the bottom
+		if a := netip.AddrFrom4([4]byte{10, 77, 0, last}); !r.used[a] {
+			ip = a
+			break
+		}
+	}
+	if !ip.IsValid() {
+		return
+	}
+	r.t.Logf("step %d: apply dynamic lease %s -> %s (on %s) through %s (held %v)", r.step, c.g.MAC, ip, clusterNames[c.node], clusterNames[via], c.acked)
+	doc := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: %s}\nspec: {network: %s, macAddress: %q, ipAddress: %s, type: dynamic, expiresAt: %q}\n",
+		leaseName(c.g.MAC), clusterBridges[c.node], c.g.MAC.String(), ip, time.Now().Add(10*time.Minute).UTC().Format(time.RFC3339))
+	if _, errOut, err := r.nodes[via].ctl(r.t, doc, "apply", "-f", "-"); err != nil {
+		r.fatalf("applying a dynamic lease %s for %s through %s: %v: %s", ip, c.g.MAC, clusterNames[via], err, errOut)
+	}
+	r.used[ip] = true
+	c.acked, c.ack, c.applied = ip, nil, true
+}
+
+// deleteLease is the operator deleting the guest's lease through node
+// via: the guest, not told, holds nothing from then on.
+func (r *clusterRun) deleteLease(c *clusterGuest, via int) {
+	if !c.acked.IsValid() {
+		return
+	}
+	r.t.Logf("step %d: delete lease %s (%s) through %s", r.step, leaseName(c.g.MAC), c.acked, clusterNames[via])
+	if _, errOut, err := r.nodes[via].ctl(r.t, "", "delete", "lease", leaseName(c.g.MAC)); err != nil {
+		r.fatalf("deleting %s through %s: %v: %s", leaseName(c.g.MAC), clusterNames[via], err, errOut)
+	}
+	c.acked, c.ack, c.applied = netip.Addr{}, nil, false
+}
+
+func (r *clusterRun) kill9(i int) {
+	r.t.Logf("step %d: kill -9 pivirtd %s", r.step, clusterNames[i])
+	d := r.nodes[i].d
+	d.Kill9()
+	d.Start()
+	waitFor(r.t, 20*time.Second, "both segments Ready after kill -9", func() bool {
+		res := d.Ctl("get", "segments")
+		return res.Code == 0 && strings.Count(res.Stdout, "Ready") == 2
+	})
+}
+
+// checkInvariants waits up to 8 s (the store's watch reaching the other
+// node) for the store and both nodes' pins to agree with the guests.
+func (r *clusterRun) checkInvariants() {
+	r.t.Helper()
+	deadline := time.Now().Add(8 * time.Second)
+	for {
+		problems := r.violations()
+		if len(problems) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.fatalf("invariants: %s", strings.Join(problems, "; "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (r *clusterRun) violations() []string {
+	byName, bad := storedLeases(r.nodes[0].d)
+	if byName == nil {
+		return bad
+	}
+	var pins [2]map[string]string
+	for i, n := range r.nodes {
+		p, _, problem := livePins(n.d)
+		if problem != "" {
+			return []string{clusterNames[i] + ": " + problem}
+		}
+		pins[i] = p
+		for _, d := range pinDrift(n.d) {
+			bad = append(bad, clusterNames[i]+": "+d)
+		}
+	}
+	for _, c := range r.guests {
+		mac, here := c.g.MAC.String(), c.node
+		l, stored := byName[leaseName(c.g.MAC)]
+		if !c.acked.IsValid() {
+			if stored {
+				bad = append(bad, fmt.Sprintf("%s holds no lease, the store has %s at %s", mac, l.Metadata.Name, l.Spec.IPAddress))
+			}
+			for i := range pins {
+				if ip, ok := pins[i][mac]; ok {
+					bad = append(bad, fmt.Sprintf("%s holds no lease, %s pins it %s", mac, clusterNames[i], ip))
+				}
+			}
+			continue
+		}
+		if !stored || l.Spec.IPAddress != c.acked.String() || l.Spec.Network != clusterBridges[here] {
+			bad = append(bad, fmt.Sprintf("%s holds %s on %s, the store has %+v", mac, c.acked, clusterBridges[here], l.Spec))
+		}
+		if pins[here][mac] != c.acked.String() {
+			bad = append(bad, fmt.Sprintf("%s holds %s on %s, pinned there %q", mac, c.acked, clusterNames[here], pins[here][mac]))
+		}
+		if ip, ok := pins[1-here][mac]; ok {
+			bad = append(bad, fmt.Sprintf("%s is on %s, %s still pins it %s", mac, clusterNames[here], clusterNames[1-here], ip))
+		}
+	}
+	return bad
+}
