@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/insomniacslk/dhcp/dhcpv4"
+
 	"pivirt.hu/pivirt/test/guest"
 	"pivirt.hu/pivirt/test/harness"
 	"pivirt.hu/pivirt/test/testutil"
@@ -370,5 +372,58 @@ spec:
 	})
 	if ack, _ := newRawClient(t, y).dora(); ack.YourIPAddr.String() == ip {
 		t.Fatalf("after kill -9 another client was ACKed %s", ip)
+	}
+}
+
+// TestPrivilegedAppliedWhileNotServed: a dynamic lease the operator
+// applies while the segment's DHCP does not run (turned off here; in the
+// ordering soak, seed 16828627533599509482 step 914, pivirtd restarting)
+// for a MAC whose lease ended before is its client's once DHCP runs
+// again: served to it, pinned, offered to no one else. Before, the lease
+// database's end of the MAC's binding outweighed the store's newer lease:
+// the server ignored it and pv_leases dropped the pin compile had given.
+func TestPrivilegedAppliedWhileNotServed(t *testing.T) {
+	testutil.RequireRoot(t)
+	host, d := startOrderSegment(t)
+	x := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xa1, 0xb2, 0xd4})
+	y := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xa1, 0xb2, 0xd5})
+	waitForwarding(t, host, 2)
+	xc := newRawClient(t, x)
+	ack, srv := xc.dora()
+	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(x.MAC), dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease),
+		dhcpv4.WithClientIP(ack.YourIPAddr), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(ack.ServerIdentifier())))
+	first, _ := netip.AddrFromSlice(ack.YourIPAddr.To4())
+	xc.send(m, first, netip.MustParseAddr("192.168.100.1"), srv)
+	waitFor(t, 5*time.Second, "the released lease gone from the store", func() bool { _, ok := getLease(t, d, leaseName(x.MAC)); return !ok })
+
+	setDHCP := func(on bool) {
+		t.Helper()
+		doc := strings.Replace(orderSegment, "enabled: true", fmt.Sprintf("enabled: %v", on), 1)
+		if r := d.CtlStdin([]byte(doc), "apply", "-f", "-"); r.Code != 0 {
+			t.Fatalf("apply the segment with DHCP %v: %s", on, r)
+		}
+		want := map[bool]string{true: "running", false: "disabled"}[on]
+		waitFor(t, 10*time.Second, "the segment's DHCP "+want, func() bool {
+			return strings.Contains(d.Ctl("get", "segment", "prod-segment-node-01", "-o", "json").Stdout, `"dhcp": "`+want+`"`)
+		})
+	}
+	setDHCP(false)
+	const ip = "192.168.100.10" // the range's first: what the server hands out first
+	lease := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: %s}\nspec: {network: virbr10, macAddress: %q, ipAddress: %q, type: dynamic, expiresAt: %q}\n",
+		leaseName(x.MAC), x.MAC, ip, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	if r := d.CtlStdin([]byte(lease), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	setDHCP(true)
+	waitFor(t, 5*time.Second, "the applied lease pinned", func() bool { return boundPin(t, d, x.MAC) == ip })
+	if ack, _ := newRawClient(t, y).dora(); ack.YourIPAddr.String() == ip {
+		t.Fatalf("another client was ACKed %s, the applied lease's address", ip)
+	}
+	if ack, _ := xc.dora(); ack.YourIPAddr.String() != ip {
+		t.Fatalf("the applied lease's client was ACKed %s, want %s", ack.YourIPAddr, ip)
+	}
+	time.Sleep(2 * time.Second) // past the guard's next pass
+	if got := boundPin(t, d, x.MAC); got != ip {
+		t.Fatalf("pv_leases pins %s to %q, want %s", x.MAC, got, ip)
 	}
 }

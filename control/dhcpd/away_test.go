@@ -17,31 +17,43 @@ import (
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
-// TestFollowStoreAtStart: what was written of this node's leases while
-// its pivirtd was down (through another node's API, another node taking
-// a lease over) is taken into the lease database at the next start,
-// which pv_leases projects: a lease deleted meanwhile must not stay
-// pinned, while the server, which starts from the store, hands its
-// address to another client.
-func TestFollowStoreAtStart(t *testing.T) {
+// TestFollowStoreAtSegmentStart: what was written of this node's leases
+// while its pivirtd was down (through another node's API, another node
+// taking a lease over, the operator) is taken into the lease database
+// when the segment starts again, which pv_leases projects and the server
+// starts from: a lease deleted meanwhile must not stay pinned while its
+// address goes to another client, and one applied again after its end
+// must be served and pinned.
+func TestFollowStoreAtSegmentStart(t *testing.T) {
 	const mac = "52:54:00:00:00:01"
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	hw, _ := net.ParseMAC(mac)
+	seg := pivirtv1.Segment{Name: "vm-net", Spec: pivirtv1.NetworkSegmentSpec{NetworkRef: "net-vm-net", Bridge: "br-vm"}}
 	for _, tc := range []struct {
-		name  string
-		while func(tx store.Tx, o *pivirtv1.Object) error // what happened while down
-		want  netip.Addr                                  // the database's binding after the start (invalid: none)
+		name     string
+		released bool                                        // the client released it before pivirtd went down
+		while    func(tx store.Tx, o *pivirtv1.Object) error // what happened while down
+		want     netip.Addr                                  // the database's binding after the start (invalid: none)
 	}{
-		{"nothing", nil, netip.MustParseAddr("192.168.100.101")},
-		{"deleted", func(tx store.Tx, o *pivirtv1.Object) error {
+		{"nothing", false, nil, netip.MustParseAddr("192.168.100.101")},
+		{"released, nothing", true, nil, netip.Addr{}},
+		{"released, then applied again by the operator", true, func(tx store.Tx, _ *pivirtv1.Object) error {
+			o, err := pivirtv1.DecodeObject([]byte(`{"apiVersion": "pivirt.hu/v1", "kind": "DHCPLease", "metadata": {"name": "` + LeaseName(hw) + `"},
+				"spec": {"network": "br-vm", "macAddress": "` + mac + `", "ipAddress": "192.168.100.140", "type": "dynamic", "expiresAt": "` + exp.Format(time.RFC3339) + `"}}`))
+			if err != nil {
+				return err
+			}
+			return tx.Create(o)
+		}, netip.MustParseAddr("192.168.100.140")},
+		{"deleted", false, func(tx store.Tx, o *pivirtv1.Object) error {
 			return tx.Delete(pivirtv1.KindDHCPLease, o.Metadata.Name, "")
 		}, netip.Addr{}},
-		{"taken over by another node's newer ACK", func(tx store.Tx, o *pivirtv1.Object) error {
+		{"taken over by another node's newer ACK", false, func(tx store.Tx, o *pivirtv1.Object) error {
 			o.Metadata.Labels[pivirtv1.NodeLabel] = "n2"
 			o.Metadata.Annotations[AnnotationAckedAt] = time.Now().Add(time.Minute).Format(time.RFC3339Nano)
 			return tx.Put(o)
 		}, netip.Addr{}},
-		{"its address edited by the operator", func(tx store.Tx, o *pivirtv1.Object) error {
+		{"its address edited by the operator", false, func(tx store.Tx, o *pivirtv1.Object) error {
 			var spec pivirtv1.DHCPLeaseSpec
 			if err := json.Unmarshal(o.Spec, &spec); err != nil {
 				return err
@@ -65,14 +77,20 @@ func TestFollowStoreAtStart(t *testing.T) {
 			}
 			ch := change(server.Bound, mac, "192.168.100.101", exp)
 			ch.At = time.Now()
-			if err := before.ledger.Persist(ctx, []server.LeaseChange{ch}); err != nil {
+			changes := []server.LeaseChange{ch}
+			if tc.released {
+				rel := ch
+				rel.Kind = server.Released
+				changes = append(changes, rel)
+			}
+			if err := before.ledger.Persist(ctx, changes); err != nil {
 				t.Fatal(err)
 			}
 			before.Stop() // stores it
 			if tc.while != nil {
 				if _, err := st.Update(ctx, func(tx store.Tx) error {
 					o, err := tx.Get(pivirtv1.KindDHCPLease, LeaseName(hw))
-					if err != nil {
+					if err != nil && !tc.released {
 						return err
 					}
 					return tc.while(tx, o)
@@ -87,6 +105,9 @@ func TestFollowStoreAtStart(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer after.Stop()
+			if err := after.ledger.followStore(ctx, 7, infoOf(seg, nil)); err != nil { // the segment's start
+				t.Fatal(err)
+			}
 			c, live, _ := after.ledger.db.Lookup(7, hw)
 			if live != tc.want.IsValid() || (live && c.IP != tc.want) {
 				t.Errorf("the lease database binds %s to %s (live %v), want %v", mac, c.IP, live, tc.want)
@@ -94,7 +115,7 @@ func TestFollowStoreAtStart(t *testing.T) {
 			if live && !c.Expires.Equal(exp) {
 				t.Errorf("expiry %v, want %v", c.Expires, exp)
 			}
-			if c.Seq != 1 && tc.while == nil {
+			if c.Seq != uint64(len(changes)) && tc.while == nil {
 				t.Errorf("a start that found nothing new journaled a change (seq %d)", c.Seq)
 			}
 		})

@@ -58,53 +58,65 @@ func (lg *ledger) recover(ctx context.Context) error {
 	return nil
 }
 
-// catchUp brings the store and the lease database level at start: it
-// stores what the database has pending (a crash between the two steps),
-// then takes into the database what the store got meanwhile. The journal
-// never keeps pivirtd from starting: what the store refuses is resolved
-// record by record (storeRecords), and a store that fails outright
-// leaves the records pending for the writer, which retries them while
-// DHCP serves.
+// catchUp stores what the lease database has pending at start (a crash
+// between the two steps). The journal never keeps pivirtd from starting:
+// what the store refuses is resolved record by record (storeRecords), and
+// a store that fails outright leaves the records pending for the writer,
+// which retries them while DHCP serves. What the store got meanwhile is
+// taken in as each segment starts (followStore).
 func (lg *ledger) catchUp(ctx context.Context) {
-	if recs := toRecords(lg.db.Pending()); len(recs) > 0 {
-		if err := lg.exportRecords(ctx, recs); err != nil {
-			lg.storeErrors.Add(1)
-			lg.Log.Warn("storing journaled lease changes at start; the writer retries them", "changes", len(recs), "err", err)
-			select {
-			case lg.wake <- struct{}{}:
-			default:
-			}
-		} else {
-			lg.Log.Info("stored lease changes from the journal", "changes", len(recs))
+	recs := toRecords(lg.db.Pending())
+	if len(recs) == 0 {
+		return
+	}
+	if err := lg.exportRecords(ctx, recs); err != nil {
+		lg.storeErrors.Add(1)
+		lg.Log.Warn("storing journaled lease changes at start; the writer retries them", "changes", len(recs), "err", err)
+		select {
+		case lg.wake <- struct{}{}:
+		default:
 		}
+		return
 	}
-	if err := lg.followStoreAtStart(ctx); err != nil {
-		lg.Log.Warn("comparing the lease database with the store at start", "err", err)
-	}
+	lg.Log.Info("stored lease changes from the journal", "changes", len(recs))
 }
 
-// followStoreAtStart takes into the lease database what was written of
-// its dynamic leases while this pivirtd was not running (through another
-// node's API, or by another node taking a lease over): a lease whose
-// object went, or now is another node's with a newer ACK, ends; one the
-// operator edited is bound as the store has it. At run time Observe and
-// BeforeCommit take such writes as they land; at start nothing else
-// would, and the database, which pv_leases projects, would keep pinning
-// a binding the server (which starts from the store) no longer serves.
-// It needs the store to have every change of the database: a start
-// while the store is unreachable, or refuses the journal's backlog,
-// leaves the database as it is.
-func (lg *ledger) followStoreAtStart(ctx context.Context) error {
-	if lg.db.PendingCount() > 0 {
-		return nil // the store is behind the database: it cannot say what went
+// followStore takes into the lease database what the store got of a
+// starting segment's leases while no server here served it (pivirtd was
+// down or starting, the segment stopped): BeforeCommit and Observe
+// deliver the operator's and other nodes' writes to running segments
+// only, and the database, which the server starts from and pv_leases
+// projects, would otherwise keep what it had.
+//   - A binding whose object went, is now another node's with a newer
+//     ACK, or is no longer a dynamic lease ends; one the operator edited
+//     (address, expiry) is bound as the store has it.
+//   - A MAC whose binding ended that has a dynamic lease of this
+//     segment's network in the store again (the operator applied it
+//     after the end was stored) is bound as the store has it: the server
+//     ignored it beside the end (ordering soak, seed
+//     16828627533599509482 at step 914: applied right after a kill -9,
+//     before the segment started; not served, not pinned).
+//
+// A MAC with a change the store may not have yet (pending export, read
+// before the store is) is left as the database says: the store is
+// behind it, not ahead.
+func (lg *ledger) followStore(ctx context.Context, id uint32, si segInfo) error {
+	if lg.db == nil {
+		return nil
 	}
-	var live []leasedb.Change
-	lg.db.Known(func(uint32) bool { return true }, func(c leasedb.Change) {
-		if c.Kind.Durable() && !c.Static {
-			live = append(live, c)
+	behind := map[string]bool{} // MACs of this segment with a change the store may lack
+	for _, c := range lg.db.Pending() {
+		if c.Segment == id {
+			behind[c.MAC.String()] = true
+		}
+	}
+	var known []leasedb.Change
+	lg.db.Known(func(s uint32) bool { return s == id }, func(c leasedb.Change) {
+		if !c.Static && !behind[c.MAC.String()] {
+			known = append(known, c)
 		}
 	})
-	if len(live) == 0 {
+	if len(known) == 0 {
 		return nil
 	}
 	objs, _, err := lg.Store.List(ctx, pivirtv1.KindDHCPLease, nil)
@@ -124,36 +136,40 @@ func (lg *ledger) followStoreAtStart(ctx context.Context) error {
 	}
 	now := lg.now()
 	var follow []server.LeaseChange
-	for _, c := range live {
+	for _, c := range known {
 		o := byName[LeaseName(c.MAC)]
 		l := leaseOf(c)
-		end := server.LeaseChange{Kind: server.Released, Segment: c.Segment, Lease: l, At: now}
-		if reserved[c.MAC.String()] == c.IP {
-			continue // a reservation of its address took it over: its binding now
-		}
-		if o == nil || (pivirtv1.PlacedElsewhere(o, lg.Node) && !ackedAt(o).Before(c.At)) {
-			follow = append(follow, end)
-			continue
+		live := c.Kind.Durable()
+		if reserved[c.MAC.String()].IsValid() && (!live || reserved[c.MAC.String()] == c.IP) {
+			continue // the MAC's reservation binds it (one of its address took the binding over)
 		}
 		var spec pivirtv1.DHCPLeaseSpec
-		if err := json.Unmarshal(o.Spec, &spec); err != nil || spec.Type != pivirtv1.LeaseDynamic || spec.ExpiresAt == nil {
-			follow = append(follow, end) // a reservation took its name: not a lease of the server's
-			continue
-		}
-		ip, err := netip.ParseAddr(spec.IPAddress)
-		if err == nil && (ip != c.IP || !spec.ExpiresAt.Equal(c.Expires.Truncate(time.Second))) && spec.Network == c.Network {
+		dynamic := o != nil && json.Unmarshal(o.Spec, &spec) == nil && spec.Type == pivirtv1.LeaseDynamic && spec.ExpiresAt != nil
+		ip, _ := netip.ParseAddr(spec.IPAddress)
+		switch {
+		case !live:
+			if !dynamic || pivirtv1.PlacedElsewhere(o, lg.Node) || !si.seg.Names(spec.Network) || !ip.IsValid() || !now.Before(*spec.ExpiresAt) {
+				continue
+			}
+			l.IP, l.Expires, l.Hostname = ip, *spec.ExpiresAt, spec.Hostname
+			follow = append(follow, server.LeaseChange{Kind: server.Bound, Segment: id, Lease: l, At: now})
+		case o == nil || (pivirtv1.PlacedElsewhere(o, lg.Node) && !ackedAt(o).Before(c.At)), !dynamic:
+			// Gone, taken over, or a reservation took its name: not a
+			// lease of the server's.
+			follow = append(follow, server.LeaseChange{Kind: server.Released, Segment: id, Lease: l, At: now})
+		case ip.IsValid() && (ip != c.IP || !spec.ExpiresAt.Equal(c.Expires.Truncate(time.Second))) && spec.Network == c.Network:
 			l.IP, l.Expires = ip, *spec.ExpiresAt
-			follow = append(follow, server.LeaseChange{Kind: server.Bound, Segment: c.Segment, Lease: l, At: now})
+			follow = append(follow, server.LeaseChange{Kind: server.Bound, Segment: id, Lease: l, At: now})
 		}
 	}
 	if len(follow) == 0 {
 		return nil
 	}
 	// Journaled and pinned or unpinned as what follows the store.
-	if err := lg.persistFromStore(follow); err != nil {
+	if err := lg.persistStarting(id, si, follow); err != nil {
 		return err
 	}
-	lg.Log.Info("lease database follows what the store got while pivirtd was away", "leases", len(follow))
+	lg.Log.Info("lease database follows what the store got while the segment was not served", "segment", si.seg.Name, "leases", len(follow))
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,7 +64,7 @@ func (lg *ledger) now() time.Time {
 // fdatasync), then programs pv_leases; the responder sends the group's
 // ACKs only after this returns. The DHCPLease objects follow shortly.
 func (lg *ledger) Persist(_ context.Context, changes []server.LeaseChange) error {
-	return lg.persist(changes, false)
+	return lg.persist(changes, false, lg.segmentsByID())
 }
 
 // persistFromStore persists changes that follow the store rather than
@@ -74,17 +75,28 @@ func (lg *ledger) Persist(_ context.Context, changes []server.LeaseChange) error
 // and the leases' changes still waiting for it are withdrawn (they would
 // write the object back, or over the one the operator applied).
 func (lg *ledger) persistFromStore(changes []server.LeaseChange) error {
-	return lg.persist(changes, true)
+	return lg.persist(changes, true, lg.segmentsByID())
 }
 
-// persist journals and pins changes; fromStore: persistFromStore's.
-func (lg *ledger) persist(changes []server.LeaseChange, fromStore bool) error {
+// persistStarting is persistFromStore for a segment that is starting,
+// not running yet: si is what its changes are journaled and pinned with.
+func (lg *ledger) persistStarting(id uint32, si segInfo, changes []server.LeaseChange) error {
+	segs := maps.Clone(lg.segmentsByID())
+	if segs == nil {
+		segs = map[uint32]segInfo{}
+	}
+	segs[id] = si
+	return lg.persist(changes, true, segs)
+}
+
+// persist journals and pins changes of the segments segs; fromStore:
+// persistFromStore's.
+func (lg *ledger) persist(changes []server.LeaseChange, fromStore bool, segs map[uint32]segInfo) error {
 	keys := make([]leasemap.Key, len(changes))
 	for i, ch := range changes {
 		keys[i] = leasemap.NewKey(ch.Segment, [6]byte(ch.Lease.MAC))
 	}
 	defer lg.pins.lock(keys...)()
-	segs := lg.segmentsByID()
 	if err := lg.journalChanges(changes, segs, fromStore); err != nil {
 		return fmt.Errorf("journaling %d lease changes: %w", len(changes), err)
 	}
@@ -163,6 +175,11 @@ type segInfo struct {
 	bridge    string
 	leaseTime time.Duration
 	held      map[string]bool // MACs whose lease the interlock holds
+}
+
+// infoOf is the segInfo of seg, whose held leases' MACs are held.
+func infoOf(seg segment.Segment, held map[string]bool) segInfo {
+	return segInfo{seg: seg, bridge: seg.Spec.Bridge, leaseTime: time.Duration(seg.Spec.DHCP.LeaseTime()) * time.Second, held: held}
 }
 
 // pinExpiry is when the guard's pin of l should lapse.

@@ -199,7 +199,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			}
 		}
 		if fresh {
-			if err := m.loadTables(cfg, static, dynamic, moved, held, m.away[collision.NetworkOf(seg)]); err != nil {
+			if err := m.loadTables(ctx, seg, cfg, static, dynamic, moved, held, m.away[collision.NetworkOf(seg)]); err != nil {
 				errs = append(errs, err)
 			}
 			if err := m.start(seg, cfg.ID); err != nil {
@@ -482,7 +482,7 @@ func (m *Manager) Stop() {
 func (m *Manager) publishInfos() {
 	out := map[uint32]segInfo{}
 	for _, r := range m.running {
-		out[r.id] = segInfo{seg: r.seg, bridge: r.seg.Spec.Bridge, leaseTime: time.Duration(r.seg.Spec.DHCP.LeaseTime()) * time.Second, held: r.held}
+		out[r.id] = infoOf(r.seg, r.held)
 	}
 	m.ledger.setSegments(out)
 }

@@ -327,7 +327,7 @@ func TestStoredLeasesAdoptedAtStart(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	f.m.followServer(f.cfg)
+	f.m.followServer(f.cfg, infoOf(f.seg, nil))
 
 	for _, tc := range []struct {
 		mac    net.HardwareAddr

@@ -71,10 +71,13 @@ type ledgerWorld struct {
 	f     *segmentFixture
 	rnd   *rand.Rand
 	crash *rand.Rand // when pivirtd is killed and restarted
-	now   time.Time
-	pins  *memLeases
-	macs  []net.HardwareAddr
-	trail []string
+	// starting: what the operator writes while a restarted pivirtd does
+	// not serve the segment yet (writeWhileStarting).
+	starting *rand.Rand
+	now      time.Time
+	pins     *memLeases
+	macs     []net.HardwareAddr
+	trail    []string
 	// synced: the last step was the guard's sync of pv_leases.
 	synced bool
 	// reserved: the reservations' entries the guard's last sync wrote.
@@ -84,7 +87,7 @@ type ledgerWorld struct {
 func runLedger(t *testing.T, seed uint64, steps int) {
 	f := newSegmentFixture(t)
 	w := &ledgerWorld{t: t, f: f, rnd: rand.New(rand.NewPCG(seed, seed^0x1ed6e2)), now: time.Now().Truncate(time.Second),
-		crash: rand.New(rand.NewPCG(seed, seed^0xc4a54)), pins: &memLeases{m: map[leasemap.Key]leasemap.Value{}}}
+		crash: rand.New(rand.NewPCG(seed, seed^0xc4a54)), starting: rand.New(rand.NewPCG(seed, seed^0x57a27)), pins: &memLeases{m: map[leasemap.Key]leasemap.Value{}}}
 	f.m.Now = func() time.Time { return w.now }
 	f.m.Leases = w.pins
 	f.m.Events = events.NewRecorder(5)
@@ -150,6 +153,7 @@ func (w *ledgerWorld) restart() []string {
 			exempt[hw.String()] = true
 		}
 	}
+	expect := w.writeWhileStarting(before, held, exempt)
 	if _, err := m.srv.SetSegment(f.cfg); err != nil {
 		w.t.Fatal(err)
 	}
@@ -191,12 +195,17 @@ func (w *ledgerWorld) restart() []string {
 		w.t.Fatal(err)
 	}
 	w.persist(due)
-	if err := m.loadTables(f.cfg, static, dynamic, moved, heldMACs, nil); err != nil {
+	if err := m.loadTables(ctx, f.seg, f.cfg, static, dynamic, moved, heldMACs, nil); err != nil {
 		w.t.Fatal(err)
 	}
 	after := w.live()
 	w.synced = false
 	var bad []string
+	for _, mac := range slices.Sorted(maps.Keys(expect)) {
+		if want, got := expect[mac], after[mac]; (want == "") != (got == "") || !strings.HasPrefix(got, want) {
+			bad = append(bad, fmt.Sprintf("%s: the operator's write while the segment was not served wants %q bound, the start bound %q", mac, want, got))
+		}
+	}
 	for _, mac := range slices.Sorted(maps.Keys(before)) {
 		if !exempt[mac] && after[mac] != before[mac] {
 			bad = append(bad, fmt.Sprintf("%s: bound %q before the restart, %q after", mac, before[mac], after[mac]))
@@ -208,6 +217,72 @@ func (w *ledgerWorld) restart() []string {
 		}
 	}
 	return bad
+}
+
+// writeWhileStarting has the operator delete leases or apply dynamic
+// ones while the restarted pivirtd does not serve the segment yet (its
+// own random stream, so the fixed seeds replay as before): no
+// BeforeCommit delivers them, and the segment's start must take them in.
+// It returns, by MAC, the binding each wants after the start (an address
+// and a space; "": none), and marks those MACs exempt from "a restart
+// keeps every binding".
+func (w *ledgerWorld) writeWhileStarting(before map[string]string, held, exempt map[string]bool) map[string]string {
+	expect := map[string]string{}
+	if w.starting == nil {
+		return expect
+	}
+	ctx := context.Background()
+	objs, _, err := w.f.st.List(ctx, pivirtv1.KindDHCPLease, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	taken := map[string]string{} // address -> the MAC a stored lease or a binding gives it
+	for _, o := range objs {
+		if s, err := o.DefaultedSpec(); err == nil {
+			l := s.(*pivirtv1.DHCPLeaseSpec)
+			taken[l.IPAddress] = strings.ToLower(l.MACAddress)
+		}
+	}
+	for mac, b := range before {
+		taken[strings.Fields(b)[0]] = mac
+	}
+	for ip := range w.f.m.ledger.db.Probations(w.f.cfg.ID) {
+		taken[ip.String()] = "declined"
+	}
+	for range w.starting.IntN(3) {
+		mac := w.macs[w.starting.IntN(len(w.macs))]
+		if _, err := w.f.st.Get(ctx, pivirtv1.KindDHCPLease, resName(mac)); err == nil || held[mac.String()] {
+			continue // its reservation binds it; admission refuses both writes of a held lease
+		}
+		exempt[mac.String()] = true
+		if w.starting.IntN(2) == 0 {
+			w.logf("  while the segment is not served: operator deletes %s", LeaseName(mac))
+			if _, err := w.f.ix.Update(ctx, w.f.st, admission.Options{}, func(b *admission.Batch) error {
+				_, err := b.Delete(pivirtv1.KindDHCPLease, LeaseName(mac), "")
+				return err
+			}); err == nil {
+				expect[mac.String()] = ""
+			}
+			continue
+		}
+		ip := w.f.seg.Range.Start
+		for range w.starting.IntN(40) {
+			ip = ip.Next()
+		}
+		if who, ok := taken[ip.String()]; ok && who != mac.String() || !w.f.seg.InRange(ip) {
+			continue
+		}
+		w.logf("  while the segment is not served: operator applies %s -> %s", LeaseName(mac), ip)
+		o := decodeYAML(w.t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+LeaseName(mac)+`},
+			spec: {network: br-vm, macAddress: "`+mac.String()+`", ipAddress: `+ip.String()+`, type: dynamic, expiresAt: "`+w.now.Add(time.Hour).UTC().Format(time.RFC3339)+`"}}`)
+		if _, err := w.f.ix.Update(ctx, w.f.st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(o); return err }); err != nil {
+			w.logf("    refused: %v", err)
+			continue
+		}
+		taken[ip.String()] = mac.String()
+		expect[mac.String()] = ip.String() + " "
+	}
+	return expect
 }
 
 // live is what the server binds and serves now (not expired, or held),

@@ -3,6 +3,7 @@
 package dhcpd
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/leasedb"
+	"pivirt.hu/pivirt/control/segment"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
@@ -25,16 +27,22 @@ import (
 // loadTables fills the tables of a starting segment, whose settings,
 // reservations (static) and held set the server has: the addresses
 // other nodes hold (away), its bindings (bindings), and its DECLINE
-// probations, all from the lease database; the store's leases count only
-// where the database knows nothing of their MAC. The database then holds
-// what the server took (followServer).
-func (m *Manager) loadTables(cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held []net.HardwareAddr, away []server.Holding) error {
+// probations, all from the lease database, once it has taken in what the
+// store got while the segment was not served (followStore); the store's
+// leases count only where the database knows nothing of their MAC. The
+// database then holds what the server took (followServer).
+func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held []net.HardwareAddr, away []server.Holding) error {
 	errs := []error{m.srv.SetElsewhere(cfg.ID, away)}
-	in, out := m.bindings(cfg, static, dynamic, moved, macSet(held))
+	si := infoOf(seg, macSet(held))
+	if err := m.ledger.followStore(ctx, cfg.ID, si); err != nil {
+		// The database stays as it was: the server serves it.
+		m.Log.Warn("comparing a starting segment's leases with the store", "segment", cfg.Name, "err", err)
+	}
+	in, out := m.bindings(cfg, static, dynamic, moved, si.held)
 	if err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, in), m.srv.LoadMoved(m.now(), cfg.ID, out)); err != nil {
 		m.Log.Warn("some leases were not loaded", "segment", cfg.Name, "err", err)
 	}
-	m.followServer(cfg)
+	m.followServer(cfg, si)
 	errs = append(errs, m.ledger.restoreDeclined(m.now(), cfg.ID))
 	return errors.Join(errs...)
 }
@@ -122,14 +130,14 @@ func staticBound(seg uint32, network string, l server.Lease, at time.Time) lease
 }
 
 // followServer makes the lease database hold what a starting segment's
-// server took: the bindings it took from the store alone (leases stored
-// by a release before the database, or applied while no segment served
-// them) go in, journaled as following the store (never exported), so
-// pv_leases, its projection, pins them; the database's bindings it did
-// not take (a reservation's whose reservation moved since, one expired,
-// one refused beside another) end, and are unpinned. A MAC the database
-// knows an end of is left as it says.
-func (m *Manager) followServer(cfg server.Segment) {
+// server took, journaled as following the store (never exported) and
+// pinned as the segment si pins: the bindings it took from the store
+// alone (leases stored by a release before the database) go in; the
+// database's bindings it did not take (a reservation's whose reservation
+// moved since, one expired, one refused beside another) end, and are
+// unpinned. A MAC the database knows an end of is left as it says
+// (followStore took in a lease applied after that end).
+func (m *Manager) followServer(cfg server.Segment, si segInfo) {
 	if m.ledger.db == nil {
 		return
 	}
@@ -139,35 +147,28 @@ func (m *Manager) followServer(cfg server.Segment) {
 	}
 	now := m.now()
 	took := map[string]netip.Addr{}
-	var adopt []leasedb.Change
+	var follow []server.LeaseChange
 	for _, l := range m.srv.Leases(cfg.ID) {
 		took[l.MAC.String()] = l.IP
-		if _, _, known := m.ledger.db.Lookup(cfg.ID, l.MAC); known {
-			continue
+		if _, _, known := m.ledger.db.Lookup(cfg.ID, l.MAC); !known {
+			follow = append(follow, server.LeaseChange{Kind: server.Bound, Segment: cfg.ID, Lease: l, At: now, Static: reserved[l.MAC.String()]})
 		}
-		adopt = append(adopt, leasedb.Change{Kind: leasedb.Bound, Segment: cfg.ID, Network: cfg.Bridge, IP: l.IP, MAC: l.MAC,
-			ClientID: l.ClientID, Hostname: l.Hostname, Expires: l.Expires, At: now, Static: reserved[l.MAC.String()], FromStore: true})
 	}
-	var ends []server.LeaseChange
+	adopted := len(follow)
 	for _, c := range m.ledger.db.Bindings(cfg.ID) {
 		if ip, ok := took[c.MAC.String()]; ok && ip == c.IP {
 			continue
 		}
-		ends = append(ends, server.LeaseChange{Kind: server.Released, Segment: cfg.ID, At: now, Static: c.Static,
+		follow = append(follow, server.LeaseChange{Kind: server.Released, Segment: cfg.ID, At: now, Static: c.Static,
 			Lease: leaseOf(c)})
 	}
-	if len(adopt) > 0 {
-		if _, err := m.ledger.db.Commit(adopt); err != nil {
-			m.Log.Warn("taking the stored leases of a segment into the lease database", "segment", cfg.Name, "err", err)
-		} else {
-			m.Log.Info("stored leases taken into the lease database", "segment", cfg.Name, "leases", len(adopt))
-		}
+	if len(follow) == 0 {
+		return
 	}
-	if len(ends) > 0 {
-		if err := m.ledger.persistFromStore(ends); err != nil {
-			m.Log.Warn("ending the bindings a segment's start did not take", "segment", cfg.Name, "err", err)
-		} else {
-			m.Log.Info("bindings the segment's start did not take ended", "segment", cfg.Name, "bindings", len(ends))
-		}
+	if err := m.ledger.persistStarting(cfg.ID, si, follow); err != nil {
+		m.Log.Warn("taking what a starting segment's server took into the lease database", "segment", cfg.Name, "err", err)
+		return
 	}
+	m.Log.Info("lease database follows what the starting segment's server took", "segment", cfg.Name,
+		"taken_from_the_store", adopted, "ended", len(follow)-adopted)
 }
