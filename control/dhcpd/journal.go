@@ -112,6 +112,8 @@ func (lg *ledger) followStore(ctx context.Context, id uint32, si segInfo) error 
 	}
 	var known []leasedb.Change
 	lg.db.Known(func(s uint32) bool { return s == id }, func(c leasedb.Change) {
+		// A reservation's binding is the reservation's: its changes are
+		// never stored, so a stored lease of its MAC may predate its end.
 		if !c.Static && !behind[c.MAC.String()] {
 			known = append(known, c)
 		}

@@ -254,8 +254,14 @@ func (w *ledgerWorld) writeWhileStarting(before map[string]string, held, exempt 
 		if _, err := w.f.st.Get(ctx, pivirtv1.KindDHCPLease, resName(mac)); err == nil || held[mac.String()] {
 			continue // its reservation binds it; admission refuses both writes of a held lease
 		}
+		deleting := w.starting.IntN(2) == 0
+		if c, live, known := w.f.m.ledger.db.Lookup(w.f.cfg.ID, mac); !deleting && known && !live && c.Static {
+			// Not followed (followStore): a reservation's binding is never
+			// stored, so a stored lease of its MAC may predate its end.
+			continue
+		}
 		exempt[mac.String()] = true
-		if w.starting.IntN(2) == 0 {
+		if deleting {
 			w.logf("  while the segment is not served: operator deletes %s", LeaseName(mac))
 			if _, err := w.f.ix.Update(ctx, w.f.st, admission.Options{}, func(b *admission.Batch) error {
 				_, err := b.Delete(pivirtv1.KindDHCPLease, LeaseName(mac), "")
