@@ -93,6 +93,10 @@ test: deps go-version ## run every tier: unit, kernel (BPF_PROG_TEST_RUN) and en
 soak: deps ## the randomized ordering test for long: PIVIRT_ORDER_STEPS (default 10000) steps, PIVIRT_ORDER_SEED to replay, PIVIRT_ORDER_SYNC_DELAYS (default 0,3ms) the journal flush slowed down
 	PIVIRT_E2E=1 PIVIRT_ORDER_STEPS=$${PIVIRT_ORDER_STEPS:-10000} $(GO) test -count=1 -timeout 6h -run 'TestPrivilegedOrderings$$' -v ./test/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|ordering test:|steps in|FAILED|invariants|step [0-9]+ \(seed'
 
+.PHONY: soak-cluster
+soak-cluster: deps ## the ordering test across two nodes on etcd for long: PIVIRT_CLUSTER_ORDER_STEPS (default 2000) steps, PIVIRT_CLUSTER_ORDER_SEED to replay
+	PIVIRT_E2E=1 PIVIRT_CLUSTER_ORDER_STEPS=$${PIVIRT_CLUSTER_ORDER_STEPS:-2000} $(GO) test -count=1 -timeout 6h -run 'TestPrivilegedClusterOrderings$$' -v ./test/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|cluster ordering test:|steps in|FAILED|invariants|step [0-9]+ \(seed'
+
 .PHONY: test-unit
 test-unit: ## unit tier only (no privileges)
 	$(GO) test -race -count=1 -short ./...
