@@ -45,6 +45,14 @@ func TestFollowStoreAtSegmentStart(t *testing.T) {
 			}
 			return tx.Create(o)
 		}, netip.MustParseAddr("192.168.100.140")},
+		{"released, then applied again under the networkRef", true, func(tx store.Tx, _ *pivirtv1.Object) error {
+			o, err := pivirtv1.DecodeObject([]byte(`{"apiVersion": "pivirt.hu/v1", "kind": "DHCPLease", "metadata": {"name": "` + LeaseName(hw) + `"},
+				"spec": {"network": "net-vm-net", "macAddress": "` + mac + `", "ipAddress": "192.168.100.140", "type": "dynamic", "expiresAt": "` + exp.Format(time.RFC3339) + `"}}`))
+			if err != nil {
+				return err
+			}
+			return tx.Create(o)
+		}, netip.MustParseAddr("192.168.100.140")},
 		{"deleted", false, func(tx store.Tx, o *pivirtv1.Object) error {
 			return tx.Delete(pivirtv1.KindDHCPLease, o.Metadata.Name, "")
 		}, netip.Addr{}},

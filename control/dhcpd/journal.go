@@ -14,10 +14,12 @@ import (
 	"slices"
 	"time"
 
+	"pivirt.hu/pivirt/api/fields"
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/admission"
 	"pivirt.hu/pivirt/control/events"
 	"pivirt.hu/pivirt/control/leasedb"
+	"pivirt.hu/pivirt/control/segment"
 	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
@@ -121,7 +123,7 @@ func (lg *ledger) followStore(ctx context.Context, id uint32, si segInfo) error 
 	if len(known) == 0 {
 		return nil
 	}
-	objs, _, err := lg.Store.List(ctx, pivirtv1.KindDHCPLease, nil)
+	objs, err := lg.networkLeases(ctx, si.seg)
 	if err != nil {
 		return err
 	}
@@ -173,6 +175,30 @@ func (lg *ledger) followStore(ctx context.Context, id uint32, si segInfo) error 
 	}
 	lg.Log.Info("lease database follows what the store got while the segment was not served", "segment", si.seg.Name, "leases", len(follow))
 	return nil
+}
+
+// networkLeases lists the stored leases whose spec.network names seg (its
+// bridge or its networkRef) through the store's index of that field: a
+// segment's start reads its own leases, not all 100,000 of a cluster's.
+// A MAC's lease stored under another network is not this segment's.
+func (lg *ledger) networkLeases(ctx context.Context, seg segment.Segment) ([]*pivirtv1.Object, error) {
+	names := []string{seg.Spec.Bridge}
+	if ref := seg.Spec.NetworkRef; ref != "" && ref != seg.Spec.Bridge {
+		names = append(names, ref)
+	}
+	var out []*pivirtv1.Object
+	for _, name := range names {
+		sel, err := fields.Parse(pivirtv1.KindDHCPLease, "spec.network="+name)
+		if err != nil {
+			return nil, err
+		}
+		page, err := lg.Store.ListPage(ctx, pivirtv1.KindDHCPLease, store.ListOptions{Fields: sel})
+		if err != nil {
+			return nil, fmt.Errorf("listing the leases of network %s: %w", name, err)
+		}
+		out = append(out, page.Objects...)
+	}
+	return out, nil
 }
 
 // recoverDB opens the lease database and migrates the previous
