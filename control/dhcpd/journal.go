@@ -4,6 +4,7 @@ package dhcpd
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -156,6 +157,7 @@ func (lg *ledger) followStore(ctx context.Context, id uint32, si segInfo) error 
 				continue
 			}
 			l.IP, l.Expires, l.Hostname = ip, *spec.ExpiresAt, spec.Hostname
+			l.ClientID, _ = hex.DecodeString(spec.ClientID)
 			follow = append(follow, server.LeaseChange{Kind: server.Bound, Segment: id, Lease: l, At: now})
 		case o == nil || (pivirtv1.PlacedElsewhere(o, lg.Node) && !ackedAt(o).Before(c.At)), !dynamic:
 			// Gone, taken over, or a reservation took its name: not a
