@@ -28,6 +28,18 @@ func TestFollowStoreAtSegmentStart(t *testing.T) {
 	const mac = "52:54:00:00:00:01"
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	hw, _ := net.ParseMAC(mac)
+	// appliedAgain is the operator applying a dynamic lease of mac at
+	// .140, naming the segment by network.
+	appliedAgain := func(network string) func(store.Tx, *pivirtv1.Object) error {
+		return func(tx store.Tx, _ *pivirtv1.Object) error {
+			o, err := pivirtv1.DecodeObject([]byte(`{"apiVersion": "pivirt.hu/v1", "kind": "DHCPLease", "metadata": {"name": "` + LeaseName(hw) + `"},
+				"spec": {"network": "` + network + `", "macAddress": "` + mac + `", "ipAddress": "192.168.100.140", "type": "dynamic", "expiresAt": "` + exp.Format(time.RFC3339) + `"}}`))
+			if err != nil {
+				return err
+			}
+			return tx.Create(o)
+		}
+	}
 	seg := pivirtv1.Segment{Name: "vm-net", Spec: pivirtv1.NetworkSegmentSpec{NetworkRef: "net-vm-net", Bridge: "br-vm"}}
 	for _, tc := range []struct {
 		name     string
@@ -37,22 +49,8 @@ func TestFollowStoreAtSegmentStart(t *testing.T) {
 	}{
 		{"nothing", false, nil, netip.MustParseAddr("192.168.100.101")},
 		{"released, nothing", true, nil, netip.Addr{}},
-		{"released, then applied again by the operator", true, func(tx store.Tx, _ *pivirtv1.Object) error {
-			o, err := pivirtv1.DecodeObject([]byte(`{"apiVersion": "pivirt.hu/v1", "kind": "DHCPLease", "metadata": {"name": "` + LeaseName(hw) + `"},
-				"spec": {"network": "br-vm", "macAddress": "` + mac + `", "ipAddress": "192.168.100.140", "type": "dynamic", "expiresAt": "` + exp.Format(time.RFC3339) + `"}}`))
-			if err != nil {
-				return err
-			}
-			return tx.Create(o)
-		}, netip.MustParseAddr("192.168.100.140")},
-		{"released, then applied again under the networkRef", true, func(tx store.Tx, _ *pivirtv1.Object) error {
-			o, err := pivirtv1.DecodeObject([]byte(`{"apiVersion": "pivirt.hu/v1", "kind": "DHCPLease", "metadata": {"name": "` + LeaseName(hw) + `"},
-				"spec": {"network": "net-vm-net", "macAddress": "` + mac + `", "ipAddress": "192.168.100.140", "type": "dynamic", "expiresAt": "` + exp.Format(time.RFC3339) + `"}}`))
-			if err != nil {
-				return err
-			}
-			return tx.Create(o)
-		}, netip.MustParseAddr("192.168.100.140")},
+		{"released, then applied again by the operator", true, appliedAgain("br-vm"), netip.MustParseAddr("192.168.100.140")},
+		{"released, then applied again under the networkRef", true, appliedAgain("net-vm-net"), netip.MustParseAddr("192.168.100.140")},
 		{"deleted", false, func(tx store.Tx, o *pivirtv1.Object) error {
 			return tx.Delete(pivirtv1.KindDHCPLease, o.Metadata.Name, "")
 		}, netip.Addr{}},
