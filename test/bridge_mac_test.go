@@ -77,8 +77,19 @@ func (c *rawClient) send(m *dhcpv4.DHCPv4, src, dst netip.Addr, dstMAC [6]byte) 
 // its xid and the reply frame's Ethernet source, or fails after 3 s.
 func (c *rawClient) exchange(m *dhcpv4.DHCPv4, src, dst netip.Addr, dstMAC [6]byte) (*dhcpv4.DHCPv4, net.HardwareAddr) {
 	c.t.Helper()
+	r, from := c.exchangeWithin(m, src, dst, dstMAC, 3*time.Second)
+	if r == nil {
+		c.t.Fatalf("no reply to %s sent to %s at %s", m.MessageType(), dst, net.HardwareAddr(dstMAC[:]))
+	}
+	return r, from
+}
+
+// exchangeWithin is exchange that returns nil when no reply comes within
+// wait (a server may rightly stay silent).
+func (c *rawClient) exchangeWithin(m *dhcpv4.DHCPv4, src, dst netip.Addr, dstMAC [6]byte, wait time.Duration) (*dhcpv4.DHCPv4, net.HardwareAddr) {
+	c.t.Helper()
 	c.send(m, src, dst, dstMAC)
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(wait)
 	rb := make([]byte, 2048)
 	for time.Now().Before(deadline) {
 		_ = c.conn.SetReadDeadline(deadline)
@@ -94,7 +105,6 @@ func (c *rawClient) exchange(m *dhcpv4.DHCPv4, src, dst netip.Addr, dstMAC [6]by
 			return r, append(net.HardwareAddr(nil), rb[6:12]...)
 		}
 	}
-	c.t.Fatalf("no reply to %s sent to %s at %s", m.MessageType(), dst, net.HardwareAddr(dstMAC[:]))
 	return nil, nil
 }
 

@@ -14,7 +14,14 @@ package test
 // applying a dynamic lease for a guest or deleting its lease through
 // either node's API (the other node's DHCP server learns it from the
 // store: dhcpd.Manager.Observe); kill -9 of either pivirtd (what the
-// store got meanwhile is taken in at start).
+// store got meanwhile is taken in at start); etcd going away, stopped or
+// frozen (a partition), for a few steps, from a random stream of its own.
+// With etcd away the operator's writes are not tried, a pivirtd killed
+// starts from the cache it saved, and a guest that moves is ACKed its
+// lease by INIT-REBOOT if the lease was stored before the outage (the new
+// node's cache shows it the MAC's); one ACKed during the outage the new
+// node cannot know, so it may stay silent or NAK, and the guest starts
+// over with a DORA.
 // After every step, once the store's watch has delivered (a few seconds
 // at most), what the guests were told must hold on both nodes:
 //   - DHCP answers (a DORA, a renewal and an INIT-REBOOT end in an ACK,
@@ -26,6 +33,9 @@ package test
 //     address for its MAC;
 //   - each node's pv_leases is its lease database's projection (no
 //     drift in `inspect desired pv_leases`).
+// With etcd away only the guest's node is checked, to pin its lease (the
+// store cannot be read, and the node a guest left may not know yet).
+// Once etcd is back everything above holds again within 30 s.
 // PIVIRT_CLUSTER_ORDER_SEED replays a run (the seed is logged),
 // PIVIRT_CLUSTER_ORDER_STEPS sets its length (default 40).
 
@@ -58,6 +68,9 @@ type clusterGuest struct {
 	// applied: the operator applied its lease since its last DORA, which
 	// must be given that address.
 	applied bool
+	// ackedAway: its lease was ACKed while etcd was away, so no other
+	// node can know it until etcd is back.
+	ackedAway bool
 }
 
 type clusterRun struct {
@@ -68,6 +81,15 @@ type clusterRun struct {
 	used   map[netip.Addr]bool // addresses anyone was given or applied in this run
 	seed   uint64
 	step   int
+
+	ec      *etcdtest.Cluster
+	outages *rand.Rand // when etcd goes away and comes back
+	// away is how many steps etcd has been away (0: it serves); frozen:
+	// its members are stopped by SIGSTOP (a partition), not gone.
+	away   int
+	frozen bool
+	// settle is how long the invariants may take to hold after this step.
+	settle time.Duration
 }
 
 var (
@@ -85,27 +107,63 @@ func TestPrivilegedClusterOrderings(t *testing.T) {
 			t.Logf("FAILED with seed %d: rerun with PIVIRT_CLUSTER_ORDER_SEED=%d PIVIRT_CLUSTER_ORDER_STEPS=%d", seed, seed, steps)
 		}
 	})
-	r := &clusterRun{t: t, nodes: startNodesApart(t), rng: rand.New(rand.NewPCG(seed, seed>>1|1)), seed: seed, used: map[netip.Addr]bool{}}
-	for i := range 4 {
-		node := i % 2
-		g := guest.Attach(t, r.nodes[node].ns, clusterBridges[node], "", net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x0c, byte(i + 1)})
-		r.guests = append(r.guests, &clusterGuest{g: g, raw: newRawClient(t, g), node: node})
-	}
-	for _, n := range r.nodes {
-		waitForwarding(t, n.ns, len(r.guests)/2)
-	}
+	r := newClusterRun(t, seed, 4)
 	start := time.Now()
 	for r.step = 1; r.step <= steps; r.step++ {
+		r.outage()
 		r.randomStep()
+		r.checkInvariants()
+	}
+	if r.away > 0 {
+		r.etcdBack()
 		r.checkInvariants()
 	}
 	t.Logf("%d steps in %v, seed %d", steps, time.Since(start).Round(time.Second), seed)
 }
 
+// newClusterRun starts the nodes and guests guests, alternately on n1
+// and n2.
+func newClusterRun(t *testing.T, seed uint64, guests int) *clusterRun {
+	nodes, ec := startNodesApart(t)
+	r := &clusterRun{t: t, nodes: nodes, ec: ec, rng: rand.New(rand.NewPCG(seed, seed>>1|1)), outages: rand.New(rand.NewPCG(seed, seed>>2|3)),
+		seed: seed, used: map[netip.Addr]bool{}}
+	for i := range guests {
+		node := i % 2
+		g := guest.Attach(t, r.nodes[node].ns, clusterBridges[node], "", net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x0c, byte(i + 1)})
+		r.guests = append(r.guests, &clusterGuest{g: g, raw: newRawClient(t, g), node: node})
+	}
+	for i, n := range r.nodes {
+		waitForwarding(t, n.ns, (guests+1-i)/2)
+	}
+	return r
+}
+
+// TestPrivilegedClusterReleasedAfterMovingAway: a guest whose lease n1
+// stored moves to n2 while etcd is away, n2 takes the lease over from its
+// cache (INIT-REBOOT), and the guest releases it there. Once etcd is
+// back, n2's journal holds both the take-over and the release, and the
+// lease must end: not stored, pinned by neither node.
+func TestPrivilegedClusterReleasedAfterMovingAway(t *testing.T) {
+	r := newClusterRun(t, 1, 1)
+	c := r.guests[0]
+	steps := []func(){
+		func() { r.dora(c) },
+		func() { r.etcdAway(false) },
+		func() { r.movePort(c); r.initReboot(c) },
+		func() { r.release(c) },
+		func() { r.etcdBack() },
+	}
+	for i, step := range steps {
+		r.step = i + 1
+		step()
+		r.checkInvariants()
+	}
+}
+
 // startNodesApart starts a one-member etcd and pivirtd n1 and n2, each in
 // its own namespace (etcd's client sockets are in a directory every
 // namespace reaches), with their segments applied and Ready.
-func startNodesApart(t *testing.T) [2]clusterNode {
+func startNodesApart(t *testing.T) ([2]clusterNode, *etcdtest.Cluster) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	ec := etcdtest.StartCluster(t, etcdtest.ClusterOptions{Members: 1, Command: testutil.NewNetNS(t).Command})
@@ -127,12 +185,60 @@ func startNodesApart(t *testing.T) [2]clusterNode {
 		out, _, _ := nodes[1].ctl(t, "", "get", "segments")
 		return strings.Count(out, "Ready") == 2
 	})
-	return nodes
+	return nodes, ec
 }
 
 func (r *clusterRun) fatalf(format string, args ...any) {
 	r.t.Helper()
 	r.t.Fatalf("step %d (seed %d): %s", r.step, r.seed, fmt.Sprintf(format, args...))
+}
+
+// maxAway bounds an outage, in steps.
+const maxAway = 8
+
+// outage sends etcd away (stopped or frozen) before one step in 25, and
+// brings it back within maxAway steps.
+func (r *clusterRun) outage() {
+	n := r.outages.IntN(100)
+	switch {
+	case r.away == 0 && n < 4:
+		r.etcdAway(r.outages.IntN(2) == 0)
+	case r.away > 0 && (n < 20 || r.away >= maxAway):
+		r.etcdBack()
+	case r.away > 0:
+		r.away++
+	}
+}
+
+// etcdAway stops etcd, or freezes it.
+func (r *clusterRun) etcdAway(frozen bool) {
+	r.t.Logf("step %d: etcd goes away (frozen: %v)", r.step, frozen)
+	var err error
+	if frozen {
+		err = r.ec.FreezeAll()
+	} else {
+		r.ec.StopAll()
+	}
+	if err != nil {
+		r.fatalf("etcd away: %v", err)
+	}
+	r.away, r.frozen = 1, frozen
+}
+
+// etcdBack ends the outage.
+func (r *clusterRun) etcdBack() {
+	r.t.Logf("step %d: etcd back after %d steps", r.step, r.away)
+	if r.frozen {
+		if err := r.ec.ThawAll(); err != nil {
+			r.fatalf("etcd back: %v", err)
+		}
+	} else {
+		r.ec.StartAll(r.t)
+	}
+	r.away, r.settle = 0, 30*time.Second
+	for _, c := range r.guests {
+		c.ackedAway = false
+	}
 }
 
 func (r *clusterRun) randomStep() {
@@ -181,7 +287,7 @@ func (r *clusterRun) dora(c *clusterGuest) {
 		}
 	}
 	r.used[ip] = true
-	c.acked, c.ack, c.srv, c.applied = ip, ack, [6]byte(srv), false
+	c.acked, c.ack, c.srv, c.applied, c.ackedAway = ip, ack, [6]byte(srv), false, r.away > 0
 }
 
 // renew unicasts a RENEWING REQUEST to the server that ACKed the guest:
@@ -207,7 +313,16 @@ func (r *clusterRun) initReboot(c *clusterGuest) {
 	r.t.Logf("step %d: INIT-REBOOT %s %s on %s", r.step, c.g.MAC, c.acked, clusterNames[c.node])
 	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
 		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(c.ack.YourIPAddr)))
-	rep, srv := c.raw.exchange(m, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	rep, srv := c.raw.exchangeWithin(m, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 3*time.Second)
+	if c.ackedAway && (rep == nil || rep.MessageType() == dhcpv4.MessageTypeNak) {
+		// ACKed on the other node while etcd is away: not known here.
+		r.t.Logf("step %d: INIT-REBOOT of %s not ACKed on %s with its lease unknown there (%v); DORA", r.step, c.g.MAC, clusterNames[c.node], rep != nil)
+		r.dora(c)
+		return
+	}
+	if rep == nil {
+		r.fatalf("INIT-REBOOT of %s at %s on %s: no reply", c.g.MAC, c.acked, clusterNames[c.node])
+	}
 	if ip, _ := netip.AddrFromSlice(rep.YourIPAddr.To4()); rep.MessageType() != dhcpv4.MessageTypeAck || ip != c.acked {
 		r.fatalf("INIT-REBOOT of %s at %s on %s: %s %s", c.g.MAC, c.acked, clusterNames[c.node], rep.MessageType(), ip)
 	}
@@ -230,6 +345,16 @@ func (r *clusterRun) release(c *clusterGuest) {
 // migrated, no RELEASE); there it asks for its lease again (INIT-REBOOT)
 // or starts over (DORA).
 func (r *clusterRun) move(c *clusterGuest) {
+	r.movePort(c)
+	if c.ack != nil && r.rng.IntN(2) == 0 {
+		r.initReboot(c)
+		return
+	}
+	r.dora(c)
+}
+
+// movePort enslaves the guest's port to the other node's bridge.
+func (r *clusterRun) movePort(c *clusterGuest) {
 	to := 1 - c.node
 	r.t.Logf("step %d: move %s (%v) from %s to %s", r.step, c.g.MAC, c.acked, clusterNames[c.node], clusterNames[to])
 	from := r.nodes[c.node].ns.Name
@@ -244,17 +369,15 @@ func (r *clusterRun) move(c *clusterGuest) {
 	c.node = to
 	c.applied = false // an applied lease was for the other node's network
 	waitPortForwarding(r.t, r.nodes[to].ns, c.g.HostSide)
-	if c.ack != nil && r.rng.IntN(2) == 0 {
-		r.initReboot(c)
-		return
-	}
-	r.dora(c)
 }
 
 // applyLease is the operator applying, through node via, a dynamic lease
 // for the guest at an address of its node's range no one was given in
 // this run: from then on it is the guest's lease.
 func (r *clusterRun) applyLease(c *clusterGuest, via int) {
+	if r.away > 0 {
+		return // writes fail with etcd away (TestPrivilegedClusterThreeNodes checks how)
+	}
 	var ip netip.Addr
 	for last := clusterRanges[c.node][1]; last >= clusterRanges[c.node][0]; last-- { // from the top: DORA hands out from the bottom
 		if a := netip.AddrFrom4([4]byte{10, 77, 0, last}); !r.used[a] {
@@ -278,7 +401,7 @@ func (r *clusterRun) applyLease(c *clusterGuest, via int) {
 // deleteLease is the operator deleting the guest's lease through node
 // via: the guest, not told, holds nothing from then on.
 func (r *clusterRun) deleteLease(c *clusterGuest, via int) {
-	if !c.acked.IsValid() {
+	if !c.acked.IsValid() || r.away > 0 {
 		return
 	}
 	r.t.Logf("step %d: delete lease %s (%s) through %s", r.step, leaseName(c.g.MAC), c.acked, clusterNames[via])
@@ -292,20 +415,35 @@ func (r *clusterRun) kill9(i int) {
 	r.t.Logf("step %d: kill -9 pivirtd %s", r.step, clusterNames[i])
 	d := r.nodes[i].d
 	d.Kill9()
-	d.Start()
-	waitFor(r.t, 20*time.Second, "both segments Ready after kill -9", func() bool {
-		res := d.Ctl("get", "segments")
-		return res.Code == 0 && strings.Count(res.Stdout, "Ready") == 2
+	if r.away == 0 {
+		d.Start()
+		waitFor(r.t, 20*time.Second, "both segments Ready after kill -9", func() bool {
+			res := d.Ctl("get", "segments")
+			return res.Code == 0 && strings.Count(res.Stdout, "Ready") == 2
+		})
+		return
+	}
+	// etcd is away: pivirtd serves from the cache it saved (its first
+	// list gives up after the cache's start timeout).
+	mark := len(d.Log())
+	d.StartReadyOn("inspect", "map", "pv_leases")
+	waitFor(r.t, 40*time.Second, "DHCP served again from the saved cache after kill -9", func() bool {
+		return strings.Contains(d.Log()[mark:], "DHCP responder started")
 	})
 }
 
 // checkInvariants waits up to 8 s (the store's watch reaching the other
-// node) for the store and both nodes' pins to agree with the guests.
+// node), or settle, for the store and both nodes' pins to agree with the
+// guests; with etcd away, for the guests' nodes to pin their leases.
 func (r *clusterRun) checkInvariants() {
 	r.t.Helper()
-	deadline := time.Now().Add(8 * time.Second)
+	deadline := time.Now().Add(max(8*time.Second, r.settle))
+	r.settle = 0
 	for {
 		problems := r.violations()
+		if r.away > 0 {
+			problems = r.violationsAway()
+		}
 		if len(problems) == 0 {
 			return
 		}
@@ -314,6 +452,23 @@ func (r *clusterRun) checkInvariants() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// violationsAway: with etcd away, each guest's node must pin its lease.
+func (r *clusterRun) violationsAway() []string {
+	var bad []string
+	for i, n := range r.nodes {
+		pins, _, problem := livePins(n.d)
+		if problem != "" {
+			return []string{clusterNames[i] + ": " + problem}
+		}
+		for _, c := range r.guests {
+			if c.node == i && c.acked.IsValid() && pins[c.g.MAC.String()] != c.acked.String() {
+				bad = append(bad, fmt.Sprintf("%s holds %s on %s with etcd away, pinned there %q", c.g.MAC, c.acked, clusterNames[i], pins[c.g.MAC.String()]))
+			}
+		}
+	}
+	return bad
 }
 
 func (r *clusterRun) violations() []string {

@@ -44,6 +44,11 @@ type record struct {
 	Change  server.LeaseChange
 	Network string // the segment's bridge: the lease's spec.network
 	seq     uint64 // the database's sequence number of the change
+	// boundAt, on an end, is when the batch's last ACK of the lease
+	// before it was made (zero: none in the batch): latestPerLease
+	// stores only the end, and whether this node's end may delete a
+	// lease another node stored depends on that ACK (storeRecord).
+	boundAt time.Time
 }
 
 // recover opens the lease database in JournalDir, migrates the files of
@@ -335,6 +340,7 @@ func (lg *ledger) writeLoop(ctx context.Context) {
 // latestPerLease drops each change that a later change of the same lease
 // in recs overrides: the store needs only a lease's last state, and the
 // bookkeeping of what is stored (storeRecords) still covers every record.
+// An end kept remembers the ACK it overrides (boundAt).
 func latestPerLease(recs []record) []record {
 	last := make(map[string]int, len(recs))
 	for i, r := range recs {
@@ -344,8 +350,16 @@ func latestPerLease(recs []record) []record {
 		return recs
 	}
 	out := make([]record, 0, len(last))
+	boundAt := map[string]time.Time{}
 	for i, r := range recs {
-		if last[LeaseName(r.Change.Lease.MAC)] == i {
+		name := LeaseName(r.Change.Lease.MAC)
+		if r.Change.Kind.Durable() {
+			boundAt[name] = r.Change.At
+		}
+		if last[name] == i {
+			if !r.Change.Kind.Durable() {
+				r.boundAt = boundAt[name]
+			}
 			out = append(out, r)
 		}
 	}
@@ -521,7 +535,12 @@ type refusal struct {
 // every end (release, expiry, decline) of it: a client that moved on
 // while etcd was away left the old node's copy to expire, and that
 // node's journal reaches etcd after the new node's, or before it, in
-// either order, so the newer ACK must win either way.
+// either order, so the newer ACK must win either way. Unless this node
+// ACKed the lease after that node did in the same batch (boundAt): it
+// took the lease over while etcd was away, and the end is the client's
+// (the take-over, which latestPerLease dropped, would have made the
+// object this node's; cluster test seed 1: released after moving away,
+// the lease stayed stored and pinned on the old node).
 func storeRecord(b *admission.Batch, r record, node string, clustered bool) error {
 	ch := r.Change
 	name := LeaseName(ch.Lease.MAC)
@@ -566,7 +585,7 @@ func storeRecord(b *admission.Batch, r record, node string, clustered bool) erro
 			return fmt.Errorf("storing %s: %w", name, err)
 		}
 	default:
-		if cur, err := b.Get(pivirtv1.KindDHCPLease, name); err == nil && cur != nil && pivirtv1.PlacedElsewhere(cur, node) {
+		if cur, err := b.Get(pivirtv1.KindDHCPLease, name); err == nil && cur != nil && pivirtv1.PlacedElsewhere(cur, node) && !r.boundAt.After(ackedAt(cur)) {
 			return errSuperseded
 		}
 		if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {

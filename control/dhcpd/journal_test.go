@@ -269,6 +269,13 @@ func TestLatestPerLease(t *testing.T) {
 			}
 		})
 	}
+	// The release kept remembers the renewal it overrides.
+	a2.Change.At = exp.Add(-time.Minute)
+	for _, r := range latestPerLease([]record{a1, a2, a3}) {
+		if r.seq == 5 && !r.boundAt.Equal(a2.Change.At) {
+			t.Errorf("the release kept has boundAt %v, want the renewal's %v", r.boundAt, a2.Change.At)
+		}
+	}
 }
 
 // BenchmarkStoreRenewals stores a writer's batch in which each lease was

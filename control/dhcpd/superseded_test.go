@@ -18,7 +18,11 @@ import (
 // expiry; n2 journaled the ACK that took the lease over. Whichever node's
 // journal reaches the store first, the lease ends as n2's: n1's older
 // renewal does not take it back and its expiry does not delete it. A
-// later ACK of n1 (the client came back) takes it over again.
+// later ACK of n1 (the client came back) takes it over again. A client
+// that n2 took over and that released its lease there, both in n2's
+// journal while etcd was away (one batch, of which the store gets the
+// release alone), ends the lease n1 stored, but not one n1 ACKed after
+// n2's take-over.
 func TestJournalNewerACKWins(t *testing.T) {
 	const mac, ip = "52:54:00:00:00:31", "192.168.100.150"
 	t0 := time.Now().UTC().Truncate(time.Second)
@@ -30,6 +34,7 @@ func TestJournalNewerACKWins(t *testing.T) {
 	n1Expired := at(change(server.Expired, mac, ip, t0.Add(time.Hour)), t0.Add(time.Hour))
 	n2Bound := at(change(server.Bound, mac, ip, t0.Add(time.Hour+10*time.Second)), t0.Add(10*time.Second))
 	n1Back := at(change(server.Bound, mac, ip, t0.Add(2*time.Hour)), t0.Add(time.Hour+20*time.Second))
+	n2Released := at(change(server.Released, mac, ip, t0.Add(time.Hour+10*time.Second)), t0.Add(20*time.Second))
 	type write struct {
 		node string
 		recs []record
@@ -44,6 +49,10 @@ func TestJournalNewerACKWins(t *testing.T) {
 		{"n2's journal first, n1's one record at a time", []write{{"n2", []record{n2Bound}}, {"n1", []record{n1Renewed}}, {"n1", []record{n1Expired}}}, []string{"n2", "n2", "n2"}},
 		{"the client back on n1 later", []write{{"n2", []record{n2Bound}}, {"n1", []record{n1Renewed, n1Expired}}, {"n1", []record{n1Back}}}, []string{"n2", "n2", "n1"}},
 		{"n1's own lease ends", []write{{"n1", []record{n1Renewed}}, {"n1", []record{n1Expired}}}, []string{"n1", "none"}},
+		{"taken over and released on n2 in one batch", []write{{"n1", []record{n1Renewed}}, {"n2", []record{n2Bound, n2Released}}}, []string{"n1", "none"}},
+		{"taken over and released on n2, then n1's expiry", []write{{"n1", []record{n1Renewed}}, {"n2", []record{n2Bound, n2Released}}, {"n1", []record{n1Expired}}}, []string{"n1", "none", "none"}},
+		{"released on n2 after n1 ACKed it again", []write{{"n1", []record{n1Back}}, {"n2", []record{n2Bound, n2Released}}}, []string{"n1", "n1"}},
+		{"released on n2 with no ACK of n2 in the batch", []write{{"n1", []record{n1Renewed}}, {"n2", []record{n2Released}}}, []string{"n1", "n1"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
