@@ -43,12 +43,16 @@ type Cache struct {
 	// it hang for the store's whole bound, and DHCP waits for the cache.
 	StartListTimeout time.Duration
 
-	mu     sync.RWMutex
-	objs   map[string]map[string]*pivirtv1.Object // kind -> name -> object
-	specs  map[*pivirtv1.Object]pivirtv1.Spec     // decoded once per stored version
-	rev    int64
-	synced chan struct{}
-	listed bool // listed from the store at least once (not only loaded from SavePath)
+	mu    sync.RWMutex
+	objs  map[string]map[string]*pivirtv1.Object // kind -> name -> object
+	specs map[*pivirtv1.Object]pivirtv1.Spec     // decoded once per stored version
+	rev   int64
+	// shapeRev is the revision of the last change of an object other
+	// than a lease (a segment, a port...), which the saved copy must not
+	// lack for long (saved.go).
+	shapeRev int64
+	synced   chan struct{}
+	listed   bool // listed from the store at least once (not only loaded from SavePath)
 	// inScope: what the cached objects were listed at (nil: every object).
 	inScope *store.Scope
 	subs    []subscriber
@@ -370,7 +374,7 @@ func (c *Cache) replace(objs []*pivirtv1.Object, rev int64, sc *store.Scope) {
 	for _, o := range objs {
 		c.put(o)
 	}
-	c.rev = rev
+	c.rev, c.shapeRev = rev, rev
 	subs, queues, obs := c.subs, c.queues, c.obs
 	for _, q := range queues {
 		q.resync() // the next Delta cannot know what the re-list changed
@@ -465,6 +469,9 @@ func (c *Cache) apply(ev store.Event) {
 		}
 	}
 	c.rev = max(c.rev, ev.Revision)
+	if ev.Object.Kind != pivirtv1.KindDHCPLease {
+		c.shapeRev = c.rev
+	}
 	for _, q := range keep {
 		q.add(Ref{ev.Object.Kind, ev.Object.Metadata.Name})
 	}

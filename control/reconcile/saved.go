@@ -31,24 +31,33 @@ type savedCache struct {
 	Objects  []*pivirtv1.Object `json:"objects"`
 }
 
-// saveEvery is how often a changed cache is saved: a start from the copy
-// lacks at most this much of what the store had (the lease journal holds
-// the node's own ACKs in any case). A large cache is saved less often:
-// never sooner than saveCost times its last save took, so that saving
-// costs at most 2% of a core (renewals change the cache all the time; a
-// save of 10,000 leases takes ≈20 ms, BenchmarkCacheSave).
+// A cache whose leases changed is saved every saveEvery: a start from the
+// copy lacks at most that much of what the store had of them (the lease
+// journal holds the node's own ACKs in any case). Any other change (a
+// segment, a port, a reservation) is saved within savePoll, and so is the
+// first list: a start from a copy that lacks a segment applied seconds
+// before removes its bridge and unpins its leases (it did, with a copy
+// saved up to 5 s behind; and a node killed within 5 s of its start had
+// no copy at all, and exited: TestPrivilegedClusterRestartInPartition).
+// A large cache is saved less often: never sooner than saveCost times
+// its last save took, so that saving costs at most 2% of a core
+// (renewals change the cache all the time; a save of 10,000 leases takes
+// ≈20 ms, BenchmarkCacheSave).
 const (
 	saveEvery = 5 * time.Second
+	savePoll  = 200 * time.Millisecond
 	saveCost  = 50
 )
 
-// saveLoop saves the cache every saveEvery (or longer, saveCost) while
-// it changes, and once more when ctx ends. Only what was listed from the
+// saveLoop saves the cache while it changes (saveEvery, savePoll,
+// saveCost), and once more when ctx ends. Only what was listed from the
 // store is saved.
 func (c *Cache) saveLoop(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	var saved int64 = -1
-	t := time.NewTimer(saveEvery)
+	var savedAt time.Time
+	var took time.Duration // the last save
+	t := time.NewTicker(savePoll)
 	defer t.Stop()
 	for {
 		stop := false
@@ -58,22 +67,22 @@ func (c *Cache) saveLoop(ctx context.Context, done chan<- struct{}) {
 			stop = true
 		}
 		c.mu.RLock()
-		rev, listed := c.rev, c.listed
+		rev, shape, listed := c.rev, c.shapeRev, c.listed
 		c.mu.RUnlock()
-		next := saveEvery
-		if listed && rev != saved {
+		since := time.Since(savedAt)
+		due := stop || shape > saved || since >= saveEvery
+		if listed && rev != saved && (stop || due && since >= saveCost*took) {
 			start := time.Now()
 			if err := c.save(); err != nil {
 				c.Log.Warn("saving the cache for a start without the store", "path", c.SavePath, "err", err)
 			} else {
 				saved = rev
 			}
-			next = max(saveEvery, saveCost*time.Since(start))
+			savedAt, took = start, time.Since(start)
 		}
 		if stop {
 			return
 		}
-		t.Reset(next)
 	}
 }
 

@@ -4,11 +4,13 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -103,6 +105,53 @@ func TestCacheStartsFromSavedWhileListsHang(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCacheSavedPromptly: the first copy is saved as soon as the store
+// was listed, and a segment applied later within savePoll or so, not
+// saveEvery later: a start from the copy must not lack it.
+func TestCacheSavedPromptly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	put(t, st, lease("a", "10.0.0.10"))
+	c := NewCache(st, slog.Default())
+	c.Node, c.SavePath = "n1", filepath.Join(t.TempDir(), "cache.json")
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	<-c.Synced()
+	savedHas := func(kind, name string) bool {
+		b, err := os.ReadFile(c.SavePath)
+		if err != nil {
+			return false
+		}
+		var sc savedCache
+		if json.Unmarshal(b, &sc) != nil {
+			return false
+		}
+		return slices.ContainsFunc(sc.Objects, func(o *pivirtv1.Object) bool { return o.Kind == kind && o.Metadata.Name == name })
+	}
+	waitSaved := func(what, kind, name string) {
+		t.Helper()
+		deadline := time.Now().Add(saveEvery / 2)
+		for !savedHas(kind, name) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not in the saved copy %v after it was stored", what, saveEvery/2)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitSaved("the first list", pivirtv1.KindDHCPLease, "a")
+	put(t, st, segmentOn("seg-b", "n1", "br-b", ""))
+	waitSaved("a segment applied after it", pivirtv1.KindNetworkSegment, "seg-b")
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
 
