@@ -206,6 +206,9 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				errs = append(errs, err)
 				continue
 			}
+			if err := m.pinTaken(cfg, macSet(held)); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		r = m.running[seg.Name]
 		r.seg, r.cfg, r.static = seg, cfg, static

@@ -4,9 +4,11 @@ package dhcpd
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +18,8 @@ import (
 
 // TestBindingsFromTheDatabase: what a starting segment's server binds
 // comes from the lease database: the bindings ACKed before a restart (or
-// before the segment was deleted), a reservation's pinned again; not the
+// before the segment was deleted), each pinned again once the server
+// took them (pinTaken: a reservation's, a held one years ahead); not the
 // expired ones (unless the interlock holds them), those no longer
 // reserved at that address, nor one outside the range the store's leases
 // do not serve there. A dynamic binding that a reservation of its
@@ -72,7 +75,8 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 		lease("52:54:00:00:00:0c", "192.168.100.20"), // only in the store
 	}
 	moved := []server.Lease{lease("52:54:00:00:00:0a", "192.168.100.200")}
-	cfg := server.Segment{ID: 7, LeaseTime: time.Hour, RangeStart: netip.MustParseAddr("192.168.100.10"), RangeEnd: netip.MustParseAddr("192.168.100.199")}
+	cfg := server.Segment{Name: "vm-net", ID: 7, LeaseTime: time.Hour, HostIP: netip.MustParsePrefix("192.168.100.1/24"),
+		RangeStart: netip.MustParseAddr("192.168.100.10"), RangeEnd: netip.MustParseAddr("192.168.100.199")}
 	in, out := m2.bindings(cfg, static, stored, moved, held)
 	got := map[string]string{}
 	for _, l := range in {
@@ -87,9 +91,25 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("bindings loaded\n got %v\nwant %v", got, want)
 	}
-	for _, k := range []string{"52:54:00:00:00:01", "52:54:00:00:00:04", "52:54:00:00:00:06"} {
-		if lm2.bound[k] != netip.MustParseAddr(want[k]) {
-			t.Errorf("the reservation's binding of %s pinned at %v, want %s", k, lm2.bound[k], want[k])
+	// The server takes them, and the start pins what it took.
+	if _, err := m2.srv.SetSegment(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.srv.SetReservations(now, cfg.ID, static); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.srv.SetHeld(now, cfg.ID, []net.HardwareAddr{mac("52:54:00:00:00:04")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(m2.srv.LoadLeases(now, cfg.ID, in), m2.srv.LoadMoved(now, cfg.ID, out)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.pinTaken(cfg, held); err != nil {
+		t.Fatal(err)
+	}
+	for k, ip := range want {
+		if lm2.bound[k] != netip.MustParseAddr(strings.TrimPrefix(ip, "outside ")) {
+			t.Errorf("the binding of %s pinned at %v, want %s", k, lm2.bound[k], ip)
 		}
 	}
 	if exp := lm2.expires["52:54:00:00:00:04"]; exp.Before(now.Add(pivirtv1.HeldPinLifetime / 2)) {

@@ -5,6 +5,7 @@ package dhcpd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"time"
@@ -34,8 +35,13 @@ import (
 func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held []net.HardwareAddr, away []server.Holding) error {
 	errs := []error{m.srv.SetElsewhere(cfg.ID, away)}
 	si := infoOf(seg, macSet(held))
-	if err := m.ledger.followStore(ctx, cfg.ID, si); err != nil {
-		// The database stays as it was: the server serves it.
+	fctx, cancel := context.WithTimeout(ctx, followStoreTimeout)
+	err := m.ledger.followStore(fctx, cfg.ID, si)
+	cancel()
+	if err != nil {
+		// The database stays as it was: the server serves it. On etcd,
+		// what the store got meanwhile reaches it through Observe once
+		// the cache lists the store again (a re-list's differences).
 		m.Log.Warn("comparing a starting segment's leases with the store", "segment", cfg.Name, "err", err)
 	}
 	in, out := m.bindings(cfg, static, dynamic, moved, si.held)
@@ -58,8 +64,7 @@ func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg serve
 // the reservation's), nor one outside the range that the store's leases
 // do not serve there (moved). The store's leases (dynamic, moved) count
 // only for a MAC the database knows nothing of: leases stored before it,
-// or applied while no segment served them. The reservations' bindings
-// are pinned again (their pins went with the segment, if it was deleted).
+// or applied while no segment served them.
 func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held map[string]bool) (in, out []server.Lease) {
 	res := make(map[string]netip.Addr, len(static))
 	for _, r := range static {
@@ -71,7 +76,6 @@ func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dyna
 	}
 	now := m.now()
 	var resBound []server.Lease
-	var pins []leasemap.Binding
 	for _, c := range m.ledger.db.Bindings(cfg.ID) {
 		mac := c.MAC.String()
 		l := leaseOf(c)
@@ -80,21 +84,12 @@ func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dyna
 		case res[mac].IsValid():
 			if res[mac] == c.IP {
 				resBound = append(resBound, l)
-				pins = append(pins, leasemap.Binding{Segment: cfg.ID, MAC: [6]byte(c.MAC), IP: c.IP,
-					Expires: pivirtv1.PinExpiry(c.Expires, held[mac]), LeaseTime: cfg.LeaseTime})
 			}
 		case c.Static: // its reservation went
 		case !c.IP.Less(cfg.RangeStart) && !cfg.RangeEnd.Less(c.IP):
 			in = append(in, l)
 		case outside[mac]:
 			out = append(out, l)
-		}
-	}
-	if len(pins) > 0 {
-		// The guard's sync keeps them over the reservations' unbound
-		// entries (LeaseEqual).
-		if err := m.ledger.bind(pins); err != nil {
-			m.Log.Warn("pinning the bindings of reservations again", "segment", cfg.Name, "err", err)
 		}
 	}
 	in = append(in, m.legacyReservationBindings(cfg, static, resBound)...)
@@ -111,6 +106,26 @@ func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dyna
 		}
 	}
 	return in, out
+}
+
+// pinTaken pins every binding the server of a segment that just started
+// took, as the segment pins them (held: the interlock's MACs). Until the
+// segment runs, the guard's sync leaves its pins to compile, which pins
+// only what the store holds: a pin went with the segment if it was
+// deleted, and a lease ACKed just before a crash that the store lacks
+// (etcd away: its export failed) was unpinned while pivirtd started
+// (TestPrivilegedClusterRestartInPartition); the database has them all.
+// A reservation's entry keeps its static flag (leasemap.BindAll).
+func (m *Manager) pinTaken(cfg server.Segment, held map[string]bool) error {
+	var binds []leasemap.Binding
+	for _, l := range m.srv.Leases(cfg.ID) {
+		binds = append(binds, leasemap.Binding{Segment: cfg.ID, MAC: [6]byte(l.MAC), IP: l.IP,
+			Expires: pivirtv1.PinExpiry(l.Expires, held[l.MAC.String()]), LeaseTime: cfg.LeaseTime})
+	}
+	if err := m.ledger.bind(binds); err != nil {
+		return fmt.Errorf("pinning the leases of segment %s: %w", cfg.Name, err)
+	}
+	return nil
 }
 
 // restoreDeclined gives a starting segment the probations the lease
