@@ -170,7 +170,8 @@ func TestPrivilegedClusterReleasedAfterMovingAway(t *testing.T) {
 // again while etcd is frozen (a partition: connections stay open, nothing
 // answers) serves DHCP from its saved cache and its journal within
 // seconds, not after the store's list bound (20 s), and its guest keeps
-// its lease.
+// its lease, ACKed just before the crash (so not in the saved copy):
+// pinned all along, it is offered and ACKed it again.
 func TestPrivilegedClusterRestartInPartition(t *testing.T) {
 	r := newClusterRun(t, 1, 1)
 	c := r.guests[0]
@@ -185,6 +186,10 @@ func TestPrivilegedClusterRestartInPartition(t *testing.T) {
 	started := time.Now()
 	bcast := [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 	for {
+		if pins, _, problem := livePins(d); problem != "" || pins[c.g.MAC.String()] != c.acked.String() {
+			t.Fatalf("%v after the restart, before DHCP answered, %s's lease %s is not pinned: %q %s",
+				time.Since(started).Round(100*time.Millisecond), c.g.MAC, c.acked, pins[c.g.MAC.String()], problem)
+		}
 		d, _ := dhcpv4.NewDiscovery(c.raw.mac[:])
 		if offer, _ := c.raw.exchangeWithin(d, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), bcast, time.Second); offer != nil {
 			if ip, _ := netip.AddrFromSlice(offer.YourIPAddr.To4()); ip != c.acked {

@@ -58,6 +58,13 @@ func (lg *ledger) recover(ctx context.Context) error {
 	if err := lg.recoverDB(); err != nil {
 		return err
 	}
+	unstarted := map[uint32]bool{}
+	lg.db.Known(func(uint32) bool { return true }, func(c leasedb.Change) {
+		if c.Kind.Durable() {
+			unstarted[c.Segment] = true
+		}
+	})
+	lg.unstarted.Store(&unstarted)
 	lg.catchUp(ctx)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	lg.stopWriter = cancel

@@ -32,6 +32,9 @@ type ledger struct {
 	// pins order each pv_leases key's writes: lease changes against each
 	// other and against the guard's sync (projection.go).
 	pins *pinLocks
+	// unstarted are the segments the database binds leases in, from
+	// Recover until the first Sync decided on them (projection.go).
+	unstarted atomic.Pointer[map[uint32]bool]
 
 	qmu sync.Mutex // commits to db and their bookkeeping, in one order
 	db  *leasedb.DB

@@ -28,6 +28,16 @@ import (
 // segment's start took from the store alone (followServer). Compile's
 // entries stand for reservations and for segments not served here.
 //
+// From Recover until the first Sync has decided on them, the segments in
+// which the database binds leases (unstarted) keep the pins of its live
+// bindings even where compile has none: on etcd with the store away, a
+// restart starts from a saved copy that lacks the leases ACKed since it
+// was saved (or during the outage), and the guard's first sync unpinned
+// them until the segment's DHCP started and pinned them again, seconds
+// later (TestPrivilegedClusterRestartInPartition). It only keeps: what
+// it cannot know yet (the interlock's holds, the segment's settings)
+// stays compile's.
+//
 // The projection is computed before the sync writes the map: an ACK
 // committed and bound in between would be undone by a write made from
 // it. So every write of a key, the ACK path's and the sync's, takes the
@@ -62,6 +72,12 @@ func (m *Manager) ProjectLeases(leases map[leasemap.Key]leasemap.Value, keys []l
 		lg.db.Known(served, func(c leasedb.Change) {
 			project(leases, leasemap.NewKey(c.Segment, [6]byte(c.MAC)), c, segs[c.Segment], now, clockOffset)
 		})
+		unstarted := lg.unstarted.Load()
+		if unstarted != nil {
+			lg.db.Known(func(seg uint32) bool { return (*unstarted)[seg] && !served(seg) }, func(c leasedb.Change) {
+				keepPinned(leases, leasemap.NewKey(c.Segment, [6]byte(c.MAC)), c, now, clockOffset)
+			})
+		}
 	}
 	for _, k := range keys {
 		lg.projectKey(leases, k, segs, now, clockOffset)
@@ -75,6 +91,11 @@ func (m *Manager) ProjectLeases(leases map[leasemap.Key]leasemap.Value, keys []l
 func (lg *ledger) projectKey(leases map[leasemap.Key]leasemap.Value, k leasemap.Key, segs map[uint32]segInfo, now time.Time, clockOffset time.Duration) {
 	si, served := segs[k.SegId]
 	if !served {
+		if u := lg.unstarted.Load(); u != nil && (*u)[k.SegId] {
+			if c, _, known := lg.db.Lookup(k.SegId, net.HardwareAddr(k.Mac[:])); known {
+				keepPinned(leases, k, c, now, clockOffset)
+			}
+		}
 		return
 	}
 	if c, _, known := lg.db.Lookup(k.SegId, net.HardwareAddr(k.Mac[:])); known {
@@ -104,6 +125,20 @@ func project(leases map[leasemap.Key]leasemap.Value, k leasemap.Key, c leasedb.C
 	default:
 		delete(leases, k)
 	}
+}
+
+// keepPinned pins, in a segment no Sync has decided on yet, the binding
+// c of key k while it lasts, over compile's entry unless that is a
+// reservation's; it never unpins.
+func keepPinned(leases map[leasemap.Key]leasemap.Value, k leasemap.Key, c leasedb.Change, now time.Time, clockOffset time.Duration) {
+	cur, ok := leases[k]
+	if !c.Kind.Durable() || !now.Before(c.Expires) || (ok && cur.LeaseFlags()&guard.LeaseStatic != 0) {
+		return
+	}
+	if ok && cur.IP() == c.IP && !leasemap.WallTime(cur.ExpiresMonoNs, clockOffset).Before(c.Expires) {
+		return // compile pins it as long (the interlock may hold it)
+	}
+	leases[k] = leasemap.NewValue(c.IP, 0, c.Expires, time.Duration(cur.LeaseTime)*time.Second, clockOffset)
 }
 
 // repinHeld pins again, with the pin expiry the interlock now gives

@@ -347,3 +347,65 @@ func TestStoredLeasesAdoptedAtStart(t *testing.T) {
 		t.Errorf("the adopted lease is not pinned: %v (present %v)", v, ok)
 	}
 }
+
+// TestProjectLeasesUnstarted: until the first Sync decides on a segment
+// the database binds leases in, its live bindings stay pinned where
+// compile (a saved copy that lacks them) has none; compile's entries
+// stand otherwise, and nothing is unpinned. Once decided, compile's
+// entries stand for a segment that does not run.
+func TestProjectLeasesUnstarted(t *testing.T) {
+	st := newStore(t)
+	m, _ := newManager(t, st, admission.NewIndex(), t.TempDir())
+	var err error
+	if m.ledger.db, err = leasedb.Open(filepath.Join(t.TempDir(), "j"), leasedb.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer m.ledger.db.Close()
+	now := time.Now()
+	m.Now = func() time.Time { return now }
+	exp, past := now.Add(time.Hour), now.Add(-time.Minute)
+	if err := m.ledger.persistStarting(9, segInfo{bridge: "br-b", leaseTime: time.Hour}, []server.LeaseChange{
+		inSegment(9, change(server.Bound, "52:54:00:00:00:01", "192.168.100.101", exp)),  // ACKed after the copy was saved
+		inSegment(9, change(server.Bound, "52:54:00:00:00:02", "192.168.100.102", exp)),  // in the copy too
+		inSegment(9, change(server.Bound, "52:54:00:00:00:03", "192.168.100.103", past)), // expired
+		inSegment(9, change(server.Bound, "52:54:00:00:00:04", "192.168.100.104", exp)),  // released since
+		inSegment(9, change(server.Released, "52:54:00:00:00:04", "192.168.100.104", exp)),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m.ledger.setSegments(map[uint32]segInfo{}) // nothing runs yet
+	unstarted := map[uint32]bool{9: true}
+	m.ledger.unstarted.Store(&unstarted)
+	key := func(mac string) leasemap.Key { return leasemap.NewKey(9, [6]byte(mustMAC(t, mac))) }
+	dynamic := func(a string, leaseTime time.Duration) leasemap.Value {
+		return leasemap.NewValue(netip.MustParseAddr(a), 0, exp, leaseTime, 0)
+	}
+	copyOf := map[leasemap.Key]leasemap.Value{
+		key("52:54:00:00:00:02"): dynamic("192.168.100.102", time.Hour),
+		key("52:54:00:00:00:04"): dynamic("192.168.100.104", time.Hour),
+	}
+	leases := maps.Clone(copyOf)
+	m.ProjectLeases(leases, nil, 0)
+	want := maps.Clone(copyOf)
+	want[key("52:54:00:00:00:01")] = dynamic("192.168.100.101", 0)
+	if !maps.Equal(leases, want) {
+		t.Errorf("unstarted:\n got %v\nwant %v", leases, want)
+	}
+	one := maps.Clone(copyOf)
+	m.ProjectLeases(one, []leasemap.Key{key("52:54:00:00:00:01")}, 0)
+	if !maps.Equal(one, want) {
+		t.Errorf("unstarted, one key:\n got %v\nwant %v", one, want)
+	}
+	m.ledger.unstarted.Store(nil)
+	decided := maps.Clone(copyOf)
+	m.ProjectLeases(decided, nil, 0)
+	if !maps.Equal(decided, copyOf) {
+		t.Errorf("decided, not running:\n got %v\nwant compile's %v", decided, copyOf)
+	}
+}
+
+// inSegment is c in segment seg.
+func inSegment(seg uint32, c server.LeaseChange) server.LeaseChange {
+	c.Segment = seg
+	return c
+}
