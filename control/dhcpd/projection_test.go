@@ -35,15 +35,7 @@ import (
 // reservations the database does not know, and another segment's
 // entries, stay compile's. Limited to some keys, only those change.
 func TestProjectLeases(t *testing.T) {
-	st := newStore(t)
-	m, _ := newManager(t, st, admission.NewIndex(), t.TempDir())
-	var err error
-	if m.ledger.db, err = leasedb.Open(filepath.Join(t.TempDir(), "j"), leasedb.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	defer m.ledger.db.Close()
-	now := time.Now()
-	m.Now = func() time.Time { return now }
+	m, now := projectionManager(t)
 	m.ledger.setSegments(map[uint32]segInfo{7: {bridge: "br-vm", leaseTime: time.Hour,
 		held: map[string]bool{"52:54:00:00:00:05": true}}})
 	exp, past := now.Add(time.Hour), now.Add(-time.Minute)
@@ -354,15 +346,7 @@ func TestStoredLeasesAdoptedAtStart(t *testing.T) {
 // stand otherwise, and nothing is unpinned. Once decided, compile's
 // entries stand for a segment that does not run.
 func TestProjectLeasesUnstarted(t *testing.T) {
-	st := newStore(t)
-	m, _ := newManager(t, st, admission.NewIndex(), t.TempDir())
-	var err error
-	if m.ledger.db, err = leasedb.Open(filepath.Join(t.TempDir(), "j"), leasedb.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	defer m.ledger.db.Close()
-	now := time.Now()
-	m.Now = func() time.Time { return now }
+	m, now := projectionManager(t)
 	exp, past := now.Add(time.Hour), now.Add(-time.Minute)
 	if err := m.ledger.persistStarting(9, segInfo{bridge: "br-b", leaseTime: time.Hour}, []server.LeaseChange{
 		inSegment(9, change(server.Bound, "52:54:00:00:00:01", "192.168.100.101", exp)),  // ACKed after the copy was saved
@@ -408,4 +392,20 @@ func TestProjectLeasesUnstarted(t *testing.T) {
 func inSegment(seg uint32, c server.LeaseChange) server.LeaseChange {
 	c.Segment = seg
 	return c
+}
+
+// projectionManager is a manager with a lease database and a stopped
+// clock, for the projection's tests.
+func projectionManager(t *testing.T) (*Manager, time.Time) {
+	t.Helper()
+	m, _ := newManager(t, newStore(t), admission.NewIndex(), t.TempDir())
+	db, err := leasedb.Open(filepath.Join(t.TempDir(), "j"), leasedb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	m.ledger.db = db
+	now := time.Now()
+	m.Now = func() time.Time { return now }
+	return m, now
 }
