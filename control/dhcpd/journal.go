@@ -191,13 +191,6 @@ func (lg *ledger) followStore(ctx context.Context, id uint32, si segInfo) error 
 	return nil
 }
 
-// followStoreTimeout bounds followStore's list: DHCP starts after it.
-// Inside a partition (etcd's connections open, nothing answering) a list
-// waits for the store's whole bound, 20 s, and a pivirtd restarted there
-// answered no DHCP for that long (TestPrivilegedClusterRestartInPartition);
-// as the cache's first list from a saved copy, it gets 3 s.
-const followStoreTimeout = 3 * time.Second
-
 // networkLeases lists the stored leases whose spec.network names seg (its
 // bridge or its networkRef) through the store's index of that field: a
 // segment's start reads its own leases, not all 100,000 of a cluster's.

@@ -199,7 +199,8 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			}
 		}
 		if fresh {
-			if err := m.loadTables(ctx, seg, cfg, static, dynamic, moved, held, m.away[collision.NetworkOf(seg)]); err != nil {
+			in := startInput{static: static, dynamic: dynamic, moved: moved, held: held, away: m.away[collision.NetworkOf(seg)], storeUnreachable: snap.Saved}
+			if err := m.loadTables(ctx, seg, cfg, in); err != nil {
 				errs = append(errs, err)
 			}
 			if err := m.start(seg, cfg.ID); err != nil {

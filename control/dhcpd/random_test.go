@@ -195,7 +195,7 @@ func (w *ledgerWorld) restart() []string {
 		w.t.Fatal(err)
 	}
 	w.persist(due)
-	if err := m.loadTables(ctx, f.seg, f.cfg, static, dynamic, moved, heldMACs, nil); err != nil {
+	if err := m.loadTables(ctx, f.seg, f.cfg, startInput{static: static, dynamic: dynamic, moved: moved, held: heldMACs}); err != nil {
 		w.t.Fatal(err)
 	}
 	after := w.live()

@@ -25,27 +25,41 @@ import (
 // deleted and applied again, gets them back here (Kea keeps a declined
 // lease in its lease file for the same reason).
 
+// startInput is what a starting segment's tables are filled from,
+// besides the lease database: the store as the cache has it.
+type startInput struct {
+	static           []server.Reservation // its reservations (the server has them)
+	dynamic, moved   []server.Lease       // the store's dynamic leases (segmentLeases)
+	held             []net.HardwareAddr   // the interlock's MACs (the server has them)
+	away             []server.Holding     // what other nodes hold
+	storeUnreachable bool                 // the cache serves the copy it saved (reconcile.Snapshot.Saved)
+}
+
 // loadTables fills the tables of a starting segment, whose settings,
-// reservations (static) and held set the server has: the addresses
-// other nodes hold (away), its bindings (bindings), and its DECLINE
-// probations, all from the lease database, once it has taken in what the
-// store got while the segment was not served (followStore); the store's
-// leases count only where the database knows nothing of their MAC. The
-// database then holds what the server took (followServer).
-func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held []net.HardwareAddr, away []server.Holding) error {
-	errs := []error{m.srv.SetElsewhere(cfg.ID, away)}
-	si := infoOf(seg, macSet(held))
-	fctx, cancel := context.WithTimeout(ctx, followStoreTimeout)
-	err := m.ledger.followStore(fctx, cfg.ID, si)
-	cancel()
-	if err != nil {
-		// The database stays as it was: the server serves it. On etcd,
-		// what the store got meanwhile reaches it through Observe once
-		// the cache lists the store again (a re-list's differences).
-		m.Log.Warn("comparing a starting segment's leases with the store", "segment", cfg.Name, "err", err)
+// reservations and held set the server has: the addresses other nodes
+// hold, its bindings (bindings), and its DECLINE probations, all from
+// the lease database, once it has taken in what the store got while the
+// segment was not served (followStore); the store's leases count only
+// where the database knows nothing of their MAC. The database then holds
+// what the server took (followServer).
+func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg server.Segment, in startInput) error {
+	errs := []error{m.srv.SetElsewhere(cfg.ID, in.away)}
+	si := infoOf(seg, macSet(in.held))
+	switch {
+	case in.storeUnreachable:
+		// Restarted with etcd away: a list would wait for the store's
+		// whole bound (20 s inside a partition) before DHCP starts. What
+		// the store got meanwhile reaches the database through Observe
+		// once the cache lists it again (the differences from its copy).
+		m.Log.Info("store unreachable: a starting segment serves the lease database as it is", "segment", cfg.Name)
+	default:
+		if err := m.ledger.followStore(ctx, cfg.ID, si); err != nil {
+			// The database stays as it was: the server serves it.
+			m.Log.Warn("comparing a starting segment's leases with the store", "segment", cfg.Name, "err", err)
+		}
 	}
-	in, out := m.bindings(cfg, static, dynamic, moved, si.held)
-	if err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, in), m.srv.LoadMoved(m.now(), cfg.ID, out)); err != nil {
+	bound, out := m.bindings(cfg, in.static, in.dynamic, in.moved, si.held)
+	if err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, bound), m.srv.LoadMoved(m.now(), cfg.ID, out)); err != nil {
 		m.Log.Warn("some leases were not loaded", "segment", cfg.Name, "err", err)
 	}
 	m.followServer(cfg, si)

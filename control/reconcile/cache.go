@@ -174,7 +174,7 @@ func (c *Cache) snapshot(kinds []string, all bool) Snapshot {
 
 // snapshotLocked is snapshot with c.mu held.
 func (c *Cache) snapshotLocked(kinds []string, all bool) Snapshot {
-	snap := Snapshot{Revision: c.rev, Objects: map[string][]*pivirtv1.Object{}, Decode: c.decode}
+	snap := Snapshot{Revision: c.rev, Objects: map[string][]*pivirtv1.Object{}, Decode: c.decode, Saved: !c.listed}
 	for _, k := range kinds {
 		byName := c.objs[k]
 		list := make([]*pivirtv1.Object, 0, len(byName))

@@ -22,6 +22,9 @@ type Snapshot struct {
 	// Resync is set on a pass the Resync period alone started: nothing
 	// the loop heard of changed, so what it writes is drift repaired.
 	Resync bool
+	// Saved: the cache serves the copy it saved (the store was
+	// unreachable when pivirtd started and has not answered since).
+	Saved bool
 }
 
 // Spec returns o's defaulted spec (through Decode when set).

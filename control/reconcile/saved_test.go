@@ -125,6 +125,9 @@ func TestCacheSavedPromptly(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()
 	<-c.Synced()
+	if c.Snapshot(nil).Saved {
+		t.Error("a snapshot of what the store listed is marked Saved")
+	}
 	savedHas := func(kind, name string) bool {
 		b, err := os.ReadFile(c.SavePath)
 		if err != nil {
@@ -204,9 +207,12 @@ func TestCacheStartsFromSaved(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("neither synced nor ended")
 			}
-			got := c.Snapshot([]string{pivirtv1.KindDHCPLease}).Of(pivirtv1.KindDHCPLease)
-			if len(got) != 2 {
+			snap := c.Snapshot([]string{pivirtv1.KindDHCPLease})
+			if got := snap.Of(pivirtv1.KindDHCPLease); len(got) != 2 {
 				t.Fatalf("%d leases from the copy, want 2", len(got))
+			}
+			if !snap.Saved {
+				t.Error("a snapshot of the copy is not marked Saved")
 			}
 			select {
 			case err := <-ran:
