@@ -3,6 +3,7 @@
 package dhcpd
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"time"
@@ -10,6 +11,7 @@ import (
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/reconcile"
 	"pivirt.hu/pivirt/control/store"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // Observe is the cache's observer of DHCPLease changes
@@ -47,7 +49,7 @@ func (m *Manager) Observe(c reconcile.Change) {
 	segs := m.ledger.segmentsByID()
 	switch {
 	case c.Type == store.Deleted:
-		m.observeGone(c.Object, l, ackedAt(c.Object), mac, segs)
+		m.observeGone(c.Object, l, ackedAt(c.Object), mac, segs, false)
 	case pivirtv1.PlacedElsewhere(c.Object, m.Node):
 		// Taken over: the binding to end is the one of the lease as this
 		// node had it (its network), if the other node's ACK is newer.
@@ -55,7 +57,7 @@ func (m *Manager) Observe(c reconcile.Change) {
 		if s, ok := oldSpec(c.Old).(*pivirtv1.DHCPLeaseSpec); ok && c.Old != nil && !pivirtv1.PlacedElsewhere(c.Old, m.Node) {
 			had = s
 		}
-		m.observeGone(c.Object, had, ackedAt(c.Object), mac, segs)
+		m.observeGone(c.Object, had, ackedAt(c.Object), mac, segs, true)
 	case m.ownWrite(c):
 	case bindingChanged(oldSpec(c.Old), l) && !m.bound(l, mac, ip, segs):
 		m.importLease(c.Object.Metadata.Name, l, mac, ip, 0, segs)
@@ -98,7 +100,14 @@ func (m *Manager) bound(l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, ip neti
 // stored at o's acked-at `at`, or, for an operator's object, one that
 // reaches no further than its expiry. A newer binding (the client renewed
 // or came back since; its store write brings the object back) stays.
-func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at time.Time, mac net.HardwareAddr, segs map[uint32]segInfo) {
+// Taken over (takenOver) by an ACK older than this server's last ACK of
+// the binding as stored (lease reuse writes nothing: while etcd was away
+// the client moved to the other node and back, and was ACKed here from
+// the binding this node never learned it had lost), the binding stays
+// and is written again with that ACK's time, so the store says this
+// node serves it (it was released: unpinned, its client NAKed at its
+// next renewal; cluster ordering seed 3254563740339148299).
+func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at time.Time, mac net.HardwareAddr, segs map[uint32]segInfo, takenOver bool) {
 	for id, si := range segs {
 		if !si.seg.Names(l.Network) {
 			continue
@@ -109,6 +118,13 @@ func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at 
 		}
 		if newer := at.IsZero() && (l.ExpiresAt == nil || c.Expires.Truncate(time.Second).After(*l.ExpiresAt)) ||
 			!at.IsZero() && c.At.After(at); newer {
+			continue
+		}
+		if last := m.srv.LastACK(id, mac); takenOver && !at.IsZero() && last.After(at) {
+			ch := server.LeaseChange{Kind: server.Renewed, Segment: id, Lease: leaseOf(c), At: last}
+			if err := m.ledger.Persist(context.Background(), []server.LeaseChange{ch}); err != nil {
+				m.Log.Warn("storing again a lease another node took over before this node ACKed it last", "lease", o.Metadata.Name, "err", err)
+			}
 			continue
 		}
 		m.releaseDeletedLease(o.Metadata.Name, l.Network, mac, c.IP, 0, map[uint32]segInfo{id: si})

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/insomniacslk/dhcp/dhcpv4"
+
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
 	"pivirt.hu/pivirt/control/reconcile"
 	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
@@ -164,6 +167,77 @@ func TestObserveOtherWriters(t *testing.T) {
 			f.wantBinding(t, hwA, tc.want)
 			if c, _, _ := f.m.ledger.db.Lookup(f.cfg.ID, hwA); tc.want == ip("192.168.100.120") && c.Seq != c0.Seq {
 				t.Errorf("the database journaled a change (seq %d → %d) for a write that changed nothing", c0.Seq, c.Seq)
+			}
+		})
+	}
+}
+
+// TestObserveTakenOverBeforeReusedACK: while etcd was away, a client
+// moved to n2, which took its lease over, and back here, where it was
+// ACKed the lease as stored (lease reuse: nothing written). When n2's
+// take-over reaches the store, it is older than that ACK: the binding
+// stays, and is stored again as this node's with the ACK's time (it was
+// released: cluster ordering seed 3254563740339148299). A take-over newer
+// than the ACK still ends the binding.
+func TestObserveTakenOverBeforeReusedACK(t *testing.T) {
+	const mac, name = "52:54:00:a1:b2:c4", "lease-52-54-00-a1-b2-c4"
+	hw, _ := net.ParseMAC(mac)
+	ip := netip.MustParseAddr("192.168.100.121")
+	for _, tc := range []struct {
+		name        string
+		takenOverIn time.Duration // after the lease was stored; the reused ACK is 2 s after
+		want        netip.Addr
+	}{
+		{"taken over before the reused ACK", time.Second, ip},
+		{"taken over after it", 3 * time.Second, netip.Addr{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSegmentFixture(t)
+			f.ix.Shared, f.m.Node = true, "n1"
+			f.cfg.ReuseThreshold = 0.5
+			if _, err := f.m.srv.SetSegment(f.cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.ledger.recoverDB(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.m.ledger.db.Close() })
+			stored := time.Now()
+			bindAndStore(t, f, mac, ip.String(), stored.Add(f.cfg.LeaseTime))
+			o := storedLease(t, f.st, name)
+
+			acked := ackedAt(o).Add(2 * time.Second)
+			req, err := dhcpv4.New(dhcpv4.WithHwAddr(hw), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+				dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip.AsSlice())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, _ := f.m.srv.Handle(acked, server.Request{Segment: f.cfg.ID, SrcMAC: hw, Msg: req, Broadcast: true})
+			if rep.Msg == nil || rep.Msg.MessageType() != dhcpv4.MessageTypeAck || !rep.Reused {
+				t.Fatalf("the client's REQUEST: %v (reused %v), want an ACK of the lease as stored", rep.Msg, rep.Reused)
+			}
+
+			taken := *o
+			taken.Metadata.Labels = map[string]string{pivirtv1.NodeLabel: "n2"}
+			taken.Metadata.Annotations = map[string]string{AnnotationAckedAt: ackedAt(o).Add(tc.takenOverIn).Format(time.RFC3339Nano)}
+			f.m.Observe(reconcile.Change{Type: store.Modified, Object: &taken, Old: o})
+			f.wantBinding(t, hw, tc.want)
+			if !tc.want.IsValid() {
+				return
+			}
+			// Written again as this node's, over n2's object.
+			if _, err := f.ix.Update(context.Background(), f.st, admission.Options{Privileged: true}, func(b *admission.Batch) error {
+				_, _, err := b.Apply(&taken)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.ledger.writeQueued(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			now := storedLease(t, f.st, name)
+			if now.Metadata.Labels[pivirtv1.NodeLabel] != "n1" || !ackedAt(now).Equal(acked) {
+				t.Errorf("stored as %s's, acked at %v; want n1's at the reused ACK's %v", now.Metadata.Labels[pivirtv1.NodeLabel], ackedAt(now), acked)
 			}
 		})
 	}

@@ -256,12 +256,13 @@ func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
 	}
 	nl := h.newLease(ip, prev, h.st.cfg.LeaseTime)
 	if left, ok := h.reusable(cur, ip, nl.Hostname); ok {
+		cur.acked = h.now
 		msg := h.reply(dhcpv4.MessageTypeAck, ip, cur.Hostname, true)
 		setLeaseTimes(msg, left)
 		return Reply{Msg: msg, Reused: true}, h.in.Changes
 	}
 	l := h.st.bind(h.id, nl, false)
-	l.released = false
+	l.released, l.acked = false, h.now
 	*h.seq++
 	l.unsynced = *h.seq
 	msg := h.reply(dhcpv4.MessageTypeAck, ip, l.Hostname, true)
