@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,7 +78,7 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 	moved := []server.Lease{lease("52:54:00:00:00:0a", "192.168.100.200")}
 	cfg := server.Segment{Name: "vm-net", ID: 7, LeaseTime: time.Hour, HostIP: netip.MustParsePrefix("192.168.100.1/24"),
 		RangeStart: netip.MustParseAddr("192.168.100.10"), RangeEnd: netip.MustParseAddr("192.168.100.199")}
-	in, out := m2.bindings(cfg, static, stored, moved, held)
+	in, out := m2.bindings(cfg, static, stored, moved, held, false)
 	got := map[string]string{}
 	for _, l := range in {
 		got[l.MAC.String()] = l.IP.String()
@@ -90,6 +91,13 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 		"52:54:00:00:00:0c": "192.168.100.20"}
 	if !maps.Equal(got, want) {
 		t.Errorf("bindings loaded\n got %v\nwant %v", got, want)
+	}
+	// With the store unreachable (a start from the cache's saved copy),
+	// the database's binding outside the range is this node's take-over
+	// the copy cannot show: loaded too.
+	_, outAway := m2.bindings(cfg, static, stored, moved, held, true)
+	if !slices.ContainsFunc(outAway, func(l server.Lease) bool { return l.MAC.String() == "52:54:00:00:00:0b" }) {
+		t.Errorf("with the store unreachable, outside the range: %v, want 52:54:00:00:00:0b's binding among them", outAway)
 	}
 	// The server takes them, and the start pins what it took.
 	if _, err := m2.srv.SetSegment(cfg); err != nil {

@@ -58,7 +58,7 @@ func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg serve
 			m.Log.Warn("comparing a starting segment's leases with the store", "segment", cfg.Name, "err", err)
 		}
 	}
-	bound, out := m.bindings(cfg, in.static, in.dynamic, in.moved, si.held)
+	bound, out := m.bindings(cfg, in.static, in.dynamic, in.moved, si.held, in.storeUnreachable)
 	if err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, bound), m.srv.LoadMoved(m.now(), cfg.ID, out)); err != nil {
 		m.Log.Warn("some leases were not loaded", "segment", cfg.Name, "err", err)
 	}
@@ -76,10 +76,14 @@ func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg serve
 // it: held, by MAC), a reservation's whose reservation moved or went (a
 // MAC's dynamic binding that a reservation of its address took over is
 // the reservation's), nor one outside the range that the store's leases
-// do not serve there (moved). The store's leases (dynamic, moved) count
+// do not serve there (moved) — unless the store is unreachable
+// (storeUnreachable: the cache's saved copy cannot show a lease this node
+// took over from another node's range while etcd was away; it was ended
+// at a restart then, and its guest unpinned: cluster ordering seed
+// 7268455389199605211): then every binding in the subnet is loaded. The store's leases (dynamic, moved) count
 // only for a MAC the database knows nothing of: leases stored before it,
 // or applied while no segment served them.
-func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held map[string]bool) (in, out []server.Lease) {
+func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held map[string]bool, storeUnreachable bool) (in, out []server.Lease) {
 	res := make(map[string]netip.Addr, len(static))
 	for _, r := range static {
 		res[r.MAC.String()] = r.IP
@@ -102,7 +106,7 @@ func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dyna
 		case c.Static: // its reservation went
 		case !c.IP.Less(cfg.RangeStart) && !cfg.RangeEnd.Less(c.IP):
 			in = append(in, l)
-		case outside[mac]:
+		case outside[mac] || storeUnreachable && cfg.HostIP.Masked().Contains(c.IP):
 			out = append(out, l)
 		}
 	}
