@@ -70,7 +70,7 @@ func (c *Cache) saveLoop(ctx context.Context, done chan<- struct{}) {
 		rev, shape, listed := c.rev, c.shapeRev, c.listed
 		c.mu.RUnlock()
 		since := time.Since(savedAt)
-		due := stop || shape > saved || since >= saveEvery
+		due := shape > saved || since >= saveEvery
 		if listed && rev != saved && (stop || due && since >= saveCost*took) {
 			start := time.Now()
 			if err := c.save(); err != nil {
