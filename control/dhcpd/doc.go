@@ -16,11 +16,14 @@
 //     responders acknowledge durable and visible: every lease the state
 //     machine binds, renews or frees is committed to the node's lease
 //     database (control/leasedb: one fdatasync per group) and programmed
-//     into the guard's pv_leases map before its ACK leaves, then stored as
-//     a DHCPLease (lease-<mac-with-dashes>, type dynamic) by a writer that
-//     batches them and marks them exported. pv_leases is the database's
-//     projection: the guard's sync puts every binding the database knows
-//     over the store's leases (ProjectLeases).
+//     into the guard's pv_leases map before its ACK leaves. pv_leases is
+//     the database's projection: the guard's sync puts every binding the
+//     database knows over the store's leases (ProjectLeases).
+//   - exporter (export.go) mirrors the database to the store: each
+//     dynamic change becomes a DHCPLease (lease-<mac-with-dashes>, type
+//     dynamic) in batches, then the database marks it exported. What the
+//     store does not take goes back to the ledger (refused.go), which
+//     makes the database and the server follow the store.
 //
 // They share one Config and one server.Server (the lease tables).
 package dhcpd

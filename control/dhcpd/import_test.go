@@ -150,7 +150,7 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 				return // B's store write is refused: TestJournalRefusalsNeverJam's ground
 			}
 			// The writer leaves the operator's object as applied.
-			if err := f.m.ledger.writeQueued(ctx); err != nil {
+			if err := f.m.ledger.exp.export(ctx); err != nil {
 				t.Fatal(err)
 			}
 			o := storedLease(t, f.st, nameA)
@@ -190,7 +190,7 @@ func bindAndStore(t *testing.T, f *segmentFixture, mac, ip string, exp time.Time
 	if err := f.m.ledger.Persist(context.Background(), []server.LeaseChange{ch}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.m.ledger.writeQueued(context.Background()); err != nil {
+	if err := f.m.ledger.exp.export(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if storedLease(t, f.st, LeaseName(ch.Lease.MAC)) == nil {

@@ -54,7 +54,7 @@ func TestDeletionRacingAnACKInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.m.srv.Persisted(changes)
-	if err := f.m.ledger.writeQueued(ctx); err != nil {
+	if err := f.m.ledger.exp.export(ctx); err != nil {
 		t.Fatal(err)
 	}
 

@@ -294,7 +294,7 @@ func BenchmarkStoreRenewals(b *testing.B) {
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		if err := lg.storeRecords(ctx, recs); err != nil {
+		if err := lg.exp.storeRecords(ctx, recs); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -323,14 +323,14 @@ func BenchmarkStoreBatch(b *testing.B) {
 				return batch
 			}
 			for range leases/size + 1 { // every lease stored once before timing
-				if err := lg.storeRecords(ctx, next()); err != nil {
+				if err := lg.exp.storeRecords(ctx, next()); err != nil {
 					b.Fatal(err)
 				}
 			}
 			cpu0 := processCPU()
 			b.ResetTimer()
 			for b.Loop() {
-				if err := lg.storeRecords(ctx, next()); err != nil {
+				if err := lg.exp.storeRecords(ctx, next()); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -41,19 +41,16 @@ type ledger struct {
 	// legacyPins: the database was written by the release before it, so
 	// the reservations' bindings are read from pv_leases (migrate.go).
 	legacyPins bool
-	wake       chan struct{}
-	stopWriter context.CancelFunc
-	writerDone chan struct{}
-
-	// storeErrors counts failed store writes of journaled changes.
-	storeErrors atomic.Uint64
-	// journalRefused counts journaled changes the store refused (each
-	// resolved by a rule, see resolveRefused).
-	journalRefused atomic.Uint64
+	// exp mirrors the database to the store; what the store does not
+	// take comes back to the ledger (refused.go).
+	exp *exporter
 }
 
 func newLedger(m *Manager) *ledger {
-	return &ledger{Config: &m.Config, srv: m.srv, pins: newPinLocks(), wake: make(chan struct{}, 1)}
+	lg := &ledger{Config: &m.Config, srv: m.srv, pins: newPinLocks()}
+	lg.exp = newExporter(lg.Config, lg)
+	lg.exp.maintain = lg.compact
+	return lg
 }
 
 func (lg *ledger) now() time.Time {
@@ -155,18 +152,13 @@ func bindingKeys(binds []leasemap.Binding) []leasemap.Key {
 	return keys
 }
 
-// close stops the writer after it stored what it can, and closes the
+// close stops the exporter after it stored what it can, and closes the
 // database (what is left pending is stored by the next recover).
 func (lg *ledger) close() {
 	if lg.db == nil {
 		return
 	}
-	lg.stopWriter()
-	select {
-	case <-lg.writerDone:
-	case <-time.After(5 * time.Second):
-		lg.Log.Warn("lease writer did not finish; the journal keeps the rest")
-	}
+	lg.exp.close()
 	if err := lg.db.Close(); err != nil {
 		lg.Log.Warn("closing the lease database", "err", err)
 	}

@@ -117,8 +117,8 @@ func (m *Manager) init() {
 	})
 }
 
-// Recover opens the lease journal in JournalDir, stores what it holds and
-// starts its writer; call it once before the reconcilers read the store.
+// Recover opens the lease journal in JournalDir, exports what it holds and
+// starts its exporter; call it once before the reconcilers read the store.
 func (m *Manager) Recover(ctx context.Context) error {
 	m.init()
 	return m.ledger.recover(ctx)

@@ -44,8 +44,8 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		pending = lg.db.PendingCount()
 	}
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending))
-	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(lg.storeErrors.Load()))
-	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(lg.journalRefused.Load()))
+	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(lg.exp.errors.Load()))
+	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(lg.exp.refused.Load()))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, r := range m.running {

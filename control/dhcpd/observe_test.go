@@ -232,7 +232,7 @@ func TestObserveTakenOverBeforeReusedACK(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if err := f.m.ledger.writeQueued(context.Background()); err != nil {
+			if err := f.m.ledger.exp.export(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			now := storedLease(t, f.st, name)

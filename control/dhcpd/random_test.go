@@ -142,7 +142,7 @@ func (w *ledgerWorld) restart() []string {
 		w.t.Fatal(err)
 	}
 	ctx := context.Background()
-	m.ledger.catchUp(ctx)
+	m.ledger.exp.catchUp(ctx)
 	// A change the store refuses at the catch-up is resolved by its rule,
 	// as the writer would have (TestJournalRefusalsNeverJam's ground): the
 	// MAC's binding is the rule's, not the one before.
@@ -411,7 +411,7 @@ func (w *ledgerWorld) step() {
 		w.persist(w.f.m.srv.Expire(w.now))
 	case n < 94:
 		w.logf("the writer stores what is pending")
-		if err := w.f.m.ledger.writeQueued(ctx); err != nil {
+		if err := w.f.m.ledger.exp.export(ctx); err != nil {
 			w.t.Fatal(err)
 		}
 	default:

@@ -40,7 +40,7 @@ func newStoredLeaseFixture(t *testing.T, mac, ip string, exp time.Time) (*segmen
 	if err := f.m.ledger.Persist(ctx, []server.LeaseChange{bound}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.m.ledger.writeQueued(ctx); err != nil {
+	if err := f.m.ledger.exp.export(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if storedLease(t, f.st, LeaseName(bound.Lease.MAC)) == nil {
@@ -73,7 +73,7 @@ func TestDeleteThenApplyAgainKeepsTheOperatorsObject(t *testing.T) {
 	}
 	f.apply(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+name+`},
 		spec: {network: br-vm, macAddress: "`+mac+`", ipAddress: 192.168.100.130, type: dynamic, expiresAt: "`+exp.UTC().Format(time.RFC3339)+`"}}`)
-	if err := f.m.ledger.writeQueued(ctx); err != nil {
+	if err := f.m.ledger.exp.export(ctx); err != nil {
 		t.Fatal(err)
 	}
 	o := storedLease(t, f.st, name)

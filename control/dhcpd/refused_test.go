@@ -130,7 +130,7 @@ func TestJournalRefusalsNeverJam(t *testing.T) {
 					}
 				}
 			}
-			if got := restarted.ledger.journalRefused.Load(); got != uint64(tc.refused) {
+			if got := restarted.ledger.exp.refused.Load(); got != uint64(tc.refused) {
 				t.Errorf("refused %d changes, want %d", got, tc.refused)
 			}
 			if tc.refused > 0 {
@@ -209,7 +209,7 @@ func TestRefusedChangeSparesANewerOne(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			m.ledger.resolveRefused(record{seq: done[0].Seq, Network: "br-vm", Change: ch}, store.ErrConflict)
+			m.ledger.refused(record{seq: done[0].Seq, Network: "br-vm", Change: ch}, store.ErrConflict)
 			ls := m.srv.Leases(id)
 			if kept := len(ls) == 1 && ls[0].IP == ip; kept != tc.kept {
 				t.Errorf("server's binding kept %v (%v), want %v", kept, ls, tc.kept)

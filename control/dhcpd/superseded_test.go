@@ -70,7 +70,7 @@ func TestJournalNewerACKWins(t *testing.T) {
 			}
 			var history []string
 			for _, w := range tc.writes {
-				if err := nodes[w.node].ledger.storeRecords(ctx, w.recs); err != nil {
+				if err := nodes[w.node].ledger.exp.storeRecords(ctx, w.recs); err != nil {
 					t.Fatal(err)
 				}
 				o := storedLease(t, st, LeaseName(n1Renewed.Change.Lease.MAC))
