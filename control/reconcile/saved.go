@@ -36,9 +36,11 @@ type savedCache struct {
 // journal holds the node's own ACKs in any case). Any other change (a
 // segment, a port, a reservation) is saved within savePoll, and so is the
 // first list: a start from a copy that lacks a segment applied seconds
-// before removes its bridge and unpins its leases (it did, with a copy
-// saved up to 5 s behind; and a node killed within 5 s of its start had
-// no copy at all, and exited: TestPrivilegedClusterRestartInPartition).
+// before does not serve it and unpins its leases (and removed its
+// bridge, until the segment controller left bridges to the first list),
+// with a copy saved up to 5 s behind; and a node killed within 5 s of
+// its start had no copy at all, and exited
+// (TestPrivilegedClusterRestartInPartition).
 // A large cache is saved less often: never sooner than saveCost times
 // its last save took, so that saving costs at most 2% of a core
 // (renewals change the cache all the time; a save of 10,000 leases takes

@@ -162,8 +162,12 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		updates = append(updates, update{o, st})
 	}
-	if !c.sweptOrphans {
+	if !c.sweptOrphans && !snap.Saved {
 		// A segment deleted while pivirtd was down left its bridge behind.
+		// Not swept from the copy a start without the store serves
+		// (Snapshot.Saved): it may lack a segment applied just before
+		// it was saved, whose bridge its guests are on; the first list
+		// of the store decides.
 		owned, err := bridge.Owned()
 		if err != nil {
 			errs = append(errs, err)
