@@ -176,7 +176,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 		}
 		c.routers[r.Name] = rt
 	}
-	errs = append(errs, c.removeRouters(routers)...)
+	errs = append(errs, c.removeRouters(routers, !snap.Saved)...)
 
 	// A new ExternalIP's conntrack bypass goes in before its map entries
 	// (else masquerade could claim its first flows), a removed one's
@@ -354,11 +354,12 @@ func (c *Controller) setStatus(ctx context.Context, o *pivirtv1.Object, st any) 
 }
 
 // removeRouters deletes realized routers that are no longer desired, and
-// on the first pass those left by a pivirtd that stopped before deleting
-// them (found by their host-side veths).
-func (c *Controller) removeRouters(desired []Router) []error {
+// on the first pass with adopt (a listed snapshot: reconcile.Snapshot.Saved)
+// those left by a pivirtd that stopped before deleting them (found by
+// their host-side veths).
+func (c *Controller) removeRouters(desired []Router, adopt bool) []error {
 	var errs []error
-	if !c.swept {
+	if !c.swept && adopt {
 		owned, err := vpcrouter.Owned()
 		if err != nil {
 			errs = append(errs, err)

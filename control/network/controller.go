@@ -93,8 +93,10 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			riding[ref] = append(riding[ref], o.Metadata.Name)
 		}
 	}
-	if err := c.sweep(); err != nil {
-		return err
+	if !snap.Saved { // reconcile.Snapshot.Saved
+		if err := c.sweep(); err != nil {
+			return err
+		}
 	}
 	var vlans []trunk.VLAN
 	var keep []string // devices whose trunk links stay

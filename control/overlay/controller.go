@@ -214,7 +214,7 @@ func (c *Controller) Reconcile(ctx context.Context, snap reconcile.Snapshot) err
 			c.Events.Record(pivirtv1.KindOverlayNetwork, name, events.Warning, "RealizeFailed", err.Error())
 		}
 	}
-	if err := c.sweep(desired); err != nil {
+	if err := c.sweep(desired, !snap.Saved); err != nil {
 		errs = append(errs, err)
 	}
 	if c.VTEPs != nil {
@@ -460,9 +460,10 @@ func namesMember(network, node string, ms []member) bool {
 }
 
 // sweep removes the tunnels of overlays this node no longer rides on,
-// including, once, those a previous pivirtd left behind.
-func (c *Controller) sweep(desired map[string]int) error {
-	if !c.swept {
+// including, once adopt (a listed snapshot: reconcile.Snapshot.Saved),
+// those a previous pivirtd left behind.
+func (c *Controller) sweep(desired map[string]int, adopt bool) error {
+	if !c.swept && adopt {
 		owned, err := vxlan.Owned(c.Netlink)
 		if err != nil {
 			return err

@@ -23,7 +23,10 @@ type Snapshot struct {
 	// the loop heard of changed, so what it writes is drift repaired.
 	Resync bool
 	// Saved: the cache serves the copy it saved (the store was
-	// unreachable when pivirtd started and has not answered since).
+	// unreachable when pivirtd started and has not answered since). The
+	// copy may lack what was applied just before it was saved, so what a
+	// previous pivirtd left on the host (bridges, tunnels, routers) is
+	// swept only from a listed snapshot.
 	Saved bool
 }
 
