@@ -3,7 +3,6 @@
 package dhcpd
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -76,10 +75,6 @@ type Manager struct {
 
 	mu      sync.Mutex          // Sync and Stop
 	running map[string]*running // by segment name
-	// intents: the revisions of the reservations that reached the
-	// server before the store (BeforeCommit), until a Sync's snapshot is
-	// past them (intents.go).
-	intents intents
 	// away is, by network, the addresses other nodes' objects hold
 	// (SyncElsewhere), for the segments Sync starts.
 	away map[string][]server.Holding
@@ -174,7 +169,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		if r != nil {
 			prev = r.static
 		}
-		static, reset := m.loadReservations(seg.Name, cfg.ID, prev, static, snap.Revision, r == nil)
+		static, reset := m.loadReservations(seg.Name, cfg.ID, prev, static, snap.Revision)
 		held := m.segmentHeld(seg, heldObjs, snap)
 		if r != nil {
 			// What this pass persists is pinned by the held set of this
@@ -238,25 +233,18 @@ func macSet(macs []net.HardwareAddr) map[string]bool {
 }
 
 // loadReservations sets a segment's reservations in the server to static,
-// from a snapshot at rev, if that differs from what was set before (prev)
-// or force, or an operator's reservation reached the server since
-// (intents). A snapshot older than such a reservation sets nothing: the
-// server's are newer. It returns the reservations now in force as the
-// store last gave them and whether they were set. The dynamic leases
-// they supersede end in the lease database as the operator's deletions:
-// admission deleted their objects with the reservation's apply.
-func (m *Manager) loadReservations(segName string, id uint32, prev, static []server.Reservation, rev int64, force bool) ([]server.Reservation, bool) {
-	m.intents.mu.Lock()
-	may, must := m.intents.take(id, rev)
-	if !may || (!force && !must && slices.EqualFunc(prev, static, sameReservation)) {
-		m.intents.mu.Unlock()
-		if !may {
-			return prev, false
-		}
-		return static, false
+// the store's at revision rev (server.SetReservations: a snapshot older
+// than a reservation the operator gave the server ahead of the store sets
+// nothing, the server's are newer). It returns the reservations now in
+// force as the store last gave them (prev, if the snapshot was stale) and
+// whether static took effect. The dynamic leases they supersede end in
+// the lease database as the operator's deletions: admission deleted
+// their objects with the reservation's apply.
+func (m *Manager) loadReservations(segName string, id uint32, prev, static []server.Reservation, rev int64) ([]server.Reservation, bool) {
+	superseded, err := m.srv.SetReservations(m.now(), id, static, rev)
+	if errors.Is(err, server.ErrStale) {
+		return prev, false
 	}
-	superseded, err := m.srv.SetReservations(m.now(), id, static)
-	m.intents.mu.Unlock()
 	if err != nil {
 		m.Log.Warn("some reservations were not loaded", "segment", segName, "err", err)
 	}
@@ -418,8 +406,10 @@ func (m *Manager) keepUnreserved(ctx context.Context, segID uint32, before, afte
 	return m.ledger.Persist(ctx, changes)
 }
 
-func sameReservation(a, b server.Reservation) bool {
-	return a.IP == b.IP && a.Hostname == b.Hostname && bytes.Equal(a.MAC, b.MAC)
+// sortReservations orders rs by address, so that two lists of the same
+// reservations compare equal.
+func sortReservations(rs []server.Reservation) {
+	slices.SortFunc(rs, func(x, y server.Reservation) int { return x.IP.Compare(y.IP) })
 }
 
 func (m *Manager) start(seg segment.Segment, id uint32) error {
@@ -463,7 +453,6 @@ func (m *Manager) stop(name string) {
 	r.cancel()
 	<-r.done
 	m.srv.RemoveSegment(r.id)
-	m.intents.forget(r.id)
 	delete(m.running, name)
 	m.Events.Record(pivirtv1.KindNetworkSegment, name, events.Normal, "DHCPStopped", "responder stopped")
 	c := r.resp.Counters().Snapshot()
@@ -544,9 +533,12 @@ func serverSegment(seg segment.Segment) (server.Segment, error) {
 }
 
 // AfterCommit is the admission.Index hook that tells BeforeCommit's
-// reservations the revision they landed at.
+// reservations the revision they landed at (0: none, the commit failed).
 func (m *Manager) AfterCommit(expected, committed int64, err error) {
-	m.intents.committed(expected, committed, err)
+	if err != nil {
+		committed = 0
+	}
+	m.srv.Committed(expected, committed)
 	m.settle(expected, err != nil)
 }
 
@@ -614,14 +606,10 @@ func (m *Manager) BeforeCommit(ws []admission.Written) {
 				continue
 			}
 			res := server.Reservation{MAC: mac, IP: ip, Hostname: l.Hostname}
-			m.intents.mu.Lock()
-			superseded, err := m.srv.Reserve(m.now(), id, res)
+			superseded, err := m.srv.Reserve(m.now(), id, res, w.Revision)
 			if err != nil {
 				m.Log.Warn("reservation not served yet", "lease", w.Object.Metadata.Name, "err", err)
-			} else {
-				m.intents.add(id, w.Revision)
 			}
-			m.intents.mu.Unlock()
 			m.persistSuperseded(superseded)
 		}
 	}
@@ -699,12 +687,7 @@ func (m *Manager) unreserve(name, network string, mac net.HardwareAddr, rev int6
 		if !si.seg.Names(network) {
 			continue
 		}
-		m.intents.mu.Lock()
-		l, live, err := m.srv.Unreserve(m.now(), id, mac)
-		if err == nil {
-			m.intents.add(id, rev)
-		}
-		m.intents.mu.Unlock()
+		l, live, err := m.srv.Unreserve(m.now(), id, mac, rev)
 		if err != nil || !live {
 			continue
 		}

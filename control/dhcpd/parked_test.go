@@ -103,7 +103,7 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 	if _, err := m2.srv.SetSegment(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m2.srv.SetReservations(now, cfg.ID, static); err != nil {
+	if _, err := m2.srv.SetReservations(now, cfg.ID, static, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m2.srv.SetHeld(now, cfg.ID, []net.HardwareAddr{mac("52:54:00:00:00:04")}); err != nil {

@@ -181,7 +181,7 @@ func (w *ledgerWorld) restart() []string {
 		}
 		w.logf("  DBG static=%v dynamic=%v moved=%v pending=%v", static, dynamic, moved, m.ledger.db.Pending())
 	}
-	static, _ = m.loadReservations(f.seg.Name, f.cfg.ID, nil, static, rev, true)
+	static, _ = m.loadReservations(f.seg.Name, f.cfg.ID, nil, static, rev)
 	// The binding of a reservation that moved to another address since
 	// is not given back (reservationBindings).
 	for _, r := range static {

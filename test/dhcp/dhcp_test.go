@@ -245,7 +245,7 @@ func TestPrivilegedStaticReservation(t *testing.T) {
 	e := newEnv(t)
 	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x00, 0x21}
 	want := netip.MustParseAddr("10.77.0.33")
-	if _, err := e.srv.SetReservations(time.Now(), 1, []server.Reservation{{MAC: mac, IP: want, Hostname: "web-01"}}); err != nil {
+	if _, err := e.srv.SetReservations(time.Now(), 1, []server.Reservation{{MAC: mac, IP: want, Hostname: "web-01"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	g := guest.Attach(t, e.host, e.brA, "", mac)

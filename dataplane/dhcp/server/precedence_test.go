@@ -61,7 +61,7 @@ func TestReservationWinsOverDynamicLeases(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newServer(t)
 			bindA(t, s) // macA holds .10 dynamically
-			if _, err := s.Reserve(t0, 1, tc.reserve); err != nil {
+			if _, err := s.Reserve(t0, 1, tc.reserve, 0); err != nil {
 				t.Fatal(err)
 			}
 			r, ch := renew(t, s, t0.Add(time.Minute), tc.mac, tc.renewIP)
@@ -247,7 +247,7 @@ func TestOneLeasePerMAC(t *testing.T) {
 	}
 	// Reserve the address its client-id identity holds; the MAC without
 	// client-id asks: it gets it.
-	if _, err := s.Reserve(t0, 1, Reservation{MAC: macA, IP: ip("192.168.100.10")}); err != nil {
+	if _, err := s.Reserve(t0, 1, Reservation{MAC: macA, IP: ip("192.168.100.10")}, 0); err != nil {
 		t.Fatal(err)
 	}
 	r, _ = s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
@@ -276,7 +276,7 @@ func TestHeldMACsReservation(t *testing.T) {
 		if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeOffer || r.Msg.YourIPAddr.String() == "192.168.100.13" {
 			t.Fatalf("DISCOVER: %+v", r.Msg)
 		}
-		if _, err := s.Reserve(t0, 1, Reservation{MAC: macA, IP: ip("192.168.100.13")}); err != nil {
+		if _, err := s.Reserve(t0, 1, Reservation{MAC: macA, IP: ip("192.168.100.13")}, 0); err != nil {
 			t.Fatal(err)
 		}
 		cid := opt(dhcpv4.OptionClientIdentifier, []byte{0xff, 0, 0, 0, 1, 2, 3})
@@ -290,7 +290,7 @@ func TestHeldMACsReservation(t *testing.T) {
 	})
 	t.Run("lifting the hold ends the superseded lease", func(t *testing.T) {
 		s := heldA(t)
-		if _, err := s.Reserve(t0, 1, Reservation{MAC: macA, IP: ip("192.168.100.13")}); err != nil {
+		if _, err := s.Reserve(t0, 1, Reservation{MAC: macA, IP: ip("192.168.100.13")}, 0); err != nil {
 			t.Fatal(err)
 		}
 		if got := s.Leases(1); len(got) != 1 || got[0].IP != ip("192.168.100.10") {

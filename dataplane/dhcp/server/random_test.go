@@ -252,7 +252,7 @@ func (w *world) setReservations(running bool) {
 	}
 	// Those outside the range are not loaded (their objects are Pending),
 	// as the manager's Sync leaves them.
-	ch, err := w.srv.SetReservations(w.now, w.cfg.ID, rs)
+	ch, err := w.srv.SetReservations(w.now, w.cfg.ID, rs, 0)
 	if err != nil && !errors.Is(err, ErrOutOfRange) {
 		w.t.Fatalf("SetReservations(%v): %v", rs, err)
 	}
@@ -434,7 +434,7 @@ func (w *world) step(i int) {
 		if w.reserved[k] == a && w.rnd.IntN(2) == 0 {
 			// Ahead of the store, as admission does; the next line sets
 			// them all, as the next Sync does.
-			if ch, err := w.srv.Reserve(w.now, w.cfg.ID, Reservation{MAC: mac, IP: a}); err == nil {
+			if ch, err := w.srv.Reserve(w.now, w.cfg.ID, Reservation{MAC: mac, IP: a}, 0); err == nil {
 				w.superseded(ch, true)
 			}
 		}

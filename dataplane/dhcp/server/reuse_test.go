@@ -34,7 +34,7 @@ func reuseServer(t *testing.T, persisted bool) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}); err != nil {
+	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})

@@ -27,6 +27,9 @@ var (
 	ErrNoSuchLease = errors.New("no such lease")
 	ErrInFlight    = errors.New("lease renewed by an ACK not yet committed")
 	ErrExpired     = errors.New("lease expired")
+	// ErrStale: reservations from a snapshot older than one the operator
+	// gave the server ahead of the store (Reserve, Unreserve).
+	ErrStale = errors.New("snapshot older than the reservations the server holds")
 )
 
 // Request is a decoded DHCP message plus the facts of its ingress.
@@ -127,7 +130,13 @@ type segState struct {
 	byMAC    map[string]*lease
 	resByMAC map[string]Reservation
 	resByIP  map[netip.Addr]string
-	quar     map[netip.Addr]time.Time
+	// given is the last list SetReservations set, sorted by address.
+	given []Reservation
+	// intents are the revisions at which the reservations the operator
+	// gave ahead of the store (Reserve, Unreserve) commit (0: the commit
+	// failed), until a SetReservations at or past them.
+	intents []int64
+	quar    map[netip.Addr]time.Time
 	// declinedBy is, by MAC, the end of the probation its last DECLINE
 	// started: one MAC quarantines one address per probation, or a loop
 	// of DORA and DECLINE would drain the pool.
@@ -218,7 +227,7 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 		res = append(res, r)
 	}
 	_ = st.setReservations(res) // the ones outside the new range are dropped
-	st.held = old.held
+	st.held, st.intents = old.held, old.intents
 	st.away, st.awayMAC = old.away, old.awayMAC
 	for ip := range st.away {
 		if st.pool.Contains(ip) {
@@ -252,14 +261,17 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 // reservation as a dynamic lease, if it has a live one: the caller makes
 // that durable before the delete commits, so neither the client's pin nor
 // its address lapses in between (as Kea keeps a lease whose reservation
-// goes). The next SetReservations, from the store, replaces it either way.
-func (s *Server) Unreserve(now time.Time, seg uint32, mac net.HardwareAddr) (Lease, bool, error) {
+// goes). The deletion commits at revision rev (Committed corrects it):
+// a SetReservations from an older snapshot is stale; the next one from
+// the store replaces it either way.
+func (s *Server) Unreserve(now time.Time, seg uint32, mac net.HardwareAddr, rev int64) (Lease, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
 	if st == nil {
 		return Lease{}, false, fmt.Errorf("unreserving %s: %w", mac, ErrNoSegment)
 	}
+	st.intents = append(st.intents, rev)
 	r, ok := st.resByMAC[string(mac)]
 	if !ok {
 		return Lease{}, false, nil
@@ -281,19 +293,56 @@ func (s *Server) RemoveSegment(id uint32) {
 	delete(s.segs, id)
 }
 
-// SetReservations replaces the static reservations of a segment. Invalid
-// ones (outside the delegated range, MAC or IP twice) are skipped and
-// reported together; the rest apply. It returns the Released changes of
-// the dynamic leases the reservations superseded (see supersede).
-func (s *Server) SetReservations(now time.Time, seg uint32, res []Reservation) ([]LeaseChange, error) {
+// SetReservations replaces the static reservations of a segment with
+// res, the store's at revision rev: a versioned input. From a snapshot
+// older than a reservation the operator gave the server ahead of the
+// store (an intent that commits after rev: a reconcile already under way
+// when `apply` ran) it changes nothing and returns ErrStale: the
+// server's are newer, and setting the snapshot's would take the
+// reservation back out until the next Sync, a window in which its client
+// could be ACKed the dynamic address it superseded. At or past every
+// intent, the store's replace what the server holds, even if res is the
+// list set last (an intent changed the server since). Invalid
+// reservations (outside the delegated range, MAC or IP twice) are
+// skipped and reported together; the rest apply. It returns the Released
+// changes of the dynamic leases the reservations superseded (supersede).
+func (s *Server) SetReservations(now time.Time, seg uint32, res []Reservation, rev int64) ([]LeaseChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
 	if st == nil {
 		return nil, fmt.Errorf("setting reservations of segment %d: %w", seg, ErrNoSegment)
 	}
+	if slices.ContainsFunc(st.intents, func(r int64) bool { return r > rev }) {
+		return nil, ErrStale
+	}
+	res = slices.SortedFunc(slices.Values(res), func(x, y Reservation) int { return x.IP.Compare(y.IP) })
+	if st.intents == nil && st.given != nil && slices.EqualFunc(st.given, res, sameReservation) {
+		return nil, nil // rebuilding costs a pass over the leases: not per Sync
+	}
+	st.intents, st.given = nil, append(make([]Reservation, 0, len(res)), res...)
 	err := st.setReservations(res)
 	return st.supersede(now, seg), err
+}
+
+// Committed moves the intents that expected to commit at revision
+// expected to landed, where the commit did land (on etcd another
+// writer's commit can come first), or to 0 when it failed: the next
+// SetReservations then sets the store's, which never held it.
+func (s *Server) Committed(expected, landed int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.segs {
+		for i, r := range st.intents {
+			if r == expected {
+				st.intents[i] = landed
+			}
+		}
+	}
+}
+
+func sameReservation(a, b Reservation) bool {
+	return a.IP == b.IP && a.Hostname == b.Hostname && bytes.Equal(a.MAC, b.MAC)
 }
 
 func (st *segState) setReservations(res []Reservation) error {
@@ -358,10 +407,12 @@ func (st *segState) supersede(now time.Time, seg uint32) []LeaseChange {
 // Reserve adds or replaces the reservation of one MAC at once, before the
 // store holds it (admission calls it inside the transaction that stores
 // the reservation), so no DISCOVER after the apply can get the reserved
-// address, or give the MAC another, as a dynamic lease. The next
-// SetReservations, from the store, replaces it either way. It returns
-// the Released change of the MAC's dynamic lease it superseded, if any.
-func (s *Server) Reserve(now time.Time, seg uint32, r Reservation) ([]LeaseChange, error) {
+// address, or give the MAC another, as a dynamic lease. It commits at
+// revision rev (Committed corrects it): a SetReservations from an older
+// snapshot is stale; the next one from the store replaces it either way.
+// It returns the Released change of the MAC's dynamic lease it
+// superseded, if any.
+func (s *Server) Reserve(now time.Time, seg uint32, r Reservation, rev int64) ([]LeaseChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
@@ -371,6 +422,7 @@ func (s *Server) Reserve(now time.Time, seg uint32, r Reservation) ([]LeaseChang
 	if old, ok := st.resByMAC[string(r.MAC)]; ok {
 		if old.IP == r.IP {
 			st.resByMAC[string(r.MAC)] = r
+			st.intents = append(st.intents, rev)
 			return nil, nil
 		}
 		delete(st.resByIP, old.IP)
@@ -380,6 +432,7 @@ func (s *Server) Reserve(now time.Time, seg uint32, r Reservation) ([]LeaseChang
 	if err := st.reserve(r); err != nil {
 		return nil, err
 	}
+	st.intents = append(st.intents, rev)
 	return st.supersede(now, seg), nil
 }
 

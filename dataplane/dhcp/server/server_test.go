@@ -46,7 +46,7 @@ func newServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}); err != nil {
+	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -522,7 +522,7 @@ func TestReservationsRejectOutOfRangeAndDuplicates(t *testing.T) {
 		{MAC: macA, IP: ip("192.168.100.11")},
 		{MAC: macB, IP: ip("192.168.100.11")},
 		{MAC: macR, IP: ip("192.168.100.200")},
-	})
+	}, 0)
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -643,7 +643,7 @@ func TestReservationLiftsQuarantine(t *testing.T) {
 	if st, _ := s.Stats(1); st.Quarantined != 1 {
 		t.Fatalf("after the decline: stats %+v, want 1 quarantined", st)
 	}
-	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}}); err != nil {
+	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
@@ -855,7 +855,7 @@ func TestOneMACCannotHoldThePool(t *testing.T) {
 // one is not, and an unreserved MAC has nothing to drop.
 func TestUnreserve(t *testing.T) {
 	s := newServer(t)
-	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}, {MAC: macB, IP: ip("192.168.100.12")}}); err != nil {
+	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}, {MAC: macB, IP: ip("192.168.100.12")}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
@@ -870,7 +870,7 @@ func TestUnreserve(t *testing.T) {
 		{"reserved, never bound", macB, t0, false},
 		{"not reserved", macR, t0, false},
 	} {
-		l, live, err := s.Unreserve(tc.at, 1, tc.mac)
+		l, live, err := s.Unreserve(tc.at, 1, tc.mac, 0)
 		if err != nil || live != tc.live || live && l.IP != ip("192.168.100.11") {
 			t.Errorf("%s: Unreserve = %v, %v, %v", tc.name, l, live, err)
 		}
@@ -883,7 +883,71 @@ func TestUnreserve(t *testing.T) {
 	if r.Msg == nil || r.Msg.MessageType() != dhcpv4.MessageTypeAck || !r.Msg.YourIPAddr.Equal(net.IP{192, 168, 100, 11}) {
 		t.Errorf("renewal after Unreserve: %v", r.Msg)
 	}
-	if _, _, err := s.Unreserve(t0, 9, macA); !errors.Is(err, ErrNoSegment) {
+	if _, _, err := s.Unreserve(t0, 9, macA, 0); !errors.Is(err, ErrNoSegment) {
 		t.Errorf("unknown segment: %v", err)
+	}
+}
+
+// TestVersionedReservations: SetReservations sets the store's
+// reservations of revision rev only when no reservation the operator gave
+// the server ahead of the store (Reserve: an intent) commits after rev,
+// and then replaces what the server holds even with the list it set last;
+// an intent follows its commit to where it landed (another node's commit
+// can come first on etcd), and one whose commit failed no longer holds a
+// snapshot back.
+func TestVersionedReservations(t *testing.T) {
+	stored := []Reservation{{MAC: macA, IP: ip("192.168.100.11")}}
+	intent := Reservation{MAC: macB, IP: ip("192.168.100.12")}
+	type commit struct{ expected, landed int64 } // landed 0: failed
+	for _, tc := range []struct {
+		name    string
+		intents []commit
+		rev     int64 // the snapshot's
+		stale   bool
+		want    []Reservation // the server's after SetReservations(stored, rev)
+	}{
+		{"none", nil, 7, false, stored},
+		{"an older snapshot leaves the server's", []commit{{8, 8}}, 7, true, append([]Reservation{intent}, stored...)},
+		{"a snapshot at or past it sets the store's", []commit{{8, 8}}, 8, false, stored},
+		{"landed after another writer's: a snapshot between keeps it", []commit{{8, 12}}, 9, true, append([]Reservation{intent}, stored...)},
+		{"its commit failed: the same list set again takes it out", []commit{{8, 0}}, 7, false, stored},
+		{"one of two past the snapshot holds it back", []commit{{8, 8}, {10, 10}}, 9, true, append([]Reservation{intent}, stored...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(seg1())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.SetReservations(t0, 1, stored, 5); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range tc.intents {
+				if _, err := s.Reserve(t0, 1, intent, c.expected); err != nil {
+					t.Fatal(err)
+				}
+				s.Committed(c.expected, c.landed)
+			}
+			_, err = s.SetReservations(t0, 1, stored, tc.rev)
+			if errors.Is(err, ErrStale) != tc.stale {
+				t.Errorf("SetReservations at %d: %v, want stale %v", tc.rev, err, tc.stale)
+			}
+			var got []Reservation
+			for _, l := range []net.HardwareAddr{macA, macB} {
+				if r, ok := s.segs[1].resByMAC[string(l)]; ok {
+					got = append(got, r)
+				}
+			}
+			slices.SortFunc(got, func(x, y Reservation) int { return y.IP.Compare(x.IP) })
+			slices.SortFunc(tc.want, func(x, y Reservation) int { return y.IP.Compare(x.IP) })
+			if !slices.EqualFunc(got, tc.want, sameReservation) {
+				t.Errorf("the server reserves %v, want %v", got, tc.want)
+			}
+			if !tc.stale {
+				// Spent: a snapshot as old as the first sets its own.
+				if _, err := s.SetReservations(t0, 1, nil, 5); err != nil {
+					t.Errorf("after a snapshot at or past every intent, one at 5: %v", err)
+				}
+			}
+		})
 	}
 }

@@ -4,7 +4,6 @@ package dhcpd
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/netip"
 	"testing"
@@ -21,49 +20,6 @@ import (
 	"pivirt.hu/pivirt/control/store/bolt"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
-
-// TestIntents: a Sync may set a segment's reservations from its snapshot
-// only when no intent the server got commits after it, and must when one
-// reached the server since; an intent follows its commit to where it
-// landed (another node's commit can come first on etcd), and one whose
-// commit failed no longer holds a Sync back.
-func TestIntents(t *testing.T) {
-	type intent struct{ expected, landed int64 } // landed 0: failed
-	for _, tc := range []struct {
-		name      string
-		intents   []intent
-		rev       int64 // the snapshot's
-		may, must bool
-	}{
-		{"none", nil, 7, true, false},
-		{"an older snapshot leaves the server's", []intent{{8, 8}}, 7, false, false},
-		{"a snapshot that holds it sets the store's", []intent{{8, 8}}, 8, true, true},
-		{"landed after another writer's: a snapshot between keeps it", []intent{{8, 12}}, 9, false, false},
-		{"its commit failed: the next snapshot sets the store's", []intent{{8, 0}}, 7, true, true},
-		{"one of two past the snapshot holds it back", []intent{{8, 8}, {10, 10}}, 9, false, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var in intents
-			for _, x := range tc.intents {
-				in.add(7, x.expected)
-			}
-			for _, x := range tc.intents {
-				var err error
-				if x.landed == 0 {
-					err = errors.New("etcd: no leader")
-				}
-				in.committed(x.expected, x.landed, err)
-			}
-			may, must := in.take(7, tc.rev)
-			if may != tc.may || must != tc.must {
-				t.Errorf("take at %d = may %v, must %v; want %v, %v", tc.rev, may, must, tc.may, tc.must)
-			}
-			if _, left := in.at[7]; left != !tc.may {
-				t.Errorf("intents left after take: %v, want %v", in.at[7], !tc.may)
-			}
-		})
-	}
-}
 
 // segmentFixture is a manager on a bolt store, admission's BeforeCommit
 // hooked to it, and the segment vm-net (br-vm, range .100-.199) in its
@@ -201,7 +157,7 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 	if rev <= staleRev {
 		t.Fatalf("reservation committed at %d, not after the snapshot's %d", rev, staleRev)
 	}
-	if _, set := m.loadReservations(seg.Name, cfg.ID, nil, nil, staleRev, false); set {
+	if _, set := m.loadReservations(seg.Name, cfg.ID, nil, nil, staleRev); set {
 		t.Fatal("a Sync from a snapshot older than the reservation set the snapshot's reservations")
 	}
 
@@ -221,8 +177,12 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	static, _, _ := m.segmentLeases(seg, leases, reconcile.Snapshot{Revision: rev}, nil)
-	got, _ := m.loadReservations(seg.Name, cfg.ID, nil, static, rev, false)
-	if len(got) != 1 || got[0].IP != netip.MustParseAddr("192.168.100.140") || len(m.intents.at) != 0 {
-		t.Errorf("after the store caught up: reservations %v, intents of %d segments left; want the stored one, none", got, len(m.intents.at))
+	got, set := m.loadReservations(seg.Name, cfg.ID, nil, static, rev)
+	if !set || len(got) != 1 || got[0].IP != netip.MustParseAddr("192.168.100.140") {
+		t.Errorf("after the store caught up: reservations %v (set %v); want the stored one, set", got, set)
+	}
+	// The intent is spent: the stale snapshot now sets its reservations.
+	if _, set := m.loadReservations(seg.Name, cfg.ID, nil, nil, staleRev); !set {
+		t.Error("a snapshot older than a spent intent is still held back")
 	}
 }
