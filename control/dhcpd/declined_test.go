@@ -68,7 +68,7 @@ func TestDeclinedProbationSurvivesARestart(t *testing.T) {
 			if _, err := restarted.srv.SetSegment(f.cfg); err != nil {
 				t.Fatal(err)
 			}
-			if err := restarted.ledger.restoreDeclined(at, f.cfg.ID); err != nil {
+			if err := restarted.loadTables(ctx, f.seg, f.cfg, startInput{}); err != nil {
 				t.Fatal(err)
 			}
 			st, _ := restarted.srv.Stats(f.cfg.ID)

@@ -109,7 +109,7 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 	if _, err := m2.srv.SetHeld(now, cfg.ID, []net.HardwareAddr{mac("52:54:00:00:00:04")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := errors.Join(m2.srv.LoadLeases(now, cfg.ID, in), m2.srv.LoadMoved(now, cfg.ID, out)); err != nil {
+	if err := errors.Join(m2.srv.Load(now, cfg.ID, server.Tables{Leases: in}), m2.srv.Load(now, cfg.ID, server.Tables{Moved: out})); err != nil {
 		t.Fatal(err)
 	}
 	if err := m2.pinTaken(cfg, held); err != nil {

@@ -312,11 +312,11 @@ func TestStoredLeasesAdoptedAtStart(t *testing.T) {
 	if _, err := f.m.srv.SetReservations(now, id, []server.Reservation{{MAC: res, IP: ip("192.168.100.140")}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.m.srv.LoadLeases(now, id, []server.Lease{
+	if err := f.m.srv.Load(now, id, server.Tables{Leases: []server.Lease{
 		{IP: ip("192.168.100.120"), MAC: dyn, Expires: exp},
 		{IP: ip("192.168.100.140"), MAC: res, Expires: exp},
 		{IP: ip("192.168.100.130"), MAC: known, Expires: exp},
-	}); err != nil {
+	}}); err != nil {
 		t.Fatal(err)
 	}
 	f.m.followServer(f.cfg, infoOf(f.seg, nil))

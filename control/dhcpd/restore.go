@@ -37,8 +37,8 @@ type startInput struct {
 
 // loadTables fills the tables of a starting segment, whose settings,
 // reservations and held set the server has: the addresses other nodes
-// hold, its bindings (bindings), and its DECLINE probations, all from
-// the lease database, once it has taken in what the store got while the
+// hold, then its bindings (bindings) and its DECLINE probations, in one
+// server.Load from the lease database, once it has taken in what the store got while the
 // segment was not served (followStore); the store's leases count only
 // where the database knows nothing of their MAC. The database then holds
 // what the server took (followServer).
@@ -59,11 +59,11 @@ func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg serve
 		}
 	}
 	bound, out := m.bindings(cfg, in.static, in.dynamic, in.moved, si.held, in.storeUnreachable)
-	if err := errors.Join(m.srv.LoadLeases(m.now(), cfg.ID, bound), m.srv.LoadMoved(m.now(), cfg.ID, out)); err != nil {
+	t := server.Tables{Leases: bound, Moved: out, Probations: m.ledger.db.Probations(cfg.ID)}
+	if err := m.srv.Load(m.now(), cfg.ID, t); err != nil {
 		m.Log.Warn("some leases were not loaded", "segment", cfg.Name, "err", err)
 	}
 	m.followServer(cfg, si)
-	errs = append(errs, m.ledger.restoreDeclined(m.now(), cfg.ID))
 	return errors.Join(errs...)
 }
 
@@ -144,16 +144,6 @@ func (m *Manager) pinTaken(cfg server.Segment, held map[string]bool) error {
 		return fmt.Errorf("pinning the leases of segment %s: %w", cfg.Name, err)
 	}
 	return nil
-}
-
-// restoreDeclined gives a starting segment the probations the lease
-// database holds (the server skips ended ones and addresses now bound).
-func (lg *ledger) restoreDeclined(now time.Time, id uint32) error {
-	q := lg.db.Probations(id)
-	if len(q) == 0 {
-		return nil
-	}
-	return lg.srv.LoadQuarantine(now, id, q)
 }
 
 // staticBound is the change that gives the database a reservation's

@@ -100,7 +100,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := srv.LoadLeases(time.Now(), seg.ID, leases); err != nil {
+	if err := srv.Load(time.Now(), seg.ID, server.Tables{Leases: leases}); err != nil {
 		slog.Warn("some persisted leases were not loaded", "err", err)
 	}
 	slog.Info("leases loaded", "count", len(leases))

@@ -116,6 +116,9 @@ type world struct {
 	reserved map[string]netip.Addr // by MAC
 	held     map[string]bool       // MACs under the interlock
 	declined map[netip.Addr]time.Time
+	// probation is what the changes put on a DECLINE's probation, as
+	// the lease database keeps it (a restart loads it).
+	probation map[netip.Addr]time.Time
 	// declinedBy: by MAC, the end of the probation of its last DECLINE
 	// (the server forgets it at a restart).
 	declinedBy map[string]time.Time
@@ -145,7 +148,7 @@ func newWorld(t *testing.T, seed uint64, imports bool) *world {
 	}
 	w := &world{t: t, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, now: t0,
 		durable: map[string]bound{}, has: map[string]netip.Addr{}, offered: map[string]netip.Addr{},
-		reserved: map[string]netip.Addr{}, held: map[string]bool{}, declined: map[netip.Addr]time.Time{}, declinedBy: map[string]time.Time{},
+		reserved: map[string]netip.Addr{}, held: map[string]bool{}, declined: map[netip.Addr]time.Time{}, probation: map[netip.Addr]time.Time{}, declinedBy: map[string]time.Time{},
 		migrated: map[string]bool{}, unpersisted: map[string]uint64{}, idGen: map[string]int{}}
 	for i := range 12 {
 		w.macs = append(w.macs, net.HardwareAddr{0x52, 0x54, 0, 0x99, 0, byte(i + 1)})
@@ -176,10 +179,6 @@ func (w *world) restart(load bool) {
 	s, err := New(w.cfg)
 	if err != nil {
 		w.t.Fatal(err)
-	}
-	var quar map[netip.Addr]time.Time // saved next to the journal
-	if w.srv != nil {
-		quar = w.srv.Quarantined(w.cfg.ID)
 	}
 	w.srv = s
 	w.declinedBy = map[string]time.Time{}
@@ -214,14 +213,8 @@ func (w *world) restart(load bool) {
 			delete(w.durable, mac)
 		}
 	}
-	if err := s.LoadLeases(w.now, w.cfg.ID, ls); err != nil {
-		w.t.Errorf("restart: loading the leases the changes describe: %v", err)
-	}
-	if err := s.LoadMoved(w.now, w.cfg.ID, moved); err != nil {
-		w.t.Errorf("restart: loading the leases outside the range: %v", err)
-	}
-	if err := s.LoadQuarantine(w.now, w.cfg.ID, quar); err != nil {
-		w.t.Fatal(err)
+	if err := s.Load(w.now, w.cfg.ID, Tables{Leases: ls, Moved: moved, Probations: w.probation}); err != nil {
+		w.t.Errorf("restart: loading the leases and probations the changes describe: %v", err)
 	}
 	for a := range w.declined {
 		if !w.inRange(a) {
@@ -595,11 +588,15 @@ func (w *world) changes(ch []LeaseChange) {
 		switch c.Kind {
 		case Bound, Renewed:
 			w.durable[k] = bound{c.Lease.IP, c.Lease.Expires, string(c.Lease.ClientID)}
+			delete(w.probation, c.Lease.IP)
 			if c.Seq != 0 {
 				w.unpersisted[k] = c.Seq
 				w.pending = append(w.pending, c)
 			}
 		case Released, Expired, Declined:
+			if c.Kind == Declined && !c.Until.IsZero() {
+				w.probation[c.Lease.IP] = c.Until
+			}
 			if b, ok := w.durable[k]; ok && b.ip == c.Lease.IP {
 				delete(w.durable, k)
 			} else {

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -473,21 +472,22 @@ func (st *segState) isStatic(mac net.HardwareAddr) bool {
 	return ok
 }
 
-// LoadLeases binds persisted dynamic leases at start, so a client keeps
-// its address across a restart. Expired ones are skipped; ones that
-// conflict are skipped and reported.
-func (s *Server) LoadLeases(now time.Time, seg uint32, leases []Lease) error {
-	return s.load(now, seg, leases, false)
+// Tables is what a segment's server starts from (the lease database's):
+// its bindings in the range (Leases) and outside it (Moved: brought by
+// their clients from another node's range and ACKed here, SetElsewhere;
+// or held by the interlock through a shrink of the range), and the
+// addresses on a DECLINE's probation.
+type Tables struct {
+	Leases, Moved []Lease
+	Probations    map[netip.Addr]time.Time
 }
 
-// LoadMoved is LoadLeases for leases that clients brought from another
-// node's range (SetElsewhere) and this server ACKed: they are bound
-// outside the range.
-func (s *Server) LoadMoved(now time.Time, seg uint32, leases []Lease) error {
-	return s.load(now, seg, leases, true)
-}
-
-func (s *Server) load(now time.Time, seg uint32, leases []Lease, moved bool) error {
+// Load binds what a segment starts from, so its clients keep their
+// addresses and a declined address its probation across a restart.
+// Expired leases (unless the interlock holds them) and ended probations
+// are skipped; leases that conflict are skipped and reported, and so are
+// probations of addresses now bound, reserved or out of the range.
+func (s *Server) Load(now time.Time, seg uint32, t Tables) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
@@ -495,17 +495,23 @@ func (s *Server) load(now time.Time, seg uint32, leases []Lease, moved bool) err
 		return fmt.Errorf("loading leases of segment %d: %w", seg, ErrNoSegment)
 	}
 	var errs []error
-	for _, l := range leases {
-		if !now.Before(l.Expires) && !st.held[string(l.MAC)] {
-			continue
+	for _, set := range []struct {
+		leases []Lease
+		moved  bool
+	}{{t.Leases, false}, {t.Moved, true}} {
+		for _, l := range set.leases {
+			if !now.Before(l.Expires) && !st.held[string(l.MAC)] {
+				continue
+			}
+			id := appendIdentity(nil, l.ClientID, l.MAC)
+			if !st.loadable(id, l.MAC, l.IP, set.moved) {
+				errs = append(errs, fmt.Errorf("loading lease %s for %s: %w", l.IP, l.MAC, ErrAddrInUse))
+				continue
+			}
+			st.bind(id, l, false)
 		}
-		id := appendIdentity(nil, l.ClientID, l.MAC)
-		if !st.loadable(id, l.MAC, l.IP, moved) {
-			errs = append(errs, fmt.Errorf("loading lease %s for %s: %w", l.IP, l.MAC, ErrAddrInUse))
-			continue
-		}
-		st.bind(id, l, false)
 	}
+	st.quarantine(now, t.Probations)
 	return errors.Join(errs...)
 }
 
@@ -646,32 +652,6 @@ func (s *Server) Expire(now time.Time) []LeaseChange {
 		}
 	}
 	return out
-}
-
-// Quarantined returns the addresses of a segment in a DECLINE's
-// probation, and until when.
-func (s *Server) Quarantined(seg uint32) map[netip.Addr]time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.segs[seg]
-	if st == nil {
-		return nil
-	}
-	return maps.Clone(st.quar)
-}
-
-// LoadQuarantine puts addresses back in the probation a DECLINE gave them
-// (saved before a restart). Ended probations, and addresses now out of
-// the range, reserved or bound, are skipped.
-func (s *Server) LoadQuarantine(now time.Time, seg uint32, q map[netip.Addr]time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.segs[seg]
-	if st == nil {
-		return fmt.Errorf("loading the declined addresses of segment %d: %w", seg, ErrNoSegment)
-	}
-	st.quarantine(now, q)
-	return nil
 }
 
 // quarantine adds the probations of q not ended at now, of free addresses
