@@ -312,14 +312,15 @@ func TestStoredLeasesAdoptedAtStart(t *testing.T) {
 	if _, err := f.m.srv.SetReservations(now, id, []server.Reservation{{MAC: res, IP: ip("192.168.100.140")}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.m.srv.Load(now, id, server.Tables{Leases: []server.Lease{
+	took, err := f.m.srv.Load(now, id, server.Tables{Leases: []server.Lease{
 		{IP: ip("192.168.100.120"), MAC: dyn, Expires: exp},
 		{IP: ip("192.168.100.140"), MAC: res, Expires: exp},
 		{IP: ip("192.168.100.130"), MAC: known, Expires: exp},
-	}}); err != nil {
+	}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	f.m.followServer(f.cfg, infoOf(f.seg, nil))
+	f.m.followServer(f.cfg, infoOf(f.seg, nil), took)
 
 	for _, tc := range []struct {
 		mac    net.HardwareAddr

@@ -129,7 +129,7 @@ func (lg *ledger) bindStored(ch server.LeaseChange) (server.Lease, bool) {
 	if !ok && ch.Kind.Durable() {
 		return l, false // nothing stored: the drop stands
 	}
-	if err := lg.srv.Load(lg.now(), ch.Segment, server.Tables{Leases: []server.Lease{l}}); err != nil && !errors.Is(err, server.ErrNoSegment) {
+	if _, err := lg.srv.Load(lg.now(), ch.Segment, server.Tables{Leases: []server.Lease{l}}); err != nil && !errors.Is(err, server.ErrNoSegment) {
 		lg.Log.Warn("binding the stored lease again", "lease", LeaseName(l.MAC), "err", err)
 		return l, false
 	}

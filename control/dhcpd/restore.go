@@ -60,10 +60,11 @@ func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg serve
 	}
 	bound, out := m.bindings(cfg, in.static, in.dynamic, in.moved, si.held, in.storeUnreachable)
 	t := server.Tables{Leases: bound, Moved: out, Probations: m.ledger.db.Probations(cfg.ID)}
-	if err := m.srv.Load(m.now(), cfg.ID, t); err != nil {
+	took, err := m.srv.Load(m.now(), cfg.ID, t)
+	if err != nil {
 		m.Log.Warn("some leases were not loaded", "segment", cfg.Name, "err", err)
 	}
-	m.followServer(cfg, si)
+	m.followServer(cfg, si, took)
 	return errors.Join(errs...)
 }
 
@@ -153,33 +154,30 @@ func staticBound(seg uint32, network string, l server.Lease, at time.Time) lease
 }
 
 // followServer makes the lease database hold what a starting segment's
-// server took, journaled as following the store (never exported) and
-// pinned as the segment si pins: the bindings it took from the store
-// alone (leases stored by a release before the database) go in; the
-// database's bindings it did not take (a reservation's whose reservation
-// moved since, one expired, one refused beside another) end, and are
-// unpinned. A MAC the database knows an end of is left as it says
-// (followStore took in a lease applied after that end).
-func (m *Manager) followServer(cfg server.Segment, si segInfo) {
+// server took (server.Load's changes), journaled as following the store
+// (never exported) and pinned as the segment si pins: the bindings it
+// took from the store alone (leases stored by a release before the
+// database) go in; the database's bindings it did not take (a
+// reservation's whose reservation moved since, one expired, one refused
+// beside another) end, and are unpinned. A MAC the database knows an end
+// of is left as it says (followStore took in a lease applied after that
+// end).
+func (m *Manager) followServer(cfg server.Segment, si segInfo, took []server.LeaseChange) {
 	if m.ledger.db == nil {
 		return
 	}
-	reserved := map[string]bool{}
-	for _, l := range m.srv.ReservedLeases(cfg.ID) {
-		reserved[l.MAC.String()] = true
-	}
 	now := m.now()
-	took := map[string]netip.Addr{}
+	bound := map[string]netip.Addr{}
 	var follow []server.LeaseChange
-	for _, l := range m.srv.Leases(cfg.ID) {
-		took[l.MAC.String()] = l.IP
-		if _, _, known := m.ledger.db.Lookup(cfg.ID, l.MAC); !known {
-			follow = append(follow, server.LeaseChange{Kind: server.Bound, Segment: cfg.ID, Lease: l, At: now, Static: reserved[l.MAC.String()]})
+	for _, ch := range took {
+		bound[ch.Lease.MAC.String()] = ch.Lease.IP
+		if _, _, known := m.ledger.db.Lookup(cfg.ID, ch.Lease.MAC); !known {
+			follow = append(follow, ch)
 		}
 	}
 	adopted := len(follow)
 	for _, c := range m.ledger.db.Bindings(cfg.ID) {
-		if ip, ok := took[c.MAC.String()]; ok && ip == c.IP {
+		if ip, ok := bound[c.MAC.String()]; ok && ip == c.IP {
 			continue
 		}
 		follow = append(follow, server.LeaseChange{Kind: server.Released, Segment: cfg.ID, At: now, Static: c.Static,

@@ -221,10 +221,10 @@ func TestElsewhereFreed(t *testing.T) {
 func TestLoadMoved(t *testing.T) {
 	l := Lease{IP: ip("192.168.100.50"), MAC: macA, Expires: t0.Add(time.Hour)}
 	s := newServer(t)
-	if err := s.Load(t0, 1, Tables{Leases: []Lease{l}}); err == nil {
+	if _, err := s.Load(t0, 1, Tables{Leases: []Lease{l}}); err == nil {
 		t.Fatal("LoadLeases bound an address outside the range")
 	}
-	if err := s.Load(t0, 1, Tables{Moved: []Lease{l, {IP: ip("192.168.100.255"), MAC: macB, Expires: t0.Add(time.Hour)}}}); err == nil {
+	if _, err := s.Load(t0, 1, Tables{Moved: []Lease{l, {IP: ip("192.168.100.255"), MAC: macB, Expires: t0.Add(time.Hour)}}}); err == nil {
 		t.Error("LoadMoved bound the broadcast address")
 	}
 	m := msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.50"))
@@ -245,7 +245,7 @@ func TestProbationOfAnAddressHeldElsewhere(t *testing.T) {
 	if err := s.SetElsewhere(1, []Holding{{IP: ip("192.168.100.10"), MAC: other}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Load(t0, 1, Tables{Probations: map[netip.Addr]time.Time{ip("192.168.100.10"): t0.Add(10 * time.Minute)}}); err != nil {
+	if _, err := s.Load(t0, 1, Tables{Probations: map[netip.Addr]time.Time{ip("192.168.100.10"): t0.Add(10 * time.Minute)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetElsewhere(1, nil); err != nil {

@@ -486,13 +486,15 @@ type Tables struct {
 // addresses and a declined address its probation across a restart.
 // Expired leases (unless the interlock holds them) and ended probations
 // are skipped; leases that conflict are skipped and reported, and so are
-// probations of addresses now bound, reserved or out of the range.
-func (s *Server) Load(now time.Time, seg uint32, t Tables) error {
+// probations of addresses now bound, reserved or out of the range. It
+// returns a Bound change (at now) of every lease the segment then binds:
+// what the lease database is to hold.
+func (s *Server) Load(now time.Time, seg uint32, t Tables) ([]LeaseChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
 	if st == nil {
-		return fmt.Errorf("loading leases of segment %d: %w", seg, ErrNoSegment)
+		return nil, fmt.Errorf("loading leases of segment %d: %w", seg, ErrNoSegment)
 	}
 	var errs []error
 	for _, set := range []struct {
@@ -512,7 +514,14 @@ func (s *Server) Load(now time.Time, seg uint32, t Tables) error {
 		}
 	}
 	st.quarantine(now, t.Probations)
-	return errors.Join(errs...)
+	var took []LeaseChange
+	for _, l := range st.byIP {
+		if !l.offered {
+			took = append(took, LeaseChange{Kind: Bound, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)})
+		}
+	}
+	slices.SortFunc(took, func(a, b LeaseChange) int { return a.Lease.IP.Compare(b.Lease.IP) })
+	return took, errors.Join(errs...)
 }
 
 // Import binds a dynamic lease the operator applied (an import from
@@ -675,17 +684,6 @@ func (st *segState) quarantine(now time.Time, q map[netip.Addr]time.Time) {
 
 // Leases returns the bound leases of a segment, sorted by IP.
 func (s *Server) Leases(seg uint32) []Lease {
-	return s.bound(seg, func(*segState, *lease) bool { return true })
-}
-
-// ReservedLeases returns the bound leases of a segment's reservations (a
-// reservation's binding is not stored: the server is where it lives).
-func (s *Server) ReservedLeases(seg uint32) []Lease {
-	return s.bound(seg, func(st *segState, l *lease) bool { return st.isStatic(l.MAC) })
-}
-
-// bound returns the bound leases of a segment that keep says, by IP.
-func (s *Server) bound(seg uint32, keep func(*segState, *lease) bool) []Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[seg]
@@ -694,7 +692,7 @@ func (s *Server) bound(seg uint32, keep func(*segState, *lease) bool) []Lease {
 	}
 	var out []Lease
 	for _, l := range st.byIP {
-		if !l.offered && keep(st, l) {
+		if !l.offered {
 			out = append(out, l.Lease)
 		}
 	}
