@@ -315,7 +315,10 @@ func (s *Server) SetReservations(now time.Time, seg uint32, res []Reservation, r
 	if slices.ContainsFunc(st.intents, func(r int64) bool { return r > rev }) {
 		return nil, ErrStale
 	}
-	res = slices.SortedFunc(slices.Values(res), func(x, y Reservation) int { return x.IP.Compare(y.IP) })
+	byIP := func(x, y Reservation) int { return x.IP.Compare(y.IP) }
+	if !slices.IsSortedFunc(res, byIP) {
+		res = slices.SortedFunc(slices.Values(res), byIP)
+	}
 	if st.intents == nil && st.given != nil && slices.EqualFunc(st.given, res, sameReservation) {
 		return nil, nil // rebuilding costs a pass over the leases: not per Sync
 	}
