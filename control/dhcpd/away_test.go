@@ -41,25 +41,31 @@ func TestFollowStoreAtSegmentStart(t *testing.T) {
 		}
 	}
 	seg := pivirtv1.Segment{Name: "vm-net", Spec: pivirtv1.NetworkSegmentSpec{NetworkRef: "net-vm-net", Bridge: "br-vm"}}
+	takenOver := func(after time.Duration) func(tx store.Tx, o *pivirtv1.Object) error {
+		return func(tx store.Tx, o *pivirtv1.Object) error {
+			o.Metadata.Labels[pivirtv1.NodeLabel] = "n2"
+			o.Metadata.Annotations[AnnotationAckedAt] = ackedAt(o).Add(after).Format(time.RFC3339Nano)
+			return tx.Put(o)
+		}
+	}
 	for _, tc := range []struct {
 		name     string
 		released bool                                        // the client released it before pivirtd went down
+		reused   time.Duration                               // an ACK of it as it is, this long after it was stored (0: none)
 		while    func(tx store.Tx, o *pivirtv1.Object) error // what happened while down
 		want     netip.Addr                                  // the database's binding after the start (invalid: none)
 	}{
-		{"nothing", false, nil, netip.MustParseAddr("192.168.100.101")},
-		{"released, nothing", true, nil, netip.Addr{}},
-		{"released, then applied again by the operator", true, appliedAgain("br-vm"), netip.MustParseAddr("192.168.100.140")},
-		{"released, then applied again under the networkRef", true, appliedAgain("net-vm-net"), netip.MustParseAddr("192.168.100.140")},
-		{"deleted", false, func(tx store.Tx, o *pivirtv1.Object) error {
+		{"nothing", false, 0, nil, netip.MustParseAddr("192.168.100.101")},
+		{"released, nothing", true, 0, nil, netip.Addr{}},
+		{"released, then applied again by the operator", true, 0, appliedAgain("br-vm"), netip.MustParseAddr("192.168.100.140")},
+		{"released, then applied again under the networkRef", true, 0, appliedAgain("net-vm-net"), netip.MustParseAddr("192.168.100.140")},
+		{"deleted", false, 0, func(tx store.Tx, o *pivirtv1.Object) error {
 			return tx.Delete(pivirtv1.KindDHCPLease, o.Metadata.Name, "")
 		}, netip.Addr{}},
-		{"taken over by another node's newer ACK", false, func(tx store.Tx, o *pivirtv1.Object) error {
-			o.Metadata.Labels[pivirtv1.NodeLabel] = "n2"
-			o.Metadata.Annotations[AnnotationAckedAt] = time.Now().Add(time.Minute).Format(time.RFC3339Nano)
-			return tx.Put(o)
-		}, netip.Addr{}},
-		{"its address edited by the operator", false, func(tx store.Tx, o *pivirtv1.Object) error {
+		{"taken over by another node's newer ACK", false, 0, takenOver(time.Minute), netip.Addr{}},
+		{"taken over, then ACKed here as it is (reused)", false, 2 * time.Second, takenOver(time.Second), netip.MustParseAddr("192.168.100.101")},
+		{"ACKed here as it is, then taken over", false, time.Second, takenOver(2 * time.Second), netip.Addr{}},
+		{"its address edited by the operator", false, 0, func(tx store.Tx, o *pivirtv1.Object) error {
 			var spec pivirtv1.DHCPLeaseSpec
 			if err := json.Unmarshal(o.Spec, &spec); err != nil {
 				return err
@@ -92,6 +98,9 @@ func TestFollowStoreAtSegmentStart(t *testing.T) {
 			if err := before.ledger.Persist(ctx, changes); err != nil {
 				t.Fatal(err)
 			}
+			if tc.reused > 0 {
+				before.ledger.Acked([]server.LeaseChange{{Kind: server.Renewed, Segment: 7, Lease: ch.Lease, At: ch.At.Add(tc.reused)}})
+			}
 			before.Stop() // stores it
 			if tc.while != nil {
 				if _, err := st.Update(ctx, func(tx store.Tx) error {
@@ -123,6 +132,19 @@ func TestFollowStoreAtSegmentStart(t *testing.T) {
 			}
 			if c.Seq != uint64(len(changes)) && tc.while == nil {
 				t.Errorf("a start that found nothing new journaled a change (seq %d)", c.Seq)
+			}
+			if tc.reused > 0 && live {
+				// Stored again as this node's, at the reused ACK's time.
+				if err := after.ledger.exp.export(ctx); err != nil {
+					t.Fatal(err)
+				}
+				o, err := st.Get(ctx, pivirtv1.KindDHCPLease, LeaseName(hw))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if node, at := o.Metadata.Labels[pivirtv1.NodeLabel], ackedAt(o); node != "n1" || !at.Equal(ch.At.Add(tc.reused)) {
+					t.Errorf("the store has it as %s's, acked at %v; want n1's at %v", node, at, ch.At.Add(tc.reused))
+				}
 			}
 		})
 	}

@@ -95,7 +95,7 @@ func (lg *ledger) followStore(ctx context.Context, id uint32, si segInfo) error 
 		}
 	}
 	now := lg.now()
-	var follow []server.LeaseChange
+	var follow, again []server.LeaseChange
 	for _, c := range known {
 		o := byName[LeaseName(c.MAC)]
 		l := leaseOf(c)
@@ -114,6 +114,12 @@ func (lg *ledger) followStore(ctx context.Context, id uint32, si segInfo) error 
 			l.IP, l.Expires, l.Hostname = ip, *spec.ExpiresAt, spec.Hostname
 			l.ClientID, _ = hex.DecodeString(spec.ClientID)
 			follow = append(follow, server.LeaseChange{Kind: server.Bound, Segment: id, Lease: l, At: now})
+		case dynamic && pivirtv1.PlacedElsewhere(o, lg.Node) && !ackedAt(o).Before(c.At) && ackedAt(o).Before(c.LastACK()):
+			// Taken over by an ACK older than this node's last ACK of the
+			// lease as it is (reused: not stored; the client came back
+			// while etcd was away): stored again as this node's, as
+			// observeGone does, and the other node lets go.
+			again = append(again, server.LeaseChange{Kind: server.Renewed, Segment: id, Lease: l, At: c.LastACK()})
 		case o == nil || (pivirtv1.PlacedElsewhere(o, lg.Node) && !ackedAt(o).Before(c.At)), !dynamic:
 			// Gone, taken over, or a reservation took its name: not a
 			// lease of the server's.
@@ -121,6 +127,11 @@ func (lg *ledger) followStore(ctx context.Context, id uint32, si segInfo) error 
 		case ip.IsValid() && (ip != c.IP || !spec.ExpiresAt.Equal(c.Expires.Truncate(time.Second))) && spec.Network == c.Network:
 			l.IP, l.Expires = ip, *spec.ExpiresAt
 			follow = append(follow, server.LeaseChange{Kind: server.Bound, Segment: id, Lease: l, At: now})
+		}
+	}
+	if len(again) > 0 {
+		if err := lg.persist(again, false, lg.withStarting(id, si)); err != nil {
+			return err
 		}
 	}
 	if len(follow) == 0 {

@@ -67,6 +67,23 @@ func (lg *ledger) Persist(_ context.Context, changes []server.LeaseChange) error
 	return lg.persist(changes, false, lg.segmentsByID())
 }
 
+// Acked records, without a flush, that the responders ACKed leases as
+// they are (responder.Acker): when this node ACKed a lease last decides
+// whether another node's take-over of it is older (observeGone,
+// followStore), across a restart too.
+func (lg *ledger) Acked(changes []server.LeaseChange) {
+	if lg.db == nil {
+		return
+	}
+	cs := make([]leasedb.Change, len(changes))
+	for i, ch := range changes {
+		cs[i] = leasedb.Change{Segment: ch.Segment, MAC: ch.Lease.MAC, Acked: ch.At}
+	}
+	if err := lg.db.Acked(cs); err != nil {
+		lg.Log.Warn("recording ACKs of leases as they are", "err", err)
+	}
+}
+
 // persistFromStore persists changes that follow the store rather than
 // lead it: what the operator's writes did to leases (the releases of
 // leases deleted, the bindings of dynamic leases applied: the objects are
@@ -81,12 +98,17 @@ func (lg *ledger) persistFromStore(changes []server.LeaseChange) error {
 // persistStarting is persistFromStore for a segment that is starting,
 // not running yet: si is what its changes are journaled and pinned with.
 func (lg *ledger) persistStarting(id uint32, si segInfo, changes []server.LeaseChange) error {
+	return lg.persist(changes, true, lg.withStarting(id, si))
+}
+
+// withStarting is the running segments and a starting one, id.
+func (lg *ledger) withStarting(id uint32, si segInfo) map[uint32]segInfo {
 	segs := maps.Clone(lg.segmentsByID())
 	if segs == nil {
 		segs = map[uint32]segInfo{}
 	}
 	segs[id] = si
-	return lg.persist(changes, true, segs)
+	return segs
 }
 
 // persist journals and pins changes of the segments segs; fromStore:

@@ -120,7 +120,7 @@ func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at 
 			!at.IsZero() && c.At.After(at); newer {
 			continue
 		}
-		if last := m.srv.LastACK(id, mac); takenOver && !at.IsZero() && last.After(at) {
+		if last := c.LastACK(); takenOver && !at.IsZero() && last.After(at) {
 			ch := server.LeaseChange{Kind: server.Renewed, Segment: id, Lease: leaseOf(c), At: last}
 			if err := m.ledger.Persist(context.Background(), []server.LeaseChange{ch}); err != nil {
 				m.Log.Warn("storing again a lease another node took over before this node ACKed it last", "lease", o.Metadata.Name, "err", err)

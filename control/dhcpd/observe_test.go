@@ -186,10 +186,15 @@ func TestObserveTakenOverBeforeReusedACK(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		takenOverIn time.Duration // after the lease was stored; the reused ACK is 2 s after
+		restart     bool          // pivirtd restarts between the reused ACK and the take-over
 		want        netip.Addr
 	}{
-		{"taken over before the reused ACK", time.Second, ip},
-		{"taken over after it", 3 * time.Second, netip.Addr{}},
+		{"taken over before the reused ACK", time.Second, false, ip},
+		{"taken over after it", 3 * time.Second, false, netip.Addr{}},
+		// Cluster ordering seed 11691356136188298989: the reused ACK was
+		// in memory only, and a kill -9 before etcd came back lost it.
+		{"taken over before the reused ACK, restarted since", time.Second, true, ip},
+		{"taken over after it, restarted since", 3 * time.Second, true, netip.Addr{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newSegmentFixture(t)
@@ -215,6 +220,26 @@ func TestObserveTakenOverBeforeReusedACK(t *testing.T) {
 			rep, _ := f.m.srv.Handle(acked, server.Request{Segment: f.cfg.ID, SrcMAC: hw, Msg: req, Broadcast: true})
 			if rep.Msg == nil || rep.Msg.MessageType() != dhcpv4.MessageTypeAck || !rep.Reused {
 				t.Fatalf("the client's REQUEST: %v (reused %v), want an ACK of the lease as stored", rep.Msg, rep.Reused)
+			}
+			f.m.ledger.Acked([]server.LeaseChange{rep.Acked}) // as the responder does before sending it
+			if tc.restart {
+				// kill -9: the database is reopened from its journal.
+				f.m, _ = newManager(t, f.st, f.ix, f.dir)
+				f.m.Node = "n1"
+				if err := f.m.ledger.recoverDB(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { f.m.ledger.db.Close() })
+				if _, err := f.m.srv.SetSegment(f.cfg); err != nil {
+					t.Fatal(err)
+				}
+				f.m.ledger.setSegments(map[uint32]segInfo{f.cfg.ID: {seg: f.seg, bridge: "br-vm", leaseTime: time.Hour}})
+				if err := f.m.loadTables(context.Background(), f.seg, f.cfg, startInput{}); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.m.pinTaken(f.cfg, nil); err != nil {
+					t.Fatal(err)
+				}
 			}
 
 			taken := *o

@@ -52,6 +52,19 @@ type Change struct {
 	// Seq is the database's sequence number of the change, set by Commit
 	// and rising forever (it survives compaction and restarts).
 	Seq uint64
+	// Acked, on a binding, is when its server last ACKed it as it is
+	// (lease reuse: no change, so At does not move; DB.Acked), if later
+	// than At.
+	Acked time.Time
+}
+
+// LastACK is when the binding was last ACKed: its change, or a later ACK
+// of it as it is.
+func (c Change) LastACK() time.Time {
+	if c.Acked.After(c.At) {
+		return c.Acked
+	}
+	return c.At
 }
 
 // exported reports whether the change is one the store mirrors: a

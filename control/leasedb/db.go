@@ -100,6 +100,8 @@ func Open(dir string, opts Options) (*DB, error) {
 		switch {
 		case e.isMark:
 			db.exported = max(db.exported, e.mark)
+		case e.isAcked:
+			db.acked(e.change)
 		case e.legacy:
 			e.change.Seq = db.seq + 1
 			db.replay(e.change)
@@ -189,6 +191,42 @@ func (db *DB) Commit(changes []Change) ([]Change, error) {
 	db.seq += uint64(len(out))
 	db.sinceSnap += len(out)
 	return out, nil
+}
+
+// Acked records that the server ACKed bindings as they are (lease reuse:
+// nothing changed, so nothing is committed): cs give Segment, MAC and
+// Acked. The records are written without a flush: they survive the
+// process (a kill -9 between the ACK and the next commit), not the host.
+// When the binding is ACKed last matters when another node took it over
+// meanwhile (Change.LastACK).
+func (db *DB) Acked(cs []Change) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	recs := make([][]byte, len(cs))
+	for i, c := range cs {
+		recs[i] = appendAcked(nil, c.Segment, c.MAC, c.Acked)
+	}
+	if _, err := db.log.Write(recs...); err != nil {
+		return fmt.Errorf("journaling %d ACKs of leases as they are: %w", len(cs), err)
+	}
+	for _, c := range cs {
+		db.acked(c)
+	}
+	db.sinceSnap += len(cs)
+	return nil
+}
+
+// acked sets the last ACK of c's binding, if it is live; db.mu held (or
+// Open).
+func (db *DB) acked(c Change) {
+	k := keyOf(c)
+	if b, ok := db.bindings[k]; ok && c.Acked.After(b.Acked) {
+		b.Acked = c.Acked
+		db.bindings[k] = b
+	}
 }
 
 // Pending returns the dynamic changes the store may not have yet, in

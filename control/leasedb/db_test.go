@@ -38,6 +38,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 		{Kind: Renewed, Segment: 1 << 31, IP: netip.MustParseAddr("10.0.0.11"), MAC: mac(2), Static: true, Expires: t0, Seq: 1 << 40},
 		{Kind: Declined, Segment: 7, IP: netip.MustParseAddr("10.0.0.12"), MAC: mac(3), Until: t0.Add(time.Hour), Seq: 9},
 		{Kind: Released, Segment: 7, IP: netip.MustParseAddr("10.0.0.13"), MAC: mac(4), Seq: 10},
+		{Kind: Renewed, Segment: 7, IP: netip.MustParseAddr("10.0.0.14"), MAC: mac(5), Expires: t0, At: t0, Acked: t0.Add(time.Minute), Seq: 11},
 	} {
 		b, err := appendChange(nil, c)
 		if err != nil {
@@ -349,4 +350,48 @@ func tearLastSegment(t *testing.T, dir string, rng *rand.Rand) {
 	if _, err := f.Write(torn[:1+rng.IntN(len(torn)-1)]); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAckedSurvivesReopenAndCompaction: an ACK of a binding as it is
+// (lease reuse) is journaled without a flush; the database reopened (the
+// kernel kept the write: a kill -9) and after a compaction still knows
+// it, an ACK of a binding the database does not hold is ignored, and the
+// binding's next change supersedes it.
+func TestAckedSurvivesReopenAndCompaction(t *testing.T) {
+	dir := t.TempDir()
+	db := mustOpen(t, dir, Options{})
+	ip := netip.MustParseAddr("10.0.0.10")
+	if _, err := db.Commit([]Change{{Kind: Bound, Segment: 7, IP: ip, MAC: mac(1), Expires: t0.Add(time.Hour), At: t0}}); err != nil {
+		t.Fatal(err)
+	}
+	acked := t0.Add(10 * time.Minute)
+	if err := db.Acked([]Change{{Segment: 7, MAC: mac(1), Acked: acked}, {Segment: 7, MAC: mac(2), Acked: acked}}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(db *DB, when string, want time.Time) {
+		t.Helper()
+		c, live, _ := db.Lookup(7, mac(1))
+		if !live || !c.LastACK().Equal(want) {
+			t.Errorf("%s: last ACK %v (live %v), want %v", when, c.LastACK(), live, want)
+		}
+		if _, _, known := db.Lookup(7, mac(2)); known {
+			t.Errorf("%s: an ACK of a binding the database does not hold made one", when)
+		}
+	}
+	check(db, "at once", acked)
+	db.Close()
+	db = mustOpen(t, dir, Options{})
+	check(db, "reopened", acked)
+	if err := db.Compact(t0, nil); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db = mustOpen(t, dir, Options{})
+	check(db, "compacted and reopened", acked)
+	renewed := t0.Add(20 * time.Minute)
+	if _, err := db.Commit([]Change{{Kind: Renewed, Segment: 7, IP: ip, MAC: mac(1), Expires: t0.Add(2 * time.Hour), At: renewed}}); err != nil {
+		t.Fatal(err)
+	}
+	check(db, "renewed", renewed)
+	db.Close()
 }

@@ -21,6 +21,8 @@ const (
 	// kindMark is the record of MarkExported: the sequence number up to
 	// which the store has every dynamic change.
 	kindMark = 0x80
+	// kindAcked is the record of Acked: a binding ACKed as it is.
+	kindAcked = 0x81
 )
 
 const (
@@ -31,7 +33,8 @@ const (
 // appendChange encodes c compactly (a JSON encoding was a tenth of the
 // CPU of an ACK): version, kind, flags, segment, IPv4 address, MAC,
 // expiry, change time and probation in Unix nanoseconds, sequence, then
-// length-prefixed client id, hostname and network.
+// length-prefixed client id, hostname and network, and, when set, the
+// last ACK as it is (Acked, 8 bytes; a snapshot's bindings carry it).
 func appendChange(b []byte, c Change) ([]byte, error) {
 	if !c.IP.Is4() || len(c.MAC) != 6 {
 		return b, fmt.Errorf("lease change %s/%s: want an IPv4 address and a 6-byte MAC", c.IP, c.MAC)
@@ -55,7 +58,19 @@ func appendChange(b []byte, c Change) ([]byte, error) {
 		b = binary.LittleEndian.AppendUint64(b, uint64(unixNanos(t)))
 	}
 	b = binary.LittleEndian.AppendUint64(b, c.Seq)
-	return appendFields(b, c.ClientID, []byte(c.Hostname), []byte(c.Network)), nil
+	b = appendFields(b, c.ClientID, []byte(c.Hostname), []byte(c.Network))
+	if !c.Acked.IsZero() {
+		b = appendFields(b, binary.LittleEndian.AppendUint64(nil, uint64(unixNanos(c.Acked))))
+	}
+	return b, nil
+}
+
+// appendAcked encodes an Acked record: version, kind, segment, MAC, time.
+func appendAcked(b []byte, seg uint32, mac net.HardwareAddr, at time.Time) []byte {
+	b = append(b, version, kindAcked)
+	b = binary.LittleEndian.AppendUint32(b, seg)
+	b = append(b, mac...)
+	return binary.LittleEndian.AppendUint64(b, uint64(unixNanos(at)))
 }
 
 func appendMark(b []byte, seq uint64) []byte {
@@ -71,12 +86,14 @@ func appendFields(b []byte, fields ...[]byte) []byte {
 	return b
 }
 
-// entry is a decoded record: a change, or an export mark.
+// entry is a decoded record: a change, an export mark, or an ACK of a
+// binding as it is (isAcked: change's Segment, MAC and Acked).
 type entry struct {
-	change Change
-	mark   uint64 // kindMark's sequence number
-	isMark bool
-	legacy bool // version 1: carries no sequence number
+	change  Change
+	mark    uint64 // kindMark's sequence number
+	isMark  bool
+	isAcked bool
+	legacy  bool // version 1: carries no sequence number
 }
 
 // parseRecord decodes what appendChange or appendMark (or the journal of
@@ -91,6 +108,13 @@ func parseRecord(b []byte) (entry, error) {
 			return entry{}, fmt.Errorf("export mark of %d bytes: want 10", len(b))
 		}
 		return entry{mark: binary.LittleEndian.Uint64(b[2:]), isMark: true}, nil
+	case b[0] == version && b[1] == kindAcked:
+		if len(b) != 20 {
+			return entry{}, fmt.Errorf("ACK record of %d bytes: want 20", len(b))
+		}
+		c := Change{Segment: binary.LittleEndian.Uint32(b[2:]), MAC: net.HardwareAddr(append([]byte(nil), b[6:12]...)),
+			Acked: fromUnixNanos(int64(binary.LittleEndian.Uint64(b[12:])))}
+		return entry{change: c, isAcked: true}, nil
 	case b[0] == version:
 		return parseChange(b)
 	case b[0] == versionLegacy:
@@ -145,7 +169,8 @@ func parseLegacy(b []byte) (entry, error) {
 	return entry{change: c, legacy: true}, nil
 }
 
-// parseFields reads the length-prefixed client id, hostname and network.
+// parseFields reads the length-prefixed client id, hostname and network,
+// and the optional last ACK.
 func (c *Change) parseFields(rest []byte) error {
 	var fields [3][]byte
 	for i := range fields {
@@ -155,6 +180,10 @@ func (c *Change) parseFields(rest []byte) error {
 		}
 		fields[i] = rest[k : k+int(n)]
 		rest = rest[k+int(n):]
+	}
+	if n, k := binary.Uvarint(rest); len(rest) > 0 && k > 0 && n == 8 && len(rest) == k+8 {
+		c.Acked = fromUnixNanos(int64(binary.LittleEndian.Uint64(rest[k:])))
+		rest = nil
 	}
 	if len(rest) != 0 {
 		return fmt.Errorf("record: %d bytes after its last field", len(rest))

@@ -118,7 +118,14 @@ func Open(dir string, opts Options) (*Log, [][]byte, error) {
 // Append writes recs in one write and one fdatasync, and returns the
 // sequence number of the last one. When it returns nil they survive a
 // crash.
-func (l *Log) Append(recs ...[]byte) (uint64, error) {
+func (l *Log) Append(recs ...[]byte) (uint64, error) { return l.append(recs, true) }
+
+// Write is Append without the fdatasync: when it returns nil, recs
+// survive the process (the kernel has them) but not the host, until the
+// next Append flushes them too.
+func (l *Log) Write(recs ...[]byte) (uint64, error) { return l.append(recs, false) }
+
+func (l *Log) append(recs [][]byte, sync bool) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f == nil {
@@ -142,7 +149,7 @@ func (l *Log) Append(recs ...[]byte) (uint64, error) {
 		l.buf = append(l.buf, r...)
 	}
 	n, err := l.f.Write(l.buf)
-	if err == nil {
+	if err == nil && sync {
 		err = l.f.Sync()
 		if l.opts.SyncDelay > 0 {
 			time.Sleep(l.opts.SyncDelay)

@@ -50,6 +50,7 @@ type Processor struct {
 
 	Out     []Outbound           // replies of the last Process call
 	Changes []server.LeaseChange // lease changes of the last Process call
+	Acked   []server.LeaseChange // leases ACKed as they are in the last Process call (server.Reply.Acked)
 }
 
 // ProcessorConfig configures a Processor.
@@ -91,7 +92,7 @@ func (p *Processor) Counters() *Counters { return p.c }
 // Process handles frames (at most the configured batch) at time now.
 func (p *Processor) Process(now time.Time, frames [][]byte) {
 	p.Out = p.Out[:0]
-	p.Changes = p.Changes[:0]
+	p.Changes, p.Acked = p.Changes[:0], p.Acked[:0]
 	for i, f := range frames {
 		if i >= len(p.bufs) {
 			break
@@ -172,6 +173,7 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 	}
 	if rep.Reused {
 		p.c.Reused.Add(1)
+		p.Acked = append(p.Acked, rep.Acked)
 	}
 	src := wire.Source{MAC: p.mac}
 	src.IP, _ = netip.AddrFromSlice(rep.Msg.Options.Get(dhcpv4.OptionServerIdentifier))

@@ -32,6 +32,15 @@ type Persister interface {
 	Persist(ctx context.Context, changes []server.LeaseChange) error
 }
 
+// Acker is told, when the Persister implements it, of the ACKs of
+// leases as they are (lease reuse: nothing to persist) before they are
+// sent, so that when a lease was ACKed last outlives the process (it
+// decides between two nodes that both served the client while their
+// store was away). It must not block on a disk flush.
+type Acker interface {
+	Acked(changes []server.LeaseChange)
+}
+
 // PersistFunc adapts a function to Persister.
 type PersistFunc func(ctx context.Context, changes []server.LeaseChange) error
 
@@ -289,6 +298,9 @@ func (r *Responder) serve(now time.Time, frames [][]byte) {
 		p.mac = macFromBits(m)
 	}
 	p.Process(now, frames)
+	if a, ok := r.cfg.Persister.(Acker); ok && len(p.Acked) > 0 {
+		a.Acked(p.Acked)
+	}
 	r.out = r.out[:0]
 	durable := 0
 	for _, o := range p.Out {

@@ -256,13 +256,13 @@ func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
 	}
 	nl := h.newLease(ip, prev, h.st.cfg.LeaseTime)
 	if left, ok := h.reusable(cur, ip, nl.Hostname); ok {
-		cur.acked = h.now
 		msg := h.reply(dhcpv4.MessageTypeAck, ip, cur.Hostname, true)
 		setLeaseTimes(msg, left)
-		return Reply{Msg: msg, Reused: true}, h.in.Changes
+		acked := LeaseChange{Kind: Renewed, Segment: h.seg, Lease: cur.Lease, At: h.now}
+		return Reply{Msg: msg, Reused: true, Acked: acked}, h.in.Changes
 	}
 	l := h.st.bind(h.id, nl, false)
-	l.released, l.acked = false, h.now
+	l.released = false
 	*h.seq++
 	l.unsynced = *h.seq
 	msg := h.reply(dhcpv4.MessageTypeAck, ip, l.Hostname, true)

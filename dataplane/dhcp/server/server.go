@@ -97,6 +97,10 @@ type Reply struct {
 	Ignored Ignore // why Msg is nil
 	Durable bool   // Msg is an ACK whose lease change must be persisted first
 	Reused  bool   // Msg is an ACK of the stored lease as it is (Segment.ReuseThreshold)
+	// Acked, for a Reused ACK, is the lease ACKed as it is (Kind
+	// Renewed, At the ACK's time): nothing is persisted, but when a lease
+	// was ACKed last decides between two nodes (responder.Acker).
+	Acked LeaseChange
 }
 
 type lease struct {
@@ -109,9 +113,6 @@ type lease struct {
 	// unsynced is the Seq of its last change while that is not known to
 	// be durable (Persisted); only a durable lease is reused.
 	unsynced uint64
-	// acked is when this server last ACKed it, an ACK of the lease as
-	// stored (reused, not written) included (LastACK).
-	acked time.Time
 }
 
 type segState struct {
@@ -598,22 +599,6 @@ func (s *Server) Release(now time.Time, seg uint32, mac net.HardwareAddr, ip net
 	}
 	st.drop(l)
 	return LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)}, nil
-}
-
-// LastACK returns when the server last ACKed mac's lease in segment seg,
-// an ACK of the lease as stored (Segment.ReuseThreshold), which writes
-// nothing, included; zero when it ACKed none since it bound or loaded it
-// otherwise. Which of two nodes ACKed a lease last is which one its
-// client is on.
-func (s *Server) LastACK(seg uint32, mac net.HardwareAddr) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st := s.segs[seg]; st != nil {
-		if l := st.byMAC[string(mac)]; l != nil {
-			return l.acked
-		}
-	}
-	return time.Time{}
 }
 
 // Persisted tells the server that changes it made are durable (stored
