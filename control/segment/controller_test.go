@@ -68,11 +68,7 @@ func TestPrivilegedSegmentController(t *testing.T) {
 	testutil.RequireRoot(t)
 	ns := testutil.NewNetNS(t)
 	ctx := context.Background()
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	ix := admission.NewIndex()
 	obj, err := pivirtv1.DecodeObject([]byte(`apiVersion: pivirt.hu/v1
 kind: NetworkSegment
@@ -153,11 +149,7 @@ func TestPrivilegedSegmentOnOverlay(t *testing.T) {
 	testutil.RequireRoot(t)
 	ns := testutil.NewNetNS(t)
 	ctx := context.Background()
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	ix := admission.NewIndex()
 	var objs []*pivirtv1.Object
 	for _, doc := range []string{
@@ -252,13 +244,9 @@ func TestPrivilegedOrphanSweepWaitsForTheStore(t *testing.T) {
 	testutil.RequireRoot(t)
 	ns := testutil.NewNetNS(t)
 	ctx := context.Background()
-	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	c := &segment.Controller{Store: st, Index: admission.NewIndex(), Events: events.NewRecorder(10), Log: slog.Default(), Node: "n1"}
-	err = ns.Do(func() error {
+	err := ns.Do(func() error {
 		if _, err := bridge.Ensure("seg-b", "n1", "br-segb", netip.MustParsePrefix("10.71.0.1/24"), netip.Prefix{}); err != nil {
 			return err
 		}
@@ -280,4 +268,16 @@ func TestPrivilegedOrphanSweepWaitsForTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openStore opens a bbolt store in the test's temporary directory,
+// closed when the test ends.
+func openStore(t *testing.T) *bolt.Store {
+	t.Helper()
+	st, err := bolt.Open(filepath.Join(t.TempDir(), "state.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
