@@ -153,13 +153,6 @@ func (lg *ledger) persist(changes []server.LeaseChange, fromStore bool, segs map
 	return errors.Join(errs...)
 }
 
-// bind pins bindings the server holds but pv_leases lost (a reservation's,
-// given back when its segment returns).
-func (lg *ledger) bind(binds []leasemap.Binding) error {
-	defer lg.pins.lock(bindingKeys(binds)...)()
-	return lg.Leases.BindAll(binds)
-}
-
 // refresh gives pinned bindings a new pin expiry (leasemap.Map.Refresh).
 func (lg *ledger) refresh(binds []leasemap.Binding) error {
 	defer lg.pins.lock(bindingKeys(binds)...)()

@@ -202,7 +202,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				errs = append(errs, err)
 				continue
 			}
-			if err := m.pinTaken(cfg, macSet(held)); err != nil {
+			if err := m.ledger.pinStarted(cfg.ID, infoOf(seg, macSet(held))); err != nil {
 				errs = append(errs, err)
 			}
 		}

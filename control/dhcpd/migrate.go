@@ -117,23 +117,17 @@ func readLegacyJSON(path string, v any) error {
 	return nil
 }
 
-// legacyReservationBindings adds to a starting segment's reservation
-// bindings those pv_leases holds and the database does not: on the first
-// start after the upgrade, they were only there. They go into the
-// database, so the next start finds them there.
-func (m *Manager) legacyReservationBindings(cfg server.Segment, static []server.Reservation, have []server.Lease) []server.Lease {
+// legacyReservationBindings takes into the database the bindings of a
+// starting segment's reservations that pv_leases holds and the database
+// does not: on the first start after the upgrade, they were only there.
+func (m *Manager) legacyReservationBindings(cfg server.Segment, static []server.Reservation) {
 	if !m.ledger.legacyPins {
-		return have
-	}
-	known := map[string]bool{}
-	for _, l := range have {
-		known[l.MAC.String()] = true
+		return
 	}
 	now := m.now()
 	var cs []leasedb.Change
 	for _, l := range m.pinnedReservations(cfg.ID, static) {
-		if !known[l.MAC.String()] {
-			have = append(have, l)
+		if c, live, _ := m.ledger.db.Lookup(cfg.ID, l.MAC); !live || c.IP != l.IP || !now.Before(c.Expires) {
 			cs = append(cs, staticBound(cfg.ID, cfg.Bridge, l, now))
 		}
 	}
@@ -142,7 +136,12 @@ func (m *Manager) legacyReservationBindings(cfg server.Segment, static []server.
 			m.Log.Warn("keeping the reservations' bindings from pv_leases in the lease database", "segment", cfg.Name, "err", err)
 		}
 	}
-	return have
+}
+
+// staticBound is the change that gives the database a reservation's
+// binding.
+func staticBound(seg uint32, network string, l server.Lease, at time.Time) leasedb.Change {
+	return leasedb.Change{Kind: leasedb.Bound, Segment: seg, Network: network, IP: l.IP, MAC: l.MAC, Expires: l.Expires, At: at, Static: true}
 }
 
 // pinnedReservations returns the bindings pv_leases holds for the

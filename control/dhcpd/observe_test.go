@@ -237,7 +237,7 @@ func TestObserveTakenOverBeforeReusedACK(t *testing.T) {
 				if err := f.m.loadTables(context.Background(), f.seg, f.cfg, startInput{}); err != nil {
 					t.Fatal(err)
 				}
-				if err := f.m.pinTaken(f.cfg, nil); err != nil {
+				if err := f.m.ledger.pinStarted(f.cfg.ID, infoOf(f.seg, nil)); err != nil {
 					t.Fatal(err)
 				}
 			}

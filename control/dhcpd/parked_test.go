@@ -13,19 +13,21 @@ import (
 	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // TestBindingsFromTheDatabase: what a starting segment's server binds
 // comes from the lease database: the bindings ACKed before a restart (or
 // before the segment was deleted), each pinned again once the server
-// took them (pinTaken: a reservation's, a held one years ahead); not the
-// expired ones (unless the interlock holds them), those no longer
+// took them (pinStarted: a reservation's, a held one years ahead); not
+// the expired ones (unless the interlock holds them), those no longer
 // reserved at that address, nor one outside the range the store's leases
-// do not serve there. A dynamic binding that a reservation of its
-// address superseded counts as the reservation's. The store's leases
-// count only for a MAC the database knows nothing of: a stale copy of a
-// binding that moved or ended since is not loaded.
+// do not serve there: those end. A dynamic binding that a reservation of
+// its address superseded counts as the reservation's. The store's leases
+// count only for a MAC the database knows nothing of (adopt): a stale
+// copy of a binding that moved or ended since is not loaded.
 func TestBindingsFromTheDatabase(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -77,7 +79,9 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 	moved := []server.Lease{lease("52:54:00:00:00:0a", "192.168.100.200")}
 	cfg := server.Segment{Name: "vm-net", ID: 7, LeaseTime: time.Hour, HostIP: netip.MustParsePrefix("192.168.100.1/24"),
 		RangeStart: netip.MustParseAddr("192.168.100.10"), RangeEnd: netip.MustParseAddr("192.168.100.199")}
-	in, out := m2.bindings(cfg, static, stored, moved, held, false)
+	si := segInfo{bridge: cfg.Bridge, leaseTime: time.Hour, held: held}
+	m2.adopt(cfg, si, startInput{static: static, dynamic: stored, moved: moved})
+	in, out, end := m2.bindings(cfg, static, moved, held, false)
 	got := map[string]string{}
 	for _, l := range in {
 		got[l.MAC.String()] = l.IP.String()
@@ -91,14 +95,25 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("bindings loaded\n got %v\nwant %v", got, want)
 	}
+	var ended []string
+	for _, ch := range end {
+		if ch.Kind != server.Released {
+			t.Errorf("an end of %s is a %v change", ch.Lease.MAC, ch.Kind)
+		}
+		ended = append(ended, ch.Lease.MAC.String())
+	}
+	slices.Sort(ended)
+	if want := []string{"52:54:00:00:00:02", "52:54:00:00:00:03", "52:54:00:00:00:05", "52:54:00:00:00:0b"}; !slices.Equal(ended, want) {
+		t.Errorf("bindings ended %v, want %v", ended, want)
+	}
 	// With the store unreachable (a start from the cache's saved copy),
 	// the database's binding outside the range is this node's take-over
 	// the copy cannot show: loaded too.
-	_, outAway := m2.bindings(cfg, static, stored, moved, held, true)
+	_, outAway, _ := m2.bindings(cfg, static, moved, held, true)
 	if !slices.ContainsFunc(outAway, func(l server.Lease) bool { return l.MAC.String() == "52:54:00:00:00:0b" }) {
 		t.Errorf("with the store unreachable, outside the range: %v, want 52:54:00:00:00:0b's binding among them", outAway)
 	}
-	// The server takes them, and the start pins what it took.
+	// The server takes them, and the start pins what the database holds.
 	if _, err := m2.srv.SetSegment(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +123,13 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 	if _, err := m2.srv.SetHeld(now, cfg.ID, []net.HardwareAddr{mac("52:54:00:00:00:04")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m2.srv.Load(now, cfg.ID, server.Tables{Leases: in, Moved: out}); err != nil {
+	if refused, err := m2.srv.Load(now, cfg.ID, server.Tables{Leases: in, Moved: out}); err != nil || len(refused) > 0 {
+		t.Fatalf("loading: %v, refused %v", err, refused)
+	}
+	if err := m2.ledger.persistStarting(cfg.ID, si, end); err != nil {
 		t.Fatal(err)
 	}
-	if err := m2.pinTaken(cfg, held); err != nil {
+	if err := m2.ledger.pinStarted(cfg.ID, si); err != nil {
 		t.Fatal(err)
 	}
 	for k, ip := range want {
@@ -119,7 +137,53 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 			t.Errorf("the binding of %s pinned at %v, want %s", k, lm2.bound[k], ip)
 		}
 	}
+	for _, k := range []string{"52:54:00:00:00:02", "52:54:00:00:00:05", "52:54:00:00:00:0b"} {
+		if ip, ok := lm2.bound[k]; ok {
+			t.Errorf("the ended binding of %s pinned at %v", k, ip)
+		}
+	}
 	if exp := lm2.expires["52:54:00:00:00:04"]; exp.Before(now.Add(pivirtv1.HeldPinLifetime / 2)) {
 		t.Errorf("a held binding pinned until %s, want years ahead", exp)
+	}
+}
+
+// TestPinStartedReadsUnderTheKeyLock: a segment's start pins what the
+// database binds when it holds each key's lock, not what it read before:
+// a RELEASE the responder (running already) journaled and unpinned
+// meanwhile is not pinned again.
+func TestPinStartedReadsUnderTheKeyLock(t *testing.T) {
+	m, lm := newManager(t, nil, nil, t.TempDir())
+	if err := m.ledger.recoverDB(); err != nil {
+		t.Fatal(err)
+	}
+	defer m.ledger.db.Close()
+	exp := time.Now().Add(time.Hour)
+	a, b := change(server.Bound, "52:54:00:00:00:01", "192.168.100.10", exp), change(server.Bound, "52:54:00:00:00:02", "192.168.100.11", exp)
+	if err := m.ledger.Persist(context.Background(), []server.LeaseChange{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	unlock := m.ledger.pins.lock(leasemap.NewKey(7, [6]byte(a.Lease.MAC)))
+	done := make(chan error, 1)
+	go func() { done <- m.ledger.pinStarted(7, segInfo{bridge: "br-vm", leaseTime: time.Hour}) }()
+	time.Sleep(100 * time.Millisecond) // pinStarted has listed the bindings and waits for a's key
+	// What persist does for the RELEASE, holding a's key first.
+	released := dbChange(change(server.Released, "52:54:00:00:00:01", "192.168.100.10", exp), "br-vm")
+	if _, err := m.ledger.db.Commit([]leasedb.Change{released}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lm.Release(7, [6]byte(a.Lease.MAC), a.Lease.IP); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if ip, ok := lm.bound["52:54:00:00:00:01"]; ok {
+		t.Errorf("the lease released while the start waited is pinned again at %v", ip)
+	}
+	if ip := lm.bound["52:54:00:00:00:02"]; ip != b.Lease.IP {
+		t.Errorf("the other binding pinned at %v, want %v", ip, b.Lease.IP)
 	}
 }

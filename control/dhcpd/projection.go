@@ -141,6 +141,40 @@ func keepPinned(leases map[leasemap.Key]leasemap.Value, k leasemap.Key, c leased
 	leases[k] = leasemap.NewValue(c.IP, 0, c.Expires, time.Duration(cur.LeaseTime)*time.Second, clockOffset)
 }
 
+// pinStarted pins the live bindings of a segment that just started, as
+// it pins them (si: the interlock's MACs years ahead). Until it ran, the
+// guard's sync left its pins to compile, which pins only what the store
+// holds: a pin went with the segment if it was deleted, and a lease
+// ACKed just before a crash that the store lacks (etcd away: its export
+// failed) was unpinned while pivirtd started
+// (TestPrivilegedClusterRestartInPartition); the database has them all.
+// Each binding is read under its key's lock: a RELEASE the responder,
+// running now, journaled and unpinned meanwhile is not pinned again. A
+// reservation's entry keeps its static flag (leasemap.BindAll).
+func (lg *ledger) pinStarted(id uint32, si segInfo) error {
+	var keys []leasemap.Key
+	for _, c := range lg.db.Bindings(id) {
+		keys = append(keys, leasemap.NewKey(id, [6]byte(c.MAC)))
+	}
+	defer lg.pins.lock(keys...)()
+	now := lg.now()
+	binds := make([]leasemap.Binding, 0, len(keys))
+	for _, k := range keys {
+		mac := net.HardwareAddr(k.Mac[:])
+		c, live, _ := lg.db.Lookup(id, mac)
+		held := si.held[mac.String()]
+		if !live || (!now.Before(c.Expires) && !held) {
+			continue
+		}
+		binds = append(binds, leasemap.Binding{Segment: id, MAC: k.Mac, IP: c.IP,
+			Expires: pivirtv1.PinExpiry(c.Expires, held), LeaseTime: si.leaseTime})
+	}
+	if err := lg.Leases.BindAll(binds); err != nil {
+		return fmt.Errorf("pinning the leases of segment %s: %w", si.seg.Name, err)
+	}
+	return nil
+}
+
 // repinHeld pins again, with the pin expiry the interlock now gives
 // them, the live bindings whose MACs it took hold of or let go since the
 // segments were before (a pin held years ahead, or back to its lease's

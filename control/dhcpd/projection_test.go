@@ -287,8 +287,8 @@ func TestGuardLeasesNeverUndoAnACK(t *testing.T) {
 	}
 }
 
-// TestStoredLeasesAdoptedAtStart: the leases a starting segment's server
-// takes from the store alone (stored by a release before the lease
+// TestStoredLeasesAdoptedAtStart: the leases a starting segment takes
+// from the store alone (stored by a release before the lease
 // database, or applied while no segment served them) go into the
 // database, so pv_leases, which in a served segment pins only what the
 // database holds, keeps pinning them; a reservation's binding goes in as
@@ -312,15 +312,13 @@ func TestStoredLeasesAdoptedAtStart(t *testing.T) {
 	if _, err := f.m.srv.SetReservations(now, id, []server.Reservation{{MAC: res, IP: ip("192.168.100.140")}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	took, err := f.m.srv.Load(now, id, server.Tables{Leases: []server.Lease{
-		{IP: ip("192.168.100.120"), MAC: dyn, Expires: exp},
-		{IP: ip("192.168.100.140"), MAC: res, Expires: exp},
-		{IP: ip("192.168.100.130"), MAC: known, Expires: exp},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.m.followServer(f.cfg, infoOf(f.seg, nil), took)
+	f.m.adopt(f.cfg, infoOf(f.seg, nil), startInput{
+		static: []server.Reservation{{MAC: res, IP: ip("192.168.100.140")}},
+		dynamic: []server.Lease{
+			{IP: ip("192.168.100.120"), MAC: dyn, Expires: exp},
+			{IP: ip("192.168.100.140"), MAC: res, Expires: exp},
+			{IP: ip("192.168.100.130"), MAC: known, Expires: exp},
+		}})
 
 	for _, tc := range []struct {
 		mac    net.HardwareAddr

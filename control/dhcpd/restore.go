@@ -5,16 +5,12 @@ package dhcpd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
-	"time"
+	"slices"
 
-	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
-	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/control/segment"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
-	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 )
 
 // A reservation's binding (its client ACKed, until when) is not stored:
@@ -36,12 +32,14 @@ type startInput struct {
 }
 
 // loadTables fills the tables of a starting segment, whose settings,
-// reservations and held set the server has: the addresses other nodes
-// hold, then its bindings (bindings) and its DECLINE probations, in one
-// server.Load from the lease database, once it has taken in what the store got while the
-// segment was not served (followStore); the store's leases count only
-// where the database knows nothing of their MAC. The database then holds
-// what the server took (followServer).
+// reservations and held set the server has, from the lease database,
+// which decides what the segment binds, once: it first follows what the
+// store got while the segment was not served (followStore) and takes the
+// store's leases of MACs it knows nothing of (adopt); its bindings the
+// segment cannot serve end (bindings), the server loads the rest with
+// the DECLINE probations and the addresses other nodes hold, and what
+// the server refuses (a conflict) ends too. So the database holds what
+// the server took, with no comparison of the two afterwards.
 func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg server.Segment, in startInput) error {
 	errs := []error{m.srv.SetElsewhere(cfg.ID, in.away)}
 	si := infoOf(seg, macSet(in.held))
@@ -58,33 +56,74 @@ func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg serve
 			m.Log.Warn("comparing a starting segment's leases with the store", "segment", cfg.Name, "err", err)
 		}
 	}
-	bound, out := m.bindings(cfg, in.static, in.dynamic, in.moved, si.held, in.storeUnreachable)
+	m.adopt(cfg, si, in)
+	bound, out, end := m.bindings(cfg, in.static, in.moved, si.held, in.storeUnreachable)
 	t := server.Tables{Leases: bound, Moved: out, Probations: m.ledger.db.Probations(cfg.ID)}
-	took, err := m.srv.Load(m.now(), cfg.ID, t)
+	refused, err := m.srv.Load(m.now(), cfg.ID, t)
 	if err != nil {
 		m.Log.Warn("some leases were not loaded", "segment", cfg.Name, "err", err)
 	}
-	m.followServer(cfg, si, took)
+	if end = append(end, refused...); len(end) > 0 {
+		// Journaled and unpinned as what follows the store.
+		if err := m.ledger.persistStarting(cfg.ID, si, end); err != nil {
+			m.Log.Warn("ending the bindings a starting segment does not serve", "segment", cfg.Name, "err", err)
+		} else {
+			m.Log.Info("lease database ends the bindings a starting segment does not serve", "segment", cfg.Name, "ended", len(end))
+		}
+	}
 	return errors.Join(errs...)
 }
 
-// bindings returns what a starting segment's server binds: in its range
-// (in) and outside it (out: clients brought their leases from another
-// node's range, or the interlock holds one through a shrink). Every
-// binding the lease database holds is its client's as ACKed, across a
-// restart or a segment deleted and applied again, and newer than any
-// copy in the store: but not one expired (unless the interlock holds
-// it: held, by MAC), a reservation's whose reservation moved or went (a
-// MAC's dynamic binding that a reservation of its address took over is
-// the reservation's), nor one outside the range that the store's leases
-// do not serve there (moved) — unless the store is unreachable
-// (storeUnreachable: the cache's saved copy cannot show a lease this node
-// took over from another node's range while etcd was away; it was ended
-// at a restart then, and its guest unpinned: cluster ordering seed
-// 7268455389199605211): then every binding in the subnet is loaded. The store's leases (dynamic, moved) count
-// only for a MAC the database knows nothing of: leases stored before it,
-// or applied while no segment served them.
-func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dynamic, moved []server.Lease, held map[string]bool, storeUnreachable bool) (in, out []server.Lease) {
+// adopt takes into the lease database the store's leases of a starting
+// segment (in.dynamic, in.moved) whose MACs it knows nothing of: stored
+// by a release before the database, or applied while no segment served
+// them. They are journaled as following the store (never exported) and
+// pinned; a reserved MAC's as the reservation's. On the first start
+// after the upgrade, the reservations' bindings pv_leases holds go in
+// too (legacyReservationBindings). A stale copy of a binding that moved
+// or ended since is not taken: the database is newer than the store.
+func (m *Manager) adopt(cfg server.Segment, si segInfo, in startInput) {
+	m.legacyReservationBindings(cfg, in.static)
+	reserved := make(map[string]bool, len(in.static))
+	for _, r := range in.static {
+		reserved[r.MAC.String()] = true
+	}
+	now := m.now()
+	var take []server.LeaseChange
+	for _, l := range slices.Concat(in.dynamic, in.moved) {
+		mac := l.MAC.String()
+		if _, _, known := m.ledger.db.Lookup(cfg.ID, l.MAC); known || (!now.Before(l.Expires) && !si.held[mac]) {
+			continue
+		}
+		take = append(take, server.LeaseChange{Kind: server.Bound, Segment: cfg.ID, Lease: l, At: now, Static: reserved[mac]})
+	}
+	if len(take) == 0 {
+		return
+	}
+	if err := m.ledger.persistStarting(cfg.ID, si, take); err != nil {
+		m.Log.Warn("taking a starting segment's stored leases into the lease database", "segment", cfg.Name, "err", err)
+		return
+	}
+	m.Log.Info("lease database takes the leases only the store has", "segment", cfg.Name, "leases", len(take))
+}
+
+// bindings sorts the lease database's bindings of a starting segment
+// into what its server binds, in its range (in) and outside it (out:
+// clients brought their leases from another node's range, or the
+// interlock holds one through a shrink), and what ends (end, Released
+// changes). Every binding the database holds is its client's as ACKed,
+// across a restart or a segment deleted and applied again, and newer than
+// any copy in the store; it ends when it expired (unless the interlock
+// holds it: held, by MAC), when it is a reservation's whose reservation
+// moved or went (a MAC's dynamic binding that a reservation of its
+// address took over is the reservation's), or when it lies outside the
+// range where the store's leases (moved) do not serve it — unless the
+// store is unreachable (storeUnreachable: the cache's saved copy cannot
+// show a lease this node took over from another node's range while etcd
+// was away; it was ended at a restart then, and its guest unpinned:
+// cluster ordering seed 7268455389199605211): then every binding in the
+// subnet is loaded.
+func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, moved []server.Lease, held map[string]bool, storeUnreachable bool) (in, out []server.Lease, end []server.LeaseChange) {
 	res := make(map[string]netip.Addr, len(static))
 	for _, r := range static {
 		res[r.MAC.String()] = r.IP
@@ -94,7 +133,6 @@ func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dyna
 		outside[l.MAC.String()] = true
 	}
 	now := m.now()
-	var resBound []server.Lease
 	for _, c := range m.ledger.db.Bindings(cfg.ID) {
 		mac := c.MAC.String()
 		l := leaseOf(c)
@@ -102,94 +140,18 @@ func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, dyna
 		case !now.Before(c.Expires) && !held[mac]:
 		case res[mac].IsValid():
 			if res[mac] == c.IP {
-				resBound = append(resBound, l)
+				in = append(in, l)
+				continue
 			}
 		case c.Static: // its reservation went
 		case !c.IP.Less(cfg.RangeStart) && !cfg.RangeEnd.Less(c.IP):
 			in = append(in, l)
+			continue
 		case outside[mac] || storeUnreachable && cfg.HostIP.Masked().Contains(c.IP):
 			out = append(out, l)
-		}
-	}
-	in = append(in, m.legacyReservationBindings(cfg, static, resBound)...)
-	for _, stored := range [][]server.Lease{dynamic, moved} {
-		for _, l := range stored {
-			if _, _, known := m.ledger.db.Lookup(cfg.ID, l.MAC); known {
-				continue
-			}
-			if outside[l.MAC.String()] {
-				out = append(out, l)
-			} else {
-				in = append(in, l)
-			}
-		}
-	}
-	return in, out
-}
-
-// pinTaken pins every binding the server of a segment that just started
-// took, as the segment pins them (held: the interlock's MACs). Until the
-// segment runs, the guard's sync leaves its pins to compile, which pins
-// only what the store holds: a pin went with the segment if it was
-// deleted, and a lease ACKed just before a crash that the store lacks
-// (etcd away: its export failed) was unpinned while pivirtd started
-// (TestPrivilegedClusterRestartInPartition); the database has them all.
-// A reservation's entry keeps its static flag (leasemap.BindAll).
-func (m *Manager) pinTaken(cfg server.Segment, held map[string]bool) error {
-	var binds []leasemap.Binding
-	for _, l := range m.srv.Leases(cfg.ID) {
-		binds = append(binds, leasemap.Binding{Segment: cfg.ID, MAC: [6]byte(l.MAC), IP: l.IP,
-			Expires: pivirtv1.PinExpiry(l.Expires, held[l.MAC.String()]), LeaseTime: cfg.LeaseTime})
-	}
-	if err := m.ledger.bind(binds); err != nil {
-		return fmt.Errorf("pinning the leases of segment %s: %w", cfg.Name, err)
-	}
-	return nil
-}
-
-// staticBound is the change that gives the database a reservation's
-// binding (the migration's).
-func staticBound(seg uint32, network string, l server.Lease, at time.Time) leasedb.Change {
-	return leasedb.Change{Kind: leasedb.Bound, Segment: seg, Network: network, IP: l.IP, MAC: l.MAC, Expires: l.Expires, At: at, Static: true}
-}
-
-// followServer makes the lease database hold what a starting segment's
-// server took (server.Load's changes), journaled as following the store
-// (never exported) and pinned as the segment si pins: the bindings it
-// took from the store alone (leases stored by a release before the
-// database) go in; the database's bindings it did not take (a
-// reservation's whose reservation moved since, one expired, one refused
-// beside another) end, and are unpinned. A MAC the database knows an end
-// of is left as it says (followStore took in a lease applied after that
-// end).
-func (m *Manager) followServer(cfg server.Segment, si segInfo, took []server.LeaseChange) {
-	if m.ledger.db == nil {
-		return
-	}
-	now := m.now()
-	bound := map[string]netip.Addr{}
-	var follow []server.LeaseChange
-	for _, ch := range took {
-		bound[ch.Lease.MAC.String()] = ch.Lease.IP
-		if _, _, known := m.ledger.db.Lookup(cfg.ID, ch.Lease.MAC); !known {
-			follow = append(follow, ch)
-		}
-	}
-	adopted := len(follow)
-	for _, c := range m.ledger.db.Bindings(cfg.ID) {
-		if ip, ok := bound[c.MAC.String()]; ok && ip == c.IP {
 			continue
 		}
-		follow = append(follow, server.LeaseChange{Kind: server.Released, Segment: cfg.ID, At: now, Static: c.Static,
-			Lease: leaseOf(c)})
+		end = append(end, server.LeaseChange{Kind: server.Released, Segment: cfg.ID, Lease: l, At: now, Static: c.Static})
 	}
-	if len(follow) == 0 {
-		return
-	}
-	if err := m.ledger.persistStarting(cfg.ID, si, follow); err != nil {
-		m.Log.Warn("taking what a starting segment's server took into the lease database", "segment", cfg.Name, "err", err)
-		return
-	}
-	m.Log.Info("lease database follows what the starting segment's server took", "segment", cfg.Name,
-		"taken_from_the_store", adopted, "ended", len(follow)-adopted)
+	return in, out, end
 }

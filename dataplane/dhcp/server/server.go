@@ -489,10 +489,10 @@ type Tables struct {
 // Load binds what a segment starts from, so its clients keep their
 // addresses and a declined address its probation across a restart.
 // Expired leases (unless the interlock holds them) and ended probations
-// are skipped; leases that conflict are skipped and reported, and so are
-// probations of addresses now bound, reserved or out of the range. It
-// returns a Bound change (at now) of every lease the segment then binds:
-// what the lease database is to hold.
+// are skipped; leases that conflict are skipped and reported, and
+// returned as Released changes (at now), so the lease database, which
+// gave them, ends them too; probations of addresses now bound, reserved
+// or out of the range are skipped.
 func (s *Server) Load(now time.Time, seg uint32, t Tables) ([]LeaseChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -500,7 +500,10 @@ func (s *Server) Load(now time.Time, seg uint32, t Tables) ([]LeaseChange, error
 	if st == nil {
 		return nil, fmt.Errorf("loading leases of segment %d: %w", seg, ErrNoSegment)
 	}
-	var errs []error
+	var (
+		refused []LeaseChange
+		errs    []error
+	)
 	for _, set := range []struct {
 		leases []Lease
 		moved  bool
@@ -512,20 +515,14 @@ func (s *Server) Load(now time.Time, seg uint32, t Tables) ([]LeaseChange, error
 			id := appendIdentity(nil, l.ClientID, l.MAC)
 			if !st.loadable(id, l.MAC, l.IP, set.moved) {
 				errs = append(errs, fmt.Errorf("loading lease %s for %s: %w", l.IP, l.MAC, ErrAddrInUse))
+				refused = append(refused, LeaseChange{Kind: Released, Segment: seg, Lease: l, At: now, Static: st.isStatic(l.MAC)})
 				continue
 			}
 			st.bind(id, l, false)
 		}
 	}
 	st.quarantine(now, t.Probations)
-	var took []LeaseChange
-	for _, l := range st.byIP {
-		if !l.offered {
-			took = append(took, LeaseChange{Kind: Bound, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)})
-		}
-	}
-	slices.SortFunc(took, func(a, b LeaseChange) int { return a.Lease.IP.Compare(b.Lease.IP) })
-	return took, errors.Join(errs...)
+	return refused, errors.Join(errs...)
 }
 
 // Import binds a dynamic lease the operator applied (an import from
