@@ -4,11 +4,13 @@
 // (dataplane/dhcp) and connects them to the rest of pivirtd. Two jobs, one
 // type each:
 //
-//   - Manager (manager.go, restore.go) starts, reconfigures and stops one
-//     responder per segment and feeds it the segment's settings and static
-//     reservations from the store, and, at a segment's start, the
-//     reservations' bindings and DECLINE probations the lease database
-//     keeps. What the operator writes of leases reaches the responders as
+//   - Manager (manager.go) starts, reconfigures and stops one responder
+//     per segment and feeds it the segment's settings and static
+//     reservations from the store. At a segment's start (restore.go) the
+//     lease database decides, once, what the segment binds: it follows
+//     what the store got while the segment was not served, takes the
+//     leases only the store has, ends what the segment cannot serve, and
+//     the server loads the rest with the DECLINE probations. What the operator writes of leases reaches the responders as
 //     it commits: through this node's API in BeforeCommit (manager.go,
 //     undone by AfterCommit if the commit fails: undo.go), through another
 //     node's, or by another node's server, from the watch (observe.go).

@@ -171,13 +171,14 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		}
 		static, reset := m.loadReservations(seg.Name, cfg.ID, prev, static, snap.Revision)
 		held := m.segmentHeld(seg, heldObjs, snap)
+		heldSet := macSet(held)
 		if r != nil {
 			// What this pass persists is pinned by the held set of this
 			// snapshot (ledger.pinExpiry), not the last pass's: a lease
 			// locked since is pinned years ahead, as compile pins it
 			// (ordering seed 1796499881600462388: keepUnreserved re-pinned
 			// a just-locked lease at its plain expiry).
-			r.held = macSet(held)
+			r.held = heldSet
 			m.publishInfos()
 		}
 		if reset && r != nil {
@@ -202,13 +203,13 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 				errs = append(errs, err)
 				continue
 			}
-			if err := m.ledger.pinStarted(cfg.ID, infoOf(seg, macSet(held))); err != nil {
+			if err := m.ledger.pinStarted(cfg.ID, infoOf(seg, heldSet)); err != nil {
 				errs = append(errs, err)
 			}
 		}
 		r = m.running[seg.Name]
 		r.seg, r.cfg, r.static = seg, cfg, static
-		r.held = macSet(held)
+		r.held = heldSet
 	}
 	for name := range m.running {
 		if !want[name] {
