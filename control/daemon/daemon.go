@@ -48,6 +48,7 @@ import (
 	"pivirt.hu/pivirt/dataplane/guard"
 	"pivirt.hu/pivirt/dataplane/kernelcheck"
 	"pivirt.hu/pivirt/dataplane/loader"
+	"pivirt.hu/pivirt/dataplane/maps/leasemap"
 	"pivirt.hu/pivirt/dataplane/vxlan"
 	"pivirt.hu/pivirt/vmm"
 )
@@ -412,6 +413,17 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		// it, a Network waiting for its uplink is realized.
 		controllerFunc{"link-watch", func(ctx context.Context) error {
 			return portguard.WatchLinks(ctx, func() { guardLoop.Trigger(); networkLoop.Trigger() })
+		}},
+		// A step of the wall clock moves every pv_leases expiry written
+		// before it (they are CLOCK_MONOTONIC, converted at the clock's
+		// offset): the guard's full pass writes them again at once, not
+		// at its next resync up to 30 s later, in which a step back would
+		// let pins lapse before their leases end.
+		controllerFunc{"clock-steps", func(ctx context.Context) error {
+			return leasemap.WatchClockSteps(ctx, func() {
+				d.log.Info("wall clock stepped: pinning the leases' expiries again")
+				guardLoop.Trigger()
+			})
 		}},
 		d.nat,
 	}, nil
