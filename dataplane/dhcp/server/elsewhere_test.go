@@ -216,16 +216,27 @@ func TestElsewhereFreed(t *testing.T) {
 }
 
 // TestLoadMoved: after a restart, the node a client moved to binds the
-// lease it took over outside its range again (LoadMoved) and renews it;
-// LoadLeases still refuses an address outside the range.
+// lease it took over outside its range again (Tables.Moved) and renews
+// it; Tables.Leases still refuses an address outside the range. A
+// refused lease comes back as a Released change, for the database that
+// gave it.
 func TestLoadMoved(t *testing.T) {
 	l := Lease{IP: ip("192.168.100.50"), MAC: macA, Expires: t0.Add(time.Hour)}
 	s := newServer(t)
-	if _, err := s.Load(t0, 1, Tables{Leases: []Lease{l}}); err == nil {
-		t.Fatal("LoadLeases bound an address outside the range")
+	refused, err := s.Load(t0, 1, Tables{Leases: []Lease{l}})
+	if err == nil {
+		t.Fatal("Tables.Leases bound an address outside the range")
 	}
-	if _, err := s.Load(t0, 1, Tables{Moved: []Lease{l, {IP: ip("192.168.100.255"), MAC: macB, Expires: t0.Add(time.Hour)}}}); err == nil {
-		t.Error("LoadMoved bound the broadcast address")
+	if len(refused) != 1 || refused[0].Kind != Released || refused[0].Lease.IP != l.IP || refused[0].Segment != 1 {
+		t.Errorf("refused: %+v, want the lease's Released change", refused)
+	}
+	broadcast := Lease{IP: ip("192.168.100.255"), MAC: macB, Expires: t0.Add(time.Hour)}
+	refused, err = s.Load(t0, 1, Tables{Moved: []Lease{l, broadcast}})
+	if err == nil {
+		t.Error("Tables.Moved bound the broadcast address")
+	}
+	if len(refused) != 1 || refused[0].Lease.IP != broadcast.IP {
+		t.Errorf("refused: %+v, want only the broadcast address's", refused)
 	}
 	m := msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.50"))
 	r, _ := s.Handle(t0.Add(time.Minute), Request{Segment: 1, Msg: m, SrcMAC: macA, SrcIP: ip("192.168.100.50")})
