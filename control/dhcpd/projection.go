@@ -25,7 +25,7 @@ import (
 // ACK not stored yet, a release whose object is still there) never
 // unpins or pins anything. The database holds every binding the server
 // serves: its own, the operator's (BeforeCommit, Observe), and those a
-// segment's start took from the store alone (followServer). Compile's
+// segment's start took from the store alone (adopt). Compile's
 // entries stand for reservations and for segments not served here.
 //
 // From Recover until the first Sync has decided on them, the segments in

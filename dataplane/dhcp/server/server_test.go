@@ -490,7 +490,7 @@ func TestExpireReclaimsLeases(t *testing.T) {
 	}
 }
 
-func TestLoadLeasesKeepsAddressesAcrossRestart(t *testing.T) {
+func TestLoadKeepsAddressesAcrossRestart(t *testing.T) {
 	s := newServer(t)
 	_, err := s.Load(t0, 1, Tables{Leases: []Lease{
 		{IP: ip("192.168.100.11"), MAC: macA, Expires: t0.Add(time.Hour)},
@@ -666,7 +666,7 @@ func TestLoadKeepsAHeldLeaseItsReservationSuperseded(t *testing.T) {
 	}
 	l := Lease{MAC: macR, IP: ip("192.168.100.10"), Expires: t0.Add(time.Hour)}
 	if _, err := s.Load(t0, 1, Tables{Leases: []Lease{l}}); err != nil {
-		t.Fatalf("LoadLeases: %v", err)
+		t.Fatalf("Load: %v", err)
 	}
 	if got := s.Leases(1); len(got) != 1 || got[0].IP != l.IP {
 		t.Fatalf("leases after the load: %v, want the held %s", got, l.IP)
