@@ -222,11 +222,13 @@ func (db *DB) Acked(cs []Change) error {
 	return nil
 }
 
-// acked sets the last ACK of c's binding, if it is live; db.mu held (or
-// Open).
+// acked sets the last ACK of c's binding, if it is live and c is later
+// than its last ACK: a record a snapshot covers, read again at Open
+// (the journal is cut after the snapshot is written), is older than the
+// binding's change since and leaves it as it is; db.mu held (or Open).
 func (db *DB) acked(c Change) {
 	k := keyOf(c)
-	if b, ok := db.bindings[k]; ok && c.Acked.After(b.Acked) {
+	if b, ok := db.bindings[k]; ok && c.Acked.After(b.LastACK()) {
 		b.Acked = c.Acked
 		db.bindings[k] = b
 	}
