@@ -19,13 +19,7 @@ func (lg *ledger) recover(ctx context.Context) error {
 	if err := lg.recoverDB(); err != nil {
 		return err
 	}
-	unstarted := map[uint32]bool{}
-	lg.db.Known(func(uint32) bool { return true }, func(c leasedb.Change) {
-		if c.Kind.Durable() {
-			unstarted[c.Segment] = true
-		}
-	})
-	lg.unstarted.Store(&unstarted)
+	lg.undecided.Store(true)
 	lg.exp.start(ctx)
 	return nil
 }

@@ -32,9 +32,10 @@ type ledger struct {
 	// pins order each pv_leases key's writes: lease changes against each
 	// other and against the guard's sync (projection.go).
 	pins *pinLocks
-	// unstarted are the segments the database binds leases in, from
-	// Recover until the first Sync decided on them (projection.go).
-	unstarted atomic.Pointer[map[uint32]bool]
+	// undecided: from Recover until the first Sync decided which
+	// segments run, the database's live bindings stay pinned
+	// (projection.go).
+	undecided atomic.Bool
 
 	qmu sync.Mutex // commits to db and their bookkeeping, in one order
 	db  *leasedb.DB

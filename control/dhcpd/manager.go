@@ -217,7 +217,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		}
 	}
 	m.publishInfos()
-	m.ledger.unstarted.Store(nil) // decided: running, or compile's
+	m.ledger.undecided.Store(false) // decided: running, or compile's
 	if err := m.ledger.repinHeld(before); err != nil {
 		errs = append(errs, err)
 	}

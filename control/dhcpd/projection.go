@@ -28,9 +28,9 @@ import (
 // segment's start took from the store alone (adopt). Compile's
 // entries stand for reservations and for segments not served here.
 //
-// From Recover until the first Sync has decided on them, the segments in
-// which the database binds leases (unstarted) keep the pins of its live
-// bindings even where compile has none: on etcd with the store away, a
+// From Recover until the first Sync has decided which segments run
+// (undecided), the database's live bindings stay pinned even where
+// compile has none: on etcd with the store away, a
 // restart starts from a saved copy that lacks the leases ACKed since it
 // was saved (or during the outage), and the guard's first sync unpinned
 // them until the segment's DHCP started and pinned them again, seconds
@@ -72,9 +72,8 @@ func (m *Manager) ProjectLeases(leases map[leasemap.Key]leasemap.Value, keys []l
 		lg.db.Known(served, func(c leasedb.Change) {
 			project(leases, leasemap.NewKey(c.Segment, [6]byte(c.MAC)), c, segs[c.Segment], now, clockOffset)
 		})
-		unstarted := lg.unstarted.Load()
-		if unstarted != nil {
-			lg.db.Known(func(seg uint32) bool { return (*unstarted)[seg] && !served(seg) }, func(c leasedb.Change) {
+		if lg.undecided.Load() {
+			lg.db.Known(func(seg uint32) bool { return !served(seg) }, func(c leasedb.Change) {
 				keepPinned(leases, leasemap.NewKey(c.Segment, [6]byte(c.MAC)), c, now, clockOffset)
 			})
 		}
@@ -91,7 +90,7 @@ func (m *Manager) ProjectLeases(leases map[leasemap.Key]leasemap.Value, keys []l
 func (lg *ledger) projectKey(leases map[leasemap.Key]leasemap.Value, k leasemap.Key, segs map[uint32]segInfo, now time.Time, clockOffset time.Duration) {
 	si, served := segs[k.SegId]
 	if !served {
-		if u := lg.unstarted.Load(); u != nil && (*u)[k.SegId] {
+		if lg.undecided.Load() {
 			if c, _, known := lg.db.Lookup(k.SegId, net.HardwareAddr(k.Mac[:])); known {
 				keepPinned(leases, k, c, now, clockOffset)
 			}

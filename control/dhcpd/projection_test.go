@@ -357,8 +357,7 @@ func TestProjectLeasesUnstarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.ledger.setSegments(map[uint32]segInfo{}) // nothing runs yet
-	unstarted := map[uint32]bool{9: true}
-	m.ledger.unstarted.Store(&unstarted)
+	m.ledger.undecided.Store(true)
 	key := func(mac string) leasemap.Key { return leasemap.NewKey(9, [6]byte(mustMAC(t, mac))) }
 	dynamic := func(a string, leaseTime time.Duration) leasemap.Value {
 		return leasemap.NewValue(netip.MustParseAddr(a), 0, exp, leaseTime, 0)
@@ -379,7 +378,7 @@ func TestProjectLeasesUnstarted(t *testing.T) {
 	if !maps.Equal(one, want) {
 		t.Errorf("unstarted, one key:\n got %v\nwant %v", one, want)
 	}
-	m.ledger.unstarted.Store(nil)
+	m.ledger.undecided.Store(false)
 	decided := maps.Clone(copyOf)
 	m.ProjectLeases(decided, nil, 0)
 	if !maps.Equal(decided, copyOf) {
