@@ -419,11 +419,17 @@ func (d *Daemon) controllers() ([]Controller, error) {
 		// offset): the guard's full pass writes them again at once, not
 		// at its next resync up to 30 s later, in which a step back would
 		// let pins lapse before their leases end.
+		// Without it the 30 s resync still rewrites them: a failure is
+		// logged, never a reason to stop.
 		controllerFunc{"clock-steps", func(ctx context.Context) error {
-			return leasemap.WatchClockSteps(ctx, func() {
+			err := leasemap.WatchClockSteps(ctx, func() {
 				d.log.Info("wall clock stepped: pinning the leases' expiries again")
 				guardLoop.Trigger()
 			})
+			if err != nil {
+				d.log.Warn("not watching for wall-clock steps: the guard's 30 s resync pins the leases' expiries again after one", "err", err)
+			}
+			return nil
 		}},
 		d.nat,
 	}, nil

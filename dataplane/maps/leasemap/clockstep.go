@@ -34,7 +34,12 @@ func WatchClockSteps(ctx context.Context, stepped func()) error {
 	defer stop()
 	buf := make([]byte, 8)
 	for ctx.Err() == nil {
-		if err := armCancelOnSet(fd); err != nil {
+		switch err := armCancelOnSet(fd); {
+		case errors.Is(err, syscall.ECANCELED):
+			// Set again between the read and this re-arm: the timer
+			// is armed all the same (timerfd_create(2), NOTES).
+			stepped()
+		case err != nil:
 			return err
 		}
 		_, err := f.Read(buf)
