@@ -120,10 +120,9 @@ type record struct {
 	Change  server.LeaseChange
 	Network string // the segment's bridge: the lease's spec.network
 	seq     uint64 // the database's sequence number of the change
-	// boundAt, on an end, is when the batch's last ACK of the lease
-	// before it was made (zero: none in the batch): latestPerLease
-	// stores only the end, and whether this node's end may delete a
-	// lease another node stored depends on that ACK (storeRecord).
+	// boundAt, on an end, is when this node last ACKed the binding it
+	// ends (leasedb.Change.Acked): whether the end may delete a lease
+	// another node stored depends on that ACK (storeRecord).
 	boundAt time.Time
 }
 
@@ -154,6 +153,9 @@ func toRecords(cs []leasedb.Change) []record {
 		out[i] = record{Network: c.Network, seq: c.Seq, Change: server.LeaseChange{
 			Kind: c.Kind, Segment: c.Segment, At: c.At, Static: c.Static, Until: c.Until,
 			Lease: leaseOf(c)}}
+		if !c.Kind.Durable() {
+			out[i].boundAt = c.Acked
+		}
 	}
 	return out
 }
@@ -208,7 +210,7 @@ func (x *exporter) writeLoop(ctx context.Context) {
 // latestPerLease drops each change that a later change of the same lease
 // in recs overrides: the store needs only a lease's last state, and the
 // bookkeeping of what is stored (storeRecords) still covers every record.
-// An end kept remembers the ACK it overrides (boundAt).
+// An end kept carries the ACK it overrides (boundAt, from the database).
 func latestPerLease(recs []record) []record {
 	last := make(map[string]int, len(recs))
 	for i, r := range recs {
@@ -218,16 +220,8 @@ func latestPerLease(recs []record) []record {
 		return recs
 	}
 	out := make([]record, 0, len(last))
-	boundAt := map[string]time.Time{}
 	for i, r := range recs {
-		name := LeaseName(r.Change.Lease.MAC)
-		if r.Change.Kind.Durable() {
-			boundAt[name] = r.Change.At
-		}
-		if last[name] == i {
-			if !r.Change.Kind.Durable() {
-				r.boundAt = boundAt[name]
-			}
+		if last[LeaseName(r.Change.Lease.MAC)] == i {
 			out = append(out, r)
 		}
 	}
@@ -349,11 +343,11 @@ type refusal struct {
 // while etcd was away left the old node's copy to expire, and that
 // node's journal reaches etcd after the new node's, or before it, in
 // either order, so the newer ACK must win either way. Unless this node
-// ACKed the lease after that node did in the same batch (boundAt): it
-// took the lease over while etcd was away, and the end is the client's
-// (the take-over, which latestPerLease dropped, would have made the
-// object this node's; cluster test seed 1: released after moving away,
-// the lease stayed stored and pinned on the old node).
+// ACKed the lease after that node did (boundAt): the client came here
+// after it, while etcd was away, and the end is the client's last word
+// (a take-over, which latestPerLease dropped, would have made the object
+// this node's; cluster test seed 1: released after moving away, the
+// lease stayed stored and pinned on the old node).
 func storeRecord(b *admission.Batch, r record, node string, clustered bool) error {
 	ch := r.Change
 	name := LeaseName(ch.Lease.MAC)

@@ -269,11 +269,32 @@ func TestLatestPerLease(t *testing.T) {
 			}
 		})
 	}
-	// The release kept remembers the renewal it overrides.
-	a2.Change.At = exp.Add(-time.Minute)
-	for _, r := range latestPerLease([]record{a1, a2, a3}) {
-		if r.seq == 5 && !r.boundAt.Equal(a2.Change.At) {
-			t.Errorf("the release kept has boundAt %v, want the renewal's %v", r.boundAt, a2.Change.At)
+	// The release kept carries the renewal it overrides, from the
+	// database: in the batch, or exported before it.
+	db, err := leasedb.Open(t.TempDir(), leasedb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	renewedAt := exp.Add(-time.Hour)
+	a1.Change.At, a2.Change.At, a3.Change.At = renewedAt.Add(-time.Minute), renewedAt, renewedAt.Add(time.Minute)
+	for _, upTo := range []int{0, 2} { // what was exported before the batch
+		cs := []leasedb.Change{dbChange(a1.Change, "br-vm"), dbChange(a2.Change, "br-vm"), dbChange(a3.Change, "br-vm")}
+		done, err := db.Commit(cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if upTo > 0 {
+			if err := db.MarkExported(done[upTo-1].Seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+		kept := latestPerLease(toRecords(db.Pending()))
+		if len(kept) != 1 || kept[0].Change.Kind != server.Released || !kept[0].boundAt.Equal(renewedAt) {
+			t.Errorf("%d exported before: kept %+v, want the release with boundAt %v", upTo, kept, renewedAt)
+		}
+		if err := db.MarkExported(done[2].Seq); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

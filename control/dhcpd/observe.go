@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/control/reconcile"
 	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
@@ -112,7 +113,14 @@ func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at 
 		if !si.seg.Names(l.Network) {
 			continue
 		}
-		c, live, _ := m.ledger.db.Lookup(id, mac)
+		c, live, known := m.ledger.db.Lookup(id, mac)
+		if !live && known && takenOver && !at.IsZero() && !c.Static && c.Acked.After(at) {
+			// Ended here after this node ACKed it later than the other
+			// node did: that node's journal reached the store after this
+			// node's end, which found nothing to delete then.
+			m.ledger.endAgain(o.Metadata.Name, c)
+			continue
+		}
 		if !live || c.Static {
 			continue
 		}
@@ -129,6 +137,27 @@ func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at 
 		}
 		m.releaseDeletedLease(o.Metadata.Name, l.Network, mac, c.IP, 0, map[uint32]segInfo{id: si})
 	}
+}
+
+// endAgain commits the end c of a binding again, for the exporter to
+// delete the lease name another node stored from an ACK older than this
+// node's last one of it (c.Acked): the client came here after that node
+// ACKed it, while etcd was away, and its binding here ended (released,
+// expired); that node's journal reached the store after this node's
+// end, which found nothing to delete then, and the lease stayed stored
+// and pinned there (cluster ordering seed 9392993006502353914).
+func (lg *ledger) endAgain(name string, c leasedb.Change) {
+	end := c
+	end.Kind, end.At, end.FromStore, end.Seq, end.Until = leasedb.Released, lg.now(), false, 0, time.Time{}
+	lg.qmu.Lock()
+	_, err := lg.db.Commit([]leasedb.Change{end})
+	lg.qmu.Unlock()
+	if err != nil {
+		lg.Log.Warn("ending again a lease another node stored from an older ACK", "lease", name, "err", err)
+		return
+	}
+	lg.Log.Info("lease another node stored from an ACK older than this node's, whose binding ended here: deleting it", "lease", name, "acked_here", c.Acked)
+	lg.exp.kick()
 }
 
 // oldSpec is the spec of a change's previous version (nil if none or

@@ -4,6 +4,7 @@ package dhcpd
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net"
 	"net/netip"
@@ -263,6 +264,76 @@ func TestObserveTakenOverBeforeReusedACK(t *testing.T) {
 			now := storedLease(t, f.st, name)
 			if now.Metadata.Labels[pivirtv1.NodeLabel] != "n1" || !ackedAt(now).Equal(acked) {
 				t.Errorf("stored as %s's, acked at %v; want n1's at the reused ACK's %v", now.Metadata.Labels[pivirtv1.NodeLabel], ackedAt(now), acked)
+			}
+		})
+	}
+}
+
+// TestObserveOlderTakeOverOfAnEndedBinding: while etcd was away, a
+// client moved to n2, which ACKed it, then came here, was ACKed later,
+// and released its lease here; this node's release reached the store
+// first and found nothing to delete. When n2's older ACK then lands,
+// this node ends the lease again and the store drops n2's object (it
+// stayed stored and pinned on n2: cluster ordering seed
+// 9392993006502353914). An ACK of n2 newer than this node's last one
+// stays.
+func TestObserveOlderTakeOverOfAnEndedBinding(t *testing.T) {
+	const mac, name = "52:54:00:a1:b2:c5", "lease-52-54-00-a1-b2-c5"
+	for _, tc := range []struct {
+		name      string
+		n2AckedIn time.Duration // after this node's last ACK
+		wantGone  bool
+	}{
+		{"n2's ACK older than this node's", -4 * time.Second, true},
+		{"n2's ACK newer than this node's", 4 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSegmentFixture(t)
+			f.ix.Shared, f.m.Node = true, "n1"
+			if err := f.m.ledger.recoverDB(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.m.ledger.db.Close() })
+			bindAndStore(t, f, mac, "192.168.100.122", time.Now().Add(f.cfg.LeaseTime))
+			c, live, _ := f.m.ledger.db.Lookup(f.cfg.ID, mustMAC(t, mac))
+			if !live {
+				t.Fatal("not bound")
+			}
+			released := change(server.Released, mac, "192.168.100.122", c.Expires)
+			released.Segment, released.At = f.cfg.ID, c.At.Add(time.Second)
+			if _, err := f.m.srv.Release(released.At, f.cfg.ID, released.Lease.MAC, released.Lease.IP); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.ledger.Persist(context.Background(), []server.LeaseChange{released}); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.ledger.exp.export(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if storedLease(t, f.st, name) != nil {
+				t.Fatal("the released lease is still stored")
+			}
+
+			// n2's journal lands: its ACK of another address, placed on n2.
+			o := decodeYAML(t, fmt.Sprintf(`{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: %s, labels: {%s: n2}, annotations: {%s: "%s"}},
+				spec: {network: br-vm, macAddress: "%s", ipAddress: 192.168.100.150, type: dynamic, expiresAt: "%s"}}`,
+				name, pivirtv1.NodeLabel, AnnotationAckedAt, c.At.Add(tc.n2AckedIn).UTC().Format(time.RFC3339Nano), mac,
+				c.Expires.UTC().Format(time.RFC3339)))
+			// Straight into the store, as n2's API writes it: n1 sees
+			// it through its watch only.
+			if _, err := f.st.Update(context.Background(), func(tx store.Tx) error { return tx.Create(o) }); err != nil {
+				t.Fatal(err)
+			}
+			if _, live, _ := f.m.ledger.db.Lookup(f.cfg.ID, mustMAC(t, mac)); live {
+				t.Fatal("n2's write bound the lease here")
+			}
+			o = storedLease(t, f.st, name)
+			f.m.Observe(reconcile.Change{Type: store.Added, Object: o})
+			if err := f.m.ledger.exp.export(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if gone := storedLease(t, f.st, name) == nil; gone != tc.wantGone {
+				t.Errorf("n2's lease gone from the store: %v, want %v", gone, tc.wantGone)
 			}
 		})
 	}

@@ -21,8 +21,8 @@ import (
 // later ACK of n1 (the client came back) takes it over again. A client
 // that n2 took over and that released its lease there, both in n2's
 // journal while etcd was away (one batch, of which the store gets the
-// release alone), ends the lease n1 stored, but not one n1 ACKed after
-// n2's take-over.
+// release alone, or not), ends the lease n1 stored, but not one n1 ACKed
+// after n2's take-over.
 func TestJournalNewerACKWins(t *testing.T) {
 	const mac, ip = "52:54:00:00:00:31", "192.168.100.150"
 	t0 := time.Now().UTC().Truncate(time.Second)
@@ -35,6 +35,11 @@ func TestJournalNewerACKWins(t *testing.T) {
 	n2Bound := at(change(server.Bound, mac, ip, t0.Add(time.Hour+10*time.Second)), t0.Add(10*time.Second))
 	n1Back := at(change(server.Bound, mac, ip, t0.Add(2*time.Hour)), t0.Add(time.Hour+20*time.Second))
 	n2Released := at(change(server.Released, mac, ip, t0.Add(time.Hour+10*time.Second)), t0.Add(20*time.Second))
+	// An end carries when its node last ACKed the binding it ends (the
+	// database's leasedb.Change.Acked).
+	n1Expired.boundAt, n2Released.boundAt = n1Renewed.Change.At, n2Bound.Change.At
+	n2ReleasedOlder := n2Released // of a binding n2 ACKed before n1's renewal
+	n2ReleasedOlder.boundAt = t0.Add(-time.Minute)
 	type write struct {
 		node string
 		recs []record
@@ -52,7 +57,8 @@ func TestJournalNewerACKWins(t *testing.T) {
 		{"taken over and released on n2 in one batch", []write{{"n1", []record{n1Renewed}}, {"n2", []record{n2Bound, n2Released}}}, []string{"n1", "none"}},
 		{"taken over and released on n2, then n1's expiry", []write{{"n1", []record{n1Renewed}}, {"n2", []record{n2Bound, n2Released}}, {"n1", []record{n1Expired}}}, []string{"n1", "none", "none"}},
 		{"released on n2 after n1 ACKed it again", []write{{"n1", []record{n1Back}}, {"n2", []record{n2Bound, n2Released}}}, []string{"n1", "n1"}},
-		{"released on n2 with no ACK of n2 in the batch", []write{{"n1", []record{n1Renewed}}, {"n2", []record{n2Released}}}, []string{"n1", "n1"}},
+		{"released on n2, ACKed there before n1's renewal", []write{{"n1", []record{n1Renewed}}, {"n2", []record{n2ReleasedOlder}}}, []string{"n1", "n1"}},
+		{"released on n2, ACKed there after n1's renewal (exported before)", []write{{"n1", []record{n1Renewed}}, {"n2", []record{n2Released}}}, []string{"n1", "none"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -54,7 +54,9 @@ type Change struct {
 	Seq uint64
 	// Acked, on a binding, is when its server last ACKed it as it is
 	// (lease reuse: no change, so At does not move; DB.Acked), if later
-	// than At.
+	// than At. On an end, it is when the binding it ends was last ACKed
+	// (its LastACK; Commit sets it): whether this node's end outranks
+	// another node's copy of the lease depends on it (dhcpd's exporter).
 	Acked time.Time
 }
 

@@ -172,6 +172,9 @@ func (db *DB) Commit(changes []Change) ([]Change, error) {
 	var buf []byte
 	for i := range out {
 		out[i].Seq = db.seq + uint64(i) + 1
+		if ends(out[i].Kind) && out[i].Acked.IsZero() {
+			out[i].Acked = db.lastACK(out[:i], keyOf(out[i]))
+		}
 		start := len(buf)
 		var err error
 		if buf, err = appendChange(buf, out[i]); err != nil {
@@ -191,6 +194,20 @@ func (db *DB) Commit(changes []Change) ([]Change, error) {
 	db.seq += uint64(len(out))
 	db.sinceSnap += len(out)
 	return out, nil
+}
+
+// lastACK is when the binding k was last ACKed before the changes
+// before (an end's Acked); db.mu held.
+func (db *DB) lastACK(before []Change, k key) time.Time {
+	for i := len(before) - 1; i >= 0; i-- {
+		if keyOf(before[i]) == k {
+			if ends(before[i].Kind) {
+				return time.Time{}
+			}
+			return before[i].LastACK()
+		}
+	}
+	return db.bindings[k].LastACK()
 }
 
 // Acked records that the server ACKed bindings as they are (lease reuse:

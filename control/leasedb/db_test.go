@@ -243,6 +243,9 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 				if got[i].Seq != seq {
 					t.Fatalf("step %d: change %d got sequence %d, want %d", step, i, got[i].Seq, seq)
 				}
+				if want := m.bindings[keyOf(got[i])].LastACK(); ends(got[i].Kind) && !got[i].Acked.Equal(want) {
+					t.Fatalf("step %d: the end %v carries its binding's last ACK %v, want %v", step, got[i], got[i].Acked, want)
+				}
 				m.apply(got[i])
 			}
 		case r < 82: // the writer stored a prefix of what is pending
