@@ -109,19 +109,20 @@ func (m *Manager) bound(l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, ip neti
 // node serves it (it was released: unpinned, its client NAKed at its
 // next renewal; cluster ordering seed 3254563740339148299).
 func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at time.Time, mac net.HardwareAddr, segs map[uint32]segInfo, takenOver bool) {
+	endedAgain := false
 	for id, si := range segs {
-		if !si.seg.Names(l.Network) {
-			continue
-		}
 		c, live, known := m.ledger.db.Lookup(id, mac)
-		if !live && known && takenOver && !at.IsZero() && !c.Static && c.Acked.After(at) {
+		if !live && known && takenOver && !endedAgain && !at.IsZero() && !c.Static && c.Acked.After(at) {
 			// Ended here after this node ACKed it later than the other
 			// node did: that node's journal reached the store after this
-			// node's end, which found nothing to delete then.
+			// node's end, which found nothing to delete then. In any
+			// segment: the MAC's lease is one object, whatever network
+			// the other node's copy names.
 			m.ledger.endAgain(o.Metadata.Name, c)
+			endedAgain = true
 			continue
 		}
-		if !live || c.Static {
+		if !live || c.Static || !si.seg.Names(l.Network) {
 			continue
 		}
 		if newer := at.IsZero() && (l.ExpiresAt == nil || c.Expires.Truncate(time.Second).After(*l.ExpiresAt)) ||

@@ -314,9 +314,10 @@ func TestObserveOlderTakeOverOfAnEndedBinding(t *testing.T) {
 				t.Fatal("the released lease is still stored")
 			}
 
-			// n2's journal lands: its ACK of another address, placed on n2.
+			// n2's journal lands: its ACK of an address of its own
+			// network, placed on n2.
 			o := decodeYAML(t, fmt.Sprintf(`{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: %s, labels: {%s: n2}, annotations: {%s: "%s"}},
-				spec: {network: br-vm, macAddress: "%s", ipAddress: 192.168.100.150, type: dynamic, expiresAt: "%s"}}`,
+				spec: {network: br-n2, macAddress: "%s", ipAddress: 10.77.0.51, type: dynamic, expiresAt: "%s"}}`,
 				name, pivirtv1.NodeLabel, AnnotationAckedAt, c.At.Add(tc.n2AckedIn).UTC().Format(time.RFC3339Nano), mac,
 				c.Expires.UTC().Format(time.RFC3339)))
 			// Straight into the store, as n2's API writes it: n1 sees
