@@ -83,6 +83,7 @@ type Manager struct {
 	notMoved map[string]bool // clients told why they were not relocated (relocate.go)
 
 	undos undos // BeforeCommit's lease writes, until their commit is known (undo.go)
+	gone  gone  // deletions waiting for the other half of a move (observe.go)
 }
 
 type running struct {

@@ -4,8 +4,10 @@ package dhcpd
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -34,6 +36,90 @@ func (m *Manager) Observe(c reconcile.Change) {
 	if m.ledger.db == nil {
 		return // Recover has not run: segments start from the store
 	}
+	m.gone.mu.Lock()
+	defer m.gone.mu.Unlock()
+	name := c.Object.Metadata.Name
+	if p := m.gone.by[name]; p != nil {
+		p.timer.Stop()
+		delete(m.gone.by, name)
+		if c.Type == store.Deleted {
+			m.observe(p.c)
+		} else {
+			// The second half of a take-over across networks: one
+			// change of the lease, from the version that went.
+			c.Type, c.Old = store.Modified, p.c.Object
+		}
+	}
+	if c.Type == store.Deleted && m.ackedAgainSince(c) {
+		p := &pendingGone{c: c}
+		p.timer = time.AfterFunc(goneWait, func() {
+			m.gone.mu.Lock()
+			defer m.gone.mu.Unlock()
+			if m.gone.by[name] == p {
+				delete(m.gone.by, name)
+				m.observe(p.c)
+			}
+		})
+		if m.gone.by == nil {
+			m.gone.by = map[string]*pendingGone{}
+		}
+		m.gone.by[name] = p
+		return
+	}
+	m.observe(c)
+}
+
+// A lease another node takes over in another network moves in the store
+// (etcd keys a lease by its network, and a node watches each of its
+// networks as a range of its own), so its observers get the deletion of
+// this node's version and the other node's version as two changes, in
+// either order. The other node's first is a Modified already (the
+// deletion after it is stale); this node's first, the deletion would end
+// a binding this node ACKed again since its stored version (lease reuse
+// writes nothing) before the take-over's rule could keep it (cluster
+// ordering seed 9099027128064122296: the guest holds its lease, stored
+// and pinned nowhere). Such a deletion waits for the other half for up
+// to goneWait; with it, it is the take-over; without, the deletion it
+// is (an operator's delete through another node).
+const goneWait = time.Second
+
+// pendingGone is a deletion waiting for the other half of a move.
+type pendingGone struct {
+	c     reconcile.Change
+	timer *time.Timer
+}
+
+// gone holds the deletions waiting (Observe): it also orders Observe's
+// work against their timers.
+type gone struct {
+	mu sync.Mutex
+	by map[string]*pendingGone
+}
+
+// ackedAgainSince reports whether the deletion c would end a binding of
+// a running segment that this node ACKed again, as it is, after the
+// deleted version's ACK.
+func (m *Manager) ackedAgainSince(c reconcile.Change) bool {
+	at := ackedAt(c.Object)
+	spec, err := c.Spec()
+	l, ok := spec.(*pivirtv1.DHCPLeaseSpec)
+	if err != nil || !ok || at.IsZero() || pivirtv1.PlacedElsewhere(c.Object, m.Node) {
+		return false
+	}
+	mac, err := net.ParseMAC(l.MACAddress)
+	if err != nil {
+		return false
+	}
+	for id := range m.ledger.segmentsByID() {
+		if b, live, _ := m.ledger.db.Lookup(id, mac); live && !b.At.After(at) && b.LastACK().After(at) {
+			return true
+		}
+	}
+	return false
+}
+
+// observe is Observe's work on one change; m.gone.mu held.
+func (m *Manager) observe(c reconcile.Change) {
 	spec, err := c.Spec()
 	if err != nil {
 		return
@@ -48,6 +134,14 @@ func (m *Manager) Observe(c reconcile.Change) {
 		return
 	}
 	segs := m.ledger.segmentsByID()
+	if m.Log.Enabled(context.Background(), slog.LevelDebug) {
+		oldNode := ""
+		if c.Old != nil {
+			oldNode = c.Old.Metadata.Labels[pivirtv1.NodeLabel]
+		}
+		m.Log.Debug("lease change observed", "type", c.Type, "lease", c.Object.Metadata.Name, "ip", ip, "node", c.Object.Metadata.Labels[pivirtv1.NodeLabel],
+			"acked_at", ackedAt(c.Object), "old_node", oldNode)
+	}
 	switch {
 	case c.Type == store.Deleted:
 		m.observeGone(c.Object, l, ackedAt(c.Object), mac, segs, false)

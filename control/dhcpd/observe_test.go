@@ -339,3 +339,63 @@ func TestObserveOlderTakeOverOfAnEndedBinding(t *testing.T) {
 		})
 	}
 }
+
+// TestObserveMoveAcrossNetworks: n2 takes over, in its own network, a
+// lease this node ACKed again as it is (lease reuse) after its stored
+// version; the store moves the lease's key, and this node's observer
+// gets the deletion of its version first, then n2's. The pair is the
+// take-over: this node's binding is newer and stays, stored again as
+// this node's (the deletion alone released it: cluster ordering seed
+// 9099027128064122296). A deletion with no second half (an operator's,
+// through another node) still releases it, once goneWait is over.
+func TestObserveMoveAcrossNetworks(t *testing.T) {
+	const mac, name = "52:54:00:a1:b2:c6", "lease-52-54-00-a1-b2-c6"
+	for _, tc := range []struct {
+		name     string
+		moved    bool
+		wantLive bool
+	}{
+		{"moved: deleted here, added on n2", true, true},
+		{"deleted only", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSegmentFixture(t)
+			f.ix.Shared, f.m.Node = true, "n1"
+			if err := f.m.ledger.recoverDB(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.m.ledger.db.Close() })
+			hw := mustMAC(t, mac)
+			bindAndStore(t, f, mac, "192.168.100.123", time.Now().Add(f.cfg.LeaseTime))
+			o := storedLease(t, f.st, name)
+			again := ackedAt(o).Add(2 * time.Second) // ACKed again as it is
+			f.m.ledger.Acked([]server.LeaseChange{{Segment: f.cfg.ID, Lease: server.Lease{MAC: hw}, At: again}})
+
+			f.m.Observe(reconcile.Change{Type: store.Deleted, Object: o})
+			if _, live, _ := f.m.ledger.db.Lookup(f.cfg.ID, hw); !live {
+				t.Fatal("the deletion ended the binding at once")
+			}
+			if tc.moved {
+				n2 := decodeYAML(t, fmt.Sprintf(`{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: %s, labels: {%s: n2}, annotations: {%s: "%s"}},
+					spec: {network: br-n2, macAddress: "%s", ipAddress: 10.77.0.51, type: dynamic, expiresAt: "%s"}}`,
+					name, pivirtv1.NodeLabel, AnnotationAckedAt, ackedAt(o).Add(time.Second).UTC().Format(time.RFC3339Nano), mac,
+					time.Now().Add(time.Hour).UTC().Format(time.RFC3339)))
+				f.m.Observe(reconcile.Change{Type: store.Added, Object: n2})
+			}
+			time.Sleep(goneWait + 500*time.Millisecond)
+			if _, live, _ := f.m.ledger.db.Lookup(f.cfg.ID, hw); live != tc.wantLive {
+				t.Fatalf("bound after %v: %v, want %v", goneWait, live, tc.wantLive)
+			}
+			if !tc.moved {
+				return
+			}
+			if err := f.m.ledger.exp.export(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			now := storedLease(t, f.st, name)
+			if now == nil || now.Metadata.Labels[pivirtv1.NodeLabel] != "n1" || !ackedAt(now).Equal(again) {
+				t.Errorf("stored %v, want n1's lease acked at %v", now, again)
+			}
+		})
+	}
+}
