@@ -147,12 +147,7 @@ func TestObserveOtherWriters(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newSegmentFixture(t)
-			f.ix.Shared, f.m.Node = true, "n1"
-			if err := f.m.ledger.recoverDB(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.m.ledger.db.Close() })
+			f := nodeFixture(t)
 			bindAndStore(t, f, macA, "192.168.100.120", exp)
 			o := storedLease(t, f.st, nameA)
 			if ackedAt(o).IsZero() || o.Metadata.Labels[pivirtv1.NodeLabel] != "n1" {
@@ -288,12 +283,7 @@ func TestObserveOlderTakeOverOfAnEndedBinding(t *testing.T) {
 		{"n2's ACK newer than this node's", 4 * time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newSegmentFixture(t)
-			f.ix.Shared, f.m.Node = true, "n1"
-			if err := f.m.ledger.recoverDB(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.m.ledger.db.Close() })
+			f := nodeFixture(t)
 			bindAndStore(t, f, mac, "192.168.100.122", time.Now().Add(f.cfg.LeaseTime))
 			c, live, _ := f.m.ledger.db.Lookup(f.cfg.ID, mustMAC(t, mac))
 			if !live {
@@ -359,12 +349,7 @@ func TestObserveMoveAcrossNetworks(t *testing.T) {
 		{"deleted only", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newSegmentFixture(t)
-			f.ix.Shared, f.m.Node = true, "n1"
-			if err := f.m.ledger.recoverDB(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.m.ledger.db.Close() })
+			f := nodeFixture(t)
 			hw := mustMAC(t, mac)
 			bindAndStore(t, f, mac, "192.168.100.123", time.Now().Add(f.cfg.LeaseTime))
 			o := storedLease(t, f.st, name)
@@ -398,4 +383,17 @@ func TestObserveMoveAcrossNetworks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nodeFixture is a segment fixture of node n1 on a shared store, with
+// its lease database open.
+func nodeFixture(t *testing.T) *segmentFixture {
+	t.Helper()
+	f := newSegmentFixture(t)
+	f.ix.Shared, f.m.Node = true, "n1"
+	if err := f.m.ledger.recoverDB(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.m.ledger.db.Close() })
+	return f
 }
