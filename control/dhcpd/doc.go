@@ -27,5 +27,8 @@
 //     store does not take goes back to the ledger (refused.go), which
 //     makes the database and the server follow the store.
 //
-// They share one Config and one server.Server (the lease tables).
+// They share one Config and one server.Server (the lease tables: while
+// a segment runs, its bindings are the server's, which the lease
+// database reads through liveServer, live.go; Take at its start in
+// restore.go, Park at its stop).
 package dhcpd

@@ -106,7 +106,7 @@ func TestAppliedDynamicLeaseIsServed(t *testing.T) {
 			setup: func(t *testing.T, f *segmentFixture) {
 				other := change(server.Bound, macB, "192.168.100.145", exp)
 				other.Segment = f.cfg.ID
-				if _, err := f.m.srv.Load(time.Now(), f.cfg.ID, server.Tables{Leases: []server.Lease{other.Lease}}); err != nil {
+				if _, err := f.m.srv.Load(time.Now(), f.cfg.ID, server.Tables{Leases: server.Unrecorded(other.Lease)}); err != nil {
 					t.Fatal(err)
 				}
 				if err := f.m.ledger.Persist(context.Background(), []server.LeaseChange{other}); err != nil {
@@ -184,7 +184,7 @@ func bindAndStore(t *testing.T, f *segmentFixture, mac, ip string, exp time.Time
 	t.Helper()
 	ch := change(server.Bound, mac, ip, exp)
 	ch.Segment, ch.At = f.cfg.ID, time.Now()
-	if _, err := f.m.srv.Load(time.Now(), f.cfg.ID, server.Tables{Leases: []server.Lease{ch.Lease}}); err != nil {
+	if _, err := f.m.srv.Load(time.Now(), f.cfg.ID, server.Tables{Leases: server.Unrecorded(ch.Lease)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.m.ledger.Persist(context.Background(), []server.LeaseChange{ch}); err != nil {

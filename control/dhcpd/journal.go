@@ -34,6 +34,7 @@ func (lg *ledger) recoverDB() error {
 	for _, err := range db.Skipped() {
 		lg.Log.Warn("skipping an unreadable lease journal record", "err", err)
 	}
+	db.SetLive(liveServer{lg.srv})
 	lg.db, lg.exp.db = db, db
 	if err := lg.migrate(); err != nil {
 		lg.Log.Warn("migrating the files of the previous release into the lease database", "err", err)
@@ -50,7 +51,7 @@ func leaseOf(c leasedb.Change) server.Lease {
 func dbChange(ch server.LeaseChange, network string) leasedb.Change {
 	return leasedb.Change{Kind: ch.Kind, Segment: ch.Segment, Network: network,
 		IP: ch.Lease.IP, MAC: ch.Lease.MAC, ClientID: ch.Lease.ClientID, Hostname: ch.Lease.Hostname,
-		Expires: ch.Lease.Expires, At: ch.At, Static: ch.Static, Until: ch.Until}
+		Expires: ch.Lease.Expires, At: ch.At, Static: ch.Static, Until: ch.Until, Acked: ch.LastACK}
 }
 
 // journalChanges commits changes to the lease database and has the
@@ -94,9 +95,13 @@ func (lg *ledger) journalChanges(changes []server.LeaseChange, segs map[uint32]s
 // keeps it past its expiry); a reservation's binding parked with its
 // deleted segment goes when it expires.
 func (lg *ledger) compact() {
-	if !lg.db.NeedsCompaction() {
-		return
+	if lg.db.NeedsCompaction() {
+		lg.compactNow()
 	}
+}
+
+// compactNow is compact, needed or not.
+func (lg *ledger) compactNow() {
 	now := lg.now()
 	segs := lg.segmentsByID()
 	keep := func(c leasedb.Change) bool {

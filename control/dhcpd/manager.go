@@ -454,7 +454,7 @@ func (m *Manager) stop(name string) {
 	}
 	r.cancel()
 	<-r.done
-	m.srv.RemoveSegment(r.id)
+	m.ledger.park(r.id)
 	delete(m.running, name)
 	m.Events.Record(pivirtv1.KindNetworkSegment, name, events.Normal, "DHCPStopped", "responder stopped")
 	c := r.resp.Counters().Snapshot()

@@ -81,7 +81,8 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 		RangeStart: netip.MustParseAddr("192.168.100.10"), RangeEnd: netip.MustParseAddr("192.168.100.199")}
 	si := segInfo{bridge: cfg.Bridge, leaseTime: time.Hour, held: held}
 	m2.adopt(cfg, si, startInput{static: static, dynamic: stored, moved: moved})
-	in, out, end := m2.bindings(cfg, static, moved, held, false)
+	bs := m2.ledger.db.Bindings(cfg.ID)
+	in, out, end := m2.bindings(cfg, bs, static, moved, held, false)
 	got := map[string]string{}
 	for _, l := range in {
 		got[l.MAC.String()] = l.IP.String()
@@ -109,8 +110,8 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 	// With the store unreachable (a start from the cache's saved copy),
 	// the database's binding outside the range is this node's take-over
 	// the copy cannot show: loaded too.
-	_, outAway, _ := m2.bindings(cfg, static, moved, held, true)
-	if !slices.ContainsFunc(outAway, func(l server.Lease) bool { return l.MAC.String() == "52:54:00:00:00:0b" }) {
+	_, outAway, _ := m2.bindings(cfg, bs, static, moved, held, true)
+	if !slices.ContainsFunc(outAway, func(l server.Record) bool { return l.MAC.String() == "52:54:00:00:00:0b" }) {
 		t.Errorf("with the store unreachable, outside the range: %v, want 52:54:00:00:00:0b's binding among them", outAway)
 	}
 	// The server takes them, and the start pins what the database holds.
@@ -123,7 +124,14 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 	if _, err := m2.srv.SetHeld(now, cfg.ID, []net.HardwareAddr{mac("52:54:00:00:00:04")}); err != nil {
 		t.Fatal(err)
 	}
-	if refused, err := m2.srv.Load(now, cfg.ID, server.Tables{Leases: in, Moved: out}); err != nil || len(refused) > 0 {
+	var (
+		refused []server.LeaseChange
+		err     error
+	)
+	m2.ledger.db.Take(cfg.ID, func([]leasedb.Change, map[netip.Addr]time.Time) {
+		refused, err = m2.srv.Load(now, cfg.ID, server.Tables{Leases: in, Moved: out})
+	})
+	if err != nil || len(refused) > 0 {
 		t.Fatalf("loading: %v, refused %v", err, refused)
 	}
 	if err := m2.ledger.persistStarting(cfg.ID, si, end); err != nil {

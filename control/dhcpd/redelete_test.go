@@ -34,7 +34,7 @@ func newStoredLeaseFixture(t *testing.T, mac, ip string, exp time.Time) (*segmen
 	t.Cleanup(func() { f.m.ledger.db.Close() })
 	bound := change(server.Bound, mac, ip, exp)
 	bound.Segment = f.cfg.ID
-	if _, err := f.m.srv.Load(time.Now(), f.cfg.ID, server.Tables{Leases: []server.Lease{bound.Lease}}); err != nil {
+	if _, err := f.m.srv.Load(time.Now(), f.cfg.ID, server.Tables{Leases: server.Unrecorded(bound.Lease)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.m.ledger.Persist(ctx, []server.LeaseChange{bound}); err != nil {

@@ -40,7 +40,7 @@ func (lg *ledger) dropNotStored(ch server.LeaseChange) {
 		if !live || c.IP != ch.Lease.IP {
 			return
 		}
-		rel, err = server.LeaseChange{Kind: server.Released, Segment: ch.Segment, Lease: ch.Lease, At: lg.now(), Static: c.Static}, nil
+		rel, err = server.LeaseChange{Kind: server.Released, Segment: ch.Segment, Lease: ch.Lease, At: lg.now(), Static: c.Static, LastACK: c.LastACK()}, nil
 	}
 	if err != nil {
 		return
@@ -129,7 +129,7 @@ func (lg *ledger) bindStored(ch server.LeaseChange) (server.Lease, bool) {
 	if !ok && ch.Kind.Durable() {
 		return l, false // nothing stored: the drop stands
 	}
-	if _, err := lg.srv.Load(lg.now(), ch.Segment, server.Tables{Leases: []server.Lease{l}}); err != nil && !errors.Is(err, server.ErrNoSegment) {
+	if _, err := lg.srv.Load(lg.now(), ch.Segment, server.Tables{Leases: server.Unrecorded(l)}); err != nil && !errors.Is(err, server.ErrNoSegment) {
 		lg.Log.Warn("binding the stored lease again", "lease", LeaseName(l.MAC), "err", err)
 		return l, false
 	}

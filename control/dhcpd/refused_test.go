@@ -190,7 +190,7 @@ func TestRefusedChangeSparesANewerOne(t *testing.T) {
 			ip := netip.MustParseAddr("192.168.100.150")
 			now := time.Now()
 			l := server.Lease{IP: ip, MAC: mac, Expires: now.Add(time.Hour)}
-			if _, err := m.srv.Load(now, id, server.Tables{Leases: []server.Lease{l}}); err != nil {
+			if _, err := m.srv.Load(now, id, server.Tables{Leases: server.Unrecorded(l)}); err != nil {
 				t.Fatal(err)
 			}
 			if err := m.ledger.recoverDB(); err != nil {

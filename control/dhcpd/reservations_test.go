@@ -144,7 +144,7 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 	mac, _ := net.ParseMAC("52:54:00:00:00:c1")
 	now := time.Now()
 	old := netip.MustParseAddr("192.168.100.150")
-	if _, err := m.srv.Load(now, cfg.ID, server.Tables{Leases: []server.Lease{{IP: old, MAC: mac, Expires: now.Add(time.Hour)}}}); err != nil {
+	if _, err := m.srv.Load(now, cfg.ID, server.Tables{Leases: server.Unrecorded(server.Lease{IP: old, MAC: mac, Expires: now.Add(time.Hour)})}); err != nil {
 		t.Fatal(err)
 	}
 	// The reconcile under way read the store before the reservation.

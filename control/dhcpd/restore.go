@@ -68,13 +68,17 @@ func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg serve
 		}
 	}
 	m.adopt(cfg, si, in)
-	bound, out, end := m.bindings(cfg, in.static, in.moved, si.held, in.storeUnreachable)
-	t := server.Tables{Leases: bound, Moved: out, Probations: m.ledger.db.Probations(cfg.ID)}
-	refused, err := m.srv.Load(m.now(), cfg.ID, t)
-	if err != nil {
-		m.Log.Warn("some leases were not loaded", "segment", cfg.Name, "err", err)
-	}
-	if end = append(end, refused...); len(end) > 0 {
+	var end []server.LeaseChange
+	// From here the segment's bindings are the server's (one copy).
+	m.ledger.db.Take(cfg.ID, func(bs []leasedb.Change, probations map[netip.Addr]time.Time) {
+		bound, out, ends := m.bindings(cfg, bs, in.static, in.moved, si.held, in.storeUnreachable)
+		refused, err := m.srv.Load(m.now(), cfg.ID, server.Tables{Leases: bound, Moved: out, Probations: probations})
+		if err != nil {
+			m.Log.Warn("some leases were not loaded", "segment", cfg.Name, "err", err)
+		}
+		end = append(ends, refused...)
+	})
+	if len(end) > 0 {
 		// Journaled and unpinned as what follows the store.
 		if err := m.ledger.persistStarting(cfg.ID, si, end); err != nil {
 			m.Log.Warn("ending the bindings a starting segment does not serve", "segment", cfg.Name, "err", err)
@@ -248,7 +252,7 @@ func (m *Manager) adopt(cfg server.Segment, si segInfo, in startInput) {
 	m.Log.Info("lease database takes the leases only the store has", "segment", cfg.Name, "leases", len(take))
 }
 
-// bindings sorts the lease database's bindings of a starting segment
+// bindings sorts the lease database's bindings bs of a starting segment
 // into what its server binds, in its range (in) and outside it (out:
 // clients brought their leases from another node's range, or the
 // interlock holds one through a shrink), and what ends (end, Released
@@ -264,7 +268,7 @@ func (m *Manager) adopt(cfg server.Segment, si segInfo, in startInput) {
 // was away; it was ended at a restart then, and its guest unpinned:
 // cluster ordering seed 7268455389199605211): then every binding in the
 // subnet is loaded.
-func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, moved []server.Lease, held map[string]bool, storeUnreachable bool) (in, out []server.Lease, end []server.LeaseChange) {
+func (m *Manager) bindings(cfg server.Segment, bs []leasedb.Change, static []server.Reservation, moved []server.Lease, held map[string]bool, storeUnreachable bool) (in, out []server.Record, end []server.LeaseChange) {
 	res := make(map[string]netip.Addr, len(static))
 	for _, r := range static {
 		res[r.MAC.String()] = r.IP
@@ -274,25 +278,25 @@ func (m *Manager) bindings(cfg server.Segment, static []server.Reservation, move
 		outside[l.MAC.String()] = true
 	}
 	now := m.now()
-	for _, c := range m.ledger.db.Bindings(cfg.ID) {
+	for _, c := range bs {
 		mac := c.MAC.String()
-		l := leaseOf(c)
+		r := recordOf(c)
 		switch {
 		case !now.Before(c.Expires) && !held[mac]:
 		case res[mac].IsValid():
 			if res[mac] == c.IP {
-				in = append(in, l)
+				in = append(in, r)
 				continue
 			}
 		case c.Static: // its reservation went
 		case !c.IP.Less(cfg.RangeStart) && !cfg.RangeEnd.Less(c.IP):
-			in = append(in, l)
+			in = append(in, r)
 			continue
 		case outside[mac] || storeUnreachable && cfg.HostIP.Masked().Contains(c.IP):
-			out = append(out, l)
+			out = append(out, r)
 			continue
 		}
-		end = append(end, server.LeaseChange{Kind: server.Released, Segment: cfg.ID, Lease: l, At: now, Static: c.Static})
+		end = append(end, server.LeaseChange{Kind: server.Released, Segment: cfg.ID, Lease: r.Lease, At: now, Static: c.Static, LastACK: c.LastACK()})
 	}
 	return in, out, end
 }

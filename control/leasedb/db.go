@@ -38,7 +38,11 @@ type DB struct {
 	log      *wal.Log
 	seq      uint64 // the last change's sequence number
 	exported uint64 // the store has every dynamic change up to it
+	// bindings are the bindings of the segments no server runs; a
+	// running one's are the server's (live, between Take and Park).
 	bindings map[key]Change
+	live     Live
+	running  map[uint32]bool
 	// ended is the last change of each binding that ended, until the
 	// store is known to have that end too (Compact): with it a reader of
 	// a store that lags behind knows the binding is over (Lookup).
@@ -64,7 +68,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	if opts.CompactAfter <= 0 {
 		opts.CompactAfter = 10_000
 	}
-	db := &DB{dir: dir, opts: opts, bindings: map[key]Change{}, ended: map[key]Change{}, probation: map[probation]time.Time{}, withdrawn: map[uint64]bool{}}
+	db := &DB{dir: dir, opts: opts, bindings: map[key]Change{}, running: map[uint32]bool{}, ended: map[key]Change{}, probation: map[probation]time.Time{}, withdrawn: map[uint64]bool{}}
 	snap, hasSnap, err := readSnapshot(dir)
 	if err != nil {
 		return nil, err
@@ -133,8 +137,10 @@ func (db *DB) Legacy() bool { return db.legacy }
 // Skipped returns the journal records Open could not read (and skipped).
 func (db *DB) Skipped() []error { return db.skipped }
 
-// apply makes c the state of its binding; db.mu held (or Open).
-func (db *DB) apply(c Change) {
+// apply makes c the state of its binding; db.mu held (or Open). A
+// running segment's binding is the server's: apply reports it instead
+// (the caller sets it there: Live.Set).
+func (db *DB) apply(c Change) (live bool) {
 	k := keyOf(c)
 	if c.FromStore {
 		db.pending = slices.DeleteFunc(db.pending, func(p Change) bool {
@@ -146,16 +152,20 @@ func (db *DB) apply(c Change) {
 		})
 	}
 	if !ends(c.Kind) {
-		db.bindings[k] = c
+		live = db.running[c.Segment]
+		if !live {
+			db.bindings[k] = c
+		}
 		delete(db.ended, k)
 		delete(db.probation, probation{c.Segment, c.IP}) // bound: its probation is over
-		return
+		return live
 	}
 	delete(db.bindings, k)
 	db.ended[k] = c
 	if c.Kind == Declined && !c.Until.IsZero() {
 		db.probation[probation{c.Segment, c.IP}] = c.Until
 	}
+	return false
 }
 
 // Commit makes changes durable in the journal (one write, one
@@ -172,8 +182,10 @@ func (db *DB) Commit(changes []Change) ([]Change, error) {
 	var buf []byte
 	for i := range out {
 		out[i].Seq = db.seq + uint64(i) + 1
-		if ends(out[i].Kind) && out[i].Acked.IsZero() {
-			out[i].Acked = db.lastACK(out[:i], keyOf(out[i]))
+		if ends(out[i].Kind) {
+			// The server gives its binding's last ACK (it dropped the
+			// binding already); the batch may hold a later one.
+			out[i].Acked = later(out[i].Acked, db.lastACK(out[:i], keyOf(out[i])))
 		}
 		start := len(buf)
 		var err error
@@ -185,11 +197,20 @@ func (db *DB) Commit(changes []Change) ([]Change, error) {
 	if _, err := db.log.Append(recs...); err != nil {
 		return nil, fmt.Errorf("journaling %d lease changes: %w", len(out), err)
 	}
+	var live []Change
 	for _, c := range out {
-		db.apply(c)
+		if db.apply(c) {
+			live = append(live, c)
+		} else if ends(c.Kind) && len(live) > 0 {
+			k := keyOf(c) // the batch ends it: nothing to set
+			live = slices.DeleteFunc(live, func(p Change) bool { return keyOf(p) == k })
+		}
 		if c.exported() {
 			db.pending = append(db.pending, c)
 		}
+	}
+	if len(live) > 0 {
+		db.live.Set(live)
 	}
 	db.seq += uint64(len(out))
 	db.sinceSnap += len(out)
@@ -207,7 +228,24 @@ func (db *DB) lastACK(before []Change, k key) time.Time {
 			return before[i].LastACK()
 		}
 	}
-	return db.bindings[k].LastACK()
+	c, _ := db.binding(k)
+	return c.LastACK()
+}
+
+// binding returns the live binding k; db.mu held.
+func (db *DB) binding(k key) (Change, bool) {
+	if db.running[k.seg] {
+		return db.live.Binding(k.seg, k.mac[:])
+	}
+	c, ok := db.bindings[k]
+	return c, ok
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Acked records that the server ACKed bindings as they are (lease reuse:
@@ -245,6 +283,10 @@ func (db *DB) Acked(cs []Change) error {
 // binding's change since and leaves it as it is; db.mu held (or Open).
 func (db *DB) acked(c Change) {
 	k := keyOf(c)
+	if db.running[k.seg] {
+		db.live.Acked(c)
+		return
+	}
 	if b, ok := db.bindings[k]; ok && c.Acked.After(b.LastACK()) {
 		b.Acked = c.Acked
 		db.bindings[k] = b
@@ -301,6 +343,9 @@ func (db *DB) Withdrawn(seq uint64) bool {
 func (db *DB) Bindings(seg uint32) []Change {
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	if db.running[seg] {
+		return db.live.Bindings(seg)
+	}
 	var out []Change
 	for k, c := range db.bindings {
 		if k.seg == seg {
@@ -320,7 +365,7 @@ func (db *DB) Lookup(seg uint32, mac net.HardwareAddr) (c Change, live, known bo
 	copy(k.mac[:], mac)
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	if c, ok := db.bindings[k]; ok {
+	if c, ok := db.binding(k); ok {
 		return c, true, true
 	}
 	c, known = db.ended[k]
@@ -333,6 +378,13 @@ func (db *DB) Lookup(seg uint32, mac net.HardwareAddr) (c Change, live, known bo
 func (db *DB) Known(keep func(seg uint32) bool, f func(Change)) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	for seg := range db.running {
+		if keep(seg) {
+			for _, c := range db.live.Bindings(seg) {
+				f(c)
+			}
+		}
+	}
 	for _, m := range []map[key]Change{db.bindings, db.ended} {
 		for k, c := range m {
 			if keep(k.seg) {
@@ -347,6 +399,11 @@ func (db *DB) Known(keep func(seg uint32) bool, f func(Change)) {
 func (db *DB) Probations(seg uint32) map[netip.Addr]time.Time {
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	return db.probationsOf(seg)
+}
+
+// probationsOf is Probations; db.mu held.
+func (db *DB) probationsOf(seg uint32) map[netip.Addr]time.Time {
 	out := map[netip.Addr]time.Time{}
 	for p, until := range db.probation {
 		if p.seg == seg {
@@ -361,7 +418,11 @@ func (db *DB) Probations(seg uint32) map[netip.Addr]time.Time {
 func (db *DB) NeedsCompaction() bool {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	return db.sinceSnap > 2*(len(db.bindings)+len(db.probation)+len(db.pending))+db.opts.CompactAfter
+	n := len(db.bindings)
+	if db.live != nil {
+		n += db.live.Count()
+	}
+	return db.sinceSnap > 2*(n+len(db.probation)+len(db.pending))+db.opts.CompactAfter
 }
 
 // Compact writes a snapshot of the state (the bindings keep accepts,
@@ -372,6 +433,13 @@ func (db *DB) NeedsCompaction() bool {
 func (db *DB) Compact(now time.Time, keep func(Change) bool) error {
 	db.mu.Lock()
 	s := snapshot{seq: db.seq, exported: db.exported, pending: slices.Clone(db.pending)}
+	for seg := range db.running {
+		for _, c := range db.live.Bindings(seg) {
+			if keep == nil || keep(c) {
+				s.bindings = append(s.bindings, c)
+			}
+		}
+	}
 	for _, c := range db.bindings {
 		if keep == nil || keep(c) {
 			s.bindings = append(s.bindings, c)
@@ -394,7 +462,8 @@ func (db *DB) Compact(now time.Time, keep func(Change) bool) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	db.sinceSnap -= covered
-	// What keep dropped goes from memory too: the snapshot is the state.
+	// What keep dropped goes from memory too: the snapshot is the state
+	// (a running segment's server ends its own).
 	kept := make(map[key]bool, len(s.bindings))
 	for _, c := range s.bindings {
 		kept[keyOf(c)] = true

@@ -334,7 +334,7 @@ func TestPrivilegedRestartKeepsLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.Load(time.Now(), 1, server.Tables{Leases: e.rec.leases(1)}); err != nil {
+	if _, err := srv.Load(time.Now(), 1, server.Tables{Leases: server.Unrecorded(e.rec.leases(1)...)}); err != nil {
 		t.Fatal(err)
 	}
 	e.srv = srv

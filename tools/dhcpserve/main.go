@@ -100,7 +100,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if _, err := srv.Load(time.Now(), seg.ID, server.Tables{Leases: leases}); err != nil {
+	if _, err := srv.Load(time.Now(), seg.ID, server.Tables{Leases: server.Unrecorded(leases...)}); err != nil {
 		slog.Warn("some persisted leases were not loaded", "err", err)
 	}
 	slog.Info("leases loaded", "count", len(leases))

@@ -5,5 +5,8 @@
 // ingress facts, updates the in-memory lease table the server owns and
 // returns the reply to send plus the lease changes the caller must persist
 // (and program into the eBPF lease map) before the reply leaves. No I/O
-// happens here; time only comes in through arguments.
+// happens here; time only comes in through arguments. Each binding in
+// the table carries its Record, the lease as the node's lease database
+// last committed it: the database reads a running segment's bindings
+// here instead of keeping a copy (control/leasedb.Live).
 package server

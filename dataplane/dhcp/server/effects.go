@@ -54,4 +54,8 @@ type LeaseChange struct {
 	// Seq numbers the ACKs' changes (Bound, Renewed) in the order the
 	// server made them; Server.Persisted takes them back once durable.
 	Seq uint64
+	// LastACK, on a change that ends a lease, is when its Record was
+	// last ACKed: whether this node's end outranks another node's copy
+	// of the lease depends on it.
+	LastACK time.Time
 }

@@ -223,7 +223,7 @@ func TestElsewhereFreed(t *testing.T) {
 func TestLoadMoved(t *testing.T) {
 	l := Lease{IP: ip("192.168.100.50"), MAC: macA, Expires: t0.Add(time.Hour)}
 	s := newServer(t)
-	refused, err := s.Load(t0, 1, Tables{Leases: []Lease{l}})
+	refused, err := s.Load(t0, 1, Tables{Leases: Unrecorded(l)})
 	if err == nil {
 		t.Fatal("Tables.Leases bound an address outside the range")
 	}
@@ -231,7 +231,7 @@ func TestLoadMoved(t *testing.T) {
 		t.Errorf("refused: %+v, want the lease's Released change", refused)
 	}
 	broadcast := Lease{IP: ip("192.168.100.255"), MAC: macB, Expires: t0.Add(time.Hour)}
-	refused, err = s.Load(t0, 1, Tables{Moved: []Lease{l, broadcast}})
+	refused, err = s.Load(t0, 1, Tables{Moved: Unrecorded(l, broadcast)})
 	if err == nil {
 		t.Error("Tables.Moved bound the broadcast address")
 	}

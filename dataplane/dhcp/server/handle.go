@@ -236,7 +236,7 @@ func (h *handler) confirm(state State, ip netip.Addr) (Reply, []LeaseChange) {
 			// off it, the client starts over, and the address is free for
 			// the reservation.
 			h.st.drop(l)
-			changes = h.change(LeaseChange{Kind: Released, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC)})
+			changes = h.change(l.end(Released, h.seg, h.now, h.st.isStatic(l.MAC)))
 		}
 		return Reply{Msg: h.nak(), State: state}, changes
 	}
@@ -342,7 +342,9 @@ func (h *handler) decline() (Reply, []LeaseChange) {
 	}
 	h.st.drop(l)
 	h.st.forget(h.id) // do not hand the declined address back
-	return rep, h.change(LeaseChange{Kind: Declined, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC), Until: until})
+	ch := l.end(Declined, h.seg, h.now, h.st.isStatic(l.MAC))
+	ch.Until = until
+	return rep, h.change(ch)
 }
 
 func (h *handler) release() (Reply, []LeaseChange) {
@@ -361,7 +363,7 @@ func (h *handler) release() (Reply, []LeaseChange) {
 		return Reply{Ignored: IgnoreHeld}, h.in.Changes
 	}
 	h.st.drop(l)
-	return Reply{}, h.change(LeaseChange{Kind: Released, Segment: h.seg, Lease: l.Lease, At: h.now, Static: h.st.isStatic(l.MAC)})
+	return Reply{}, h.change(l.end(Released, h.seg, h.now, h.st.isStatic(l.MAC)))
 }
 
 // fromLeaseOwner reports whether a RELEASE or DECLINE of l comes from the

@@ -163,7 +163,7 @@ func TestInterlockLiftedExpiresLater(t *testing.T) {
 	if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Load(t0, 1, Tables{Leases: []Lease{{IP: ip("192.168.100.11"), MAC: macA, Expires: t0.Add(-time.Minute)}}}); err != nil {
+	if _, err := s.Load(t0, 1, Tables{Leases: Unrecorded(Lease{IP: ip("192.168.100.11"), MAC: macA, Expires: t0.Add(-time.Minute)})}); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.Leases(1); len(got) != 1 {

@@ -213,7 +213,7 @@ func (w *world) restart(load bool) {
 			delete(w.durable, mac)
 		}
 	}
-	if _, err := s.Load(w.now, w.cfg.ID, Tables{Leases: ls, Moved: moved, Probations: w.probation}); err != nil {
+	if _, err := s.Load(w.now, w.cfg.ID, Tables{Leases: Unrecorded(ls...), Moved: Unrecorded(moved...), Probations: w.probation}); err != nil {
 		w.t.Errorf("restart: loading the leases and probations the changes describe: %v", err)
 	}
 	for a := range w.declined {

@@ -113,6 +113,9 @@ type lease struct {
 	// unsynced is the Seq of its last change while that is not known to
 	// be durable (Persisted); only a durable lease is reused.
 	unsynced uint64
+	// rec is the MAC's binding as the lease database last committed it
+	// (Seq 0: none yet); it goes with the MAC's bound lease.
+	rec Record
 }
 
 type segState struct {
@@ -240,12 +243,12 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 			continue
 		}
 		if !st.assignable([]byte(l.id), l.MAC, l.IP, now) && !st.held[string(l.MAC)] {
-			changes = append(changes, LeaseChange{Kind: Released, Segment: c.ID, Lease: l.Lease, Static: st.isStatic(l.MAC)})
+			changes = append(changes, l.end(Released, c.ID, time.Time{}, st.isStatic(l.MAC)))
 			continue
 		}
 		// A held lease keeps its address even outside a shrunk range.
 		nl := st.bind([]byte(l.id), l.Lease, false)
-		nl.released, nl.unsynced = l.released, l.unsynced
+		nl.released, nl.unsynced, nl.rec = l.released, l.unsynced, l.rec
 	}
 	// A DECLINE's probation outlives a reconfiguration: the address is
 	// still in use by whoever the client saw on it.
@@ -286,11 +289,24 @@ func (s *Server) Unreserve(now time.Time, seg uint32, mac net.HardwareAddr, rev 
 	return l.Lease, true, nil
 }
 
-// RemoveSegment forgets a segment and its leases.
-func (s *Server) RemoveSegment(id uint32) {
+// RemoveSegment forgets a segment and its leases, and returns the
+// records of its bindings (the lease database keeps them: Load takes
+// them back).
+func (s *Server) RemoveSegment(id uint32) []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	st := s.segs[id]
 	delete(s.segs, id)
+	if st == nil {
+		return nil
+	}
+	var out []Record
+	for _, l := range st.byMAC {
+		if l.rec.Seq != 0 {
+			out = append(out, l.rec)
+		}
+	}
+	return out
 }
 
 // SetReservations replaces the static reservations of a segment with
@@ -400,7 +416,7 @@ func (st *segState) supersede(now time.Time, seg uint32) []LeaseChange {
 		if ok && r.IP != l.IP && (l.offered || !st.held[string(l.MAC)]) {
 			st.drop(l)
 			if !l.offered {
-				out = append(out, LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now})
+				out = append(out, l.end(Released, seg, now, false))
 			}
 		}
 	}
@@ -461,7 +477,7 @@ func (s *Server) SetHeld(now time.Time, seg uint32, macs []net.HardwareAddr) ([]
 	for _, l := range st.byID {
 		if l.released && !next[string(l.MAC)] {
 			st.drop(l)
-			out = append(out, LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)})
+			out = append(out, l.end(Released, seg, now, st.isStatic(l.MAC)))
 		}
 	}
 	// A lease the interlock kept past its MAC's reservation of another
@@ -482,7 +498,7 @@ func (st *segState) isStatic(mac net.HardwareAddr) bool {
 // or held by the interlock through a shrink of the range), and the
 // addresses on a DECLINE's probation.
 type Tables struct {
-	Leases, Moved []Lease
+	Leases, Moved []Record
 	Probations    map[netip.Addr]time.Time
 }
 
@@ -505,20 +521,23 @@ func (s *Server) Load(now time.Time, seg uint32, t Tables) ([]LeaseChange, error
 		errs    []error
 	)
 	for _, set := range []struct {
-		leases []Lease
-		moved  bool
+		recs  []Record
+		moved bool
 	}{{t.Leases, false}, {t.Moved, true}} {
-		for _, l := range set.leases {
+		for _, r := range set.recs {
+			l := r.Lease
 			if !now.Before(l.Expires) && !st.held[string(l.MAC)] {
 				continue
 			}
 			id := appendIdentity(nil, l.ClientID, l.MAC)
 			if !st.loadable(id, l.MAC, l.IP, set.moved) {
 				errs = append(errs, fmt.Errorf("loading lease %s for %s: %w", l.IP, l.MAC, ErrAddrInUse))
-				refused = append(refused, LeaseChange{Kind: Released, Segment: seg, Lease: l, At: now, Static: st.isStatic(l.MAC)})
+				refused = append(refused, LeaseChange{Kind: Released, Segment: seg, Lease: l, At: now, Static: st.isStatic(l.MAC), LastACK: r.LastACK()})
 				continue
 			}
-			st.bind(id, l, false)
+			if b := st.bind(id, l, false); r.Seq > b.rec.Seq {
+				b.rec = r
+			}
 		}
 	}
 	st.quarantine(now, t.Probations)
@@ -595,7 +614,7 @@ func (s *Server) Release(now time.Time, seg uint32, mac net.HardwareAddr, ip net
 		return LeaseChange{}, fmt.Errorf("releasing %s of %s: %w", ip, mac, ErrInFlight)
 	}
 	st.drop(l)
-	return LeaseChange{Kind: Released, Segment: seg, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)}, nil
+	return l.end(Released, seg, now, st.isStatic(l.MAC)), nil
 }
 
 // Persisted tells the server that changes it made are durable (stored
@@ -630,7 +649,7 @@ func (s *Server) Expire(now time.Time) []LeaseChange {
 			}
 			st.drop(l)
 			if !l.offered {
-				out = append(out, LeaseChange{Kind: Expired, Segment: id, Lease: l.Lease, At: now, Static: st.isStatic(l.MAC)})
+				out = append(out, l.end(Expired, id, now, st.isStatic(l.MAC)))
 			}
 		}
 		for ip, until := range st.quar {
@@ -838,6 +857,10 @@ func (st *segState) reclaimOffers(now time.Time) {
 // bind records that id holds l.IP (as an offer or bound). Any other
 // address the identity held is freed.
 func (st *segState) bind(id []byte, l Lease, offered bool) *lease {
+	var rec Record // the MAC's record, which a bound lease takes over
+	if b := st.byMAC[string(l.MAC)]; b != nil && !offered {
+		rec = b.rec
+	}
 	if old := st.byID[string(id)]; old != nil && old.IP != l.IP {
 		st.drop(old)
 	}
@@ -863,6 +886,9 @@ func (st *segState) bind(id []byte, l Lease, offered bool) *lease {
 			st.drop(other) // the MAC's binding under another identity
 		}
 		st.byMAC[string(l.MAC)] = cur
+		if rec.Seq > cur.rec.Seq {
+			cur.rec = rec
+		}
 		if st.offersBy[string(l.MAC)] > 0 {
 			st.dropOffers(l.MAC) // bound, the MAC holds one address
 		}

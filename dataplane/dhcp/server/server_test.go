@@ -492,13 +492,13 @@ func TestExpireReclaimsLeases(t *testing.T) {
 
 func TestLoadKeepsAddressesAcrossRestart(t *testing.T) {
 	s := newServer(t)
-	_, err := s.Load(t0, 1, Tables{Leases: []Lease{
+	_, err := s.Load(t0, 1, Tables{Leases: Unrecorded([]Lease{
 		{IP: ip("192.168.100.11"), MAC: macA, Expires: t0.Add(time.Hour)},
 		{IP: ip("192.168.100.13"), MAC: macB, Expires: t0.Add(-time.Second)},                            // expired: skipped
 		{IP: ip("192.168.100.12"), MAC: macB, Expires: t0.Add(time.Hour)},                               // reserved for macR since: kept until it ends
 		{IP: ip("192.168.100.10"), MAC: macR, Expires: t0.Add(time.Hour)},                               // macR is reserved elsewhere: dropped
 		{IP: ip("192.168.100.99"), MAC: net.HardwareAddr{2, 1, 1, 1, 1, 1}, Expires: t0.Add(time.Hour)}, // outside
-	}})
+	}...)})
 	if err == nil {
 		t.Fatal("conflicting leases loaded without error")
 	}
@@ -665,7 +665,7 @@ func TestLoadKeepsAHeldLeaseItsReservationSuperseded(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := Lease{MAC: macR, IP: ip("192.168.100.10"), Expires: t0.Add(time.Hour)}
-	if _, err := s.Load(t0, 1, Tables{Leases: []Lease{l}}); err != nil {
+	if _, err := s.Load(t0, 1, Tables{Leases: Unrecorded(l)}); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
 	if got := s.Leases(1); len(got) != 1 || got[0].IP != l.IP {

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dhcpd
+
+import (
+	"net"
+
+	"pivirt.hu/pivirt/control/leasedb"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
+)
+
+// liveServer is the server as the lease database's Live: a running
+// segment's bindings are the server's records (leasedb.DB.Take).
+type liveServer struct{ srv *server.Server }
+
+func (l liveServer) Binding(seg uint32, mac net.HardwareAddr) (leasedb.Change, bool) {
+	r, ok := l.srv.Record(seg, mac)
+	return changeOf(seg, r), ok
+}
+
+func (l liveServer) Bindings(seg uint32) []leasedb.Change {
+	recs := l.srv.Records(seg)
+	out := make([]leasedb.Change, len(recs))
+	for i, r := range recs {
+		out[i] = changeOf(seg, r)
+	}
+	return out
+}
+
+func (l liveServer) Set(cs []leasedb.Change) {
+	for _, c := range cs {
+		l.srv.SetRecords(c.Segment, recordOf(c))
+	}
+}
+
+func (l liveServer) Acked(c leasedb.Change) { l.srv.AckedAsIs(c.Segment, c.MAC, c.Acked) }
+
+func (l liveServer) Count() int { return l.srv.Bindings() }
+
+// recordOf is a binding of the database as the server keeps it.
+func recordOf(c leasedb.Change) server.Record {
+	return server.Record{Lease: leaseOf(c), Kind: c.Kind, Network: c.Network, At: c.At, Acked: c.Acked,
+		Seq: c.Seq, Static: c.Static, FromStore: c.FromStore}
+}
+
+// changeOf is the server's record r of a binding on seg as the database
+// gives it.
+func changeOf(seg uint32, r server.Record) leasedb.Change {
+	return leasedb.Change{Kind: r.Kind, Segment: seg, Network: r.Network, IP: r.IP, MAC: r.MAC, ClientID: r.ClientID,
+		Hostname: r.Hostname, Expires: r.Expires, At: r.At, Static: r.Static, FromStore: r.FromStore, Seq: r.Seq, Acked: r.Acked}
+}
+
+// park stops a segment's bindings being the server's: the server forgets
+// the segment, the lease database keeps them (leasedb.DB.Park).
+func (lg *ledger) park(id uint32) {
+	if lg.db == nil {
+		lg.srv.RemoveSegment(id)
+		return
+	}
+	lg.db.Park(id, func() []leasedb.Change {
+		recs := lg.srv.RemoveSegment(id)
+		out := make([]leasedb.Change, len(recs))
+		for i, r := range recs {
+			out[i] = changeOf(id, r)
+		}
+		return out
+	})
+}
