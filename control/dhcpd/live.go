@@ -4,6 +4,8 @@ package dhcpd
 
 import (
 	"net"
+	"net/netip"
+	"time"
 
 	"pivirt.hu/pivirt/control/leasedb"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
@@ -35,6 +37,8 @@ func (l liveServer) Set(cs []leasedb.Change) {
 
 func (l liveServer) Acked(c leasedb.Change) { l.srv.AckedAsIs(c.Segment, c.MAC, c.Acked) }
 
+func (l liveServer) Probations(seg uint32) map[netip.Addr]time.Time { return l.srv.Probations(seg) }
+
 func (l liveServer) Count() int { return l.srv.Bindings() }
 
 // recordOf is a binding of the database as the server keeps it.
@@ -57,12 +61,12 @@ func (lg *ledger) park(id uint32) {
 		lg.srv.RemoveSegment(id)
 		return
 	}
-	lg.db.Park(id, func() []leasedb.Change {
-		recs := lg.srv.RemoveSegment(id)
+	lg.db.Park(id, func() ([]leasedb.Change, map[netip.Addr]time.Time) {
+		recs, probations := lg.srv.RemoveSegment(id)
 		out := make([]leasedb.Change, len(recs))
 		for i, r := range recs {
 			out[i] = changeOf(id, r)
 		}
-		return out
+		return out, probations
 	})
 }

@@ -131,6 +131,7 @@ func trailLen() int {
 func (w *ledgerWorld) restart() []string {
 	w.logf("kill -9 pivirtd, start it again")
 	before := w.live()
+	declined := w.f.m.srv.Probations(w.f.cfg.ID)
 	f := w.f
 	held := f.m.ledger.segmentsByID()[f.cfg.ID].held
 	f.m.ledger.db.Close()
@@ -214,6 +215,21 @@ func (w *ledgerWorld) restart() []string {
 	for _, mac := range slices.Sorted(maps.Keys(after)) {
 		if _, ok := before[mac]; !ok && !exempt[mac] {
 			bad = append(bad, fmt.Sprintf("%s: bound %q after the restart, nothing before", mac, after[mac]))
+		}
+	}
+	// A DECLINE's probation outlives the restart, unless the address is
+	// bound or reserved now (Load skips those).
+	inUse := map[string]bool{}
+	for _, b := range after {
+		inUse[strings.Fields(b)[0]] = true
+	}
+	for _, r := range static {
+		inUse[r.IP.String()] = true
+	}
+	probations := m.srv.Probations(f.cfg.ID)
+	for ip, until := range declined {
+		if w.now.Before(until) && !inUse[ip.String()] && !probations[ip].Equal(until) {
+			bad = append(bad, fmt.Sprintf("%s: on probation until %v before the restart, %v after", ip, until, probations[ip]))
 		}
 	}
 	return bad

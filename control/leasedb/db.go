@@ -157,13 +157,13 @@ func (db *DB) apply(c Change) (live bool) {
 			db.bindings[k] = c
 		}
 		delete(db.ended, k)
-		delete(db.probation, probation{c.Segment, c.IP}) // bound: its probation is over
+		delete(db.probation, probation{c.Segment, c.IP}) // bound: its probation is over (a running server's ends as it binds)
 		return live
 	}
 	delete(db.bindings, k)
 	db.ended[k] = c
-	if c.Kind == Declined && !c.Until.IsZero() {
-		db.probation[probation{c.Segment, c.IP}] = c.Until
+	if c.Kind == Declined && !c.Until.IsZero() && !db.running[c.Segment] {
+		db.probation[probation{c.Segment, c.IP}] = c.Until // a running server has it
 	}
 	return false
 }
@@ -399,6 +399,9 @@ func (db *DB) Known(keep func(seg uint32) bool, f func(Change)) {
 func (db *DB) Probations(seg uint32) map[netip.Addr]time.Time {
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	if db.running[seg] {
+		return db.live.Probations(seg)
+	}
 	return db.probationsOf(seg)
 }
 
@@ -445,10 +448,18 @@ func (db *DB) Compact(now time.Time, keep func(Change) bool) error {
 			s.bindings = append(s.bindings, c)
 		}
 	}
-	for p, until := range db.probation {
+	addProbation := func(seg uint32, ip netip.Addr, until time.Time) {
 		if now.Before(until) {
-			s.probations = append(s.probations, Change{Kind: Declined, Segment: p.seg, IP: p.ip, MAC: make([]byte, 6), Until: until})
+			s.probations = append(s.probations, Change{Kind: Declined, Segment: seg, IP: ip, MAC: make([]byte, 6), Until: until})
 		}
+	}
+	for seg := range db.running {
+		for ip, until := range db.live.Probations(seg) {
+			addProbation(seg, ip, until)
+		}
+	}
+	for p, until := range db.probation {
+		addProbation(p.seg, p.ip, until)
 	}
 	covered, upTo := db.sinceSnap, db.log.Last()
 	db.mu.Unlock()

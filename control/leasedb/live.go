@@ -3,6 +3,7 @@
 package leasedb
 
 import (
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -25,6 +26,9 @@ type Live interface {
 	// Acked records an ACK of a binding as it is (c.Segment, c.MAC,
 	// c.Acked; DB.Acked).
 	Acked(c Change)
+	// Probations returns seg's addresses on a DECLINE's probation
+	// and until when.
+	Probations(seg uint32) map[netip.Addr]time.Time
 	// Count is how many bindings it holds.
 	Count() int
 }
@@ -36,11 +40,11 @@ func (db *DB) SetLive(l Live) {
 	db.live = l
 }
 
-// Take hands a starting segment's bindings over to the server: load gets
-// them (by address) and the segment's DECLINE probations, and loads
-// what it serves; what it does not, its caller ends (Commit). From then
-// on the segment's bindings are the server's until Park. load runs under
-// the database's lock: it must not call the database.
+// Take hands a starting segment's bindings and DECLINE probations over
+// to the server: load gets them (bindings by address) and loads what it
+// serves; a binding it does not, its caller ends (Commit). From then on
+// they are the server's until Park. load runs under the database's
+// lock: it must not call the database.
 func (db *DB) Take(seg uint32, load func(bindings []Change, probations map[netip.Addr]time.Time)) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -52,17 +56,23 @@ func (db *DB) Take(seg uint32, load func(bindings []Change, probations map[netip
 		}
 	}
 	slices.SortFunc(bs, func(a, b Change) int { return a.IP.Compare(b.IP) })
+	probs := db.probationsOf(seg)
+	maps.DeleteFunc(db.probation, func(p probation, _ time.Time) bool { return p.seg == seg })
 	db.running[seg] = true
-	load(bs, db.probationsOf(seg))
+	load(bs, probs)
 }
 
-// Park takes a stopping segment's bindings back from the server: remove
-// drops the segment from the server and returns its bindings.
-func (db *DB) Park(seg uint32, remove func() []Change) {
+// Park takes a stopping segment's bindings and probations back from the
+// server: remove drops the segment from the server and returns them.
+func (db *DB) Park(seg uint32, remove func() ([]Change, map[netip.Addr]time.Time)) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	delete(db.running, seg)
-	for _, c := range remove() {
+	bs, probs := remove()
+	for _, c := range bs {
 		db.bindings[keyOf(c)] = c
+	}
+	for ip, until := range probs {
+		db.probation[probation{seg, ip}] = until
 	}
 }

@@ -11,7 +11,10 @@ import (
 )
 
 // fakeLive is a server's table of bindings, by segment and MAC.
-type fakeLive struct{ m map[key]Change }
+type fakeLive struct {
+	m     map[key]Change
+	probs map[netip.Addr]time.Time
+}
 
 func (f *fakeLive) Binding(seg uint32, mac net.HardwareAddr) (Change, bool) {
 	c, ok := f.m[keyOf(Change{Segment: seg, MAC: mac})]
@@ -41,6 +44,8 @@ func (f *fakeLive) Acked(c Change) {
 		f.m[keyOf(c)] = b
 	}
 }
+
+func (f *fakeLive) Probations(uint32) map[netip.Addr]time.Time { return f.probs }
 
 func (f *fakeLive) Count() int { return len(f.m) }
 
@@ -107,6 +112,16 @@ func TestTakePark(t *testing.T) {
 	if _, live, known := db.Lookup(1, mac(2)); live || !known {
 		t.Errorf("an ended binding: live %v, known %v", live, known)
 	}
+	// A DECLINE's probation in a running segment is the server's.
+	declined := bind(1, 6, t0)
+	declined.Kind, declined.Until = Declined, t0.Add(time.Hour)
+	if _, err := db.Commit([]Change{declined}); err != nil {
+		t.Fatal(err)
+	}
+	if len(db.probation) != 0 {
+		t.Errorf("the database keeps a running segment's probation: %v", db.probation)
+	}
+	live.probs = map[netip.Addr]time.Time{declined.IP: declined.Until}
 	// The snapshot holds what the server holds.
 	if _, err := db.Commit([]Change{bind(1, 5, t0)}); err != nil {
 		t.Fatal(err)
@@ -128,16 +143,25 @@ func TestTakePark(t *testing.T) {
 	if want := []string{mac(5).String(), mac(3).String(), mac(4).String()}; !slices.Equal(got, want) {
 		t.Errorf("reopened after a snapshot: bindings of %v, want %v", got, want)
 	}
+	if p := db.Probations(1); len(p) != 1 || !p[declined.IP].Equal(declined.Until) {
+		t.Errorf("reopened after a snapshot: probations %v", p)
+	}
 	// Park takes a segment's bindings back.
 	live = &fakeLive{m: map[key]Change{}}
 	db.SetLive(live)
-	db.Take(1, func(bs []Change, _ map[netip.Addr]time.Time) { live.Set(bs) })
-	db.Park(1, func() []Change {
+	db.Take(1, func(bs []Change, probs map[netip.Addr]time.Time) { live.Set(bs); live.probs = probs })
+	if len(db.probation) != 0 {
+		t.Errorf("Take left the probations in the database: %v", db.probation)
+	}
+	db.Park(1, func() ([]Change, map[netip.Addr]time.Time) {
 		out := live.Bindings(1)
 		clear(live.m)
-		return out
+		return out, live.probs
 	})
 	if bs := db.Bindings(1); len(bs) != 1 || !slices.Equal(bs[0].MAC, mac(5)) {
 		t.Errorf("after Park: %v", bs)
+	}
+	if p := db.Probations(1); len(p) != 1 {
+		t.Errorf("after Park: probations %v", p)
 	}
 }

@@ -3,7 +3,9 @@
 package server
 
 import (
+	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"time"
 )
@@ -120,4 +122,15 @@ func Unrecorded(ls ...Lease) []Record {
 		out[i].Lease = l
 	}
 	return out
+}
+
+// Probations returns a segment's addresses on a DECLINE's probation and
+// until when.
+func (s *Server) Probations(seg uint32) map[netip.Addr]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.segs[seg]; st != nil {
+		return maps.Clone(st.quar)
+	}
+	return nil
 }

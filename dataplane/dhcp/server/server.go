@@ -290,15 +290,15 @@ func (s *Server) Unreserve(now time.Time, seg uint32, mac net.HardwareAddr, rev 
 }
 
 // RemoveSegment forgets a segment and its leases, and returns the
-// records of its bindings (the lease database keeps them: Load takes
-// them back).
-func (s *Server) RemoveSegment(id uint32) []Record {
+// records of its bindings and its DECLINE probations (the lease database
+// keeps them: Load takes them back).
+func (s *Server) RemoveSegment(id uint32) ([]Record, map[netip.Addr]time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[id]
 	delete(s.segs, id)
 	if st == nil {
-		return nil
+		return nil, nil
 	}
 	var out []Record
 	for _, l := range st.byMAC {
@@ -306,7 +306,7 @@ func (s *Server) RemoveSegment(id uint32) []Record {
 			out = append(out, l.rec)
 		}
 	}
-	return out
+	return out, st.quar
 }
 
 // SetReservations replaces the static reservations of a segment with
