@@ -152,7 +152,7 @@ func toRecords(cs []leasedb.Change) []record {
 	for i, c := range cs {
 		out[i] = record{Network: c.Network, seq: c.Seq, Change: server.LeaseChange{
 			Kind: c.Kind, Segment: c.Segment, At: c.At, Static: c.Static, Until: c.Until,
-			Lease: leaseOf(c)}}
+			Lease: c.Lease}}
 		if !c.Kind.Durable() {
 			out[i].boundAt = c.Acked
 		}

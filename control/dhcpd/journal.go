@@ -42,16 +42,10 @@ func (lg *ledger) recoverDB() error {
 	return nil
 }
 
-// leaseOf is the lease a database change binds (or bound).
-func leaseOf(c leasedb.Change) server.Lease {
-	return server.Lease{IP: c.IP, MAC: c.MAC, ClientID: c.ClientID, Hostname: c.Hostname, Expires: c.Expires}
-}
-
 // dbChange is a server change as the database keeps it.
 func dbChange(ch server.LeaseChange, network string) leasedb.Change {
-	return leasedb.Change{Kind: ch.Kind, Segment: ch.Segment, Network: network,
-		IP: ch.Lease.IP, MAC: ch.Lease.MAC, ClientID: ch.Lease.ClientID, Hostname: ch.Lease.Hostname,
-		Expires: ch.Lease.Expires, At: ch.At, Static: ch.Static, Until: ch.Until, Acked: ch.LastACK}
+	return leasedb.Change{Segment: ch.Segment, Until: ch.Until, Record: server.Record{Lease: ch.Lease,
+		Kind: ch.Kind, Network: network, At: ch.At, Static: ch.Static, Acked: ch.LastACK}}
 }
 
 // journalChanges commits changes to the lease database and has the

@@ -78,7 +78,7 @@ func (lg *ledger) Acked(changes []server.LeaseChange) {
 	}
 	cs := make([]leasedb.Change, len(changes))
 	for i, ch := range changes {
-		cs[i] = leasedb.Change{Segment: ch.Segment, MAC: ch.Lease.MAC, Acked: ch.At}
+		cs[i] = leasedb.Change{Segment: ch.Segment, Record: server.Record{Lease: server.Lease{MAC: ch.Lease.MAC}, Acked: ch.At}}
 	}
 	if err := lg.db.Acked(cs); err != nil {
 		lg.Log.Warn("recording ACKs of leases as they are", "err", err)

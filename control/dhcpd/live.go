@@ -30,8 +30,13 @@ func (l liveServer) Bindings(seg uint32) []leasedb.Change {
 }
 
 func (l liveServer) Set(cs []leasedb.Change) {
-	for _, c := range cs {
-		l.srv.SetRecords(c.Segment, recordOf(c))
+	recs := make([]server.Record, 0, len(cs))
+	for i, c := range cs {
+		recs = append(recs, c.Record)
+		if i == len(cs)-1 || cs[i+1].Segment != c.Segment {
+			l.srv.SetRecords(c.Segment, recs...) // one lock per segment's run: a batch of ACKs is one
+			recs = recs[:0]
+		}
 	}
 }
 
@@ -41,17 +46,10 @@ func (l liveServer) Probations(seg uint32) map[netip.Addr]time.Time { return l.s
 
 func (l liveServer) Count() int { return l.srv.Bindings() }
 
-// recordOf is a binding of the database as the server keeps it.
-func recordOf(c leasedb.Change) server.Record {
-	return server.Record{Lease: leaseOf(c), Kind: c.Kind, Network: c.Network, At: c.At, Acked: c.Acked,
-		Seq: c.Seq, Static: c.Static, FromStore: c.FromStore}
-}
-
 // changeOf is the server's record r of a binding on seg as the database
 // gives it.
 func changeOf(seg uint32, r server.Record) leasedb.Change {
-	return leasedb.Change{Kind: r.Kind, Segment: seg, Network: r.Network, IP: r.IP, MAC: r.MAC, ClientID: r.ClientID,
-		Hostname: r.Hostname, Expires: r.Expires, At: r.At, Static: r.Static, FromStore: r.FromStore, Seq: r.Seq, Acked: r.Acked}
+	return leasedb.Change{Segment: seg, Record: r}
 }
 
 // park stops a segment's bindings being the server's: the server forgets

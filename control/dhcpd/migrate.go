@@ -52,7 +52,7 @@ func (lg *ledger) migrate() error {
 		for ip, until := range q {
 			if now.Before(until) && ip.Is4() {
 				// No MAC: the database keys the probation by address.
-				cs = append(cs, leasedb.Change{Kind: leasedb.Declined, Segment: seg, IP: ip, MAC: make(net.HardwareAddr, 6), At: now, Until: until})
+				cs = append(cs, leasedb.Change{Segment: seg, Until: until, Record: server.Record{Lease: server.Lease{IP: ip, MAC: make(net.HardwareAddr, 6)}, Kind: leasedb.Declined, At: now}})
 			}
 		}
 	}
@@ -141,7 +141,7 @@ func (m *Manager) legacyReservationBindings(cfg server.Segment, static []server.
 // staticBound is the change that gives the database a reservation's
 // binding.
 func staticBound(seg uint32, network string, l server.Lease, at time.Time) leasedb.Change {
-	return leasedb.Change{Kind: leasedb.Bound, Segment: seg, Network: network, IP: l.IP, MAC: l.MAC, Expires: l.Expires, At: at, Static: true}
+	return leasedb.Change{Segment: seg, Record: server.Record{Lease: server.Lease{IP: l.IP, MAC: l.MAC, Expires: l.Expires}, Kind: leasedb.Bound, Network: network, At: at, Static: true}}
 }
 
 // pinnedReservations returns the bindings pv_leases holds for the

@@ -224,7 +224,7 @@ func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at 
 			continue
 		}
 		if last := c.LastACK(); takenOver && !at.IsZero() && last.After(at) {
-			ch := server.LeaseChange{Kind: server.Renewed, Segment: id, Lease: leaseOf(c), At: last}
+			ch := server.LeaseChange{Kind: server.Renewed, Segment: id, Lease: c.Lease, At: last}
 			if err := m.ledger.Persist(context.Background(), []server.LeaseChange{ch}); err != nil {
 				m.Log.Warn("storing again a lease another node took over before this node ACKed it last", "lease", o.Metadata.Name, "err", err)
 			}

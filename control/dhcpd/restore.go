@@ -148,7 +148,7 @@ func (lg *ledger) followStore(ctx context.Context, id uint32, si segInfo) error 
 	var follow, again []server.LeaseChange
 	for _, c := range known {
 		o := byName[LeaseName(c.MAC)]
-		l := leaseOf(c)
+		l := c.Lease
 		live := c.Kind.Durable()
 		if reserved[c.MAC.String()].IsValid() && (!live || reserved[c.MAC.String()] == c.IP) {
 			continue // the MAC's reservation binds it (one of its address took the binding over)
@@ -280,7 +280,7 @@ func (m *Manager) bindings(cfg server.Segment, bs []leasedb.Change, static []ser
 	now := m.now()
 	for _, c := range bs {
 		mac := c.MAC.String()
-		r := recordOf(c)
+		r := c.Record
 		switch {
 		case !now.Before(c.Expires) && !held[mac]:
 		case res[mac].IsValid():

@@ -77,7 +77,7 @@ func (m *Manager) settle(rev int64, failed bool) {
 		}
 		if err == nil && u.prevLive {
 			p := u.prev
-			l := leaseOf(p)
+			l := p.Lease
 			if ch, err = m.srv.Import(now, u.seg, l, false); err == nil {
 				err = m.ledger.persistFromStore([]server.LeaseChange{ch})
 			}

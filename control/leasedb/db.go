@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"slices"
 	"sync"
 	"time"
@@ -450,7 +451,7 @@ func (db *DB) Compact(now time.Time, keep func(Change) bool) error {
 	}
 	addProbation := func(seg uint32, ip netip.Addr, until time.Time) {
 		if now.Before(until) {
-			s.probations = append(s.probations, Change{Kind: Declined, Segment: seg, IP: ip, MAC: make([]byte, 6), Until: until})
+			s.probations = append(s.probations, Change{Segment: seg, Until: until, Record: server.Record{Lease: server.Lease{IP: ip, MAC: make([]byte, 6)}, Kind: Declined}})
 		}
 	}
 	for seg := range db.running {

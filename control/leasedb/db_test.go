@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"slices"
 	"strconv"
 	"testing"
@@ -34,11 +35,11 @@ func mustOpen(t *testing.T, dir string, opts Options) *DB {
 
 func TestRecordsRoundTrip(t *testing.T) {
 	for _, c := range []Change{
-		{Kind: Bound, Segment: 7, Network: "br-vm", IP: netip.MustParseAddr("10.0.0.10"), MAC: mac(1), ClientID: []byte{1, 2}, Hostname: "vm1", Expires: t0, At: t0, Seq: 1},
-		{Kind: Renewed, Segment: 1 << 31, IP: netip.MustParseAddr("10.0.0.11"), MAC: mac(2), Static: true, Expires: t0, Seq: 1 << 40},
-		{Kind: Declined, Segment: 7, IP: netip.MustParseAddr("10.0.0.12"), MAC: mac(3), Until: t0.Add(time.Hour), Seq: 9},
-		{Kind: Released, Segment: 7, IP: netip.MustParseAddr("10.0.0.13"), MAC: mac(4), Seq: 10},
-		{Kind: Renewed, Segment: 7, IP: netip.MustParseAddr("10.0.0.14"), MAC: mac(5), Expires: t0, At: t0, Acked: t0.Add(time.Minute), Seq: 11},
+		{Record: server.Record{Lease: server.Lease{IP: netip.MustParseAddr("10.0.0.10"), MAC: mac(1), ClientID: []byte{1, 2}, Hostname: "vm1", Expires: t0}, Kind: Bound, Network: "br-vm", At: t0, Seq: 1}, Segment: 7},
+		{Record: server.Record{Lease: server.Lease{IP: netip.MustParseAddr("10.0.0.11"), MAC: mac(2), Expires: t0}, Kind: Renewed, Static: true, Seq: 1 << 40}, Segment: 1 << 31},
+		{Record: server.Record{Lease: server.Lease{IP: netip.MustParseAddr("10.0.0.12"), MAC: mac(3)}, Kind: Declined, Seq: 9}, Segment: 7, Until: t0.Add(time.Hour)},
+		{Record: server.Record{Lease: server.Lease{IP: netip.MustParseAddr("10.0.0.13"), MAC: mac(4)}, Kind: Released, Seq: 10}, Segment: 7},
+		{Record: server.Record{Lease: server.Lease{IP: netip.MustParseAddr("10.0.0.14"), MAC: mac(5), Expires: t0}, Kind: Renewed, At: t0, Acked: t0.Add(time.Minute), Seq: 11}, Segment: 7},
 	} {
 		b, err := appendChange(nil, c)
 		if err != nil {
@@ -57,9 +58,9 @@ func TestRecordsRoundTrip(t *testing.T) {
 		t.Errorf("mark: %+v, %v", e, err)
 	}
 	for name, c := range map[string]Change{
-		"IPv6":       {Kind: Bound, IP: netip.MustParseAddr("fd00::1"), MAC: mac(1)},
-		"8-byte MAC": {Kind: Bound, IP: netip.MustParseAddr("10.0.0.1"), MAC: make([]byte, 8)},
-		"no kind":    {IP: netip.MustParseAddr("10.0.0.1"), MAC: mac(1)},
+		"IPv6":       {Record: server.Record{Lease: server.Lease{IP: netip.MustParseAddr("fd00::1"), MAC: mac(1)}, Kind: Bound}},
+		"8-byte MAC": {Record: server.Record{Lease: server.Lease{IP: netip.MustParseAddr("10.0.0.1"), MAC: make([]byte, 8)}, Kind: Bound}},
+		"no kind":    {Record: server.Record{Lease: server.Lease{IP: netip.MustParseAddr("10.0.0.1"), MAC: mac(1)}}},
 	} {
 		if _, err := appendChange(nil, c); err == nil {
 			t.Errorf("%s: encoded, want an error", name)
@@ -208,7 +209,7 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 		if ackRng.IntN(4) == 0 {
 			var cs []Change
 			for range 1 + ackRng.IntN(3) {
-				c := Change{Segment: uint32(ackRng.IntN(3)), MAC: mac(ackRng.IntN(12)), Acked: now}
+				c := Change{Record: server.Record{Lease: server.Lease{MAC: mac(ackRng.IntN(12))}, Acked: now}, Segment: uint32(ackRng.IntN(3))}
 				cs = append(cs, c)
 				if b, ok := m.bindings[keyOf(c)]; ok && now.After(b.LastACK()) {
 					b.Acked = now
@@ -225,9 +226,11 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 			var cs []Change
 			for range 1 + rng.IntN(4) {
 				i := rng.IntN(12)
-				c := Change{Kind: Kind(1 + rng.IntN(5)), Segment: uint32(rng.IntN(3)), Network: "br" + strconv.Itoa(i%3),
-					IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(16))}), MAC: mac(i), Static: i < 3,
-					Expires: now.Add(time.Duration(rng.IntN(60)) * time.Second), At: now, Hostname: "vm" + strconv.Itoa(i)}
+				c := Change{Record: server.Record{Lease: server.Lease{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(16))}), MAC: mac(i),
+					Expires: now.Add(time.Duration(rng.IntN(60)) * time.Second), Hostname: "vm" + strconv.Itoa(i)}, Kind: Kind(1 + rng.IntN(5)), Network: "br" + strconv.Itoa(i%3),
+					Static: i < 3,
+					At:     now}, Segment: uint32(rng.IntN(3)),
+				}
 				if c.Kind == Declined && rng.IntN(2) == 0 {
 					c.Until = now.Add(time.Duration(rng.IntN(30)) * time.Second)
 				}
@@ -384,11 +387,11 @@ func TestAckedSurvivesReopenAndCompaction(t *testing.T) {
 	dir := t.TempDir()
 	db := mustOpen(t, dir, Options{})
 	ip := netip.MustParseAddr("10.0.0.10")
-	if _, err := db.Commit([]Change{{Kind: Bound, Segment: 7, IP: ip, MAC: mac(1), Expires: t0.Add(time.Hour), At: t0}}); err != nil {
+	if _, err := db.Commit([]Change{{Record: server.Record{Lease: server.Lease{IP: ip, MAC: mac(1), Expires: t0.Add(time.Hour)}, Kind: Bound, At: t0}, Segment: 7}}); err != nil {
 		t.Fatal(err)
 	}
 	acked := t0.Add(10 * time.Minute)
-	if err := db.Acked([]Change{{Segment: 7, MAC: mac(1), Acked: acked}, {Segment: 7, MAC: mac(2), Acked: acked}}); err != nil {
+	if err := db.Acked([]Change{{Record: server.Record{Lease: server.Lease{MAC: mac(1)}, Acked: acked}, Segment: 7}, {Record: server.Record{Lease: server.Lease{MAC: mac(2)}, Acked: acked}, Segment: 7}}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(db *DB, when string, want time.Time) {
@@ -412,7 +415,7 @@ func TestAckedSurvivesReopenAndCompaction(t *testing.T) {
 	db = mustOpen(t, dir, Options{})
 	check(db, "compacted and reopened", acked)
 	renewed := t0.Add(20 * time.Minute)
-	if _, err := db.Commit([]Change{{Kind: Renewed, Segment: 7, IP: ip, MAC: mac(1), Expires: t0.Add(2 * time.Hour), At: renewed}}); err != nil {
+	if _, err := db.Commit([]Change{{Record: server.Record{Lease: server.Lease{IP: ip, MAC: mac(1), Expires: t0.Add(2 * time.Hour)}, Kind: Renewed, At: renewed}, Segment: 7}}); err != nil {
 		t.Fatal(err)
 	}
 	check(db, "renewed", renewed)

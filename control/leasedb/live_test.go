@@ -5,6 +5,7 @@ package leasedb
 import (
 	"net"
 	"net/netip"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"slices"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ type fakeLive struct {
 }
 
 func (f *fakeLive) Binding(seg uint32, mac net.HardwareAddr) (Change, bool) {
-	c, ok := f.m[keyOf(Change{Segment: seg, MAC: mac})]
+	c, ok := f.m[keyOf(Change{Record: server.Record{Lease: server.Lease{MAC: mac}}, Segment: seg})]
 	return c, ok
 }
 
@@ -57,7 +58,7 @@ func TestTakePark(t *testing.T) {
 	dir := t.TempDir()
 	db := mustOpen(t, dir, Options{})
 	bind := func(seg uint32, i int, at time.Time) Change {
-		return Change{Kind: Bound, Segment: seg, IP: netip.AddrFrom4([4]byte{10, 0, byte(seg), byte(i)}), MAC: mac(i), Expires: t0.Add(time.Hour), At: at}
+		return Change{Record: server.Record{Lease: server.Lease{IP: netip.AddrFrom4([4]byte{10, 0, byte(seg), byte(i)}), MAC: mac(i), Expires: t0.Add(time.Hour)}, Kind: Bound, At: at}, Segment: seg}
 	}
 	if _, err := db.Commit([]Change{bind(1, 1, t0), bind(1, 2, t0), bind(2, 3, t0)}); err != nil {
 		t.Fatal(err)

@@ -112,8 +112,9 @@ func parseRecord(b []byte) (entry, error) {
 		if len(b) != 20 {
 			return entry{}, fmt.Errorf("ACK record of %d bytes: want 20", len(b))
 		}
-		c := Change{Segment: binary.LittleEndian.Uint32(b[2:]), MAC: net.HardwareAddr(append([]byte(nil), b[6:12]...)),
-			Acked: fromUnixNanos(int64(binary.LittleEndian.Uint64(b[12:])))}
+		c := Change{Segment: binary.LittleEndian.Uint32(b[2:])}
+		c.MAC = net.HardwareAddr(append([]byte(nil), b[6:12]...))
+		c.Acked = fromUnixNanos(int64(binary.LittleEndian.Uint64(b[12:])))
 		return entry{change: c, isAcked: true}, nil
 	case b[0] == version:
 		return parseChange(b)

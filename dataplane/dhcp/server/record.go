@@ -10,22 +10,34 @@ import (
 	"time"
 )
 
-// Record is a bound lease as the lease database last committed it: the
-// lease and what the database keeps beside it. The server keeps each
-// MAC's record with its binding, so a running segment's bindings live in
-// one place: the database reads them here (Records, Record) and sets them
-// as it commits (SetRecords). The lease in the table may be ahead of its
-// record (an ACK decided, not yet durable); a record's Seq is never 0.
+// Record is a binding's last change as the node's lease database keeps
+// it (its Change): the lease and what the database keeps beside it. The
+// server keeps each MAC's record with its binding, so a running
+// segment's bindings live in one place: the database reads them here
+// (Records, Record) and sets them as it commits (SetRecords). The lease
+// in the table may be ahead of its record (an ACK decided, not yet
+// durable); a record's Seq is never 0.
 type Record struct {
 	Lease
-	Kind    ChangeKind // Bound or Renewed
+	Kind    ChangeKind // Bound or Renewed (in the database, any kind)
 	Network string     // the segment's bridge: a dynamic lease's spec.network
 	At      time.Time  // when the server made the change
-	// Acked is when the server last ACKed it as it is (lease reuse), if
-	// later than At.
-	Acked             time.Time
-	Seq               uint64 // the database's sequence number of the change
-	Static, FromStore bool
+	// Static: the binding is a reservation's (the operator's DHCPLease
+	// object), never exported to the store.
+	Static bool
+	// FromStore: the change comes from the store (the operator's write),
+	// so it is never exported, and it withdraws the lease's earlier
+	// changes still waiting for the store (leasedb.DB.Withdrawn).
+	FromStore bool
+	// Seq is the database's sequence number of the change, rising
+	// forever (it survives compaction and restarts).
+	Seq uint64
+	// Acked, on a binding, is when its server last ACKed it as it is
+	// (lease reuse: no change, so At does not move), if later than At.
+	// On an end, it is when the binding it ends was last ACKed (its
+	// LastACK): whether this node's end outranks another node's copy of
+	// the lease depends on it (dhcpd's exporter).
+	Acked time.Time
 }
 
 // LastACK is when the binding was last ACKed: its change, or a later ACK
