@@ -72,10 +72,8 @@ func (s *Server) SetRecords(seg uint32, recs ...Record) {
 func (s *Server) AckedAsIs(seg uint32, mac net.HardwareAddr, t time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.segs[seg]; st != nil {
-		if l := st.byMAC[string(mac)]; l != nil && l.rec.Seq != 0 && t.After(l.rec.LastACK()) {
-			l.rec.Acked = t
-		}
+	if l := s.recorded(seg, mac); l != nil && t.After(l.rec.LastACK()) {
+		l.rec.Acked = t
 	}
 }
 
@@ -87,13 +85,19 @@ func (s *Server) Records(seg uint32) []Record {
 	if st == nil {
 		return nil
 	}
+	out := st.records()
+	slices.SortFunc(out, func(a, b Record) int { return a.IP.Compare(b.IP) })
+	return out
+}
+
+// records returns the segment's records.
+func (st *segState) records() []Record {
 	out := make([]Record, 0, len(st.byMAC))
 	for _, l := range st.byMAC {
 		if l.rec.Seq != 0 {
 			out = append(out, l.rec)
 		}
 	}
-	slices.SortFunc(out, func(a, b Record) int { return a.IP.Compare(b.IP) })
 	return out
 }
 
@@ -101,12 +105,20 @@ func (s *Server) Records(seg uint32) []Record {
 func (s *Server) Record(seg uint32, mac net.HardwareAddr) (Record, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.segs[seg]; st != nil {
-		if l := st.byMAC[string(mac)]; l != nil && l.rec.Seq != 0 {
-			return l.rec, true
-		}
+	if l := s.recorded(seg, mac); l != nil {
+		return l.rec, true
 	}
 	return Record{}, false
+}
+
+// recorded is mac's binding on seg if it has a record; s.mu held.
+func (s *Server) recorded(seg uint32, mac net.HardwareAddr) *lease {
+	if st := s.segs[seg]; st != nil {
+		if l := st.byMAC[string(mac)]; l != nil && l.rec.Seq != 0 {
+			return l
+		}
+	}
+	return nil
 }
 
 // Bindings counts the bindings of every segment.

@@ -300,13 +300,7 @@ func (s *Server) RemoveSegment(id uint32) ([]Record, map[netip.Addr]time.Time) {
 	if st == nil {
 		return nil, nil
 	}
-	var out []Record
-	for _, l := range st.byMAC {
-		if l.rec.Seq != 0 {
-			out = append(out, l.rec)
-		}
-	}
-	return out, st.quar
+	return st.records(), st.quar
 }
 
 // SetReservations replaces the static reservations of a segment with
