@@ -9,12 +9,12 @@ import (
 	"maps"
 	"net"
 	"net/netip"
-	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"slices"
 	"sync"
 	"time"
 
 	"pivirt.hu/pivirt/control/wal"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // Options tune a DB.

@@ -10,11 +10,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 var t0 = time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)

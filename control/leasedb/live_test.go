@@ -5,10 +5,11 @@ package leasedb
 import (
 	"net"
 	"net/netip"
-	"pivirt.hu/pivirt/dataplane/dhcp/server"
 	"slices"
 	"testing"
 	"time"
+
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
 // fakeLive is a server's table of bindings, by segment and MAC.
