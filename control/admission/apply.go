@@ -53,6 +53,20 @@ func (b *Batch) Get(kind, name string) (*pivirtv1.Object, error) {
 	return e.obj, nil
 }
 
+// GetTyped is Get with the object's decoded spec (nil when absent, or
+// not decoded).
+func (b *Batch) GetTyped(kind, name string) (*pivirtv1.Object, pivirtv1.Spec, error) {
+	c, err := b.kind(kind)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := b.getEntry(c, name)
+	if err != nil || e == nil {
+		return nil, nil, err
+	}
+	return e.obj, e.spec, nil
+}
+
 // StatusFunc returns the status to store with an object about to be
 // written (its generation is final), as UpdateStatus takes it.
 type StatusFunc func(next *pivirtv1.Object) any

@@ -4,6 +4,7 @@ package dhcpd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -290,6 +291,12 @@ func (x *exporter) storeRecords(ctx context.Context, recs []record) error {
 				superseded = append(superseded, r)
 				continue
 			}
+			if errors.Is(err, errReserved) {
+				// The server has the reservation (BeforeCommit, Sync):
+				// nothing of the dynamic lease is left to store.
+				x.Log.Info("journaled lease change not stored: the operator made the lease a reservation", "lease", LeaseName(r.Change.Lease.MAC), "change", r.Change.Kind.String())
+				continue
+			}
 			if !isRefusal(err) {
 				return err
 			}
@@ -322,6 +329,25 @@ const AnnotationAckedAt = "pivirtd.pilab.hu/acked-at"
 // (storeRecord). It is dropped, not stored: this node's copy goes with
 // its next snapshot, in which the lease is the other node's.
 var errSuperseded = errors.New("superseded by another node's lease")
+
+// errReserved: the lease's name holds a reservation now (the operator
+// edited the server's lease into one, `type: static`). The server's
+// changes of the dynamic lease it replaced, still on their way, neither
+// overwrite nor delete it.
+var errReserved = errors.New("the lease's object is a reservation now")
+
+// isReservation reports whether o, a DHCPLease whose decoded spec the
+// store's cache may have, is not a dynamic lease.
+func isReservation(o *pivirtv1.Object, spec pivirtv1.Spec) bool {
+	l, ok := spec.(*pivirtv1.DHCPLeaseSpec)
+	if !ok {
+		l = &pivirtv1.DHCPLeaseSpec{}
+		if json.Unmarshal(o.Spec, l) != nil {
+			return false
+		}
+	}
+	return l.Type != pivirtv1.LeaseDynamic
+}
 
 // ackedAt is the AnnotationAckedAt of a lease (zero when absent or bad).
 func ackedAt(o *pivirtv1.Object) time.Time {
@@ -361,7 +387,10 @@ func storeRecord(b *admission.Batch, r record, node string, clustered bool) erro
 			o.Metadata.Labels[pivirtv1.NodeLabel] = node
 		}
 		var conflict []pivirtv1.Condition
-		if cur, err := b.Get(pivirtv1.KindDHCPLease, name); err == nil && cur != nil {
+		if cur, curSpec, err := b.GetTyped(pivirtv1.KindDHCPLease, name); err == nil && cur != nil {
+			if isReservation(cur, curSpec) {
+				return errReserved
+			}
 			if pivirtv1.PlacedElsewhere(cur, node) && ackedAt(cur).After(ch.At) {
 				return errSuperseded
 			}
@@ -392,7 +421,12 @@ func storeRecord(b *admission.Batch, r record, node string, clustered bool) erro
 			return fmt.Errorf("storing %s: %w", name, err)
 		}
 	default:
-		if cur, err := b.Get(pivirtv1.KindDHCPLease, name); err == nil && cur != nil && pivirtv1.PlacedElsewhere(cur, node) && !r.boundAt.After(ackedAt(cur)) {
+		cur, spec, err := b.GetTyped(pivirtv1.KindDHCPLease, name)
+		switch {
+		case err != nil || cur == nil:
+		case isReservation(cur, spec):
+			return errReserved
+		case pivirtv1.PlacedElsewhere(cur, node) && !r.boundAt.After(ackedAt(cur)):
 			return errSuperseded
 		}
 		if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -429,8 +463,8 @@ func isRefusal(err error) bool {
 func (x *exporter) deleteStored(ch server.LeaseChange) error {
 	name := LeaseName(ch.Lease.MAC)
 	_, err := x.Index.Update(context.Background(), x.Store, admission.Options{Now: x.now(), Privileged: true, Origin: OriginServer}, func(b *admission.Batch) error {
-		cur, err := b.Get(pivirtv1.KindDHCPLease, name)
-		if err != nil || cur == nil || pivirtv1.PlacedElsewhere(cur, x.Node) {
+		cur, spec, err := b.GetTyped(pivirtv1.KindDHCPLease, name)
+		if err != nil || cur == nil || pivirtv1.PlacedElsewhere(cur, x.Node) || isReservation(cur, spec) {
 			return nil
 		}
 		if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
