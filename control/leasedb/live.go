@@ -44,10 +44,14 @@ func (db *DB) SetLive(l Live) {
 // to the server: load gets them (bindings by address) and loads what it
 // serves; a binding it does not, its caller ends (Commit). From then on
 // they are the server's until Park. load runs under the database's
-// lock: it must not call the database.
+// lock: it must not call the database. Take before SetLive panics: the
+// bindings would have nowhere to live.
 func (db *DB) Take(seg uint32, load func(bindings []Change, probations map[netip.Addr]time.Time)) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	if db.live == nil {
+		panic("leasedb: Take before SetLive")
+	}
 	var bs []Change
 	for k, c := range db.bindings {
 		if k.seg == seg {

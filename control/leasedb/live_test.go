@@ -167,3 +167,16 @@ func TestTakePark(t *testing.T) {
 		t.Errorf("after Park: probations %v", p)
 	}
 }
+
+// TestTakeBeforeSetLive: a segment taken with no server to hold its
+// bindings is a programming error, reported at Take with what was
+// missing, not as a nil dereference at the segment's first commit.
+func TestTakeBeforeSetLive(t *testing.T) {
+	db := mustOpen(t, t.TempDir(), Options{})
+	defer func() {
+		if r := recover(); r != "leasedb: Take before SetLive" {
+			t.Errorf("Take before SetLive: recovered %v, want its panic", r)
+		}
+	}()
+	db.Take(1, func([]Change, map[netip.Addr]time.Time) {})
+}
