@@ -4,10 +4,12 @@ package dhcpd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -41,20 +43,27 @@ import (
 //     expiry): the server is not a second truth;
 //   - pv_leases, after the guard's sync, is the database's projection;
 //   - a restart keeps every live binding as it was (no ACKed lease lost,
-//     none brought back).
+//     none brought back);
+//   - with edits on, the operator also turns the server's leases into
+//     reservations by editing them (type: static under the same name),
+//     and such a reservation stays as the operator wrote it: nothing of
+//     the server's overwrites or deletes it.
 //
-// PIVIRT_LEDGER_SEED runs one seed; PIVIRT_LEDGER_STEPS sets the length.
+// PIVIRT_LEDGER_SEED runs one seed, with edits; PIVIRT_LEDGER_STEPS sets
+// the length.
 func TestRandomLedger(t *testing.T) {
 	type run struct {
 		seed  uint64
 		steps int
+		edits bool // the operator edits leases into reservations (off: the seeds replay as they were found)
 	}
-	runs := []run{{1, 600}, {2, 600}, {3, 600}, {20261206, 600},
-		{7010, 600},  // a refused ACK dropped, its MAC's older stored lease kept: loaded at the restart over a reservation
-		{7021, 1100}, // the same, another order
+	runs := []run{{1, 600, false}, {2, 600, false}, {3, 600, false}, {20261206, 600, false},
+		{7010, 600, false},  // a refused ACK dropped, its MAC's older stored lease kept: loaded at the restart over a reservation
+		{7021, 1100, false}, // the same, another order
+		{1, 600, true}, {20261207, 600, true},
 	}
 	if v, err := strconv.ParseUint(os.Getenv("PIVIRT_LEDGER_SEED"), 10, 64); err == nil {
-		runs = []run{{v, 600}}
+		runs = []run{{v, 600, true}}
 	}
 	if v, err := strconv.Atoi(os.Getenv("PIVIRT_LEDGER_STEPS")); err == nil {
 		for i := range runs {
@@ -62,7 +71,11 @@ func TestRandomLedger(t *testing.T) {
 		}
 	}
 	for _, r := range runs {
-		t.Run(fmt.Sprint(r.seed), func(t *testing.T) { runLedger(t, r.seed, r.steps) })
+		name := fmt.Sprint(r.seed)
+		if r.edits {
+			name += "/edits"
+		}
+		t.Run(name, func(t *testing.T) { runLedger(t, r.seed, r.steps, r.edits) })
 	}
 }
 
@@ -82,12 +95,20 @@ type ledgerWorld struct {
 	synced bool
 	// reserved: the reservations' entries the guard's last sync wrote.
 	reserved map[leasemap.Key]leasemap.Value
+	// edits (nil: off) is when the operator edits a server-made lease
+	// into a reservation; edited is, by MAC, the address of each such
+	// reservation the store took and the operator has not changed since.
+	edits  *rand.Rand
+	edited map[string]netip.Addr
 }
 
-func runLedger(t *testing.T, seed uint64, steps int) {
+func runLedger(t *testing.T, seed uint64, steps int, edits bool) {
 	f := newSegmentFixture(t)
 	w := &ledgerWorld{t: t, f: f, rnd: rand.New(rand.NewPCG(seed, seed^0x1ed6e2)), now: time.Now().Truncate(time.Second),
 		crash: rand.New(rand.NewPCG(seed, seed^0xc4a54)), starting: rand.New(rand.NewPCG(seed, seed^0x57a27)), pins: &memLeases{m: map[leasemap.Key]leasemap.Value{}}}
+	if edits {
+		w.edits, w.edited = rand.New(rand.NewPCG(seed, seed^0xed17)), map[string]netip.Addr{}
+	}
 	f.m.Now = func() time.Time { return w.now }
 	f.m.Leases = w.pins
 	f.m.Events = events.NewRecorder(5)
@@ -106,6 +127,9 @@ func runLedger(t *testing.T, seed uint64, steps int) {
 			restarts++
 		} else {
 			w.step()
+		}
+		if w.edits != nil && w.edits.IntN(15) == 0 {
+			w.editIntoReservation()
 		}
 		if bad = append(bad, w.violations()...); len(bad) > 0 {
 			t.Fatalf("seed %d, step %d: %s\nlast steps:\n  %s", seed, step, strings.Join(bad, "\n"), strings.Join(w.trail[max(0, len(w.trail)-trailLen()):], "\n  "))
@@ -267,7 +291,7 @@ func (w *ledgerWorld) writeWhileStarting(before map[string]string, held, exempt 
 	}
 	for range w.starting.IntN(3) {
 		mac := w.macs[w.starting.IntN(len(w.macs))]
-		if _, err := w.f.st.Get(ctx, pivirtv1.KindDHCPLease, resName(mac)); err == nil || held[mac.String()] {
+		if _, err := w.f.st.Get(ctx, pivirtv1.KindDHCPLease, resName(mac)); err == nil || held[mac.String()] || w.edited[mac.String()].IsValid() {
 			continue // its reservation binds it; admission refuses both writes of a held lease
 		}
 		deleting := w.starting.IntN(2) == 0
@@ -361,8 +385,44 @@ func (w *ledgerWorld) bound(mac net.HardwareAddr) (server.Lease, bool) {
 	return server.Lease{}, false
 }
 
-func (w *ledgerWorld) update(fn func(b *admission.Batch) error) {
-	_, _ = w.f.ix.Update(context.Background(), w.f.st, admission.Options{}, fn)
+func (w *ledgerWorld) update(fn func(b *admission.Batch) error) error {
+	_, err := w.f.ix.Update(context.Background(), w.f.st, admission.Options{}, fn)
+	return err
+}
+
+// editIntoReservation has the operator edit the lease the server made
+// for a bound MAC into a reservation, under its name (pivirtctl edit:
+// type static), of its address or another one of the range. A held
+// lease is edited at its own address only (admission refuses a
+// reservation that supersedes a held lease; the model holds the lock in
+// the segment, not where admission reads it).
+func (w *ledgerWorld) editIntoReservation() {
+	mac := w.macs[w.edits.IntN(len(w.macs))]
+	l, bound := w.bound(mac)
+	ip := w.f.seg.Range.Start
+	for range w.edits.IntN(12) {
+		ip = ip.Next()
+	}
+	if !bound || w.edited[mac.String()].IsValid() {
+		return
+	}
+	if w.edits.IntN(2) == 0 || w.f.m.ledger.segmentsByID()[w.f.cfg.ID].held[mac.String()] {
+		ip = l.IP
+	}
+	o := storedLease(w.t, w.f.st, LeaseName(mac))
+	if o == nil || isReservation(o, nil) {
+		return
+	}
+	w.logf("operator edits %s into a reservation of %s", LeaseName(mac), ip)
+	w.synced = false // the store changed since the guard's sync
+	delete(w.reserved, leasemap.NewKey(w.f.cfg.ID, [6]byte(mac)))
+	r := decodeYAML(w.t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+LeaseName(mac)+`},
+		spec: {network: br-vm, macAddress: "`+mac.String()+`", ipAddress: `+ip.String()+`, type: static}}`)
+	if err := w.update(func(b *admission.Batch) error { _, _, err := b.Apply(r); return err }); err != nil {
+		w.logf("  refused: %v", err)
+		return
+	}
+	w.edited[mac.String()] = ip
 }
 
 func (w *ledgerWorld) step() {
@@ -397,10 +457,12 @@ func (w *ledgerWorld) step() {
 		w.logf("reserve %s: refused, it would supersede a lease the interlock holds", mac)
 	case n < 62:
 		w.logf("operator deletes %s", LeaseName(mac))
-		w.update(func(b *admission.Batch) error {
+		if w.update(func(b *admission.Batch) error {
 			_, err := b.Delete(pivirtv1.KindDHCPLease, LeaseName(mac), "")
 			return err
-		})
+		}) == nil {
+			delete(w.edited, mac.String())
+		}
 	case n < 70:
 		ip := w.f.seg.Range.Start
 		for range w.rnd.IntN(12) {
@@ -412,12 +474,18 @@ func (w *ledgerWorld) step() {
 			spec: {network: br-vm, macAddress: "`+mac.String()+`", ipAddress: `+ip.String()+`, type: static}}`)
 		w.update(func(b *admission.Batch) error { _, _, err := b.Apply(o); return err })
 	case n < 76:
-		w.logf("unreserve %s", mac)
+		name := resName(mac)
+		if w.edited[mac.String()].IsValid() {
+			name = LeaseName(mac)
+		}
+		w.logf("unreserve %s (%s)", mac, name)
 		delete(w.reserved, leasemap.NewKey(w.f.cfg.ID, [6]byte(mac)))
-		w.update(func(b *admission.Batch) error {
-			_, err := b.Delete(pivirtv1.KindDHCPLease, resName(mac), "")
+		if w.update(func(b *admission.Batch) error {
+			_, err := b.Delete(pivirtv1.KindDHCPLease, name, "")
 			return err
-		})
+		}) == nil {
+			delete(w.edited, mac.String())
+		}
 	case n < 80:
 		w.hold(mac)
 	case n < 84:
@@ -519,9 +587,21 @@ func (w *ledgerWorld) compiled() map[leasemap.Key]leasemap.Value {
 	return compile.Compile(append(objs, seg), compile.Host{}).Leases
 }
 
-// violations compares the server, the database and pv_leases.
+// violations compares the server, the database and pv_leases, and the
+// operator's edited reservations with the store.
 func (w *ledgerWorld) violations() []string {
 	var bad []string
+	for _, mac := range slices.Sorted(maps.Keys(w.edited)) {
+		hw, _ := net.ParseMAC(mac)
+		o := storedLease(w.t, w.f.st, LeaseName(hw))
+		var spec pivirtv1.DHCPLeaseSpec
+		if o != nil {
+			_ = json.Unmarshal(o.Spec, &spec)
+		}
+		if o == nil || !isReservation(o, nil) || spec.IPAddress != w.edited[mac].String() {
+			bad = append(bad, fmt.Sprintf("the operator's reservation %s of %s: the store has %s %q", LeaseName(hw), w.edited[mac], spec.Type, spec.IPAddress))
+		}
+	}
 	srv := map[string]string{}
 	for _, l := range w.f.m.srv.Leases(w.f.cfg.ID) {
 		srv[l.MAC.String()] = fmt.Sprint(l.IP, " ", l.Expires.Unix())
