@@ -14,7 +14,9 @@ package test
 //   - no address is held by two MACs (dynamic leases), and no lease is
 //     stored for a client that holds none (released, declined,
 //     superseded, deleted by the operator);
-//   - a reserved MAC is given its reserved address;
+//   - a reserved MAC is given its reserved address, and its reservation
+//     stays as the operator applied it, also when it was applied over
+//     the server's lease under its name (an edit into a reservation);
 //   - the guard's pins (pv_leases) equal the leases, and equal the lease
 //     database's bindings plus the reservations (no drift in
 //     `inspect desired pv_leases`);
@@ -62,6 +64,9 @@ type orderClient struct {
 	ack    *dhcpv4.DHCPv4
 	srvMAC [6]byte
 	reserv netip.Addr // its reservation, if one is applied
+	// resName names its reservation: res-<mac>, or lease-<mac> when the
+	// operator edited the server's lease into it.
+	resName string
 
 	lock      lockKind   // the provisioning interlock on its lease (ordering_lock_test.go)
 	heldBack  bool       // it released or declined under the lock: the server kept it
@@ -79,7 +84,11 @@ type orderRun struct {
 	// importRng is the operator's dynamic leases' own stream (nil: none),
 	// used the addresses anyone was given or reserved in this run.
 	importRng *rand.Rand
-	used      map[netip.Addr]bool
+	// editRng is the operator's own stream (nil: none) for naming a
+	// reservation as the lease it replaces: an edit of the server's
+	// lease (type static), which nothing of the server's may undo.
+	editRng *rand.Rand
+	used    map[netip.Addr]bool
 	clients   []*orderClient
 	seed      uint64
 	step      int
@@ -174,6 +183,7 @@ func runOrderings(t *testing.T, seed uint64, steps int, syncDelay time.Duration,
 	if locks {
 		run.lockRng = rand.New(rand.NewPCG(seed^0x10c4, seed>>2|1))
 		run.importRng = rand.New(rand.NewPCG(seed^0x1a90, seed>>3|1))
+		run.editRng = rand.New(rand.NewPCG(seed^0xed17, seed>>4|1))
 	}
 	macs := []net.HardwareAddr{
 		{0x52, 0x54, 0, 0x80, 0, 1}, {0x52, 0x54, 0, 0x80, 0, 2}, {0x52, 0x54, 0, 0x80, 0, 3},
@@ -415,9 +425,15 @@ func (r *orderRun) reserve(c *orderClient) {
 	if taken[ip] {
 		return
 	}
-	r.t.Logf("step %d: reserve %s -> %s", r.step, c.g.MAC, ip)
-	doc := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: res-%s}\nspec: {network: br-ord, macAddress: %q, ipAddress: %s}\n",
-		strings.ReplaceAll(c.g.MAC.String(), ":", ""), c.g.MAC.String(), ip)
+	if c.resName == "" {
+		c.resName = "res-" + strings.ReplaceAll(c.g.MAC.String(), ":", "")
+		if r.editRng != nil && r.editRng.IntN(2) == 0 {
+			c.resName = leaseName(c.g.MAC) // over the server's lease, if it has one
+		}
+	}
+	r.t.Logf("step %d: reserve %s -> %s (%s)", r.step, c.g.MAC, ip, c.resName)
+	doc := fmt.Sprintf("apiVersion: pivirt.hu/v1\nkind: DHCPLease\nmetadata: {name: %s}\nspec: {network: br-ord, macAddress: %q, ipAddress: %s, type: static}\n",
+		c.resName, c.g.MAC.String(), ip)
 	if res := r.d.CtlStdin([]byte(doc), "apply", "-f", "-"); res.Code != 0 {
 		r.fatalf("reserving %s for %s: %s", ip, c.g.MAC, res)
 	}
@@ -432,12 +448,11 @@ func (r *orderRun) unreserve(c *orderClient) {
 	if !c.reserv.IsValid() {
 		return
 	}
-	r.t.Logf("step %d: delete the reservation of %s", r.step, c.g.MAC)
-	name := "res-" + strings.ReplaceAll(c.g.MAC.String(), ":", "")
-	if res := r.d.Ctl("delete", "lease", name); res.Code != 0 {
-		r.fatalf("deleting %s: %s", name, res)
+	r.t.Logf("step %d: delete the reservation of %s (%s)", r.step, c.g.MAC, c.resName)
+	if res := r.d.Ctl("delete", "lease", c.resName); res.Code != 0 {
+		r.fatalf("deleting %s: %s", c.resName, res)
 	}
-	c.reserv = netip.Addr{}
+	c.reserv, c.resName = netip.Addr{}, ""
 	// Its binding outlives the reservation, as a dynamic lease.
 }
 
@@ -556,12 +571,15 @@ func (r *orderRun) violations() []string {
 	}
 	for _, c := range r.clients {
 		mac := c.g.MAC.String()
+		if c.reserv.IsValid() {
+			// The operator's reservation stays as applied, whatever the
+			// server still had on its way for the lease it replaced.
+			if l, ok := byName[c.resName]; !ok || l.Spec.Type != "static" || l.Spec.IPAddress != c.reserv.String() {
+				bad = append(bad, fmt.Sprintf("reservation %s of %s at %s: the store has %+v", c.resName, mac, c.reserv, l.Spec))
+			}
+		}
 		if c.acked.IsValid() {
-			if c.reserv.IsValid() {
-				if _, ok := byName["res-"+strings.ReplaceAll(mac, ":", "")]; !ok {
-					bad = append(bad, "reservation of "+mac+" missing")
-				}
-			} else if l, ok := byName[leaseName(c.g.MAC)]; !ok || l.Spec.IPAddress != c.acked.String() {
+			if l, ok := byName[leaseName(c.g.MAC)]; !c.reserv.IsValid() && (!ok || l.Spec.IPAddress != c.acked.String()) {
 				bad = append(bad, fmt.Sprintf("ACKed %s for %s, store has %+v", c.acked, mac, l.Spec))
 			}
 			// Pins are per segment (pv_leases is keyed by its id): with
@@ -578,7 +596,7 @@ func (r *orderRun) violations() []string {
 		// Nothing holds an address the client no longer has: a lease
 		// released, declined, superseded or deleted by the operator is
 		// not written back (a journaled change stored late, say).
-		if l, ok := byName[leaseName(c.g.MAC)]; ok && (!c.acked.IsValid() || c.reserv.IsValid()) && l.Spec.IPAddress != c.maybeHeld.String() {
+		if l, ok := byName[leaseName(c.g.MAC)]; ok && c.resName != leaseName(c.g.MAC) && (!c.acked.IsValid() || c.reserv.IsValid()) && l.Spec.IPAddress != c.maybeHeld.String() {
 			bad = append(bad, fmt.Sprintf("%s holds no lease (reservation %v), the store has %s at %s", mac, c.reserv, l.Metadata.Name, l.Spec.IPAddress))
 		}
 	}
