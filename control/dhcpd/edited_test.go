@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/events"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
@@ -26,11 +28,14 @@ func TestLeaseEditedIntoAReservation(t *testing.T) {
 		resIP   string
 		renewed bool // a renewal journaled, not yet stored, before the edit
 		held    bool // the interlock holds the lease through the edit, then lets go
+		other   bool // the reservation has a name of its own (res-<mac>), not the lease's
 	}{
 		{name: "another address", resIP: "192.168.100.150"},
 		{name: "another address, a renewal not stored yet", resIP: "192.168.100.150", renewed: true},
 		{name: "the same address, a renewal not stored yet", resIP: dynIP, renewed: true},
 		{name: "another address, held through the edit", resIP: "192.168.100.150", held: true},
+		{name: "a reservation of its own, the same address, a renewal not stored yet", resIP: dynIP, renewed: true, other: true},
+		{name: "a reservation of its own, another address, a renewal not stored yet", resIP: "192.168.100.150", renewed: true, other: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,6 +43,7 @@ func TestLeaseEditedIntoAReservation(t *testing.T) {
 			exp := time.Now().Add(time.Hour)
 			f, bound := newStoredLeaseFixture(t, mac, dynIP, exp)
 			f.ix.BeforeCommit = f.m.BeforeCommit
+			f.m.Events = events.NewRecorder(5)
 			if tc.held {
 				if _, err := f.m.srv.SetHeld(time.Now(), f.cfg.ID, []net.HardwareAddr{bound.Lease.MAC}); err != nil {
 					t.Fatal(err)
@@ -50,7 +56,11 @@ func TestLeaseEditedIntoAReservation(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			f.apply(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+name+`},
+			resName := name
+			if tc.other {
+				resName = "res-e1"
+			}
+			f.apply(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+resName+`},
 				spec: {network: br-vm, macAddress: "`+mac+`", ipAddress: `+tc.resIP+`, type: static}}`)
 			if tc.held {
 				due, err := f.m.srv.SetHeld(time.Now(), f.cfg.ID, nil)
@@ -64,16 +74,25 @@ func TestLeaseEditedIntoAReservation(t *testing.T) {
 			if err := f.m.ledger.exp.export(ctx); err != nil {
 				t.Fatal(err)
 			}
-			o := storedLease(t, f.st, name)
+			if tc.other {
+				if o := storedLease(t, f.st, name); o != nil {
+					t.Errorf("the server's writer stored %s beside the reservation %s: %s", name, resName, o.Spec)
+				}
+			}
+			if tc.resIP == dynIP {
+				// The binding is the reservation's now: it stays.
+				f.wantBinding(t, bound.Lease.MAC, netip.MustParseAddr(dynIP))
+			}
+			o := storedLease(t, f.st, resName)
 			if o == nil {
-				t.Fatalf("the operator's reservation %s was deleted by the server's writer", name)
+				t.Fatalf("the operator's reservation %s was deleted by the server's writer", resName)
 			}
 			var spec pivirtv1.DHCPLeaseSpec
 			if err := json.Unmarshal(o.Spec, &spec); err != nil {
 				t.Fatal(err)
 			}
 			if spec.Type == pivirtv1.LeaseDynamic || spec.IPAddress != tc.resIP {
-				t.Errorf("%s is %s %s after the writer ran, want the operator's reservation of %s", name, spec.Type, spec.IPAddress, tc.resIP)
+				t.Errorf("%s is %s %s after the writer ran, want the operator's reservation of %s", resName, spec.Type, spec.IPAddress, tc.resIP)
 			}
 		})
 	}

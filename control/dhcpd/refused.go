@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"net/netip"
 
+	"pivirt.hu/pivirt/api/fields"
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/events"
+	"pivirt.hu/pivirt/control/store"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
@@ -78,6 +80,14 @@ func (lg *ledger) refused(r record, err error) {
 	rule := ""
 	switch ch.Kind {
 	case server.Bound, server.Renewed:
+		if res := lg.reservationAt(ch); res != "" {
+			// The operator reserved the client the address it has (the
+			// change was on its way then): the reservation's apply
+			// removed the lease, and the binding is the reservation's
+			// now. Dropping it would unpin a client the store allows.
+			lg.Log.Info("journaled lease change not stored: its MAC's reservation of the address holds the binding now", "lease", name, "reservation", res, "ip", ch.Lease.IP)
+			return
+		}
 		rule = "the lease is dropped by the DHCP server; the client is NAKed at its next renewal"
 		if lg.newer(r) {
 			// The server's binding is a newer change's, still queued: it
@@ -106,6 +116,30 @@ func (lg *ledger) refused(r record, err error) {
 	msg := fmt.Sprintf("%s of %s for %s not stored: %v; %s", ch.Kind, ch.Lease.IP, ch.Lease.MAC, err, rule)
 	lg.Log.Warn("journaled lease change refused by the store", "lease", name, "change", ch.Kind.String(), "err", err, "rule", rule)
 	lg.Events.Record(pivirtv1.KindDHCPLease, name, events.Warning, "LeaseChangeRefused", msg)
+}
+
+// reservationAt returns the name of the store's reservation of ch's MAC
+// at ch's address in ch's segment ("": none, or the store cannot say).
+func (lg *ledger) reservationAt(ch server.LeaseChange) string {
+	sel, err := fields.Parse(pivirtv1.KindDHCPLease, "spec.macAddress="+ch.Lease.MAC.String())
+	if err != nil {
+		return ""
+	}
+	page, err := lg.Store.ListPage(context.Background(), pivirtv1.KindDHCPLease, store.ListOptions{Fields: sel})
+	if err != nil {
+		return ""
+	}
+	si, known := lg.segmentsByID()[ch.Segment]
+	for _, o := range page.Objects {
+		var spec pivirtv1.DHCPLeaseSpec
+		if json.Unmarshal(o.Spec, &spec) != nil || spec.Type == pivirtv1.LeaseDynamic || (known && !si.seg.Names(spec.Network)) {
+			continue
+		}
+		if ip, err := netip.ParseAddr(spec.IPAddress); err == nil && ip == ch.Lease.IP {
+			return o.Metadata.Name
+		}
+	}
+	return ""
 }
 
 // bindStored binds, in the server, the lease database and pv_leases, the

@@ -51,9 +51,10 @@ type DB struct {
 	probation map[probation]time.Time
 	pending   []Change // dynamic changes after exported, in order
 	sinceSnap int      // journal records the last snapshot does not cover
-	// withdrawn are the pending changes a FromStore change took back,
-	// until the export mark passes them: a writer that read them as
-	// pending must not store them (Withdrawn).
+	// withdrawn are the pending changes a FromStore change, or a static
+	// one of the same segment, took back, until the export mark passes
+	// them: a writer that read them as pending must not store them
+	// (Withdrawn).
 	withdrawn map[uint64]bool
 	skipped   []error // unreadable journal records Open skipped
 	legacy    bool    // Open found no snapshot and no record of this release
@@ -143,9 +144,14 @@ func (db *DB) Skipped() []error { return db.skipped }
 // (the caller sets it there: Live.Set).
 func (db *DB) apply(c Change) (live bool) {
 	k := keyOf(c)
-	if c.FromStore {
+	if c.FromStore || c.Static {
+		// What of the MAC's lease is still on its way to the store is
+		// moot: the store's object is the operator's (FromStore), or
+		// the MAC's binding is its reservation's now (Static: its apply
+		// removed the dynamic lease; storing it late would bring back a
+		// lease the client may have released since).
 		db.pending = slices.DeleteFunc(db.pending, func(p Change) bool {
-			if bytes.Equal(p.MAC, c.MAC) {
+			if bytes.Equal(p.MAC, c.MAC) && (c.FromStore || p.Segment == c.Segment) {
 				db.withdrawn[p.Seq] = true
 				return true
 			}

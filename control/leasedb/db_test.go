@@ -86,9 +86,9 @@ type model struct {
 
 func (m *model) apply(c Change) {
 	k := keyOf(c)
-	if c.FromStore {
+	if c.FromStore || c.Static {
 		m.pending = slices.DeleteFunc(m.pending, func(p Change) bool {
-			if p.MAC.String() == c.MAC.String() {
+			if p.MAC.String() == c.MAC.String() && (c.FromStore || p.Segment == c.Segment) {
 				m.withdrawn = append(m.withdrawn, p.Seq)
 				return true
 			}
@@ -229,8 +229,8 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 				i := rng.IntN(12)
 				c := Change{Record: server.Record{Lease: server.Lease{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(16))}), MAC: mac(i),
 					Expires: now.Add(time.Duration(rng.IntN(60)) * time.Second), Hostname: "vm" + strconv.Itoa(i)}, Kind: Kind(1 + rng.IntN(5)), Network: "br" + strconv.Itoa(i%3),
-					Static: i < 3,
-					At:     now}, Segment: uint32(rng.IntN(3)),
+					Static: i < 3 || i < 6 && rng.IntN(4) == 0, // 3-5: reserved now and then
+					At:     now}, Segment:                      uint32(rng.IntN(3)),
 				}
 				if c.Kind == Declined && rng.IntN(2) == 0 {
 					c.Until = now.Add(time.Duration(rng.IntN(30)) * time.Second)
