@@ -227,10 +227,12 @@ func randomRun(t *testing.T, seed uint64, steps int) {
 			var cs []Change
 			for range 1 + rng.IntN(4) {
 				i := rng.IntN(12)
+				// MACs 0-2 are reserved, 3-5 now and then.
+				static := i < 3 || i < 6 && rng.IntN(4) == 0
 				c := Change{Record: server.Record{Lease: server.Lease{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(16))}), MAC: mac(i),
 					Expires: now.Add(time.Duration(rng.IntN(60)) * time.Second), Hostname: "vm" + strconv.Itoa(i)}, Kind: Kind(1 + rng.IntN(5)), Network: "br" + strconv.Itoa(i%3),
-					Static: i < 3 || i < 6 && rng.IntN(4) == 0, // 3-5: reserved now and then
-					At:     now}, Segment:                      uint32(rng.IntN(3)),
+					Static: static,
+					At:     now}, Segment: uint32(rng.IntN(3)),
 				}
 				if c.Kind == Declined && rng.IntN(2) == 0 {
 					c.Until = now.Add(time.Duration(rng.IntN(30)) * time.Second)
