@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
+	"pivirt.hu/pivirt/control/admission"
 	"pivirt.hu/pivirt/control/events"
 	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
@@ -29,10 +30,12 @@ func TestLeaseEditedIntoAReservation(t *testing.T) {
 		renewed bool // a renewal journaled, not yet stored, before the edit
 		held    bool // the interlock holds the lease through the edit, then lets go
 		other   bool // the reservation has a name of its own (res-<mac>), not the lease's
+		fetched bool // the stored object as fetched, made static (get -o yaml, edit, apply)
 	}{
 		{name: "another address", resIP: "192.168.100.150"},
 		{name: "another address, a renewal not stored yet", resIP: "192.168.100.150", renewed: true},
 		{name: "the same address, a renewal not stored yet", resIP: dynIP, renewed: true},
+		{name: "the stored object as fetched, made static", resIP: dynIP, fetched: true},
 		{name: "another address, held through the edit", resIP: "192.168.100.150", held: true},
 		{name: "a reservation of its own, the same address, a renewal not stored yet", resIP: dynIP, renewed: true, other: true},
 		{name: "a reservation of its own, another address, a renewal not stored yet", resIP: "192.168.100.150", renewed: true, other: true},
@@ -60,8 +63,22 @@ func TestLeaseEditedIntoAReservation(t *testing.T) {
 			if tc.other {
 				resName = "res-e1"
 			}
-			f.apply(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+resName+`},
-				spec: {network: br-vm, macAddress: "`+mac+`", ipAddress: `+tc.resIP+`, type: static}}`)
+			if tc.fetched {
+				o := storedLease(t, f.st, name)
+				var spec map[string]any
+				if err := json.Unmarshal(o.Spec, &spec); err != nil {
+					t.Fatal(err)
+				}
+				spec["type"] = pivirtv1.LeaseStatic
+				delete(spec, "expiresAt") // a reservation does not expire (admission says so, naming the field)
+				o.Spec, _ = json.Marshal(spec)
+				if _, err := f.ix.Update(ctx, f.st, admission.Options{}, func(b *admission.Batch) error { _, _, err := b.Apply(o); return err }); err != nil {
+					t.Fatalf("applying the fetched lease as static: %v", err)
+				}
+			} else {
+				f.apply(t, `{apiVersion: pivirt.hu/v1, kind: DHCPLease, metadata: {name: `+resName+`},
+					spec: {network: br-vm, macAddress: "`+mac+`", ipAddress: `+tc.resIP+`, type: static}}`)
+			}
 			if tc.held {
 				due, err := f.m.srv.SetHeld(time.Now(), f.cfg.ID, nil)
 				if err != nil {
