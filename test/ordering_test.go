@@ -128,6 +128,8 @@ func TestPrivilegedOrderingRegressions(t *testing.T) {
 		seed  uint64
 		steps int
 	}{
+		{20261205, 150},            // a sync deleted a pin an ACK had just made (found with an earlier stream of steps)
+		{1796384371243064418, 120}, // a reservation did not lift its address's DECLINE probation (idem, step 99)
 		{90417, 133},               // delete a lease, DORA, kill -9: the ACK reused the binding being deleted
 		{11, 28},                   // delete the reservation, delete the lease, DORA, kill -9
 		{202, 38},                  // the same, another order
