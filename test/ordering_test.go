@@ -89,9 +89,9 @@ type orderRun struct {
 	// lease (type static), which nothing of the server's may undo.
 	editRng *rand.Rand
 	used    map[netip.Addr]bool
-	clients   []*orderClient
-	seed      uint64
-	step      int
+	clients []*orderClient
+	seed    uint64
+	step    int
 }
 
 func envInt(name string, def uint64) uint64 {
