@@ -42,15 +42,8 @@ func (b *Batch) Apply(obj *pivirtv1.Object) (stored *pivirtv1.Object, action str
 // Get returns kind/name as the batch sees it (nil when absent). The
 // object is shared with the index: do not modify it.
 func (b *Batch) Get(kind, name string) (*pivirtv1.Object, error) {
-	c, err := b.kind(kind)
-	if err != nil {
-		return nil, err
-	}
-	e, err := b.getEntry(c, name)
-	if err != nil || e == nil {
-		return nil, err
-	}
-	return e.obj, nil
+	o, _, err := b.GetTyped(kind, name)
+	return o, err
 }
 
 // GetTyped is Get with the object's decoded spec (nil when absent, or

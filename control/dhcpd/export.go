@@ -4,7 +4,6 @@ package dhcpd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -336,17 +335,12 @@ var errSuperseded = errors.New("superseded by another node's lease")
 // overwrite nor delete it.
 var errReserved = errors.New("the lease's object is a reservation now")
 
-// isReservation reports whether o, a DHCPLease whose decoded spec the
-// store's cache may have, is not a dynamic lease.
-func isReservation(o *pivirtv1.Object, spec pivirtv1.Spec) bool {
+// isReservation reports whether spec, a stored DHCPLease's as the
+// admission batch decoded it (nil: it did not decode), is not a dynamic
+// lease.
+func isReservation(spec pivirtv1.Spec) bool {
 	l, ok := spec.(*pivirtv1.DHCPLeaseSpec)
-	if !ok {
-		l = &pivirtv1.DHCPLeaseSpec{}
-		if json.Unmarshal(o.Spec, l) != nil {
-			return false
-		}
-	}
-	return l.Type != pivirtv1.LeaseDynamic
+	return ok && l.Type != pivirtv1.LeaseDynamic
 }
 
 // ackedAt is the AnnotationAckedAt of a lease (zero when absent or bad).
@@ -388,7 +382,7 @@ func storeRecord(b *admission.Batch, r record, node string, clustered bool) erro
 		}
 		var conflict []pivirtv1.Condition
 		if cur, curSpec, err := b.GetTyped(pivirtv1.KindDHCPLease, name); err == nil && cur != nil {
-			if isReservation(cur, curSpec) {
+			if isReservation(curSpec) {
 				return errReserved
 			}
 			if pivirtv1.PlacedElsewhere(cur, node) && ackedAt(cur).After(ch.At) {
@@ -424,7 +418,7 @@ func storeRecord(b *admission.Batch, r record, node string, clustered bool) erro
 		cur, spec, err := b.GetTyped(pivirtv1.KindDHCPLease, name)
 		switch {
 		case err != nil || cur == nil:
-		case isReservation(cur, spec):
+		case isReservation(spec):
 			return errReserved
 		case pivirtv1.PlacedElsewhere(cur, node) && !r.boundAt.After(ackedAt(cur)):
 			return errSuperseded
@@ -464,7 +458,7 @@ func (x *exporter) deleteStored(ch server.LeaseChange) error {
 	name := LeaseName(ch.Lease.MAC)
 	_, err := x.Index.Update(context.Background(), x.Store, admission.Options{Now: x.now(), Privileged: true, Origin: OriginServer}, func(b *admission.Batch) error {
 		cur, spec, err := b.GetTyped(pivirtv1.KindDHCPLease, name)
-		if err != nil || cur == nil || pivirtv1.PlacedElsewhere(cur, x.Node) || isReservation(cur, spec) {
+		if err != nil || cur == nil || pivirtv1.PlacedElsewhere(cur, x.Node) || isReservation(spec) {
 			return nil
 		}
 		if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {

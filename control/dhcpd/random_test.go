@@ -410,7 +410,7 @@ func (w *ledgerWorld) editIntoReservation() {
 		ip = l.IP
 	}
 	o := storedLease(w.t, w.f.st, LeaseName(mac))
-	if o == nil || isReservation(o, nil) {
+	if o == nil || isReservation(mustSpec(w.t, o)) {
 		return
 	}
 	w.logf("operator edits %s into a reservation of %s", LeaseName(mac), ip)
@@ -555,6 +555,16 @@ func (w *ledgerWorld) heldStored(mac net.HardwareAddr) bool {
 	return err == nil
 }
 
+// mustSpec is o's decoded spec.
+func mustSpec(t *testing.T, o *pivirtv1.Object) pivirtv1.Spec {
+	t.Helper()
+	s, err := o.DefaultedSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func resName(mac net.HardwareAddr) string { return "res-" + strings.ReplaceAll(mac.String(), ":", "") }
 
 // guardSync runs the guard's full pass of pv_leases: compile the store's
@@ -598,7 +608,7 @@ func (w *ledgerWorld) violations() []string {
 		if o != nil {
 			_ = json.Unmarshal(o.Spec, &spec)
 		}
-		if o == nil || !isReservation(o, nil) || spec.IPAddress != w.edited[mac].String() {
+		if o == nil || !isReservation(mustSpec(w.t, o)) || spec.IPAddress != w.edited[mac].String() {
 			bad = append(bad, fmt.Sprintf("the operator's reservation %s of %s: the store has %s %q", LeaseName(hw), w.edited[mac], spec.Type, spec.IPAddress))
 		}
 	}
