@@ -65,12 +65,10 @@ func TestDeclinedProbationSurvivesARestart(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer restarted.Stop()
-			if _, err := restarted.srv.SetSegment(f.cfg); err != nil {
+			if _, err := restarted.srv.Apply(time.Now(), server.Input{Segment: f.cfg}); err != nil {
 				t.Fatal(err)
 			}
-			if err := restarted.loadTables(ctx, f.seg, f.cfg, startInput{}); err != nil {
-				t.Fatal(err)
-			}
+			restarted.loadTables(ctx, f.seg, f.cfg, nil, startInput{})
 			st, _ := restarted.srv.Stats(f.cfg.ID)
 			if st.Quarantined != tc.inProbation {
 				t.Fatalf("%d addresses in probation after the restart, want %d", st.Quarantined, tc.inProbation)

@@ -48,7 +48,7 @@ func TestLeaseEditedIntoAReservation(t *testing.T) {
 			f.ix.BeforeCommit = f.m.BeforeCommit
 			f.m.Events = events.NewRecorder(5)
 			if tc.held {
-				if _, err := f.m.srv.SetHeld(time.Now(), f.cfg.ID, []net.HardwareAddr{bound.Lease.MAC}); err != nil {
+				if err := f.m.apply(ctx, server.Input{Segment: f.cfg, Held: []net.HardwareAddr{bound.Lease.MAC}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -80,11 +80,9 @@ func TestLeaseEditedIntoAReservation(t *testing.T) {
 					spec: {network: br-vm, macAddress: "`+mac+`", ipAddress: `+tc.resIP+`, type: static}}`)
 			}
 			if tc.held {
-				due, err := f.m.srv.SetHeld(time.Now(), f.cfg.ID, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := f.m.ledger.Persist(ctx, due); err != nil { // as Sync persists what is due
+				// The hold ends as Sync sees it: the server's reservations are
+				// newer than this input's revision (the apply's intent).
+				if err := f.m.apply(ctx, server.Input{Segment: f.cfg}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -10,8 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -90,8 +88,6 @@ type running struct {
 	seg    segment.Segment
 	id     uint32
 	held   map[string]bool // MACs whose lease the provisioning interlock holds
-	static []server.Reservation
-	cfg    server.Segment
 	cancel context.CancelFunc
 	done   chan struct{}
 	resp   *responder.Responder
@@ -122,6 +118,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 
 // Sync makes the responders match segments (those with DHCP on and a
 // bridge up) and feeds them reservations and the operator's deletions.
+// Each segment's server takes one Input (server.Apply); a segment new
+// to it then starts from the lease database (loadTables).
 func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap reconcile.Snapshot) error {
 	m.init()
 	m.mu.Lock()
@@ -137,80 +135,27 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			continue // DHCP on but no delegated range: nothing to hand out
 		}
 		want[seg.Name] = true
-		cfg, err := serverSegment(seg)
+		in, err := m.input(seg, heldObjs, snap)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		cfg.ReuseThreshold, cfg.OffersPerMAC = m.LeaseReuse, m.OffersPerMAC
-		r := m.running[seg.Name]
-		if r != nil && r.seg.Spec.Bridge != seg.Spec.Bridge {
+		if r := m.running[seg.Name]; r != nil && r.seg.Spec.Bridge != seg.Spec.Bridge {
 			m.stop(seg.Name)
-			r = nil
 		}
-		fresh := r == nil
-		// Reconfiguring rebuilds the segment's tables: only on a change.
-		if fresh || !reflect.DeepEqual(r.cfg, cfg) {
-			changes, err := m.srv.SetSegment(cfg)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("configuring DHCP of segment %s: %w", seg.Name, err))
-				continue
-			}
-			if len(changes) > 0 {
-				if err := m.ledger.Persist(ctx, changes); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			if !fresh {
-				r.static = nil // the new tables hold no reservations yet
-			}
+		r := m.running[seg.Name]
+		if r == nil {
+			errs = append(errs, m.startSegment(ctx, seg, in, m.startInput(seg, in, leases, snap, heldByName)))
+			continue
 		}
-		static, dynamic, moved := m.segmentLeases(seg, leases, snap, heldByName)
-		var prev []server.Reservation
-		if r != nil {
-			prev = r.static
-		}
-		static, reset := m.loadReservations(seg.Name, cfg.ID, prev, static, snap.Revision)
-		held := m.segmentHeld(seg, heldObjs, snap)
-		heldSet := macSet(held)
-		if r != nil {
-			// What this pass persists is pinned by the held set of this
-			// snapshot (ledger.pinExpiry), not the last pass's: a lease
-			// locked since is pinned years ahead, as compile pins it
-			// (ordering seed 1796499881600462388: keepUnreserved re-pinned
-			// a just-locked lease at its plain expiry).
-			r.held = heldSet
-			m.publishInfos()
-		}
-		if reset && r != nil {
-			if err := m.keepUnreserved(ctx, cfg.ID, r.static, static); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if due, err := m.srv.SetHeld(m.now(), cfg.ID, held); err != nil {
-			errs = append(errs, err)
-		} else if len(due) > 0 {
-			// Releases the interlock held back happen now.
-			if err := m.ledger.Persist(ctx, due); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if fresh {
-			in := startInput{static: static, dynamic: dynamic, moved: moved, held: held, away: m.away[collision.NetworkOf(seg)], storeUnreachable: snap.Saved}
-			if err := m.loadTables(ctx, seg, cfg, in); err != nil {
-				errs = append(errs, err)
-			}
-			if err := m.start(seg, cfg.ID); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if err := m.ledger.pinStarted(cfg.ID, infoOf(seg, heldSet)); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		r = m.running[seg.Name]
-		r.seg, r.cfg, r.static = seg, cfg, static
-		r.held = heldSet
+		// What this pass persists is pinned by the held set of this
+		// snapshot (ledger.pinExpiry), not the last pass's: a lease
+		// locked since is pinned years ahead, as compile pins it
+		// (ordering seed 1796499881600462388: a reservation's binding
+		// kept as a dynamic lease was pinned at its plain expiry).
+		r.seg, r.held = seg, macSet(in.Held)
+		m.publishInfos()
+		errs = append(errs, m.apply(ctx, in))
 	}
 	for name := range m.running {
 		if !want[name] {
@@ -225,33 +170,60 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 	return errors.Join(errs...)
 }
 
-// macSet is the set of macs by their string form.
-func macSet(macs []net.HardwareAddr) map[string]bool {
-	out := make(map[string]bool, len(macs))
-	for _, mac := range macs {
-		out[mac.String()] = true
+// input is what seg's server is told of it (server.Input): its settings,
+// the store's reservations of it at the snapshot's revision, the MACs of
+// its held leases, what other nodes hold of its network.
+func (m *Manager) input(seg segment.Segment, heldObjs []*pivirtv1.Object, snap reconcile.Snapshot) (server.Input, error) {
+	cfg, err := serverSegment(seg)
+	if err != nil {
+		return server.Input{}, err
+	}
+	cfg.ReuseThreshold, cfg.OffersPerMAC = m.LeaseReuse, m.OffersPerMAC
+	in := server.Input{Segment: cfg, Reservations: segmentReservations(seg, snap.Of(pivirtv1.KindDHCPLease), snap),
+		Revision: snap.Revision, Elsewhere: m.away[collision.NetworkOf(seg)]}
+	for _, o := range heldObjs {
+		if l, ok := segmentLease(seg, o, snap); ok {
+			in.Held = append(in.Held, l.MAC)
+		}
+	}
+	return in, nil
+}
+
+// segmentReservations returns the reservations of seg among objs.
+func segmentReservations(seg segment.Segment, objs []*pivirtv1.Object, snap reconcile.Snapshot) []server.Reservation {
+	var out []server.Reservation
+	for _, o := range objs {
+		if l, ok := segmentLease(seg, o, snap); ok && !l.Dynamic() && seg.InRange(l.IP) {
+			out = append(out, server.Reservation{MAC: l.MAC, IP: l.IP, Hostname: l.Spec.Hostname})
+		}
 	}
 	return out
 }
 
-// loadReservations sets a segment's reservations in the server to static,
-// the store's at revision rev (server.SetReservations: a snapshot older
-// than a reservation the operator gave the server ahead of the store sets
-// nothing, the server's are newer). It returns the reservations now in
-// force as the store last gave them (prev, if the snapshot was stale) and
-// whether static took effect. The dynamic leases they supersede end in
-// the lease database as the operator's deletions: admission deleted
-// their objects with the reservation's apply.
-func (m *Manager) loadReservations(segName string, id uint32, prev, static []server.Reservation, rev int64) ([]server.Reservation, bool) {
-	superseded, err := m.srv.SetReservations(m.now(), id, static, rev)
-	if errors.Is(err, server.ErrStale) {
-		return prev, false
-	}
+// segmentLease is o as a lease of seg's network.
+func segmentLease(seg segment.Segment, o *pivirtv1.Object, snap reconcile.Snapshot) (pivirtv1.Lease, bool) {
+	s, err := snap.Spec(o)
 	if err != nil {
-		m.Log.Warn("some reservations were not loaded", "segment", segName, "err", err)
+		return pivirtv1.Lease{}, false
 	}
-	m.persistSuperseded(superseded)
-	return static, true
+	l, err := pivirtv1.NewLease(o, s.(*pivirtv1.DHCPLeaseSpec))
+	return l, err == nil && seg.Names(l.Spec.Network)
+}
+
+// apply gives a running segment's server its input and persists what
+// that changed: the leases reservations superseded follow the store
+// (admission deleted their objects with the reservations' apply); the
+// rest are the server's changes.
+func (m *Manager) apply(ctx context.Context, in server.Input) error {
+	a, err := m.srv.Apply(m.now(), in)
+	if err != nil {
+		err = fmt.Errorf("configuring DHCP of segment %s: %w", in.Segment.Name, err)
+	}
+	m.persistSuperseded(a.Superseded)
+	if len(a.Changes) > 0 {
+		err = errors.Join(err, m.ledger.Persist(ctx, a.Changes))
+	}
+	return err
 }
 
 // persistSuperseded ends, in the lease database and pv_leases, the
@@ -266,44 +238,40 @@ func (m *Manager) persistSuperseded(changes []server.LeaseChange) {
 	}
 }
 
-// segmentLeases splits the stored leases of a segment into reservations,
-// dynamic leases of its range, and dynamic leases outside it that the
+// startInput is what a starting segment takes from the store besides
+// its Input: its dynamic leases, in its range and outside it that the
 // server serves all the same (moved): clients brought them from another
 // node's range (migrated), or the interlock holds them through a shrink
 // of the range.
-func (m *Manager) segmentLeases(seg segment.Segment, objs []*pivirtv1.Object, snap reconcile.Snapshot, held map[string]bool) ([]server.Reservation, []server.Lease, []server.Lease) {
-	var static []server.Reservation
-	var dynamic, moved []server.Lease
+func (m *Manager) startInput(seg segment.Segment, in server.Input, objs []*pivirtv1.Object, snap reconcile.Snapshot, held map[string]bool) startInput {
+	out := startInput{static: in.Reservations, held: in.Held, storeUnreachable: snap.Saved}
 	for _, o := range objs {
-		s, err := snap.Spec(o)
-		if err != nil {
+		l, ok := segmentLease(seg, o, snap)
+		if !ok || !l.Dynamic() || l.Spec.ExpiresAt == nil {
 			continue
 		}
-		l, err := pivirtv1.NewLease(o, s.(*pivirtv1.DHCPLeaseSpec))
-		if err != nil || !seg.Names(l.Spec.Network) {
-			continue
-		}
-		in := seg.InRange(l.IP)
+		inRange := seg.InRange(l.IP)
 		placedHere := m.Node != "" && o.Metadata.Labels[pivirtv1.NodeLabel] == m.Node
-		if !in && !pivirtv1.ServedOutsideRange(l, placedHere, held[o.Metadata.Name], seg.HostIP) {
+		if !inRange && !pivirtv1.ServedOutsideRange(l, placedHere, held[o.Metadata.Name], seg.HostIP) {
 			continue // Pending: never served
 		}
-		if l.Dynamic() {
-			if l.Spec.ExpiresAt == nil {
-				continue
-			}
-			sl := server.Lease{IP: l.IP, MAC: l.MAC, ClientID: l.ClientID, Hostname: l.Spec.Hostname, Expires: *l.Spec.ExpiresAt}
-			if in {
-				dynamic = append(dynamic, sl)
-			} else {
-				moved = append(moved, sl)
-			}
-			continue
+		sl := server.Lease{IP: l.IP, MAC: l.MAC, ClientID: l.ClientID, Hostname: l.Spec.Hostname, Expires: *l.Spec.ExpiresAt}
+		if inRange {
+			out.dynamic = append(out.dynamic, sl)
+		} else {
+			out.moved = append(out.moved, sl)
 		}
-		static = append(static, server.Reservation{MAC: l.MAC, IP: l.IP, Hostname: l.Spec.Hostname})
 	}
-	sortReservations(static)
-	return static, dynamic, moved
+	return out
+}
+
+// macSet is the set of macs by their string form.
+func macSet(macs []net.HardwareAddr) map[string]bool {
+	out := make(map[string]bool, len(macs))
+	for _, mac := range macs {
+		out[mac.String()] = true
+	}
+	return out
 }
 
 // SyncElsewhere tells the responders which addresses of their networks
@@ -362,59 +330,7 @@ func heldNames(held []*pivirtv1.Object) map[string]bool {
 	return out
 }
 
-// segmentHeld returns the MACs of the held leases of a segment.
-func (m *Manager) segmentHeld(seg segment.Segment, held []*pivirtv1.Object, snap reconcile.Snapshot) []net.HardwareAddr {
-	var out []net.HardwareAddr
-	for _, o := range held {
-		s, err := snap.Spec(o)
-		if err != nil {
-			continue
-		}
-		if l, err := pivirtv1.NewLease(o, s.(*pivirtv1.DHCPLeaseSpec)); err == nil && seg.Names(l.Spec.Network) {
-			out = append(out, l.MAC)
-		}
-	}
-	return out
-}
-
-// keepUnreserved turns the bindings of reservations that were deleted
-// into dynamic leases: the client keeps its address until its lease ends
-// (stored as lease-<mac> and pinned), as Kea keeps a lease whose
-// reservation goes.
-func (m *Manager) keepUnreserved(ctx context.Context, segID uint32, before, after []server.Reservation) error {
-	still := map[string]bool{}
-	for _, r := range after {
-		still[string(r.MAC)] = true
-	}
-	gone := map[string]bool{}
-	for _, r := range before {
-		if !still[string(r.MAC)] {
-			gone[string(r.MAC)] = true
-		}
-	}
-	if len(gone) == 0 {
-		return nil
-	}
-	var changes []server.LeaseChange
-	now := m.now()
-	for _, l := range m.srv.Leases(segID) {
-		if gone[string(l.MAC)] && now.Before(l.Expires) {
-			changes = append(changes, server.LeaseChange{Kind: server.Bound, Segment: segID, Lease: l, At: now})
-		}
-	}
-	if len(changes) == 0 {
-		return nil
-	}
-	return m.ledger.Persist(ctx, changes)
-}
-
-// sortReservations orders rs by address, so that two lists of the same
-// reservations compare equal.
-func sortReservations(rs []server.Reservation) {
-	slices.SortFunc(rs, func(x, y server.Reservation) int { return x.IP.Compare(y.IP) })
-}
-
-func (m *Manager) start(seg segment.Segment, id uint32) error {
+func (m *Manager) start(seg segment.Segment, id uint32, held map[string]bool) error {
 	resp, err := responder.New(responder.Config{
 		Interface: seg.Spec.Bridge,
 		Segment:   id,
@@ -430,7 +346,7 @@ func (m *Manager) start(seg segment.Segment, id uint32) error {
 		return fmt.Errorf("starting DHCP on %s: %w", seg.Spec.Bridge, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{seg: seg, id: id, cancel: cancel, done: make(chan struct{}), resp: resp}
+	r := &running{seg: seg, id: id, held: held, cancel: cancel, done: make(chan struct{}), resp: resp}
 	go func() {
 		defer close(r.done)
 		if err := resp.Run(ctx); err != nil && ctx.Err() == nil {
@@ -640,7 +556,7 @@ func bindingChanged(old pivirtv1.Spec, l *pivirtv1.DHCPLeaseSpec) bool {
 // already, Observe): a failed commit puts the binding back (undo.go).
 func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.HardwareAddr, ip netip.Addr, rev int64, segs map[uint32]segInfo) {
 	if l.ExpiresAt == nil {
-		return // never served (segmentLeases)
+		return // never served (startInput)
 	}
 	if name != LeaseName(mac) {
 		// The server stores the MAC's lease as lease-<mac>: its next ACK
@@ -683,7 +599,7 @@ func (m *Manager) importLease(name string, l *pivirtv1.DHCPLeaseSpec, mac net.Ha
 // reservation, so it never lapses, and a kill -9 right after the delete
 // cannot lose it (it did: found by the ordering test, seed
 // 1796492356900123160, when the binding was made durable only by the next
-// Sync's keepUnreserved).
+// Sync).
 func (m *Manager) unreserve(name, network string, mac net.HardwareAddr, rev int64, segs map[uint32]segInfo) {
 	for id, si := range segs {
 		if !si.seg.Names(network) {
@@ -695,7 +611,7 @@ func (m *Manager) unreserve(name, network string, mac net.HardwareAddr, rev int6
 		}
 		ch := server.LeaseChange{Kind: server.Bound, Segment: id, Lease: l, At: m.now()}
 		if err := m.ledger.Persist(context.Background(), []server.LeaseChange{ch}); err != nil {
-			// The next Sync's keepUnreserved persists it again.
+			// The server still binds it: its client's renewal persists it.
 			m.Log.Warn("persisting the binding of a deleted reservation", "lease", name, "err", err)
 			continue
 		}

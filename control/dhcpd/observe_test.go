@@ -196,7 +196,7 @@ func TestObserveTakenOverBeforeReusedACK(t *testing.T) {
 			f := newSegmentFixture(t)
 			f.ix.Shared, f.m.Node = true, "n1"
 			f.cfg.ReuseThreshold = 0.5
-			if _, err := f.m.srv.SetSegment(f.cfg); err != nil {
+			if _, err := f.m.srv.Apply(time.Now(), server.Input{Segment: f.cfg}); err != nil {
 				t.Fatal(err)
 			}
 			if err := f.m.ledger.recoverDB(); err != nil {
@@ -226,13 +226,11 @@ func TestObserveTakenOverBeforeReusedACK(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { f.m.ledger.db.Close() })
-				if _, err := f.m.srv.SetSegment(f.cfg); err != nil {
+				if _, err := f.m.srv.Apply(time.Now(), server.Input{Segment: f.cfg}); err != nil {
 					t.Fatal(err)
 				}
 				f.m.ledger.setSegments(map[uint32]segInfo{f.cfg.ID: {seg: f.seg, bridge: "br-vm", leaseTime: time.Hour}})
-				if err := f.m.loadTables(context.Background(), f.seg, f.cfg, startInput{}); err != nil {
-					t.Fatal(err)
-				}
+				f.m.loadTables(context.Background(), f.seg, f.cfg, nil, startInput{})
 				if err := f.m.ledger.pinStarted(f.cfg.ID, infoOf(f.seg, nil)); err != nil {
 					t.Fatal(err)
 				}

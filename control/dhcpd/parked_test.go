@@ -115,13 +115,7 @@ func TestBindingsFromTheDatabase(t *testing.T) {
 		t.Errorf("with the store unreachable, outside the range: %v, want 52:54:00:00:00:0b's binding among them", outAway)
 	}
 	// The server takes them, and the start pins what the database holds.
-	if _, err := m2.srv.SetSegment(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m2.srv.SetReservations(now, cfg.ID, static, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m2.srv.SetHeld(now, cfg.ID, []net.HardwareAddr{mac("52:54:00:00:00:04")}); err != nil {
+	if _, err := m2.srv.Apply(now, server.Input{Segment: cfg, Reservations: static, Held: []net.HardwareAddr{mac("52:54:00:00:00:04")}}); err != nil {
 		t.Fatal(err)
 	}
 	var (

@@ -309,7 +309,7 @@ func TestStoredLeasesAdoptedAtStart(t *testing.T) {
 	if _, err := f.m.ledger.db.Commit([]leasedb.Change{dbChange(ended, "br-vm")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.m.srv.SetReservations(now, id, []server.Reservation{{MAC: res, IP: ip("192.168.100.140")}}, 0); err != nil {
+	if _, err := f.m.srv.Apply(now, server.Input{Segment: f.cfg, Reservations: []server.Reservation{{MAC: res, IP: ip("192.168.100.140")}}}); err != nil {
 		t.Fatal(err)
 	}
 	f.m.adopt(f.cfg, infoOf(f.seg, nil), startInput{

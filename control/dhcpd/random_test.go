@@ -179,9 +179,6 @@ func (w *ledgerWorld) restart() []string {
 		}
 	}
 	expect := w.writeWhileStarting(before, held, exempt)
-	if _, err := m.srv.SetSegment(f.cfg); err != nil {
-		w.t.Fatal(err)
-	}
 	m.ledger.setSegments(map[uint32]segInfo{f.cfg.ID: {seg: f.seg, bridge: "br-vm", leaseTime: time.Hour, held: held}})
 	objs, rev, err := f.st.List(ctx, pivirtv1.KindDHCPLease, nil)
 	if err != nil {
@@ -196,7 +193,8 @@ func (w *ledgerWorld) restart() []string {
 		heldMACs = append(heldMACs, hw)
 		heldNames[LeaseName(hw)] = true
 	}
-	static, dynamic, moved := m.segmentLeases(f.seg, objs, snap, heldNames)
+	in := server.Input{Segment: f.cfg, Reservations: segmentReservations(f.seg, objs, snap), Revision: rev, Held: heldMACs}
+	start := m.startInput(f.seg, in, objs, snap, heldNames)
 	if os.Getenv("DBG") != "" {
 		for _, o := range objs {
 			w.logf("  DBG store %s %s", o.Metadata.Name, o.Spec)
@@ -204,25 +202,20 @@ func (w *ledgerWorld) restart() []string {
 		for _, c := range m.ledger.db.Bindings(f.cfg.ID) {
 			w.logf("  DBG db %s %s %v static=%v fromstore=%v seq=%d", c.MAC, c.IP, c.Expires, c.Static, c.FromStore, c.Seq)
 		}
-		w.logf("  DBG static=%v dynamic=%v moved=%v pending=%v", static, dynamic, moved, m.ledger.db.Pending())
+		w.logf("  DBG static=%v dynamic=%v moved=%v pending=%v", start.static, start.dynamic, start.moved, m.ledger.db.Pending())
 	}
-	static, _ = m.loadReservations(f.seg.Name, f.cfg.ID, nil, static, rev)
 	// The binding of a reservation that moved to another address since
 	// is not given back (reservationBindings).
-	for _, r := range static {
+	for _, r := range in.Reservations {
 		if b, ok := before[r.MAC.String()]; ok && !strings.HasPrefix(b, r.IP.String()+" ") {
 			w.logf("  %s's reservation moved to %s: its binding %s goes", r.MAC, r.IP, b)
 			exempt[r.MAC.String()] = true
 		}
 	}
-	due, err := m.srv.SetHeld(m.now(), f.cfg.ID, heldMACs)
-	if err != nil {
+	if _, err := m.srv.Apply(m.now(), in); err != nil { // a new segment: nothing changes
 		w.t.Fatal(err)
 	}
-	w.persist(due)
-	if err := m.loadTables(ctx, f.seg, f.cfg, startInput{static: static, dynamic: dynamic, moved: moved, held: heldMACs}); err != nil {
-		w.t.Fatal(err)
-	}
+	m.loadTables(ctx, f.seg, f.cfg, held, start)
 	after := w.live()
 	w.synced = false
 	var bad []string
@@ -247,7 +240,7 @@ func (w *ledgerWorld) restart() []string {
 	for _, b := range after {
 		inUse[strings.Fields(b)[0]] = true
 	}
-	for _, r := range static {
+	for _, r := range in.Reservations {
 		inUse[r.IP.String()] = true
 	}
 	probations := m.srv.Probations(f.cfg.ID)
@@ -533,11 +526,19 @@ func (w *ledgerWorld) hold(mac net.HardwareAddr) {
 		hw, _ := net.ParseMAC(m)
 		macs = append(macs, hw)
 	}
-	due, err := w.f.m.srv.SetHeld(w.f.m.now(), w.f.cfg.ID, macs)
+	objs, rev, err := w.f.st.List(context.Background(), pivirtv1.KindDHCPLease, nil)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.persist(due)
+	snap := reconcile.Snapshot{Revision: rev, Decode: func(o *pivirtv1.Object) (pivirtv1.Spec, error) { return o.DefaultedSpec() }}
+	a, err := w.f.m.srv.Apply(w.f.m.now(), server.Input{Segment: w.f.cfg, Reservations: segmentReservations(w.f.seg, objs, snap), Revision: rev, Held: macs})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.f.m.ledger.persistFromStore(a.Superseded); err != nil {
+		w.t.Fatal(err)
+	}
+	w.persist(a.Changes)
 	if err := w.f.m.ledger.repinHeld(before); err != nil {
 		w.t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func newSegmentFixture(t *testing.T) *segmentFixture {
 	if f.cfg, err = serverSegment(f.seg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.m.srv.SetSegment(f.cfg); err != nil {
+	if _, err := f.m.srv.Apply(time.Now(), server.Input{Segment: f.cfg}); err != nil {
 		t.Fatal(err)
 	}
 	f.m.ledger.setSegments(map[uint32]segInfo{f.cfg.ID: {seg: f.seg, bridge: "br-vm", leaseTime: time.Hour}})
@@ -157,8 +157,9 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 	if rev <= staleRev {
 		t.Fatalf("reservation committed at %d, not after the snapshot's %d", rev, staleRev)
 	}
-	if _, set := m.loadReservations(seg.Name, cfg.ID, nil, nil, staleRev); set {
-		t.Fatal("a Sync from a snapshot older than the reservation set the snapshot's reservations")
+	reserved := func() int { st, _ := m.srv.Stats(cfg.ID); return st.Reserved }
+	if err := m.apply(ctx, server.Input{Segment: cfg, Revision: staleRev}); err != nil || reserved() != 1 {
+		t.Fatalf("a Sync from a snapshot older than the reservation: %v; the server reserves %v, want the reservation", err, reserved())
 	}
 
 	ask := func(typ dhcpv4.MessageType, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
@@ -176,13 +177,12 @@ func TestReservationSurvivesAnOlderSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	static, _, _ := m.segmentLeases(seg, leases, reconcile.Snapshot{Revision: rev}, nil)
-	got, set := m.loadReservations(seg.Name, cfg.ID, nil, static, rev)
-	if !set || len(got) != 1 || got[0].IP != netip.MustParseAddr("192.168.100.140") {
-		t.Errorf("after the store caught up: reservations %v (set %v); want the stored one, set", got, set)
+	static := segmentReservations(seg, leases, reconcile.Snapshot{Revision: rev})
+	if err := m.apply(ctx, server.Input{Segment: cfg, Reservations: static, Revision: rev}); err != nil || reserved() != 1 {
+		t.Errorf("after the store caught up: %v; the server reserves %v, want the stored one", err, reserved())
 	}
 	// The intent is spent: the stale snapshot now sets its reservations.
-	if _, set := m.loadReservations(seg.Name, cfg.ID, nil, nil, staleRev); !set {
-		t.Error("a snapshot older than a spent intent is still held back")
+	if err := m.apply(ctx, server.Input{Segment: cfg, Revision: staleRev}); err != nil || reserved() != 0 {
+		t.Errorf("a snapshot older than a spent intent: %v; the server reserves %v, want none", err, reserved())
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -36,10 +35,25 @@ import (
 // besides the lease database: the store as the cache has it.
 type startInput struct {
 	static           []server.Reservation // its reservations (the server has them)
-	dynamic, moved   []server.Lease       // the store's dynamic leases (segmentLeases)
+	dynamic, moved   []server.Lease       // the store's dynamic leases (Manager.startInput)
 	held             []net.HardwareAddr   // the interlock's MACs (the server has them)
-	away             []server.Holding     // what other nodes hold
 	storeUnreachable bool                 // the cache serves the copy it saved (reconcile.Snapshot.Saved)
+}
+
+// startSegment starts serving seg: its server takes in, fills its tables
+// from the lease database (loadTables), its responder starts, and its
+// bindings are pinned.
+func (m *Manager) startSegment(ctx context.Context, seg segment.Segment, in server.Input, st startInput) error {
+	if _, err := m.srv.Apply(m.now(), in); err != nil {
+		// A new segment's tables are empty: nothing changed to persist.
+		return fmt.Errorf("configuring DHCP of segment %s: %w", seg.Name, err)
+	}
+	held := macSet(in.Held)
+	m.loadTables(ctx, seg, in.Segment, held, st)
+	if err := m.start(seg, in.Segment.ID, held); err != nil {
+		return err
+	}
+	return m.ledger.pinStarted(in.Segment.ID, infoOf(seg, held))
 }
 
 // loadTables fills the tables of a starting segment, whose settings,
@@ -51,9 +65,8 @@ type startInput struct {
 // the DECLINE probations and the addresses other nodes hold, and what
 // the server refuses (a conflict) ends too. So the database holds what
 // the server took, with no comparison of the two afterwards.
-func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg server.Segment, in startInput) error {
-	errs := []error{m.srv.SetElsewhere(cfg.ID, in.away)}
-	si := infoOf(seg, macSet(in.held))
+func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg server.Segment, held map[string]bool, in startInput) {
+	si := infoOf(seg, held)
 	switch {
 	case in.storeUnreachable:
 		// Restarted with etcd away: a list would wait for the store's
@@ -86,7 +99,6 @@ func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg serve
 			m.Log.Info("lease database ends the bindings a starting segment does not serve", "segment", cfg.Name, "ended", len(end))
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // followStore takes into the lease database what the store got of a

@@ -7,13 +7,14 @@ import (
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/reconcile"
+	"pivirt.hu/pivirt/dataplane/dhcp/server"
 )
 
-// TestSegmentLeasesAfterAShrink: after the range shrank, a stored dynamic
+// TestStartInputAfterAShrink: after the range shrank, a stored dynamic
 // lease outside it is served at a start only while the interlock holds it
 // (the running server kept it through the shrink for that reason); one not
 // held is Pending, and its client is NAKed back into the range.
-func TestSegmentLeasesAfterAShrink(t *testing.T) {
+func TestStartInputAfterAShrink(t *testing.T) {
 	f := newSegmentFixture(t) // range .100-.199 of 192.168.100.0/24
 	lease := func(name, ip string) *pivirtv1.Object {
 		t.Helper()
@@ -26,7 +27,8 @@ func TestSegmentLeasesAfterAShrink(t *testing.T) {
 		lease("lease-held-03", "192.168.100.60"),
 	}
 	held := map[string]bool{"lease-held-03": true}
-	_, dynamic, moved := f.m.segmentLeases(f.seg, objs, reconcile.Snapshot{}, held)
+	in := f.m.startInput(f.seg, server.Input{}, objs, reconcile.Snapshot{}, held)
+	dynamic, moved := in.dynamic, in.moved
 	if len(dynamic) != 1 || dynamic[0].IP.String() != "192.168.100.150" {
 		t.Errorf("dynamic %v, want the lease in the range", dynamic)
 	}

@@ -27,7 +27,7 @@ func (m *Manager) Responders() []Responder {
 	out := make([]Responder, 0, len(m.running))
 	for name, r := range m.running {
 		st, _ := m.srv.Stats(r.id)
-		out = append(out, Responder{Segment: name, Bridge: r.cfg.Bridge, HostIP: r.cfg.HostIP, Stats: st,
+		out = append(out, Responder{Segment: name, Bridge: r.seg.Spec.Bridge, HostIP: r.seg.HostIP, Stats: st,
 			Received: r.resp.Counters().Received.Load()})
 	}
 	slices.SortFunc(out, func(a, b Responder) int { return strings.Compare(a.Segment, b.Segment) })

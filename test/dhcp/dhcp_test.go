@@ -245,7 +245,9 @@ func TestPrivilegedStaticReservation(t *testing.T) {
 	e := newEnv(t)
 	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x77, 0x00, 0x21}
 	want := netip.MustParseAddr("10.77.0.33")
-	if _, err := e.srv.SetReservations(time.Now(), 1, []server.Reservation{{MAC: mac, IP: want, Hostname: "web-01"}}, 0); err != nil {
+	a := segA
+	a.Bridge = e.brA
+	if _, err := e.srv.Apply(time.Now(), server.Input{Segment: a, Reservations: []server.Reservation{{MAC: mac, IP: want, Hostname: "web-01"}}}); err != nil {
 		t.Fatal(err)
 	}
 	g := guest.Attach(t, e.host, e.brA, "", mac)

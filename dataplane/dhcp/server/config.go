@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// ErrBadSegment is returned by New and SetSegment for a configuration that
+// ErrBadSegment is returned by New and Apply for a configuration that
 // cannot be served.
 var ErrBadSegment = errors.New("bad segment config")
 

@@ -4,7 +4,6 @@ package server
 
 import (
 	"bytes"
-	"fmt"
 	"net"
 	"net/netip"
 )
@@ -20,20 +19,14 @@ type Holding struct {
 	Held bool
 }
 
-// SetElsewhere replaces a segment's holdings elsewhere. Such an address is
-// never offered or ACKed to another MAC (a REQUEST for it is NAKed, the
-// allocator skips it). Its own MAC, moved here from the node that served
-// it (a VM migrated), keeps it even outside this server's range: a
-// REQUEST (renewing, rebinding or INIT-REBOOT) is ACKed and the lease
-// becomes this server's, unless the interlock holds it, when the MAC is
-// neither ACKed nor offered anything here.
-func (s *Server) SetElsewhere(seg uint32, hs []Holding) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.segs[seg]
-	if st == nil {
-		return fmt.Errorf("setting addresses held elsewhere of segment %d: %w", seg, ErrNoSegment)
-	}
+// applyElsewhere sets Input.Elsewhere. Such an address is never offered
+// or ACKed to another MAC (a REQUEST for it is NAKed, the allocator skips
+// it). Its own MAC, moved here from the node that served it (a VM
+// migrated), keeps it even outside this server's range: a REQUEST
+// (renewing, rebinding or INIT-REBOOT) is ACKed and the lease becomes
+// this server's, unless the interlock holds it, when the MAC is neither
+// ACKed nor offered anything here.
+func (st *segState) applyElsewhere(hs []Holding) {
 	old := st.away
 	st.away = make(map[netip.Addr][]Holding, len(hs))
 	st.awayMAC = make(map[string]Holding, len(hs))
@@ -51,7 +44,6 @@ func (s *Server) SetElsewhere(seg uint32, hs []Holding) error {
 			st.maybeFree(ip)
 		}
 	}
-	return nil
 }
 
 // takenElsewhere reports whether another MAC than mac holds ip elsewhere.

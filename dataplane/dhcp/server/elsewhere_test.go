@@ -182,7 +182,7 @@ func TestElsewhereFreed(t *testing.T) {
 	if err := s.SetElsewhere(1, []Holding{{IP: ip("192.168.100.10"), MAC: macB}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetSegment(seg1()); err != nil {
+	if _, err := s.setSegment(seg1()); err != nil {
 		t.Fatal(err)
 	}
 	offer := func() string {

@@ -24,7 +24,7 @@ func replyType(r Reply) dhcpv4.MessageType {
 }
 
 // TestReservationWinsOverDynamicLeases: a reservation that reaches the
-// server (Reserve, before the store commits it; or SetReservations) while
+// server (Reserve, before the store commits it; or Input.Reservations) while
 // its MAC, or another MAC, holds a dynamic lease.
 func TestReservationWinsOverDynamicLeases(t *testing.T) {
 	cases := []struct {
@@ -98,13 +98,13 @@ func heldA(t *testing.T) *Server {
 	t.Helper()
 	s := newServer(t)
 	bindA(t, s)
-	if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
+	if _, err := s.setHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-// TestInterlockHoldsLeases: while SetHeld names a MAC, its lease is not
+// TestInterlockHoldsLeases: while Input.Held names a MAC, its lease is not
 // released by RELEASE or DECLINE, does not expire and survives a shrunk
 // range; once the hold ends, a RELEASE held back happens.
 func TestInterlockHoldsLeases(t *testing.T) {
@@ -122,13 +122,13 @@ func TestInterlockHoldsLeases(t *testing.T) {
 	}
 	narrow := seg1()
 	narrow.RangeStart = ip("192.168.100.11")
-	if ch, err := s.SetSegment(narrow); err != nil || len(ch) != 0 {
+	if ch, err := s.setSegment(narrow); err != nil || len(ch) != 0 {
 		t.Fatalf("a held lease was dropped by a shrunk range: %v %v", ch, err)
 	}
 	if got := s.Leases(1); len(got) != 1 || got[0].IP != ip("192.168.100.10") {
 		t.Fatalf("leases under the interlock: %v", got)
 	}
-	due, err := s.SetHeld(t0, 1, nil)
+	due, err := s.setHeld(t0, 1, nil)
 	if err != nil || len(due) != 1 || due[0].Kind != Released || due[0].Lease.IP != ip("192.168.100.10") {
 		t.Fatalf("lifting the interlock: %v %v, want the held-back release", due, err)
 	}
@@ -150,7 +150,7 @@ func TestInterlockHoldsBackADecline(t *testing.T) {
 	if got := s.Leases(1); len(got) != 1 {
 		t.Fatalf("leases under the interlock: %v", got)
 	}
-	due, err := s.SetHeld(t0, 1, nil)
+	due, err := s.setHeld(t0, 1, nil)
 	if err != nil || len(due) != 1 || due[0].Kind != Released || due[0].Lease.IP != ip("192.168.100.10") {
 		t.Fatalf("lifting the interlock: %v %v, want the held-back DECLINE's end", due, err)
 	}
@@ -160,7 +160,7 @@ func TestInterlockHoldsBackADecline(t *testing.T) {
 // next Expire once the hold ends; a held lease loads past its expiry.
 func TestInterlockLiftedExpiresLater(t *testing.T) {
 	s := newServer(t)
-	if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
+	if _, err := s.setHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Load(t0, 1, Tables{Leases: Unrecorded(Lease{IP: ip("192.168.100.11"), MAC: macA, Expires: t0.Add(-time.Minute)})}); err != nil {
@@ -172,7 +172,7 @@ func TestInterlockLiftedExpiresLater(t *testing.T) {
 	if ch := s.Expire(t0); len(ch) != 0 {
 		t.Fatalf("held lease expired: %v", ch)
 	}
-	if due, _ := s.SetHeld(t0, 1, nil); len(due) != 0 {
+	if due, _ := s.setHeld(t0, 1, nil); len(due) != 0 {
 		t.Fatalf("lifting released %v", due)
 	}
 	if ch := s.Expire(t0); len(ch) != 1 || ch[0].Kind != Expired {
@@ -269,7 +269,7 @@ func TestOneLeasePerMAC(t *testing.T) {
 func TestHeldMACsReservation(t *testing.T) {
 	t.Run("its offer goes", func(t *testing.T) {
 		s := newServer(t)
-		if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
+		if _, err := s.setHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
 			t.Fatal(err)
 		}
 		r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
@@ -296,7 +296,7 @@ func TestHeldMACsReservation(t *testing.T) {
 		if got := s.Leases(1); len(got) != 1 || got[0].IP != ip("192.168.100.10") {
 			t.Fatalf("the held lease is not kept: %v", got)
 		}
-		due, err := s.SetHeld(t0, 1, nil)
+		due, err := s.setHeld(t0, 1, nil)
 		if err != nil || len(due) != 1 || due[0].Kind != Released || due[0].Lease.IP != ip("192.168.100.10") {
 			t.Fatalf("lifting the hold: %v %v, want the superseded lease released", due, err)
 		}

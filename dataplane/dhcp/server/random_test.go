@@ -188,7 +188,7 @@ func (w *world) restart(load bool) {
 	// Set before the leases are loaded: a lease its MAC's reservation
 	// supersedes is not loaded at all, so no change ends it.
 	w.setReservations(false)
-	if _, err := s.SetHeld(w.now, w.cfg.ID, w.heldMACs()); err != nil {
+	if _, err := s.setHeld(w.now, w.cfg.ID, w.heldMACs()); err != nil {
 		w.t.Fatal(err)
 	}
 	if !load {
@@ -245,9 +245,9 @@ func (w *world) setReservations(running bool) {
 	}
 	// Those outside the range are not loaded (their objects are Pending),
 	// as the manager's Sync leaves them.
-	ch, err := w.srv.SetReservations(w.now, w.cfg.ID, rs, 0)
+	ch, err := w.srv.setReservations(w.now, w.cfg.ID, rs, 0)
 	if err != nil && !errors.Is(err, ErrOutOfRange) {
-		w.t.Fatalf("SetReservations(%v): %v", rs, err)
+		w.t.Fatalf("setReservations(%v): %v", rs, err)
 	}
 	w.superseded(ch, running)
 }
@@ -439,7 +439,7 @@ func (w *world) step(i int) {
 			w.held[k] = true
 		}
 		w.logf("%s held=%v", mac, w.held[k])
-		due, err := w.srv.SetHeld(w.now, w.cfg.ID, w.heldMACs())
+		due, err := w.srv.setHeld(w.now, w.cfg.ID, w.heldMACs())
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -493,7 +493,7 @@ func (w *world) step(i int) {
 		w.logf("range end %s", end)
 		cfg := w.cfg
 		cfg.RangeEnd = end
-		ch, err := w.srv.SetSegment(cfg)
+		ch, err := w.srv.setSegment(cfg)
 		if err != nil {
 			w.t.Fatal(err)
 		}

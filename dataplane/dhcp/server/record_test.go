@@ -54,7 +54,7 @@ func TestRecordFollowsTheMACsBinding(t *testing.T) {
 	want("a new identity of the MAC", 6, t0.Add(time.Second))
 	s.SetRecords(1, Record{Lease: chs[0].Lease, Kind: Bound, At: t0.Add(2 * time.Second), Seq: 7})
 	want("a new identity of the MAC, committed", 7, t0.Add(2*time.Second))
-	if _, err := s.SetSegment(seg1()); err != nil {
+	if _, err := s.setSegment(seg1()); err != nil {
 		t.Fatal(err)
 	}
 	want("reconfigured", 7, t0.Add(2*time.Second))
@@ -64,7 +64,7 @@ func TestRecordFollowsTheMACsBinding(t *testing.T) {
 	if len(recs) != 1 || recs[0].Seq != 7 {
 		t.Fatalf("RemoveSegment: %+v", recs)
 	}
-	if _, err := s.SetSegment(seg1()); err != nil {
+	if _, err := s.setSegment(seg1()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Load(t0, 1, Tables{Leases: recs}); err != nil {

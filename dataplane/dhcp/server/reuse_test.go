@@ -34,7 +34,7 @@ func reuseServer(t *testing.T, persisted bool) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}, 0); err != nil {
+	if _, err := s.setReservations(t0, 1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
@@ -84,7 +84,7 @@ func TestLeaseReuse(t *testing.T) {
 			wantLease: 3600},
 		{name: "the interlock holds it: written (its pin is renewed)", at: time.Minute,
 			setup: func(t *testing.T, s *Server) {
-				if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
+				if _, err := s.setHeld(t0, 1, []net.HardwareAddr{macA}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -100,7 +100,7 @@ func TestLeaseReuse(t *testing.T) {
 			setup: func(t *testing.T, s *Server) {
 				c := seg1()
 				c.ReuseThreshold, c.LeaseTime = 0.25, 30*time.Minute
-				if _, err := s.SetSegment(c); err != nil {
+				if _, err := s.setSegment(c); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -109,14 +109,14 @@ func TestLeaseReuse(t *testing.T) {
 			setup: func(t *testing.T, s *Server) {
 				c := seg1()
 				c.ReuseThreshold, c.Domain = 0.25, "other.example"
-				if _, err := s.SetSegment(c); err != nil {
+				if _, err := s.setSegment(c); err != nil {
 					t.Fatal(err)
 				}
 			},
 			req: func(t *testing.T) *dhcpv4.DHCPv4 { return selecting(t, macA) }, wantReuse: true, wantLease: 3540},
 		{name: "reuse off: written", at: time.Minute,
 			setup: func(t *testing.T, s *Server) {
-				if _, err := s.SetSegment(seg1()); err != nil {
+				if _, err := s.setSegment(seg1()); err != nil {
 					t.Fatal(err)
 				}
 			},

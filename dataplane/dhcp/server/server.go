@@ -26,9 +26,6 @@ var (
 	ErrNoSuchLease = errors.New("no such lease")
 	ErrInFlight    = errors.New("lease renewed by an ACK not yet committed")
 	ErrExpired     = errors.New("lease expired")
-	// ErrStale: reservations from a snapshot older than one the operator
-	// gave the server ahead of the store (Reserve, Unreserve).
-	ErrStale = errors.New("snapshot older than the reservations the server holds")
 )
 
 // Request is a decoded DHCP message plus the facts of its ingress.
@@ -133,11 +130,11 @@ type segState struct {
 	byMAC    map[string]*lease
 	resByMAC map[string]Reservation
 	resByIP  map[netip.Addr]string
-	// given is the last list SetReservations set, sorted by address.
+	// given is the last Input.Reservations set, sorted by address.
 	given []Reservation
 	// intents are the revisions at which the reservations the operator
 	// gave ahead of the store (Reserve, Unreserve) commit (0: the commit
-	// failed), until a SetReservations at or past them.
+	// failed), until an Input whose Revision is at or past them.
 	intents []int64
 	quar    map[netip.Addr]time.Time
 	// declinedBy is, by MAC, the end of the probation its last DECLINE
@@ -174,7 +171,7 @@ type Server struct {
 func New(segs ...Segment) (*Server, error) {
 	s := &Server{segs: map[uint32]*segState{}}
 	for _, c := range segs {
-		if _, err := s.SetSegment(c); err != nil {
+		if _, err := s.Apply(time.Time{}, Input{Segment: c}); err != nil {
 			return nil, err
 		}
 	}
@@ -209,55 +206,6 @@ func newSegState(c Segment) (*segState, error) {
 	return st, nil
 }
 
-// SetSegment adds a segment or reconfigures it. Leases and reservations
-// are carried over; leases that no longer fit the range are dropped and
-// returned as Released changes.
-func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
-	st, err := newSegState(c)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.segs[c.ID]
-	s.segs[c.ID] = st
-	if old == nil {
-		return nil, nil
-	}
-	var changes []LeaseChange
-	var res []Reservation
-	for _, r := range old.resByMAC {
-		res = append(res, r)
-	}
-	_ = st.setReservations(res) // the ones outside the new range are dropped
-	st.held, st.intents = old.held, old.intents
-	st.away, st.awayMAC = old.away, old.awayMAC
-	for ip := range st.away {
-		if st.pool.Contains(ip) {
-			st.pool.Take(ip)
-		}
-	}
-	now := time.Time{}
-	for _, l := range old.byID {
-		if l.offered {
-			continue
-		}
-		if !st.assignable([]byte(l.id), l.MAC, l.IP, now) && !st.held[string(l.MAC)] {
-			changes = append(changes, l.end(Released, c.ID, time.Time{}, st.isStatic(l.MAC)))
-			continue
-		}
-		// A held lease keeps its address even outside a shrunk range.
-		nl := st.bind([]byte(l.id), l.Lease, false)
-		nl.released, nl.unsynced, nl.rec = l.released, l.unsynced, l.rec
-	}
-	// A DECLINE's probation outlives a reconfiguration: the address is
-	// still in use by whoever the client saw on it.
-	st.quarantine(time.Time{}, old.quar)
-	st.declinedBy = old.declinedBy
-	st.last = old.last
-	return changes, nil
-}
-
 // Unreserve drops the reservation of mac at once, before the store has
 // deleted it (admission calls it inside the transaction that deletes the
 // reservation), and returns the MAC's binding, which outlives its
@@ -265,7 +213,7 @@ func (s *Server) SetSegment(c Segment) ([]LeaseChange, error) {
 // that durable before the delete commits, so neither the client's pin nor
 // its address lapses in between (as Kea keeps a lease whose reservation
 // goes). The deletion commits at revision rev (Committed corrects it):
-// a SetReservations from an older snapshot is stale; the next one from
+// an Input from an older snapshot is stale; the next one from
 // the store replaces it either way.
 func (s *Server) Unreserve(now time.Time, seg uint32, mac net.HardwareAddr, rev int64) (Lease, bool, error) {
 	s.mu.Lock()
@@ -303,45 +251,10 @@ func (s *Server) RemoveSegment(id uint32) ([]Record, map[netip.Addr]time.Time) {
 	return st.records(), st.quar
 }
 
-// SetReservations replaces the static reservations of a segment with
-// res, the store's at revision rev: a versioned input. From a snapshot
-// older than a reservation the operator gave the server ahead of the
-// store (an intent that commits after rev: a reconcile already under way
-// when `apply` ran) it changes nothing and returns ErrStale: the
-// server's are newer, and setting the snapshot's would take the
-// reservation back out until the next Sync, a window in which its client
-// could be ACKed the dynamic address it superseded. At or past every
-// intent, the store's replace what the server holds, even if res is the
-// list set last (an intent changed the server since). Invalid
-// reservations (outside the delegated range, MAC or IP twice) are
-// skipped and reported together; the rest apply. It returns the Released
-// changes of the dynamic leases the reservations superseded (supersede).
-func (s *Server) SetReservations(now time.Time, seg uint32, res []Reservation, rev int64) ([]LeaseChange, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.segs[seg]
-	if st == nil {
-		return nil, fmt.Errorf("setting reservations of segment %d: %w", seg, ErrNoSegment)
-	}
-	if slices.ContainsFunc(st.intents, func(r int64) bool { return r > rev }) {
-		return nil, ErrStale
-	}
-	byIP := func(x, y Reservation) int { return x.IP.Compare(y.IP) }
-	if !slices.IsSortedFunc(res, byIP) {
-		res = slices.SortedFunc(slices.Values(res), byIP)
-	}
-	if st.intents == nil && st.given != nil && slices.EqualFunc(st.given, res, sameReservation) {
-		return nil, nil // rebuilding costs a pass over the leases: not per Sync
-	}
-	st.intents, st.given = nil, append(make([]Reservation, 0, len(res)), res...)
-	err := st.setReservations(res)
-	return st.supersede(now, seg), err
-}
-
 // Committed moves the intents that expected to commit at revision
 // expected to landed, where the commit did land (on etcd another
 // writer's commit can come first), or to 0 when it failed: the next
-// SetReservations then sets the store's, which never held it.
+// Input then sets the store's, which never held it.
 func (s *Server) Committed(expected, landed int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -421,7 +334,7 @@ func (st *segState) supersede(now time.Time, seg uint32) []LeaseChange {
 // store holds it (admission calls it inside the transaction that stores
 // the reservation), so no DISCOVER after the apply can get the reserved
 // address, or give the MAC another, as a dynamic lease. It commits at
-// revision rev (Committed corrects it): a SetReservations from an older
+// revision rev (Committed corrects it): an Input from an older
 // snapshot is stale; the next one from the store replaces it either way.
 // It returns the Released change of the MAC's dynamic lease it
 // superseded, if any.
@@ -447,37 +360,6 @@ func (s *Server) Reserve(now time.Time, seg uint32, r Reservation, rev int64) ([
 	}
 	st.intents = append(st.intents, rev)
 	return st.supersede(now, seg), nil
-}
-
-// SetHeld replaces the MACs whose leases the provisioning interlock holds
-// on a segment: a held lease is not released by RELEASE or DECLINE, does
-// not expire and survives a shrunk range. It returns the changes of what
-// was held back and is now due: a lease released while held is dropped,
-// and so is one superseded by its MAC's reservation of another address
-// (expired ones go at the next Expire).
-func (s *Server) SetHeld(now time.Time, seg uint32, macs []net.HardwareAddr) ([]LeaseChange, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.segs[seg]
-	if st == nil {
-		return nil, fmt.Errorf("setting held leases of segment %d: %w", seg, ErrNoSegment)
-	}
-	next := make(map[string]bool, len(macs))
-	for _, m := range macs {
-		next[string(m)] = true
-	}
-	st.held = next
-	var out []LeaseChange
-	for _, l := range st.byID {
-		if l.released && !next[string(l.MAC)] {
-			st.drop(l)
-			out = append(out, l.end(Released, seg, now, st.isStatic(l.MAC)))
-		}
-	}
-	// A lease the interlock kept past its MAC's reservation of another
-	// address goes with the hold, as Reserve would have dropped it (the
-	// random model found it bound until the next reservation change).
-	return append(out, st.supersede(now, seg)...), nil
 }
 
 // isStatic reports whether mac holds a reservation.

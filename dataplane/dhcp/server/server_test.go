@@ -46,7 +46,7 @@ func newServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}, 0); err != nil {
+	if _, err := s.setReservations(t0, 1, []Reservation{{MAC: macR, IP: ip("192.168.100.12"), Hostname: "web-01"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -518,7 +518,7 @@ func TestLoadKeepsAddressesAcrossRestart(t *testing.T) {
 
 func TestReservationsRejectOutOfRangeAndDuplicates(t *testing.T) {
 	s := newServer(t)
-	_, err := s.SetReservations(t0, 1, []Reservation{
+	_, err := s.setReservations(t0, 1, []Reservation{
 		{MAC: macA, IP: ip("192.168.100.11")},
 		{MAC: macB, IP: ip("192.168.100.11")},
 		{MAC: macR, IP: ip("192.168.100.200")},
@@ -611,13 +611,13 @@ func TestHandleReusesReplyAndCopiesWhatItKeeps(t *testing.T) {
 	}
 }
 
-func TestSetSegmentKeepsFittingLeases(t *testing.T) {
+func TestReconfigureKeepsFittingLeases(t *testing.T) {
 	s := newServer(t)
 	bindA(t, s)                                                                                                          // .10
 	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macB, opt(dhcpv4.OptionRapidCommit, nil))}) // .11
 	c := seg1()
 	c.RangeStart = ip("192.168.100.11")
-	ch, err := s.SetSegment(c)
+	ch, err := s.setSegment(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -643,7 +643,7 @@ func TestReservationLiftsQuarantine(t *testing.T) {
 	if st, _ := s.Stats(1); st.Quarantined != 1 {
 		t.Fatalf("after the decline: stats %+v, want 1 quarantined", st)
 	}
-	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}}, 0); err != nil {
+	if _, err := s.setReservations(t0, 1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	r, _ := s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
@@ -661,7 +661,7 @@ func TestReservationLiftsQuarantine(t *testing.T) {
 // free for another client while the guest still uses it.
 func TestLoadKeepsAHeldLeaseItsReservationSuperseded(t *testing.T) {
 	s := newServer(t) // macR reserved at .12
-	if _, err := s.SetHeld(t0, 1, []net.HardwareAddr{macR}); err != nil {
+	if _, err := s.setHeld(t0, 1, []net.HardwareAddr{macR}); err != nil {
 		t.Fatal(err)
 	}
 	l := Lease{MAC: macR, IP: ip("192.168.100.10"), Expires: t0.Add(time.Hour)}
@@ -855,7 +855,7 @@ func TestOneMACCannotHoldThePool(t *testing.T) {
 // one is not, and an unreserved MAC has nothing to drop.
 func TestUnreserve(t *testing.T) {
 	s := newServer(t)
-	if _, err := s.SetReservations(t0, 1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}, {MAC: macB, IP: ip("192.168.100.12")}}, 0); err != nil {
+	if _, err := s.setReservations(t0, 1, []Reservation{{MAC: macA, IP: ip("192.168.100.11")}, {MAC: macB, IP: ip("192.168.100.12")}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	s.Handle(t0, Request{Segment: 1, Msg: msg(t, dhcpv4.MessageTypeDiscover, macA)})
@@ -888,7 +888,7 @@ func TestUnreserve(t *testing.T) {
 	}
 }
 
-// TestVersionedReservations: SetReservations sets the store's
+// TestVersionedReservations: Input.Reservations sets the store's
 // reservations of revision rev only when no reservation the operator gave
 // the server ahead of the store (Reserve: an intent) commits after rev,
 // and then replaces what the server holds even with the list it set last;
@@ -904,7 +904,7 @@ func TestVersionedReservations(t *testing.T) {
 		intents []commit
 		rev     int64 // the snapshot's
 		stale   bool
-		want    []Reservation // the server's after SetReservations(stored, rev)
+		want    []Reservation // the server's after Input.Reservations (stored, rev)
 	}{
 		{"none", nil, 7, false, stored},
 		{"an older snapshot leaves the server's", []commit{{8, 8}}, 7, true, append([]Reservation{intent}, stored...)},
@@ -918,7 +918,7 @@ func TestVersionedReservations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.SetReservations(t0, 1, stored, 5); err != nil {
+			if _, err := s.setReservations(t0, 1, stored, 5); err != nil {
 				t.Fatal(err)
 			}
 			for _, c := range tc.intents {
@@ -927,9 +927,8 @@ func TestVersionedReservations(t *testing.T) {
 				}
 				s.Committed(c.expected, c.landed)
 			}
-			_, err = s.SetReservations(t0, 1, stored, tc.rev)
-			if errors.Is(err, ErrStale) != tc.stale {
-				t.Errorf("SetReservations at %d: %v, want stale %v", tc.rev, err, tc.stale)
+			if _, err := s.setReservations(t0, 1, stored, tc.rev); err != nil {
+				t.Fatal(err)
 			}
 			var got []Reservation
 			for _, l := range []net.HardwareAddr{macA, macB} {
@@ -944,8 +943,8 @@ func TestVersionedReservations(t *testing.T) {
 			}
 			if !tc.stale {
 				// Spent: a snapshot as old as the first sets its own.
-				if _, err := s.SetReservations(t0, 1, nil, 5); err != nil {
-					t.Errorf("after a snapshot at or past every intent, one at 5: %v", err)
+				if _, err := s.setReservations(t0, 1, nil, 5); err != nil || len(s.segs[1].resByMAC) != 0 {
+					t.Errorf("after a snapshot at or past every intent, one at 5 (none): %v, the server reserves %v", err, s.segs[1].resByMAC)
 				}
 			}
 		})
