@@ -137,12 +137,9 @@ func (lg *ledger) persist(changes []server.LeaseChange, fromStore bool, segs map
 		mac := [6]byte(ch.Lease.MAC)
 		switch ch.Kind {
 		case server.Bound, server.Renewed:
-			ttl := time.Duration(0)
-			if s, ok := segs[ch.Segment]; ok {
-				ttl = s.leaseTime
-			}
+			si := segs[ch.Segment] // zero for a segment being stopped
 			binds = append(binds, leasemap.Binding{Segment: ch.Segment, MAC: mac, IP: ch.Lease.IP,
-				Expires: pinExpiry(segs, ch.Segment, ch.Lease), LeaseTime: ttl})
+				Expires: pivirtv1.PinExpiry(ch.Lease.Expires, si.held[ch.Lease.MAC.String()]), LeaseTime: si.leaseTime})
 		default:
 			flush()
 			if err := lg.Leases.Release(ch.Segment, mac, ch.Lease.IP); err != nil {
@@ -191,11 +188,6 @@ type segInfo struct {
 // infoOf is the segInfo of seg, whose held leases' MACs are held.
 func infoOf(seg segment.Segment, held map[string]bool) segInfo {
 	return segInfo{seg: seg, bridge: seg.Spec.Bridge, leaseTime: time.Duration(seg.Spec.DHCP.LeaseTime()) * time.Second, held: held}
-}
-
-// pinExpiry is when the guard's pin of l should lapse.
-func pinExpiry(segs map[uint32]segInfo, seg uint32, l server.Lease) time.Time {
-	return pivirtv1.PinExpiry(l.Expires, segs[seg].held[l.MAC.String()])
 }
 
 func (lg *ledger) segmentsByID() map[uint32]segInfo {

@@ -46,6 +46,15 @@ func (l liveServer) Probations(seg uint32) map[netip.Addr]time.Time { return l.s
 
 func (l liveServer) Count() int { return l.srv.Bindings() }
 
+func (l liveServer) Remove(seg uint32) ([]leasedb.Change, map[netip.Addr]time.Time) {
+	recs, probations := l.srv.RemoveSegment(seg)
+	out := make([]leasedb.Change, len(recs))
+	for i, r := range recs {
+		out[i] = changeOf(seg, r)
+	}
+	return out, probations
+}
+
 // changeOf is the server's record r of a binding on seg as the database
 // gives it.
 func changeOf(seg uint32, r server.Record) leasedb.Change {
@@ -59,12 +68,5 @@ func (lg *ledger) park(id uint32) {
 		lg.srv.RemoveSegment(id)
 		return
 	}
-	lg.db.Park(id, func() ([]leasedb.Change, map[netip.Addr]time.Time) {
-		recs, probations := lg.srv.RemoveSegment(id)
-		out := make([]leasedb.Change, len(recs))
-		for i, r := range recs {
-			out[i] = changeOf(id, r)
-		}
-		return out, probations
-	})
+	lg.db.Park(id)
 }

@@ -149,7 +149,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			continue
 		}
 		// What this pass persists is pinned by the held set of this
-		// snapshot (ledger.pinExpiry), not the last pass's: a lease
+		// snapshot (ledger.persist), not the last pass's: a lease
 		// locked since is pinned years ahead, as compile pins it
 		// (ordering seed 1796499881600462388: a reservation's binding
 		// kept as a dynamic lease was pinned at its plain expiry).

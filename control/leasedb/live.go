@@ -31,6 +31,8 @@ type Live interface {
 	Probations(seg uint32) map[netip.Addr]time.Time
 	// Count is how many bindings it holds.
 	Count() int
+	// Remove drops seg and returns its bindings and probations (Park).
+	Remove(seg uint32) ([]Change, map[netip.Addr]time.Time)
 }
 
 // SetLive gives the database the server whose segments Take hands over.
@@ -67,12 +69,12 @@ func (db *DB) Take(seg uint32, load func(bindings []Change, probations map[netip
 }
 
 // Park takes a stopping segment's bindings and probations back from the
-// server: remove drops the segment from the server and returns them.
-func (db *DB) Park(seg uint32, remove func() ([]Change, map[netip.Addr]time.Time)) {
+// server, which drops the segment (Live.Remove).
+func (db *DB) Park(seg uint32) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	delete(db.running, seg)
-	bs, probs := remove()
+	bs, probs := db.live.Remove(seg)
 	for _, c := range bs {
 		db.bindings[keyOf(c)] = c
 	}
