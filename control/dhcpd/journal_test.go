@@ -34,6 +34,7 @@ type leaseMap struct {
 	mu      sync.Mutex
 	bound   map[string]netip.Addr
 	expires map[string]time.Time
+	decoded []leasemap.Entry // what Decoded returns (a previous release's map)
 }
 
 func (l *leaseMap) BindAll(bs []leasemap.Binding) error {
@@ -49,7 +50,7 @@ func (l *leaseMap) BindAll(bs []leasemap.Binding) error {
 	return nil
 }
 
-func (l *leaseMap) Decoded() ([]leasemap.Entry, error) { return nil, nil }
+func (l *leaseMap) Decoded() ([]leasemap.Entry, error) { return l.decoded, nil }
 
 func (l *leaseMap) Refresh(bs []leasemap.Binding) error {
 	var same []leasemap.Binding

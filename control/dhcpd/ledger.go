@@ -39,9 +39,6 @@ type ledger struct {
 
 	qmu sync.Mutex // commits to db and their bookkeeping, in one order
 	db  *leasedb.DB
-	// legacyPins: the database was written by the release before it, so
-	// the reservations' bindings are read from pv_leases (migrate.go).
-	legacyPins bool
 	// exp mirrors the database to the store; what the store does not
 	// take comes back to the ledger (refused.go).
 	exp *exporter

@@ -21,8 +21,7 @@ import (
 // leasedb reads as it is), two files and one map: the bindings of
 // deleted segments' reservations, the DECLINE probations, and, in
 // pv_leases, the bindings of running segments' reservations. migrate
-// moves the files into the database once and removes them; the pins are
-// read by the first start's segments (legacyPins).
+// moves them into the database once, and removes the files.
 const (
 	legacyParkedFile   = "reservation-bindings.json"
 	legacyDeclinedFile = "declined.json"
@@ -30,13 +29,12 @@ const (
 
 // migrate imports the legacy files, if any, into the database.
 func (lg *ledger) migrate() error {
-	lg.legacyPins = lg.db.Legacy()
-	if !lg.legacyPins {
+	if !lg.db.Legacy() {
 		return nil
 	}
 	now := lg.now()
-	var cs []leasedb.Change
-	var errs []error
+	cs, err := lg.pinnedReservations(now)
+	errs := []error{err}
 	parked, err := readLegacyParked(filepath.Join(lg.JournalDir, legacyParkedFile))
 	errs = append(errs, err)
 	for seg, ls := range parked {
@@ -117,57 +115,35 @@ func readLegacyJSON(path string, v any) error {
 	return nil
 }
 
-// legacyReservationBindings takes into the database the bindings of a
-// starting segment's reservations that pv_leases holds and the database
-// does not: on the first start after the upgrade, they were only there.
-func (m *Manager) legacyReservationBindings(cfg server.Segment, static []server.Reservation) {
-	if !m.ledger.legacyPins {
-		return
-	}
-	now := m.now()
-	var cs []leasedb.Change
-	for _, l := range m.pinnedReservations(cfg.ID, static) {
-		if c, live, _ := m.ledger.db.Lookup(cfg.ID, l.MAC); !live || c.IP != l.IP || !now.Before(c.Expires) {
-			cs = append(cs, staticBound(cfg.ID, cfg.Bridge, l, now))
-		}
-	}
-	if len(cs) > 0 {
-		if _, err := m.ledger.db.Commit(cs); err != nil {
-			m.Log.Warn("keeping the reservations' bindings from pv_leases in the lease database", "segment", cfg.Name, "err", err)
-		}
-	}
-}
-
 // staticBound is the change that gives the database a reservation's
 // binding.
 func staticBound(seg uint32, network string, l server.Lease, at time.Time) leasedb.Change {
 	return leasedb.Change{Segment: seg, Record: server.Record{Lease: server.Lease{IP: l.IP, MAC: l.MAC, Expires: l.Expires}, Kind: leasedb.Bound, Network: network, At: at, Static: true}}
 }
 
-// pinnedReservations returns the bindings pv_leases holds for the
-// reservations of a segment (bound by an ACK, not expired).
-func (m *Manager) pinnedReservations(segID uint32, static []server.Reservation) []server.Lease {
-	es, err := m.Leases.Decoded()
+// pinnedReservations returns, as the database's changes, the bindings
+// of reservations that pv_leases holds (bound by an ACK, not expired)
+// and the database does not: the release before it kept them only
+// there. A segment's start ends those whose reservation moved or went
+// while pivirtd was down (bindings).
+func (lg *ledger) pinnedReservations(now time.Time) ([]leasedb.Change, error) {
+	es, err := lg.Leases.Decoded()
 	if err != nil {
-		m.Log.Warn("reading pv_leases for the reservations' bindings", "err", err)
-		return nil
+		return nil, fmt.Errorf("reading pv_leases for the reservations' bindings: %w", err)
 	}
-	res := map[string]netip.Addr{}
-	for _, r := range static {
-		res[r.MAC.String()] = r.IP
-	}
-	now := m.now()
-	var out []server.Lease
+	var out []leasedb.Change
 	for _, e := range es {
-		if e.SegID != segID || e.ExpiresAt == nil || !now.Before(*e.ExpiresAt) || !strings.Contains(e.Flags, "bound") {
+		if e.ExpiresAt == nil || !now.Before(*e.ExpiresAt) || !strings.Contains(e.Flags, "static") || !strings.Contains(e.Flags, "bound") {
 			continue
 		}
 		mac, err1 := net.ParseMAC(e.MAC)
 		ip, err2 := netip.ParseAddr(e.IP)
-		if err1 != nil || err2 != nil || res[mac.String()] != ip {
+		if err1 != nil || err2 != nil {
 			continue
 		}
-		out = append(out, server.Lease{IP: ip, MAC: mac, Expires: *e.ExpiresAt})
+		if c, live, _ := lg.db.Lookup(e.SegID, mac); !live || c.IP != ip || !now.Before(c.Expires) {
+			out = append(out, staticBound(e.SegID, "", server.Lease{IP: ip, MAC: mac, Expires: *e.ExpiresAt}, now))
+		}
 	}
-	return out
+	return out, nil
 }

@@ -235,12 +235,9 @@ func (lg *ledger) networkLeases(ctx context.Context, seg segment.Segment) ([]*pi
 // segment (in.dynamic, in.moved) whose MACs it knows nothing of: stored
 // by a release before the database, or applied while no segment served
 // them. They are journaled as following the store (never exported) and
-// pinned; a reserved MAC's as the reservation's. On the first start
-// after the upgrade, the reservations' bindings pv_leases holds go in
-// too (legacyReservationBindings). A stale copy of a binding that moved
+// pinned; a reserved MAC's as the reservation's. A stale copy of a binding that moved
 // or ended since is not taken: the database is newer than the store.
 func (m *Manager) adopt(cfg server.Segment, si segInfo, in startInput) {
-	m.legacyReservationBindings(cfg, in.static)
 	reserved := make(map[string]bool, len(in.static))
 	for _, r := range in.static {
 		reserved[r.MAC.String()] = true
