@@ -5,8 +5,10 @@
 // type each:
 //
 //   - Manager (manager.go) starts, reconfigures and stops one responder
-//     per segment and feeds it the segment's settings and static
-//     reservations from the store. At a segment's start (restore.go) the
+//     per segment and gives its server one server.Input from each
+//     snapshot of the store (settings, reservations at the snapshot's
+//     revision, held MACs, what other nodes hold), persisting what
+//     server.Apply changed. At a segment's start (restore.go) the
 //     lease database decides, once, what the segment binds: it follows
 //     what the store got while the segment was not served, takes the
 //     leases only the store has, ends what the segment cannot serve, and
