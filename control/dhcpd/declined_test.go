@@ -68,7 +68,7 @@ func TestDeclinedProbationSurvivesARestart(t *testing.T) {
 			if _, err := restarted.srv.Apply(time.Now(), server.Input{Segment: f.cfg}); err != nil {
 				t.Fatal(err)
 			}
-			restarted.loadTables(ctx, f.seg, f.cfg, nil, startInput{})
+			restarted.loadTables(ctx, infoOf(f.seg, nil), f.cfg, startInput{})
 			st, _ := restarted.srv.Stats(f.cfg.ID)
 			if st.Quarantined != tc.inProbation {
 				t.Fatalf("%d addresses in probation after the restart, want %d", st.Quarantined, tc.inProbation)

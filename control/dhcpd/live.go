@@ -60,13 +60,3 @@ func (l liveServer) Remove(seg uint32) ([]leasedb.Change, map[netip.Addr]time.Ti
 func changeOf(seg uint32, r server.Record) leasedb.Change {
 	return leasedb.Change{Segment: seg, Record: r}
 }
-
-// park stops a segment's bindings being the server's: the server forgets
-// the segment, the lease database keeps them (leasedb.DB.Park).
-func (lg *ledger) park(id uint32) {
-	if lg.db == nil {
-		lg.srv.RemoveSegment(id)
-		return
-	}
-	lg.db.Park(id)
-}

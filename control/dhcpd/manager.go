@@ -116,12 +116,18 @@ func (m *Manager) Recover(ctx context.Context) error {
 	return m.ledger.recover(ctx)
 }
 
+// errNotRecovered: segments run only once the lease database is open.
+var errNotRecovered = errors.New("DHCP segments synced before the lease database was opened (Recover)")
+
 // Sync makes the responders match segments (those with DHCP on and a
 // bridge up) and feeds them reservations and the operator's deletions.
 // Each segment's server takes one Input (server.Apply); a segment new
 // to it then starts from the lease database (loadTables).
 func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap reconcile.Snapshot) error {
 	m.init()
+	if m.ledger.db == nil {
+		return errNotRecovered
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
@@ -135,7 +141,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			continue // DHCP on but no delegated range: nothing to hand out
 		}
 		want[seg.Name] = true
-		in, err := m.input(seg, heldObjs, snap)
+		input, err := m.input(seg, heldObjs, snap)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -143,9 +149,10 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		if r := m.running[seg.Name]; r != nil && r.seg.Spec.Bridge != seg.Spec.Bridge {
 			m.stop(seg.Name)
 		}
+		si := infoOf(seg, macSet(input.Held))
 		r := m.running[seg.Name]
 		if r == nil {
-			errs = append(errs, m.startSegment(ctx, seg, in, m.startInput(seg, in, leases, snap, heldByName)))
+			errs = append(errs, m.startSegment(ctx, si, input, m.startInput(seg, input, leases, snap, heldByName)))
 			continue
 		}
 		// What this pass persists is pinned by the held set of this
@@ -153,9 +160,9 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 		// locked since is pinned years ahead, as compile pins it
 		// (ordering seed 1796499881600462388: a reservation's binding
 		// kept as a dynamic lease was pinned at its plain expiry).
-		r.seg, r.held = seg, macSet(in.Held)
+		r.seg, r.held = seg, si.held
 		m.publishInfos()
-		errs = append(errs, m.apply(ctx, in))
+		errs = append(errs, m.apply(ctx, input))
 	}
 	for name := range m.running {
 		if !want[name] {
@@ -179,14 +186,14 @@ func (m *Manager) input(seg segment.Segment, heldObjs []*pivirtv1.Object, snap r
 		return server.Input{}, err
 	}
 	cfg.ReuseThreshold, cfg.OffersPerMAC = m.LeaseReuse, m.OffersPerMAC
-	in := server.Input{Segment: cfg, Reservations: segmentReservations(seg, snap.Of(pivirtv1.KindDHCPLease), snap),
+	input := server.Input{Segment: cfg, Reservations: segmentReservations(seg, snap.Of(pivirtv1.KindDHCPLease), snap),
 		Revision: snap.Revision, Elsewhere: m.away[collision.NetworkOf(seg)]}
 	for _, o := range heldObjs {
 		if l, ok := segmentLease(seg, o, snap); ok {
-			in.Held = append(in.Held, l.MAC)
+			input.Held = append(input.Held, l.MAC)
 		}
 	}
-	return in, nil
+	return input, nil
 }
 
 // segmentReservations returns the reservations of seg among objs.
@@ -214,10 +221,10 @@ func segmentLease(seg segment.Segment, o *pivirtv1.Object, snap reconcile.Snapsh
 // that changed: the leases reservations superseded follow the store
 // (admission deleted their objects with the reservations' apply); the
 // rest are the server's changes.
-func (m *Manager) apply(ctx context.Context, in server.Input) error {
-	a, err := m.srv.Apply(m.now(), in)
+func (m *Manager) apply(ctx context.Context, input server.Input) error {
+	a, err := m.srv.Apply(m.now(), input)
 	if err != nil {
-		err = fmt.Errorf("configuring DHCP of segment %s: %w", in.Segment.Name, err)
+		err = fmt.Errorf("configuring DHCP of segment %s: %w", input.Segment.Name, err)
 	}
 	m.persistSuperseded(a.Superseded)
 	if len(a.Changes) > 0 {
@@ -243,8 +250,8 @@ func (m *Manager) persistSuperseded(changes []server.LeaseChange) {
 // server serves all the same (moved): clients brought them from another
 // node's range (migrated), or the interlock holds them through a shrink
 // of the range.
-func (m *Manager) startInput(seg segment.Segment, in server.Input, objs []*pivirtv1.Object, snap reconcile.Snapshot, held map[string]bool) startInput {
-	out := startInput{static: in.Reservations, held: in.Held, storeUnreachable: snap.Saved}
+func (m *Manager) startInput(seg segment.Segment, input server.Input, objs []*pivirtv1.Object, snap reconcile.Snapshot, held map[string]bool) startInput {
+	out := startInput{static: input.Reservations, held: input.Held, storeUnreachable: snap.Saved}
 	for _, o := range objs {
 		l, ok := segmentLease(seg, o, snap)
 		if !ok || !l.Dynamic() || l.Spec.ExpiresAt == nil {
@@ -330,7 +337,8 @@ func heldNames(held []*pivirtv1.Object) map[string]bool {
 	return out
 }
 
-func (m *Manager) start(seg segment.Segment, id uint32, held map[string]bool) error {
+func (m *Manager) start(si segInfo, id uint32) error {
+	seg := si.seg
 	resp, err := responder.New(responder.Config{
 		Interface: seg.Spec.Bridge,
 		Segment:   id,
@@ -346,7 +354,7 @@ func (m *Manager) start(seg segment.Segment, id uint32, held map[string]bool) er
 		return fmt.Errorf("starting DHCP on %s: %w", seg.Spec.Bridge, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{seg: seg, id: id, held: held, cancel: cancel, done: make(chan struct{}), resp: resp}
+	r := &running{seg: seg, id: id, held: si.held, cancel: cancel, done: make(chan struct{}), resp: resp}
 	go func() {
 		defer close(r.done)
 		if err := resp.Run(ctx); err != nil && ctx.Err() == nil {
@@ -370,7 +378,7 @@ func (m *Manager) stop(name string) {
 	}
 	r.cancel()
 	<-r.done
-	m.ledger.park(r.id)
+	m.ledger.db.Park(r.id) // the server forgets the segment; the lease database keeps its bindings
 	delete(m.running, name)
 	m.Events.Record(pivirtv1.KindNetworkSegment, name, events.Normal, "DHCPStopped", "responder stopped")
 	c := r.resp.Counters().Snapshot()

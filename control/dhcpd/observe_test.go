@@ -230,7 +230,7 @@ func TestObserveTakenOverBeforeReusedACK(t *testing.T) {
 					t.Fatal(err)
 				}
 				f.m.ledger.setSegments(map[uint32]segInfo{f.cfg.ID: {seg: f.seg, bridge: "br-vm", leaseTime: time.Hour}})
-				f.m.loadTables(context.Background(), f.seg, f.cfg, nil, startInput{})
+				f.m.loadTables(context.Background(), infoOf(f.seg, nil), f.cfg, startInput{})
 				if err := f.m.ledger.pinStarted(f.cfg.ID, infoOf(f.seg, nil)); err != nil {
 					t.Fatal(err)
 				}

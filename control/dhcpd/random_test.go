@@ -215,7 +215,7 @@ func (w *ledgerWorld) restart() []string {
 	if _, err := m.srv.Apply(m.now(), in); err != nil { // a new segment: nothing changes
 		w.t.Fatal(err)
 	}
-	m.loadTables(ctx, f.seg, f.cfg, held, start)
+	m.loadTables(ctx, infoOf(f.seg, held), f.cfg, start)
 	after := w.live()
 	w.synced = false
 	var bad []string

@@ -121,10 +121,7 @@ func (lg *ledger) refused(r record, err error) {
 // reservationAt returns the name of the store's reservation of ch's MAC
 // at ch's address in ch's segment ("": none, or the store cannot say).
 func (lg *ledger) reservationAt(ch server.LeaseChange) string {
-	sel, err := fields.Parse(pivirtv1.KindDHCPLease, "spec.macAddress="+ch.Lease.MAC.String())
-	if err != nil {
-		return ""
-	}
+	sel := fields.Selector{{Field: "spec.macAddress", Value: ch.Lease.MAC.String()}} // canonical: as net.HardwareAddr prints it
 	page, err := lg.Store.ListPage(context.Background(), pivirtv1.KindDHCPLease, store.ListOptions{Fields: sel})
 	if err != nil {
 		return ""

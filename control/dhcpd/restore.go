@@ -40,20 +40,19 @@ type startInput struct {
 	storeUnreachable bool                 // the cache serves the copy it saved (reconcile.Snapshot.Saved)
 }
 
-// startSegment starts serving seg: its server takes in, fills its tables
-// from the lease database (loadTables), its responder starts, and its
-// bindings are pinned.
-func (m *Manager) startSegment(ctx context.Context, seg segment.Segment, in server.Input, st startInput) error {
-	if _, err := m.srv.Apply(m.now(), in); err != nil {
+// startSegment starts serving a segment (si): its server takes input,
+// fills its tables from the lease database and what the store holds
+// (loadTables), its responder starts, and its bindings are pinned.
+func (m *Manager) startSegment(ctx context.Context, si segInfo, input server.Input, stored startInput) error {
+	if _, err := m.srv.Apply(m.now(), input); err != nil {
 		// A new segment's tables are empty: nothing changed to persist.
-		return fmt.Errorf("configuring DHCP of segment %s: %w", seg.Name, err)
+		return fmt.Errorf("configuring DHCP of segment %s: %w", si.seg.Name, err)
 	}
-	held := macSet(in.Held)
-	m.loadTables(ctx, seg, in.Segment, held, st)
-	if err := m.start(seg, in.Segment.ID, held); err != nil {
+	m.loadTables(ctx, si, input.Segment, stored)
+	if err := m.start(si, input.Segment.ID); err != nil {
 		return err
 	}
-	return m.ledger.pinStarted(in.Segment.ID, infoOf(seg, held))
+	return m.ledger.pinStarted(input.Segment.ID, si)
 }
 
 // loadTables fills the tables of a starting segment, whose settings,
@@ -65,10 +64,9 @@ func (m *Manager) startSegment(ctx context.Context, seg segment.Segment, in serv
 // the DECLINE probations and the addresses other nodes hold, and what
 // the server refuses (a conflict) ends too. So the database holds what
 // the server took, with no comparison of the two afterwards.
-func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg server.Segment, held map[string]bool, in startInput) {
-	si := infoOf(seg, held)
+func (m *Manager) loadTables(ctx context.Context, si segInfo, cfg server.Segment, stored startInput) {
 	switch {
-	case in.storeUnreachable:
+	case stored.storeUnreachable:
 		// Restarted with etcd away: a list would wait for the store's
 		// whole bound (20 s inside a partition) before DHCP starts. What
 		// the store got meanwhile reaches the database through Observe
@@ -80,11 +78,11 @@ func (m *Manager) loadTables(ctx context.Context, seg segment.Segment, cfg serve
 			m.Log.Warn("comparing a starting segment's leases with the store", "segment", cfg.Name, "err", err)
 		}
 	}
-	m.adopt(cfg, si, in)
+	m.adopt(cfg, si, stored)
 	var end []server.LeaseChange
 	// From here the segment's bindings are the server's (one copy).
 	m.ledger.db.Take(cfg.ID, func(bs []leasedb.Change, probations map[netip.Addr]time.Time) {
-		bound, out, ends := m.bindings(cfg, bs, in.static, in.moved, si.held, in.storeUnreachable)
+		bound, out, ends := m.bindings(cfg, bs, stored.static, stored.moved, si.held, stored.storeUnreachable)
 		refused, err := m.srv.Load(m.now(), cfg.ID, server.Tables{Leases: bound, Moved: out, Probations: probations})
 		if err != nil {
 			m.Log.Warn("some leases were not loaded", "segment", cfg.Name, "err", err)
@@ -218,10 +216,7 @@ func (lg *ledger) networkLeases(ctx context.Context, seg segment.Segment) ([]*pi
 	}
 	var out []*pivirtv1.Object
 	for _, name := range names {
-		sel, err := fields.Parse(pivirtv1.KindDHCPLease, "spec.network="+name)
-		if err != nil {
-			return nil, err
-		}
+		sel := fields.Selector{{Field: "spec.network", Value: name}}
 		page, err := lg.Store.ListPage(ctx, pivirtv1.KindDHCPLease, store.ListOptions{Fields: sel})
 		if err != nil {
 			return nil, fmt.Errorf("listing the leases of network %s: %w", name, err)
@@ -232,19 +227,19 @@ func (lg *ledger) networkLeases(ctx context.Context, seg segment.Segment) ([]*pi
 }
 
 // adopt takes into the lease database the store's leases of a starting
-// segment (in.dynamic, in.moved) whose MACs it knows nothing of: stored
+// segment (stored.dynamic, stored.moved) whose MACs it knows nothing of: stored
 // by a release before the database, or applied while no segment served
 // them. They are journaled as following the store (never exported) and
 // pinned; a reserved MAC's as the reservation's. A stale copy of a binding that moved
 // or ended since is not taken: the database is newer than the store.
-func (m *Manager) adopt(cfg server.Segment, si segInfo, in startInput) {
-	reserved := make(map[string]bool, len(in.static))
-	for _, r := range in.static {
+func (m *Manager) adopt(cfg server.Segment, si segInfo, stored startInput) {
+	reserved := make(map[string]bool, len(stored.static))
+	for _, r := range stored.static {
 		reserved[r.MAC.String()] = true
 	}
 	now := m.now()
 	var take []server.LeaseChange
-	for _, l := range slices.Concat(in.dynamic, in.moved) {
+	for _, l := range slices.Concat(stored.dynamic, stored.moved) {
 		mac := l.MAC.String()
 		if _, _, known := m.ledger.db.Lookup(cfg.ID, l.MAC); known || (!now.Before(l.Expires) && !si.held[mac]) {
 			continue

@@ -57,23 +57,23 @@ type Applied struct {
 // holdings elsewhere. It returns what changed of the bindings; an error
 // for invalid settings (nothing applied) or invalid reservations (the
 // rest applied).
-func (s *Server) Apply(now time.Time, in Input) (Applied, error) {
-	c := in.Segment.withDefaults()
+func (s *Server) Apply(now time.Time, input Input) (Applied, error) {
+	c := input.Segment.withDefaults()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.segs[c.ID]
 	var out Applied
 	if st == nil || !reflect.DeepEqual(st.cfg, c) {
 		var err error
-		if st, out.Changes, err = s.configure(in.Segment); err != nil {
+		if st, out.Changes, err = s.configure(input.Segment); err != nil {
 			return Applied{}, err
 		}
 	}
-	superseded, kept, err := st.applyReservations(now, c.ID, in.Reservations, in.Revision)
+	superseded, kept, err := st.applyReservations(now, c.ID, input.Reservations, input.Revision)
 	out.Superseded = superseded
 	out.Changes = append(out.Changes, kept...)
-	out.Changes = append(out.Changes, st.applyHeld(now, c.ID, in.Held)...)
-	st.applyElsewhere(in.Elsewhere)
+	out.Changes = append(out.Changes, st.applyHeld(now, c.ID, input.Held)...)
+	st.applyElsewhere(input.Elsewhere)
 	return out, err
 }
 
