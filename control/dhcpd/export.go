@@ -62,8 +62,9 @@ type storeFollower interface {
 	// or address meanwhile, the interlock holds the lease, an edit
 	// conflicts).
 	refused(r record, err error)
-	// superseded: another node serves the lease with a newer ACK.
-	superseded(r record)
+	// superseded: another node serves the lease with a newer ACK, made
+	// at by.
+	superseded(r record, by time.Time)
 }
 
 func newExporter(cfg *Config, follow storeFollower) *exporter {
@@ -264,7 +265,7 @@ func (x *exporter) exportRecords(ctx context.Context, recs []record) error {
 // nothing was stored.
 func (x *exporter) storeRecords(ctx context.Context, recs []record) error {
 	var refused []refusal
-	var superseded []record
+	var superseded []supersededBy
 	latest := latestPerLease(recs)
 	// Privileged: the daemon's own objects carry its pivirt.hu/node label.
 	_, err := x.Index.Update(ctx, x.Store, admission.Options{Now: x.now(), Privileged: true, Origin: OriginServer}, func(b *admission.Batch) error {
@@ -286,8 +287,9 @@ func (x *exporter) storeRecords(ctx context.Context, recs []record) error {
 			if err == nil {
 				continue
 			}
-			if errors.Is(err, errSuperseded) {
-				superseded = append(superseded, r)
+			if s := (supersededBy{}); errors.As(err, &s) {
+				s.rec = r
+				superseded = append(superseded, s)
 				continue
 			}
 			if errors.Is(err, errReserved) {
@@ -310,10 +312,10 @@ func (x *exporter) storeRecords(ctx context.Context, recs []record) error {
 		x.refused.Add(1)
 		x.follow.refused(*f.rec, f.err)
 	}
-	for _, r := range superseded {
-		x.Log.Info("journaled lease change not stored: another node serves the lease since", "lease", LeaseName(r.Change.Lease.MAC),
-			"change", r.Change.Kind.String(), "at", r.Change.At)
-		x.follow.superseded(r)
+	for _, s := range superseded {
+		x.Log.Info("journaled lease change not stored: another node serves the lease since", "lease", LeaseName(s.rec.Change.Lease.MAC),
+			"change", s.rec.Change.Kind.String(), "at", s.rec.Change.At, "acked_there", s.acked)
+		x.follow.superseded(s.rec, s.acked)
 	}
 	return nil
 }
@@ -324,10 +326,17 @@ func (x *exporter) storeRecords(ctx context.Context, recs []record) error {
 // away and reach it in either order.
 const AnnotationAckedAt = "pivirtd.pilab.hu/acked-at"
 
-// errSuperseded: the change is older than the lease another node stored
-// (storeRecord). It is dropped, not stored: this node's copy goes with
-// its next snapshot, in which the lease is the other node's.
-var errSuperseded = errors.New("superseded by another node's lease")
+// supersededBy: the change is older than the lease another node stored,
+// ACKed there at acked (storeRecord). It is not stored; the ledger
+// follows (ledger.superseded).
+type supersededBy struct {
+	acked time.Time
+	rec   record // storeRecords fills it in
+}
+
+func (e supersededBy) Error() string {
+	return "superseded by another node's lease, ACKed there at " + e.acked.Format(time.RFC3339Nano)
+}
 
 // errReserved: the lease's name holds a reservation now (the operator
 // edited the server's lease into one, `type: static`). The server's
@@ -386,7 +395,7 @@ func storeRecord(b *admission.Batch, r record, node string, clustered bool) erro
 				return errReserved
 			}
 			if pivirtv1.PlacedElsewhere(cur, node) && ackedAt(cur).After(ch.At) {
-				return errSuperseded
+				return supersededBy{acked: ackedAt(cur)}
 			}
 			// What an operator added to the object stays, and so do the
 			// conditions other controllers own (Conflict, NodeLost).
@@ -421,7 +430,7 @@ func storeRecord(b *admission.Batch, r record, node string, clustered bool) erro
 		case isReservation(spec):
 			return errReserved
 		case pivirtv1.PlacedElsewhere(cur, node) && !r.boundAt.After(ackedAt(cur)):
-			return errSuperseded
+			return supersededBy{acked: ackedAt(cur)}
 		}
 		if _, err := b.Delete(pivirtv1.KindDHCPLease, name, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("deleting %s: %w", name, err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"pivirt.hu/pivirt/api/fields"
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
@@ -22,12 +23,30 @@ import (
 // the operator's writes are.
 
 // superseded ends the binding an ACK made that another node's newer ACK
-// of the lease superseded, unless a later change of the lease is queued
-// (it meets the store on its own).
-func (lg *ledger) superseded(r record) {
-	if r.Change.Kind.Durable() && !lg.newer(r) {
-		lg.dropNotStored(r.Change)
+// of the lease (made at by) superseded, unless a later change of the
+// lease is queued (it meets the store on its own), or this node ACKed
+// the binding again as it is after that node did (lease reuse: nothing
+// journaled but the ACK's time). The client came back here while etcd
+// was away, and its last word is this node's: the binding is stored
+// again as this node's with that ACK's time, as observeGone does when
+// the take-over reaches the watch first (cluster ordering seed
+// 1796634405763596982: the end came first, and the client, ACKed here
+// last, was left with no lease stored or pinned anywhere).
+func (lg *ledger) superseded(r record, by time.Time) {
+	if !r.Change.Kind.Durable() || lg.newer(r) {
+		return
 	}
+	ch := r.Change
+	if lg.db != nil {
+		if c, live, _ := lg.db.Lookup(ch.Segment, ch.Lease.MAC); live && c.IP == ch.Lease.IP && c.LastACK().After(by) {
+			again := server.LeaseChange{Kind: server.Renewed, Segment: ch.Segment, Lease: c.Lease, At: c.LastACK()}
+			if err := lg.Persist(context.Background(), []server.LeaseChange{again}); err != nil {
+				lg.Log.Warn("storing again a lease this node ACKed after another node took it over", "lease", LeaseName(ch.Lease.MAC), "err", err)
+			}
+			return
+		}
+	}
+	lg.dropNotStored(ch)
 }
 
 // dropNotStored ends in the server, the lease database and pv_leases a

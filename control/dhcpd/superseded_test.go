@@ -4,9 +4,14 @@ package dhcpd
 
 import (
 	"context"
+	"encoding/json"
+	"net"
+	"net/netip"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
 
 	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/control/admission"
@@ -88,6 +93,94 @@ func TestJournalNewerACKWins(t *testing.T) {
 			}
 			if !slices.Equal(history, tc.want) {
 				t.Errorf("stored lease after each node's writes: %v, want %v", history, tc.want)
+			}
+		})
+	}
+}
+
+// TestSupersededBeforeReusedACK: while etcd was away, this node ACKed a
+// client (journaled, not stored yet), the client moved to n2, which
+// ACKed it later, and came back here, where it was ACKed the lease as it
+// is (lease reuse: only the ACK's time is recorded). When etcd is back,
+// this node's change meets n2's newer object and is not stored; but its
+// binding was ACKed here after n2's ACK, so it stays and is stored again
+// as this node's (cluster ordering seed 1796634405763596982: it was
+// ended, and the client kept an address no node stored or pinned). A
+// take-over newer than the reused ACK still ends the binding.
+func TestSupersededBeforeReusedACK(t *testing.T) {
+	const mac, name = "52:54:00:a1:b2:c5", "lease-52-54-00-a1-b2-c5"
+	hw, _ := net.ParseMAC(mac)
+	ip := netip.MustParseAddr("192.168.100.122")
+	for _, tc := range []struct {
+		name        string
+		takenOverIn time.Duration // after this node's ACK; the reused ACK is 2 s after it
+		want        netip.Addr
+	}{
+		{"n2's ACK before the reused ACK", time.Second, ip},
+		{"n2's ACK after it", 3 * time.Second, netip.Addr{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newSegmentFixture(t)
+			f.ix.Shared, f.m.Node = true, "n1"
+			f.cfg.ReuseThreshold = 0.5
+			if _, err := f.m.srv.Apply(time.Now(), server.Input{Segment: f.cfg}); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.ledger.recoverDB(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.m.ledger.db.Close() })
+
+			// This node's ACK, journaled; etcd away: not stored.
+			acked := time.Now().Truncate(time.Millisecond)
+			ch := change(server.Bound, mac, ip.String(), acked.Add(f.cfg.LeaseTime))
+			ch.Segment, ch.At = f.cfg.ID, acked
+			if _, err := f.m.srv.Load(acked, f.cfg.ID, server.Tables{Leases: server.Unrecorded(ch.Lease)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.ledger.Persist(ctx, []server.LeaseChange{ch}); err != nil {
+				t.Fatal(err)
+			}
+			f.m.srv.Persisted([]server.LeaseChange{ch})
+			// n2's take-over lands in the store first.
+			theirs := acked.Add(tc.takenOverIn)
+			taken, spec := leaseObject(name, "br-vm", ch.Lease)
+			taken.Metadata.Labels[pivirtv1.NodeLabel] = "n2"
+			taken.Metadata.Annotations = map[string]string{AnnotationAckedAt: theirs.Format(time.RFC3339Nano)}
+			taken.Spec, _ = json.Marshal(spec)
+			if _, err := f.ix.Update(ctx, f.st, admission.Options{Privileged: true, Origin: OriginServer}, func(b *admission.Batch) error {
+				_, _, err := b.Apply(taken)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			// The client comes back and is ACKed its lease as it is.
+			req, err := dhcpv4.New(dhcpv4.WithHwAddr(hw), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+				dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip.AsSlice())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, _ := f.m.srv.Handle(acked.Add(2*time.Second), server.Request{Segment: f.cfg.ID, SrcMAC: hw, Msg: req, Broadcast: true})
+			if rep.Msg == nil || rep.Msg.MessageType() != dhcpv4.MessageTypeAck || !rep.Reused {
+				t.Fatalf("the client's REQUEST: %v (reused %v), want an ACK of the lease as it is", rep.Msg, rep.Reused)
+			}
+			f.m.ledger.Acked([]server.LeaseChange{rep.Acked})
+
+			// etcd is back: this node's change meets n2's object.
+			if err := f.m.ledger.exp.export(ctx); err != nil {
+				t.Fatal(err)
+			}
+			f.wantBinding(t, hw, tc.want)
+			if err := f.m.ledger.exp.export(ctx); err != nil {
+				t.Fatal(err)
+			}
+			o := storedLease(t, f.st, name)
+			if tc.want.IsValid() && (o == nil || o.Metadata.Labels[pivirtv1.NodeLabel] != "n1" || !ackedAt(o).Equal(rep.Acked.At)) {
+				t.Errorf("stored %v; want n1's at the reused ACK's %v", o, rep.Acked.At)
+			}
+			if !tc.want.IsValid() && (o == nil || o.Metadata.Labels[pivirtv1.NodeLabel] != "n2") {
+				t.Errorf("stored %v; want n2's object to stay", o)
 			}
 		})
 	}
