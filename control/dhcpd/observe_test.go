@@ -193,16 +193,7 @@ func TestObserveTakenOverBeforeReusedACK(t *testing.T) {
 		{"taken over after it, restarted since", 3 * time.Second, true, netip.Addr{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newSegmentFixture(t)
-			f.ix.Shared, f.m.Node = true, "n1"
-			f.cfg.ReuseThreshold = 0.5
-			if _, err := f.m.srv.Apply(time.Now(), server.Input{Segment: f.cfg}); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.m.ledger.recoverDB(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.m.ledger.db.Close() })
+			f := newReusingNodeFixture(t)
 			stored := time.Now()
 			bindAndStore(t, f, mac, ip.String(), stored.Add(f.cfg.LeaseTime))
 			o := storedLease(t, f.st, name)

@@ -121,16 +121,7 @@ func TestSupersededBeforeReusedACK(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			f := newSegmentFixture(t)
-			f.ix.Shared, f.m.Node = true, "n1"
-			f.cfg.ReuseThreshold = 0.5
-			if _, err := f.m.srv.Apply(time.Now(), server.Input{Segment: f.cfg}); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.m.ledger.recoverDB(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.m.ledger.db.Close() })
+			f := newReusingNodeFixture(t)
 
 			// This node's ACK, journaled; etcd away: not stored.
 			acked := time.Now().Truncate(time.Millisecond)
@@ -184,4 +175,21 @@ func TestSupersededBeforeReusedACK(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newReusingNodeFixture is a segment served by node n1 of a cluster,
+// ACKing leases as they are (lease reuse), its lease database open.
+func newReusingNodeFixture(t *testing.T) *segmentFixture {
+	t.Helper()
+	f := newSegmentFixture(t)
+	f.ix.Shared, f.m.Node = true, "n1"
+	f.cfg.ReuseThreshold = 0.5
+	if _, err := f.m.srv.Apply(time.Now(), server.Input{Segment: f.cfg}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.ledger.recoverDB(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.m.ledger.db.Close() })
+	return f
 }
