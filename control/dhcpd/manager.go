@@ -141,7 +141,7 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 			continue // DHCP on but no delegated range: nothing to hand out
 		}
 		want[seg.Name] = true
-		input, err := m.input(seg, heldObjs, snap)
+		input, err := m.input(seg, leases, heldObjs, snap)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -180,13 +180,13 @@ func (m *Manager) Sync(ctx context.Context, segments []segment.Segment, snap rec
 // input is what seg's server is told of it (server.Input): its settings,
 // the store's reservations of it at the snapshot's revision, the MACs of
 // its held leases, what other nodes hold of its network.
-func (m *Manager) input(seg segment.Segment, heldObjs []*pivirtv1.Object, snap reconcile.Snapshot) (server.Input, error) {
+func (m *Manager) input(seg segment.Segment, leases, heldObjs []*pivirtv1.Object, snap reconcile.Snapshot) (server.Input, error) {
 	cfg, err := serverSegment(seg)
 	if err != nil {
 		return server.Input{}, err
 	}
 	cfg.ReuseThreshold, cfg.OffersPerMAC = m.LeaseReuse, m.OffersPerMAC
-	input := server.Input{Segment: cfg, Reservations: segmentReservations(seg, snap.Of(pivirtv1.KindDHCPLease), snap),
+	input := server.Input{Segment: cfg, Reservations: segmentReservations(seg, leases, snap),
 		Revision: snap.Revision, Elsewhere: m.away[collision.NetworkOf(seg)]}
 	for _, o := range heldObjs {
 		if l, ok := segmentLease(seg, o, snap); ok {
