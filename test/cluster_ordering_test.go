@@ -409,12 +409,19 @@ func (r *clusterRun) renew(c *clusterGuest) {
 // initReboot is a moved guest's first REQUEST on its new node, from its
 // recorded lease (no server id, option 50): the store shows the lease
 // its MAC's, so the new node ACKs the same address and takes the lease
-// over.
+// over. As a client does, it sends the REQUEST again when no reply
+// comes (three times, a second apart): a node that has not heard of the
+// address yet (the other node's write on its way through the store) says
+// nothing rather than NAK it.
 func (r *clusterRun) initReboot(c *clusterGuest) {
 	r.t.Logf("step %d: INIT-REBOOT %s %s on %s", r.step, c.g.MAC, c.acked, clusterNames[c.node])
 	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
 		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(c.ack.YourIPAddr)))
-	rep, srv := c.raw.exchangeWithin(m, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 3*time.Second)
+	var rep *dhcpv4.DHCPv4
+	var srv net.HardwareAddr
+	for try := 0; try < 3 && rep == nil; try++ {
+		rep, srv = c.raw.exchangeWithin(m, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, time.Second)
+	}
 	if c.ackedAway && (rep == nil || rep.MessageType() == dhcpv4.MessageTypeNak) {
 		// ACKed on the other node while etcd is away: not known here.
 		r.t.Logf("step %d: INIT-REBOOT of %s not ACKed on %s with its lease unknown there (%v); DORA", r.step, c.g.MAC, clusterNames[c.node], rep != nil)

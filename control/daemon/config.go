@@ -104,6 +104,10 @@ const DefaultNodeTTL = 15 * time.Second
 // the lease time (T1), so their renewals are always written.
 const DefaultLeaseReuse = 0.25
 
+// Clustered reports whether other nodes share the store (--store etcd):
+// they write it too, and serve networks of their own.
+func (c *Config) Clustered() bool { return c.Store == "etcd" }
+
 // Validate checks the combination of flags before anything starts.
 func (c *Config) Validate() error {
 	var errs []error

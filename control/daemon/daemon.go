@@ -85,7 +85,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	d := &Daemon{cfg: cfg, log: log, events: events.NewRecorder(20), index: admission.NewIndex(), reg: prometheus.NewRegistry(), started: time.Now()}
-	d.index.Shared = cfg.Store == "etcd" // other nodes write it too
+	d.index.Shared = cfg.Clustered() // other nodes write it too
 	b := readBuild(cfg.Version)
 	// What an upgrade or a downgrade changes (README "Upgrading"): the
 	// binary, and the layout of the pinned maps it migrates to.
@@ -296,7 +296,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	relays, _ := d.cfg.TrustedRelays() // Validate checked them
 	d.dhcp = &dhcpd.Manager{Config: dhcpd.Config{Store: d.store, Index: d.index, Events: d.events, Log: d.log,
 		Leases: d.loader.Maps().Leases, PerMAC: perMAC, PerPort: perPort, Relays: relays,
-		LeaseReuse: d.cfg.DHCPLeaseReuse, OffersPerMAC: d.cfg.DHCPOffersPerMAC, JournalDir: d.cfg.LeaseJournalDir(), JournalSyncDelay: d.cfg.JournalSyncDelay, Node: d.cfg.Node}}
+		LeaseReuse: d.cfg.DHCPLeaseReuse, OffersPerMAC: d.cfg.DHCPOffersPerMAC, JournalDir: d.cfg.LeaseJournalDir(), JournalSyncDelay: d.cfg.JournalSyncDelay, Node: d.cfg.Node,
+		Shared: d.cfg.Clustered()}}
 	// Reservations reach the responders before `apply` returns.
 	d.index.BeforeCommit, d.index.AfterCommit = d.dhcp.BeforeCommit, d.dhcp.AfterCommit
 	nl, err := netlink.NewHandle()
@@ -332,8 +333,8 @@ func (d *Daemon) controllers() ([]Controller, error) {
 	cache.Node = d.cfg.Node
 	// On etcd a node lists and watches the leases of its networks only;
 	// the API lists every node's from etcd itself.
-	cache.Scoped = d.cfg.Store == "etcd"
-	if d.cfg.Store == "etcd" {
+	cache.Scoped = d.cfg.Clustered()
+	if d.cfg.Clustered() {
 		cache.SavePath = d.cfg.SavedCachePath() // a node whose host restarts while etcd is away starts from this
 	}
 	// Leases other nodes write (the operator through their API, their
@@ -446,7 +447,7 @@ func (c controllerFunc) Run(ctx context.Context) error { return c.run(ctx) }
 
 // serveAPI starts the unix socket, TCP and metrics listeners.
 func (d *Daemon) serveAPI(ctx context.Context, errc chan<- error) ([]*http.Server, error) {
-	rs := &apiserver.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log, Clustered: d.cfg.Store == "etcd", Nodes: d.listNodes}
+	rs := &apiserver.ResourceServer{Store: d.store, Index: d.index, Recorder: d.events, Log: d.log, Clustered: d.cfg.Clustered(), Nodes: d.listNodes}
 	mux := http.NewServeMux()
 	opts := apiserver.HandlerOptions(connect.WithInterceptors(logErrors(d.log)))
 	path, h := resourcev1connect.NewResourceServiceHandler(rs, opts...)

@@ -55,6 +55,9 @@ type Config struct {
 	LeaseReuse float64
 	// OffersPerMAC is every segment's server.Segment.OffersPerMAC.
 	OffersPerMAC int
+	// Shared: other nodes serve networks of this store (--store etcd),
+	// every segment's server.Segment.Shared.
+	Shared bool
 	// JournalDir holds the lease journal (see journal.go).
 	JournalDir string
 	// JournalSyncDelay slows every journal flush down (wal.Options.SyncDelay;
@@ -185,7 +188,7 @@ func (m *Manager) input(seg segment.Segment, leases, heldObjs []*pivirtv1.Object
 	if err != nil {
 		return server.Input{}, err
 	}
-	cfg.ReuseThreshold, cfg.OffersPerMAC = m.LeaseReuse, m.OffersPerMAC
+	cfg.ReuseThreshold, cfg.OffersPerMAC, cfg.Shared = m.LeaseReuse, m.OffersPerMAC, m.Shared
 	input := server.Input{Segment: cfg, Reservations: segmentReservations(seg, leases, snap),
 		Revision: snap.Revision, Elsewhere: m.away[collision.NetworkOf(seg)]}
 	for _, o := range heldObjs {

@@ -51,6 +51,15 @@ type Segment struct {
 	// a reserved MAC is offered its reservation only, so it is not
 	// bounded.
 	OffersPerMAC int
+	// Shared: other nodes serve the segment's network from their own
+	// ranges (cluster mode). An INIT-REBOOT for an address outside this
+	// range that the server has heard nothing of (no binding here, no
+	// holding elsewhere) is left to the node whose range it is: ignored
+	// (IgnoreNotHeard), not NAKed, as RFC 2131 4.3.2 has a server with no
+	// record of the client stay silent. The client asks again, and once
+	// the store brings the other node's lease (a VM migrated just as the
+	// cluster learns of it), the lease follows its MAC here.
+	Shared bool
 
 	DNS    []netip.Addr
 	Domain string   // option 15

@@ -74,6 +74,20 @@ func (st *segState) heldElsewhere(mac net.HardwareAddr) bool {
 	return ok && h.Held
 }
 
+// notHeardOf reports whether ip is another node's to answer for mac
+// (Segment.Shared): a host address outside the range that nothing here
+// binds or reserves and the store shows no one holding, asked for by a
+// MAC the store shows holding nothing elsewhere. A binding of the MAC
+// here at another address does not count: the client may have moved
+// away and back since, and only the store tells.
+func (st *segState) notHeardOf(ip netip.Addr, mac net.HardwareAddr) bool {
+	if !st.cfg.Shared || !st.hostAddr(ip) || st.pool.Contains(ip) {
+		return false
+	}
+	_, macAway := st.awayMAC[string(mac)]
+	return !macAway && st.away[ip] == nil && st.byIP[ip] == nil && st.resByIP[ip] == ""
+}
+
 // movable reports whether ip, outside the range, may follow its MAC here:
 // the store shows it the MAC's elsewhere, not held, and a host address of
 // the subnet.

@@ -32,6 +32,7 @@ func TestElsewhere(t *testing.T) {
 		wantIgn  Ignore
 		wantCh   []ChangeKind
 		wantHeld bool // Server.HeldElsewhere told
+		shared   bool // Segment.Shared: other nodes serve the network
 	}{
 		{
 			name:     "allocator skips an address another node's lease holds",
@@ -124,6 +125,73 @@ func TestElsewhere(t *testing.T) {
 			wantHeld: true,
 		},
 		{
+			name: "single node: init-reboot for an address outside the range no one holds is NAKed",
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
+			},
+			wantType: dhcpv4.MessageTypeNak,
+		},
+		{
+			name:   "shared: init-reboot for an address of another range not heard of is left to its node",
+			shared: true,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
+			},
+			wantIgn: IgnoreNotHeard,
+		},
+		{
+			name:   "shared: so is one from a client bound here at another address (it may have moved away and back)",
+			shared: true, setup: bound,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
+			},
+			wantIgn: IgnoreNotHeard,
+		},
+		{
+			name:   "shared: init-reboot for an address of another range that another MAC holds is NAKed",
+			shared: true,
+			away:   []Holding{away("192.168.100.50", macB, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
+			},
+			wantType: dhcpv4.MessageTypeNak,
+		},
+		{
+			name:   "shared: init-reboot from a MAC the store shows holding another address is NAKed",
+			shared: true,
+			away:   []Holding{away("192.168.100.60", macA, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
+			},
+			wantType: dhcpv4.MessageTypeNak,
+		},
+		{
+			name:   "shared: a migrated client's init-reboot outside the range is ACKed",
+			shared: true,
+			away:   []Holding{away("192.168.100.50", macA, false)},
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
+			},
+			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.50", wantCh: []ChangeKind{Bound},
+		},
+		{
+			name:   "shared: init-reboot for a free address of this range is ACKed",
+			shared: true,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.11"))
+			},
+			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.11", wantCh: []ChangeKind{Bound},
+		},
+		{
+			name:   "shared: a renewal of an address of another range not heard of is NAKed (the client names this server)",
+			shared: true,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return msg(t, dhcpv4.MessageTypeRequest, macA, ciaddr("192.168.100.50"))
+			},
+			unicast:  true,
+			wantType: dhcpv4.MessageTypeNak,
+		},
+		{
 			name: "the subnet's broadcast address never moves",
 			away: []Holding{away("192.168.100.255", macA, false)},
 			req: func(t *testing.T) *dhcpv4.DHCPv4 {
@@ -135,6 +203,13 @@ func TestElsewhere(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newServer(t)
+			if tc.shared {
+				c := seg1()
+				c.Shared = true
+				if _, err := s.setSegment(c); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if tc.setup != nil {
 				tc.setup(t, s)
 			}

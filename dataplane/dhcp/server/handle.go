@@ -229,6 +229,9 @@ func (h *handler) request() (Reply, []LeaseChange) {
 // confirm ACKs ip if the client may hold it, else NAKs (we are
 // authoritative for the segment, so a wrong address is refused, not ignored).
 func (h *handler) confirm(state State, ip netip.Addr) (Reply, []LeaseChange) {
+	if state == InitReboot && h.st.notHeardOf(ip, h.mac()) {
+		return Reply{State: state, Ignored: IgnoreNotHeard}, h.in.Changes
+	}
 	if !ip.IsValid() || !h.st.subnet.Contains(ip) || h.heldElsewhere() || !h.st.assignable(h.id, h.mac(), ip, h.now) {
 		changes := h.in.Changes
 		if l := h.st.byID[string(h.id)]; l != nil && l.IP == ip && !l.offered && !h.st.held[string(l.MAC)] {

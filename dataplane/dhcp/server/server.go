@@ -80,11 +80,12 @@ const (
 	IgnoreSpoofed             // RELEASE/DECLINE not from the lease's own MAC (and, for RELEASE, address)
 	IgnoreDeclineLimit        // DECLINE within the probation of the MAC's last one: the lease ends, the address is not quarantined
 	IgnoreOfferLimit          // DISCOVER under a new client identifier from a MAC holding Segment.OffersPerMAC offers
+	IgnoreNotHeard            // INIT-REBOOT for an address of another node's range this node has no record of (Segment.Shared)
 	NumIgnore
 )
 
 func (r Ignore) String() string {
-	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours", "held", "spoofed", "decline-limit", "offer-limit"}[r]
+	return [...]string{"none", "not-request", "no-type", "no-segment", "other-server", "exhausted", "bad-request", "not-ours", "held", "spoofed", "decline-limit", "offer-limit", "not-heard"}[r]
 }
 
 // Reply is the outcome of Handle. Msg is nil when nothing is sent.
