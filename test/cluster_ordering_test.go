@@ -215,6 +215,63 @@ func TestPrivilegedClusterReleasedAfterComingBack(t *testing.T) {
 	r.checkInvariants()
 }
 
+// TestPrivilegedClusterMovedBeforeTheStoreKnows: a guest ACKed on n2
+// while etcd is away moves to n1 once etcd is back but before n2's
+// journal reached it (n2 paused: its writer waits out its retry backoff,
+// cluster seed 2190999138463073143 at step 115). n1 has heard nothing of
+// the address, which lies in n2's range: its INIT-REBOOT must get no
+// reply (not a NAK, which would cost the guest its address), and once
+// n2's write reaches the store the guest's next INIT-REBOOT is ACKed the
+// same address on n1, which takes the lease over.
+func TestPrivilegedClusterMovedBeforeTheStoreKnows(t *testing.T) {
+	r := newClusterRun(t, 1, 2)
+	c := r.guests[1] // on n2
+	n2 := r.nodes[1].d
+	r.step = 1
+	r.etcdAway(false)
+	r.dora(c)
+	r.checkInvariants()
+	r.step = 2
+	if err := syscall.Kill(n2.PID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	paused := true
+	resume := func() {
+		if paused {
+			paused = false
+			if err := syscall.Kill(n2.PID(), syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(resume)
+	r.etcdBack()
+	r.movePort(c)
+	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(c.ack.YourIPAddr)))
+	bcast := [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	if rep, _ := c.raw.exchangeWithin(m, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), bcast, 2*time.Second); rep != nil {
+		t.Fatalf("INIT-REBOOT of %s for %s (n2's range) on n1 before the store knows the lease: %s %s, want no reply",
+			c.g.MAC, c.acked, rep.MessageType(), rep.YourIPAddr)
+	}
+	const notHeard = `pivirt_dhcp_ignored_total{reason="not-heard",segment="cl-n1"} 1`
+	if mo, _ := r.nodes[0].ns.Exec("curl", "-sf", "http://127.0.0.1:9464/metrics"); !strings.Contains(string(mo), notHeard+"\n") {
+		t.Errorf("n1's metrics lack %s", notHeard)
+	}
+	resume()
+	r.step = 3
+	var rep *dhcpv4.DHCPv4
+	waitFor(t, 20*time.Second, "n1 answering the INIT-REBOOT once n2's write is stored", func() bool {
+		rep, _ = c.raw.exchangeWithin(m, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), bcast, time.Second)
+		return rep != nil
+	})
+	if ip, _ := netip.AddrFromSlice(rep.YourIPAddr.To4()); rep.MessageType() != dhcpv4.MessageTypeAck || ip != c.acked {
+		t.Fatalf("INIT-REBOOT of %s for %s on n1 once the store knows: %s %s, want ACK of the same address", c.g.MAC, c.acked, rep.MessageType(), ip)
+	}
+	c.ack = rep
+	r.checkInvariants()
+}
+
 // TestPrivilegedClusterRestartInPartition: pivirtd killed -9 and started
 // again while etcd is frozen (a partition: connections stay open, nothing
 // answers) serves DHCP from its saved cache and its journal within
@@ -273,7 +330,7 @@ func startNodesApart(t *testing.T) ([2]clusterNode, *etcdtest.Cluster) {
 		ns := testutil.NewNetNS(t)
 		d := harness.StartDaemon(t, bins, harness.Options{NetNS: ns.Path(), Args: []string{
 			"--store", "etcd", "--etcd-endpoints", strings.Join(ec.Endpoints, ","), "--node", clusterNames[i],
-			"--listen", "127.0.0.1:7701", "--token-file", tokens}})
+			"--listen", "127.0.0.1:7701", "--token-file", tokens, "--metrics", "127.0.0.1:9464"}})
 		nodes[i] = clusterNode{d: d, ns: ns, bins: bins, server: "http://127.0.0.1:7701", token: tokenFile}
 	}
 	segs := clusterSeg("cl-n1", "n1", "br-cl1", "10", "50") + "---\n" + clusterSeg("cl-n2", "n2", "br-cl2", "51", "99")
