@@ -50,16 +50,19 @@ import (
 //     more offers than Segment.OffersPerMAC (some seeds allow two).
 //
 // Seeds above 100 (and every PIVIRT_DHCP_SEED) also have the operator
-// apply dynamic leases (Import).
+// apply dynamic leases (Import). Half of those above 200 serve a network
+// other nodes share (Segment.Shared): an INIT-REBOOT gets no reply
+// exactly when it asks for an address beyond the range that nothing
+// here or elsewhere holds, from a MAC holding nothing elsewhere.
 // PIVIRT_DHCP_SEED=N replays one seed (PIVIRT_DHCP_STEPS steps).
 func TestRandomExchanges(t *testing.T) {
-	// Seeds 1-24 as they always ran, and 101-124 with the operator's
-	// dynamic leases. At 10,000 steps seed 10, and seed 5132 with
-	// imports, found a held MAC's reservation leaving its lease bound
-	// and its offer kept (TestHeldMACsReservation).
+	// Seeds 1-24 as they always ran, 101-124 with the operator's
+	// dynamic leases, 201-224 with some shared. At 10,000 steps seed 10,
+	// and seed 5132 with imports, found a held MAC's reservation leaving
+	// its lease bound and its offer kept (TestHeldMACsReservation).
 	seeds := []uint64{}
 	for s := uint64(1); s <= 24; s++ {
-		seeds = append(seeds, s, 100+s)
+		seeds = append(seeds, s, 100+s, 200+s)
 	}
 	steps := 3000
 	if v := os.Getenv("PIVIRT_DHCP_SEED"); v != "" {
@@ -146,6 +149,7 @@ func newWorld(t *testing.T, seed uint64, imports bool) *world {
 	if seed%4 >= 2 {
 		cfg.OffersPerMAC = 2
 	}
+	cfg.Shared = seed > 200 && seed%8 >= 4
 	w := &world{t: t, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, now: t0,
 		durable: map[string]bound{}, has: map[string]netip.Addr{}, offered: map[string]netip.Addr{},
 		reserved: map[string]netip.Addr{}, held: map[string]bool{}, declined: map[netip.Addr]time.Time{}, probation: map[netip.Addr]time.Time{}, declinedBy: map[string]time.Time{},
@@ -372,6 +376,7 @@ func (w *world) step(i int) {
 		}
 		w.logf("%s REQUEST init-reboot %s", mac, a)
 		rep, ch := w.handle(mac, true, netip.Addr{}, dhcpv4.MessageTypeRequest, reqIP(a))
+		w.checkNotHeard(mac, a, rep)
 		w.answered(mac, rep, ch)
 	case op < 64: // RENEWING (unicast) or REBINDING (broadcast)
 		a, ok := w.has[k]
@@ -646,6 +651,24 @@ func (w *world) answered(mac net.HardwareAddr, rep Reply, ch []LeaseChange) (net
 		}
 	}
 	return a, true
+}
+
+// checkNotHeard checks the reply to an INIT-REBOOT of mac for a: in a
+// shared network, one for an address beyond the range that no binding
+// here holds and no other node's object names, from a MAC no other
+// node's object names, gets no reply (IgnoreNotHeard); every other gets
+// its ACK or NAK.
+func (w *world) checkNotHeard(mac net.HardwareAddr, a netip.Addr, rep Reply) {
+	_, here := w.heldHere(a)
+	named := slices.ContainsFunc(w.away, func(h Holding) bool { return h.IP == a || bytes.Equal(h.MAC, mac) })
+	unheard := w.cfg.Shared && !w.inRange(a) && !here && !named
+	if silent := rep.Msg == nil && rep.Ignored == IgnoreNotHeard; silent != unheard {
+		w.t.Errorf("INIT-REBOOT of %s for %s: no reply as not heard of %v, want %v (shared %v, in range %v, bound here %v, named elsewhere %v)",
+			mac, a, silent, unheard, w.cfg.Shared, w.inRange(a), here, named)
+	}
+	if rep.Msg == nil && rep.Ignored != IgnoreNotHeard {
+		w.t.Errorf("INIT-REBOOT of %s for %s: no reply (%v)", mac, a, rep.Ignored)
+	}
 }
 
 // checkReused checks an ACK that reused a lease: reuse is on, the lease
