@@ -45,6 +45,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -178,7 +179,7 @@ func TestPrivilegedClusterReleasedAfterMovingAway(t *testing.T) {
 func TestPrivilegedClusterReleasedAfterComingBack(t *testing.T) {
 	r := newClusterRun(t, 1, 1)
 	c := r.guests[0]
-	n1, n2 := r.nodes[0].d, r.nodes[1].d
+	n1 := r.nodes[0].d
 	steps := []func(){
 		func() { r.dora(c) },
 		func() { r.etcdAway(false) },
@@ -192,19 +193,7 @@ func TestPrivilegedClusterReleasedAfterComingBack(t *testing.T) {
 		r.checkInvariants()
 	}
 	r.step = len(steps) + 1
-	if err := syscall.Kill(n2.PID(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	paused := true
-	resume := func() {
-		if paused {
-			paused = false
-			if err := syscall.Kill(n2.PID(), syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	t.Cleanup(resume)
+	resume := r.pause(1)
 	r.etcdBack()
 	name := leaseName(c.g.MAC)
 	waitFor(t, 15*time.Second, "n1's release in the store before n2's journal", func() bool {
@@ -226,25 +215,12 @@ func TestPrivilegedClusterReleasedAfterComingBack(t *testing.T) {
 func TestPrivilegedClusterMovedBeforeTheStoreKnows(t *testing.T) {
 	r := newClusterRun(t, 1, 2)
 	c := r.guests[1] // on n2
-	n2 := r.nodes[1].d
 	r.step = 1
 	r.etcdAway(false)
 	r.dora(c)
 	r.checkInvariants()
 	r.step = 2
-	if err := syscall.Kill(n2.PID(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	paused := true
-	resume := func() {
-		if paused {
-			paused = false
-			if err := syscall.Kill(n2.PID(), syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	t.Cleanup(resume)
+	resume := r.pause(1)
 	r.etcdBack()
 	r.movePort(c)
 	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.raw.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
@@ -342,6 +318,25 @@ func startNodesApart(t *testing.T) ([2]clusterNode, *etcdtest.Cluster) {
 		return strings.Count(out, "Ready") == 2
 	})
 	return nodes, ec
+}
+
+// pause stops node i's pivirtd (SIGSTOP: its journal's writer and its
+// watch wait) and returns what resumes it; the test's end resumes it too.
+func (r *clusterRun) pause(i int) (resume func()) {
+	pid := r.nodes[i].d.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		r.t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				r.t.Error(err)
+			}
+		})
+	}
+	r.t.Cleanup(resume)
+	return resume
 }
 
 func (r *clusterRun) fatalf(format string, args ...any) {
