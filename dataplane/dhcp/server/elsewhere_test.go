@@ -20,7 +20,10 @@ func TestElsewhere(t *testing.T) {
 	away := func(a string, mac net.HardwareAddr, held bool) Holding {
 		return Holding{IP: ip(a), MAC: mac, Held: held}
 	}
-	bound := func(t *testing.T, s *Server) { bindA(t, s) } // macA holds 192.168.100.10 here
+	bound := func(t *testing.T, s *Server) { bindA(t, s) }         // macA holds 192.168.100.10 here
+	initReboot := func(a string) func(*testing.T) *dhcpv4.DHCPv4 { // macA asks for a (option 50, no ciaddr)
+		return func(t *testing.T) *dhcpv4.DHCPv4 { return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP(a)) }
+	}
 	cases := []struct {
 		name     string
 		setup    func(*testing.T, *Server)
@@ -49,11 +52,9 @@ func TestElsewhere(t *testing.T) {
 			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.10",
 		},
 		{
-			name: "init-reboot for an address held by another MAC is NAKed",
-			away: []Holding{away("192.168.100.10", macB, false)},
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.10"))
-			},
+			name:     "init-reboot for an address held by another MAC is NAKed",
+			away:     []Holding{away("192.168.100.10", macB, false)},
+			req:      initReboot("192.168.100.10"),
 			wantType: dhcpv4.MessageTypeNak,
 		},
 		{
@@ -77,11 +78,9 @@ func TestElsewhere(t *testing.T) {
 			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.10", wantCh: []ChangeKind{Renewed},
 		},
 		{
-			name: "migrated client's init-reboot outside the range is ACKed",
-			away: []Holding{away("192.168.100.50", macA, false)},
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
-			},
+			name:     "migrated client's init-reboot outside the range is ACKed",
+			away:     []Holding{away("192.168.100.50", macA, false)},
+			req:      initReboot("192.168.100.50"),
 			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.50", wantCh: []ChangeKind{Bound},
 		},
 		{
@@ -102,19 +101,15 @@ func TestElsewhere(t *testing.T) {
 			wantType: dhcpv4.MessageTypeOffer, wantYI: "192.168.100.50",
 		},
 		{
-			name: "an address outside the range the store does not show as the MAC's is NAKed",
-			away: []Holding{away("192.168.100.50", macB, false)},
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
-			},
+			name:     "an address outside the range the store does not show as the MAC's is NAKed",
+			away:     []Holding{away("192.168.100.50", macB, false)},
+			req:      initReboot("192.168.100.50"),
 			wantType: dhcpv4.MessageTypeNak,
 		},
 		{
-			name: "the interlock keeps a lease on its node: NAK",
-			away: []Holding{away("192.168.100.50", macA, true)},
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
-			},
+			name:     "the interlock keeps a lease on its node: NAK",
+			away:     []Holding{away("192.168.100.50", macA, true)},
+			req:      initReboot("192.168.100.50"),
 			wantType: dhcpv4.MessageTypeNak, wantHeld: true,
 		},
 		{
@@ -125,61 +120,47 @@ func TestElsewhere(t *testing.T) {
 			wantHeld: true,
 		},
 		{
-			name: "single node: init-reboot for an address outside the range no one holds is NAKed",
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
-			},
+			name:     "single node: init-reboot for an address outside the range no one holds is NAKed",
+			req:      initReboot("192.168.100.50"),
 			wantType: dhcpv4.MessageTypeNak,
 		},
 		{
-			name:   "shared: init-reboot for an address of another range not heard of is left to its node",
-			shared: true,
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
-			},
+			name:    "shared: init-reboot for an address of another range not heard of is left to its node",
+			shared:  true,
+			req:     initReboot("192.168.100.50"),
 			wantIgn: IgnoreNotHeard,
 		},
 		{
 			name:   "shared: so is one from a client bound here at another address (it may have moved away and back)",
 			shared: true, setup: bound,
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
-			},
+			req:     initReboot("192.168.100.50"),
 			wantIgn: IgnoreNotHeard,
 		},
 		{
-			name:   "shared: init-reboot for an address of another range that another MAC holds is NAKed",
-			shared: true,
-			away:   []Holding{away("192.168.100.50", macB, false)},
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
-			},
+			name:     "shared: init-reboot for an address of another range that another MAC holds is NAKed",
+			shared:   true,
+			away:     []Holding{away("192.168.100.50", macB, false)},
+			req:      initReboot("192.168.100.50"),
 			wantType: dhcpv4.MessageTypeNak,
 		},
 		{
-			name:   "shared: init-reboot from a MAC the store shows holding another address is NAKed",
-			shared: true,
-			away:   []Holding{away("192.168.100.60", macA, false)},
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
-			},
+			name:     "shared: init-reboot from a MAC the store shows holding another address is NAKed",
+			shared:   true,
+			away:     []Holding{away("192.168.100.60", macA, false)},
+			req:      initReboot("192.168.100.50"),
 			wantType: dhcpv4.MessageTypeNak,
 		},
 		{
-			name:   "shared: a migrated client's init-reboot outside the range is ACKed",
-			shared: true,
-			away:   []Holding{away("192.168.100.50", macA, false)},
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.50"))
-			},
+			name:     "shared: a migrated client's init-reboot outside the range is ACKed",
+			shared:   true,
+			away:     []Holding{away("192.168.100.50", macA, false)},
+			req:      initReboot("192.168.100.50"),
 			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.50", wantCh: []ChangeKind{Bound},
 		},
 		{
-			name:   "shared: init-reboot for a free address of this range is ACKed",
-			shared: true,
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.11"))
-			},
+			name:     "shared: init-reboot for a free address of this range is ACKed",
+			shared:   true,
+			req:      initReboot("192.168.100.11"),
 			wantType: dhcpv4.MessageTypeAck, wantYI: "192.168.100.11", wantCh: []ChangeKind{Bound},
 		},
 		{
@@ -192,11 +173,9 @@ func TestElsewhere(t *testing.T) {
 			wantType: dhcpv4.MessageTypeNak,
 		},
 		{
-			name: "the subnet's broadcast address never moves",
-			away: []Holding{away("192.168.100.255", macA, false)},
-			req: func(t *testing.T) *dhcpv4.DHCPv4 {
-				return msg(t, dhcpv4.MessageTypeRequest, macA, reqIP("192.168.100.255"))
-			},
+			name:     "the subnet's broadcast address never moves",
+			away:     []Holding{away("192.168.100.255", macA, false)},
+			req:      initReboot("192.168.100.255"),
 			wantType: dhcpv4.MessageTypeNak,
 		},
 	}
