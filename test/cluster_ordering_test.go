@@ -44,6 +44,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -246,6 +247,37 @@ func TestPrivilegedClusterMovedBeforeTheStoreKnows(t *testing.T) {
 	}
 	c.ack = rep
 	r.checkInvariants()
+}
+
+// TestPrivilegedClusterDhclientMovedBeforeTheStoreKnows is the same
+// race with a real client: dhclient bound on n2 while etcd was away,
+// stopped (no RELEASE), its port moved to n1 once etcd is back while n2's
+// journal is held back, and started again from its lease file
+// (INIT-REBOOT). n1 says nothing until n2's write is stored (n2 resumes
+// 2 s later); dhclient asks again and must end with the address it had.
+func TestPrivilegedClusterDhclientMovedBeforeTheStoreKnows(t *testing.T) {
+	testutil.RequireTool(t, "dhclient")
+	r := newClusterRun(t, 1, 2)
+	c := r.guests[1] // on n2
+	r.step = 1
+	r.etcdAway(false)
+	c.g.Dhclient(t)
+	addr := c.g.Addr(t)
+	if a := addr.As4(); a[3] < clusterRanges[1][0] || a[3] > clusterRanges[1][1] {
+		t.Fatalf("dhclient on n2 got %v, want an address of n2's range", addr)
+	}
+	guest.KillPidFile(filepath.Join(c.g.Dir, "pid"))
+	r.step = 2
+	resume := r.pause(1)
+	r.etcdBack()
+	r.movePort(c)
+	time.AfterFunc(2*time.Second, resume)
+	started := time.Now()
+	out := c.g.Dhclient(t)
+	if got := c.g.Addr(t); got != addr {
+		t.Fatalf("after the move dhclient has %v, want %v kept\n%s", got, addr, out)
+	}
+	t.Logf("dhclient kept %v on n1 %v after it started:\n%s", addr, time.Since(started).Round(100*time.Millisecond), out)
 }
 
 // TestPrivilegedClusterRestartInPartition: pivirtd killed -9 and started
