@@ -75,17 +75,17 @@ func (st *segState) heldElsewhere(mac net.HardwareAddr) bool {
 }
 
 // notHeardOf reports whether ip is another node's to answer for mac
-// (Segment.Shared): a host address outside the range that nothing here
-// binds or reserves and the store shows no one holding, asked for by a
-// MAC the store shows holding nothing elsewhere. A binding of the MAC
-// here at another address does not count: the client may have moved
-// away and back since, and only the store tells.
+// (Segment.Shared): a host address outside the range (where no
+// reservation lies) that nothing here binds and the store shows no one
+// holding, asked for by a MAC the store shows holding nothing elsewhere.
+// A binding of the MAC here at another address does not count: the
+// client may have moved away and back since, and only the store tells.
 func (st *segState) notHeardOf(ip netip.Addr, mac net.HardwareAddr) bool {
 	if !st.cfg.Shared || !st.hostAddr(ip) || st.pool.Contains(ip) {
 		return false
 	}
 	_, macAway := st.awayMAC[string(mac)]
-	return !macAway && st.away[ip] == nil && st.byIP[ip] == nil && st.resByIP[ip] == ""
+	return !macAway && st.away[ip] == nil && st.byIP[ip] == nil
 }
 
 // movable reports whether ip, outside the range, may follow its MAC here:

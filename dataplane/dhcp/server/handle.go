@@ -227,7 +227,9 @@ func (h *handler) request() (Reply, []LeaseChange) {
 }
 
 // confirm ACKs ip if the client may hold it, else NAKs (we are
-// authoritative for the segment, so a wrong address is refused, not ignored).
+// authoritative for the segment, so a wrong address is refused, not
+// ignored), except an INIT-REBOOT for another node's address this node
+// has not heard of (Segment.Shared), left to that node.
 func (h *handler) confirm(state State, ip netip.Addr) (Reply, []LeaseChange) {
 	if state == InitReboot && h.st.notHeardOf(ip, h.mac()) {
 		return Reply{State: state, Ignored: IgnoreNotHeard}, h.in.Changes
