@@ -174,6 +174,16 @@ func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
 	}
 	wantContains(t, "pv_leases", d.MustCtl("inspect", "map", "pv_leases"), a1.MAC.String(), a1.Addr(t).String())
 
+	// The lease database, where these leases live: a1's binding is bound,
+	// s1's the reservation's; a segment named shows its own alone.
+	all := d.MustCtl("inspect", "leases")
+	wantLeaseRow(t, all, "dh-a", a1.MAC, a1.Addr(t), "bound")
+	wantLeaseRow(t, all, "dh-a", s1.MAC, netip.MustParseAddr("10.61.0.120"), "reserved")
+	wantLeaseRow(t, all, "dh-b", b1.MAC, b1.Addr(t), "bound")
+	if onlyB := d.MustCtl("inspect", "leases", "dh-b"); strings.Contains(onlyB, a1.MAC.String()) || !strings.Contains(onlyB, b1.MAC.String()) {
+		t.Errorf("inspect leases dh-b shows another segment's binding, or not b1's:\n%s", onlyB)
+	}
+
 	// The responders' counters as Prometheus metrics.
 	metrics, err := host.Exec("curl", "-sf", "http://127.0.0.1:9464/metrics")
 	if err != nil {
@@ -287,4 +297,17 @@ func TestPrivilegedDHCPThroughPivirtd(t *testing.T) {
 	if got := a1.Addr(t); got != aAddr {
 		t.Errorf("after kill -9 a1 got %v, want its previous %v", got, aAddr)
 	}
+}
+
+// wantLeaseRow checks that `pivirtctl inspect leases` output holds a row
+// of segment binding mac to ip in state.
+func wantLeaseRow(t *testing.T, out, segment string, mac net.HardwareAddr, ip netip.Addr, state string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[0] == segment && f[2] == mac.String() && f[3] == ip.String() && f[4] == state {
+			return
+		}
+	}
+	t.Errorf("inspect leases has no row %s %s %s %s:\n%s", segment, mac, ip, state, out)
 }

@@ -19,7 +19,7 @@ import (
 
 // TestPrivilegedSysdump is `pivirtctl sysdump` (issue 32 item 6) against a
 // pivirtd with a segment and a guarded port: the tarball holds the objects,
-// their descriptions, the maps and programs as inspect shows them, the
+// their descriptions, the maps, programs and lease database as inspect shows them, the
 // metrics and the host's links, each with what it should show.
 func TestPrivilegedSysdump(t *testing.T) {
 	testutil.RequireBPF(t)
@@ -45,6 +45,7 @@ func TestPrivilegedSysdump(t *testing.T) {
 		"inspect/maps.json":            "pv_ports_v2",
 		"inspect/map-pv_acl_v2.txt":    "",
 		"inspect/progs.txt":            "",
+		"inspect/leases.yaml":          "pending: 0",
 		"version.txt":                  "",
 		"metrics.txt":                  "pivirt_build_info",
 		"host/ip-link.txt":             "br-csum",

@@ -94,6 +94,7 @@ ip -n "$VMNS" -4 addr show eth0 | grep inet
 step "what pivirtd stored and observed"
 ctl get segments
 ctl get leases -o wide
+ctl inspect leases
 ctl get portsec
 ctl describe portsec web-01-nic0
 

@@ -29,9 +29,9 @@ func Commands(r *cli.Root) []*cobra.Command {
 	}
 	inspect := &cobra.Command{
 		Use:   "inspect",
-		Short: "Show the compiled eBPF maps and attached programs (like bpftool, decoded)",
+		Short: "Show the compiled eBPF maps, attached programs and the lease database (like bpftool, decoded)",
 	}
-	inspect.AddCommand(mapsCmd(client), mapCmd(client), progsCmd(client), desiredCmd(client))
+	inspect.AddCommand(mapsCmd(client), mapCmd(client), progsCmd(client), desiredCmd(client), leasesCmd(client))
 	return []*cobra.Command{inspect, simulateCmd(client), statusCmd(client)}
 }
 

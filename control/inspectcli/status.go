@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
 	inspectv1 "pivirt.hu/pivirt/api/inspect/v1"
@@ -52,36 +53,41 @@ ports the guard is attached to and the running DHCP responders.`,
 	return cmd
 }
 
-// writeStatus prints st as text (times relative to now), JSON or YAML
-// (the proto's JSON mapping, every field present).
+// writeStatus prints st as text (times relative to now), JSON or YAML.
 func writeStatus(w io.Writer, st *inspectv1.StatusResponse, output string, now time.Time) error {
 	if output == "json" || output == "yaml" {
-		raw, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(st)
-		if err != nil {
-			return fmt.Errorf("encoding the status: %w", err)
-		}
-		// protojson varies its spacing on purpose; scripts get one form.
-		var b bytes.Buffer
-		if err := json.Compact(&b, raw); err != nil {
-			return fmt.Errorf("encoding the status: %w", err)
-		}
-		out := b.Bytes()
-		if output == "yaml" {
-			if out, err = yaml.JSONToYAML(out); err != nil {
-				return fmt.Errorf("encoding the status as YAML: %w", err)
-			}
-		} else {
-			var ind bytes.Buffer
-			if err := json.Indent(&ind, out, "", "  "); err != nil {
-				return fmt.Errorf("encoding the status: %w", err)
-			}
-			out = append(ind.Bytes(), '\n')
-		}
-		_, err = w.Write(out)
-		return err
+		return writeProto(w, st, output)
 	}
 	printStatus(w, st, now)
 	return nil
+}
+
+// writeProto prints msg as JSON or YAML (output): the proto's JSON
+// mapping, every field present.
+func writeProto(w io.Writer, msg proto.Message, output string) error {
+	raw, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", msg.ProtoReflect().Descriptor().Name(), err)
+	}
+	// protojson varies its spacing on purpose; scripts get one form.
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return fmt.Errorf("encoding %s: %w", msg.ProtoReflect().Descriptor().Name(), err)
+	}
+	out := b.Bytes()
+	if output == "yaml" {
+		if out, err = yaml.JSONToYAML(out); err != nil {
+			return fmt.Errorf("encoding %s as YAML: %w", msg.ProtoReflect().Descriptor().Name(), err)
+		}
+	} else {
+		var ind bytes.Buffer
+		if err := json.Indent(&ind, out, "", "  "); err != nil {
+			return fmt.Errorf("encoding %s: %w", msg.ProtoReflect().Descriptor().Name(), err)
+		}
+		out = append(ind.Bytes(), '\n')
+	}
+	_, err = w.Write(out)
+	return err
 }
 
 // printStatus writes the text form: one "Key: value" line per part, a

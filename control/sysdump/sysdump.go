@@ -65,8 +65,8 @@ func Command(root *cli.Root, tree Tree) *cobra.Command {
 		Short: "Collect objects, events, maps, programs, metrics, logs and the host's network state into one tarball",
 		Long: `sysdump writes one .tar.gz of what a bug report about this node needs:
 the daemon's status and versions; the nodes and their liveness; every object (-o yaml) and its description
-with events; the pinned maps and the attached programs as inspect shows
-them; the host's links, addresses, routes, bridges, namespaces, netfilter
+with events; the pinned maps, the attached programs and the lease database
+as inspect shows them; the host's links, addresses, routes, bridges, namespaces, netfilter
 rules and BPF programs; pivirtd's log of the last --since (journalctl); and
 its metrics (--metrics-url). Run it on the node (the host parts are read
 where pivirtctl runs). A part that cannot be taken is listed in errors.txt;
@@ -185,6 +185,7 @@ func (d *dump) collect(metricsURL string, since time.Duration) {
 		}
 	}
 	d.ctl("inspect/desired.txt", "inspect", "desired")
+	d.ctl("inspect/leases.yaml", "inspect", "leases", "-o", "yaml")
 	for _, c := range hostCommands {
 		d.run(c.file, c.argv...)
 	}

@@ -1544,6 +1544,337 @@ func (x *ResponderStatus) GetReceived() uint64 {
 	return 0
 }
 
+type LeasesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// segment restricts the answer to one NetworkSegment; empty: every one.
+	Segment       string `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeasesRequest) Reset() {
+	*x = LeasesRequest{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasesRequest) ProtoMessage() {}
+
+func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasesRequest.ProtoReflect.Descriptor instead.
+func (*LeasesRequest) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *LeasesRequest) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+type LeaseRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// segment is the NetworkSegment when its DHCP runs here (empty for
+	// one stopped: its bindings wait in the database); segment_id is its
+	// id in pv_leases' keys.
+	Segment   string `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	SegmentId uint32 `protobuf:"varint,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	// network is the spec.network the lease is stored under.
+	Network  string `protobuf:"bytes,3,opt,name=network,proto3" json:"network,omitempty"`
+	Mac      string `protobuf:"bytes,4,opt,name=mac,proto3" json:"mac,omitempty"`
+	Ip       string `protobuf:"bytes,5,opt,name=ip,proto3" json:"ip,omitempty"`
+	Hostname string `protobuf:"bytes,6,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// client_id is option 61 in hex.
+	ClientId string `protobuf:"bytes,7,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// state of a binding: bound, reserved (a reservation's), held (the
+	// provisioning interlock holds it: pinned years ahead, kept past its
+	// expiry); of an end the store may not have yet: released, expired,
+	// declined.
+	State       string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	ExpiresUnix int64  `protobuf:"varint,9,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
+	// last_ack_unix is when it was last ACKed (an end: the binding it
+	// ended).
+	LastAckUnix int64 `protobuf:"varint,10,opt,name=last_ack_unix,json=lastAckUnix,proto3" json:"last_ack_unix,omitempty"`
+	// seq is the database's sequence number of its last change.
+	Seq uint64 `protobuf:"varint,11,opt,name=seq,proto3" json:"seq,omitempty"`
+	// store says what the DHCPLease objects have of it: synced, pending
+	// (the exporter has not stored its last change yet), or operator (the
+	// object is the operator's: a reservation, or a lease the operator
+	// applied or deleted; the server never writes it).
+	Store         string `protobuf:"bytes,12,opt,name=store,proto3" json:"store,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRecord) Reset() {
+	*x = LeaseRecord{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRecord) ProtoMessage() {}
+
+func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
+func (*LeaseRecord) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *LeaseRecord) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *LeaseRecord) GetSegmentId() uint32 {
+	if x != nil {
+		return x.SegmentId
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *LeaseRecord) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *LeaseRecord) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *LeaseRecord) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *LeaseRecord) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *LeaseRecord) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *LeaseRecord) GetExpiresUnix() int64 {
+	if x != nil {
+		return x.ExpiresUnix
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetLastAckUnix() int64 {
+	if x != nil {
+		return x.LastAckUnix
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+type LeaseProbation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Segment       string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	SegmentId     uint32                 `protobuf:"varint,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	Ip            string                 `protobuf:"bytes,3,opt,name=ip,proto3" json:"ip,omitempty"`
+	UntilUnix     int64                  `protobuf:"varint,4,opt,name=until_unix,json=untilUnix,proto3" json:"until_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseProbation) Reset() {
+	*x = LeaseProbation{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseProbation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseProbation) ProtoMessage() {}
+
+func (x *LeaseProbation) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseProbation.ProtoReflect.Descriptor instead.
+func (*LeaseProbation) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LeaseProbation) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *LeaseProbation) GetSegmentId() uint32 {
+	if x != nil {
+		return x.SegmentId
+	}
+	return 0
+}
+
+func (x *LeaseProbation) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *LeaseProbation) GetUntilUnix() int64 {
+	if x != nil {
+		return x.UntilUnix
+	}
+	return 0
+}
+
+type LeasesResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Leases     []*LeaseRecord         `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	Probations []*LeaseProbation      `protobuf:"bytes,2,rep,name=probations,proto3" json:"probations,omitempty"`
+	// seq is the database's last change; pending how many dynamic changes
+	// the store does not have yet.
+	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Pending       int32  `protobuf:"varint,4,opt,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeasesResponse) Reset() {
+	*x = LeasesResponse{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasesResponse) ProtoMessage() {}
+
+func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasesResponse.ProtoReflect.Descriptor instead.
+func (*LeasesResponse) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LeasesResponse) GetLeases() []*LeaseRecord {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *LeasesResponse) GetProbations() []*LeaseProbation {
+	if x != nil {
+		return x.Probations
+	}
+	return nil
+}
+
+func (x *LeasesResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *LeasesResponse) GetPending() int32 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
 var File_inspect_v1_inspect_proto protoreflect.FileDescriptor
 
 const file_inspect_v1_inspect_proto_rawDesc = "" +
@@ -1678,14 +2009,46 @@ const file_inspect_v1_inspect_proto_rawDesc = "" +
 	"\x05bound\x18\x06 \x01(\x05R\x05bound\x12\x18\n" +
 	"\aoffered\x18\a \x01(\x05R\aoffered\x12\x1a\n" +
 	"\breserved\x18\b \x01(\x05R\breserved\x12\x1a\n" +
-	"\breceived\x18\t \x01(\x04R\breceived2\x8e\x04\n" +
+	"\breceived\x18\t \x01(\x04R\breceived\")\n" +
+	"\rLeasesRequest\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\"\xc0\x02\n" +
+	"\vLeaseRecord\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\rR\tsegmentId\x12\x18\n" +
+	"\anetwork\x18\x03 \x01(\tR\anetwork\x12\x10\n" +
+	"\x03mac\x18\x04 \x01(\tR\x03mac\x12\x0e\n" +
+	"\x02ip\x18\x05 \x01(\tR\x02ip\x12\x1a\n" +
+	"\bhostname\x18\x06 \x01(\tR\bhostname\x12\x1b\n" +
+	"\tclient_id\x18\a \x01(\tR\bclientId\x12\x14\n" +
+	"\x05state\x18\b \x01(\tR\x05state\x12!\n" +
+	"\fexpires_unix\x18\t \x01(\x03R\vexpiresUnix\x12\"\n" +
+	"\rlast_ack_unix\x18\n" +
+	" \x01(\x03R\vlastAckUnix\x12\x10\n" +
+	"\x03seq\x18\v \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05store\x18\f \x01(\tR\x05store\"x\n" +
+	"\x0eLeaseProbation\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\rR\tsegmentId\x12\x0e\n" +
+	"\x02ip\x18\x03 \x01(\tR\x02ip\x12\x1d\n" +
+	"\n" +
+	"until_unix\x18\x04 \x01(\x03R\tuntilUnix\"\xb7\x01\n" +
+	"\x0eLeasesResponse\x126\n" +
+	"\x06leases\x18\x01 \x03(\v2\x1e.pivirt.inspect.v1.LeaseRecordR\x06leases\x12A\n" +
+	"\n" +
+	"probations\x18\x02 \x03(\v2!.pivirt.inspect.v1.LeaseProbationR\n" +
+	"probations\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x18\n" +
+	"\apending\x18\x04 \x01(\x05R\apending2\xdd\x04\n" +
 	"\x0eInspectService\x12S\n" +
 	"\bListMaps\x12\".pivirt.inspect.v1.ListMapsRequest\x1a#.pivirt.inspect.v1.ListMapsResponse\x12P\n" +
 	"\aDumpMap\x12!.pivirt.inspect.v1.DumpMapRequest\x1a\".pivirt.inspect.v1.DumpMapResponse\x12_\n" +
 	"\fListPrograms\x12&.pivirt.inspect.v1.ListProgramsRequest\x1a'.pivirt.inspect.v1.ListProgramsResponse\x12P\n" +
 	"\aDesired\x12!.pivirt.inspect.v1.DesiredRequest\x1a\".pivirt.inspect.v1.DesiredResponse\x12S\n" +
 	"\bSimulate\x12\".pivirt.inspect.v1.SimulateRequest\x1a#.pivirt.inspect.v1.SimulateResponse\x12M\n" +
-	"\x06Status\x12 .pivirt.inspect.v1.StatusRequest\x1a!.pivirt.inspect.v1.StatusResponseB+Z)pivirt.hu/pivirt/api/inspect/v1;inspectv1b\x06proto3"
+	"\x06Status\x12 .pivirt.inspect.v1.StatusRequest\x1a!.pivirt.inspect.v1.StatusResponse\x12M\n" +
+	"\x06Leases\x12 .pivirt.inspect.v1.LeasesRequest\x1a!.pivirt.inspect.v1.LeasesResponseB+Z)pivirt.hu/pivirt/api/inspect/v1;inspectv1b\x06proto3"
 
 var (
 	file_inspect_v1_inspect_proto_rawDescOnce sync.Once
@@ -1699,7 +2062,7 @@ func file_inspect_v1_inspect_proto_rawDescGZIP() []byte {
 	return file_inspect_v1_inspect_proto_rawDescData
 }
 
-var file_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_inspect_v1_inspect_proto_goTypes = []any{
 	(*MapInfo)(nil),              // 0: pivirt.inspect.v1.MapInfo
 	(*MapEntry)(nil),             // 1: pivirt.inspect.v1.MapEntry
@@ -1722,6 +2085,10 @@ var file_inspect_v1_inspect_proto_goTypes = []any{
 	(*ControllerStatus)(nil),     // 18: pivirt.inspect.v1.ControllerStatus
 	(*PortStatus)(nil),           // 19: pivirt.inspect.v1.PortStatus
 	(*ResponderStatus)(nil),      // 20: pivirt.inspect.v1.ResponderStatus
+	(*LeasesRequest)(nil),        // 21: pivirt.inspect.v1.LeasesRequest
+	(*LeaseRecord)(nil),          // 22: pivirt.inspect.v1.LeaseRecord
+	(*LeaseProbation)(nil),       // 23: pivirt.inspect.v1.LeaseProbation
+	(*LeasesResponse)(nil),       // 24: pivirt.inspect.v1.LeasesResponse
 }
 var file_inspect_v1_inspect_proto_depIdxs = []int32{
 	0,  // 0: pivirt.inspect.v1.ListMapsResponse.maps:type_name -> pivirt.inspect.v1.MapInfo
@@ -1739,23 +2106,27 @@ var file_inspect_v1_inspect_proto_depIdxs = []int32{
 	19, // 12: pivirt.inspect.v1.StatusResponse.ports:type_name -> pivirt.inspect.v1.PortStatus
 	20, // 13: pivirt.inspect.v1.StatusResponse.responders:type_name -> pivirt.inspect.v1.ResponderStatus
 	17, // 14: pivirt.inspect.v1.StoreStatus.members:type_name -> pivirt.inspect.v1.EtcdMember
-	2,  // 15: pivirt.inspect.v1.InspectService.ListMaps:input_type -> pivirt.inspect.v1.ListMapsRequest
-	4,  // 16: pivirt.inspect.v1.InspectService.DumpMap:input_type -> pivirt.inspect.v1.DumpMapRequest
-	7,  // 17: pivirt.inspect.v1.InspectService.ListPrograms:input_type -> pivirt.inspect.v1.ListProgramsRequest
-	9,  // 18: pivirt.inspect.v1.InspectService.Desired:input_type -> pivirt.inspect.v1.DesiredRequest
-	12, // 19: pivirt.inspect.v1.InspectService.Simulate:input_type -> pivirt.inspect.v1.SimulateRequest
-	14, // 20: pivirt.inspect.v1.InspectService.Status:input_type -> pivirt.inspect.v1.StatusRequest
-	3,  // 21: pivirt.inspect.v1.InspectService.ListMaps:output_type -> pivirt.inspect.v1.ListMapsResponse
-	5,  // 22: pivirt.inspect.v1.InspectService.DumpMap:output_type -> pivirt.inspect.v1.DumpMapResponse
-	8,  // 23: pivirt.inspect.v1.InspectService.ListPrograms:output_type -> pivirt.inspect.v1.ListProgramsResponse
-	11, // 24: pivirt.inspect.v1.InspectService.Desired:output_type -> pivirt.inspect.v1.DesiredResponse
-	13, // 25: pivirt.inspect.v1.InspectService.Simulate:output_type -> pivirt.inspect.v1.SimulateResponse
-	15, // 26: pivirt.inspect.v1.InspectService.Status:output_type -> pivirt.inspect.v1.StatusResponse
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	22, // 15: pivirt.inspect.v1.LeasesResponse.leases:type_name -> pivirt.inspect.v1.LeaseRecord
+	23, // 16: pivirt.inspect.v1.LeasesResponse.probations:type_name -> pivirt.inspect.v1.LeaseProbation
+	2,  // 17: pivirt.inspect.v1.InspectService.ListMaps:input_type -> pivirt.inspect.v1.ListMapsRequest
+	4,  // 18: pivirt.inspect.v1.InspectService.DumpMap:input_type -> pivirt.inspect.v1.DumpMapRequest
+	7,  // 19: pivirt.inspect.v1.InspectService.ListPrograms:input_type -> pivirt.inspect.v1.ListProgramsRequest
+	9,  // 20: pivirt.inspect.v1.InspectService.Desired:input_type -> pivirt.inspect.v1.DesiredRequest
+	12, // 21: pivirt.inspect.v1.InspectService.Simulate:input_type -> pivirt.inspect.v1.SimulateRequest
+	14, // 22: pivirt.inspect.v1.InspectService.Status:input_type -> pivirt.inspect.v1.StatusRequest
+	21, // 23: pivirt.inspect.v1.InspectService.Leases:input_type -> pivirt.inspect.v1.LeasesRequest
+	3,  // 24: pivirt.inspect.v1.InspectService.ListMaps:output_type -> pivirt.inspect.v1.ListMapsResponse
+	5,  // 25: pivirt.inspect.v1.InspectService.DumpMap:output_type -> pivirt.inspect.v1.DumpMapResponse
+	8,  // 26: pivirt.inspect.v1.InspectService.ListPrograms:output_type -> pivirt.inspect.v1.ListProgramsResponse
+	11, // 27: pivirt.inspect.v1.InspectService.Desired:output_type -> pivirt.inspect.v1.DesiredResponse
+	13, // 28: pivirt.inspect.v1.InspectService.Simulate:output_type -> pivirt.inspect.v1.SimulateResponse
+	15, // 29: pivirt.inspect.v1.InspectService.Status:output_type -> pivirt.inspect.v1.StatusResponse
+	24, // 30: pivirt.inspect.v1.InspectService.Leases:output_type -> pivirt.inspect.v1.LeasesResponse
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_inspect_v1_inspect_proto_init() }
@@ -1769,7 +2140,7 @@ func file_inspect_v1_inspect_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inspect_v1_inspect_proto_rawDesc), len(file_inspect_v1_inspect_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

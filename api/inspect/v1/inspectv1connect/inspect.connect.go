@@ -48,6 +48,8 @@ const (
 	InspectServiceSimulateProcedure = "/pivirt.inspect.v1.InspectService/Simulate"
 	// InspectServiceStatusProcedure is the fully-qualified name of the InspectService's Status RPC.
 	InspectServiceStatusProcedure = "/pivirt.inspect.v1.InspectService/Status"
+	// InspectServiceLeasesProcedure is the fully-qualified name of the InspectService's Leases RPC.
+	InspectServiceLeasesProcedure = "/pivirt.inspect.v1.InspectService/Leases"
 )
 
 // InspectServiceClient is a client for the pivirt.inspect.v1.InspectService service.
@@ -61,6 +63,12 @@ type InspectServiceClient interface {
 	// agent: build, node, store health, each controller's last pass, map
 	// fill, guarded ports and DHCP responders.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Leases shows the node's lease database, the one place a lease this
+	// node serves lives (pv_leases and the DHCPLease objects are its
+	// projections): every binding (a running segment's from its DHCP
+	// server), the ends the store may not have yet, the addresses on a
+	// DECLINE's probation, and how many changes wait for the store.
+	Leases(context.Context, *connect.Request[v1.LeasesRequest]) (*connect.Response[v1.LeasesResponse], error)
 }
 
 // NewInspectServiceClient constructs a client for the pivirt.inspect.v1.InspectService service. By
@@ -110,6 +118,12 @@ func NewInspectServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(inspectServiceMethods.ByName("Status")),
 			connect.WithClientOptions(opts...),
 		),
+		leases: connect.NewClient[v1.LeasesRequest, v1.LeasesResponse](
+			httpClient,
+			baseURL+InspectServiceLeasesProcedure,
+			connect.WithSchema(inspectServiceMethods.ByName("Leases")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -121,6 +135,7 @@ type inspectServiceClient struct {
 	desired      *connect.Client[v1.DesiredRequest, v1.DesiredResponse]
 	simulate     *connect.Client[v1.SimulateRequest, v1.SimulateResponse]
 	status       *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	leases       *connect.Client[v1.LeasesRequest, v1.LeasesResponse]
 }
 
 // ListMaps calls pivirt.inspect.v1.InspectService.ListMaps.
@@ -153,6 +168,11 @@ func (c *inspectServiceClient) Status(ctx context.Context, req *connect.Request[
 	return c.status.CallUnary(ctx, req)
 }
 
+// Leases calls pivirt.inspect.v1.InspectService.Leases.
+func (c *inspectServiceClient) Leases(ctx context.Context, req *connect.Request[v1.LeasesRequest]) (*connect.Response[v1.LeasesResponse], error) {
+	return c.leases.CallUnary(ctx, req)
+}
+
 // InspectServiceHandler is an implementation of the pivirt.inspect.v1.InspectService service.
 type InspectServiceHandler interface {
 	ListMaps(context.Context, *connect.Request[v1.ListMapsRequest]) (*connect.Response[v1.ListMapsResponse], error)
@@ -164,6 +184,12 @@ type InspectServiceHandler interface {
 	// agent: build, node, store health, each controller's last pass, map
 	// fill, guarded ports and DHCP responders.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Leases shows the node's lease database, the one place a lease this
+	// node serves lives (pv_leases and the DHCPLease objects are its
+	// projections): every binding (a running segment's from its DHCP
+	// server), the ends the store may not have yet, the addresses on a
+	// DECLINE's probation, and how many changes wait for the store.
+	Leases(context.Context, *connect.Request[v1.LeasesRequest]) (*connect.Response[v1.LeasesResponse], error)
 }
 
 // NewInspectServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -209,6 +235,12 @@ func NewInspectServiceHandler(svc InspectServiceHandler, opts ...connect.Handler
 		connect.WithSchema(inspectServiceMethods.ByName("Status")),
 		connect.WithHandlerOptions(opts...),
 	)
+	inspectServiceLeasesHandler := connect.NewUnaryHandler(
+		InspectServiceLeasesProcedure,
+		svc.Leases,
+		connect.WithSchema(inspectServiceMethods.ByName("Leases")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/pivirt.inspect.v1.InspectService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case InspectServiceListMapsProcedure:
@@ -223,6 +255,8 @@ func NewInspectServiceHandler(svc InspectServiceHandler, opts ...connect.Handler
 			inspectServiceSimulateHandler.ServeHTTP(w, r)
 		case InspectServiceStatusProcedure:
 			inspectServiceStatusHandler.ServeHTTP(w, r)
+		case InspectServiceLeasesProcedure:
+			inspectServiceLeasesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -254,4 +288,8 @@ func (UnimplementedInspectServiceHandler) Simulate(context.Context, *connect.Req
 
 func (UnimplementedInspectServiceHandler) Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pivirt.inspect.v1.InspectService.Status is not implemented"))
+}
+
+func (UnimplementedInspectServiceHandler) Leases(context.Context, *connect.Request[v1.LeasesRequest]) (*connect.Response[v1.LeasesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pivirt.inspect.v1.InspectService.Leases is not implemented"))
 }
