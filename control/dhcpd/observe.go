@@ -216,7 +216,12 @@ func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at 
 			endedAgain = true
 			continue
 		}
-		if !live || c.Static || !si.seg.Names(l.Network) {
+		// A take-over by another node's ACK ends this node's binding of
+		// the MAC whatever network either copy names (one object per
+		// MAC): this node may never have seen its own copy stored (it
+		// restarted with etcd away, from a saved copy in which the lease
+		// was that node's; cluster ordering seed 1413327335457969717).
+		if !live || c.Static || !si.seg.Names(l.Network) && (!takenOver || at.IsZero()) {
 			continue
 		}
 		if newer := at.IsZero() && (l.ExpiresAt == nil || c.Expires.Truncate(time.Second).After(*l.ExpiresAt)) ||
@@ -230,7 +235,7 @@ func (m *Manager) observeGone(o *pivirtv1.Object, l *pivirtv1.DHCPLeaseSpec, at 
 			}
 			continue
 		}
-		m.releaseDeletedLease(o.Metadata.Name, l.Network, mac, c.IP, 0, map[uint32]segInfo{id: si})
+		m.releaseDeletedLease(o.Metadata.Name, si.bridge, mac, c.IP, 0, map[uint32]segInfo{id: si})
 	}
 }
 
