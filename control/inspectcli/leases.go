@@ -35,10 +35,8 @@ the segment to see them.`,
   pivirtctl inspect leases vm-net -o yaml`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch output {
-			case "", "json", "yaml":
-			default:
-				return fmt.Errorf("--output %q: want json or yaml (or none for text)", output)
+			if err := textJSONOrYAML(output); err != nil {
+				return err
 			}
 			req := &inspectv1.LeasesRequest{}
 			if len(args) == 1 {

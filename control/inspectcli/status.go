@@ -33,10 +33,8 @@ ports the guard is attached to and the running DHCP responders.`,
   pivirtctl status -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch output {
-			case "", "json", "yaml":
-			default:
-				return fmt.Errorf("--output %q: want json or yaml (or none for text)", output)
+			if err := textJSONOrYAML(output); err != nil {
+				return err
 			}
 			c, err := client()
 			if err != nil {
@@ -60,6 +58,15 @@ func writeStatus(w io.Writer, st *inspectv1.StatusResponse, output string, now t
 	}
 	printStatus(w, st, now)
 	return nil
+}
+
+// textJSONOrYAML checks an --output that writeProto prints (or text, "").
+func textJSONOrYAML(output string) error {
+	switch output {
+	case "", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("--output %q: want json or yaml (or none for text)", output)
 }
 
 // writeProto prints msg as JSON or YAML (output): the proto's JSON
