@@ -89,6 +89,10 @@ test: deps go-version ## run every tier: unit, kernel (BPF_PROG_TEST_RUN) and en
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+.PHONY: check-seeds
+check-seeds: ## compare the seeds' examples with test/seeds/testdata (PIVIRT_SEEDS, default ../shared/seeds; UPDATE=1 writes them again)
+	PIVIRT_SEEDS=$${PIVIRT_SEEDS:-$(abspath ../shared/seeds)} $(GO) test -count=1 -run 'TestFixturesMatchSeeds$$' -v ./test/seeds $(if $(UPDATE),-update)
+
 .PHONY: soak
 soak: deps ## the randomized ordering test for long: PIVIRT_ORDER_STEPS (default 10000) steps, PIVIRT_ORDER_SEED to replay, PIVIRT_ORDER_SYNC_DELAYS (default 0,3ms) the journal flush slowed down
 	PIVIRT_E2E=1 PIVIRT_ORDER_STEPS=$${PIVIRT_ORDER_STEPS:-10000} $(GO) test -count=1 -timeout 6h -run 'TestPrivilegedOrderings$$' -v ./test/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|ordering test:|steps in|FAILED|invariants|step [0-9]+ \(seed'

@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package seeds holds the examples of the specification documents the
-// project implements (the seeds: ../shared/seeds beside the repository
-// where they exist) as fixtures in testdata/, so that tests check the code
+// project implements (the seeds, kept outside the repository) as
+// fixtures in testdata/, so that tests check the code
 // against them as written — every example manifest must apply unchanged
 // and every "pivirtctl ..." line of their CLI examples must work — in any
 // clone, with nothing beside it. The spec's prose stays out.
 //
 // Read returns the fixtures. Extract reads the examples out of the
-// documents themselves; TestFixturesMatchSeeds compares the two where the
-// documents exist, and `go test ./test/seeds -update` writes the fixtures
-// again after a change of the seeds.
+// documents themselves; TestFixturesMatchSeeds compares the two when
+// $PIVIRT_SEEDS names the documents (`make check-seeds`), and
+// `make check-seeds UPDATE=1` writes the fixtures again after a change of
+// the seeds.
 package seeds
 
 import (
@@ -20,7 +21,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,15 +139,9 @@ func sortExamples[T any](xs []T, key func(T) (string, int)) {
 	})
 }
 
-// Dir is where the seed documents are: $PIVIRT_SEEDS, or ../shared/seeds
-// beside the repository (absent in a plain clone).
-func Dir() string {
-	if d := os.Getenv("PIVIRT_SEEDS"); d != "" {
-		return d
-	}
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "seeds")
-}
+// Dir is where the seed documents are: $PIVIRT_SEEDS ("" when unset).
+// Tests read nothing outside the repository unless told where to.
+func Dir() string { return os.Getenv("PIVIRT_SEEDS") }
 
 // Files returns the seed documents in dir, sorted (none: an empty list).
 func Files(dir string) ([]string, error) {
