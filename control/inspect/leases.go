@@ -14,22 +14,22 @@ import (
 )
 
 // Leases shows the node's lease database (`pivirtctl inspect leases`).
-// A segment named in the request is matched by name while its DHCP runs
-// here, and by its id (the bindings a stopped segment keeps) otherwise.
+// A segment named in the request is matched by its id, which names its
+// records whether its DHCP runs here or it stopped (and the database
+// keeps its bindings).
 func (s *Server) Leases(_ context.Context, req *connect.Request[inspectv1.LeasesRequest]) (*connect.Response[inspectv1.LeasesResponse], error) {
 	if s.DHCP == nil {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("this pivirtd serves no DHCP (no lease database)"))
 	}
-	name := req.Msg.Segment
-	var id uint32
-	if name != "" {
-		id = compile.SegmentID(name)
+	keep := func(uint32) bool { return true }
+	if name := req.Msg.Segment; name != "" {
+		id := compile.SegmentID(name)
+		keep = func(seg uint32) bool { return seg == id }
 	}
-	keep := func(seg string, segID uint32) bool { return name == "" || seg == name || segID == id }
 	db := s.DHCP.LeaseDatabase()
 	out := &inspectv1.LeasesResponse{Seq: db.Seq, Pending: int32(db.Pending)}
 	for _, l := range db.Leases {
-		if !keep(l.Segment, l.Change.Segment) {
+		if !keep(l.Change.Segment) {
 			continue
 		}
 		out.Leases = append(out.Leases, &inspectv1.LeaseRecord{
@@ -39,7 +39,7 @@ func (s *Server) Leases(_ context.Context, req *connect.Request[inspectv1.Leases
 		})
 	}
 	for _, p := range db.Probations {
-		if keep(p.Segment, p.Probation.Segment) {
+		if keep(p.Probation.Segment) {
 			out.Probations = append(out.Probations, &inspectv1.LeaseProbation{Segment: p.Segment, SegmentId: p.Probation.Segment,
 				Ip: p.IP.String(), UntilUnix: p.Until.Unix()})
 		}

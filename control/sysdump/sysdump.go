@@ -65,9 +65,9 @@ func Command(root *cli.Root, tree Tree) *cobra.Command {
 		Short: "Collect objects, events, maps, programs, metrics, logs and the host's network state into one tarball",
 		Long: `sysdump writes one .tar.gz of what a bug report about this node needs:
 the daemon's status and versions; the nodes and their liveness; every object (-o yaml) and its description
-with events; the pinned maps, the attached programs and the lease database
-as inspect shows them; the host's links, addresses, routes, bridges, namespaces, netfilter
-rules and BPF programs; pivirtd's log of the last --since (journalctl); and
+with events; the pinned maps, the attached programs and the lease
+database as inspect shows them; the host's links, addresses, routes,
+bridges, namespaces, netfilter rules and BPF programs; pivirtd's log of the last --since (journalctl); and
 its metrics (--metrics-url). Run it on the node (the host parts are read
 where pivirtctl runs). A part that cannot be taken is listed in errors.txt;
 the dump goes on. Tokens and keys are not collected.`,
