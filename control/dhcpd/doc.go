@@ -8,7 +8,7 @@
 //     per segment and gives its server one server.Input from each
 //     snapshot of the store (settings, reservations at the snapshot's
 //     revision, held MACs, what other nodes hold), persisting what
-//     server.Apply changed. At a segment's start (restore.go) the
+//     server.Apply changed. At a segment's start (start.go) the
 //     lease database decides, once, what the segment binds: it follows
 //     what the store got while the segment was not served, takes the
 //     leases only the store has, ends what the segment cannot serve, and
@@ -32,5 +32,5 @@
 // They share one Config and one server.Server (the lease tables: while
 // a segment runs, its bindings are the server's, which the lease
 // database reads through liveServer, live.go; Take at its start in
-// restore.go, Park at its stop).
+// start.go, Park at its stop).
 package dhcpd

@@ -137,13 +137,6 @@ func broadcast(p netip.Prefix) netip.Addr {
 	return netip.AddrFrom4(a)
 }
 
-// Reservation is a static DHCPLease: a MAC that always gets IP.
-type Reservation struct {
-	MAC      net.HardwareAddr
-	IP       netip.Addr
-	Hostname string
-}
-
 // Lease is a dynamic lease as persisted, and as loaded back at start.
 type Lease struct {
 	IP       netip.Addr

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"reflect"
-	"slices"
 	"time"
 )
 
@@ -122,35 +121,6 @@ func (s *Server) configure(c Segment) (*segState, []LeaseChange, error) {
 	st.declinedBy = old.declinedBy
 	st.last = old.last
 	return st, changes, nil
-}
-
-// applyReservations sets Input.Reservations res at revision rev. It
-// returns the Released changes of the dynamic leases they superseded
-// (supersede), and the Bound changes of the live bindings of the
-// reservations that went.
-func (st *segState) applyReservations(now time.Time, seg uint32, res []Reservation, rev int64) (superseded, kept []LeaseChange, err error) {
-	if slices.ContainsFunc(st.intents, func(r int64) bool { return r > rev }) {
-		return nil, nil, nil // stale: the server's are newer
-	}
-	byIP := func(x, y Reservation) int { return x.IP.Compare(y.IP) }
-	if !slices.IsSortedFunc(res, byIP) {
-		res = slices.SortedFunc(slices.Values(res), byIP)
-	}
-	if st.intents == nil && st.given != nil && slices.EqualFunc(st.given, res, sameReservation) {
-		return nil, nil, nil // rebuilding costs a pass over the leases: not per Sync
-	}
-	before := make(map[string]bool, len(st.resByMAC))
-	for mac := range st.resByMAC {
-		before[mac] = true
-	}
-	st.intents, st.given = nil, append(make([]Reservation, 0, len(res)), res...)
-	err = st.setReservations(res)
-	for mac := range before {
-		if l := st.byMAC[mac]; l != nil && !st.isStatic(l.MAC) && !l.offered && now.Before(l.Expires) {
-			kept = append(kept, LeaseChange{Kind: Bound, Segment: seg, Lease: l.Lease, At: now})
-		}
-	}
-	return st.supersede(now, seg), kept, err
 }
 
 // applyHeld sets Input.Held. It returns the changes of what was held

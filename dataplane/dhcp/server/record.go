@@ -3,6 +3,8 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"net/netip"
@@ -16,7 +18,10 @@ import (
 // segment's bindings live in one place: the database reads them here
 // (Records, Record) and sets them as it commits (SetRecords). The lease
 // in the table may be ahead of its record (an ACK decided, not yet
-// durable); a record's Seq is never 0.
+// durable); a record's Seq is never 0. A segment's bindings come from
+// the database at its start (Load) and go back at its stop
+// (RemoveSegment); a change is durable once the database committed it
+// and pv_leases pins it (Persisted).
 type Record struct {
 	Lease
 	Kind    ChangeKind // Bound or Renewed (in the database, any kind)
@@ -157,4 +162,89 @@ func (s *Server) Probations(seg uint32) map[netip.Addr]time.Time {
 		return maps.Clone(st.quar)
 	}
 	return nil
+}
+
+// Tables is what a segment's server starts from (the lease database's):
+// its bindings in the range (Leases) and outside it (Moved: brought by
+// their clients from another node's range and ACKed here, SetElsewhere;
+// or held by the interlock through a shrink of the range), and the
+// addresses on a DECLINE's probation.
+type Tables struct {
+	Leases, Moved []Record
+	Probations    map[netip.Addr]time.Time
+}
+
+// Load binds what a segment starts from, so its clients keep their
+// addresses and a declined address its probation across a restart.
+// Expired leases (unless the interlock holds them) and ended probations
+// are skipped; leases that conflict are skipped and reported, and
+// returned as Released changes (at now), so the lease database, which
+// gave them, ends them too; probations of addresses now bound, reserved
+// or out of the range are skipped.
+func (s *Server) Load(now time.Time, seg uint32, t Tables) ([]LeaseChange, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[seg]
+	if st == nil {
+		return nil, fmt.Errorf("loading leases of segment %d: %w", seg, ErrNoSegment)
+	}
+	var (
+		refused []LeaseChange
+		errs    []error
+	)
+	for _, set := range []struct {
+		recs  []Record
+		moved bool
+	}{{t.Leases, false}, {t.Moved, true}} {
+		for _, r := range set.recs {
+			l := r.Lease
+			if !now.Before(l.Expires) && !st.held[string(l.MAC)] {
+				continue
+			}
+			id := appendIdentity(nil, l.ClientID, l.MAC)
+			if !st.loadable(id, l.MAC, l.IP, set.moved) {
+				errs = append(errs, fmt.Errorf("loading lease %s for %s: %w", l.IP, l.MAC, ErrAddrInUse))
+				refused = append(refused, LeaseChange{Kind: Released, Segment: seg, Lease: l, At: now, Static: st.isStatic(l.MAC), LastACK: r.LastACK()})
+				continue
+			}
+			if b := st.bind(id, l, false); r.Seq > b.rec.Seq {
+				b.rec = r
+			}
+		}
+	}
+	st.quarantine(now, t.Probations)
+	return refused, errors.Join(errs...)
+}
+
+// RemoveSegment forgets a segment and its leases, and returns the
+// records of its bindings and its DECLINE probations (the lease database
+// keeps them: Load takes them back).
+func (s *Server) RemoveSegment(id uint32) ([]Record, map[netip.Addr]time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.segs[id]
+	delete(s.segs, id)
+	if st == nil {
+		return nil, nil
+	}
+	return st.records(), st.quar
+}
+
+// Persisted tells the server that changes it made are durable (stored
+// and pinned): a lease whose last change is among them may be reused
+// (Segment.ReuseThreshold). A change that failed to persist is never
+// passed here, so its lease is written again at its client's next ACK.
+func (s *Server) Persisted(changes []LeaseChange) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range changes {
+		if ch.Seq == 0 {
+			continue
+		}
+		if st := s.segs[ch.Segment]; st != nil {
+			if l := st.byMAC[string(ch.Lease.MAC)]; l != nil && l.unsynced == ch.Seq {
+				l.unsynced = 0
+			}
+		}
+	}
 }
