@@ -196,17 +196,8 @@ func TestPrivilegedLeaseOrders(t *testing.T) {
 // boundPin is the IP pv_leases pins, bound and unexpired, for mac ("" none).
 func boundPin(t *testing.T, d *harness.Daemon, mac net.HardwareAddr) string {
 	t.Helper()
-	var pins []struct {
-		MAC, IP, Flags string
-		ExpiresAt      *time.Time
-	}
-	if err := json.Unmarshal([]byte(d.MustCtl("inspect", "map", "pv_leases", "-o", "json")), &pins); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pins {
-		if p.MAC == mac.String() && strings.Contains(p.Flags, "bound") && p.ExpiresAt != nil && time.Now().Before(*p.ExpiresAt) {
-			return p.IP
-		}
+	if ip, exp := pinOf(t, d, mac); time.Now().Before(exp) {
+		return ip
 	}
 	return ""
 }

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package test
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"golang.org/x/sys/unix"
+
+	"pivirt.hu/pivirt/test/guest"
+	"pivirt.hu/pivirt/test/harness"
+	"pivirt.hu/pivirt/test/testutil"
+)
+
+// TestPrivilegedJournalDiskFull: the lease journal's file system fills
+// up (a 256 KiB tmpfs over the journal directory, then a file that takes
+// what is left). Every ACK writes (--dhcp-lease-reuse 0):
+//
+//   - renewals are ACKed while the journal's last page has room, and once
+//     a write fails (cut short by ENOSPC: the journal cuts it off), no
+//     ACK leaves: a lease is never ACKed beyond what is durable;
+//   - kill -9 with the disk still full, and a start on it: the client's
+//     lease is pinned to the last expiry it was ACKed, not an older one;
+//   - space back: renewals and a new client's DORA are ACKed again, and
+//     after another kill -9 both leases are pinned and stored, with no
+//     journal record skipped as unreadable.
+//
+//	host netns: virbr10 (192.168.100.1/24) ── veth ── guest a, guest b
+//	STATE/dhcp-journal: tmpfs, size=256k
+func TestPrivilegedJournalDiskFull(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "nsenter")
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), Args: []string{"--dhcp-lease-reuse", "0", "--dhcp-rate-per-mac", "0", "--dhcp-rate-per-port", "0"}})
+	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	segmentReady := func(what string) {
+		t.Helper()
+		waitFor(t, 20*time.Second, what, func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	}
+	segmentReady("segment Ready")
+
+	journal := filepath.Join(d.StateDir, "dhcp-journal")
+	d.Stop()
+	mountSmallJournal(t, journal, 256<<10)
+	d.Start()
+	segmentReady("segment Ready on the small journal")
+
+	a := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, 0x5c, 0x01})
+	b := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, 0x5c, 0x02})
+	waitForwarding(t, host, 2)
+	ca, cb := newRawClient(t, a), newRawClient(t, b)
+	ack, srvMAC := ca.dora()
+	ipA := ack.YourIPAddr.String()
+	time.Sleep(2 * time.Second) // so a renewal's expiry is distinguishable from the DORA's
+
+	filler := fillFileSystem(t, journal)
+	var lastACKed time.Time // expiry of the last renewal ACKed
+	acked, refused := 0, 0
+	for i := 0; i < 200 && refused < 3; i++ {
+		r := renewWithin(ca, ack, srvMAC, time.Second)
+		switch {
+		case r == nil:
+			refused++
+		case r.MessageType() == dhcpv4.MessageTypeAck && refused > 0:
+			t.Fatalf("renewal %d ACKed after an earlier one got no ACK on the full disk", i)
+		case r.MessageType() == dhcpv4.MessageTypeAck:
+			acked++
+			lastACKed = time.Now().Add(r.IPAddressLeaseTime(0))
+		default:
+			t.Fatalf("renewal %d on the full disk: %s", i, r.MessageType())
+		}
+	}
+	if refused == 0 {
+		t.Fatal("200 renewals, each written to the journal, all ACKed on a full file system")
+	}
+	t.Logf("full file system: %d renewals ACKed (the journal's last page had room), then %d not", acked, refused)
+	if n := strings.Count(d.Log(), "no space left on device"); n < refused {
+		t.Fatalf("%d renewals without an ACK, %d ENOSPC in the log; log:\n%s", refused, n, d.Log())
+	}
+	if lastACKed.IsZero() {
+		lastACKed = time.Now().Add(-2 * time.Second).Add(10 * time.Minute) // the DORA's, at the latest
+	}
+
+	d.Kill9()
+	d.Start()
+	segmentReady("segment Ready after kill -9 on the full disk")
+	waitFor(t, 10*time.Second, "a's lease pinned to its last ACKed expiry after kill -9 on the full disk", func() bool {
+		ip, exp := pinOf(t, d, a.MAC)
+		return ip == ipA && !exp.Before(lastACKed.Add(-time.Second))
+	})
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	var renewed *dhcpv4.DHCPv4
+	for i := 0; i < 5 && renewed == nil; i++ {
+		renewed = renewWithin(ca, ack, srvMAC, 2*time.Second)
+	}
+	if renewed == nil || renewed.MessageType() != dhcpv4.MessageTypeAck || renewed.YourIPAddr.String() != ipA {
+		t.Fatalf("a's renewal with space back: %v", renewed)
+	}
+	ackB, _ := cb.dora()
+	ipB := ackB.YourIPAddr.String()
+
+	d.Kill9()
+	d.Start()
+	segmentReady("segment Ready after kill -9 with space back")
+	for _, want := range []struct {
+		mac net.HardwareAddr
+		ip  string
+	}{{a.MAC, ipA}, {b.MAC, ipB}} {
+		waitFor(t, 10*time.Second, want.mac.String()+" pinned and stored", func() bool {
+			l, ok := getLease(t, d, leaseName(want.mac))
+			return boundPin(t, d, want.mac) == want.ip && ok && l.Spec.IPAddress == want.ip
+		})
+	}
+	if strings.Contains(d.Log(), "skipping an unreadable lease journal record") {
+		t.Fatalf("the journal lost a record to the full disk; log:\n%s", d.Log())
+	}
+}
+
+// mountSmallJournal mounts a tmpfs of size bytes over dir, with what dir
+// held copied in; unmounted (lazily) at cleanup.
+func mountSmallJournal(t *testing.T, dir string, size int) {
+	t.Helper()
+	saved := dir + ".saved"
+	if err := os.Rename(dir, saved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(size)+",mode=0700"); err != nil {
+		t.Fatalf("mounting a tmpfs over %s: %v", dir, err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	if out, err := exec.Command("cp", "-a", saved+"/.", dir).CombinedOutput(); err != nil {
+		t.Fatalf("copying the journal in: %v: %s", err, out)
+	}
+}
+
+// fillFileSystem writes a file in dir until the file system is full and
+// returns its path.
+func fillFileSystem(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for i := 0; i < 1<<14; i++ { // 64 MiB at most
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, unix.ENOSPC) {
+				t.Fatal(err)
+			}
+			return path
+		}
+	}
+	t.Fatalf("%s never filled up", dir)
+	return ""
+}
+
+// renewWithin sends a RENEWING REQUEST for ack's lease and returns the
+// reply, or nil when none comes within wait.
+func renewWithin(c *rawClient, ack *dhcpv4.DHCPv4, srvMAC [6]byte, wait time.Duration) *dhcpv4.DHCPv4 {
+	c.t.Helper()
+	ip, _ := netip.AddrFromSlice(ack.YourIPAddr.To4())
+	srv, _ := netip.AddrFromSlice(ack.ServerIdentifier().To4())
+	m, _ := dhcpv4.New(dhcpv4.WithHwAddr(c.mac[:]), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest), dhcpv4.WithClientIP(ack.YourIPAddr))
+	r, _ := c.exchangeWithin(m, ip, srv, srvMAC, wait)
+	return r
+}
+
+// pinOf is the IP and expiry pv_leases pins for mac, bound ("" none).
+func pinOf(t *testing.T, d *harness.Daemon, mac net.HardwareAddr) (string, time.Time) {
+	t.Helper()
+	var pins []struct {
+		MAC, IP, Flags string
+		ExpiresAt      *time.Time
+	}
+	if err := json.Unmarshal([]byte(d.MustCtl("inspect", "map", "pv_leases", "-o", "json")), &pins); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pins {
+		if p.MAC == mac.String() && strings.Contains(p.Flags, "bound") && p.ExpiresAt != nil {
+			return p.IP, *p.ExpiresAt
+		}
+	}
+	return "", time.Time{}
+}
