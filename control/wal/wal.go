@@ -46,14 +46,25 @@ type Log struct {
 	dir  string
 	opts Options
 
-	mu       sync.Mutex
-	f        *os.File // current segment
-	num      uint64   // current segment's number
-	size     int64    // bytes in the current segment
-	last     uint64   // seq of the last record appended
+	mu   sync.Mutex
+	f    segmentFile // current segment
+	num  uint64      // current segment's number
+	size int64       // bytes of whole records in the current segment: the next one is written there
+	// torn: a failed write may have left bytes past size that could not
+	// be cut yet; the next append cuts them first, or writes nothing.
+	torn     bool
+	last     uint64 // seq of the last record appended
 	closed   []segment
 	buf      []byte
 	appended bool // the current segment has records
+}
+
+// segmentFile is what a Log does with a segment file (an *os.File).
+type segmentFile interface {
+	io.WriterAt
+	Truncate(size int64) error
+	Sync() error
+	Close() error
 }
 
 // segment is a full, closed segment file.
@@ -94,23 +105,20 @@ func Open(dir string, opts Options) (*Log, [][]byte, error) {
 		}
 		// The last segment goes on as the current one, cut after its
 		// last good record.
-		if l.f, err = os.OpenFile(l.path(n), os.O_RDWR, 0o600); err != nil {
+		f, err := os.OpenFile(l.path(n), os.O_RDWR, 0o600)
+		if err != nil {
 			return nil, nil, fmt.Errorf("opening %s: %w", l.path(n), err)
 		}
-		if err := l.f.Truncate(good); err != nil {
-			l.f.Close()
+		if err := f.Truncate(good); err != nil {
+			f.Close()
 			return nil, nil, fmt.Errorf("truncating %s after its last good record: %w", l.path(n), err)
 		}
-		l.num, l.size, l.appended = n, good, len(got) > 0
+		l.f, l.num, l.size, l.appended = f, n, good, len(got) > 0
 	}
 	if l.f == nil {
 		if err := l.create(1); err != nil {
 			return nil, nil, err
 		}
-	}
-	if _, err := l.f.Seek(l.size, io.SeekStart); err != nil {
-		l.f.Close()
-		return nil, nil, fmt.Errorf("seeking %s: %w", l.path(l.num), err)
 	}
 	return l, recs, nil
 }
@@ -134,6 +142,14 @@ func (l *Log) append(recs [][]byte, sync bool) (uint64, error) {
 	if len(recs) == 0 {
 		return l.last, nil
 	}
+	if l.torn {
+		// A record written after a torn one would be lost: Open stops
+		// reading at the tear.
+		if err := l.f.Truncate(l.size); err != nil {
+			return 0, fmt.Errorf("cutting %s after its last whole record: %w", l.path(l.num), err)
+		}
+		l.torn = false
+	}
 	if l.size >= l.opts.SegmentSize {
 		if err := l.rotate(); err != nil {
 			return 0, err
@@ -148,7 +164,7 @@ func (l *Log) append(recs [][]byte, sync bool) (uint64, error) {
 		l.buf = binary.LittleEndian.AppendUint32(l.buf, crc32.Checksum(r, castagnoli))
 		l.buf = append(l.buf, r...)
 	}
-	n, err := l.f.Write(l.buf)
+	n, err := l.f.WriteAt(l.buf, l.size)
 	if err == nil && sync {
 		err = l.f.Sync()
 		if l.opts.SyncDelay > 0 {
@@ -156,12 +172,12 @@ func (l *Log) append(recs [][]byte, sync bool) (uint64, error) {
 		}
 	}
 	if err != nil {
-		// Cut what may have reached the file, so a later Append does not
-		// follow a torn record: Open would stop reading there.
+		// Cut what may have reached the file (a write cut short by a
+		// full disk), so a later Append does not follow a torn record;
+		// what cannot be cut now is cut before the next write.
 		if terr := l.f.Truncate(l.size); terr != nil {
+			l.torn = true
 			err = errors.Join(err, terr)
-		} else if _, serr := l.f.Seek(l.size, io.SeekStart); serr != nil {
-			err = errors.Join(err, serr)
 		}
 		return 0, fmt.Errorf("appending %d records to %s: %w", len(recs), l.path(l.num), err)
 	}
@@ -201,13 +217,10 @@ func (l *Log) Trim(upTo uint64) error {
 	if err := l.f.Truncate(0); err != nil {
 		return fmt.Errorf("truncating %s: %w", l.path(l.num), err)
 	}
-	if _, err := l.f.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("seeking %s: %w", l.path(l.num), err)
-	}
+	l.size, l.appended, l.torn = 0, false, false
 	if err := l.f.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", l.path(l.num), err)
 	}
-	l.size, l.appended = 0, false
 	return nil
 }
 

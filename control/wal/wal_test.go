@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -167,4 +168,84 @@ func TestRefusedAppends(t *testing.T) {
 	}
 	_, got := mustOpen(t, dir, Options{})
 	equal(t, "after refused appends", got, nil)
+}
+
+// faultyFile is a segment file whose next writes are cut short (half
+// written, then ENOSPC), whose next truncations and syncs fail.
+type faultyFile struct {
+	*os.File
+	shortWrites, failTruncates, failSyncs int
+}
+
+func (f *faultyFile) WriteAt(b []byte, off int64) (int, error) {
+	if f.shortWrites > 0 {
+		f.shortWrites--
+		n, _ := f.File.WriteAt(b[:len(b)/2], off)
+		return n, syscall.ENOSPC
+	}
+	return f.File.WriteAt(b, off)
+}
+
+func (f *faultyFile) Truncate(size int64) error {
+	if f.failTruncates > 0 {
+		f.failTruncates--
+		return syscall.ENOSPC
+	}
+	return f.File.Truncate(size)
+}
+
+func (f *faultyFile) Sync() error {
+	if f.failSyncs > 0 {
+		f.failSyncs--
+		return syscall.EIO
+	}
+	return f.File.Sync()
+}
+
+// TestFailedAppends: an Append that fails (a write cut short by a full
+// disk, a failed fdatasync) leaves nothing behind, even when the cut of
+// what it wrote fails too (a copy-on-write file system may need space to
+// truncate): the next Append cuts first, or writes nothing. Every record
+// an Append acknowledged is read back; no other is.
+func TestFailedAppends(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault faultyFile
+		size  int64 // SegmentSize
+	}{
+		{"write cut short", faultyFile{shortWrites: 1}, 0},
+		{"write cut short, its cut fails once", faultyFile{shortWrites: 1, failTruncates: 1}, 0},
+		{"write cut short, its cut fails twice", faultyFile{shortWrites: 1, failTruncates: 2}, 0},
+		{"write cut short, its cut fails, at a segment's end", faultyFile{shortWrites: 1, failTruncates: 1}, 40},
+		{"two writes cut short", faultyFile{shortWrites: 2}, 0},
+		{"fdatasync fails", faultyFile{failSyncs: 1}, 0},
+		{"fdatasync fails, its cut too", faultyFile{failSyncs: 1, failTruncates: 1}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l, _ := mustOpen(t, dir, Options{SegmentSize: tc.size})
+			if _, err := l.Append(recs(1, 2)...); err != nil {
+				t.Fatal(err)
+			}
+			fault := tc.fault
+			fault.File = l.f.(*os.File)
+			l.f = &fault
+			// A batch first, then single records: one shorter than the
+			// torn batch leaves some of it behind if nothing cuts it.
+			acked, failed := recs(1, 2), 0
+			for _, batch := range [][2]int{{3, 6}, {7, 7}, {8, 8}, {9, 9}, {10, 10}} {
+				if _, err := l.Append(recs(batch[0], batch[1])...); err != nil {
+					failed++
+					continue
+				}
+				acked = append(acked, recs(batch[0], batch[1])...)
+			}
+			if failed == 0 {
+				t.Fatal("no Append failed: the fault was not injected")
+			}
+			l.Close()
+			_, got := mustOpen(t, dir, Options{SegmentSize: tc.size})
+			equal(t, "reopened", got, acked)
+		})
+	}
 }
