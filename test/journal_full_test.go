@@ -25,19 +25,18 @@ import (
 
 // TestPrivilegedJournalDiskFull: the lease journal's file system fills
 // up (a 256 KiB tmpfs over the journal directory, then a file that takes
-// what is left). Every ACK writes (--dhcp-lease-reuse 0):
-//
-//   - renewals are ACKed while the journal's last page has room, and once
-//     a write fails (cut short by ENOSPC: the journal cuts it off), no
-//     ACK leaves: a lease is never ACKed beyond what is durable;
-//   - kill -9 with the disk still full, and a start on it: the client's
-//     lease is pinned to the last expiry it was ACKed, not an older one;
-//   - space back: renewals and a new client's DORA are ACKed again, and
-//     after another kill -9 both leases are pinned and stored, with no
-//     journal record skipped as unreadable.
+// what is left), every ACK writing (--dhcp-lease-reuse 0):
 //
 //	host netns: virbr10 (192.168.100.1/24) ── veth ── guest a, guest b
-//	STATE/dhcp-journal: tmpfs, size=256k
+//	STATE/dhcp-journal: tmpfs, size=256k, full
+//
+// Renewals are ACKed while the journal's last page has room; once a
+// write fails (cut short by ENOSPC: the journal cuts it off) no ACK
+// leaves, so a lease is never ACKed beyond what is durable. After kill -9
+// and a start on the full disk, the client's lease is pinned to the last
+// expiry it was ACKed, not an older one. With space back, renewals and a
+// new client's DORA are ACKed again, and after another kill -9 both
+// leases are pinned and stored, no journal record skipped as unreadable.
 func TestPrivilegedJournalDiskFull(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
