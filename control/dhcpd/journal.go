@@ -32,7 +32,7 @@ func (lg *ledger) recoverDB() error {
 		return fmt.Errorf("opening the lease database: %w", err)
 	}
 	for _, err := range db.Skipped() {
-		lg.Log.Warn("skipping an unreadable lease journal record", "err", err)
+		lg.Log.Error("lease database: skipped what it could not read", "err", err)
 	}
 	db.SetLive(liveServer{lg.srv})
 	lg.db, lg.exp.db = db, db

@@ -5,10 +5,13 @@ package leasedb
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -56,7 +59,7 @@ type DB struct {
 	// them: a writer that read them as pending must not store them
 	// (Withdrawn).
 	withdrawn map[uint64]bool
-	skipped   []error // unreadable journal records Open skipped
+	skipped   []error // what Open could not read: journal records, a damaged snapshot
 	legacy    bool    // Open found no snapshot and no record of this release
 }
 
@@ -72,7 +75,17 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db := &DB{dir: dir, opts: opts, bindings: map[key]Change{}, running: map[uint32]bool{}, ended: map[key]Change{}, probation: map[probation]time.Time{}, withdrawn: map[uint64]bool{}}
 	snap, hasSnap, err := readSnapshot(dir)
-	if err != nil {
+	if errors.Is(err, errDamagedSnapshot) {
+		// As Kea loads what it can of a damaged lease file: the
+		// journal after the snapshot and the store (an export of the
+		// database) hold most of it, and a node that does not start
+		// serves nothing at all. The file stays for a post-mortem.
+		aside := filepath.Join(dir, SnapshotFile+".damaged-"+time.Now().UTC().Format("20060102T150405"))
+		if rerr := os.Rename(filepath.Join(dir, SnapshotFile), aside); rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		db.skipped = append(db.skipped, fmt.Errorf("%w (set aside as %s: the database starts from the journal after it, and the segments from the store)", err, aside))
+	} else if err != nil {
 		return nil, err
 	}
 	current := false // a record of this release
@@ -96,6 +109,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("opening the lease journal: %w", err)
 	}
 	db.log = log
+	db.skipped = append(db.skipped, log.Damaged()...)
 	for i, b := range recs {
 		e, err := parseRecord(b)
 		if err != nil {
@@ -115,6 +129,11 @@ func Open(dir string, opts Options) (*DB, error) {
 			db.replay(e.change)
 		}
 	}
+	// Sequence numbers go on above every one seen, the export mark's too
+	// (with a damaged snapshot set aside, the journal may hold a mark
+	// past its last change): a change numbered below the mark would never
+	// be exported.
+	db.seq = max(db.seq, db.exported)
 	db.pending = slices.DeleteFunc(db.pending, func(c Change) bool { return c.Seq <= db.exported })
 	maps.DeleteFunc(db.withdrawn, func(s uint64, _ bool) bool { return s <= db.exported })
 	db.sinceSnap = len(recs)
@@ -136,7 +155,8 @@ func (db *DB) replay(c Change) {
 // before. Commit alone does not change it; Compact does, at the next Open.
 func (db *DB) Legacy() bool { return db.legacy }
 
-// Skipped returns the journal records Open could not read (and skipped).
+// Skipped returns what Open could not read and skipped: journal records,
+// the rest of a damaged journal segment, a damaged snapshot.
 func (db *DB) Skipped() []error { return db.skipped }
 
 // apply makes c the state of its binding; db.mu held (or Open). A

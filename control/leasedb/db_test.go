@@ -3,6 +3,7 @@
 package leasedb
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -422,5 +423,101 @@ func TestAckedSurvivesReopenAndCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(db, "renewed", renewed)
+	db.Close()
+}
+
+// TestDamagedSnapshotIsSetAside: a damaged snapshot does not stop the
+// database from opening (a node that cannot open it serves no DHCP at
+// all): it is set aside, reported by Skipped, and the database holds
+// what the journal after it says.
+func TestDamagedSnapshotIsSetAside(t *testing.T) {
+	dir := t.TempDir()
+	db := mustOpen(t, dir, Options{})
+	bind := func(i int) Change {
+		return Change{Record: server.Record{Lease: server.Lease{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), MAC: mac(i), Expires: t0.Add(time.Hour)}, Kind: Bound, At: t0}, Segment: 7}
+	}
+	if _, err := db.Commit([]Change{bind(1), bind(2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Compact(t0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Commit([]Change{bind(3)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.MarkExported(3); err != nil { // the store has 1 to 3
+		t.Fatal(err)
+	}
+	if err := db.Compact(t0, nil); err != nil { // the journal keeps only what comes next
+		t.Fatal(err)
+	}
+	if _, err := db.Commit([]Change{bind(4)}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	path := filepath.Join(dir, SnapshotFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	db, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open with a damaged snapshot: %v", err)
+	}
+	if s := db.Skipped(); len(s) != 1 || !errors.Is(s[0], errDamagedSnapshot) {
+		t.Fatalf("Skipped() = %v, want the damaged snapshot", s)
+	}
+	if aside, _ := filepath.Glob(path + ".damaged-*"); len(aside) != 1 {
+		t.Fatalf("set aside: %v, want one file", aside)
+	}
+	for i, want := range map[int]bool{1: false, 2: false, 3: false, 4: true} {
+		if _, live, _ := db.Lookup(7, mac(i)); live != want {
+			t.Errorf("binding %d live %v, want %v (only the journal after the snapshot is left)", i, live, want)
+		}
+	}
+	db.Close()
+}
+
+// TestSeqAboveExportMark: a journal whose export mark is past its last
+// change (the snapshot that held the changes set aside as damaged):
+// changes made after the open are numbered above the mark, so they are
+// pending for the store, across a reopen too.
+func TestSeqAboveExportMark(t *testing.T) {
+	dir := t.TempDir()
+	db := mustOpen(t, dir, Options{})
+	bind := func(i int) Change {
+		return Change{Record: server.Record{Lease: server.Lease{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), MAC: mac(i), Expires: t0.Add(time.Hour)}, Kind: Bound, At: t0}, Segment: 7}
+	}
+	if _, err := db.Commit([]Change{bind(1), bind(2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Compact(t0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.MarkExported(2); err != nil { // journaled after the snapshot
+		t.Fatal(err)
+	}
+	db.Close()
+	if err := os.Remove(filepath.Join(dir, SnapshotFile)); err != nil { // as if set aside
+		t.Fatal(err)
+	}
+	db = mustOpen(t, dir, Options{})
+	done, err := db.Commit([]Change{bind(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done[0].Seq <= 2 {
+		t.Errorf("a change numbered %d, not above the export mark 2", done[0].Seq)
+	}
+	db.Close()
+	db = mustOpen(t, dir, Options{})
+	if p := db.Pending(); len(p) != 1 || p[0].MAC.String() != mac(3).String() {
+		t.Errorf("pending for the store after a reopen: %v, want binding 3", p)
+	}
 	db.Close()
 }

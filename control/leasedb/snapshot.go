@@ -59,30 +59,40 @@ func writeSnapshot(dir string, s snapshot) error {
 	return d.Sync()
 }
 
+// errDamagedSnapshot: the snapshot file is not one, or its checksum or
+// contents are wrong.
+var errDamagedSnapshot = errors.New("lease snapshot damaged")
+
 // readSnapshot reads the snapshot in dir (none: the empty state, found
-// false). A damaged snapshot is an error: the journal it covered is gone.
+// false). A damaged one is errDamagedSnapshot: the journal it covered is
+// gone.
 func readSnapshot(dir string) (snapshot, bool, error) {
-	s, err := readSnapshotFile(filepath.Join(dir, SnapshotFile))
-	if errors.Is(err, os.ErrNotExist) {
+	path := filepath.Join(dir, SnapshotFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return snapshot{}, false, nil
+	case err != nil:
+		return snapshot{}, false, fmt.Errorf("reading the lease snapshot: %w", err)
 	}
-	return s, err == nil, err
+	s, err := parseSnapshot(b)
+	if err != nil {
+		return snapshot{}, false, fmt.Errorf("%w: %s: %w", errDamagedSnapshot, path, err)
+	}
+	return s, true, nil
 }
 
-func readSnapshotFile(path string) (snapshot, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return snapshot{}, fmt.Errorf("reading the lease snapshot: %w", err)
-	}
+func parseSnapshot(b []byte) (snapshot, error) {
 	if len(b) < len(snapshotMagic)+4 || !bytes.HasPrefix(b, snapshotMagic) {
-		return snapshot{}, fmt.Errorf("%s: not a lease snapshot", path)
+		return snapshot{}, errors.New("not a lease snapshot")
 	}
 	body := b[:len(b)-4]
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
-		return snapshot{}, fmt.Errorf("%s: checksum mismatch", path)
+		return snapshot{}, errors.New("checksum mismatch")
 	}
 	r := bytes.NewReader(body[len(snapshotMagic):])
 	var s snapshot
+	var err error
 	if s.seq, err = binary.ReadUvarint(r); err == nil {
 		s.exported, err = binary.ReadUvarint(r)
 	}
@@ -95,10 +105,7 @@ func readSnapshotFile(path string) (snapshot, error) {
 	if err == nil && r.Len() != 0 {
 		err = fmt.Errorf("%d bytes after its end", r.Len())
 	}
-	if err != nil {
-		return snapshot{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return s, nil
+	return s, err
 }
 
 func readChanges(r *bytes.Reader) ([]Change, error) {

@@ -57,6 +57,7 @@ type Log struct {
 	closed   []segment
 	buf      []byte
 	appended bool // the current segment has records
+	damaged  []error
 }
 
 // segmentFile is what a Log does with a segment file (an *os.File).
@@ -76,8 +77,10 @@ type segment struct {
 // Open opens (creating) the log in dir and returns the records already
 // there, oldest first. A record cut short at the end of the last segment
 // (a crash during a write, which was then never acknowledged) is dropped
-// and the segment truncated before it; a bad record anywhere else is an
-// error.
+// and the segment truncated before it. A bad record in an older segment
+// (damage: a write there was whole and flushed before the next segment
+// began) ends what is read of that segment; the records after it there
+// are lost, the later segments read, and Damaged says where.
 func Open(dir string, opts Options) (*Log, [][]byte, error) {
 	if opts.SegmentSize <= 0 {
 		opts.SegmentSize = 8 << 20
@@ -94,7 +97,11 @@ func Open(dir string, opts Options) (*Log, [][]byte, error) {
 	for i, n := range nums {
 		lastSeg := i == len(nums)-1
 		got, good, err := readSegment(l.path(n))
-		if err != nil && !lastSeg {
+		var damage *damagedError
+		switch {
+		case errors.As(err, &damage) && !lastSeg:
+			l.damaged = append(l.damaged, err)
+		case err != nil && !errors.As(err, &damage):
 			return nil, nil, err
 		}
 		recs = append(recs, got...)
@@ -224,6 +231,10 @@ func (l *Log) Trim(upTo uint64) error {
 	return nil
 }
 
+// Damaged returns what Open found damaged in older segments (the records
+// after the damage in each were not read).
+func (l *Log) Damaged() []error { return l.damaged }
+
 // Last is the sequence number of the last record appended (0 if none).
 func (l *Log) Last() uint64 {
 	l.mu.Lock()
@@ -307,8 +318,21 @@ func segmentNumbers(dir string) ([]uint64, error) {
 	return nums, nil
 }
 
+// damagedError is a bad record in a segment file: cut short, too long,
+// or its checksum wrong.
+type damagedError struct {
+	path   string
+	offset int
+	why    string
+}
+
+func (e *damagedError) Error() string {
+	return fmt.Sprintf("%s: record at offset %d: %s", e.path, e.offset, e.why)
+}
+
 // readSegment returns the records of a segment file and the offset after
-// the last good one; err says why it stopped early.
+// the last good one; err says why it stopped early (a *damagedError, or
+// the file could not be read).
 func readSegment(path string) (recs [][]byte, good int64, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -316,16 +340,16 @@ func readSegment(path string) (recs [][]byte, good int64, err error) {
 	}
 	for off := 0; off < len(b); {
 		if len(b)-off < headerSize {
-			return recs, good, fmt.Errorf("%s: record header cut short at offset %d", path, off)
+			return recs, good, &damagedError{path, off, "header cut short"}
 		}
 		n := int(binary.LittleEndian.Uint32(b[off:]))
 		sum := binary.LittleEndian.Uint32(b[off+4:])
 		if n > MaxRecord || len(b)-off-headerSize < n {
-			return recs, good, fmt.Errorf("%s: record at offset %d: length %d past the end or the limit", path, off, n)
+			return recs, good, &damagedError{path, off, fmt.Sprintf("length %d past the end or the limit", n)}
 		}
 		rec := b[off+headerSize : off+headerSize+n]
 		if crc32.Checksum(rec, castagnoli) != sum {
-			return recs, good, fmt.Errorf("%s: record at offset %d: checksum mismatch", path, off)
+			return recs, good, &damagedError{path, off, "checksum mismatch"}
 		}
 		recs = append(recs, rec)
 		off += headerSize + n

@@ -100,9 +100,13 @@ func TestTornTail(t *testing.T) {
 	}
 }
 
-func TestCorruptOlderSegmentIsAnError(t *testing.T) {
+// TestCorruptOlderSegmentIsSkipped: a bad record in an older segment
+// (damage, not a torn write) ends what is read of that segment; the
+// records before it and the later segments are read, appends go on, and
+// Damaged says where.
+func TestCorruptOlderSegmentIsSkipped(t *testing.T) {
 	dir := t.TempDir()
-	l, _ := mustOpen(t, dir, Options{SegmentSize: 32})
+	l, _ := mustOpen(t, dir, Options{SegmentSize: 32}) // two records a segment
 	for i := 1; i <= 6; i++ {
 		if _, err := l.Append(recs(i, i)...); err != nil {
 			t.Fatal(err)
@@ -111,11 +115,20 @@ func TestCorruptOlderSegmentIsAnError(t *testing.T) {
 	l.Close()
 	first := filepath.Join(dir, fmt.Sprintf("%016x.wal", 1))
 	b, _ := os.ReadFile(first)
-	b[len(b)-1] ^= 0xff
+	b[len(b)-1] ^= 0xff // record 2's payload
 	os.WriteFile(first, b, 0o600)
-	if _, _, err := Open(dir, Options{SegmentSize: 32}); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
-		t.Fatalf("Open with a corrupt older segment: %v", err)
+	want := slices.Concat(recs(1, 1), recs(3, 6))
+	l2, got := mustOpen(t, dir, Options{SegmentSize: 32})
+	equal(t, "reopened past the damage", got, want)
+	if d := l2.Damaged(); len(d) != 1 || !strings.Contains(d[0].Error(), "checksum mismatch") {
+		t.Fatalf("Damaged() = %v, want the checksum mismatch of record 2", d)
 	}
+	if _, err := l2.Append(recs(7, 7)...); err != nil {
+		t.Fatal(err)
+	}
+	l2.Close()
+	_, got = mustOpen(t, dir, Options{SegmentSize: 32})
+	equal(t, "reopened after an append", got, append(want, recs(7, 7)...))
 }
 
 func TestTrim(t *testing.T) {
