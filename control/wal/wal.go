@@ -258,19 +258,26 @@ func (l *Log) path(num uint64) string {
 	return filepath.Join(l.dir, fmt.Sprintf("%016x%s", num, suffix))
 }
 
-// rotate closes the current segment and starts the next.
+// rotate starts the next segment, then closes the current one. A
+// segment that cannot be started leaves the current one current (the
+// next append tries again): a failure here never stops the log.
 func (l *Log) rotate() error {
-	if err := l.f.Close(); err != nil {
-		return fmt.Errorf("closing %s: %w", l.path(l.num), err)
+	old, num, appended := l.f, l.num, l.appended
+	if err := l.create(num + 1); err != nil {
+		return err
 	}
-	if l.appended {
-		l.closed = append(l.closed, segment{num: l.num, last: l.last})
+	if appended {
+		l.closed = append(l.closed, segment{num: num, last: l.last})
 	}
-	return l.create(l.num + 1)
+	if err := old.Close(); err != nil {
+		// Its records were flushed when they were appended.
+		return fmt.Errorf("closing %s: %w", l.path(num), err)
+	}
+	return nil
 }
 
 // create starts segment num as the current one; the directory is synced
-// so the file itself survives a crash.
+// so the file itself survives a crash. On error nothing changed.
 func (l *Log) create(num uint64) error {
 	f, err := os.OpenFile(l.path(num), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {

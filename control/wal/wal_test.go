@@ -288,3 +288,31 @@ func BenchmarkAppend(b *testing.B) {
 		})
 	}
 }
+
+// TestFailedRotation: a segment that cannot be started (here a directory
+// stands where its file goes) fails the Append that needed it, and the
+// next one, once it can be, goes on: the log does not stop (before, the
+// current segment was closed first, and every later Append failed).
+func TestFailedRotation(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := mustOpen(t, dir, Options{SegmentSize: 32}) // two records a segment
+	if _, err := l.Append(recs(1, 2)...); err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(dir, fmt.Sprintf("%016x.wal", 2))
+	if err := os.Mkdir(next, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(recs(3, 3)...); err == nil {
+		t.Fatal("Append succeeded where its segment could not be created")
+	}
+	if err := os.Remove(next); err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := l.Append(recs(3, 3)...); err != nil || seq != 3 {
+		t.Fatalf("Append after the failed rotation = %d, %v; want 3", seq, err)
+	}
+	l.Close()
+	_, got := mustOpen(t, dir, Options{SegmentSize: 32})
+	equal(t, "reopened", got, recs(1, 3))
+}
