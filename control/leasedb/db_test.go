@@ -426,23 +426,32 @@ func TestAckedSurvivesReopenAndCompaction(t *testing.T) {
 	db.Close()
 }
 
+// boundTo is a binding of mac(i) to 10.0.0.i on segment 7 for an hour.
+func boundTo(i int) Change {
+	return Change{Record: server.Record{Lease: server.Lease{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), MAC: mac(i), Expires: t0.Add(time.Hour)}, Kind: Bound, At: t0}, Segment: 7}
+}
+
+// snapshotOf opens the database in dir and commits cs, then snapshots.
+func snapshotOf(t *testing.T, dir string, cs ...Change) *DB {
+	t.Helper()
+	db := mustOpen(t, dir, Options{})
+	if _, err := db.Commit(cs); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Compact(t0, nil); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
 // TestDamagedSnapshotIsSetAside: a damaged snapshot does not stop the
 // database from opening (a node that cannot open it serves no DHCP at
 // all): it is set aside, reported by Skipped, and the database holds
 // what the journal after it says.
 func TestDamagedSnapshotIsSetAside(t *testing.T) {
 	dir := t.TempDir()
-	db := mustOpen(t, dir, Options{})
-	bind := func(i int) Change {
-		return Change{Record: server.Record{Lease: server.Lease{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), MAC: mac(i), Expires: t0.Add(time.Hour)}, Kind: Bound, At: t0}, Segment: 7}
-	}
-	if _, err := db.Commit([]Change{bind(1), bind(2)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Compact(t0, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Commit([]Change{bind(3)}); err != nil {
+	db := snapshotOf(t, dir, boundTo(1), boundTo(2))
+	if _, err := db.Commit([]Change{boundTo(3)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.MarkExported(3); err != nil { // the store has 1 to 3
@@ -451,7 +460,7 @@ func TestDamagedSnapshotIsSetAside(t *testing.T) {
 	if err := db.Compact(t0, nil); err != nil { // the journal keeps only what comes next
 		t.Fatal(err)
 	}
-	if _, err := db.Commit([]Change{bind(4)}); err != nil {
+	if _, err := db.Commit([]Change{boundTo(4)}); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -489,16 +498,7 @@ func TestDamagedSnapshotIsSetAside(t *testing.T) {
 // pending for the store, across a reopen too.
 func TestSeqAboveExportMark(t *testing.T) {
 	dir := t.TempDir()
-	db := mustOpen(t, dir, Options{})
-	bind := func(i int) Change {
-		return Change{Record: server.Record{Lease: server.Lease{IP: netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), MAC: mac(i), Expires: t0.Add(time.Hour)}, Kind: Bound, At: t0}, Segment: 7}
-	}
-	if _, err := db.Commit([]Change{bind(1), bind(2)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Compact(t0, nil); err != nil {
-		t.Fatal(err)
-	}
+	db := snapshotOf(t, dir, boundTo(1), boundTo(2))
 	if err := db.MarkExported(2); err != nil { // journaled after the snapshot
 		t.Fatal(err)
 	}
@@ -507,7 +507,7 @@ func TestSeqAboveExportMark(t *testing.T) {
 		t.Fatal(err)
 	}
 	db = mustOpen(t, dir, Options{})
-	done, err := db.Commit([]Change{bind(3)})
+	done, err := db.Commit([]Change{boundTo(3)})
 	if err != nil {
 		t.Fatal(err)
 	}
