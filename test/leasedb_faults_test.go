@@ -205,12 +205,38 @@ func pinOf(t *testing.T, d *harness.Daemon, mac net.HardwareAddr) (string, time.
 
 // TestPrivilegedLeaseSnapshotDamaged: the lease database's snapshot is
 // damaged while pivirtd is down (a flipped byte): pivirtd starts all the
-// same, says so in its log, sets the file aside, and serves: a client's
+// same, says so in its log and metrics, sets the file aside, and serves: a client's
 // lease stays pinned and stored, and a new client gets one.
 func TestPrivilegedLeaseSnapshotDamaged(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
-	host, d := startOrderSegment(t)
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), Args: []string{"--metrics", "127.0.0.1:9464"}})
+	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	segmentReady := func(what string) {
+		t.Helper()
+		waitFor(t, 20*time.Second, what, func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	}
+	segmentReady("segment Ready")
+	skipped := func() string {
+		t.Helper()
+		out, err := host.Exec("curl", "-sf", "http://127.0.0.1:9464/metrics")
+		if err != nil {
+			t.Fatalf("scraping the metrics: %v", err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if v, ok := strings.CutPrefix(line, "pivirt_dhcp_lease_db_skipped "); ok {
+				return v
+			}
+		}
+		t.Fatalf("no pivirt_dhcp_lease_db_skipped in:\n%s", out)
+		return ""
+	}
+	if v := skipped(); v != "0" {
+		t.Fatalf("pivirt_dhcp_lease_db_skipped %s before any damage, want 0", v)
+	}
 	a := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, 0x5d, 0x01})
 	b := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, 0x5d, 0x02})
 	waitForwarding(t, host, 2)
@@ -229,9 +255,12 @@ func TestPrivilegedLeaseSnapshotDamaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Start()
-	waitFor(t, 20*time.Second, "segment Ready with a damaged snapshot", func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	segmentReady("segment Ready with a damaged snapshot")
 	if !strings.Contains(d.Log(), "lease snapshot damaged") {
 		t.Fatalf("the damaged snapshot is not in the log:\n%s", d.Log())
+	}
+	if v := skipped(); v != "1" {
+		t.Fatalf("pivirt_dhcp_lease_db_skipped %s after the damaged snapshot, want 1", v)
 	}
 	if aside, _ := filepath.Glob(snap + ".damaged-*"); len(aside) != 1 {
 		t.Fatalf("set aside: %v, want one file", aside)
