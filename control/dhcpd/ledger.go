@@ -5,7 +5,6 @@ package dhcpd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -118,7 +117,7 @@ func (lg *ledger) persist(changes []server.LeaseChange, fromStore bool, segs map
 	}
 	defer lg.pins.lock(keys...)()
 	if err := lg.journalChanges(changes, segs, fromStore); err != nil {
-		return fmt.Errorf("journaling %d lease changes: %w", len(changes), err)
+		return err // the database's error says what it journaled
 	}
 	// Bindings go in batches; a release first writes the bindings before
 	// it, so the map ends as the changes, in order, leave it.
