@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	pivirtv1 "pivirt.hu/pivirt/api/pivirt/v1"
 	"pivirt.hu/pivirt/test/guest"
 	"pivirt.hu/pivirt/test/testutil"
 )
@@ -54,6 +55,15 @@ spec: {network: br-cl1, macAddress: "` + x.String() + `", ipAddress: 10.77.0.10,
 	}
 
 	// Deleted through n2 (its client gone, no RELEASE): released on n1.
+	// The operator deletes the lease as the store shows it after n1's
+	// ACK (n1's write, labelled with n1). A delete that lands before that
+	// write deletes the operator's older version, and n1's binding, newer
+	// than it, stays and is stored again (observeGone's rule; seen under
+	// load, when n1's export lagged 300 ms).
+	waitFor(t, 10*time.Second, "n1's ACK of x stored", func() bool {
+		l, ok := n2.lease(t, leaseName(x))
+		return ok && l.Metadata.Labels[pivirtv1.NodeLabel] == "n1"
+	})
 	guest.KillPidFile(filepath.Join(xg.Dir, "pid"))
 	if _, errOut, err := n2.ctl(t, "", "delete", "lease", leaseName(x)); err != nil {
 		t.Fatalf("delete through n2: %v: %s", err, errOut)
