@@ -40,16 +40,7 @@ import (
 func TestPrivilegedJournalDiskFull(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), Args: []string{"--dhcp-lease-reuse", "0", "--dhcp-rate-per-mac", "0", "--dhcp-rate-per-port", "0"}})
-	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	segmentReady := func(what string) {
-		t.Helper()
-		waitFor(t, 20*time.Second, what, func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
-	}
-	segmentReady("segment Ready")
+	host, d, segmentReady := startFaultSegment(t, "--dhcp-lease-reuse", "0", "--dhcp-rate-per-mac", "0", "--dhcp-rate-per-port", "0")
 
 	journal := filepath.Join(d.StateDir, "dhcp-journal")
 	d.Stop()
@@ -205,21 +196,12 @@ func pinOf(t *testing.T, d *harness.Daemon, mac net.HardwareAddr) (string, time.
 
 // TestPrivilegedLeaseSnapshotDamaged: the lease database's snapshot is
 // damaged while pivirtd is down (a flipped byte): pivirtd starts all the
-// same, says so in its log and metrics, sets the file aside, and serves: a client's
-// lease stays pinned and stored, and a new client gets one.
+// same, says so in its log and metrics, sets the file aside, and serves:
+// a client's lease stays pinned and stored, and a new client gets one.
 func TestPrivilegedLeaseSnapshotDamaged(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
-	host := testutil.NewNetNS(t)
-	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), Args: []string{"--metrics", "127.0.0.1:9464"}})
-	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
-		t.Fatalf("apply: %s", r)
-	}
-	segmentReady := func(what string) {
-		t.Helper()
-		waitFor(t, 20*time.Second, what, func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
-	}
-	segmentReady("segment Ready")
+	host, d, segmentReady := startFaultSegment(t, "--metrics", "127.0.0.1:9464")
 	skipped := func() string {
 		t.Helper()
 		out, err := host.Exec("curl", "-sf", "http://127.0.0.1:9464/metrics")
@@ -272,4 +254,22 @@ func TestPrivilegedLeaseSnapshotDamaged(t *testing.T) {
 	if ackB, _ := newRawClient(t, b).dora(); ackB.YourIPAddr.String() == ipA {
 		t.Fatalf("b was ACKed a's address %s", ipA)
 	}
+}
+
+// startFaultSegment starts pivirtd (with args) in a new netns with the
+// ordering tests' segment, and returns a wait for the segment Ready
+// (after a restart too).
+func startFaultSegment(t *testing.T, args ...string) (*testutil.NetNS, *harness.Daemon, func(what string)) {
+	t.Helper()
+	host := testutil.NewNetNS(t)
+	d := harness.StartDaemon(t, harness.Build(t), harness.Options{NetNS: host.Path(), Args: args})
+	if r := d.CtlStdin([]byte(orderSegment), "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	ready := func(what string) {
+		t.Helper()
+		waitFor(t, 20*time.Second, what, func() bool { return strings.Contains(d.Ctl("get", "segments").Stdout, "Ready") })
+	}
+	ready("segment Ready")
+	return host, d, ready
 }
