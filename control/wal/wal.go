@@ -99,9 +99,11 @@ func Open(dir string, opts Options) (*Log, [][]byte, error) {
 		got, good, err := readSegment(l.path(n))
 		var damage *damagedError
 		switch {
-		case errors.As(err, &damage) && !lastSeg:
-			l.damaged = append(l.damaged, err)
-		case err != nil && !errors.As(err, &damage):
+		case errors.As(err, &damage):
+			if !lastSeg {
+				l.damaged = append(l.damaged, err)
+			}
+		case err != nil:
 			return nil, nil, err
 		}
 		recs = append(recs, got...)
