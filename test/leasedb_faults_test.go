@@ -40,7 +40,8 @@ import (
 func TestPrivilegedJournalDiskFull(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
-	host, d, segmentReady := startFaultSegment(t, "--dhcp-lease-reuse", "0", "--dhcp-rate-per-mac", "0", "--dhcp-rate-per-port", "0")
+	host, d, segmentReady := startFaultSegment(t, "--dhcp-lease-reuse", "0", "--dhcp-rate-per-mac", "0", "--dhcp-rate-per-port", "0",
+		"--metrics", "127.0.0.1:9464")
 
 	journal := filepath.Join(d.StateDir, "dhcp-journal")
 	d.Stop()
@@ -54,34 +55,49 @@ func TestPrivilegedJournalDiskFull(t *testing.T) {
 	ca, cb := newRawClient(t, a), newRawClient(t, b)
 	ack, srvMAC := ca.dora()
 	ipA := ack.YourIPAddr.String()
-	time.Sleep(2 * time.Second) // so a renewal's expiry is distinguishable from the DORA's
+	leaseTime := ack.IPAddressLeaseTime(0)
+	lastACKed := time.Now().Add(leaseTime) // expiry of the last lease ACKed after its write
+	time.Sleep(2 * time.Second)            // so a renewal's expiry is distinguishable from the DORA's
 
+	// Renewals are written and ACKed while the journal's last page has
+	// room; the first that cannot be written gets no ACK; from then on
+	// each is ACKed at once for the time the last written one has left.
 	filler := fillFileSystem(t, journal)
-	var lastACKed time.Time // expiry of the last renewal ACKed
-	acked, refused := 0, 0
-	for i := 0; i < 200 && refused < 3; i++ {
+	written, refused, unwritten := 0, 0, 0
+	for i := 0; i < 200 && unwritten < 5; i++ {
 		r := renewWithin(ca, ack, srvMAC, time.Second)
 		switch {
+		case r == nil && unwritten > 0:
+			t.Fatalf("renewal %d got no ACK after the durable lease was ACKed on the full disk", i)
 		case r == nil:
 			refused++
-		case r.MessageType() == dhcpv4.MessageTypeAck && refused > 0:
-			t.Fatalf("renewal %d ACKed after an earlier one got no ACK on the full disk", i)
-		case r.MessageType() == dhcpv4.MessageTypeAck:
-			acked++
-			lastACKed = time.Now().Add(r.IPAddressLeaseTime(0))
-		default:
+		case r.MessageType() != dhcpv4.MessageTypeAck:
 			t.Fatalf("renewal %d on the full disk: %s", i, r.MessageType())
+		case refused == 0:
+			if got := r.IPAddressLeaseTime(0); got != leaseTime {
+				t.Fatalf("renewal %d, written, ACKed for %s, want %s", i, got, leaseTime)
+			}
+			written++
+			lastACKed = time.Now().Add(leaseTime)
+		default:
+			got, left := r.IPAddressLeaseTime(0), time.Until(lastACKed)
+			if got > left+2*time.Second || got < left-2*time.Second {
+				t.Fatalf("renewal %d on the full disk ACKed for %s; the last written lease has %s left", i, got, left)
+			}
+			unwritten++
+			time.Sleep(time.Second) // so each ACK's time left is shorter
 		}
 	}
-	if refused == 0 {
-		t.Fatal("200 renewals, each written to the journal, all ACKed on a full file system")
+	if refused == 0 || unwritten < 5 {
+		t.Fatalf("200 renewals on a full file system: %d written, %d not ACKed, %d ACKed the time left", written, refused, unwritten)
 	}
-	t.Logf("full file system: %d renewals ACKed (the journal's last page had room), then %d not", acked, refused)
-	if n := strings.Count(d.Log(), "no space left on device"); n < refused {
-		t.Fatalf("%d renewals without an ACK, %d ENOSPC in the log; log:\n%s", refused, n, d.Log())
+	t.Logf("full file system: %d renewals written and ACKed (the journal's last page had room), %d not ACKed, then %d ACKed the time left",
+		written, refused, unwritten)
+	if n := strings.Count(d.Log(), "no space left on device"); n < refused+unwritten {
+		t.Fatalf("%d renewals not written, %d ENOSPC in the log; log:\n%s", refused+unwritten, n, d.Log())
 	}
-	if lastACKed.IsZero() {
-		lastACKed = time.Now().Add(-2 * time.Second).Add(10 * time.Minute) // the DORA's, at the latest
+	if v := metricOf(t, host, "pivirt_dhcp_unwritable_acks_total"); v != strconv.Itoa(unwritten) {
+		t.Fatalf("pivirt_dhcp_unwritable_acks_total %s, want %d", v, unwritten)
 	}
 
 	d.Kill9()
@@ -202,20 +218,7 @@ func TestPrivilegedLeaseSnapshotDamaged(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
 	host, d, segmentReady := startFaultSegment(t, "--metrics", "127.0.0.1:9464")
-	skipped := func() string {
-		t.Helper()
-		out, err := host.Exec("curl", "-sf", "http://127.0.0.1:9464/metrics")
-		if err != nil {
-			t.Fatalf("scraping the metrics: %v", err)
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			if v, ok := strings.CutPrefix(line, "pivirt_dhcp_lease_db_skipped "); ok {
-				return v
-			}
-		}
-		t.Fatalf("no pivirt_dhcp_lease_db_skipped in:\n%s", out)
-		return ""
-	}
+	skipped := func() string { return metricOf(t, host, "pivirt_dhcp_lease_db_skipped") }
 	if v := skipped(); v != "0" {
 		t.Fatalf("pivirt_dhcp_lease_db_skipped %s before any damage, want 0", v)
 	}
@@ -254,6 +257,23 @@ func TestPrivilegedLeaseSnapshotDamaged(t *testing.T) {
 	if ackB, _ := newRawClient(t, b).dora(); ackB.YourIPAddr.String() == ipA {
 		t.Fatalf("b was ACKed a's address %s", ipA)
 	}
+}
+
+// metricOf is the value of the series named name (of its first, with
+// labels or not) that pivirtd serves on 127.0.0.1:9464 in host.
+func metricOf(t *testing.T, host *testutil.NetNS, name string) string {
+	t.Helper()
+	out, err := host.Exec("curl", "-sf", "http://127.0.0.1:9464/metrics")
+	if err != nil {
+		t.Fatalf("scraping the metrics: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if series, v, ok := strings.Cut(line, " "); ok && (series == name || strings.HasPrefix(series, name+"{")) {
+			return v
+		}
+	}
+	t.Fatalf("no %s in:\n%s", name, out)
+	return ""
 }
 
 // startFaultSegment starts pivirtd (with args) in a new netns with the

@@ -17,6 +17,7 @@ var (
 	descPersist  = prometheus.NewDesc("pivirt_dhcp_persist_errors_total", "Lease groups that failed to persist (their ACKs were not sent).", []string{"segment"}, nil)
 	descCommits  = prometheus.NewDesc("pivirt_dhcp_lease_commits_total", "Groups of lease changes made durable (one lease journal fdatasync each).", []string{"segment"}, nil)
 	descReused   = prometheus.NewDesc("pivirt_dhcp_lease_reuses_total", "ACKs of a stored lease as it is, for the time it has left, with no write (--dhcp-lease-reuse).", []string{"segment"}, nil)
+	descUnwrit   = prometheus.NewDesc("pivirt_dhcp_unwritable_acks_total", "ACKs of a durable lease for the time it has left, sent while the lease journal could not be written (a full or failing disk).", []string{"segment"}, nil)
 	descPending  = prometheus.NewDesc("pivirt_dhcp_journal_pending", "Lease changes in the journal not yet stored as DHCPLease objects.", nil, nil)
 	descStoreErr = prometheus.NewDesc("pivirt_dhcp_store_errors_total", "Failed attempts to store journaled lease changes (they stay in the journal and are retried).", nil, nil)
 	descSockDrop = prometheus.NewDesc("pivirt_dhcp_socket_drops_total", "Frames the kernel dropped on the responder's socket before it read them (receive buffer full; PACKET_STATISTICS).", []string{"segment"}, nil)
@@ -31,7 +32,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descReused, descPending, descStoreErr, descRefused, descSkipped, descSockDrop, descReadFrm, descCommitN, descCommitT, descAddrs, descAway} {
+	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descReused, descUnwrit, descPending, descStoreErr, descRefused, descSkipped, descSockDrop, descReadFrm, descCommitN, descCommitT, descAddrs, descAway} {
 		ch <- d
 	}
 }
@@ -71,6 +72,7 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		counter(descPersist, s.PersistErrors)
 		counter(descCommits, s.Batches)
 		counter(descReused, s.Reused)
+		counter(descUnwrit, s.Unwritten)
 		counter(descSockDrop, s.SocketDrops)
 		if st, ok := m.srv.Stats(r.id); ok {
 			gauge := func(d *prometheus.Desc, v int, label string) {

@@ -24,6 +24,7 @@ type Counters struct {
 	DecodeErrors   atomic.Uint64                   // passed wire.Parse but dhcpv4 refused it
 	LeaseChanges   atomic.Uint64                   // changes handed to the Persister
 	Reused         atomic.Uint64                   // ACKs of a stored lease as it is, with no change (server.Reply.Reused)
+	Unwritten      atomic.Uint64                   // ACKs of a durable lease for the time it has left, the Persister failing (server.Reply.Unwritten)
 	Batches        atomic.Uint64                   // Persist calls
 	PersistErrors  atomic.Uint64                   // failed Persist calls (their ACKs were not sent)
 	SendErrors     atomic.Uint64                   // frames the kernel refused
@@ -56,6 +57,7 @@ type Snapshot struct {
 	Ignored       map[string]uint64 // by server.Ignore
 	LeaseChanges  uint64
 	Reused        uint64
+	Unwritten     uint64
 	Batches       uint64
 	PersistErrors uint64
 	SendErrors    uint64
@@ -88,7 +90,7 @@ func (c *Counters) Snapshot() Snapshot {
 	s := Snapshot{
 		Received: c.Received.Load(), Requests: map[string]uint64{}, Replied: map[string]uint64{},
 		Dropped: map[string]uint64{}, Ignored: map[string]uint64{},
-		LeaseChanges: c.LeaseChanges.Load(), Reused: c.Reused.Load(), Batches: c.Batches.Load(),
+		LeaseChanges: c.LeaseChanges.Load(), Reused: c.Reused.Load(), Unwritten: c.Unwritten.Load(), Batches: c.Batches.Load(),
 		PersistErrors: c.PersistErrors.Load(), SendErrors: c.SendErrors.Load(), SocketDrops: c.SocketDrops.Load(),
 	}
 	for i := range c.Replied {

@@ -48,6 +48,10 @@ type Processor struct {
 	req     dhcpv4.DHCPv4 // decoded in place, aliases the frame
 	rep     dhcpv4.DHCPv4 // reply scratch, encoded before the next frame
 
+	// Unwritable is passed to the server with each request
+	// (server.Request.Unwritable): the Persister's last call failed.
+	Unwritable bool
+
 	Out     []Outbound           // replies of the last Process call
 	Changes []server.LeaseChange // lease changes of the last Process call
 	Acked   []server.LeaseChange // leases ACKed as they are in the last Process call (server.Reply.Acked)
@@ -163,7 +167,7 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 	p.c.ReceivedType[in.Type].Add(1)
 	var rep server.Reply
 	rep, p.Changes = p.srv.Handle(now, server.Request{Segment: p.seg, SrcMAC: in.SrcMAC[:], SrcIP: in.SrcIP, Broadcast: in.Broadcast,
-		Msg: msg, Reply: &p.rep, Changes: p.Changes})
+		Msg: msg, Reply: &p.rep, Changes: p.Changes, Unwritable: p.Unwritable})
 	if rep.Msg == nil {
 		p.c.Ignored[rep.Ignored].Add(1)
 		if rep.Ignored == server.IgnoreSpoofed {
@@ -171,8 +175,12 @@ func (p *Processor) one(now time.Time, f, buf []byte) {
 		}
 		return
 	}
-	if rep.Reused {
+	switch {
+	case rep.Reused:
 		p.c.Reused.Add(1)
+		p.Acked = append(p.Acked, rep.Acked)
+	case rep.Unwritten:
+		p.c.Unwritten.Add(1)
 		p.Acked = append(p.Acked, rep.Acked)
 	}
 	src := wire.Source{MAC: p.mac}

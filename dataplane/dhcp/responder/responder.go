@@ -120,11 +120,13 @@ type Responder struct {
 	// batch to cur; the committer takes all of it, persists it in one
 	// call, sends its ACKs, and hands the group back as spare. So while one
 	// fsync runs, the next group fills, and a group's size follows load.
-	mu     sync.Mutex
-	cur    *group
-	spare  *group
-	kick   chan struct{}
-	sendMu sync.Mutex // the socket's send headers are shared
+	mu sync.Mutex
+	// unwritable: the last Persist failed (Processor.Unwritable).
+	unwritable atomic.Bool
+	cur        *group
+	spare      *group
+	kick       chan struct{}
+	sendMu     sync.Mutex // the socket's send headers are shared
 }
 
 // group is the lease changes and ACK frames waiting for one Persist.
@@ -297,6 +299,7 @@ func (r *Responder) serve(now time.Time, frames [][]byte) {
 	if m := r.mac.Load(); m != macBits(p.mac[:]) {
 		p.mac = macFromBits(m)
 	}
+	p.Unwritable = r.unwritable.Load()
 	p.Process(now, frames)
 	if a, ok := r.cfg.Persister.(Acker); ok && len(p.Acked) > 0 {
 		a.Acked(p.Acked)
@@ -377,6 +380,7 @@ func (r *Responder) commit(ctx context.Context) {
 		start := time.Now()
 		err := r.cfg.Persister.Persist(ctx, g.changes)
 		r.c.CommitSeconds.Observe(time.Since(start).Seconds())
+		r.unwritable.Store(err != nil)
 		if err != nil {
 			r.c.PersistErrors.Add(1)
 			r.cfg.Log.Warn("persisting leases; dropping their ACKs", "changes", len(g.changes), "err", err)

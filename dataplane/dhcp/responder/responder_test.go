@@ -20,20 +20,29 @@ import (
 	"pivirt.hu/pivirt/test/testutil"
 )
 
-// gate is a Persister that blocks until the test lets it go.
+// gate is a Persister that blocks until the test lets it go. What it
+// persists it records in srv, as the lease database does.
 type gate struct {
 	called  chan int
 	release chan error
+	srv     *server.Server
 }
 
 func (g *gate) Persist(_ context.Context, ch []server.LeaseChange) error {
 	g.called <- len(ch)
-	return <-g.release
+	err := <-g.release
+	for _, c := range ch {
+		if err == nil {
+			g.srv.SetRecords(c.Segment, server.Record{Lease: c.Lease, Kind: c.Kind, At: c.At, Seq: c.Seq})
+		}
+	}
+	return err
 }
 
 // TestPrivilegedACKWaitsForPersist runs the responder on one end of a veth
 // pair in a private netns and a raw client on the other: the OFFER leaves
-// at once, the ACK only after Persist returned, and not at all if it failed.
+// at once, the ACK only after Persist returned, and not at all if it
+// failed; while Persist fails, the durable lease is ACKed before it.
 func TestPrivilegedACKWaitsForPersist(t *testing.T) {
 	ns := testutil.NewNetNS(t)
 	a, b := testutil.VethPair(t, ns)
@@ -56,7 +65,8 @@ func TestPrivilegedACKWaitsForPersist(t *testing.T) {
 		if cliIfc, err = net.InterfaceByName(b); err != nil {
 			return err
 		}
-		r, err = New(Config{Interface: a, Segment: 1, Server: testServer(t, 50), Persister: g, PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: -1}})
+		g.srv = testServer(t, 50)
+		r, err = New(Config{Interface: a, Segment: 1, Server: g.srv, Persister: g, PerMAC: Limit{Rate: -1}, PerPort: Limit{Rate: -1}})
 		if err != nil {
 			return err
 		}
@@ -124,13 +134,17 @@ func TestPrivilegedACKWaitsForPersist(t *testing.T) {
 		return frameOf(t, newMsg(t, dhcpv4.MessageTypeRequest, mac, dhcpv4.WithBroadcast(true),
 			dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(offer.YourIPAddr)), dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP{10, 1, 0, 1}))))
 	}
+	full := errors.New("disk full")
 	for _, tc := range []struct {
-		name    string
-		persist error
-		wantACK bool
+		name      string
+		persist   error
+		wantACK   bool
+		ackBefore bool // the ACK leaves while Persist is blocked
 	}{
-		{"persist fails: no ACK", errors.New("disk full"), false},
-		{"persist succeeds: ACK after it", nil, true},
+		{"persist fails: no ACK", full, false, false},
+		{"persist succeeds: ACK after it", nil, true, false},
+		{"persist fails again: no ACK", full, false, false},
+		{"persist failing: the durable lease ACKed before it", full, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			send(req())
@@ -142,19 +156,25 @@ func TestPrivilegedACKWaitsForPersist(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("Persist not called")
 			}
-			// Persist is blocked: nothing may have left yet.
-			if m := recvDHCP(200 * time.Millisecond); m != nil {
-				t.Fatalf("%v sent before Persist returned", m.MessageType())
+			// Persist is blocked: only an ACK that needs no write may
+			// have left.
+			m := recvDHCP(200 * time.Millisecond)
+			if tc.ackBefore != (m != nil) {
+				t.Fatalf("before Persist returned: got %v, want an ACK: %v", m, tc.ackBefore)
 			}
 			g.release <- tc.persist
-			m := recvDHCP(2 * time.Second)
+			if !tc.ackBefore {
+				m = recvDHCP(2 * time.Second)
+			} else if again := recvDHCP(200 * time.Millisecond); again != nil {
+				t.Fatalf("a second reply after Persist: %v", again)
+			}
 			if tc.wantACK != (m != nil && m.MessageType() == dhcpv4.MessageTypeAck) {
 				t.Fatalf("after Persist(%v): got %v", tc.persist, m)
 			}
 		})
 	}
 	s := r.Counters().Snapshot()
-	if s.Received != 3 || s.PersistErrors != 1 || s.Replied["ACK"] != 1 || s.Replied["OFFER"] != 1 {
+	if s.Received != 5 || s.PersistErrors != 3 || s.Replied["ACK"] != 2 || s.Replied["OFFER"] != 1 || s.Unwritten != 1 {
 		t.Fatalf("counters %+v", s)
 	}
 }

@@ -266,13 +266,41 @@ func (h *handler) ack(ip netip.Addr) (Reply, []LeaseChange) {
 		acked := LeaseChange{Kind: Renewed, Segment: h.seg, Lease: cur.Lease, At: h.now}
 		return Reply{Msg: msg, Reused: true, Acked: acked}, h.in.Changes
 	}
+	var durable Lease // what an Unwritable ACK gives: cur before bind changes it
+	unwritten := false
+	if h.in.Unwritable {
+		durable, unwritten = h.durable(cur, ip)
+	}
 	l := h.st.bind(h.id, nl, false)
 	l.released = false
 	*h.seq++
 	l.unsynced = *h.seq
 	msg := h.reply(dhcpv4.MessageTypeAck, ip, l.Hostname, true)
-	return Reply{Msg: msg, Durable: true}, h.change(LeaseChange{Kind: kind, Segment: h.seg, Lease: l.Lease, At: h.now,
+	rep := Reply{Msg: msg, Durable: true}
+	if unwritten {
+		setLeaseTimes(msg, min(durable.Expires.Sub(h.now), h.st.cfg.LeaseTime))
+		rep = Reply{Msg: msg, Unwritten: true, Acked: LeaseChange{Kind: Renewed, Segment: h.seg, Lease: durable, At: h.now}}
+	}
+	return rep, h.change(LeaseChange{Kind: kind, Segment: h.seg, Lease: l.Lease, At: h.now,
 		Static: h.st.isStatic(h.mac()), Seq: l.unsynced})
+}
+
+// durable returns the client's lease on ip as it is durable (committed
+// and pinned, or loaded so): cur, or its record when cur's last change
+// is not durable (in flight, or its write failed), if it has a second
+// left. An offer, a released lease and another MAC's have none.
+func (h *handler) durable(cur *lease, ip netip.Addr) (Lease, bool) {
+	if cur == nil || cur.offered || cur.released || !bytes.Equal(cur.MAC, h.mac()) {
+		return Lease{}, false
+	}
+	d := cur.Lease
+	if cur.unsynced != 0 {
+		if cur.rec.Seq == 0 {
+			return Lease{}, false
+		}
+		d = cur.rec.Lease
+	}
+	return d, d.IP == ip && d.Expires.Sub(h.now) >= time.Second
 }
 
 // reusable reports whether the client's lease cur can be ACKed again as

@@ -40,7 +40,11 @@ import (
 //     in the odd seeds, which reuse leases (Segment.ReuseThreshold), is
 //     a reuse: no change, of a lease whose last change was persisted
 //     (Persisted; some persists fail, some come steps later), for no
-//     longer than that lease has left;
+//     longer than that lease has left; or, while the last persist
+//     failed (Request.Unwritable), ACKs at once (Reply.Unwritten) with
+//     a change to write, for no longer than the lease's last persisted
+//     change (or the lease as a restart loaded it) has left, of that
+//     address;
 //   - an ACKed address is in the range, is not reserved for another MAC,
 //     is not in a DECLINE's probation, and no other client holds it (by
 //     the changes: bound, not yet ended, or held by the interlock);
@@ -79,6 +83,7 @@ func TestRandomExchanges(t *testing.T) {
 		}
 		steps = n
 	}
+	unwritten := 0 // ACKs while persists failed, over all seeds
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			w := newWorld(t, seed, seed > 100 || os.Getenv("PIVIRT_DHCP_SEED") != "")
@@ -91,8 +96,13 @@ func TestRandomExchanges(t *testing.T) {
 			if w.cfg.ReuseThreshold > 0 && w.reused == 0 && steps >= 1000 {
 				t.Errorf("seed %d: no lease reused in %d steps; the reuse checks ran on nothing", seed, steps)
 			}
+			unwritten += w.unwritten
 		})
 	}
+	if len(seeds) > 1 && steps >= 1000 && unwritten < len(seeds) {
+		t.Errorf("%d ACKs while persists failed in %d seeds of %d steps: their checks ran on almost nothing", unwritten, len(seeds), steps)
+	}
+	t.Logf("%d ACKs while persists failed", unwritten)
 }
 
 // bound is a lease as the changes describe it.
@@ -134,6 +144,11 @@ type world struct {
 	unpersisted map[string]uint64
 	pending     []LeaseChange // changes of ACKs not yet persisted
 	reused      int           // ACKs that reused a lease
+	// pinned is, by MAC, the lease as its last persisted change (or a
+	// restart's load) gives it: what an ACK may give while persists fail.
+	pinned     map[string]bound
+	unwritable bool // the last persist failed (Request.Unwritable)
+	unwritten  int  // ACKs while it did (Reply.Unwritten)
 	log         []string
 }
 
@@ -153,7 +168,7 @@ func newWorld(t *testing.T, seed uint64, imports bool) *world {
 	w := &world{t: t, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, now: t0,
 		durable: map[string]bound{}, has: map[string]netip.Addr{}, offered: map[string]netip.Addr{},
 		reserved: map[string]netip.Addr{}, held: map[string]bool{}, declined: map[netip.Addr]time.Time{}, probation: map[netip.Addr]time.Time{}, declinedBy: map[string]time.Time{},
-		migrated: map[string]bool{}, unpersisted: map[string]uint64{}, idGen: map[string]int{}}
+		migrated: map[string]bool{}, unpersisted: map[string]uint64{}, idGen: map[string]int{}, pinned: map[string]bound{}}
 	for i := range 12 {
 		w.macs = append(w.macs, net.HardwareAddr{0x52, 0x54, 0, 0x99, 0, byte(i + 1)})
 	}
@@ -188,7 +203,7 @@ func (w *world) restart(load bool) {
 	w.declinedBy = map[string]time.Time{}
 	// What was loaded is durable; the persists under way died with the
 	// process.
-	w.pending, w.unpersisted = nil, map[string]uint64{}
+	w.pending, w.unpersisted, w.unwritable = nil, map[string]uint64{}, false
 	// Set before the leases are loaded: a lease its MAC's reservation
 	// supersedes is not loaded at all, so no change ends it.
 	w.setReservations(false)
@@ -232,6 +247,7 @@ func (w *world) restart(load bool) {
 		}
 	}
 	w.offered = map[string]netip.Addr{}
+	w.pinned = maps.Clone(w.durable)
 }
 
 func (w *world) heldMACs() []net.HardwareAddr {
@@ -321,7 +337,7 @@ func (w *world) handle(mac net.HardwareAddr, broadcast bool, src netip.Addr, typ
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	return w.srv.Handle(w.now, Request{Segment: w.cfg.ID, SrcMAC: mac, SrcIP: src, Broadcast: broadcast, Msg: m})
+	return w.srv.Handle(w.now, Request{Segment: w.cfg.ID, SrcMAC: mac, SrcIP: src, Broadcast: broadcast, Msg: m, Unwritable: w.unwritable})
 }
 
 func (w *world) step(i int) {
@@ -597,11 +613,14 @@ func (w *world) changes(ch []LeaseChange) {
 			if c.Seq != 0 {
 				w.unpersisted[k] = c.Seq
 				w.pending = append(w.pending, c)
+			} else {
+				w.pinned[k] = w.durable[k] // the operator's: durable as it is made
 			}
 		case Released, Expired, Declined:
 			if c.Kind == Declined && !c.Until.IsZero() {
 				w.probation[c.Lease.IP] = c.Until
 			}
+			delete(w.pinned, k)
 			if b, ok := w.durable[k]; ok && b.ip == c.Lease.IP {
 				delete(w.durable, k)
 			} else {
@@ -638,6 +657,8 @@ func (w *world) answered(mac net.HardwareAddr, rep Reply, ch []LeaseChange) (net
 		}
 		if !rep.Durable && len(ch) == 0 {
 			w.checkReused(mac, a, rep)
+		} else if rep.Unwritten {
+			w.checkUnwritten(mac, a, rep, mine)
 		} else if len(mine) != 1 || !rep.Durable || !mine[0].Lease.Expires.Equal(w.now.Add(w.cfg.LeaseTime)) {
 			w.t.Errorf("ACK of %s to %s: durable=%v with changes %+v; want one Bound or Renewed of it expiring in %v", a, mac, rep.Durable, ch, w.cfg.LeaseTime)
 		}
@@ -699,12 +720,41 @@ func (w *world) checkReused(mac net.HardwareAddr, a netip.Addr, rep Reply) {
 	w.logf("  (reused, %d s left)", secs)
 }
 
-// persist ends the pending persists: most succeed (Persisted), some fail
-// (their leases stay bound, not reusable until a newer change persists).
+// checkUnwritten checks an ACK sent while persists failed: it came with
+// the lease's change to write, and gives no more time than mac's
+// persisted lease of a has left.
+func (w *world) checkUnwritten(mac net.HardwareAddr, a netip.Addr, rep Reply, mine []LeaseChange) {
+	p, ok := w.pinned[string(mac)]
+	secs := binary.BigEndian.Uint32(rep.Msg.Options.Get(dhcpv4.OptionIPAddressLeaseTime))
+	switch {
+	case !w.unwritable:
+		w.t.Errorf("ACK of %s to %s as unwritten, and the last persist did not fail", a, mac)
+	case rep.Durable || len(mine) != 1 || !mine[0].Lease.Expires.Equal(w.now.Add(w.cfg.LeaseTime)):
+		w.t.Errorf("unwritten ACK of %s to %s: durable=%v with changes %+v; want one to write, not waited for", a, mac, rep.Durable, mine)
+	case !ok || p.ip != a:
+		w.t.Errorf("unwritten ACK of %s to %s: its persisted lease is %v", a, mac, p.ip)
+	case w.now.Add(time.Duration(secs) * time.Second).After(p.expires):
+		w.t.Errorf("unwritten ACK of %s to %s for %d s: past its persisted expiry %v", a, mac, secs, p.expires.Sub(t0))
+	}
+	w.unwritten++
+	w.logf("  (unwritten, %d s left)", secs)
+}
+
+// persist ends the pending persists: most succeed (Persisted, after the
+// lease database's records), some fail (their leases stay bound, not
+// reusable until a newer change persists, and ACKs are unwritten until
+// the next persist succeeds).
 func (w *world) persist() {
 	ok := w.rnd.IntN(8) != 0
 	w.logf("persist %d changes ok=%v", len(w.pending), ok)
+	w.unwritable = !ok
 	if ok {
+		for _, c := range w.pending {
+			w.srv.SetRecords(c.Segment, Record{Lease: c.Lease, Kind: c.Kind, At: c.At, Seq: c.Seq})
+			if k := string(c.Lease.MAC); w.durable[k].ip == c.Lease.IP {
+				w.pinned[k] = bound{c.Lease.IP, c.Lease.Expires, string(c.Lease.ClientID)}
+			}
+		}
 		w.srv.Persisted(w.pending)
 		for _, c := range w.pending {
 			if k := string(c.Lease.MAC); w.unpersisted[k] == c.Seq {

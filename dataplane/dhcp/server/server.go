@@ -44,6 +44,12 @@ type Request struct {
 	// Changes, if set, is where Handle appends the lease changes, so a
 	// caller can reuse one slice for a whole batch.
 	Changes []LeaseChange
+	// Unwritable: the lease database's last write failed (a full or
+	// failing disk). A client asking for the lease it holds durably is
+	// then ACKed it for the time it has left, at once (Reply.Unwritten),
+	// and its renewal is written if it can be, instead of getting no ACK
+	// until the disk recovers and losing its address meanwhile.
+	Unwritable bool
 }
 
 // State is the client state a REQUEST was recognised in (RFC 2131 4.3.2).
@@ -99,6 +105,11 @@ type Reply struct {
 	// Renewed, At the ACK's time): nothing is persisted, but when a lease
 	// was ACKed last decides between two nodes (responder.Acker).
 	Acked LeaseChange
+	// Unwritten: Msg ACKs the client's durable lease for the time it has
+	// left (Request.Unwritable); its renewal is among the changes, not
+	// Durable: written if it can be, the ACK leaving either way. Acked is
+	// the durable lease, ACKed as it is.
+	Unwritten bool
 }
 
 type lease struct {
