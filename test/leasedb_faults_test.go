@@ -99,6 +99,12 @@ func TestPrivilegedJournalDiskFull(t *testing.T) {
 	if v := metricOf(t, host, "pivirt_dhcp_unwritable_acks_total"); v != strconv.Itoa(unwritten) {
 		t.Fatalf("pivirt_dhcp_unwritable_acks_total %s, want %d", v, unwritten)
 	}
+	if v, _ := strconv.Atoi(metricOf(t, host, "pivirt_dhcp_journal_write_errors_total")); v < refused+unwritten {
+		t.Fatalf("pivirt_dhcp_journal_write_errors_total %d, want at least the %d commits that failed", v, refused+unwritten)
+	}
+	if v := metricOf(t, host, "pivirt_dhcp_store_errors_total"); v != "0" {
+		t.Fatalf("pivirt_dhcp_store_errors_total %s: the store's disk is not full, the journal's is", v)
+	}
 
 	d.Kill9()
 	d.Start()

@@ -139,7 +139,6 @@ func (x *exporter) catchUp(ctx context.Context) {
 		return
 	}
 	if err := x.exportRecords(ctx, recs); err != nil {
-		x.errors.Add(1)
 		x.Log.Warn("storing journaled lease changes at start; the writer retries them", "changes", len(recs), "err", err)
 		x.kick()
 		return
@@ -194,7 +193,6 @@ func (x *exporter) writeLoop(ctx context.Context) {
 			return
 		}
 		if err := x.export(ctx); err != nil {
-			x.errors.Add(1)
 			x.Log.Warn("storing journaled lease changes; retrying", "err", err, "retry_in", backoff)
 			x.kick()
 			select {
@@ -245,9 +243,12 @@ func (x *exporter) export(ctx context.Context) error {
 	return nil
 }
 
-// exportRecords stores records and marks them exported.
+// exportRecords stores records and marks them exported. A failed store
+// counts as a store error; a failed mark is the journal's (the database
+// counts it), and the same records are stored again at the next try.
 func (x *exporter) exportRecords(ctx context.Context, recs []record) error {
 	if err := x.storeRecords(ctx, recs); err != nil {
+		x.errors.Add(1)
 		return err
 	}
 	return x.db.MarkExported(recs[len(recs)-1].seq)

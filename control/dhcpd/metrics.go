@@ -27,12 +27,13 @@ var (
 	descAddrs    = prometheus.NewDesc("pivirt_dhcp_addresses", "Addresses of the segment's range by state (free, bound, offered, reserved, quarantined).", []string{"segment", "state"}, nil)
 	descAway     = prometheus.NewDesc("pivirt_dhcp_elsewhere_addresses", "Addresses of the segment's network that other nodes' objects hold, as this node's DHCP server knows them (held: the provisioning interlock holds them).", []string{"segment", "held"}, nil)
 	descRefused  = prometheus.NewDesc("pivirt_dhcp_journal_refused_total", "Journaled lease changes the store refused, each resolved by a rule and recorded as an event (LeaseChangeRefused).", nil, nil)
+	descJournErr = prometheus.NewDesc("pivirt_dhcp_journal_write_errors_total", "Failed writes of the lease journal or its snapshot (a full or failing disk under --state-dir): ACK commits, ACKs of leases as they are, export marks, compactions.", nil, nil)
 	descSkipped  = prometheus.NewDesc("pivirt_dhcp_lease_db_skipped", "Parts of the lease database its last open could not read and skipped (journal records, the rest of a damaged journal segment, a damaged snapshot set aside); the log names each.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descReused, descUnwrit, descPending, descStoreErr, descRefused, descSkipped, descSockDrop, descReadFrm, descCommitN, descCommitT, descAddrs, descAway} {
+	for _, d := range []*prometheus.Desc{descReceived, descRequests, descReplies, descDropped, descIgnored, descPersist, descCommits, descReused, descUnwrit, descPending, descStoreErr, descRefused, descJournErr, descSkipped, descSockDrop, descReadFrm, descCommitN, descCommitT, descAddrs, descAway} {
 		ch <- d
 	}
 }
@@ -41,12 +42,13 @@ func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 	m.init()
 	lg := m.ledger
-	pending, skipped := 0, 0
+	pending, skipped, journalErrs := 0, 0, uint64(0)
 	if lg.db != nil {
-		pending, skipped = lg.db.PendingCount(), len(lg.db.Skipped())
+		pending, skipped, journalErrs = lg.db.PendingCount(), len(lg.db.Skipped()), lg.db.WriteErrors()
 	}
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending))
 	ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.GaugeValue, float64(skipped))
+	ch <- prometheus.MustNewConstMetric(descJournErr, prometheus.CounterValue, float64(journalErrs))
 	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(lg.exp.errors.Load()))
 	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(lg.exp.refused.Load()))
 	m.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"pivirt.hu/pivirt/control/wal"
@@ -60,7 +61,9 @@ type DB struct {
 	// (Withdrawn).
 	withdrawn map[uint64]bool
 	skipped   []error // what Open could not read: journal records, a damaged snapshot
-	legacy    bool    // Open found no snapshot and no record of this release
+	// writeErrors counts the journal's failed writes (WriteErrors).
+	writeErrors atomic.Uint64
+	legacy      bool // Open found no snapshot and no record of this release
 }
 
 // Open opens (creating) the database in dir: the snapshot, then the
@@ -222,6 +225,7 @@ func (db *DB) Commit(changes []Change) ([]Change, error) {
 		recs[i] = buf[start:len(buf):len(buf)]
 	}
 	if _, err := db.log.Append(recs...); err != nil {
+		db.writeErrors.Add(1)
 		return nil, fmt.Errorf("journaling %d lease changes: %w", len(out), err)
 	}
 	var live []Change
@@ -295,6 +299,7 @@ func (db *DB) Acked(cs []Change) error {
 		recs[i] = buf[start:len(buf):len(buf)]
 	}
 	if _, err := db.log.Write(recs...); err != nil {
+		db.writeErrors.Add(1)
 		return fmt.Errorf("journaling %d ACKs of leases as they are: %w", len(cs), err)
 	}
 	for _, c := range cs {
@@ -344,6 +349,7 @@ func (db *DB) MarkExported(seq uint64) error {
 		return nil
 	}
 	if _, err := db.log.Append(appendMark(nil, seq)); err != nil {
+		db.writeErrors.Add(1)
 		return fmt.Errorf("journaling the export mark %d: %w", seq, err)
 	}
 	db.exported = seq
@@ -492,9 +498,11 @@ func (db *DB) Compact(now time.Time, keep func(Change) bool) error {
 	db.mu.Unlock()
 	slices.SortFunc(s.bindings, func(a, b Change) int { return cmp.Compare(a.Seq, b.Seq) })
 	if err := writeSnapshot(db.dir, s); err != nil {
+		db.writeErrors.Add(1)
 		return err
 	}
 	if err := db.log.Trim(upTo); err != nil {
+		db.writeErrors.Add(1)
 		return fmt.Errorf("cutting the lease journal after its snapshot: %w", err)
 	}
 	db.mu.Lock()
@@ -512,6 +520,11 @@ func (db *DB) Compact(now time.Time, keep func(Change) bool) error {
 	maps.DeleteFunc(db.probation, func(_ probation, until time.Time) bool { return !now.Before(until) })
 	return nil
 }
+
+// WriteErrors counts the writes of the journal and its snapshot that
+// failed (a full or failing disk): commits, ACKs as they are, export
+// marks, compactions.
+func (db *DB) WriteErrors() uint64 { return db.writeErrors.Load() }
 
 // Close closes the journal.
 func (db *DB) Close() error {

@@ -521,3 +521,33 @@ func TestSeqAboveExportMark(t *testing.T) {
 	}
 	db.Close()
 }
+
+// TestWriteErrorsCounted: each write the journal refuses (here, closed
+// under the database) is counted, whatever wrote it, and changes nothing.
+func TestWriteErrorsCounted(t *testing.T) {
+	db := mustOpen(t, t.TempDir(), Options{})
+	if _, err := db.Commit([]Change{boundTo(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, write := range []struct {
+		name string
+		do   func() error
+	}{
+		{"commit", func() error { _, err := db.Commit([]Change{boundTo(2)}); return err }},
+		{"ACK as it is", func() error { return db.Acked([]Change{{Segment: 7, Record: server.Record{Lease: server.Lease{MAC: mac(1)}, Acked: t0.Add(time.Minute)}}}) }},
+		{"export mark", func() error { return db.MarkExported(1) }},
+	} {
+		if err := write.do(); err == nil {
+			t.Fatalf("%s on a closed journal: no error", write.name)
+		}
+		if n := db.WriteErrors(); n != uint64(i+1) {
+			t.Errorf("after the %s: %d write errors, want %d", write.name, n, i+1)
+		}
+	}
+	if p := db.Pending(); len(p) != 1 || p[0].Seq != 1 {
+		t.Errorf("pending %v after the failed writes, want the first change only", p)
+	}
+}
