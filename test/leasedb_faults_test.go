@@ -144,6 +144,135 @@ func TestPrivilegedJournalDiskFull(t *testing.T) {
 	}
 }
 
+// TestPrivilegedStateDiskFull: the whole state directory (the store's
+// state.db and the lease journal) on a file system that fills up, as
+// /var/lib does. While it is full: a client renewing is ACKed the time
+// its lease has left, a new client gets no lease, an apply fails naming
+// the disk and stores nothing; pivirtd killed -9 starts again on the
+// full disk with the lease pinned. With space back, everything is
+// served and stored, and nothing is lost across another kill -9.
+func TestPrivilegedStateDiskFull(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "nsenter")
+	host, d, segmentReady := startFaultSegment(t, "--dhcp-lease-reuse", "0", "--dhcp-rate-per-mac", "0", "--dhcp-rate-per-port", "0")
+	d.Stop()
+	mountSmallJournal(t, d.StateDir, 4<<20)
+	d.Start()
+	segmentReady("segment Ready on the small state directory")
+
+	a := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, 0x5e, 0x01})
+	b := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, 0x5e, 0x02})
+	waitForwarding(t, host, 2)
+	ca, cb := newRawClient(t, a), newRawClient(t, b)
+	ack, srvMAC := ca.dora()
+	ipA := ack.YourIPAddr.String()
+	ackedUntil := time.Now().Add(ack.IPAddressLeaseTime(0))
+	waitFor(t, 10*time.Second, "a's lease stored", func() bool { _, ok := getLease(t, d, leaseName(a.MAC)); return ok })
+
+	filler := fillFileSystem(t, d.StateDir)
+	// renewLeft renews a's lease until it has been ACKed the time its
+	// lease has left n times (a written renewal's ACK, while the
+	// journal's last page has room, moves the lease on; the first write
+	// that fails withholds its ACK).
+	renewLeft := func(what string, n int) {
+		t.Helper()
+		left := 0
+		for i := 0; i < 200 && left < n; i++ {
+			r := renewWithin(ca, ack, srvMAC, time.Second)
+			switch {
+			case r == nil:
+				continue
+			case r.MessageType() != dhcpv4.MessageTypeAck || r.YourIPAddr.String() != ipA:
+				t.Fatalf("%s: a's renewal got %s %s, want an ACK of %s", what, r.MessageType(), r.YourIPAddr, ipA)
+			case r.IPAddressLeaseTime(0) == ack.IPAddressLeaseTime(0):
+				ackedUntil = time.Now().Add(r.IPAddressLeaseTime(0))
+			case r.IPAddressLeaseTime(0) > time.Until(ackedUntil)+2*time.Second:
+				t.Fatalf("%s: a's renewal ACKed for %s, its lease has %s left", what, r.IPAddressLeaseTime(0), time.Until(ackedUntil))
+			default:
+				left++
+			}
+		}
+		if left < n {
+			t.Fatalf("%s: a's renewals ACKed the time left %d times in 200, want %d", what, left, n)
+		}
+	}
+	renewLeft("full state disk", 3)
+	if !strings.Contains(d.Log(), "no space left on device") {
+		t.Fatalf("renewals ACKed the time left on the full disk and no ENOSPC in the log:\n%s", d.Log())
+	}
+
+	port := []byte(`apiVersion: pivirt.hu/v1
+kind: DHCPLease
+metadata: {name: full-disk-res}
+spec: {network: virbr10, macAddress: "52:54:00:d1:5e:03", ipAddress: "192.168.100.40"}
+`)
+	if r := d.CtlStdin(port, "apply", "-f", "-"); r.Code == 0 || !strings.Contains(r.Stderr, "no space left on device") {
+		t.Fatalf("apply on the full disk: %s; want an error naming the full disk", r)
+	}
+	if r := d.Ctl("get", "dhcpleases", "full-disk-res"); r.Code == 0 {
+		t.Fatalf("the reservation applied on the full disk is stored: %s", r)
+	}
+	offer, _ := cb.exchange(discoverOf(cb), netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), broadcastMAC)
+	req, _ := dhcpv4.NewRequestFromOffer(offer)
+	if r, _ := cb.exchangeWithin(req, netip.IPv4Unspecified(), netip.MustParseAddr("255.255.255.255"), broadcastMAC, 2*time.Second); r != nil &&
+		r.MessageType() == dhcpv4.MessageTypeAck {
+		t.Fatalf("b ACKed %s on the full disk: its lease cannot be written", r.YourIPAddr)
+	}
+
+	d.Kill9()
+	d.Start()
+	segmentReady("segment Ready after kill -9 on the full state disk")
+	waitFor(t, 10*time.Second, "a's lease pinned after kill -9 on the full disk", func() bool {
+		ip, exp := pinOf(t, d, a.MAC)
+		return ip == ipA && !exp.Before(ackedUntil.Add(-time.Second))
+	})
+	renewLeft("restarted on the full state disk", 2)
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	var renewed *dhcpv4.DHCPv4
+	for i := 0; i < 5 && (renewed == nil || renewed.IPAddressLeaseTime(0) != ack.IPAddressLeaseTime(0)); i++ {
+		renewed = renewWithin(ca, ack, srvMAC, 2*time.Second)
+	}
+	if renewed == nil || renewed.IPAddressLeaseTime(0) != ack.IPAddressLeaseTime(0) {
+		t.Fatalf("a's renewal with space back: %v, want a whole lease", renewed)
+	}
+	ackB, _ := cb.dora()
+	ipB := ackB.YourIPAddr.String()
+	if r := d.CtlStdin(port, "apply", "-f", "-"); r.Code != 0 {
+		t.Fatalf("apply with space back: %s", r)
+	}
+
+	d.Kill9()
+	d.Start()
+	segmentReady("segment Ready after kill -9 with space back")
+	for _, want := range []struct {
+		mac net.HardwareAddr
+		ip  string
+	}{{a.MAC, ipA}, {b.MAC, ipB}} {
+		waitFor(t, 10*time.Second, want.mac.String()+" pinned and stored", func() bool {
+			l, ok := getLease(t, d, leaseName(want.mac))
+			return boundPin(t, d, want.mac) == want.ip && ok && l.Spec.IPAddress == want.ip
+		})
+	}
+	if r := d.Ctl("get", "dhcpleases", "full-disk-res"); r.Code != 0 {
+		t.Fatalf("the reservation applied with space back is gone after kill -9: %s", r)
+	}
+	if strings.Contains(d.Log(), "lease database: skipped what it could not read") {
+		t.Fatalf("the journal lost a record to the full disk; log:\n%s", d.Log())
+	}
+}
+
+// broadcastMAC is Ethernet's broadcast address.
+var broadcastMAC = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// discoverOf is a DHCPDISCOVER of c.
+func discoverOf(c *rawClient) *dhcpv4.DHCPv4 {
+	d, _ := dhcpv4.NewDiscovery(c.mac[:])
+	return d
+}
+
 // mountSmallJournal mounts a tmpfs of size bytes over dir, with what dir
 // held copied in; unmounted (lazily) at cleanup.
 func mountSmallJournal(t *testing.T, dir string, size int) {
