@@ -537,7 +537,9 @@ func TestWriteErrorsCounted(t *testing.T) {
 		do   func() error
 	}{
 		{"commit", func() error { _, err := db.Commit([]Change{boundTo(2)}); return err }},
-		{"ACK as it is", func() error { return db.Acked([]Change{{Segment: 7, Record: server.Record{Lease: server.Lease{MAC: mac(1)}, Acked: t0.Add(time.Minute)}}}) }},
+		{"ACK as it is", func() error {
+			return db.Acked([]Change{{Segment: 7, Record: server.Record{Lease: server.Lease{MAC: mac(1)}, Acked: t0.Add(time.Minute)}}})
+		}},
 		{"export mark", func() error { return db.MarkExported(1) }},
 	} {
 		if err := write.do(); err == nil {

@@ -149,7 +149,7 @@ type world struct {
 	pinned     map[string]bound
 	unwritable bool // the last persist failed (Request.Unwritable)
 	unwritten  int  // ACKs while it did (Reply.Unwritten)
-	log         []string
+	log        []string
 }
 
 // newWorld makes the world of seed; with imports, the operator applies
