@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Frame: payload length and CRC-32C of the payload, little-endian.
@@ -122,7 +124,7 @@ func Open(dir string, opts Options) (*Log, [][]byte, error) {
 			f.Close()
 			return nil, nil, fmt.Errorf("truncating %s after its last good record: %w", l.path(n), err)
 		}
-		l.f, l.num, l.size, l.appended = f, n, good, len(got) > 0
+		l.f, l.num, l.size, l.appended = dataSynced{f}, n, good, len(got) > 0
 	}
 	if l.f == nil {
 		if err := l.create(1); err != nil {
@@ -289,7 +291,19 @@ func (l *Log) create(num uint64) error {
 		f.Close()
 		return err
 	}
-	l.f, l.num, l.size, l.appended = f, num, 0, false
+	l.f, l.num, l.size, l.appended = dataSynced{f}, num, 0, false
+	return nil
+}
+
+// dataSynced is a segment file whose Sync is fdatasync(2), as etcd's
+// wal: an append needs its data and the size that reads it back on the
+// disk, not the file's times.
+type dataSynced struct{ *os.File }
+
+func (f dataSynced) Sync() error {
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+	}
 	return nil
 }
 

@@ -241,7 +241,7 @@ func TestFailedAppends(t *testing.T) {
 				t.Fatal(err)
 			}
 			fault := tc.fault
-			fault.File = l.f.(*os.File)
+			fault.File = l.f.(dataSynced).File
 			l.f = &fault
 			// A batch first, then single records: one shorter than the
 			// torn batch leaves some of it behind if nothing cuts it.
