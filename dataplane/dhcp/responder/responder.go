@@ -120,13 +120,14 @@ type Responder struct {
 	// batch to cur; the committer takes all of it, persists it in one
 	// call, sends its ACKs, and hands the group back as spare. So while one
 	// fsync runs, the next group fills, and a group's size follows load.
-	mu sync.Mutex
+	mu     sync.Mutex
+	cur    *group
+	spare  *group
+	kick   chan struct{}
+	sendMu sync.Mutex // the socket's send headers are shared
+
 	// unwritable: the last Persist failed (Processor.Unwritable).
 	unwritable atomic.Bool
-	cur        *group
-	spare      *group
-	kick       chan struct{}
-	sendMu     sync.Mutex // the socket's send headers are shared
 }
 
 // group is the lease changes and ACK frames waiting for one Persist.

@@ -31,8 +31,8 @@ type gate struct {
 func (g *gate) Persist(_ context.Context, ch []server.LeaseChange) error {
 	g.called <- len(ch)
 	err := <-g.release
-	for _, c := range ch {
-		if err == nil {
+	if err == nil {
+		for _, c := range ch {
 			g.srv.SetRecords(c.Segment, server.Record{Lease: c.Lease, Kind: c.Kind, At: c.At, Seq: c.Seq})
 		}
 	}
