@@ -200,6 +200,20 @@ func TestPrivilegedStateDiskFull(t *testing.T) {
 	if !strings.Contains(d.Log(), "no space left on device") {
 		t.Fatalf("renewals ACKed the time left on the full disk and no ENOSPC in the log:\n%s", d.Log())
 	}
+	journalStatus := func() string {
+		t.Helper()
+		r := d.Ctl("status")
+		for _, l := range strings.Split(r.Stdout, "\n") {
+			if strings.HasPrefix(l, "Journal:") {
+				return l
+			}
+		}
+		t.Fatalf("no Journal line in pivirtctl status: %s", r)
+		return ""
+	}
+	if l := journalStatus(); !strings.Contains(l, "cannot be written since") || !strings.Contains(l, "no space left on device") {
+		t.Fatalf("pivirtctl status on the full disk: %q, want the journal failing", l)
+	}
 
 	port := []byte(`apiVersion: pivirt.hu/v1
 kind: DHCPLease
@@ -242,6 +256,9 @@ spec: {network: virbr10, macAddress: "52:54:00:d1:5e:03", ipAddress: "192.168.10
 	ipB := ackB.YourIPAddr.String()
 	if r := d.CtlStdin(port, "apply", "-f", "-"); r.Code != 0 {
 		t.Fatalf("apply with space back: %s", r)
+	}
+	if l := journalStatus(); !strings.HasSuffix(l, ", ok") {
+		t.Fatalf("pivirtctl status with space back: %q, want the journal ok", l)
 	}
 
 	d.Kill9()

@@ -126,6 +126,8 @@ func TestPrivilegedStatus(t *testing.T) {
 		"Node:         status-node\n",
 		"Ready:        yes",
 		"Store:        bbolt " + filepath.Join(d.StateDir, "state.db") + ", revision ",
+		"Journal:      " + filepath.Join(d.StateDir, "dhcp-journal") + ", ",
+		" 0 failed writes, ok\n",
 		"Ports:        1 guarded\n",
 		"  " + g.HostSide + " ",
 		"Responders:   1 DHCP\n",

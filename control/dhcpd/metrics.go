@@ -42,13 +42,10 @@ func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 	m.init()
 	lg := m.ledger
-	pending, skipped, journalErrs := 0, 0, uint64(0)
-	if lg.db != nil {
-		pending, skipped, journalErrs = lg.db.PendingCount(), len(lg.db.Skipped()), lg.db.WriteErrors()
-	}
-	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(pending))
-	ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.GaugeValue, float64(skipped))
-	ch <- prometheus.MustNewConstMetric(descJournErr, prometheus.CounterValue, float64(journalErrs))
+	j, _ := m.LeaseJournal()
+	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(j.Pending))
+	ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.GaugeValue, float64(j.Skipped))
+	ch <- prometheus.MustNewConstMetric(descJournErr, prometheus.CounterValue, float64(j.WriteErrors))
 	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(lg.exp.errors.Load()))
 	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(lg.exp.refused.Load()))
 	m.mu.Lock()

@@ -37,6 +37,25 @@ func (m *Manager) Responders() []Responder {
 	return out
 }
 
+// Journal is the lease database's journal as `pivirtctl status` shows
+// it: its writes' health, what waits for the store, what its open
+// skipped.
+type Journal struct {
+	leasedb.Health
+	Pending, Skipped int
+}
+
+// LeaseJournal returns the journal's state; false without a lease
+// database.
+func (m *Manager) LeaseJournal() (Journal, bool) {
+	m.init()
+	db := m.ledger.db
+	if db == nil {
+		return Journal{}, false
+	}
+	return Journal{Health: db.Health(), Pending: db.PendingCount(), Skipped: len(db.Skipped())}, true
+}
+
 // LeaseDB is the node's lease database as `pivirtctl inspect leases`
 // shows it (leasedb.View), named and judged for the operator.
 type LeaseDB struct {

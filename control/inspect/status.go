@@ -36,6 +36,12 @@ func (s *Server) Status(ctx context.Context, _ *connect.Request[inspectv1.Status
 				Size: int32(r.Stats.Size), Free: int32(r.Stats.Free), Bound: int32(r.Stats.Bound), Offered: int32(r.Stats.Offered),
 				Reserved: int32(r.Stats.Reserved), Received: r.Received})
 		}
+		if j, ok := s.DHCP.LeaseJournal(); ok {
+			out.LeaseJournal = &inspectv1.LeaseJournalStatus{Dir: j.Dir, Pending: int32(j.Pending), Skipped: int32(j.Skipped), WriteErrors: j.WriteErrors}
+			if j.Failing != nil {
+				out.LeaseJournal.Failing, out.LeaseJournal.FailingSinceUnix = j.Failing.Error(), j.Since.Unix()
+			}
+		}
 	}
 	return connect.NewResponse(out), nil
 }

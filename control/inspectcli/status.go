@@ -28,7 +28,10 @@ func statusCmd(client clientFunc) *cobra.Command {
 build, the node, whether it is ready (every controller's first pass done),
 the store (the bbolt file, or etcd's endpoints and each member's health),
 each controller loop's last pass and error, every pinned map's fill, the
-ports the guard is attached to and the running DHCP responders.`,
+ports the guard is attached to and the running DHCP responders, and the
+DHCP lease journal: its directory, the changes waiting for the store, and
+whether its writes fail (a full disk: renewals are then ACKed the time
+their leases have left, new clients wait).`,
 		Example: `  pivirtctl status
   pivirtctl status -o yaml`,
 		Args: cobra.NoArgs,
@@ -142,6 +145,19 @@ func printStatus(w io.Writer, st *inspectv1.StatusResponse, now time.Time) {
 		default:
 			line("Store", "%s %s, revision %d, %s", s.Backend, s.Path, s.Revision, health)
 		}
+	}
+
+	if j := st.LeaseJournal; j != nil {
+		health := "ok"
+		if j.Failing != "" {
+			since := time.Unix(j.FailingSinceUnix, 0)
+			health = fmt.Sprintf("cannot be written since %s (%s ago): %s", since.UTC().Format(time.RFC3339), ago(now, since), oneLine(j.Failing))
+		}
+		skipped := ""
+		if j.Skipped > 0 {
+			skipped = fmt.Sprintf(", %s skipped at start", count(int(j.Skipped), "damaged part"))
+		}
+		line("Journal", "%s, %s waiting for the store%s, %d failed writes, %s", j.Dir, count(int(j.Pending), "change"), skipped, j.WriteErrors, health)
 	}
 
 	line("Controllers", "%d/%d ready", ready, len(st.Controllers))

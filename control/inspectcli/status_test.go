@@ -30,8 +30,9 @@ func TestWriteStatus(t *testing.T) {
 			{Name: "pv_nat_stats", Type: "PerCPUHash", MaxEntries: 4096, Entries: -1},
 			{Name: "pv_counters_v3", Type: "Array", MaxEntries: 65537, Entries: 65537},
 		},
-		Ports:      []*inspectv1.PortStatus{{Interface: "tap-web01-0", Hook: "xdp", Mode: "driver", Acl: true}},
-		Responders: []*inspectv1.ResponderStatus{{Segment: "lab", Bridge: "virbr10", HostIp: "192.168.100.1/24", Size: 100, Free: 98, Bound: 1, Reserved: 1, Received: 4}},
+		Ports:        []*inspectv1.PortStatus{{Interface: "tap-web01-0", Hook: "xdp", Mode: "driver", Acl: true}},
+		Responders:   []*inspectv1.ResponderStatus{{Segment: "lab", Bridge: "virbr10", HostIp: "192.168.100.1/24", Size: 100, Free: 98, Bound: 1, Reserved: 1, Received: 4}},
+		LeaseJournal: &inspectv1.LeaseJournalStatus{Dir: "/var/lib/pivirt/dhcp-journal", Pending: 1},
 	}
 	etcd := &inspectv1.StatusResponse{
 		Version: "dev", Node: "gw1", Bpffs: "/sys/fs/bpf/pivirt",
@@ -40,6 +41,8 @@ func TestWriteStatus(t *testing.T) {
 				{Name: "e1", Id: "8e9e05c52164694d", ClientUrls: []string{"http://10.0.0.1:2379"}, Healthy: true, Leader: true, DbSize: 20480},
 				{Name: "e2", Id: "91bc3c398fb3c146", ClientUrls: []string{"http://10.0.0.2:2379"}, Error: "context deadline exceeded"},
 			}},
+		LeaseJournal: &inspectv1.LeaseJournalStatus{Dir: "/var/lib/pivirt/dhcp-journal", Pending: 12, Skipped: 1, WriteErrors: 7,
+			Failing: "journaling 1 lease changes: write /var/lib/pivirt/dhcp-journal/0000000000000001.wal: no space left on device", FailingSinceUnix: now.Add(-3 * time.Minute).Unix()},
 		Controllers: []*inspectv1.ControllerStatus{
 			{Name: "guard", Passes: 1, LastPassUnixMs: now.Add(-5 * time.Second).UnixMilli(), LastError: "attaching xdp to tap0: no such device\nattaching xdp to tap1: no such device"},
 			{Name: "overlay"},
@@ -57,6 +60,7 @@ Version:      0.1.0 (revision abc1234, go1.26.8)
 Started:      2026-12-05T11:58:30Z (1m30s ago)
 Ready:        yes: every controller's first pass is done
 Store:        bbolt /var/lib/pivirt/state.db, revision 42, ok
+Journal:      /var/lib/pivirt/dhcp-journal, 1 change waiting for the store, 0 failed writes, ok
 Controllers:  2/2 ready
   NAME       READY   PASSES   LAST PASS   ERROR
   segments   yes     3        2s ago      -
@@ -81,6 +85,8 @@ Responders:   1 DHCP
 			"  guard     no      1        5s ago      attaching xdp to tap0: no such device; attaching xdp to tap1: no such device\n",
 			"  overlay   no      0        never       -\n",
 			"Ports:        0 guarded\nResponders:   0 DHCP\n",
+			"Journal:      /var/lib/pivirt/dhcp-journal, 12 changes waiting for the store, 1 damaged part skipped at start, 7 failed writes, " +
+				"cannot be written since 2026-12-05T11:57:00Z (3m0s ago): journaling 1 lease changes: write /var/lib/pivirt/dhcp-journal/0000000000000001.wal: no space left on device\n",
 		}},
 		{name: "json", st: bolt, output: "json", has: []string{`"node": "hv1"`, `"ready": true`, `"interface": "tap-web01-0"`, `"lastError": ""`}},
 		{name: "yaml", st: etcd, output: "yaml", has: []string{"node: gw1\n", "  backend: etcd\n", "leader: true", "ports: []\n"}},

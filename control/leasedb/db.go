@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"pivirt.hu/pivirt/control/wal"
@@ -61,9 +60,8 @@ type DB struct {
 	// (Withdrawn).
 	withdrawn map[uint64]bool
 	skipped   []error // what Open could not read: journal records, a damaged snapshot
-	// writeErrors counts the journal's failed writes (WriteErrors).
-	writeErrors atomic.Uint64
-	legacy      bool // Open found no snapshot and no record of this release
+	writes    writes  // what became of the journal's writes (Health)
+	legacy    bool    // Open found no snapshot and no record of this release
 }
 
 // Open opens (creating) the database in dir: the snapshot, then the
@@ -224,8 +222,7 @@ func (db *DB) Commit(changes []Change) ([]Change, error) {
 		}
 		recs[i] = buf[start:len(buf):len(buf)]
 	}
-	if _, err := db.log.Append(recs...); err != nil {
-		db.writeErrors.Add(1)
+	if _, err := db.log.Append(recs...); db.writes.record(err) != nil {
 		return nil, fmt.Errorf("journaling %d lease changes: %w", len(out), err)
 	}
 	var live []Change
@@ -299,7 +296,7 @@ func (db *DB) Acked(cs []Change) error {
 		recs[i] = buf[start:len(buf):len(buf)]
 	}
 	if _, err := db.log.Write(recs...); err != nil {
-		db.writeErrors.Add(1)
+		_ = db.writes.record(err) // a success, unflushed, does not say the disk is back
 		return fmt.Errorf("journaling %d ACKs of leases as they are: %w", len(cs), err)
 	}
 	for _, c := range cs {
@@ -348,8 +345,7 @@ func (db *DB) MarkExported(seq uint64) error {
 	if seq <= db.exported {
 		return nil
 	}
-	if _, err := db.log.Append(appendMark(nil, seq)); err != nil {
-		db.writeErrors.Add(1)
+	if _, err := db.log.Append(appendMark(nil, seq)); db.writes.record(err) != nil {
 		return fmt.Errorf("journaling the export mark %d: %w", seq, err)
 	}
 	db.exported = seq
@@ -497,12 +493,10 @@ func (db *DB) Compact(now time.Time, keep func(Change) bool) error {
 	covered, upTo := db.sinceSnap, db.log.Last()
 	db.mu.Unlock()
 	slices.SortFunc(s.bindings, func(a, b Change) int { return cmp.Compare(a.Seq, b.Seq) })
-	if err := writeSnapshot(db.dir, s); err != nil {
-		db.writeErrors.Add(1)
+	if err := writeSnapshot(db.dir, s); db.writes.record(err) != nil {
 		return err
 	}
-	if err := db.log.Trim(upTo); err != nil {
-		db.writeErrors.Add(1)
+	if err := db.log.Trim(upTo); db.writes.record(err) != nil {
 		return fmt.Errorf("cutting the lease journal after its snapshot: %w", err)
 	}
 	db.mu.Lock()
@@ -521,10 +515,51 @@ func (db *DB) Compact(now time.Time, keep func(Change) bool) error {
 	return nil
 }
 
-// WriteErrors counts the writes of the journal and its snapshot that
-// failed (a full or failing disk): commits, ACKs as they are, export
-// marks, compactions.
-func (db *DB) WriteErrors() uint64 { return db.writeErrors.Load() }
+// Health is what became of the writes of the journal and its snapshot.
+type Health struct {
+	Dir string // the database's directory
+	// WriteErrors counts the writes that failed since Open (a full or
+	// failing disk): commits, ACKs as they are, export marks,
+	// compactions.
+	WriteErrors uint64
+	// Failing is the error of the last write, nil when it succeeded;
+	// Since is when the writes began to fail.
+	Failing error
+	Since   time.Time
+}
+
+// Health returns what became of the database's writes.
+func (db *DB) Health() Health {
+	w := &db.writes
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Health{Dir: db.dir, WriteErrors: w.errors, Failing: w.failing, Since: w.since}
+}
+
+// writes is Health's record of the writes, with its own lock: a
+// compaction writes its snapshot without the database's.
+type writes struct {
+	mu      sync.Mutex
+	errors  uint64
+	failing error
+	since   time.Time
+}
+
+// record notes how a write ended and returns err.
+func (w *writes) record(err error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil {
+		w.failing = nil
+		return nil
+	}
+	w.errors++
+	if w.failing == nil {
+		w.since = time.Now()
+	}
+	w.failing = err
+	return err
+}
 
 // Close closes the journal.
 func (db *DB) Close() error {

@@ -545,11 +545,39 @@ func TestWriteErrorsCounted(t *testing.T) {
 		if err := write.do(); err == nil {
 			t.Fatalf("%s on a closed journal: no error", write.name)
 		}
-		if n := db.WriteErrors(); n != uint64(i+1) {
-			t.Errorf("after the %s: %d write errors, want %d", write.name, n, i+1)
+		if h := db.Health(); h.WriteErrors != uint64(i+1) || h.Failing == nil {
+			t.Errorf("after the %s: %d write errors, failing %v; want %d and failing", write.name, h.WriteErrors, h.Failing, i+1)
 		}
 	}
 	if p := db.Pending(); len(p) != 1 || p[0].Seq != 1 {
 		t.Errorf("pending %v after the failed writes, want the first change only", p)
+	}
+}
+
+// TestWritesHealth: a failed write makes the journal failing from then
+// until a write succeeds; each failure is counted.
+func TestWritesHealth(t *testing.T) {
+	full := errors.New("no space left on device")
+	var w writes
+	for i, step := range []struct {
+		err         error
+		wantErrors  uint64
+		wantFailing bool
+		sameSince   bool // Since stays what it was
+	}{
+		{nil, 0, false, true},
+		{full, 1, true, false},
+		{full, 2, true, true},
+		{nil, 2, false, true},
+		{full, 3, true, false},
+	} {
+		since := w.since
+		time.Sleep(time.Millisecond)
+		if got := w.record(step.err); got != step.err {
+			t.Fatalf("step %d: record returned %v, want %v", i, got, step.err)
+		}
+		if w.errors != step.wantErrors || (w.failing != nil) != step.wantFailing || w.since.Equal(since) != step.sameSince {
+			t.Errorf("step %d: errors %d, failing %v, since moved %v; want %d, %v, %v", i, w.errors, w.failing, !w.since.Equal(since), step.wantErrors, step.wantFailing, !step.sameSince)
+		}
 	}
 }

@@ -979,8 +979,11 @@ type StatusResponse struct {
 	Maps        []*MapInfo          `protobuf:"bytes,9,rep,name=maps,proto3" json:"maps,omitempty"`
 	Bpffs       string              `protobuf:"bytes,10,opt,name=bpffs,proto3" json:"bpffs,omitempty"`
 	// ports are the interfaces the guard is attached to.
-	Ports         []*PortStatus      `protobuf:"bytes,11,rep,name=ports,proto3" json:"ports,omitempty"`
-	Responders    []*ResponderStatus `protobuf:"bytes,12,rep,name=responders,proto3" json:"responders,omitempty"`
+	Ports      []*PortStatus      `protobuf:"bytes,11,rep,name=ports,proto3" json:"ports,omitempty"`
+	Responders []*ResponderStatus `protobuf:"bytes,12,rep,name=responders,proto3" json:"responders,omitempty"`
+	// lease_journal is the DHCP lease database's journal (unset without
+	// DHCP).
+	LeaseJournal  *LeaseJournalStatus `protobuf:"bytes,13,opt,name=lease_journal,json=leaseJournal,proto3" json:"lease_journal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1099,6 +1102,103 @@ func (x *StatusResponse) GetResponders() []*ResponderStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetLeaseJournal() *LeaseJournalStatus {
+	if x != nil {
+		return x.LeaseJournal
+	}
+	return nil
+}
+
+type LeaseJournalStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// dir is the journal's directory.
+	Dir string `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	// pending: changes the store does not have yet.
+	Pending int32 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	// skipped: damaged parts its last open skipped.
+	Skipped int32 `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// write_errors counts the writes that failed since the start; failing
+	// is the last write's error (empty when it succeeded), since when the
+	// writes began to fail (Unix seconds).
+	WriteErrors      uint64 `protobuf:"varint,4,opt,name=write_errors,json=writeErrors,proto3" json:"write_errors,omitempty"`
+	Failing          string `protobuf:"bytes,5,opt,name=failing,proto3" json:"failing,omitempty"`
+	FailingSinceUnix int64  `protobuf:"varint,6,opt,name=failing_since_unix,json=failingSinceUnix,proto3" json:"failing_since_unix,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *LeaseJournalStatus) Reset() {
+	*x = LeaseJournalStatus{}
+	mi := &file_inspect_v1_inspect_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseJournalStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseJournalStatus) ProtoMessage() {}
+
+func (x *LeaseJournalStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_inspect_v1_inspect_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseJournalStatus.ProtoReflect.Descriptor instead.
+func (*LeaseJournalStatus) Descriptor() ([]byte, []int) {
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LeaseJournalStatus) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *LeaseJournalStatus) GetPending() int32 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *LeaseJournalStatus) GetSkipped() int32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *LeaseJournalStatus) GetWriteErrors() uint64 {
+	if x != nil {
+		return x.WriteErrors
+	}
+	return 0
+}
+
+func (x *LeaseJournalStatus) GetFailing() string {
+	if x != nil {
+		return x.Failing
+	}
+	return ""
+}
+
+func (x *LeaseJournalStatus) GetFailingSinceUnix() int64 {
+	if x != nil {
+		return x.FailingSinceUnix
+	}
+	return 0
+}
+
 type StoreStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// backend is "bbolt" or "etcd".
@@ -1118,7 +1218,7 @@ type StoreStatus struct {
 
 func (x *StoreStatus) Reset() {
 	*x = StoreStatus{}
-	mi := &file_inspect_v1_inspect_proto_msgTypes[16]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1230,7 @@ func (x *StoreStatus) String() string {
 func (*StoreStatus) ProtoMessage() {}
 
 func (x *StoreStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_inspect_v1_inspect_proto_msgTypes[16]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1243,7 @@ func (x *StoreStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreStatus.ProtoReflect.Descriptor instead.
 func (*StoreStatus) Descriptor() ([]byte, []int) {
-	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{16}
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StoreStatus) GetBackend() string {
@@ -1211,7 +1311,7 @@ type EtcdMember struct {
 
 func (x *EtcdMember) Reset() {
 	*x = EtcdMember{}
-	mi := &file_inspect_v1_inspect_proto_msgTypes[17]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1323,7 @@ func (x *EtcdMember) String() string {
 func (*EtcdMember) ProtoMessage() {}
 
 func (x *EtcdMember) ProtoReflect() protoreflect.Message {
-	mi := &file_inspect_v1_inspect_proto_msgTypes[17]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1336,7 @@ func (x *EtcdMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdMember.ProtoReflect.Descriptor instead.
 func (*EtcdMember) Descriptor() ([]byte, []int) {
-	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{17}
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EtcdMember) GetName() string {
@@ -1303,7 +1403,7 @@ type ControllerStatus struct {
 
 func (x *ControllerStatus) Reset() {
 	*x = ControllerStatus{}
-	mi := &file_inspect_v1_inspect_proto_msgTypes[18]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1415,7 @@ func (x *ControllerStatus) String() string {
 func (*ControllerStatus) ProtoMessage() {}
 
 func (x *ControllerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_inspect_v1_inspect_proto_msgTypes[18]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1428,7 @@ func (x *ControllerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerStatus.ProtoReflect.Descriptor instead.
 func (*ControllerStatus) Descriptor() ([]byte, []int) {
-	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{18}
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ControllerStatus) GetName() string {
@@ -1379,7 +1479,7 @@ type PortStatus struct {
 
 func (x *PortStatus) Reset() {
 	*x = PortStatus{}
-	mi := &file_inspect_v1_inspect_proto_msgTypes[19]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1491,7 @@ func (x *PortStatus) String() string {
 func (*PortStatus) ProtoMessage() {}
 
 func (x *PortStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_inspect_v1_inspect_proto_msgTypes[19]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1504,7 @@ func (x *PortStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortStatus.ProtoReflect.Descriptor instead.
 func (*PortStatus) Descriptor() ([]byte, []int) {
-	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{19}
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PortStatus) GetInterface() string {
@@ -1453,7 +1553,7 @@ type ResponderStatus struct {
 
 func (x *ResponderStatus) Reset() {
 	*x = ResponderStatus{}
-	mi := &file_inspect_v1_inspect_proto_msgTypes[20]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1565,7 @@ func (x *ResponderStatus) String() string {
 func (*ResponderStatus) ProtoMessage() {}
 
 func (x *ResponderStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_inspect_v1_inspect_proto_msgTypes[20]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1578,7 @@ func (x *ResponderStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponderStatus.ProtoReflect.Descriptor instead.
 func (*ResponderStatus) Descriptor() ([]byte, []int) {
-	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{20}
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResponderStatus) GetSegment() string {
@@ -1554,7 +1654,7 @@ type LeasesRequest struct {
 
 func (x *LeasesRequest) Reset() {
 	*x = LeasesRequest{}
-	mi := &file_inspect_v1_inspect_proto_msgTypes[21]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1666,7 @@ func (x *LeasesRequest) String() string {
 func (*LeasesRequest) ProtoMessage() {}
 
 func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inspect_v1_inspect_proto_msgTypes[21]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1679,7 @@ func (x *LeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRequest.ProtoReflect.Descriptor instead.
 func (*LeasesRequest) Descriptor() ([]byte, []int) {
-	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{21}
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LeasesRequest) GetSegment() string {
@@ -1625,7 +1725,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_inspect_v1_inspect_proto_msgTypes[22]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1737,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_inspect_v1_inspect_proto_msgTypes[22]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1750,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{22}
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LeaseRecord) GetSegment() string {
@@ -1749,7 +1849,7 @@ type LeaseProbation struct {
 
 func (x *LeaseProbation) Reset() {
 	*x = LeaseProbation{}
-	mi := &file_inspect_v1_inspect_proto_msgTypes[23]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1861,7 @@ func (x *LeaseProbation) String() string {
 func (*LeaseProbation) ProtoMessage() {}
 
 func (x *LeaseProbation) ProtoReflect() protoreflect.Message {
-	mi := &file_inspect_v1_inspect_proto_msgTypes[23]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1874,7 @@ func (x *LeaseProbation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseProbation.ProtoReflect.Descriptor instead.
 func (*LeaseProbation) Descriptor() ([]byte, []int) {
-	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{23}
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaseProbation) GetSegment() string {
@@ -1819,7 +1919,7 @@ type LeasesResponse struct {
 
 func (x *LeasesResponse) Reset() {
 	*x = LeasesResponse{}
-	mi := &file_inspect_v1_inspect_proto_msgTypes[24]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1931,7 @@ func (x *LeasesResponse) String() string {
 func (*LeasesResponse) ProtoMessage() {}
 
 func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inspect_v1_inspect_proto_msgTypes[24]
+	mi := &file_inspect_v1_inspect_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1944,7 @@ func (x *LeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesResponse.ProtoReflect.Descriptor instead.
 func (*LeasesResponse) Descriptor() ([]byte, []int) {
-	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{24}
+	return file_inspect_v1_inspect_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LeasesResponse) GetLeases() []*LeaseRecord {
@@ -1951,7 +2051,7 @@ const file_inspect_v1_inspect_proto_rawDesc = "" +
 	"translated\x12\x18\n" +
 	"\areasons\x18\a \x03(\tR\areasons\x12\x1a\n" +
 	"\boriginal\x18\b \x01(\tR\boriginal\"\x0f\n" +
-	"\rStatusRequest\"\xee\x03\n" +
+	"\rStatusRequest\"\xba\x04\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\tR\brevision\x12\x1d\n" +
@@ -1968,7 +2068,15 @@ const file_inspect_v1_inspect_proto_rawDesc = "" +
 	"\x05ports\x18\v \x03(\v2\x1d.pivirt.inspect.v1.PortStatusR\x05ports\x12B\n" +
 	"\n" +
 	"responders\x18\f \x03(\v2\".pivirt.inspect.v1.ResponderStatusR\n" +
-	"responders\"\xdc\x01\n" +
+	"responders\x12J\n" +
+	"\rlease_journal\x18\r \x01(\v2%.pivirt.inspect.v1.LeaseJournalStatusR\fleaseJournal\"\xc5\x01\n" +
+	"\x12LeaseJournalStatus\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\tR\x03dir\x12\x18\n" +
+	"\apending\x18\x02 \x01(\x05R\apending\x12\x18\n" +
+	"\askipped\x18\x03 \x01(\x05R\askipped\x12!\n" +
+	"\fwrite_errors\x18\x04 \x01(\x04R\vwriteErrors\x12\x18\n" +
+	"\afailing\x18\x05 \x01(\tR\afailing\x12,\n" +
+	"\x12failing_since_unix\x18\x06 \x01(\x03R\x10failingSinceUnix\"\xdc\x01\n" +
 	"\vStoreStatus\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
@@ -2062,7 +2170,7 @@ func file_inspect_v1_inspect_proto_rawDescGZIP() []byte {
 	return file_inspect_v1_inspect_proto_rawDescData
 }
 
-var file_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_inspect_v1_inspect_proto_goTypes = []any{
 	(*MapInfo)(nil),              // 0: pivirt.inspect.v1.MapInfo
 	(*MapEntry)(nil),             // 1: pivirt.inspect.v1.MapEntry
@@ -2080,15 +2188,16 @@ var file_inspect_v1_inspect_proto_goTypes = []any{
 	(*SimulateResponse)(nil),     // 13: pivirt.inspect.v1.SimulateResponse
 	(*StatusRequest)(nil),        // 14: pivirt.inspect.v1.StatusRequest
 	(*StatusResponse)(nil),       // 15: pivirt.inspect.v1.StatusResponse
-	(*StoreStatus)(nil),          // 16: pivirt.inspect.v1.StoreStatus
-	(*EtcdMember)(nil),           // 17: pivirt.inspect.v1.EtcdMember
-	(*ControllerStatus)(nil),     // 18: pivirt.inspect.v1.ControllerStatus
-	(*PortStatus)(nil),           // 19: pivirt.inspect.v1.PortStatus
-	(*ResponderStatus)(nil),      // 20: pivirt.inspect.v1.ResponderStatus
-	(*LeasesRequest)(nil),        // 21: pivirt.inspect.v1.LeasesRequest
-	(*LeaseRecord)(nil),          // 22: pivirt.inspect.v1.LeaseRecord
-	(*LeaseProbation)(nil),       // 23: pivirt.inspect.v1.LeaseProbation
-	(*LeasesResponse)(nil),       // 24: pivirt.inspect.v1.LeasesResponse
+	(*LeaseJournalStatus)(nil),   // 16: pivirt.inspect.v1.LeaseJournalStatus
+	(*StoreStatus)(nil),          // 17: pivirt.inspect.v1.StoreStatus
+	(*EtcdMember)(nil),           // 18: pivirt.inspect.v1.EtcdMember
+	(*ControllerStatus)(nil),     // 19: pivirt.inspect.v1.ControllerStatus
+	(*PortStatus)(nil),           // 20: pivirt.inspect.v1.PortStatus
+	(*ResponderStatus)(nil),      // 21: pivirt.inspect.v1.ResponderStatus
+	(*LeasesRequest)(nil),        // 22: pivirt.inspect.v1.LeasesRequest
+	(*LeaseRecord)(nil),          // 23: pivirt.inspect.v1.LeaseRecord
+	(*LeaseProbation)(nil),       // 24: pivirt.inspect.v1.LeaseProbation
+	(*LeasesResponse)(nil),       // 25: pivirt.inspect.v1.LeasesResponse
 }
 var file_inspect_v1_inspect_proto_depIdxs = []int32{
 	0,  // 0: pivirt.inspect.v1.ListMapsResponse.maps:type_name -> pivirt.inspect.v1.MapInfo
@@ -2100,33 +2209,34 @@ var file_inspect_v1_inspect_proto_depIdxs = []int32{
 	1,  // 6: pivirt.inspect.v1.DesiredMap.stale:type_name -> pivirt.inspect.v1.MapEntry
 	1,  // 7: pivirt.inspect.v1.DesiredMap.differ:type_name -> pivirt.inspect.v1.MapEntry
 	10, // 8: pivirt.inspect.v1.DesiredResponse.maps:type_name -> pivirt.inspect.v1.DesiredMap
-	16, // 9: pivirt.inspect.v1.StatusResponse.store:type_name -> pivirt.inspect.v1.StoreStatus
-	18, // 10: pivirt.inspect.v1.StatusResponse.controllers:type_name -> pivirt.inspect.v1.ControllerStatus
+	17, // 9: pivirt.inspect.v1.StatusResponse.store:type_name -> pivirt.inspect.v1.StoreStatus
+	19, // 10: pivirt.inspect.v1.StatusResponse.controllers:type_name -> pivirt.inspect.v1.ControllerStatus
 	0,  // 11: pivirt.inspect.v1.StatusResponse.maps:type_name -> pivirt.inspect.v1.MapInfo
-	19, // 12: pivirt.inspect.v1.StatusResponse.ports:type_name -> pivirt.inspect.v1.PortStatus
-	20, // 13: pivirt.inspect.v1.StatusResponse.responders:type_name -> pivirt.inspect.v1.ResponderStatus
-	17, // 14: pivirt.inspect.v1.StoreStatus.members:type_name -> pivirt.inspect.v1.EtcdMember
-	22, // 15: pivirt.inspect.v1.LeasesResponse.leases:type_name -> pivirt.inspect.v1.LeaseRecord
-	23, // 16: pivirt.inspect.v1.LeasesResponse.probations:type_name -> pivirt.inspect.v1.LeaseProbation
-	2,  // 17: pivirt.inspect.v1.InspectService.ListMaps:input_type -> pivirt.inspect.v1.ListMapsRequest
-	4,  // 18: pivirt.inspect.v1.InspectService.DumpMap:input_type -> pivirt.inspect.v1.DumpMapRequest
-	7,  // 19: pivirt.inspect.v1.InspectService.ListPrograms:input_type -> pivirt.inspect.v1.ListProgramsRequest
-	9,  // 20: pivirt.inspect.v1.InspectService.Desired:input_type -> pivirt.inspect.v1.DesiredRequest
-	12, // 21: pivirt.inspect.v1.InspectService.Simulate:input_type -> pivirt.inspect.v1.SimulateRequest
-	14, // 22: pivirt.inspect.v1.InspectService.Status:input_type -> pivirt.inspect.v1.StatusRequest
-	21, // 23: pivirt.inspect.v1.InspectService.Leases:input_type -> pivirt.inspect.v1.LeasesRequest
-	3,  // 24: pivirt.inspect.v1.InspectService.ListMaps:output_type -> pivirt.inspect.v1.ListMapsResponse
-	5,  // 25: pivirt.inspect.v1.InspectService.DumpMap:output_type -> pivirt.inspect.v1.DumpMapResponse
-	8,  // 26: pivirt.inspect.v1.InspectService.ListPrograms:output_type -> pivirt.inspect.v1.ListProgramsResponse
-	11, // 27: pivirt.inspect.v1.InspectService.Desired:output_type -> pivirt.inspect.v1.DesiredResponse
-	13, // 28: pivirt.inspect.v1.InspectService.Simulate:output_type -> pivirt.inspect.v1.SimulateResponse
-	15, // 29: pivirt.inspect.v1.InspectService.Status:output_type -> pivirt.inspect.v1.StatusResponse
-	24, // 30: pivirt.inspect.v1.InspectService.Leases:output_type -> pivirt.inspect.v1.LeasesResponse
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	20, // 12: pivirt.inspect.v1.StatusResponse.ports:type_name -> pivirt.inspect.v1.PortStatus
+	21, // 13: pivirt.inspect.v1.StatusResponse.responders:type_name -> pivirt.inspect.v1.ResponderStatus
+	16, // 14: pivirt.inspect.v1.StatusResponse.lease_journal:type_name -> pivirt.inspect.v1.LeaseJournalStatus
+	18, // 15: pivirt.inspect.v1.StoreStatus.members:type_name -> pivirt.inspect.v1.EtcdMember
+	23, // 16: pivirt.inspect.v1.LeasesResponse.leases:type_name -> pivirt.inspect.v1.LeaseRecord
+	24, // 17: pivirt.inspect.v1.LeasesResponse.probations:type_name -> pivirt.inspect.v1.LeaseProbation
+	2,  // 18: pivirt.inspect.v1.InspectService.ListMaps:input_type -> pivirt.inspect.v1.ListMapsRequest
+	4,  // 19: pivirt.inspect.v1.InspectService.DumpMap:input_type -> pivirt.inspect.v1.DumpMapRequest
+	7,  // 20: pivirt.inspect.v1.InspectService.ListPrograms:input_type -> pivirt.inspect.v1.ListProgramsRequest
+	9,  // 21: pivirt.inspect.v1.InspectService.Desired:input_type -> pivirt.inspect.v1.DesiredRequest
+	12, // 22: pivirt.inspect.v1.InspectService.Simulate:input_type -> pivirt.inspect.v1.SimulateRequest
+	14, // 23: pivirt.inspect.v1.InspectService.Status:input_type -> pivirt.inspect.v1.StatusRequest
+	22, // 24: pivirt.inspect.v1.InspectService.Leases:input_type -> pivirt.inspect.v1.LeasesRequest
+	3,  // 25: pivirt.inspect.v1.InspectService.ListMaps:output_type -> pivirt.inspect.v1.ListMapsResponse
+	5,  // 26: pivirt.inspect.v1.InspectService.DumpMap:output_type -> pivirt.inspect.v1.DumpMapResponse
+	8,  // 27: pivirt.inspect.v1.InspectService.ListPrograms:output_type -> pivirt.inspect.v1.ListProgramsResponse
+	11, // 28: pivirt.inspect.v1.InspectService.Desired:output_type -> pivirt.inspect.v1.DesiredResponse
+	13, // 29: pivirt.inspect.v1.InspectService.Simulate:output_type -> pivirt.inspect.v1.SimulateResponse
+	15, // 30: pivirt.inspect.v1.InspectService.Status:output_type -> pivirt.inspect.v1.StatusResponse
+	25, // 31: pivirt.inspect.v1.InspectService.Leases:output_type -> pivirt.inspect.v1.LeasesResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_inspect_v1_inspect_proto_init() }
@@ -2140,7 +2250,7 @@ func file_inspect_v1_inspect_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inspect_v1_inspect_proto_rawDesc), len(file_inspect_v1_inspect_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
