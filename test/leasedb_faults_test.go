@@ -44,15 +44,7 @@ func TestPrivilegedJournalDiskFull(t *testing.T) {
 		"--metrics", "127.0.0.1:9464")
 
 	journal := filepath.Join(d.StateDir, "dhcp-journal")
-	d.Stop()
-	mountSmallJournal(t, journal, 256<<10)
-	d.Start()
-	segmentReady("segment Ready on the small journal")
-
-	a := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, 0x5c, 0x01})
-	b := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, 0x5c, 0x02})
-	waitForwarding(t, host, 2)
-	ca, cb := newRawClient(t, a), newRawClient(t, b)
+	a, b, ca, cb := onSmallDisk(t, host, d, segmentReady, journal, 256<<10, 0x5c)
 	ack, srvMAC := ca.dora()
 	ipA := ack.YourIPAddr.String()
 	leaseTime := ack.IPAddressLeaseTime(0)
@@ -127,21 +119,7 @@ func TestPrivilegedJournalDiskFull(t *testing.T) {
 	ackB, _ := cb.dora()
 	ipB := ackB.YourIPAddr.String()
 
-	d.Kill9()
-	d.Start()
-	segmentReady("segment Ready after kill -9 with space back")
-	for _, want := range []struct {
-		mac net.HardwareAddr
-		ip  string
-	}{{a.MAC, ipA}, {b.MAC, ipB}} {
-		waitFor(t, 10*time.Second, want.mac.String()+" pinned and stored", func() bool {
-			l, ok := getLease(t, d, leaseName(want.mac))
-			return boundPin(t, d, want.mac) == want.ip && ok && l.Spec.IPAddress == want.ip
-		})
-	}
-	if strings.Contains(d.Log(), "lease database: skipped what it could not read") {
-		t.Fatalf("the journal lost a record to the full disk; log:\n%s", d.Log())
-	}
+	keptAcrossKill9(t, d, segmentReady, clientLease{a.MAC, ipA}, clientLease{b.MAC, ipB})
 }
 
 // TestPrivilegedStateDiskFull: the whole state directory (the store's
@@ -155,15 +133,7 @@ func TestPrivilegedStateDiskFull(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nsenter")
 	host, d, segmentReady := startFaultSegment(t, "--dhcp-lease-reuse", "0", "--dhcp-rate-per-mac", "0", "--dhcp-rate-per-port", "0")
-	d.Stop()
-	mountSmallJournal(t, d.StateDir, 4<<20)
-	d.Start()
-	segmentReady("segment Ready on the small state directory")
-
-	a := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, 0x5e, 0x01})
-	b := guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, 0x5e, 0x02})
-	waitForwarding(t, host, 2)
-	ca, cb := newRawClient(t, a), newRawClient(t, b)
+	a, b, ca, cb := onSmallDisk(t, host, d, segmentReady, d.StateDir, 4<<20, 0x5e)
 	ack, srvMAC := ca.dora()
 	ipA := ack.YourIPAddr.String()
 	ackedUntil := time.Now().Add(ack.IPAddressLeaseTime(0))
@@ -261,20 +231,45 @@ spec: {network: virbr10, macAddress: "52:54:00:d1:5e:03", ipAddress: "192.168.10
 		t.Fatalf("pivirtctl status with space back: %q, want the journal ok", l)
 	}
 
+	keptAcrossKill9(t, d, segmentReady, clientLease{a.MAC, ipA}, clientLease{b.MAC, ipB})
+	if r := d.Ctl("get", "dhcpleases", "full-disk-res"); r.Code != 0 {
+		t.Fatalf("the reservation applied with space back is gone after kill -9: %s", r)
+	}
+}
+
+// onSmallDisk restarts pivirtd with dir on a tmpfs of size bytes, then
+// attaches two guests (52:54:00:d1:id:01 and :02) and their raw clients.
+func onSmallDisk(t *testing.T, host *testutil.NetNS, d *harness.Daemon, segmentReady func(string), dir string, size int, id byte) (a, b *guest.Guest, ca, cb *rawClient) {
+	t.Helper()
+	d.Stop()
+	mountSmallJournal(t, dir, size)
+	d.Start()
+	segmentReady("segment Ready on the small file system")
+	a = guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, id, 0x01})
+	b = guest.Attach(t, host, "virbr10", "", net.HardwareAddr{0x52, 0x54, 0, 0xd1, id, 0x02})
+	waitForwarding(t, host, 2)
+	return a, b, newRawClient(t, a), newRawClient(t, b)
+}
+
+// clientLease is a client's MAC and the address it was ACKed.
+type clientLease struct {
+	mac net.HardwareAddr
+	ip  string
+}
+
+// keptAcrossKill9 kills pivirtd -9 and starts it again: each lease is
+// pinned and stored, and the lease database skipped nothing of the
+// journal the full disk had cut.
+func keptAcrossKill9(t *testing.T, d *harness.Daemon, segmentReady func(string), leases ...clientLease) {
+	t.Helper()
 	d.Kill9()
 	d.Start()
 	segmentReady("segment Ready after kill -9 with space back")
-	for _, want := range []struct {
-		mac net.HardwareAddr
-		ip  string
-	}{{a.MAC, ipA}, {b.MAC, ipB}} {
+	for _, want := range leases {
 		waitFor(t, 10*time.Second, want.mac.String()+" pinned and stored", func() bool {
 			l, ok := getLease(t, d, leaseName(want.mac))
 			return boundPin(t, d, want.mac) == want.ip && ok && l.Spec.IPAddress == want.ip
 		})
-	}
-	if r := d.Ctl("get", "dhcpleases", "full-disk-res"); r.Code != 0 {
-		t.Fatalf("the reservation applied with space back is gone after kill -9: %s", r)
 	}
 	if strings.Contains(d.Log(), "lease database: skipped what it could not read") {
 		t.Fatalf("the journal lost a record to the full disk; log:\n%s", d.Log())
